@@ -1,0 +1,372 @@
+//! One configuration for a whole run, serialisable to and from TOML or JSON.
+
+use std::path::{Path, PathBuf};
+
+use neardup_corpus::{FieldPath, FieldsMode, Format, TextSelector};
+use neardup_dedup::{DedupConfig, EmptyPolicy, Verify};
+use neardup_keys::{OnError, RowRule, ShortTextPolicy};
+use neardup_sketch::{BandKeyScheme, CharClassSet, HashScheme, LshParams, Normalizer, Shingler, SketchConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::error::Error;
+
+/// Everything that defines a run. Every field has a default; see `docs/tuning.md`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// What to read.
+    pub input: InputSettings,
+    /// How texts become signatures and keys.
+    pub sketch: SketchSettings,
+    /// Stage 1.
+    pub keys: KeysSettings,
+    /// Stage 2.
+    pub dedup: DedupSettings,
+    /// Threads and error policy.
+    pub run: RunSettings,
+    /// What to write.
+    pub output: OutputSettings,
+}
+
+/// What to read.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InputSettings {
+    /// Files, directories (recursive) and glob patterns.
+    pub inputs: Vec<String>,
+    /// Force a format instead of going by extension.
+    pub format: Option<Format>,
+    /// Text fields (dotted paths into JSON objects, or Parquet columns).
+    pub fields: Vec<String>,
+    /// Several fields: join them into one text per record, or one sample per field.
+    pub fields_mode: FieldsModeSetting,
+    /// Separator for `join`.
+    pub separator: String,
+    /// A field carried into every decision as the record's id.
+    pub id_field: Option<String>,
+}
+
+impl Default for InputSettings {
+    fn default() -> Self {
+        InputSettings {
+            inputs: Vec::new(),
+            format: None,
+            fields: vec!["text".into()],
+            fields_mode: FieldsModeSetting::Join,
+            separator: "\n".into(),
+            id_field: None,
+        }
+    }
+}
+
+/// How several text fields make samples.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum FieldsModeSetting {
+    /// One sample per record, the fields newline-joined.
+    Join,
+    /// One sample per field (lshcurator's semantics).
+    Expand,
+}
+
+/// Shingle units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Tokenize {
+    /// Unicode characters.
+    Char,
+    /// UTF-8 bytes.
+    Byte,
+    /// Words (Unicode word boundaries).
+    Word,
+}
+
+/// How texts become signatures and keys.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SketchSettings {
+    /// Shingle unit.
+    pub tokenize: Tokenize,
+    /// Shingle size (characters, bytes or words).
+    pub shingle: usize,
+    /// Window step.
+    pub step: usize,
+    /// Trim leading and trailing whitespace.
+    pub trim: bool,
+    /// Unicode NFKC.
+    pub nfkc: bool,
+    /// Lowercase.
+    pub lowercase: bool,
+    /// Remove punctuation.
+    pub strip_punctuation: bool,
+    /// Keep only these characters, e.g. `0-9a-zA-Z가-힣`.
+    pub keep_chars: Option<String>,
+    /// Collapse whitespace runs into one space.
+    pub collapse_whitespace: bool,
+    /// MinHash hash scheme.
+    pub hash: HashScheme,
+    /// Signature width.
+    pub num_perm: usize,
+    /// Seed of the permutations.
+    pub seed: u64,
+    /// LSH bands (with `rows`; otherwise chosen from the threshold).
+    pub bands: Option<usize>,
+    /// Rows per band.
+    pub rows: Option<usize>,
+    /// Band-key encoding.
+    pub band_keys: BandKeyScheme,
+}
+
+impl Default for SketchSettings {
+    fn default() -> Self {
+        SketchSettings {
+            tokenize: Tokenize::Char,
+            shingle: 5,
+            step: 1,
+            trim: true,
+            nfkc: false,
+            lowercase: false,
+            strip_punctuation: false,
+            keep_chars: None,
+            collapse_whitespace: false,
+            hash: HashScheme::Fast,
+            num_perm: 128,
+            seed: 1,
+            bands: None,
+            rows: None,
+            band_keys: BandKeyScheme::Fast,
+        }
+    }
+}
+
+/// Stage-1 settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KeysSettings {
+    /// Near-duplicate detection (MinHash band keys). Off for exact deduplication only.
+    pub near: bool,
+    /// A key is hot when seen more than this many times.
+    pub min_key_count: u32,
+    /// Count content hashes too, so exact copies are dropped without signature work.
+    pub exact: bool,
+    /// What texts shorter than one shingle get.
+    pub short_texts: ShortTextPolicy,
+    /// Bytes the key table may take before stage 1 spills to disk.
+    pub memory_limit: Option<u64>,
+    /// Where spill files go.
+    pub spill_dir: Option<PathBuf>,
+    /// Unit of parallel work within large files, in bytes.
+    pub chunk_bytes: u64,
+}
+
+impl Default for KeysSettings {
+    fn default() -> Self {
+        KeysSettings {
+            near: true,
+            min_key_count: 1,
+            exact: true,
+            short_texts: ShortTextPolicy::ExactOnly,
+            memory_limit: None,
+            spill_dir: None,
+            chunk_bytes: 32 << 20,
+        }
+    }
+}
+
+/// Stage-2 settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DedupSettings {
+    /// Similarity at which a sample is a duplicate.
+    pub threshold: f64,
+    /// Representatives per hot bucket (`None`: unbounded).
+    pub max_reps: Option<usize>,
+    /// How candidates are confirmed.
+    pub verify: Verify,
+    /// Memory for exact verification's shingle sets before they spill.
+    pub verify_memory: u64,
+    /// Keep or drop empty texts.
+    pub empty: EmptyPolicy,
+}
+
+impl Default for DedupSettings {
+    fn default() -> Self {
+        let d = DedupConfig::default();
+        DedupSettings {
+            threshold: d.threshold,
+            max_reps: d.max_reps,
+            verify: d.verify,
+            verify_memory: d.verify_memory,
+            empty: EmptyPolicy::Keep,
+        }
+    }
+}
+
+/// Threads and error policy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunSettings {
+    /// Worker threads (0: all cores).
+    pub threads: usize,
+    /// Skip bad records (counted and quoted) or stop at the first.
+    pub on_error: OnError,
+}
+
+/// What to write.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutputSettings {
+    /// Filtered dataset directory.
+    pub dir: Option<PathBuf>,
+    /// Decisions file (`.jsonl` or `.parquet`).
+    pub decisions: Option<PathBuf>,
+    /// Run report (JSON).
+    pub report: Option<PathBuf>,
+    /// Replace an existing output directory.
+    pub overwrite: bool,
+    /// Split outputs into parts of at most this many bytes.
+    pub max_output_bytes: Option<u64>,
+}
+
+impl Config {
+    /// The preset that reproduces lshcurator 0.2.3's `Curator.process_corpus`: datasketch hashing
+    /// with seed 36, lshcurator band keys, one sample per field, texts stripped, empty texts
+    /// skipped, no exact-copy shortcut, short texts keep the empty signature.
+    pub fn lshcurator(mut self) -> Config {
+        self.input.fields_mode = FieldsModeSetting::Expand;
+        self.sketch = SketchSettings {
+            tokenize: if self.sketch.tokenize == Tokenize::Byte { Tokenize::Byte } else { Tokenize::Char },
+            shingle: self.sketch.shingle,
+            step: self.sketch.step,
+            trim: true,
+            hash: HashScheme::Datasketch,
+            seed: 36,
+            band_keys: BandKeyScheme::Lshcurator,
+            bands: self.sketch.bands,
+            rows: self.sketch.rows,
+            num_perm: self.sketch.num_perm,
+            ..SketchSettings::default()
+        };
+        if let (Some(b), Some(r)) = (self.sketch.bands, self.sketch.rows) {
+            // lshcurator signs with exactly bands × rows permutations.
+            self.sketch.num_perm = b * r;
+        }
+        self.keys.exact = false;
+        self.keys.short_texts = ShortTextPolicy::EmptySignature;
+        self
+    }
+
+    /// Reads a TOML (`.toml`) or JSON file.
+    pub fn load(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
+        let parsed = if path.extension().is_some_and(|e| e == "toml") {
+            toml::from_str(&text).map_err(|e| e.to_string())
+        } else {
+            serde_json::from_str(&text).map_err(|e| e.to_string())
+        };
+        parsed.map_err(|e| Error::Usage(format!("{}: {e}", path.display())))
+    }
+
+    /// Checks the settings and builds the sketch configuration.
+    pub fn sketch_config(&self) -> Result<SketchConfig, Error> {
+        let s = &self.sketch;
+        if s.shingle == 0 || s.step == 0 {
+            return Err(Error::Usage("--shingle and --step must be at least 1".into()));
+        }
+        let shingler = match s.tokenize {
+            Tokenize::Char => Shingler::Chars { k: s.shingle, step: s.step },
+            Tokenize::Byte => Shingler::Bytes { k: s.shingle, step: s.step },
+            Tokenize::Word => Shingler::Words { n: s.shingle, step: s.step },
+        };
+        let keep_chars = match &s.keep_chars {
+            Some(spec) => Some(
+                spec.parse::<CharClassSet>().map_err(|e| Error::Usage(format!("--keep-chars {spec:?}: {e}")))?,
+            ),
+            None => None,
+        };
+        let normalizer = Normalizer {
+            trim: s.trim,
+            nfkc: s.nfkc,
+            lowercase: s.lowercase,
+            strip_punctuation: s.strip_punctuation,
+            keep_chars,
+            collapse_whitespace: s.collapse_whitespace,
+        };
+        let lsh = self.lsh_params()?;
+        let num_perm = s.num_perm.max(lsh.num_perm_used());
+        let config = SketchConfig {
+            normalizer,
+            shingler,
+            scheme: s.hash,
+            num_perm,
+            seed: s.seed,
+            lsh,
+            band_keys: s.band_keys,
+        };
+        config.validate().map_err(|e| Error::Usage(e.to_string()))?;
+        Ok(config)
+    }
+
+    /// The LSH parameters: explicit, or optimal for the threshold and width.
+    pub fn lsh_params(&self) -> Result<LshParams, Error> {
+        let s = &self.sketch;
+        let t = self.dedup.threshold;
+        if !(0.0..=1.0).contains(&t) {
+            return Err(Error::Usage(format!("--threshold must be within [0, 1], got {t}")));
+        }
+        match (s.bands, s.rows) {
+            (Some(b), Some(r)) => LshParams::new(b, r).map_err(|e| Error::Usage(e.to_string())),
+            (None, None) => LshParams::optimal(t.clamp(0.01, 0.99), s.num_perm, 0.5, 0.5)
+                .map_err(|e| Error::Usage(e.to_string())),
+            _ => Err(Error::Usage("--bands and --rows go together".into())),
+        }
+    }
+
+    /// The text selection.
+    pub fn selector(&self) -> Result<TextSelector, Error> {
+        let i = &self.input;
+        if i.fields.is_empty() {
+            return Err(Error::Usage("at least one --field is needed".into()));
+        }
+        let parse = |f: &String| f.parse::<FieldPath>().map_err(|e| Error::Usage(format!("field {f:?}: {e}")));
+        Ok(TextSelector {
+            fields: i.fields.iter().map(parse).collect::<Result<_, _>>()?,
+            mode: match i.fields_mode {
+                FieldsModeSetting::Join => FieldsMode::Join { separator: i.separator.clone() },
+                FieldsModeSetting::Expand => FieldsMode::Expand,
+            },
+            id_field: i.id_field.as_ref().map(parse).transpose()?,
+        })
+    }
+
+    /// The per-sample rule of both stages.
+    pub fn row_rule(&self) -> RowRule {
+        RowRule { band_keys: self.keys.near, exact_key: self.keys.exact, short_texts: self.keys.short_texts }
+    }
+
+    /// Stage 2's decision settings.
+    pub fn dedup_config(&self) -> DedupConfig {
+        DedupConfig {
+            threshold: self.dedup.threshold,
+            max_reps: self.dedup.max_reps,
+            verify: self.dedup.verify,
+            verify_memory: self.dedup.verify_memory,
+        }
+    }
+
+    /// Checks everything that can be checked before reading any input.
+    pub fn validate(&self) -> Result<(), Error> {
+        self.sketch_config()?;
+        self.selector()?;
+        if self.dedup.max_reps == Some(0) {
+            return Err(Error::Usage("--max-reps must be at least 1".into()));
+        }
+        if !self.keys.near && !self.keys.exact {
+            return Err(Error::Usage("with near-duplicate detection off, exact deduplication must be on".into()));
+        }
+        if self.keys.chunk_bytes == 0 {
+            return Err(Error::Usage("chunk_bytes must be positive".into()));
+        }
+        Ok(())
+    }
+}

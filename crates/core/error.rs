@@ -1,0 +1,51 @@
+//! The facade's error type.
+
+use std::fmt;
+
+/// Why a run failed. [`Error::exit_code`] maps it to the CLI's exit status.
+#[derive(Debug)]
+pub enum Error {
+    /// Invalid settings or arguments (exit code 2).
+    Usage(String),
+    /// Stage 1 failed.
+    Keys(neardup_keys::KeysError),
+    /// Stage 2 failed.
+    Dedup(neardup_dedup::DedupError),
+    /// Anything else that stopped the run (inputs missing, outputs unwritable).
+    Run(String),
+}
+
+impl Error {
+    /// 2 for usage errors, 1 for everything else.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Keys(neardup_keys::KeysError::Config(_)) | Error::Dedup(neardup_dedup::DedupError::Config(_)) => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage(m) | Error::Run(m) => f.write_str(m),
+            Error::Keys(e) => write!(f, "stage 1: {e}"),
+            Error::Dedup(e) => write!(f, "stage 2: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<neardup_keys::KeysError> for Error {
+    fn from(e: neardup_keys::KeysError) -> Self {
+        Error::Keys(e)
+    }
+}
+
+impl From<neardup_dedup::DedupError> for Error {
+    fn from(e: neardup_dedup::DedupError) -> Self {
+        Error::Dedup(e)
+    }
+}

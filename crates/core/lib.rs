@@ -1,0 +1,48 @@
+//! neardup finds and removes near-duplicate documents in large text corpora with MinHash + LSH in
+//! two streaming stages.
+//!
+//! 1. **Stage 1 — keys** ([`keys`]): every input is streamed by worker threads; each sample's text
+//!    is shingled and signed, and one `u64` bucket key per LSH band goes into a compact key table.
+//!    An exact frequency filter keeps the keys seen more than `min_key_count` times: the hot keys.
+//!    A sample that hits no hot key is unique and costs nothing more.
+//! 2. **Stage 2 — dedup** ([`dedup`]): the inputs are streamed again; only samples that hit a hot
+//!    key are signed again and compared with a bounded set of representatives per hot bucket; first
+//!    seen is kept, and every decision names the sample it duplicates.
+//!
+//! This crate is the facade: one [`Config`] for a whole run, the [`Pipeline`] that runs both
+//! stages, the [`Report`], and stage-level steps ([`compute_keys`], [`merge_hot_keys`], [`apply`])
+//! for schedulers that run the stages on different machines. The building blocks are re-exported:
+//! [`sketch`] (text → signature → keys), [`corpus`] (reading and writing datasets), [`keys`] and
+//! [`dedup`].
+//!
+//! ```no_run
+//! use neardup::{Config, Pipeline};
+//!
+//! let mut config = Config::default();
+//! config.input.inputs = vec!["crawl/".into()];
+//! config.output.dir = Some("crawl-dedup/".into());
+//! config.output.decisions = Some("decisions.jsonl".into());
+//! let report = Pipeline::new(config)?.run()?;
+//! println!("{}", report.summary());
+//! # Ok::<(), neardup::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+mod config;
+mod error;
+pub mod eval;
+mod pipeline;
+
+pub use config::{
+    Config, DedupSettings, FieldsModeSetting, InputSettings, KeysSettings, OutputSettings, RunSettings,
+    SketchSettings, Tokenize,
+};
+pub use error::Error;
+pub use pipeline::{
+    Pipeline, Report, Totals, apply, apply_config, compute_keys, discover_inputs, keys_config, merge_hot_keys,
+};
+
+pub use neardup_corpus as corpus;
+pub use neardup_dedup as dedup;
+pub use neardup_keys as keys;
+pub use neardup_sketch as sketch;

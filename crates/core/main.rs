@@ -1,0 +1,543 @@
+//! The `neardup` command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use neardup::corpus::Format;
+use neardup::dedup::{EmptyPolicy, Verify};
+use neardup::keys::{HotKeys, KeyTable, OnError};
+use neardup::sketch::{BandKeyScheme, HashScheme, LshParams};
+use neardup::{Config, Error, FieldsModeSetting, Pipeline, Report, Tokenize};
+
+/// Near-duplicate detection for large text corpora (MinHash + LSH in two streaming stages).
+#[derive(Parser, Debug)]
+#[command(name = "neardup", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Both stages end to end: filtered dataset, decisions and run report.
+    Dedup {
+        /// Input files, directories and glob patterns.
+        #[arg(required = true)]
+        inputs: Vec<String>,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Stage 1 on some inputs: write their key table.
+    Keys {
+        /// Input files, directories and glob patterns of this shard.
+        #[arg(required = true)]
+        inputs: Vec<String>,
+        /// Key-table file to write.
+        #[arg(long = "out")]
+        out: PathBuf,
+        /// This shard's number: global row order follows shard numbers.
+        #[arg(long, default_value_t = 0)]
+        shard: u32,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Merge key tables into the hot-key file.
+    Hot {
+        /// Key tables of all shards.
+        #[arg(required = true)]
+        tables: Vec<PathBuf>,
+        /// Hot-key file to write.
+        #[arg(long = "out")]
+        out: PathBuf,
+        /// A key is hot when seen more than this many times.
+        #[arg(long, default_value_t = 1)]
+        min_key_count: u32,
+    },
+    /// Stage 2 given a hot-key file and the key tables of all shards.
+    Apply {
+        /// Hot-key file from `neardup hot`.
+        #[arg(long)]
+        hot: PathBuf,
+        /// Key tables from `neardup keys`, all shards.
+        #[arg(long = "keys", required = true)]
+        tables: Vec<PathBuf>,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Exact deduplication by content hash of the normalised text.
+    Exact {
+        /// Input files, directories and glob patterns.
+        #[arg(required = true)]
+        inputs: Vec<String>,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
+    /// Show the LSH setting for a threshold and width, its error areas and S-curve.
+    Params {
+        /// Similarity threshold.
+        #[arg(long, default_value_t = 0.8)]
+        threshold: f64,
+        /// Signature width.
+        #[arg(long, default_value_t = 128)]
+        num_perm: usize,
+        /// Explicit bands (with --rows) instead of the optimum.
+        #[arg(long, requires = "rows")]
+        bands: Option<usize>,
+        /// Rows per band.
+        #[arg(long, requires = "bands")]
+        rows: Option<usize>,
+        /// Points of the S-curve table.
+        #[arg(long, default_value_t = 11)]
+        points: usize,
+    },
+}
+
+/// Options shared by the commands that read inputs.
+#[derive(Args, Debug, Default)]
+struct RunOpts {
+    /// Settings file (TOML or JSON, see docs/tuning.md); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Preset reproducing another tool's decisions exactly.
+    #[arg(long, value_parser = ["lshcurator"])]
+    compat: Option<String>,
+    /// Directory for the filtered dataset (same relative paths and formats as the inputs).
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+    /// Decisions file, one row per sample (.jsonl or .parquet).
+    #[arg(long)]
+    decisions: Option<PathBuf>,
+    /// Run report (JSON).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Replace an existing output directory.
+    #[arg(long)]
+    overwrite: bool,
+    /// Split outputs into parts of at most this size (e.g. 512MiB).
+    #[arg(long, value_parser = parse_size)]
+    max_output_bytes: Option<u64>,
+
+    /// Force the input format.
+    #[arg(long)]
+    format: Option<FormatArg>,
+    /// Text field (repeatable; dotted paths reach into objects).
+    #[arg(long = "field")]
+    fields: Vec<String>,
+    /// Several fields: join into one text per record, or one sample per field.
+    #[arg(long)]
+    fields_mode: Option<FieldsModeSetting>,
+    /// Field carried into every decision as the id.
+    #[arg(long)]
+    id_field: Option<String>,
+
+    /// Similarity threshold.
+    #[arg(long)]
+    threshold: Option<f64>,
+    /// Signature width.
+    #[arg(long)]
+    num_perm: Option<usize>,
+    /// LSH bands (with --rows; default: optimal for the threshold).
+    #[arg(long, requires = "rows")]
+    bands: Option<usize>,
+    /// Rows per band.
+    #[arg(long, requires = "bands")]
+    rows: Option<usize>,
+    /// Shingle unit.
+    #[arg(long)]
+    tokenize: Option<Tokenize>,
+    /// Shingle size.
+    #[arg(long)]
+    shingle: Option<usize>,
+    /// Shingle window step.
+    #[arg(long)]
+    step: Option<usize>,
+    /// Lowercase before shingling.
+    #[arg(long)]
+    lowercase: bool,
+    /// Unicode NFKC before shingling.
+    #[arg(long)]
+    nfkc: bool,
+    /// Collapse whitespace runs.
+    #[arg(long)]
+    collapse_whitespace: bool,
+    /// Remove punctuation.
+    #[arg(long)]
+    strip_punctuation: bool,
+    /// Keep only these characters (e.g. '0-9a-zA-Z가-힣').
+    #[arg(long)]
+    keep_chars: Option<String>,
+    /// Do not trim leading/trailing whitespace.
+    #[arg(long)]
+    no_trim: bool,
+    /// MinHash hash scheme.
+    #[arg(long)]
+    hash: Option<HashArg>,
+    /// Band-key encoding.
+    #[arg(long)]
+    band_keys: Option<BandKeysArg>,
+    /// Permutation seed.
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// A key is hot when seen more than this many times.
+    #[arg(long)]
+    min_key_count: Option<u32>,
+    /// Do not count content hashes (no exact-copy shortcut).
+    #[arg(long)]
+    no_exact: bool,
+    /// Representatives per hot bucket (0: unbounded).
+    #[arg(long)]
+    max_reps: Option<usize>,
+    /// Confirm candidates with the true Jaccard of the shingle sets.
+    #[arg(long)]
+    verify: Option<VerifyArg>,
+    /// Key-table memory before stage 1 spills to disk (e.g. 4GiB).
+    #[arg(long, value_parser = parse_size)]
+    memory_limit: Option<u64>,
+    /// Directory for spill files.
+    #[arg(long)]
+    spill_dir: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long, short = 'j')]
+    threads: Option<usize>,
+    /// Skip bad records (counted, quoted in the report) or stop at the first.
+    #[arg(long)]
+    on_error: Option<OnErrorArg>,
+    /// Keep or drop empty / whitespace-only texts.
+    #[arg(long)]
+    empty: Option<EmptyArg>,
+}
+
+macro_rules! value_enum {
+    ($name:ident => $target:ty { $($variant:ident => $value:expr),+ $(,)? }) => {
+        #[derive(Clone, Copy, Debug, clap::ValueEnum)]
+        enum $name { $($variant),+ }
+        impl From<$name> for $target {
+            fn from(v: $name) -> $target { match v { $($name::$variant => $value),+ } }
+        }
+    };
+}
+value_enum!(FormatArg => Format { Jsonl => Format::Jsonl, Parquet => Format::Parquet });
+value_enum!(HashArg => HashScheme { Fast => HashScheme::Fast, Datasketch => HashScheme::Datasketch });
+value_enum!(BandKeysArg => BandKeyScheme { Fast => BandKeyScheme::Fast, Lshcurator => BandKeyScheme::Lshcurator });
+value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Exact });
+value_enum!(OnErrorArg => OnError { Skip => OnError::Skip, Fail => OnError::Fail });
+value_enum!(EmptyArg => EmptyPolicy { Keep => EmptyPolicy::Keep, Drop => EmptyPolicy::Drop });
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?} (e.g. 4GiB, 500MB, 1048576)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0f64.powi(4),
+        other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+    };
+    Ok((n * mult) as u64)
+}
+
+impl RunOpts {
+    /// The settings: defaults, then the settings file, then flags, then the compatibility preset.
+    fn config(&self, inputs: &[String]) -> Result<Config, Error> {
+        let mut c = match &self.config {
+            Some(p) => Config::load(p)?,
+            None => Config::default(),
+        };
+        if !inputs.is_empty() {
+            c.input.inputs = inputs.to_vec();
+        }
+        let o = self;
+        if let Some(v) = o.format {
+            c.input.format = Some(v.into());
+        }
+        if !o.fields.is_empty() {
+            c.input.fields = o.fields.clone();
+        }
+        if let Some(v) = o.fields_mode {
+            c.input.fields_mode = v;
+        }
+        if o.id_field.is_some() {
+            c.input.id_field = o.id_field.clone();
+        }
+        if let Some(v) = o.threshold {
+            c.dedup.threshold = v;
+        }
+        if let Some(v) = o.num_perm {
+            c.sketch.num_perm = v;
+        }
+        if o.bands.is_some() {
+            c.sketch.bands = o.bands;
+            c.sketch.rows = o.rows;
+        }
+        if let Some(v) = o.tokenize {
+            c.sketch.tokenize = v;
+        }
+        if let Some(v) = o.shingle {
+            c.sketch.shingle = v;
+        }
+        if let Some(v) = o.step {
+            c.sketch.step = v;
+        }
+        c.sketch.lowercase |= o.lowercase;
+        c.sketch.nfkc |= o.nfkc;
+        c.sketch.collapse_whitespace |= o.collapse_whitespace;
+        c.sketch.strip_punctuation |= o.strip_punctuation;
+        if o.keep_chars.is_some() {
+            c.sketch.keep_chars = o.keep_chars.clone();
+        }
+        if o.no_trim {
+            c.sketch.trim = false;
+        }
+        if let Some(v) = o.hash {
+            c.sketch.hash = v.into();
+        }
+        if let Some(v) = o.band_keys {
+            c.sketch.band_keys = v.into();
+        }
+        if let Some(v) = o.seed {
+            c.sketch.seed = v;
+        }
+        if let Some(v) = o.min_key_count {
+            c.keys.min_key_count = v;
+        }
+        if o.no_exact {
+            c.keys.exact = false;
+        }
+        if let Some(v) = o.max_reps {
+            c.dedup.max_reps = (v > 0).then_some(v);
+        }
+        if let Some(v) = o.verify {
+            c.dedup.verify = v.into();
+        }
+        if o.memory_limit.is_some() {
+            c.keys.memory_limit = o.memory_limit;
+        }
+        if o.spill_dir.is_some() {
+            c.keys.spill_dir = o.spill_dir.clone();
+        }
+        if let Some(v) = o.threads {
+            c.run.threads = v;
+        }
+        if let Some(v) = o.on_error {
+            c.run.on_error = v.into();
+        }
+        if let Some(v) = o.empty {
+            c.dedup.empty = v.into();
+        }
+        if o.output.is_some() {
+            c.output.dir = o.output.clone();
+        }
+        if o.decisions.is_some() {
+            c.output.decisions = o.decisions.clone();
+        }
+        if o.report.is_some() {
+            c.output.report = o.report.clone();
+        }
+        c.output.overwrite |= o.overwrite;
+        if o.max_output_bytes.is_some() {
+            c.output.max_output_bytes = o.max_output_bytes;
+        }
+        if let Some(preset) = &o.compat {
+            match preset.as_str() {
+                "lshcurator" => {
+                    if o.max_reps.is_none() {
+                        // lshcurator's default: unbounded representatives.
+                        c.dedup.max_reps = None;
+                    }
+                    c = c.lshcurator();
+                }
+                other => return Err(Error::Usage(format!("unknown --compat preset {other:?}"))),
+            }
+        }
+        Ok(c)
+    }
+}
+
+fn init_logging(quiet: bool, verbose: u8) {
+    let default = if quiet {
+        "error"
+    } else {
+        match verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn finish(report: &Report, quiet: bool) {
+    if !quiet {
+        eprintln!("{}", report.summary());
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Error> {
+    let quiet = cli.quiet;
+    match cli.command {
+        Command::Dedup { inputs, opts } => {
+            let config = opts.config(&inputs)?;
+            if config.output.dir.is_none() && config.output.decisions.is_none() {
+                return Err(Error::Usage("give --output DIR and/or --decisions FILE".into()));
+            }
+            let report = Pipeline::new(config)?.run()?;
+            finish(&report, quiet);
+        }
+        Command::Exact { inputs, opts } => {
+            let mut config = opts.config(&inputs)?;
+            if config.output.dir.is_none() && config.output.decisions.is_none() {
+                return Err(Error::Usage("give --output DIR and/or --decisions FILE".into()));
+            }
+            config.keys.exact = true;
+            config.keys.near = false;
+            let report = Pipeline::new(config)?.run()?;
+            finish(&report, quiet);
+        }
+        Command::Keys { inputs, out, shard, opts } => {
+            let config = opts.config(&inputs)?;
+            let (files, problems) = neardup::discover_inputs(&config)?;
+            for p in &problems {
+                tracing::warn!("input problem: {p}");
+            }
+            let (table, stats) = neardup::compute_keys(&config, &files, shard)?;
+            table.save(&out)?;
+            if !quiet {
+                eprintln!(
+                    "shard {shard}: {} records, {} samples, {} bytes/sample, {:.1} MB/s -> {}",
+                    stats.records,
+                    stats.samples,
+                    stats.bytes_per_sample,
+                    stats.mb_per_second,
+                    out.display()
+                );
+            }
+        }
+        Command::Hot { tables, out, min_key_count } => {
+            let tables = tables.iter().map(|p| KeyTable::load(p)).collect::<Result<Vec<_>, _>>()?;
+            let (hot, mask, stats) = neardup::merge_hot_keys(&tables, min_key_count)?;
+            hot.save(&out)?;
+            if !quiet {
+                eprintln!(
+                    "{} tables, {} keys, {} distinct, {} hot keys, {} hot samples of {} -> {}",
+                    tables.len(),
+                    stats.keys,
+                    stats.distinct_keys,
+                    stats.hot_keys,
+                    mask.hot_rows(),
+                    mask.rows(),
+                    out.display()
+                );
+            }
+        }
+        Command::Apply { hot, tables, opts } => {
+            let config = opts.config(&[])?;
+            if config.output.dir.is_none() && config.output.decisions.is_none() {
+                return Err(Error::Usage("give --output DIR and/or --decisions FILE".into()));
+            }
+            let hot = HotKeys::load(&hot)?;
+            let tables = tables.iter().map(|p| KeyTable::load(p)).collect::<Result<Vec<_>, _>>()?;
+            let report = neardup::apply(&config, &hot, &tables, &mut |_| {})?;
+            finish(&report, quiet);
+        }
+        Command::Params { threshold, num_perm, bands, rows, points } => {
+            let params = match (bands, rows) {
+                (Some(b), Some(r)) => LshParams::new(b, r),
+                _ => LshParams::optimal(threshold, num_perm, 0.5, 0.5),
+            }
+            .map_err(|e| Error::Usage(e.to_string()))?;
+            println!("{}", params_table(&params, threshold, num_perm, points.max(2)));
+        }
+    }
+    Ok(())
+}
+
+fn params_table(p: &LshParams, threshold: f64, num_perm: usize, points: usize) -> String {
+    let mut s = format!(
+        "threshold {threshold}, num_perm {num_perm}: bands = {}, rows = {} (uses {} of {num_perm} permutations)\n",
+        p.bands,
+        p.rows,
+        p.num_perm_used()
+    );
+    s += &format!(
+        "false-positive area (pairs below the threshold that become candidates): {:.5}\n",
+        p.false_positive_area(threshold)
+    );
+    s += &format!(
+        "false-negative area (pairs above the threshold that are missed):        {:.5}\n",
+        p.false_negative_area(threshold)
+    );
+    s += &format!("the S-curve crosses 1/2 near similarity {:.3}\n\n", (1.0 / p.bands as f64).powf(1.0 / p.rows as f64));
+    s += "similarity  P(candidate)\n";
+    for (x, y) in p.s_curve(points) {
+        s += &format!("{x:>10.3}  {y:>12.5}\n");
+    }
+    s
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.quiet, cli.verbose);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("neardup: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup::keys::ShortTextPolicy;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
+        assert_eq!(parse_size("1.5k").unwrap(), 1500);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+    }
+
+    #[test]
+    fn lshcurator_preset_overrides_hashing_but_keeps_shingles() {
+        let opts = RunOpts {
+            compat: Some("lshcurator".into()),
+            bands: Some(8),
+            rows: Some(4),
+            shingle: Some(3),
+            step: Some(2),
+            tokenize: Some(Tokenize::Byte),
+            ..RunOpts::default()
+        };
+        let c = opts.config(&["x.jsonl".into()]).unwrap();
+        assert_eq!(c.sketch.hash, HashScheme::Datasketch);
+        assert_eq!(c.sketch.band_keys, BandKeyScheme::Lshcurator);
+        assert_eq!(c.sketch.seed, 36);
+        assert_eq!(c.sketch.num_perm, 32);
+        assert_eq!((c.sketch.shingle, c.sketch.step, c.sketch.tokenize), (3, 2, Tokenize::Byte));
+        assert_eq!(c.keys.short_texts, ShortTextPolicy::EmptySignature);
+        assert!(!c.keys.exact);
+        assert_eq!(c.dedup.max_reps, None);
+        assert_eq!(c.input.fields_mode, FieldsModeSetting::Expand);
+    }
+}

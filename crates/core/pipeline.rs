@@ -1,0 +1,288 @@
+//! The two stages wired together, and the stage-level steps a custom scheduler runs apart.
+
+use std::path::{Path, PathBuf};
+
+use neardup_corpus::{AtomicFile, DiscoverOptions, InputFile, OutputOptions, discover};
+use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
+use neardup_keys::{
+    CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats, TableStore, merge_tables,
+    run_keys,
+};
+use neardup_sketch::Sketcher;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::error::Error;
+
+/// Everything a run did, as written to `--report`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    /// neardup's version.
+    pub version: String,
+    /// The settings of the run.
+    pub config: Config,
+    /// Input files read.
+    pub files: Vec<PathBuf>,
+    /// Inputs that could not be used (missing paths, unknown extensions, …).
+    pub input_problems: Vec<String>,
+    /// Stage 1's statistics (absent for `apply`, which reuses stage 1's tables).
+    pub stage1: Option<KeysStats>,
+    /// Stage 2's statistics.
+    pub stage2: DedupStats,
+    /// The accounting every user checks first.
+    pub totals: Totals,
+}
+
+/// Record and sample accounting: `records_in = records_kept + records_dropped`, and
+/// `samples = unique + near + exact + empty + errors`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Records read.
+    pub records_in: u64,
+    /// Records written out.
+    pub records_kept: u64,
+    /// Records left out.
+    pub records_dropped: u64,
+    /// Sample slots decided.
+    pub samples: u64,
+    /// Kept as unique.
+    pub unique: u64,
+    /// Dropped as near duplicates.
+    pub near: u64,
+    /// Dropped as exact duplicates.
+    pub exact: u64,
+    /// Empty texts.
+    pub empty: u64,
+    /// Unreadable sample slots (passed through).
+    pub errors: u64,
+}
+
+impl Report {
+    fn new(config: &Config, files: &[InputFile], problems: Vec<String>, stage1: Option<KeysStats>, stage2: DedupStats) -> Report {
+        let totals = Totals {
+            records_in: stage2.records,
+            records_kept: stage2.records_kept,
+            records_dropped: stage2.records_dropped,
+            samples: stage2.samples,
+            unique: stage2.unique,
+            near: stage2.near,
+            exact: stage2.exact,
+            empty: stage2.empty,
+            errors: stage2.errors,
+        };
+        Report {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            config: config.clone(),
+            files: files.iter().map(|f| f.path.clone()).collect(),
+            input_problems: problems,
+            stage1,
+            stage2,
+            totals,
+        }
+    }
+
+    /// A few lines for a terminal.
+    pub fn summary(&self) -> String {
+        let t = &self.totals;
+        let mut s = format!(
+            "{} records in {} files: kept {}, dropped {} ({} near, {} exact duplicates); {} empty, {} unreadable\n",
+            t.records_in,
+            self.files.len(),
+            t.records_kept,
+            t.records_dropped,
+            t.near,
+            t.exact,
+            t.empty,
+            t.errors
+        );
+        if let Some(k) = &self.stage1 {
+            s += &format!(
+                "stage 1: {} samples, {} keys, {} distinct, {} hot keys; {} hot samples ({:.1}%); {:.1} MB/s, {:.2} s + {:.2} s counting{}\n",
+                k.samples,
+                k.count.keys,
+                k.count.distinct_keys,
+                k.count.hot_keys,
+                k.hot_samples,
+                100.0 * k.hot_share,
+                k.mb_per_second,
+                k.sketch_seconds,
+                k.count_seconds,
+                if k.count.spilled { " (spilled)" } else { "" }
+            );
+            for (kind, n) in &k.skipped {
+                s += &format!("  skipped {n} sample slots: {kind}\n");
+            }
+            for (kind, n) in &k.read_errors {
+                s += &format!("  {n} read errors: {kind}\n");
+            }
+            for p in k.problems.iter().take(5) {
+                s += &format!("  {p}\n");
+            }
+        }
+        let d = &self.stage2;
+        s += &format!(
+            "stage 2: {} hot samples checked, {} comparisons, {} representatives in {} buckets; {:.1} MB/s, {:.2} s",
+            d.deduper.checked, d.deduper.comparisons, d.deduper.representatives, d.deduper.buckets, d.mb_per_second, d.seconds
+        );
+        for p in &self.input_problems {
+            s += &format!("\ninput problem: {p}");
+        }
+        s
+    }
+
+    /// Writes the report as JSON, atomically.
+    pub fn save(&self, path: &Path) -> Result<(), Error> {
+        let mut f = AtomicFile::create(path).map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+        serde_json::to_writer_pretty(&mut f, self).map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+        std::io::Write::write_all(&mut f, b"\n").map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+        f.commit().map_err(|e| Error::Run(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Discovers the configured inputs; fails when nothing usable is found or, with `on_error = fail`,
+/// when any input is unusable.
+pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>), Error> {
+    if config.input.inputs.is_empty() {
+        return Err(Error::Usage("no inputs given".into()));
+    }
+    let found = discover(&config.input.inputs, &DiscoverOptions { format: config.input.format });
+    let problems: Vec<String> = found.problems.iter().map(|p| format!("{}: {}", p.input, p.message)).collect();
+    if !problems.is_empty() && config.run.on_error == neardup_keys::OnError::Fail {
+        return Err(Error::Run(problems.join("; ")));
+    }
+    if found.files.is_empty() {
+        return Err(Error::Run(format!(
+            "no input files found{}",
+            if problems.is_empty() { String::new() } else { format!(": {}", problems.join("; ")) }
+        )));
+    }
+    Ok((found.files, problems))
+}
+
+/// Stage-1 settings from a config.
+pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
+    config.validate()?;
+    let sketcher = Sketcher::new(config.sketch_config()?).map_err(|e| Error::Usage(e.to_string()))?;
+    let mut k = KeysConfig::new(sketcher, config.selector()?);
+    k.rule = config.row_rule();
+    k.min_count = config.keys.min_key_count;
+    k.threads = config.run.threads;
+    k.chunk_bytes = config.keys.chunk_bytes;
+    k.memory_limit = config.keys.memory_limit;
+    k.spill_dir = config.keys.spill_dir.clone();
+    k.on_error = config.run.on_error;
+    Ok(k)
+}
+
+/// Stage-2 settings from a config.
+pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
+    let k = keys_config(config)?;
+    Ok(ApplyConfig {
+        sketcher: k.sketcher,
+        rule: k.rule,
+        selector: k.selector,
+        dedup: config.dedup_config(),
+        empty: config.dedup.empty,
+        threads: config.run.threads,
+        block_bytes: k.block_bytes,
+        on_error: config.run.on_error,
+        output: config.output.dir.as_ref().map(|dir| OutputOptions {
+            dir: dir.clone(),
+            overwrite: config.output.overwrite,
+            max_output_bytes: config.output.max_output_bytes,
+        }),
+        decisions: config.output.decisions.clone(),
+    })
+}
+
+/// Stage 1 on one shard of inputs: the key table (in memory) and its statistics.
+pub fn compute_keys(config: &Config, files: &[InputFile], shard: u32) -> Result<(KeyTable, KeysStats), Error> {
+    let mut k = keys_config(config)?;
+    // A table to be saved must be held whole.
+    k.memory_limit = None;
+    let out = run_keys(files, shard, &k)?;
+    match out.table {
+        TableStore::Memory(t) => Ok((t, out.stats)),
+        TableStore::Spilled => Err(Error::Run("the key table was spilled; it cannot be saved".into())),
+    }
+}
+
+/// Merges shards' tables into the hot-key set (and the mask of all their rows, in shard order).
+pub fn merge_hot_keys(tables: &[KeyTable], min_count: u32) -> Result<(HotKeys, HotMask, CountStats), Error> {
+    Ok(merge_tables(tables, min_count)?)
+}
+
+/// Stage 2 over shards' tables and a hot-key file made from them (the `apply` step).
+pub fn apply(
+    config: &Config,
+    hot: &HotKeys,
+    tables: &[KeyTable],
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<Report, Error> {
+    let cfg = apply_config(config)?;
+    let layout = keys_config(config)?.layout();
+    hot.layout().check_compatible(&layout).map_err(|e| {
+        Error::Usage(format!("the hot keys do not match these settings (pass the same sketch options): {e}"))
+    })?;
+    let mut ordered: Vec<&KeyTable> = tables.iter().collect();
+    ordered.sort_by_key(|t| t.shard());
+    let mut masks = Vec::new();
+    let mut files: Vec<FileRows> = Vec::new();
+    for t in &ordered {
+        masks.push(HotMask::from_table(t, hot)?);
+        files.extend(t.files().iter().cloned());
+    }
+    let mask = HotMask::concat(&masks);
+    let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
+    let stage2 = run_dedup(&files, &mask, &cfg, observe)?;
+    let report = Report::new(config, &inputs, Vec::new(), None, stage2);
+    if let Some(p) = &config.output.report {
+        report.save(p)?;
+    }
+    Ok(report)
+}
+
+/// A whole run: both stages end to end.
+pub struct Pipeline {
+    config: Config,
+}
+
+impl Pipeline {
+    /// Checks the settings.
+    pub fn new(config: Config) -> Result<Pipeline, Error> {
+        config.validate()?;
+        Ok(Pipeline { config })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Runs both stages, writes the configured outputs and returns the report.
+    pub fn run(&self) -> Result<Report, Error> {
+        self.run_with(&mut |_| {})
+    }
+
+    /// Like [`Pipeline::run`], handing every decision to `observe` in input order (for callers who
+    /// filter in their own process).
+    pub fn run_with(&self, observe: &mut dyn FnMut(&Decision)) -> Result<Report, Error> {
+        let (files, problems) = discover_inputs(&self.config)?;
+        let keys = keys_config(&self.config)?;
+        let KeysOutput { files: rows, mask, stats, .. } = run_keys(&files, 0, &keys)?;
+        let cfg = apply_config(&self.config)?;
+        let stage2 = run_dedup(&rows, &mask, &cfg, observe)?;
+        let report = Report::new(&self.config, &files, problems, Some(stats), stage2);
+        if let Some(p) = &self.config.output.report {
+            report.save(p)?;
+        }
+        Ok(report)
+    }
+
+    /// Runs both stages and returns every decision, in input order.
+    pub fn decisions(&self) -> Result<(Vec<Decision>, Report), Error> {
+        let mut all = Vec::new();
+        let report = self.run_with(&mut |d| all.push(d.clone()))?;
+        Ok((all, report))
+    }
+}

@@ -1,0 +1,145 @@
+//! Splitting input files into independently readable chunks.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+
+use crate::format::{Compression, Format, InputFile};
+use crate::parquet_read::read_footer;
+
+/// A unit of reading work: a whole file, a byte range of an uncompressed JSONL file (cut at
+/// newlines: a chunk owns every line that STARTS in `[start, end)`), or a range of Parquet row
+/// groups.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Chunk {
+    /// Index into the files slice given to [`plan_chunks`].
+    pub file: usize,
+    /// Chunk index within its file, from 0.
+    pub seq: usize,
+    /// What part of the file.
+    pub range: ChunkRange,
+}
+
+/// The part of a file a [`Chunk`] covers.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ChunkRange {
+    /// The whole file.
+    Whole,
+    /// Lines of an uncompressed JSONL file that start in `[start, end)`.
+    Bytes {
+        /// First byte offset owned (inclusive).
+        start: u64,
+        /// End byte offset (exclusive) for line starts.
+        end: u64,
+    },
+    /// Parquet row groups `start..end`.
+    RowGroups {
+        /// First row group (inclusive).
+        start: usize,
+        /// Last row group (exclusive).
+        end: usize,
+    },
+}
+
+/// Chunks in file order then seq order; a file smaller than target_bytes, or compressed, is one
+/// chunk. Reads Parquet footers (a file whose footer can't be read becomes one Whole chunk, its
+/// error surfaces when it is read).
+///
+/// Uncompressed JSONL is cut at the first line start at or after each multiple of `target_bytes`
+/// (reading a few bytes around each cut), so every chunk starts on a line and none is empty.
+/// Parquet row groups are grouped so each chunk holds about `target_bytes` of compressed data.
+/// Deterministic for unchanged files, so stage 1 and stage 2 get the same chunks and addresses.
+pub fn plan_chunks(files: &[InputFile], target_bytes: u64) -> Vec<Chunk> {
+    let target = target_bytes.max(1);
+    let mut out = Vec::new();
+    for (i, file) in files.iter().enumerate() {
+        let ranges = match (file.format, file.compression) {
+            _ if file.size <= target => vec![ChunkRange::Whole],
+            (Format::Jsonl, Compression::None) => jsonl_ranges(file, target),
+            (Format::Jsonl, _) => vec![ChunkRange::Whole],
+            (Format::Parquet, _) => parquet_ranges(file, target),
+        };
+        out.extend(ranges.into_iter().enumerate().map(|(seq, range)| Chunk {
+            file: i,
+            seq,
+            range,
+        }));
+    }
+    out
+}
+
+fn jsonl_ranges(file: &InputFile, target: u64) -> Vec<ChunkRange> {
+    let Ok(mut f) = File::open(&file.path) else {
+        return vec![ChunkRange::Whole];
+    };
+    let size = file.size;
+    let mut cuts = vec![0u64];
+    let mut nominal = target;
+    while nominal < size {
+        match next_line_start(&mut f, nominal, size) {
+            Ok(ls) if ls < size => {
+                cuts.push(ls);
+                nominal = ls + target;
+            }
+            Ok(_) => break,
+            Err(_) => return vec![ChunkRange::Whole],
+        }
+    }
+    if cuts.len() == 1 {
+        return vec![ChunkRange::Whole];
+    }
+    cuts.push(size);
+    cuts.windows(2)
+        .map(|w| ChunkRange::Bytes {
+            start: w[0],
+            end: w[1],
+        })
+        .collect()
+}
+
+/// The smallest line start `>= pos` (a line starts at 0 or right after a newline), or `size`.
+fn next_line_start(f: &mut File, pos: u64, size: u64) -> std::io::Result<u64> {
+    let mut at = pos - 1;
+    f.seek(SeekFrom::Start(at))?;
+    let mut buf = vec![0u8; 64 << 10];
+    while at < size {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = memchr::memchr(b'\n', &buf[..n]) {
+            return Ok(at + i as u64 + 1);
+        }
+        at += n as u64;
+    }
+    Ok(size)
+}
+
+fn parquet_ranges(file: &InputFile, target: u64) -> Vec<ChunkRange> {
+    let Ok((_, meta)) = read_footer(&file.path) else {
+        return vec![ChunkRange::Whole];
+    };
+    let groups = meta.row_groups();
+    if groups.len() <= 1 {
+        return vec![ChunkRange::Whole];
+    }
+    let mut ranges = Vec::new();
+    let (mut start, mut acc) = (0usize, 0u64);
+    for (g, rg) in groups.iter().enumerate() {
+        acc += rg.compressed_size().max(0) as u64;
+        if acc >= target {
+            ranges.push(ChunkRange::RowGroups { start, end: g + 1 });
+            start = g + 1;
+            acc = 0;
+        }
+    }
+    if start < groups.len() {
+        ranges.push(ChunkRange::RowGroups {
+            start,
+            end: groups.len(),
+        });
+    }
+    if ranges.len() == 1 {
+        return vec![ChunkRange::Whole];
+    }
+    ranges
+}

@@ -1,0 +1,418 @@
+//! The per-sample decisions file (JSONL or Parquet), written atomically and read back.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BooleanBuilder, Float64Builder, StringBuilder, UInt32Builder, UInt64Builder,
+};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, UInt32Type, UInt64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use tempfile::NamedTempFile;
+
+use crate::error::{ReadError, WriteError};
+use crate::write::{AtomicFile, sync_dir, temp_beside};
+
+/// Rows buffered before a Parquet decisions batch is encoded.
+const BATCH_ROWS: usize = 65536;
+
+/// Why a sample was kept or dropped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    /// No near duplicate seen before it: kept.
+    Unique,
+    /// Near duplicate of an earlier sample.
+    Near,
+    /// Exact duplicate of an earlier sample.
+    Exact,
+    /// Empty or missing text (kept or dropped per `--empty`).
+    Empty,
+    /// The record could not be read (malformed JSON, invalid UTF-8, ...).
+    Error,
+}
+
+impl Reason {
+    /// The lowercase name used in decision files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Unique => "unique",
+            Reason::Near => "near",
+            Reason::Exact => "exact",
+            Reason::Empty => "empty",
+            Reason::Error => "error",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Reason> {
+        Some(match s {
+            "unique" => Reason::Unique,
+            "near" => Reason::Near,
+            "exact" => Reason::Exact,
+            "empty" => Reason::Empty,
+            "error" => Reason::Error,
+            _ => return None,
+        })
+    }
+}
+
+/// One decision: the sample's address, whether it is kept, why, and what it duplicates.
+/// Serialises (JSONL) with exactly these keys in this order, `null` when absent.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct DecisionRow<'a> {
+    /// The input file (as the caller names it, usually its path or relative path).
+    pub file: &'a str,
+    /// File-level record index.
+    pub record: u64,
+    /// Field index (0 in Join mode).
+    pub field: u32,
+    /// The record's id, if an id field is configured and present.
+    pub id: Option<&'a str>,
+    /// Whether the sample's record is written to the output.
+    pub keep: bool,
+    /// Why.
+    pub reason: Reason,
+    /// File of the sample this one duplicates.
+    pub dup_of_file: Option<&'a str>,
+    /// Record of the sample this one duplicates.
+    pub dup_of_record: Option<u64>,
+    /// Id of the sample this one duplicates.
+    pub dup_of_id: Option<&'a str>,
+    /// Estimated or exact Jaccard similarity to the duplicated sample.
+    pub similarity: Option<f64>,
+}
+
+/// An owned [`DecisionRow`], as read back by [`read_decisions`].
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct OwnedDecisionRow {
+    /// See [`DecisionRow::file`].
+    pub file: String,
+    /// See [`DecisionRow::record`].
+    pub record: u64,
+    /// See [`DecisionRow::field`].
+    pub field: u32,
+    /// See [`DecisionRow::id`].
+    pub id: Option<String>,
+    /// See [`DecisionRow::keep`].
+    pub keep: bool,
+    /// See [`DecisionRow::reason`].
+    pub reason: Reason,
+    /// See [`DecisionRow::dup_of_file`].
+    pub dup_of_file: Option<String>,
+    /// See [`DecisionRow::dup_of_record`].
+    pub dup_of_record: Option<u64>,
+    /// See [`DecisionRow::dup_of_id`].
+    pub dup_of_id: Option<String>,
+    /// See [`DecisionRow::similarity`].
+    pub similarity: Option<f64>,
+}
+
+impl OwnedDecisionRow {
+    /// Borrowed view, e.g. to write it again.
+    pub fn as_row(&self) -> DecisionRow<'_> {
+        DecisionRow {
+            file: &self.file,
+            record: self.record,
+            field: self.field,
+            id: self.id.as_deref(),
+            keep: self.keep,
+            reason: self.reason,
+            dup_of_file: self.dup_of_file.as_deref(),
+            dup_of_record: self.dup_of_record,
+            dup_of_id: self.dup_of_id.as_deref(),
+            similarity: self.similarity,
+        }
+    }
+}
+
+/// The Arrow schema of Parquet decision files.
+fn decision_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("file", DataType::Utf8, false),
+        Field::new("record", DataType::UInt64, false),
+        Field::new("field", DataType::UInt32, false),
+        Field::new("id", DataType::Utf8, true),
+        Field::new("keep", DataType::Boolean, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new("dup_of_file", DataType::Utf8, true),
+        Field::new("dup_of_record", DataType::UInt64, true),
+        Field::new("dup_of_id", DataType::Utf8, true),
+        Field::new("similarity", DataType::Float64, true),
+    ]))
+}
+
+#[derive(Default)]
+struct Builders {
+    file: StringBuilder,
+    record: UInt64Builder,
+    field: UInt32Builder,
+    id: StringBuilder,
+    keep: BooleanBuilder,
+    reason: StringBuilder,
+    dup_of_file: StringBuilder,
+    dup_of_record: UInt64Builder,
+    dup_of_id: StringBuilder,
+    similarity: Float64Builder,
+    len: usize,
+}
+
+impl Builders {
+    fn push(&mut self, r: &DecisionRow<'_>) {
+        self.file.append_value(r.file);
+        self.record.append_value(r.record);
+        self.field.append_value(r.field);
+        self.id.append_option(r.id);
+        self.keep.append_value(r.keep);
+        self.reason.append_value(r.reason.as_str());
+        self.dup_of_file.append_option(r.dup_of_file);
+        self.dup_of_record.append_option(r.dup_of_record);
+        self.dup_of_id.append_option(r.dup_of_id);
+        self.similarity.append_option(r.similarity);
+        self.len += 1;
+    }
+
+    fn batch(&mut self, schema: &SchemaRef) -> RecordBatch {
+        self.len = 0;
+        let cols: Vec<ArrayRef> = vec![
+            Arc::new(self.file.finish()),
+            Arc::new(self.record.finish()),
+            Arc::new(self.field.finish()),
+            Arc::new(self.id.finish()),
+            Arc::new(self.keep.finish()),
+            Arc::new(self.reason.finish()),
+            Arc::new(self.dup_of_file.finish()),
+            Arc::new(self.dup_of_record.finish()),
+            Arc::new(self.dup_of_id.finish()),
+            Arc::new(self.similarity.finish()),
+        ];
+        RecordBatch::try_new(schema.clone(), cols).expect("builders match the decision schema")
+    }
+}
+
+enum Sink {
+    Jsonl(AtomicFile),
+    Parquet {
+        writer: Box<ArrowWriter<NamedTempFile>>,
+        builders: Box<Builders>,
+        schema: SchemaRef,
+    },
+}
+
+/// JSONL or Parquet chosen by the path's extension (`.parquet` -> Parquet, anything else ->
+/// JSONL); atomic like [`crate::FileWriter`]. JSONL lines have exactly the keys file, record,
+/// field, id, keep, reason, dup_of_file, dup_of_record, dup_of_id, similarity (null when absent),
+/// in that order.
+pub struct DecisionWriter {
+    path: PathBuf,
+    sink: Sink,
+    rows: u64,
+}
+
+fn is_parquet(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("parquet"))
+}
+
+impl std::fmt::Debug for DecisionWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecisionWriter")
+            .field("path", &self.path)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DecisionWriter {
+    /// Starts writing `path` (its directory must exist).
+    pub fn create(path: &Path) -> Result<DecisionWriter, WriteError> {
+        let sink = if is_parquet(path) {
+            let schema = decision_schema();
+            let props = WriterProperties::builder()
+                .set_compression(Compression::ZSTD(ZstdLevel::default()))
+                .build();
+            let f = temp_beside(path).map_err(|e| WriteError::io(path, e))?;
+            let writer = ArrowWriter::try_new(f, schema.clone(), Some(props))
+                .map_err(|e| WriteError::new(path, "parquet", e.to_string()))?;
+            Sink::Parquet {
+                writer: Box::new(writer),
+                builders: Box::default(),
+                schema,
+            }
+        } else {
+            Sink::Jsonl(AtomicFile::create(path).map_err(|e| WriteError::io(path, e))?)
+        };
+        Ok(DecisionWriter {
+            path: path.to_path_buf(),
+            sink,
+            rows: 0,
+        })
+    }
+
+    /// Appends one row.
+    pub fn write(&mut self, row: &DecisionRow<'_>) -> Result<(), WriteError> {
+        match &mut self.sink {
+            Sink::Jsonl(f) => {
+                serde_json::to_writer(&mut *f, row)
+                    .map_err(|e| WriteError::new(&self.path, "io", e.to_string()))?;
+                f.write_all(b"\n")
+                    .map_err(|e| WriteError::io(&self.path, e))?;
+            }
+            Sink::Parquet {
+                writer,
+                builders,
+                schema,
+            } => {
+                builders.push(row);
+                if builders.len >= BATCH_ROWS {
+                    writer
+                        .write(&builders.batch(schema))
+                        .map_err(|e| WriteError::new(&self.path, "parquet", e.to_string()))?;
+                }
+            }
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Flushes, fsyncs and renames; returns the number of rows written.
+    pub fn finish(self) -> Result<u64, WriteError> {
+        let path = &self.path;
+        match self.sink {
+            Sink::Jsonl(f) => f.commit().map_err(|e| WriteError::io(path, e))?,
+            Sink::Parquet {
+                mut writer,
+                mut builders,
+                schema,
+            } => {
+                let perr = |e: parquet::errors::ParquetError| {
+                    WriteError::new(path, "parquet", e.to_string())
+                };
+                if builders.len > 0 {
+                    writer.write(&builders.batch(&schema)).map_err(perr)?;
+                }
+                let f = writer.into_inner().map_err(perr)?;
+                f.as_file()
+                    .sync_all()
+                    .map_err(|e| WriteError::io(path, e))?;
+                f.persist(path).map_err(|e| WriteError::io(path, e.error))?;
+                sync_dir(path);
+            }
+        }
+        Ok(self.rows)
+    }
+}
+
+/// Reads a decisions file back (both formats, by extension) — used by `neardup eval` and tests.
+pub fn read_decisions(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
+    if is_parquet(path) {
+        read_parquet(path)
+    } else {
+        read_jsonl(path)
+    }
+}
+
+fn read_jsonl(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
+    let f = std::fs::File::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
+    let mut out = Vec::new();
+    for (i, line) in BufReader::new(f).lines().enumerate() {
+        let line =
+            line.map_err(|e| ReadError::from_io(path, Some(format!("line {}", i + 1)), &e))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let row = serde_json::from_str(&line).map_err(|e| {
+            ReadError::new(
+                path,
+                "malformed_decision",
+                Some(format!("line {}", i + 1)),
+                e.to_string(),
+            )
+        })?;
+        out.push(row);
+    }
+    Ok(out)
+}
+
+fn read_parquet(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
+    let f = std::fs::File::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
+    let corrupt =
+        |e: &dyn std::fmt::Display| ReadError::new(path, "corrupt_parquet", None, e.to_string());
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .map_err(|e| corrupt(&e))?
+        .build()
+        .map_err(|e| corrupt(&e))?;
+    let mut out = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| corrupt(&e))?;
+        let col = |name: &str| -> Result<&ArrayRef, ReadError> {
+            batch.column_by_name(name).ok_or_else(|| {
+                ReadError::new(path, "schema_mismatch", None, format!("no column {name:?}"))
+            })
+        };
+        let mismatch = |name: &str| {
+            ReadError::new(
+                path,
+                "schema_mismatch",
+                None,
+                format!("column {name:?} has an unexpected type"),
+            )
+        };
+        let s = |name: &'static str| -> Result<&arrow_array::StringArray, ReadError> {
+            col(name)?
+                .as_string_opt::<i32>()
+                .ok_or_else(|| mismatch(name))
+        };
+        let file = s("file")?;
+        let id = s("id")?;
+        let reason = s("reason")?;
+        let dup_file = s("dup_of_file")?;
+        let dup_id = s("dup_of_id")?;
+        let record = col("record")?
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| mismatch("record"))?;
+        let field = col("field")?
+            .as_primitive_opt::<UInt32Type>()
+            .ok_or_else(|| mismatch("field"))?;
+        let dup_record = col("dup_of_record")?
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| mismatch("dup_of_record"))?;
+        let sim = col("similarity")?
+            .as_primitive_opt::<Float64Type>()
+            .ok_or_else(|| mismatch("similarity"))?;
+        let keep = col("keep")?
+            .as_boolean_opt()
+            .ok_or_else(|| mismatch("keep"))?;
+        let opt_s =
+            |a: &arrow_array::StringArray, i: usize| a.is_valid(i).then(|| a.value(i).to_owned());
+        for i in 0..batch.num_rows() {
+            let r = Reason::parse(reason.value(i)).ok_or_else(|| {
+                ReadError::new(
+                    path,
+                    "malformed_decision",
+                    Some(format!("row {}", out.len())),
+                    format!("unknown reason {:?}", reason.value(i)),
+                )
+            })?;
+            out.push(OwnedDecisionRow {
+                file: file.value(i).to_owned(),
+                record: record.value(i),
+                field: field.value(i),
+                id: opt_s(id, i),
+                keep: keep.value(i),
+                reason: r,
+                dup_of_file: opt_s(dup_file, i),
+                dup_of_record: dup_record.is_valid(i).then(|| dup_record.value(i)),
+                dup_of_id: opt_s(dup_id, i),
+                similarity: sim.is_valid(i).then(|| sim.value(i)),
+            });
+        }
+    }
+    Ok(out)
+}

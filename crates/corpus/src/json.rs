@@ -1,0 +1,644 @@
+//! A validating, allocation-free JSON line scanner that extracts selected fields.
+//!
+//! Why not serde_json: a fresh `serde_json::Deserializer` per line allocates its scratch buffer
+//! for every line with an escaped string (nearly every line of real text, which is full of `\n`),
+//! and it decodes strings it is about to ignore byte by byte. This scanner validates the whole
+//! line against the JSON grammar (RFC 8259: strings, escapes, numbers, literals, nesting up to
+//! [`MAX_DEPTH`], nothing but whitespace after the value) while only decoding the strings that
+//! were selected, into a caller-owned scratch buffer that is reused across lines.
+//!
+//! The line must already be valid UTF-8 (checked by the caller, so invalid bytes are reported as
+//! `InvalidUtf8` rather than as malformed JSON). Lone UTF-16 surrogates in `\u` escapes are
+//! accepted (as most JSON parsers do) and decode to U+FFFD. Duplicate keys: the last one wins.
+
+use crate::select::FieldPath;
+
+/// Nesting limit, the same as serde_json's, so deeply nested junk cannot exhaust the stack.
+pub(crate) const MAX_DEPTH: usize = 128;
+
+/// One key of the selection tree: the slots (selected fields) that end at this key and the keys
+/// selected below it.
+#[derive(Debug, Clone)]
+pub(crate) struct Node {
+    key: String,
+    targets: Vec<usize>,
+    children: Vec<Node>,
+}
+
+/// Builds the selection tree; slot `i` is `paths[i]`.
+pub(crate) fn build_plan<'p>(paths: impl IntoIterator<Item = &'p FieldPath>) -> Vec<Node> {
+    let mut roots: Vec<Node> = Vec::new();
+    for (slot, path) in paths.into_iter().enumerate() {
+        let mut level = &mut roots;
+        let segs = path.segments();
+        for (i, seg) in segs.iter().enumerate() {
+            let pos = match level.iter().position(|n| &n.key == seg) {
+                Some(p) => p,
+                None => {
+                    level.push(Node {
+                        key: seg.clone(),
+                        targets: Vec::new(),
+                        children: Vec::new(),
+                    });
+                    level.len() - 1
+                }
+            };
+            if i + 1 == segs.len() {
+                level[pos].targets.push(slot);
+            }
+            level = &mut level[pos].children;
+        }
+    }
+    roots
+}
+
+/// What a selected path held in the line. Spans are byte ranges into the line (`Str`, `Other`)
+/// or into the scratch buffer (`Decoded`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Missing,
+    Null,
+    /// A non-string, non-null value; the span is its JSON text.
+    Other(usize, usize),
+    /// A string without escapes; the span is its content between the quotes.
+    Str(usize, usize),
+    /// A string with escapes, decoded into scratch.
+    Decoded(usize, usize),
+}
+
+impl Slot {
+    /// The slot's string content, if it is a string.
+    pub(crate) fn text<'a>(&self, line: &'a str, scratch: &'a str) -> Option<&'a str> {
+        match *self {
+            Slot::Str(a, b) => Some(&line[a..b]),
+            Slot::Decoded(a, b) => Some(&scratch[a..b]),
+            _ => None,
+        }
+    }
+}
+
+/// Parses `line` as one JSON object, filling `slots` (reset to `Missing` first) for the paths of
+/// `plan`. Decoded strings are appended to `scratch` (cleared first). On error returns a message
+/// with the byte column; slot contents are then unspecified.
+pub(crate) fn parse_line(
+    line: &str,
+    plan: &[Node],
+    slots: &mut [Slot],
+    scratch: &mut String,
+) -> Result<(), String> {
+    slots.fill(Slot::Missing);
+    scratch.clear();
+    let mut p = Parser {
+        s: line,
+        b: line.as_bytes(),
+        i: 0,
+    };
+    if p.b.starts_with(b"\xEF\xBB\xBF") {
+        p.i = 3; // a UTF-8 byte-order mark on the first line of a file
+    }
+    p.ws();
+    if p.peek() != Some(b'{') {
+        return Err(match p.peek() {
+            None => p.err("EOF while parsing a value"),
+            Some(_) => {
+                // Distinguish "valid JSON, wrong type" from garbage for the report.
+                let start = p.i;
+                match p.skip_value(0) {
+                    Ok(()) => {
+                        p.ws();
+                        if p.i == p.b.len() {
+                            format!(
+                                "not a JSON object (starts with {:?})",
+                                &line[start..start + 1]
+                            )
+                        } else {
+                            p.err("trailing characters")
+                        }
+                    }
+                    Err(e) => e,
+                }
+            }
+        });
+    }
+    p.object(plan, slots, scratch, 1)?;
+    p.ws();
+    if p.i != p.b.len() {
+        return Err(p.err("trailing characters"));
+    }
+    Ok(())
+}
+
+struct Parser<'a> {
+    s: &'a str,
+    b: &'a [u8],
+    i: usize,
+}
+
+const HI: u64 = 0x8080_8080_8080_8080;
+const LO: u64 = 0x0101_0101_0101_0101;
+
+/// Bit 7 set in the lowest byte of `w` that is `"`, `\` or a control character (< 0x20); bytes
+/// above the first hit may be false positives, so only the lowest set bit is meaningful.
+#[inline(always)]
+fn special_mask(w: u64) -> u64 {
+    let q = w ^ (LO * b'"' as u64);
+    let bs = w ^ (LO * b'\\' as u64);
+    let ctl = w.wrapping_sub(LO * 0x20) & !w;
+    let q = q.wrapping_sub(LO) & !q;
+    let bs = bs.wrapping_sub(LO) & !bs;
+    (q | bs | ctl) & HI
+}
+
+impl<'a> Parser<'a> {
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    fn err(&self, what: &str) -> String {
+        format!("{what} at column {}", self.i + 1)
+    }
+
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(&c) = self.b.get(self.i) {
+            if matches!(c, b' ' | b'\t' | b'\r' | b'\n') {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    #[inline]
+    fn expect(&mut self, c: u8, what: &str) -> Result<(), String> {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            Ok(())
+        } else if self.peek().is_none() {
+            Err(self.err("EOF while parsing"))
+        } else {
+            Err(self.err(what))
+        }
+    }
+
+    /// Advances `i` to the next `"`, `\` or control byte (or the end) of a string body.
+    #[inline(always)]
+    fn scan_plain(&mut self) {
+        let b = self.b;
+        let mut i = self.i;
+        while i + 8 <= b.len() {
+            let w = u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+            let m = special_mask(w);
+            if m != 0 {
+                self.i = i + (m.trailing_zeros() / 8) as usize;
+                return;
+            }
+            i += 8;
+        }
+        while i < b.len() && !matches!(b[i], b'"' | b'\\' | 0..=0x1f) {
+            i += 1;
+        }
+        self.i = i;
+    }
+
+    /// Validates one escape sequence starting at the backslash; returns the decoded char, if
+    /// `decode`. Leaves `i` after the sequence.
+    fn escape(&mut self) -> Result<char, String> {
+        self.i += 1; // backslash
+        let Some(c) = self.peek() else {
+            return Err(self.err("EOF while parsing a string"));
+        };
+        self.i += 1;
+        Ok(match c {
+            b'"' => '"',
+            b'\\' => '\\',
+            b'/' => '/',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'u' => {
+                let hi = self.hex4()?;
+                if (0xD800..0xDC00).contains(&hi) {
+                    if self.b[self.i..].starts_with(b"\\u") {
+                        let save = self.i;
+                        self.i += 2;
+                        let lo = self.hex4()?;
+                        if (0xDC00..0xE000).contains(&lo) {
+                            let cp = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                            return Ok(char::from_u32(cp).unwrap_or('\u{FFFD}'));
+                        }
+                        // Not a low surrogate: leave it to be decoded on its own.
+                        self.i = save;
+                    }
+                    '\u{FFFD}'
+                } else {
+                    char::from_u32(hi).unwrap_or('\u{FFFD}')
+                }
+            }
+            _ => {
+                self.i -= 1;
+                return Err(self.err("invalid escape"));
+            }
+        })
+    }
+
+    fn hex4(&mut self) -> Result<u32, String> {
+        let mut v = 0u32;
+        for _ in 0..4 {
+            let Some(c) = self.peek() else {
+                return Err(self.err("EOF while parsing a string"));
+            };
+            let d = match c {
+                b'0'..=b'9' => c - b'0',
+                b'a'..=b'f' => c - b'a' + 10,
+                b'A'..=b'F' => c - b'A' + 10,
+                _ => return Err(self.err("invalid \\u escape")),
+            };
+            v = v * 16 + d as u32;
+            self.i += 1;
+        }
+        Ok(v)
+    }
+
+    /// Parses a string whose opening quote is at `i`. With `scratch`, a string containing escapes
+    /// is decoded into it. Returns the span (in scratch if decoded, else the raw content in the
+    /// line) and whether the string contained escapes.
+    #[inline]
+    fn string(&mut self, mut scratch: Option<&mut String>) -> Result<(usize, usize, bool), String> {
+        self.i += 1; // opening quote
+        let start = self.i;
+        let mut dec_start = None;
+        let mut escaped = false;
+        let mut run = start;
+        loop {
+            self.scan_plain();
+            match self.peek() {
+                Some(b'"') => {
+                    let end = self.i;
+                    self.i += 1;
+                    return Ok(match (dec_start, scratch) {
+                        (Some(d), Some(s)) => {
+                            s.push_str(&self.s[run..end]);
+                            (d, s.len(), true)
+                        }
+                        _ => (start, end, escaped),
+                    });
+                }
+                Some(b'\\') => {
+                    let at = self.i;
+                    let c = self.escape()?;
+                    escaped = true;
+                    if let Some(s) = scratch.as_deref_mut() {
+                        if dec_start.is_none() {
+                            dec_start = Some(s.len());
+                        }
+                        s.push_str(&self.s[run..at]);
+                        s.push(c);
+                        run = self.i;
+                    }
+                }
+                Some(_) => {
+                    return Err(self
+                        .err("control character (\\u0000-\\u001F) found while parsing a string"));
+                }
+                None => return Err(self.err("EOF while parsing a string")),
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<(), String> {
+        let b = self.b;
+        if self.peek() == Some(b'-') {
+            self.i += 1;
+        }
+        match self.peek() {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                while matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                    self.i += 1;
+                }
+            }
+            _ => return Err(self.err("invalid number")),
+        }
+        if self.peek() == Some(b'.') {
+            self.i += 1;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.err("invalid number"));
+            }
+            while matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                self.i += 1;
+            }
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            self.i += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return Err(self.err("invalid number"));
+            }
+            while matches!(b.get(self.i), Some(b'0'..=b'9')) {
+                self.i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Result<(), String> {
+        if self.b[self.i..].starts_with(word) {
+            self.i += word.len();
+            Ok(())
+        } else {
+            Err(self.err("expected value"))
+        }
+    }
+
+    /// Validates and skips any value starting at `i` (after whitespace).
+    fn skip_value(&mut self, depth: usize) -> Result<(), String> {
+        match self.peek() {
+            Some(b'"') => self.string(None).map(|_| ()),
+            Some(b'{') => self.object(&[], &mut [], &mut String::new(), depth + 1),
+            Some(b'[') => self.array(depth + 1),
+            Some(b't') => self.literal(b"true"),
+            Some(b'f') => self.literal(b"false"),
+            Some(b'n') => self.literal(b"null"),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => Err(self.err("expected value")),
+            None => Err(self.err("EOF while parsing a value")),
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err(self.err("recursion limit exceeded"));
+        }
+        self.i += 1;
+        self.ws();
+        if self.peek() == Some(b']') {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            self.skip_value(depth)?;
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.i += 1,
+                Some(b']') => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                None => return Err(self.err("EOF while parsing a list")),
+                Some(_) => return Err(self.err("expected `,` or `]`")),
+            }
+        }
+    }
+
+    /// Parses an object at `i`, capturing the values of `plan`'s keys into `slots`.
+    fn object(
+        &mut self,
+        plan: &[Node],
+        slots: &mut [Slot],
+        scratch: &mut String,
+        depth: usize,
+    ) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err(self.err("recursion limit exceeded"));
+        }
+        self.i += 1;
+        self.ws();
+        if self.peek() == Some(b'}') {
+            self.i += 1;
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return Err(if self.peek().is_none() {
+                    self.err("EOF while parsing an object")
+                } else {
+                    self.err("key must be a string")
+                });
+            }
+            let (ks, ke, escaped) = self.string(None)?;
+            let node = if plan.is_empty() {
+                None
+            } else if escaped {
+                let key = decode_key(&self.s[ks..ke]);
+                plan.iter().find(|n| n.key == key)
+            } else {
+                let key = &self.s[ks..ke];
+                plan.iter().find(|n| n.key == key)
+            };
+            self.ws();
+            self.expect(b':', "expected `:`")?;
+            self.ws();
+            match node {
+                None => self.skip_value(depth)?,
+                Some(n) => self.capture(n, slots, scratch, depth)?,
+            }
+            self.ws();
+            match self.peek() {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
+                    self.i += 1;
+                    return Ok(());
+                }
+                None => return Err(self.err("EOF while parsing an object")),
+                Some(_) => return Err(self.err("expected `,` or `}`")),
+            }
+        }
+    }
+
+    fn capture(
+        &mut self,
+        n: &Node,
+        slots: &mut [Slot],
+        scratch: &mut String,
+        depth: usize,
+    ) -> Result<(), String> {
+        let start = self.i;
+        let slot = match self.peek() {
+            Some(b'"') if !n.targets.is_empty() => {
+                let (a, b, dec) = self.string(Some(scratch))?;
+                if dec {
+                    Slot::Decoded(a, b)
+                } else {
+                    Slot::Str(a, b)
+                }
+            }
+            Some(b'{') if !n.children.is_empty() => {
+                // Children are reset so a duplicate key's later object replaces an earlier one.
+                clear_children(n, slots);
+                self.object(&n.children, slots, scratch, depth + 1)?;
+                Slot::Other(start, self.i)
+            }
+            Some(b'n') => {
+                self.skip_value(depth)?;
+                Slot::Null
+            }
+            _ => {
+                self.skip_value(depth)?;
+                Slot::Other(start, self.i)
+            }
+        };
+        for &t in &n.targets {
+            slots[t] = slot;
+        }
+        Ok(())
+    }
+}
+
+fn clear_children(n: &Node, slots: &mut [Slot]) {
+    for c in &n.children {
+        for &t in &c.targets {
+            slots[t] = Slot::Missing;
+        }
+        clear_children(c, slots);
+    }
+}
+
+/// Decodes an escaped key (already validated); rare, so allocating is fine.
+fn decode_key(raw: &str) -> String {
+    let quoted = format!("\"{raw}\"");
+    let mut p = Parser {
+        s: &quoted,
+        b: quoted.as_bytes(),
+        i: 0,
+    };
+    let mut out = String::new();
+    match p.string(Some(&mut out)) {
+        Ok((a, b, true)) => out[a..b].to_owned(),
+        _ => raw.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths(ps: &[&str]) -> Vec<FieldPath> {
+        ps.iter().map(|p| p.parse().unwrap()).collect()
+    }
+
+    fn run(line: &str, ps: &[&str]) -> Result<Vec<Option<String>>, String> {
+        let fp = paths(ps);
+        let plan = build_plan(&fp);
+        let mut slots = vec![Slot::Missing; fp.len()];
+        let mut scratch = String::new();
+        parse_line(line, &plan, &mut slots, &mut scratch)?;
+        Ok(slots
+            .iter()
+            .map(|s| s.text(line, &scratch).map(str::to_owned))
+            .collect())
+    }
+
+    #[test]
+    fn extracts_and_decodes() {
+        let r = run(
+            r#"{"id": 1, "text": "a\nb\u00e9\ud83d\ude00", "meta": {"body": "x\"y", "n": [1, {"a": null}]}}"#,
+            &["text", "meta.body", "nope"],
+        )
+        .unwrap();
+        assert_eq!(r[0].as_deref(), Some("a\nbé😀"));
+        assert_eq!(r[1].as_deref(), Some("x\"y"));
+        assert_eq!(r[2], None);
+    }
+
+    #[test]
+    fn agrees_with_serde_json_on_validity() {
+        let cases = [
+            r#"{}"#,
+            r#"{"a":1}"#,
+            r#"{"a":-0.5e+10,"b":[true,false,null,"x"]}"#,
+            r#"  {"a" : { } , "b" : [ ] }  "#,
+            r#"{"a":1,}"#,
+            r#"{"a":01}"#,
+            r#"{"a":1.}"#,
+            r#"{"a":.5}"#,
+            r#"{"a":-}"#,
+            r#"{"a":1e}"#,
+            r#"{"a":tru}"#,
+            r#"{"a":"\x"}"#,
+            r#"{"a":"\u12G4"}"#,
+            "{\"a\":\"tab\there\"}",
+            r#"{"a":"x"} x"#,
+            r#"{"a" 1}"#,
+            r#"{a:1}"#,
+            r#"{"a":[1,2}"#,
+            r#"{"a":[1 2]}"#,
+            r#"{"a":"unterminated}"#,
+            r#"{"a":1"#,
+            r#"{"a":NaN}"#,
+            r#"{"a":{"b":{"c":[[[]]]}}}"#,
+        ];
+        for c in cases {
+            let ours = run(c, &["a"]).is_ok();
+            let theirs =
+                serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(c).is_ok();
+            assert_eq!(ours, theirs, "{c}");
+        }
+    }
+
+    #[test]
+    fn non_objects_and_depth() {
+        assert!(
+            run("[1,2]", &["a"])
+                .unwrap_err()
+                .contains("not a JSON object")
+        );
+        assert!(
+            run("\"s\"", &["a"])
+                .unwrap_err()
+                .contains("not a JSON object")
+        );
+        let deep = format!("{{\"a\":{}{}}}", "[".repeat(200), "]".repeat(200));
+        assert!(run(&deep, &["a"]).unwrap_err().contains("recursion"));
+    }
+
+    #[test]
+    fn slot_kinds_and_duplicates() {
+        let fp = paths(&["a", "b", "c", "d.e"]);
+        let plan = build_plan(&fp);
+        let mut slots = vec![Slot::Missing; 4];
+        let mut scratch = String::new();
+        let line = r#"{"a":null,"b":12.50,"d":"str","a":"last"}"#;
+        parse_line(line, &plan, &mut slots, &mut scratch).unwrap();
+        assert_eq!(slots[0].text(line, &scratch), Some("last"));
+        assert_eq!(slots[1], Slot::Other(14, 19));
+        assert_eq!(&line[14..19], "12.50");
+        assert_eq!(slots[2], Slot::Missing);
+        assert_eq!(slots[3], Slot::Missing);
+    }
+
+    #[test]
+    fn escaped_keys_match() {
+        let r = run(r#"{"te\u0078t":"v"}"#, &["text"]).unwrap();
+        assert_eq!(r[0].as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn lone_surrogate_becomes_replacement() {
+        let r = run(r#"{"a":"x\ud800y"}"#, &["a"]).unwrap();
+        assert_eq!(r[0].as_deref(), Some("x\u{FFFD}y"));
+    }
+
+    #[test]
+    fn special_mask_finds_first() {
+        for pos in 0..8 {
+            for c in [b'"', b'\\', 0u8, 0x1f] {
+                let mut w = [b'a'; 8];
+                w[pos] = c;
+                if pos < 7 {
+                    w[pos + 1] = 0x80; // high bytes must not confuse the control-char test
+                }
+                let m = special_mask(u64::from_le_bytes(w));
+                assert_eq!((m.trailing_zeros() / 8) as usize, pos);
+            }
+        }
+        assert_eq!(special_mask(u64::from_le_bytes(*b"abc\xc3\xa9 ~\x7f")), 0);
+    }
+}

@@ -1,0 +1,204 @@
+//! Reading JSONL chunks (plain byte ranges, or whole gzip / zstd streams) in blocks of whole lines.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::PathBuf;
+
+use crate::chunk::{Chunk, ChunkRange};
+use crate::error::ReadError;
+use crate::format::{Compression, InputFile};
+use crate::read::BlockData;
+
+/// Size of one `read` call; large reads keep syscall overhead negligible.
+const READ_SIZE: usize = 1 << 20;
+
+pub(crate) struct JsonlSource {
+    path: PathBuf,
+    reader: Box<dyn Read + Send>,
+    /// Bytes read but not yet handed out (always starts at a line start once `skip_partial` is
+    /// false).
+    buf: Vec<u8>,
+    /// Decompressed offset of `buf[0]`.
+    pos: u64,
+    /// Chunk-local index of the next line.
+    record: u64,
+    /// Lines starting at or after this decompressed offset belong to the next chunk.
+    end: u64,
+    /// The chunk starts mid-line: drop bytes through the first newline first.
+    skip_partial: bool,
+    eof: bool,
+    /// An error (and the decompressed offset it happened at) to report once the complete lines
+    /// read before it have been handed out.
+    pending: Option<(std::io::Error, u64)>,
+    done: bool,
+    block_bytes: usize,
+}
+
+impl JsonlSource {
+    pub(crate) fn open(
+        file: &InputFile,
+        chunk: &Chunk,
+        block_bytes: usize,
+    ) -> Result<JsonlSource, ReadError> {
+        let io_err = |e: &std::io::Error| ReadError::from_io(&file.path, None, e);
+        let mut f = File::open(&file.path).map_err(|e| io_err(&e))?;
+        let (start, end) = match chunk.range {
+            ChunkRange::Whole => (0, u64::MAX),
+            ChunkRange::Bytes { start, end } if file.compression == Compression::None => {
+                (start, end)
+            }
+            ref other => {
+                return Err(ReadError::new(
+                    &file.path,
+                    "invalid_chunk",
+                    None,
+                    format!("chunk range {other:?} does not apply to this JSONL file"),
+                ));
+            }
+        };
+        // Whether `start` is a line start depends on the byte before it.
+        let skip_partial = start > 0;
+        let pos = start.saturating_sub(1);
+        if pos > 0 {
+            f.seek(SeekFrom::Start(pos)).map_err(|e| io_err(&e))?;
+        }
+        let reader: Box<dyn Read + Send> = match file.compression {
+            Compression::None => Box::new(f),
+            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(
+                BufReader::with_capacity(READ_SIZE, f),
+            )),
+            Compression::Zstd => {
+                Box::new(zstd::stream::read::Decoder::new(f).map_err(|e| io_err(&e))?)
+            }
+        };
+        Ok(JsonlSource {
+            path: file.path.clone(),
+            reader,
+            buf: Vec::new(),
+            pos,
+            record: 0,
+            end,
+            skip_partial,
+            eof: false,
+            pending: None,
+            done: false,
+            block_bytes: block_bytes.max(1),
+        })
+    }
+
+    /// Reads until `buf` holds at least `want` bytes, EOF, or an error (stored in `pending`).
+    fn fill(&mut self, want: usize) {
+        while !self.eof && self.pending.is_none() && self.buf.len() < want {
+            let len = self.buf.len();
+            let room = READ_SIZE.max(want - len);
+            self.buf.resize(len + room, 0);
+            match self.reader.read(&mut self.buf[len..]) {
+                Ok(0) => {
+                    self.buf.truncate(len);
+                    self.eof = true;
+                }
+                Ok(n) => self.buf.truncate(len + n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => self.buf.truncate(len),
+                Err(e) => {
+                    self.buf.truncate(len);
+                    self.pending = Some((e, self.pos + len as u64));
+                }
+            }
+        }
+    }
+
+    /// The pending error, located at the first record that was not delivered.
+    fn take_error(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+        let (e, at) = self.pending.take()?;
+        let location = format!(
+            "chunk-local record {} (decompressed byte {at})",
+            self.record
+        );
+        Some(Err(ReadError::from_io(&self.path, Some(location), &e)))
+    }
+
+    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+        if self.done {
+            return self.take_error();
+        }
+        while self.skip_partial {
+            self.fill(READ_SIZE);
+            match memchr::memchr(b'\n', &self.buf) {
+                Some(i) => {
+                    self.buf.drain(..=i);
+                    self.pos += i as u64 + 1;
+                    self.skip_partial = false;
+                }
+                None => {
+                    self.pos += self.buf.len() as u64;
+                    self.buf.clear();
+                    if self.eof || self.pending.is_some() {
+                        self.done = true;
+                        return self.take_error();
+                    }
+                }
+            }
+        }
+        if self.pos >= self.end {
+            self.done = true;
+            return None;
+        }
+        // Grow until the block holds at least one complete line (or everything up to EOF/error).
+        let mut want = self.block_bytes;
+        let cut = loop {
+            self.fill(want);
+            let limit = (self.end - self.pos).min(self.buf.len() as u64) as usize;
+            let stop = self.eof || self.pending.is_some();
+            if limit < self.buf.len() || (stop && limit == self.buf.len()) {
+                // The chunk's last line is the one containing byte `limit - 1`.
+                let from = limit.saturating_sub(1);
+                match memchr::memchr(b'\n', &self.buf[from..]) {
+                    Some(i) => {
+                        self.done = true;
+                        if self.pos + limit as u64 >= self.end {
+                            // The chunk's last line is complete: an error past it is another
+                            // chunk's business.
+                            self.pending = None;
+                        }
+                        break from + i + 1;
+                    }
+                    None if stop => {
+                        self.done = true;
+                        // After an error the line holding `from` is a fragment: deliver only the
+                        // complete lines before it; the fragment is reported lost with the error.
+                        break if self.pending.is_some() {
+                            memchr::memrchr(b'\n', &self.buf[..from]).map_or(0, |i| i + 1)
+                        } else {
+                            self.buf.len()
+                        };
+                    }
+                    None => {}
+                }
+            } else if let Some(i) = memchr::memrchr(b'\n', &self.buf) {
+                break i + 1;
+            } else if stop {
+                self.done = true;
+                // Without an error the unterminated tail is the file's last line; after an error
+                // it is a fragment and is reported as lost with the error.
+                break if self.pending.is_some() {
+                    0
+                } else {
+                    self.buf.len()
+                };
+            }
+            want = self.buf.len() + self.block_bytes;
+        };
+        if cut == 0 {
+            return self.take_error();
+        }
+        let rest = self.buf.split_off(cut);
+        let bytes = std::mem::replace(&mut self.buf, rest);
+        let mut starts = Vec::with_capacity(bytes.len() / 256 + 1);
+        starts.push(0);
+        starts.extend(memchr::memchr_iter(b'\n', &bytes[..cut - 1]).map(|i| i + 1));
+        let first = self.record;
+        self.record += starts.len() as u64;
+        self.pos += cut as u64;
+        Some(Ok((first, BlockData::Jsonl { bytes, starts })))
+    }
+}

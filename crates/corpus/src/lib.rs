@@ -1,0 +1,43 @@
+//! Corpus I/O for neardup: everything that touches input and output files.
+//!
+//! This crate owns:
+//! - **discovery** of input files from file, directory and glob arguments ([`discover`]), with
+//!   format and compression detection ([`Format`], [`Compression`]);
+//! - **text selection** — which JSON fields / Parquet columns make up a sample ([`TextSelector`]);
+//! - **chunk planning** so one large file can be read by several threads ([`plan_chunks`]);
+//! - **streaming reads** of JSONL (plain, gzip, zstd) and Parquet as [`Block`]s of records, with
+//!   every bad record turned into a typed [`SkipReason`] and every unreadable region into a
+//!   [`ReadError`] ([`read_chunk`]);
+//! - **writing** filtered copies of the inputs ([`OutputDir`], [`FileWriter`]), atomic files
+//!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]).
+//!
+//! It does not own hashing, sketching, deduplication, threading or reporting policy: callers
+//! decide what an empty text means, whether an error stops the run, and how chunks are scheduled.
+//!
+//! Addresses: a sample is identified by (file index, record index, field index). Record indexes
+//! yielded by the reader are chunk-local ([`Block::first_record`] + [`Sample::record`]); because
+//! [`plan_chunks`] is deterministic, adding the record counts of a file's earlier chunks gives the
+//! same file-level index in both stages.
+
+mod chunk;
+mod decisions;
+mod discover;
+mod error;
+mod format;
+mod json;
+mod jsonl;
+mod parquet_read;
+mod read;
+mod select;
+mod write;
+
+pub use chunk::{Chunk, ChunkRange, plan_chunks};
+pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
+pub use discover::{DiscoverOptions, Discovery, InputProblem, discover};
+pub use error::{ReadError, WriteError};
+pub use format::{Compression, Format, InputFile};
+pub use read::{
+    Block, ChunkReader, Projection, ReadOptions, Sample, SampleText, SkipReason, read_chunk,
+};
+pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
+pub use write::{AtomicFile, FileWriter, OutputDir, OutputOptions, WrittenFile};

@@ -1,0 +1,498 @@
+//! Streaming a chunk of an input file as [`Block`]s, and turning records into [`Sample`]s.
+
+use std::borrow::Cow;
+
+use arrow_array::RecordBatch;
+
+use crate::chunk::Chunk;
+use crate::error::ReadError;
+use crate::format::{Format, InputFile};
+use crate::json::{self, Slot};
+use crate::jsonl::JsonlSource;
+use crate::parquet_read::{self, ParquetSource};
+use crate::select::{FieldsMode, TextSelector};
+
+/// How much of each record is decoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Projection {
+    /// Stage 1: only the text (and id) columns/fields are decoded.
+    TextOnly,
+    /// Stage 2: whole records, so they can be written back out.
+    FullRecords,
+}
+
+/// Options for [`read_chunk`].
+#[derive(Clone, Debug)]
+pub struct ReadOptions {
+    /// Text fields, join/expand mode and id field.
+    pub selector: TextSelector,
+    /// TextOnly for sketching, FullRecords for writing.
+    pub projection: Projection,
+    /// Target size of one Block in input bytes. JSONL: decompressed bytes per block (rounded to
+    /// whole lines). Parquet: rows per batch are chosen so a batch holds about this many bytes of
+    /// the decoded columns (from the footer's uncompressed sizes), clamped to 64..=65536 rows.
+    pub block_bytes: usize,
+}
+
+impl ReadOptions {
+    /// Default block size: large enough to amortise per-block work, small enough that a few
+    /// blocks in flight per thread stay in cache-friendly, bounded memory.
+    pub const DEFAULT_BLOCK_BYTES: usize = 4 << 20;
+
+    /// Options with [`ReadOptions::DEFAULT_BLOCK_BYTES`].
+    pub fn new(selector: TextSelector, projection: Projection) -> ReadOptions {
+        ReadOptions {
+            selector,
+            projection,
+            block_bytes: Self::DEFAULT_BLOCK_BYTES,
+        }
+    }
+}
+
+/// Why a sample slot has no text.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub enum SkipReason {
+    /// The line is not valid JSON (or not a JSON object); detail = parser message.
+    MalformedJson(String),
+    /// The line/value is not valid UTF-8.
+    InvalidUtf8,
+    /// Field absent.
+    MissingField,
+    /// Field present but null.
+    NullField,
+    /// Field present but not a string (number, object, ...) / Parquet column not a string type.
+    NotAString,
+}
+
+impl SkipReason {
+    /// Stable snake_case name for reports: "malformed_json", "invalid_utf8", "missing_field",
+    /// "null_field", "not_a_string".
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SkipReason::MalformedJson(_) => "malformed_json",
+            SkipReason::InvalidUtf8 => "invalid_utf8",
+            SkipReason::MissingField => "missing_field",
+            SkipReason::NullField => "null_field",
+            SkipReason::NotAString => "not_a_string",
+        }
+    }
+}
+
+/// The text of a sample slot, or why there is none.
+///
+/// Join mode: if every selected field is missing -> `Skipped(MissingField)`; null / non-string
+/// fields are skipped individually and the present string fields joined; if none is a string, the
+/// reason of the first field that is not missing. Whitespace-only text is NOT skipped here:
+/// callers decide what "empty" means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SampleText<'a> {
+    /// The text (borrowed from the block when it needed no decoding or joining).
+    Text(Cow<'a, str>),
+    /// No text, and why.
+    Skipped(SkipReason),
+}
+
+/// One sample slot of one record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sample<'a> {
+    /// Record index within the block (add block.first_record for the chunk-local index).
+    pub record: usize,
+    /// Field index: 0 in Join mode, the selector field's index in Expand mode.
+    pub field: u32,
+    /// The text or the skip reason.
+    pub text: SampleText<'a>,
+    /// The id field's value as a string (JSON numbers rendered as written), if configured and
+    /// present (a JSON null or a missing id gives `None`).
+    pub id: Option<Cow<'a, str>>,
+}
+
+/// A run of consecutive records of one chunk. Send (moved between threads).
+#[derive(Debug)]
+pub struct Block {
+    /// Index of the input file in the discovery's file list.
+    pub file: usize,
+    /// Index of the chunk within its file.
+    pub chunk_seq: usize,
+    /// Index, within the chunk, of the block's first record (JSONL: lines; Parquet: rows).
+    pub first_record: u64,
+    pub(crate) data: BlockData,
+}
+
+#[derive(Debug)]
+pub(crate) enum BlockData {
+    Jsonl {
+        /// Complete lines, newline bytes included (the file's last line may lack one).
+        bytes: Vec<u8>,
+        /// Start offset of every line in `bytes`.
+        starts: Vec<usize>,
+    },
+    Parquet {
+        batch: RecordBatch,
+        /// Sum of the value bytes of the selected text columns.
+        text_bytes: u64,
+        /// Read with [`Projection::FullRecords`], so it can be written out.
+        full: bool,
+    },
+}
+
+impl Block {
+    /// Records in this block (JSONL: every line, including blank lines; Parquet: rows).
+    pub fn num_records(&self) -> usize {
+        match &self.data {
+            BlockData::Jsonl { starts, .. } => starts.len(),
+            BlockData::Parquet { batch, .. } => batch.num_rows(),
+        }
+    }
+
+    /// Input bytes this block covers (JSONL: raw line bytes incl. newlines, decompressed;
+    /// Parquet: the text columns' value bytes) — used for MB/s.
+    pub fn input_bytes(&self) -> u64 {
+        match &self.data {
+            BlockData::Jsonl { bytes, .. } => bytes.len() as u64,
+            BlockData::Parquet { text_bytes, .. } => *text_bytes,
+        }
+    }
+
+    /// The raw bytes of JSONL record `i` of this block, newline included; `None` for Parquet.
+    pub fn jsonl_line(&self, i: usize) -> Option<&[u8]> {
+        match &self.data {
+            BlockData::Jsonl { bytes, starts } => {
+                let end = starts.get(i + 1).copied().unwrap_or(bytes.len());
+                Some(&bytes[*starts.get(i)?..end])
+            }
+            BlockData::Parquet { .. } => None,
+        }
+    }
+
+    /// The decoded rows of a Parquet block; `None` for JSONL.
+    pub fn record_batch(&self) -> Option<&RecordBatch> {
+        match &self.data {
+            BlockData::Parquet { batch, .. } => Some(batch),
+            BlockData::Jsonl { .. } => None,
+        }
+    }
+
+    /// Calls `f` for every sample slot of every record, in record order then field order.
+    /// Blank JSONL lines (empty / whitespace only) yield no sample. For each other record:
+    /// Join -> exactly one Sample (field 0); Expand -> one Sample per selector field.
+    /// Text is borrowed from the block when possible (no per-sample allocation on the hot path).
+    pub fn for_each_sample<F: FnMut(Sample<'_>)>(&self, selector: &TextSelector, mut f: F) {
+        match &self.data {
+            BlockData::Jsonl { bytes, starts } => jsonl_samples(bytes, starts, selector, &mut f),
+            BlockData::Parquet { batch, .. } => {
+                parquet_read::batch_samples(batch, selector, &mut f)
+            }
+        }
+    }
+}
+
+/// Value of one selected field of one record, before join/expand.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum FieldValue<'a> {
+    Str(&'a str),
+    Missing,
+    Null,
+    NotString,
+    InvalidUtf8,
+}
+
+impl FieldValue<'_> {
+    fn reason(&self) -> SkipReason {
+        match self {
+            FieldValue::Str(_) | FieldValue::Missing => SkipReason::MissingField,
+            FieldValue::Null => SkipReason::NullField,
+            FieldValue::NotString => SkipReason::NotAString,
+            FieldValue::InvalidUtf8 => SkipReason::InvalidUtf8,
+        }
+    }
+}
+
+/// Emits the samples of one record from its field values (shared by JSONL and Parquet).
+pub(crate) fn emit_record<'a, F: FnMut(Sample<'_>)>(
+    record: usize,
+    values: &[FieldValue<'a>],
+    id: Option<&'a str>,
+    mode: &FieldsMode,
+    join_buf: &mut String,
+    f: &mut F,
+) {
+    match mode {
+        FieldsMode::Expand => {
+            for (i, v) in values.iter().enumerate() {
+                let text = match v {
+                    FieldValue::Str(s) => SampleText::Text(Cow::Borrowed(*s)),
+                    other => SampleText::Skipped(other.reason()),
+                };
+                f(Sample {
+                    record,
+                    field: i as u32,
+                    text,
+                    id: id.map(Cow::Borrowed),
+                });
+            }
+        }
+        FieldsMode::Join { separator } => {
+            let mut strings = values.iter().filter_map(|v| match v {
+                FieldValue::Str(s) => Some(*s),
+                _ => None,
+            });
+            let text = match (strings.next(), strings.next()) {
+                (None, _) => SampleText::Skipped(
+                    values
+                        .iter()
+                        .find(|v| !matches!(v, FieldValue::Missing))
+                        .map_or(SkipReason::MissingField, FieldValue::reason),
+                ),
+                (Some(one), None) => SampleText::Text(Cow::Borrowed(one)),
+                (Some(a), Some(b)) => {
+                    join_buf.clear();
+                    join_buf.push_str(a);
+                    join_buf.push_str(separator);
+                    join_buf.push_str(b);
+                    for s in strings {
+                        join_buf.push_str(separator);
+                        join_buf.push_str(s);
+                    }
+                    SampleText::Text(Cow::Borrowed(join_buf.as_str()))
+                }
+            };
+            f(Sample {
+                record,
+                field: 0,
+                text,
+                id: id.map(Cow::Borrowed),
+            });
+        }
+    }
+}
+
+/// Emits one skipped sample per slot of a record that could not be parsed at all.
+fn emit_bad<F: FnMut(Sample<'_>)>(record: usize, n: usize, reason: SkipReason, f: &mut F) {
+    for field in 0..n {
+        f(Sample {
+            record,
+            field: field as u32,
+            text: SampleText::Skipped(reason.clone()),
+            id: None,
+        });
+    }
+}
+
+fn jsonl_samples<F: FnMut(Sample<'_>)>(
+    bytes: &[u8],
+    starts: &[usize],
+    selector: &TextSelector,
+    f: &mut F,
+) {
+    let nfields = selector.fields.len();
+    let plan = json::build_plan(selector.fields.iter().chain(selector.id_field.as_ref()));
+    let mut slots = vec![Slot::Missing; nfields + usize::from(selector.id_field.is_some())];
+    let mut scratch = String::new();
+    let mut join_buf = String::new();
+    let mut values_buf: Vec<FieldValue<'static>> = Vec::with_capacity(nfields);
+    let slots_per_record = selector.samples_per_record();
+    for (record, &start) in starts.iter().enumerate() {
+        let end = starts.get(record + 1).copied().unwrap_or(bytes.len());
+        let mut raw = &bytes[start..end];
+        // The terminator is not part of the record (an unterminated string would otherwise be
+        // reported as containing a control character).
+        if let Some(r) = raw.strip_suffix(b"\n") {
+            raw = r.strip_suffix(b"\r").unwrap_or(r);
+        }
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(line) = std::str::from_utf8(raw) else {
+            emit_bad(record, slots_per_record, SkipReason::InvalidUtf8, f);
+            continue;
+        };
+        if let Err(msg) = json::parse_line(line, &plan, &mut slots, &mut scratch) {
+            emit_bad(record, slots_per_record, SkipReason::MalformedJson(msg), f);
+            continue;
+        }
+        let mut values = reuse_vec(std::mem::take(&mut values_buf));
+        values.extend(slots[..nfields].iter().map(|s| match *s {
+            Slot::Missing => FieldValue::Missing,
+            Slot::Null => FieldValue::Null,
+            Slot::Other(..) => FieldValue::NotString,
+            Slot::Str(..) | Slot::Decoded(..) => {
+                FieldValue::Str(s.text(line, &scratch).expect("string slot"))
+            }
+        }));
+        let id = slots.get(nfields).and_then(|s| match *s {
+            Slot::Missing | Slot::Null => None,
+            Slot::Other(a, b) => Some(&line[a..b]),
+            Slot::Str(..) | Slot::Decoded(..) => s.text(line, &scratch),
+        });
+        emit_record(record, &values, id, &selector.mode, &mut join_buf, f);
+        values_buf = reuse_vec(values);
+    }
+}
+
+/// Empties a vector and hands back its allocation for elements of another lifetime, so per-record
+/// borrowed views need no allocation (the in-place `collect` keeps the buffer).
+pub(crate) fn reuse_vec<'b>(mut v: Vec<FieldValue<'_>>) -> Vec<FieldValue<'b>> {
+    v.clear();
+    v.into_iter().map(|_| FieldValue::Missing).collect()
+}
+
+/// Streams one chunk as Blocks. After an Err (unreadable file, truncated gz/zst, corrupt
+/// Parquet footer/page, schema mismatch) the iterator ends: the records already yielded stand,
+/// the rest of the chunk is lost and the caller reports it. Memory stays bounded (no whole-file
+/// reads): about two blocks for JSONL, one row group's column chunks for Parquet.
+pub fn read_chunk(file: &InputFile, chunk: &Chunk, opts: &ReadOptions) -> ChunkReader {
+    let inner = match file.format {
+        Format::Jsonl => match JsonlSource::open(file, chunk, opts.block_bytes) {
+            Ok(s) => Inner::Jsonl(Box::new(s)),
+            Err(e) => Inner::Failed(Some(e)),
+        },
+        Format::Parquet => match ParquetSource::open(file, chunk, opts) {
+            Ok(s) => Inner::Parquet(Box::new(s)),
+            Err(e) => Inner::Failed(Some(e)),
+        },
+    };
+    ChunkReader {
+        inner,
+        file: chunk.file,
+        chunk_seq: chunk.seq,
+    }
+}
+
+/// Iterator over the [`Block`]s of one chunk; see [`read_chunk`]. Send.
+pub struct ChunkReader {
+    inner: Inner,
+    file: usize,
+    chunk_seq: usize,
+}
+
+impl std::fmt::Debug for ChunkReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkReader")
+            .field("file", &self.file)
+            .field("chunk_seq", &self.chunk_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+enum Inner {
+    Jsonl(Box<JsonlSource>),
+    Parquet(Box<ParquetSource>),
+    Failed(Option<ReadError>),
+}
+
+impl Iterator for ChunkReader {
+    type Item = Result<Block, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let next = match &mut self.inner {
+            Inner::Jsonl(s) => s.next_block(),
+            Inner::Parquet(s) => s.next_block(),
+            Inner::Failed(e) => return e.take().map(Err),
+        };
+        match next {
+            Some(Ok((first_record, data))) => Some(Ok(Block {
+                file: self.file,
+                chunk_seq: self.chunk_seq,
+                first_record,
+                data,
+            })),
+            Some(Err(e)) => {
+                self.inner = Inner::Failed(None);
+                Some(Err(e))
+            }
+            None => {
+                self.inner = Inner::Failed(None);
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::select::FieldPath;
+
+    fn collect(bytes: &[u8], sel: &TextSelector) -> Vec<(usize, u32, String, Option<String>)> {
+        let mut starts = vec![0];
+        for (i, b) in bytes.iter().enumerate() {
+            if *b == b'\n' && i + 1 < bytes.len() {
+                starts.push(i + 1);
+            }
+        }
+        let block = Block {
+            file: 0,
+            chunk_seq: 0,
+            first_record: 0,
+            data: BlockData::Jsonl {
+                bytes: bytes.to_vec(),
+                starts,
+            },
+        };
+        let mut out = Vec::new();
+        block.for_each_sample(sel, |s| {
+            let t = match s.text {
+                SampleText::Text(t) => format!("T:{t}"),
+                SampleText::Skipped(r) => format!("S:{}", r.kind()),
+            };
+            out.push((s.record, s.field, t, s.id.map(|c| c.into_owned())));
+        });
+        out
+    }
+
+    fn sel(fields: &[&str], mode: FieldsMode, id: Option<&str>) -> TextSelector {
+        TextSelector {
+            fields: fields
+                .iter()
+                .map(|f| f.parse::<FieldPath>().unwrap())
+                .collect(),
+            mode,
+            id_field: id.map(|i| i.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn join_rules() {
+        let data = concat!(
+            "{\"a\":\"x\",\"b\":\"y\",\"id\":7.50}\n",
+            "{\"a\":null,\"b\":\"y\",\"id\":\"s\"}\n",
+            "{\"c\":1}\n",
+            "{\"a\":null,\"b\":3}\n",
+            "{\"b\":3,\"a\":null}\n",
+            "{\"b\":null}\n",
+            "   \n",
+            "\n",
+            "{bad\n",
+            "{\"a\":\"\\u00e9\"}"
+        );
+        let s = sel(&["a", "b"], FieldsMode::default(), Some("id"));
+        let got = collect(data.as_bytes(), &s);
+        let want: Vec<(usize, u32, String, Option<String>)> = vec![
+            (0, 0, "T:x\ny".into(), Some("7.50".into())),
+            (1, 0, "T:y".into(), Some("s".into())),
+            (2, 0, "S:missing_field".into(), None),
+            (3, 0, "S:null_field".into(), None),
+            (4, 0, "S:null_field".into(), None),
+            (5, 0, "S:null_field".into(), None),
+            (8, 0, "S:malformed_json".into(), None),
+            (9, 0, "T:é".into(), None),
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn expand_and_invalid_utf8() {
+        let data = b"{\"a\":\"x\",\"b\":{}}\n{\"a\":\"\xff\"}\n";
+        let s = sel(&["a", "b"], FieldsMode::Expand, None);
+        let got = collect(data, &s);
+        assert_eq!(
+            got,
+            vec![
+                (0, 0, "T:x".into(), None),
+                (0, 1, "S:not_a_string".into(), None),
+                (1, 0, "S:invalid_utf8".into(), None),
+                (1, 1, "S:invalid_utf8".into(), None),
+            ]
+        );
+    }
+}

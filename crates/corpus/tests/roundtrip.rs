@@ -1,0 +1,398 @@
+//! Writing: round trips, masks, splitting, atomicity, overwrite rules, decisions files.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use common::*;
+use neardup_corpus::{
+    AtomicFile, Block, DecisionRow, DecisionWriter, InputFile, OutputDir, OutputOptions,
+    Projection, Reason, WrittenFile, read_chunk, read_decisions,
+};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+fn decompress(path: &Path) -> Vec<u8> {
+    let raw = std::fs::read(path).unwrap();
+    let name = path.to_string_lossy();
+    let mut out = Vec::new();
+    if name.ends_with(".gz") {
+        flate2::read::MultiGzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .unwrap();
+    } else if name.ends_with(".zst") {
+        zstd::stream::read::Decoder::new(&raw[..])
+            .unwrap()
+            .read_to_end(&mut out)
+            .unwrap();
+    } else {
+        out = raw;
+    }
+    out
+}
+
+fn blocks(f: &InputFile, block_bytes: usize) -> Vec<Block> {
+    read_chunk(
+        f,
+        &whole(0),
+        &opts(
+            selector(&["text"], None),
+            Projection::FullRecords,
+            block_bytes,
+        ),
+    )
+    .map(|b| b.unwrap())
+    .collect()
+}
+
+/// Writes `f` through a FileWriter with `keep(file_record)` as the mask.
+fn copy(
+    f: &InputFile,
+    out: &Path,
+    max: Option<u64>,
+    block_bytes: usize,
+    keep: impl Fn(u64) -> bool,
+) -> WrittenFile {
+    let dir = OutputDir::create(&OutputOptions {
+        dir: out.to_path_buf(),
+        overwrite: true,
+        max_output_bytes: max,
+    })
+    .unwrap();
+    let mut w = dir.file_writer(f).unwrap();
+    for b in blocks(f, block_bytes) {
+        let mask: Vec<bool> = (0..b.num_records() as u64)
+            .map(|i| keep(b.first_record + i))
+            .collect();
+        w.write_block(&b, &mask).unwrap();
+    }
+    w.finish().unwrap()
+}
+
+/// The input's lines (record i = line i, newline included).
+fn lines(bytes: &[u8]) -> Vec<&[u8]> {
+    bytes.split_inclusive(|&b| b == b'\n').collect()
+}
+
+fn check_jsonl_roundtrip(name: &str) {
+    let f = input(&data("corpus").join(name));
+    let src = decompress(&f.path);
+    let tmp = tempfile::tempdir().unwrap();
+    for block_bytes in [100, 1 << 20] {
+        let w = copy(&f, tmp.path(), None, block_bytes, |_| true);
+        assert_eq!(w.paths, vec![tmp.path().join(name)]);
+        assert_eq!(
+            decompress(&w.paths[0]),
+            src,
+            "{name} all kept is byte-identical"
+        );
+        assert_eq!(w.records as usize, lines(&src).len());
+        assert_eq!(w.bytes, std::fs::metadata(&w.paths[0]).unwrap().len());
+
+        let keep = |r: u64| r % 3 != 1 && r != 64;
+        let w = copy(&f, tmp.path(), None, block_bytes, keep);
+        let want: Vec<u8> = lines(&src)
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| keep(*i as u64))
+            .flat_map(|(_, l)| l.iter().copied())
+            .collect();
+        assert_eq!(decompress(&w.paths[0]), want, "{name} masked");
+    }
+}
+
+#[test]
+fn jsonl_roundtrip_plain() {
+    check_jsonl_roundtrip("sample.jsonl");
+}
+
+#[test]
+fn jsonl_roundtrip_gzip() {
+    check_jsonl_roundtrip("sample.jsonl.gz");
+}
+
+#[test]
+fn jsonl_roundtrip_zstd() {
+    check_jsonl_roundtrip("sample.jsonl.zst");
+}
+
+fn read_parquet(
+    path: &Path,
+) -> (
+    arrow_schema::SchemaRef,
+    Vec<RecordBatch>,
+    parquet::file::metadata::ParquetMetaData,
+) {
+    let b = ParquetRecordBatchReaderBuilder::try_new(std::fs::File::open(path).unwrap()).unwrap();
+    let schema = b.schema().clone();
+    let meta = b.metadata().as_ref().clone();
+    let batches = b.build().unwrap().map(|b| b.unwrap()).collect();
+    (schema, batches, meta)
+}
+
+#[test]
+fn parquet_roundtrip_same_schema_values_codec() {
+    let f = input(&data("corpus").join("sample.parquet"));
+    let (schema, batches, meta) = read_parquet(&f.path);
+    let all = arrow_select::concat::concat_batches(&schema, &batches).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+
+    let w = copy(&f, tmp.path(), None, 4 << 10, |_| true);
+    assert_eq!(w.records, 200);
+    let (schema2, batches2, meta2) = read_parquet(&w.paths[0]);
+    assert_eq!(schema2, schema, "same schema, including metadata");
+    let all2 = arrow_select::concat::concat_batches(&schema2, &batches2).unwrap();
+    assert_eq!(all2, all, "value-identical");
+    let codec =
+        |m: &parquet::file::metadata::ParquetMetaData| m.row_group(0).column(1).compression();
+    assert_eq!(codec(&meta2), codec(&meta));
+    assert_eq!(meta2.row_group(0).num_rows(), meta.row_group(0).num_rows());
+    let kv = |m: &parquet::file::metadata::ParquetMetaData| {
+        m.file_metadata()
+            .key_value_metadata()
+            .unwrap()
+            .iter()
+            .find(|k| k.key == "origin")
+            .and_then(|k| k.value.clone())
+    };
+    assert_eq!(kv(&meta2).as_deref(), Some("neardup fixture"));
+    assert_eq!(kv(&meta), kv(&meta2));
+
+    let keep = |r: u64| r.is_multiple_of(7) || r > 180;
+    let w = copy(&f, tmp.path(), None, 4 << 10, keep);
+    let (_, batches3, _) = read_parquet(&w.paths[0]);
+    let got = arrow_select::concat::concat_batches(&schema, &batches3).unwrap();
+    let mask: arrow_array::BooleanArray = (0..200u64).map(|r| Some(keep(r))).collect();
+    let want = arrow_select::filter::filter_record_batch(&all, &mask).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(w.records, want.num_rows() as u64);
+}
+
+#[test]
+fn text_only_parquet_blocks_cannot_be_written() {
+    let f = input(&data("corpus").join("sample.parquet"));
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = OutputDir::create(&OutputOptions {
+        dir: tmp.path().join("o"),
+        overwrite: false,
+        max_output_bytes: None,
+    })
+    .unwrap();
+    let mut w = dir.file_writer(&f).unwrap();
+    let b = read_chunk(
+        &f,
+        &whole(0),
+        &opts(selector(&["text"], None), Projection::TextOnly, 1 << 20),
+    )
+    .next()
+    .unwrap()
+    .unwrap();
+    let mask = vec![true; b.num_records()];
+    assert_eq!(
+        w.write_block(&b, &mask).unwrap_err().kind(),
+        "invalid_block"
+    );
+    assert_eq!(
+        w.write_block(&b, &mask[1..]).unwrap_err().kind(),
+        "invalid_block"
+    );
+}
+
+#[test]
+fn max_output_bytes_splits_into_bounded_parts() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["sample.jsonl", "sample.jsonl.gz", "sample.jsonl.zst"] {
+        let f = input(&data("corpus").join(name));
+        let src = decompress(&f.path);
+        let max = if name.ends_with("jsonl") { 2000 } else { 400 };
+        let w = copy(&f, &tmp.path().join(name), Some(max), 1000, |_| true);
+        assert!(w.paths.len() > 1, "{name}: {:?}", w.paths);
+        let stem = name.split('.').next().unwrap();
+        let ext = &name[stem.len()..];
+        for (k, p) in w.paths.iter().enumerate() {
+            let expect = if k == 0 {
+                name.to_string()
+            } else {
+                format!("{stem}-{k}{ext}")
+            };
+            assert_eq!(p.file_name().unwrap().to_str().unwrap(), expect);
+            let len = std::fs::metadata(p).unwrap().len();
+            assert!(len <= max, "{name} part {k} has {len} bytes > {max}");
+        }
+        let joined: Vec<u8> = w.paths.iter().flat_map(|p| decompress(p)).collect();
+        assert_eq!(joined, src, "{name}: parts concatenate to the input");
+        assert_eq!(
+            w.bytes,
+            w.paths
+                .iter()
+                .map(|p| std::fs::metadata(p).unwrap().len())
+                .sum::<u64>()
+        );
+
+        // A rerun with a larger limit removes the now stale parts.
+        let w2 = copy(&f, &tmp.path().join(name), None, 1000, |_| true);
+        assert_eq!(w2.paths.len(), 1);
+        let left = std::fs::read_dir(tmp.path().join(name)).unwrap().count();
+        assert_eq!(left, 1, "{name}: stale parts removed");
+    }
+
+    let f = input(&data("corpus").join("sample.parquet"));
+    let max = 12_000;
+    let w = copy(&f, &tmp.path().join("pq"), Some(max), 1 << 20, |_| true);
+    assert!(w.paths.len() > 1, "{:?}", w.paths);
+    for p in &w.paths {
+        let len = std::fs::metadata(p).unwrap().len();
+        assert!(len <= max, "{} has {len} bytes > {max}", p.display());
+    }
+    assert_eq!(w.paths[1].file_name().unwrap(), "sample-1.parquet");
+    let mut rows = 0;
+    for p in &w.paths {
+        let (_, batches, _) = read_parquet(p);
+        rows += batches.iter().map(|b| b.num_rows()).sum::<usize>();
+    }
+    assert_eq!(rows, 200);
+}
+
+#[test]
+fn output_dir_refuses_non_empty_without_overwrite() {
+    let tmp = tempfile::tempdir().unwrap();
+    let o = |overwrite| OutputOptions {
+        dir: tmp.path().to_path_buf(),
+        overwrite,
+        max_output_bytes: None,
+    };
+    OutputDir::create(&o(false)).expect("empty existing dir is fine");
+    std::fs::write(tmp.path().join("unrelated.txt"), b"keep me").unwrap();
+    assert_eq!(OutputDir::create(&o(false)).unwrap_err().kind(), "exists");
+    let dir = OutputDir::create(&o(true)).unwrap();
+    let f = input(&data("corpus").join("sample.jsonl"));
+    let w = dir.file_writer(&f).unwrap();
+    assert_eq!(dir.file_writer(&f).unwrap_err().kind(), "duplicate_output");
+    w.finish().unwrap();
+    assert_eq!(
+        std::fs::read(tmp.path().join("unrelated.txt")).unwrap(),
+        b"keep me"
+    );
+    assert_eq!(
+        std::fs::read(tmp.path().join("sample.jsonl")).unwrap(),
+        b"",
+        "no block: empty output"
+    );
+
+    let mut escape = f.clone();
+    escape.relative = PathBuf::from("../x.jsonl");
+    assert_eq!(
+        dir.file_writer(&escape).unwrap_err().kind(),
+        "invalid_output"
+    );
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn dropped_writers_leave_no_final_named_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = OutputDir::create(&OutputOptions {
+        dir: tmp.path().join("out"),
+        overwrite: false,
+        max_output_bytes: Some(500),
+    })
+    .unwrap();
+    for name in ["sample.jsonl", "sample.jsonl.zst", "sample.parquet"] {
+        let f = input(&data("corpus").join(name));
+        let mut w = dir.file_writer(&f).unwrap();
+        for b in blocks(&f, 1000) {
+            w.write_block(&b, &vec![true; b.num_records()]).unwrap();
+        }
+        // Mid-write, only temporary names exist.
+        assert!(
+            names(dir.path())
+                .iter()
+                .all(|n| n.starts_with('.') && n.ends_with(".tmp"))
+        );
+        drop(w);
+    }
+    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+
+    let target = tmp.path().join("report.json");
+    let mut a = AtomicFile::create(&target).unwrap();
+    std::io::Write::write_all(&mut a, b"{}").unwrap();
+    assert!(!target.exists());
+    drop(a);
+    assert!(!target.exists());
+    assert_eq!(names(tmp.path()), vec!["out".to_string()]);
+    let mut a = AtomicFile::create(&target).unwrap();
+    std::io::Write::write_all(&mut a, b"{\"ok\":1}").unwrap();
+    a.commit().unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b"{\"ok\":1}");
+}
+
+fn rows() -> Vec<neardup_corpus::OwnedDecisionRow> {
+    let reasons = [
+        Reason::Unique,
+        Reason::Near,
+        Reason::Exact,
+        Reason::Empty,
+        Reason::Error,
+    ];
+    (0..1000u64)
+        .map(|i| neardup_corpus::OwnedDecisionRow {
+            file: format!("dir/f{}.jsonl", i % 3),
+            record: i,
+            field: (i % 2) as u32,
+            id: (i % 4 != 0).then(|| format!("id-\"{i}\"")),
+            keep: i % 5 != 1,
+            reason: reasons[i as usize % 5],
+            dup_of_file: (i % 5 == 1).then(|| "dir/f0.jsonl".to_string()),
+            dup_of_record: (i % 5 == 1).then_some(i / 2),
+            dup_of_id: (i % 10 == 1).then(|| "orig".to_string()),
+            similarity: (i % 5 == 1).then_some(i as f64 / 1000.0),
+        })
+        .collect()
+}
+
+#[test]
+fn decisions_roundtrip_both_formats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let want = rows();
+    for name in ["d.jsonl", "d.parquet"] {
+        let path = tmp.path().join(name);
+        let mut w = DecisionWriter::create(&path).unwrap();
+        for r in &want {
+            w.write(&r.as_row()).unwrap();
+        }
+        assert!(!path.exists(), "atomic until finish");
+        assert_eq!(w.finish().unwrap(), want.len() as u64);
+        assert_eq!(read_decisions(&path).unwrap(), want, "{name}");
+    }
+    let text = std::fs::read_to_string(tmp.path().join("d.jsonl")).unwrap();
+    let first = text.lines().next().unwrap();
+    assert_eq!(
+        first,
+        r#"{"file":"dir/f0.jsonl","record":0,"field":0,"id":null,"keep":true,"reason":"unique","dup_of_file":null,"dup_of_record":null,"dup_of_id":null,"similarity":null}"#
+    );
+    let row = DecisionRow {
+        file: "a",
+        record: 1,
+        field: 2,
+        id: Some("x"),
+        keep: false,
+        reason: Reason::Near,
+        dup_of_file: Some("b"),
+        dup_of_record: Some(3),
+        dup_of_id: None,
+        similarity: Some(0.5),
+    };
+    assert_eq!(
+        serde_json::to_string(&row).unwrap(),
+        r#"{"file":"a","record":1,"field":2,"id":"x","keep":false,"reason":"near","dup_of_file":"b","dup_of_record":3,"dup_of_id":null,"similarity":0.5}"#
+    );
+}

@@ -1,0 +1,340 @@
+//! The decision core: bounded representatives per hot bucket, first seen wins.
+
+use hashbrown::{HashMap, HashSet};
+use neardup_keys::{HotKeys, RowKind, RowRule};
+use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
+use serde::{Deserialize, Serialize};
+
+use crate::reps::{BucketIndex, RepArena, RepId};
+use crate::verify::ShingleStore;
+
+/// Where a sample sits in the inputs: file index, record within the file, field slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SampleAddr {
+    /// Index of the input file.
+    pub file: u32,
+    /// Record (line or row) within the file, from 0.
+    pub record: u64,
+    /// Field slot within the record, from 0.
+    pub field: u32,
+}
+
+/// How candidates are confirmed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verify {
+    /// The estimated similarity (share of equal signature positions) decides.
+    #[default]
+    Estimate,
+    /// A candidate whose estimate reaches the threshold is confirmed only if the true Jaccard of
+    /// the shingle sets does too: nothing is ever dropped for a false positive of the estimate.
+    Exact,
+}
+
+/// Settings of stage 2's decisions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DedupConfig {
+    /// A sample whose similarity with an earlier kept sample reaches this is a duplicate.
+    pub threshold: f64,
+    /// At most this many representatives per hot bucket (unbounded when `None`).
+    pub max_reps: Option<usize>,
+    /// How candidates are confirmed.
+    pub verify: Verify,
+    /// Memory for representatives' shingle sets under [`Verify::Exact`] before they spill to disk.
+    pub verify_memory: u64,
+}
+
+impl Default for DedupConfig {
+    fn default() -> Self {
+        DedupConfig { threshold: 0.8, max_reps: Some(64), verify: Verify::Estimate, verify_memory: 1 << 30 }
+    }
+}
+
+/// Why a sample was dropped.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Verdict {
+    /// No earlier kept sample is similar: kept.
+    Unique,
+    /// Same normalised text as an earlier sample.
+    Exact {
+        /// The earlier sample.
+        of: SampleAddr,
+    },
+    /// Similar to an earlier kept sample.
+    Near {
+        /// The representative it matched.
+        of: SampleAddr,
+        /// The similarity that decided (estimated, or exact Jaccard under [`Verify::Exact`]).
+        similarity: f64,
+    },
+}
+
+impl Verdict {
+    /// Whether the sample is kept.
+    pub fn keep(&self) -> bool {
+        matches!(self, Verdict::Unique)
+    }
+}
+
+/// Counters of the decision core.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeduperStats {
+    /// Hot samples checked.
+    pub checked: u64,
+    /// Signature comparisons made.
+    pub comparisons: u64,
+    /// Exact-verification Jaccard computations made.
+    pub verifications: u64,
+    /// Candidates whose estimate passed but whose exact Jaccard did not.
+    pub rejected_by_verification: u64,
+    /// Near duplicates found.
+    pub near: u64,
+    /// Exact duplicates found.
+    pub exact: u64,
+    /// Representatives held.
+    pub representatives: u64,
+    /// Hot buckets holding at least one representative.
+    pub buckets: u64,
+    /// Bytes held per representative (signature + address).
+    pub bytes_per_representative: u64,
+    /// Bytes of the bucket index.
+    pub bucket_index_bytes: u64,
+    /// Bytes of representatives' shingle sets (exact verification).
+    pub shingle_set_bytes: u64,
+}
+
+/// One sample to decide: its address, signature and row of keys, and which columns are hot.
+pub struct Candidate<'a> {
+    /// The sample.
+    pub addr: SampleAddr,
+    /// Its MinHash signature.
+    pub signature: &'a [u32],
+    /// Its row of keys ([`RowRule`] layout).
+    pub row: &'a [u64],
+    /// Hot bit per column of `row`.
+    pub hot: &'a [bool],
+    /// 128-bit content hash of its normalised text.
+    pub content_hash: u128,
+    /// Its sorted shingle-hash set, when exact verification is on.
+    pub shingles: Option<&'a [u64]>,
+}
+
+/// Decides hot samples in input order against bounded representative sets.
+///
+/// Deterministic: the verdict depends only on the sequence of candidates given.
+pub struct Deduper {
+    config: DedupConfig,
+    bands: usize,
+    exact_column: Option<usize>,
+    arena: RepArena,
+    buckets: BucketIndex,
+    /// First sample seen per hot content key, with its full content hash.
+    exact_seen: HashMap<u64, (u128, SampleAddr)>,
+    shingle_sets: Option<ShingleStore>,
+    seen_reps: HashSet<RepId>,
+    stats: DeduperStats,
+}
+
+impl Deduper {
+    /// A decision core for signatures of `num_perm` positions and rows of `bands` bands under `rule`.
+    pub fn new(config: DedupConfig, num_perm: usize, bands: usize, rule: RowRule) -> Result<Deduper, String> {
+        if !(0.0..=1.0).contains(&config.threshold) || config.threshold.is_nan() {
+            return Err(format!("threshold must be in [0, 1], got {}", config.threshold));
+        }
+        if config.max_reps == Some(0) {
+            return Err("max_reps must be at least 1 (or unset for no bound)".into());
+        }
+        let shingle_sets = match config.verify {
+            Verify::Exact => Some(ShingleStore::new(config.verify_memory).map_err(|e| e.to_string())?),
+            Verify::Estimate => None,
+        };
+        let bands = rule.band_columns(bands);
+        Ok(Deduper {
+            bands,
+            exact_column: rule.exact_key.then_some(bands),
+            arena: RepArena::new(num_perm),
+            buckets: BucketIndex::default(),
+            exact_seen: HashMap::new(),
+            shingle_sets,
+            seen_reps: HashSet::new(),
+            stats: DeduperStats::default(),
+            config,
+        })
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &DedupConfig {
+        &self.config
+    }
+
+    /// Whether candidates need their shingle sets ([`Verify::Exact`]).
+    pub fn needs_shingles(&self) -> bool {
+        self.shingle_sets.is_some()
+    }
+
+    /// Decides one hot sample. Call in input order.
+    pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
+        self.stats.checked += 1;
+        if let Some(col) = self.exact_column
+            && c.hot[col]
+            && c.row[col] != NO_KEY
+        {
+            match self.exact_seen.entry(c.row[col]) {
+                hashbrown::hash_map::Entry::Occupied(e) => {
+                    let (hash, first) = *e.get();
+                    // 64 bits find the candidate; all 128 must agree to call it a copy.
+                    if hash == c.content_hash {
+                        self.stats.exact += 1;
+                        return Verdict::Exact { of: first };
+                    }
+                }
+                hashbrown::hash_map::Entry::Vacant(e) => {
+                    e.insert((c.content_hash, c.addr));
+                }
+            }
+        }
+
+        self.seen_reps.clear();
+        for band in 0..self.bands {
+            let key = c.row[band];
+            if !c.hot[band] || key == NO_KEY {
+                continue;
+            }
+            for rep in self.buckets.reps(key) {
+                if !self.seen_reps.insert(rep) {
+                    continue;
+                }
+                self.stats.comparisons += 1;
+                let sim = similarity(c.signature, self.arena.signature(rep));
+                if sim < self.config.threshold {
+                    continue;
+                }
+                let decided = match (&mut self.shingle_sets, c.shingles) {
+                    (Some(store), Some(mine)) => {
+                        self.stats.verifications += 1;
+                        let exact = store.jaccard(rep, mine);
+                        if exact >= self.config.threshold {
+                            Some(exact)
+                        } else {
+                            self.stats.rejected_by_verification += 1;
+                            None
+                        }
+                    }
+                    _ => Some(sim),
+                };
+                if let Some(similarity) = decided {
+                    self.stats.near += 1;
+                    return Verdict::Near { of: self.arena.addr(rep), similarity };
+                }
+            }
+        }
+
+        // Kept: it represents each of its hot buckets that still has room.
+        let mut rep: Option<RepId> = None;
+        for band in 0..self.bands {
+            let key = c.row[band];
+            if !c.hot[band] || key == NO_KEY {
+                continue;
+            }
+            if self.config.max_reps.is_some_and(|m| self.buckets.len(key) >= m) {
+                continue;
+            }
+            let id = *rep.get_or_insert_with(|| {
+                let id = self.arena.push(c.signature, c.addr);
+                if let (Some(store), Some(mine)) = (&mut self.shingle_sets, c.shingles) {
+                    store.push(id, mine);
+                }
+                id
+            });
+            self.buckets.push(key, id);
+        }
+        Verdict::Unique
+    }
+
+    /// Counters so far, with memory figures filled in.
+    pub fn stats(&self) -> DeduperStats {
+        let mut s = self.stats.clone();
+        s.representatives = self.arena.len() as u64;
+        s.buckets = self.buckets.buckets() as u64;
+        s.bytes_per_representative = self.arena.bytes_per_rep() as u64;
+        s.bucket_index_bytes = self.buckets.heap_bytes() as u64;
+        s.shingle_set_bytes = self.shingle_sets.as_ref().map_or(0, |s| s.bytes());
+        s
+    }
+}
+
+/// A self-contained deduplicator for callers who bring their own texts one by one: it sketches
+/// each text itself and decides it against a hot-key set (from stage 1, possibly merged over
+/// shards). Texts must be checked in the same order stage 1 saw them for decisions to match a
+/// pipeline run.
+pub struct TextDeduper {
+    sketcher: Sketcher,
+    rule: RowRule,
+    hot: hashbrown::HashSet<u64>,
+    core: Deduper,
+    scratch: Scratch,
+    sig: Vec<u32>,
+    row: Vec<u64>,
+    hot_cols: Vec<bool>,
+    shingles: Vec<u64>,
+    next: u64,
+}
+
+impl TextDeduper {
+    /// A deduplicator with the settings the hot keys were made with.
+    pub fn new(sketcher: Sketcher, rule: RowRule, hot: &HotKeys, config: DedupConfig) -> Result<TextDeduper, String> {
+        if hot.layout().sketch_fingerprint != sketcher.config().fingerprint() || hot.layout().rule != rule {
+            return Err("the hot keys were made with different sketch settings".into());
+        }
+        let core = Deduper::new(config, sketcher.num_perm(), sketcher.bands(), rule)?;
+        let columns = rule.columns(sketcher.bands());
+        Ok(TextDeduper {
+            sig: vec![0; sketcher.num_perm()],
+            row: vec![0; columns],
+            hot_cols: vec![false; columns],
+            hot: hot.lookup(),
+            sketcher,
+            rule,
+            core,
+            scratch: Scratch::default(),
+            shingles: Vec::new(),
+            next: 0,
+        })
+    }
+
+    /// Decides the next text; its address is its position in the sequence of checked texts.
+    pub fn check(&mut self, text: &str) -> Verdict {
+        let addr = SampleAddr { file: 0, record: self.next, field: 0 };
+        self.next += 1;
+        let r = self.rule.sketch(&self.sketcher, text, &mut self.scratch, &mut self.sig, &mut self.row);
+        if r.kind == RowKind::Blank {
+            return Verdict::Unique;
+        }
+        for (h, k) in self.hot_cols.iter_mut().zip(&self.row) {
+            *h = *k != NO_KEY && self.hot.contains(k);
+        }
+        if !self.hot_cols.iter().any(|h| *h) {
+            return Verdict::Unique;
+        }
+        let shingles = if self.core.needs_shingles() {
+            self.sketcher.shingle_set(text, &mut self.scratch, &mut self.shingles);
+            Some(self.shingles.as_slice())
+        } else {
+            None
+        };
+        let c = Candidate {
+            addr,
+            signature: &self.sig,
+            row: &self.row,
+            hot: &self.hot_cols,
+            content_hash: r.content_hash,
+            shingles,
+        };
+        self.core.decide(&c)
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> DeduperStats {
+        self.core.stats()
+    }
+}

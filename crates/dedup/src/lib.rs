@@ -1,0 +1,31 @@
+//! Stage 2 of neardup: bounded-representative near-duplicate decisions while re-streaming the
+//! inputs.
+//!
+//! This crate owns:
+//! - the **decision core** ([`Deduper`]): for each hot sample, in input order, an exact-copy check
+//!   by content hash, then a comparison with the representatives of each of its hot buckets (each
+//!   representative compared once); a match at the threshold drops the sample and names the
+//!   representative, otherwise the sample is kept and joins every hot bucket with room
+//!   (`max_reps`). Representatives' signatures live once in a contiguous arena; buckets hold small
+//!   indices ([`DeduperStats`] reports the bytes). Optional exact verification ([`Verify::Exact`])
+//!   confirms each candidate with the true Jaccard of the shingle sets;
+//! - the **pipeline** ([`run_dedup`]): worker threads re-read the inputs chunk by chunk (the chunks
+//!   stage 1 recorded, so each worker knows the table row of every sample) and sign only hot
+//!   samples; one thread decides in input order, so the decisions are identical for any thread
+//!   count; the filtered dataset (through `neardup-corpus` writers, on their own thread) and the
+//!   decisions file come out of the same pass;
+//! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
+//!
+//! It does not compute keys or count them (stage 1, `neardup-keys`), parse inputs or format
+//! outputs (`neardup-corpus`).
+#![warn(missing_docs)]
+
+mod deduper;
+mod error;
+mod reps;
+mod stage;
+mod verify;
+
+pub use deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify};
+pub use error::DedupError;
+pub use stage::{ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup};

@@ -1,0 +1,606 @@
+//! The stage-2 pipeline: re-stream the inputs chunk by chunk with worker threads that sign only
+//! the hot samples, decide in input order on one thread, and stream the filtered dataset and the
+//! decisions out of the same pass.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Instant;
+
+use hashbrown::HashMap;
+use neardup_corpus::{
+    Block, Chunk, DecisionRow, DecisionWriter, FileWriter, OutputDir, OutputOptions, Projection, ReadOptions, Reason,
+    SampleText, TextSelector, WrittenFile, read_chunk,
+};
+use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule};
+use neardup_sketch::{Scratch, Sketcher};
+use serde::{Deserialize, Serialize};
+
+use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict};
+use crate::error::DedupError;
+
+/// What happens to samples whose text is empty or whitespace only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmptyPolicy {
+    /// Pass them through to the output (decision reason `empty`, kept).
+    #[default]
+    Keep,
+    /// Drop them (decision reason `empty`, dropped).
+    Drop,
+}
+
+/// Settings of a stage-2 run.
+#[derive(Clone, Debug)]
+pub struct ApplyConfig {
+    /// The sketch settings stage 1 used.
+    pub sketcher: Sketcher,
+    /// The row rule stage 1 used.
+    pub rule: RowRule,
+    /// The text selection stage 1 used.
+    pub selector: TextSelector,
+    /// Decision settings.
+    pub dedup: DedupConfig,
+    /// Empty-text policy.
+    pub empty: EmptyPolicy,
+    /// Worker threads (0 = all cores).
+    pub threads: usize,
+    /// Target size of one read block.
+    pub block_bytes: usize,
+    /// Bad input policy.
+    pub on_error: OnError,
+    /// Where the filtered dataset goes (none: decide only).
+    pub output: Option<OutputOptions>,
+    /// Where the decisions go (`.jsonl` or `.parquet`).
+    pub decisions: Option<PathBuf>,
+}
+
+/// One decision, as handed to an observer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// The sample.
+    pub addr: SampleAddr,
+    /// Its id, when an id field is configured and present.
+    pub id: Option<String>,
+    /// Kept or dropped.
+    pub keep: bool,
+    /// Why.
+    pub reason: Reason,
+    /// The sample it duplicates.
+    pub dup_of: Option<SampleAddr>,
+    /// That sample's id.
+    pub dup_of_id: Option<String>,
+    /// The similarity that decided (1.0 for exact copies).
+    pub similarity: Option<f64>,
+}
+
+/// What stage 2 did.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct DedupStats {
+    /// Records read.
+    pub records: u64,
+    /// Records written to the output.
+    pub records_kept: u64,
+    /// Records left out of the output.
+    pub records_dropped: u64,
+    /// Sample slots decided (= rows of the decisions file).
+    pub samples: u64,
+    /// Samples kept as unique (including cold ones).
+    pub unique: u64,
+    /// Samples that hit no hot key (kept without any signature work).
+    pub cold: u64,
+    /// Samples dropped as near duplicates.
+    pub near: u64,
+    /// Samples dropped as exact duplicates.
+    pub exact: u64,
+    /// Empty samples (kept or dropped per the policy).
+    pub empty: u64,
+    /// Sample slots that could not be read (passed through, reason `error`).
+    pub errors: u64,
+    /// The decision core's counters.
+    pub deduper: DeduperStats,
+    /// Output files written.
+    pub outputs: Vec<OutputFile>,
+    /// Wall seconds.
+    pub seconds: f64,
+    /// Input MB/s.
+    pub mb_per_second: f64,
+    /// Input bytes read.
+    pub bytes: u64,
+}
+
+/// One output file (or its parts, when split by size).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFile {
+    /// The files written.
+    pub paths: Vec<PathBuf>,
+    /// Records written.
+    pub records: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+impl From<WrittenFile> for OutputFile {
+    fn from(w: WrittenFile) -> Self {
+        OutputFile { paths: w.paths, records: w.records, bytes: w.bytes }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Skipped,
+    Blank,
+    Cold,
+    Hot { content_hash: u128, sig: u32, shingles: (u32, u32) },
+}
+
+struct SampleWork {
+    record: u32,
+    field: u32,
+    kind: Kind,
+    id: Option<(u32, u32)>,
+}
+
+/// One block, read and prepared by a worker.
+struct BlockWork {
+    block: Block,
+    samples: Vec<SampleWork>,
+    signatures: Vec<u32>,
+    rows: Vec<u64>,
+    hot: Vec<bool>,
+    shingles: Vec<u64>,
+    ids: String,
+}
+
+enum Msg {
+    Block(Box<BlockWork>),
+    End { records: u64, rows: u64, error: Option<String> },
+}
+
+struct ChunkJob<'a> {
+    file: usize,
+    chunk: Chunk,
+    row_base: u64,
+    expect: &'a neardup_keys::ChunkRows,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn prepare_chunk(
+    job: &ChunkJob<'_>,
+    input: &neardup_corpus::InputFile,
+    mask: &HotMask,
+    cfg: &ApplyConfig,
+    needs_shingles: bool,
+    stop: &AtomicBool,
+    mut send: impl FnMut(Msg) -> bool,
+) {
+    let opts = ReadOptions {
+        selector: cfg.selector.clone(),
+        projection: Projection::FullRecords,
+        block_bytes: cfg.block_bytes,
+    };
+    let columns = cfg.rule.columns(cfg.sketcher.bands());
+    let num_perm = cfg.sketcher.num_perm();
+    let mut scratch = Scratch::default();
+    let mut sig = vec![0u32; num_perm];
+    let mut row_keys = vec![0u64; columns];
+    let mut set = Vec::new();
+    let mut row = job.row_base;
+    let mut records = 0u64;
+    let mut error = None;
+    for block in read_chunk(input, &job.chunk, &opts) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let block = match block {
+            Ok(b) => b,
+            Err(e) => {
+                error = Some(e.to_string());
+                break;
+            }
+        };
+        let mut samples = Vec::new();
+        let mut signatures = Vec::new();
+        let mut rows = Vec::new();
+        let mut hot = Vec::new();
+        let mut shingles = Vec::new();
+        let mut ids = String::new();
+        block.for_each_sample(&cfg.selector, |s| {
+            let id = s.id.as_ref().map(|id| {
+                let start = ids.len() as u32;
+                ids.push_str(id);
+                (start, ids.len() as u32)
+            });
+            let kind = match s.text {
+                SampleText::Skipped(_) => Kind::Skipped,
+                SampleText::Text(text) => {
+                    let this_row = row;
+                    row += 1;
+                    if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
+                        if neardup_sketch::is_blank(&text) { Kind::Blank } else { Kind::Cold }
+                    } else {
+                        let r = cfg.rule.sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut row_keys);
+                        if r.kind == RowKind::Blank {
+                            Kind::Blank
+                        } else {
+                            let sig_at = (signatures.len() / num_perm) as u32;
+                            signatures.extend_from_slice(&sig);
+                            rows.extend_from_slice(&row_keys);
+                            hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
+                            let sh_start = shingles.len() as u32;
+                            if needs_shingles {
+                                cfg.sketcher.shingle_set(&text, &mut scratch, &mut set);
+                                shingles.extend_from_slice(&set);
+                            }
+                            Kind::Hot {
+                                content_hash: r.content_hash,
+                                sig: sig_at,
+                                shingles: (sh_start, shingles.len() as u32),
+                            }
+                        }
+                    }
+                }
+            };
+            samples.push(SampleWork { record: s.record as u32, field: s.field, kind, id });
+        });
+        records += block.num_records() as u64;
+        let w = BlockWork { block, samples, signatures, rows, hot, shingles, ids };
+        if !send(Msg::Block(Box::new(w))) {
+            return;
+        }
+    }
+    send(Msg::End { records, rows: row - job.row_base, error });
+}
+
+/// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
+/// mask of their rows. Calls `observe` with every decision in input order.
+pub fn run_dedup(
+    files: &[FileRows],
+    mask: &HotMask,
+    cfg: &ApplyConfig,
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<DedupStats, DedupError> {
+    let started = Instant::now();
+    let total_rows: u64 = files.iter().map(|f| f.rows).sum();
+    if total_rows != mask.rows() as u64 {
+        return Err(DedupError::Mismatch(format!(
+            "the hot mask covers {} rows but the inputs have {total_rows}",
+            mask.rows()
+        )));
+    }
+    let mut deduper = Deduper::new(cfg.dedup.clone(), cfg.sketcher.num_perm(), cfg.sketcher.bands(), cfg.rule)
+        .map_err(DedupError::Config)?;
+    let needs_shingles = deduper.needs_shingles();
+    let threads = if cfg.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { cfg.threads };
+
+    // Jobs: every chunk of every file, with the row its first sample has in the table.
+    let mut jobs = Vec::new();
+    let mut file_first_job = Vec::new();
+    let mut row_base = 0u64;
+    let mut record_bases = Vec::new();
+    for (fi, f) in files.iter().enumerate() {
+        file_first_job.push(jobs.len());
+        let mut record_base = 0;
+        for (seq, c) in f.chunks.iter().enumerate() {
+            jobs.push(ChunkJob { file: fi, chunk: Chunk { file: fi, seq, range: c.range.clone() }, row_base, expect: c });
+            record_bases.push(record_base);
+            row_base += c.rows;
+            record_base += c.records;
+        }
+    }
+    let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
+
+    let output = match &cfg.output {
+        Some(o) => Some(OutputDir::create(o).map_err(|e| DedupError::Output(e.to_string()))?),
+        None => None,
+    };
+    let mut decisions = match &cfg.decisions {
+        Some(p) => Some(DecisionWriter::create(p).map_err(|e| DedupError::Output(e.to_string()))?),
+        None => None,
+    };
+    let file_names: Vec<String> = inputs.iter().map(|f| f.path.display().to_string()).collect();
+
+    let window = threads * 2;
+    let next_job = AtomicUsize::new(0);
+    let collected = Mutex::new(0usize);
+    let progress = Condvar::new();
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = crossbeam_channel::bounded::<(usize, usize, Msg)>(window * 4);
+    let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(8);
+
+    let mut stats = DedupStats::default();
+    let mut failure: Option<DedupError> = None;
+    let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
+
+    let written = std::thread::scope(|scope| {
+        let writer = output.as_ref().map(|out| {
+            let inputs = &inputs;
+            scope.spawn(move || write_outputs(out, inputs, wrx))
+        });
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (next_job, collected, progress, stop, jobs, inputs) = (&next_job, &collected, &progress, &stop, &jobs, &inputs);
+            scope.spawn(move || {
+                loop {
+                    let i = next_job.fetch_add(1, Ordering::Relaxed);
+                    if i >= jobs.len() {
+                        break;
+                    }
+                    {
+                        let mut done = collected.lock().expect("collector lock");
+                        while i >= *done + window && !stop.load(Ordering::Relaxed) {
+                            done = progress.wait(done).expect("collector lock");
+                        }
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let job = &jobs[i];
+                    let mut seq = 0;
+                    prepare_chunk(job, &inputs[job.file], mask, cfg, needs_shingles, stop, |m| {
+                        seq += 1;
+                        tx.send((i, seq - 1, m)).is_ok()
+                    });
+                }
+            });
+        }
+        drop(tx);
+
+        let mut pending: BTreeMap<(usize, usize), Msg> = BTreeMap::new();
+        let (mut job, mut seq) = (0usize, 0usize);
+        let mut file_started = vec![false; inputs.len()];
+        'recv: for (i, s, m) in rx.iter() {
+            pending.insert((i, s), m);
+            while let Some(m) = pending.remove(&(job, seq)) {
+                if failure.is_some() {
+                    break 'recv;
+                }
+                let fi = jobs[job].file;
+                if !file_started[fi] {
+                    file_started[fi] = true;
+                    if output.is_some() && wtx.send(WriterMsg::Start(fi)).is_err() {
+                        failure = Some(DedupError::Output("the output writer stopped".into()));
+                    }
+                }
+                match m {
+                    Msg::Block(work) => {
+                        let keep = decide_block(
+                            &work,
+                            fi as u32,
+                            record_bases[job],
+                            cfg,
+                            &mut deduper,
+                            &mut stats,
+                            &mut ids,
+                            &file_names,
+                            decisions.as_mut(),
+                            observe,
+                        );
+                        match keep {
+                            Err(e) => failure = Some(e),
+                            Ok(keep) => {
+                                stats.bytes += work.block.input_bytes();
+                                if output.is_some() && wtx.send(WriterMsg::Block(work.block, keep)).is_err() {
+                                    failure = Some(DedupError::Output("the output writer stopped".into()));
+                                }
+                            }
+                        }
+                        seq += 1;
+                    }
+                    Msg::End { records, rows, error } => {
+                        let expect = jobs[job].expect;
+                        if let Some(e) = &error
+                            && (cfg.on_error == OnError::Fail || !expect.read_error)
+                        {
+                            failure = Some(DedupError::Input(e.clone()));
+                        } else if records != expect.records || rows != expect.rows {
+                            failure = Some(DedupError::Mismatch(format!(
+                                "{}: stage 1 read {} records / {} samples from this part of the file, stage 2 \
+                                 read {records} / {rows}; did the input change between the stages?",
+                                inputs[fi].path.display(),
+                                expect.records,
+                                expect.rows
+                            )));
+                        }
+                        let last_of_file = job + 1 == jobs.len() || jobs[job + 1].file != fi;
+                        if last_of_file && output.is_some() && wtx.send(WriterMsg::End).is_err() {
+                            failure = Some(DedupError::Output("the output writer stopped".into()));
+                        }
+                        job += 1;
+                        seq = 0;
+                        *collected.lock().expect("collector lock") = job;
+                        progress.notify_all();
+                    }
+                }
+                if failure.is_some() {
+                    stop.store(true, Ordering::Relaxed);
+                    progress.notify_all();
+                    break 'recv;
+                }
+            }
+        }
+        // Files without any chunk (nothing to read) still get their (empty) output.
+        if failure.is_none() && output.is_some() {
+            for (fi, started) in file_started.iter().enumerate() {
+                if !started && (wtx.send(WriterMsg::Start(fi)).is_err() || wtx.send(WriterMsg::End).is_err()) {
+                    failure = Some(DedupError::Output("the output writer stopped".into()));
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        progress.notify_all();
+        drop(rx);
+        if failure.is_some() {
+            let _ = wtx.send(WriterMsg::Abort);
+        }
+        drop(wtx);
+        writer.map(|w| w.join().expect("output writer panicked"))
+    });
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    if let Some(w) = written {
+        stats.outputs = w?.into_iter().map(OutputFile::from).collect();
+    }
+    if let Some(d) = decisions {
+        d.finish().map_err(|e| DedupError::Output(e.to_string()))?;
+    }
+    stats.deduper = deduper.stats();
+    stats.seconds = started.elapsed().as_secs_f64();
+    stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.seconds.max(1e-9);
+    Ok(stats)
+}
+
+enum WriterMsg {
+    Start(usize),
+    Block(Block, Vec<bool>),
+    End,
+    Abort,
+}
+
+fn write_outputs(
+    out: &OutputDir,
+    inputs: &[neardup_corpus::InputFile],
+    rx: crossbeam_channel::Receiver<WriterMsg>,
+) -> Result<Vec<WrittenFile>, DedupError> {
+    let mut current: Option<FileWriter> = None;
+    let mut written = Vec::new();
+    for msg in rx {
+        match msg {
+            WriterMsg::Start(fi) => {
+                current = Some(out.file_writer(&inputs[fi]).map_err(|e| DedupError::Output(e.to_string()))?);
+            }
+            WriterMsg::Block(block, keep) => {
+                let w = current.as_mut().expect("block before file start");
+                w.write_block(&block, &keep).map_err(|e| DedupError::Output(e.to_string()))?;
+            }
+            WriterMsg::End => {
+                let w = current.take().expect("file end before start");
+                written.push(w.finish().map_err(|e| DedupError::Output(e.to_string()))?);
+            }
+            // Dropping the writer removes its temporary file: nothing half-written is left.
+            WriterMsg::Abort => return Ok(written),
+        }
+    }
+    Ok(written)
+}
+
+/// Decides every sample of one block in order; returns the keep flag of each record.
+#[allow(clippy::too_many_arguments)]
+fn decide_block(
+    w: &BlockWork,
+    file: u32,
+    record_base: u64,
+    cfg: &ApplyConfig,
+    deduper: &mut Deduper,
+    stats: &mut DedupStats,
+    ids: &mut HashMap<SampleAddr, Box<str>>,
+    file_names: &[String],
+    mut decisions: Option<&mut DecisionWriter>,
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<Vec<bool>, DedupError> {
+    let n = w.block.num_records();
+    // Per record: (samples kept as text, samples dropped).
+    let mut tally = vec![(0u32, 0u32); n];
+    let columns = cfg.rule.columns(cfg.sketcher.bands());
+    let num_perm = cfg.sketcher.num_perm();
+    let first = record_base + w.block.first_record;
+    for s in &w.samples {
+        let addr = SampleAddr { file, record: first + s.record as u64, field: s.field };
+        let id = s.id.map(|(a, b)| &w.ids[a as usize..b as usize]);
+        let (keep, reason, verdict) = match s.kind {
+            Kind::Skipped => {
+                stats.errors += 1;
+                (true, Reason::Error, None)
+            }
+            Kind::Blank => {
+                stats.empty += 1;
+                (cfg.empty == EmptyPolicy::Keep, Reason::Empty, None)
+            }
+            Kind::Cold => {
+                stats.cold += 1;
+                stats.unique += 1;
+                (true, Reason::Unique, None)
+            }
+            Kind::Hot { content_hash, sig, shingles } => {
+                let sig_i = sig as usize;
+                let hot_i = sig_i;
+                let c = Candidate {
+                    addr,
+                    signature: &w.signatures[sig_i * num_perm..(sig_i + 1) * num_perm],
+                    row: &w.rows[hot_i * columns..(hot_i + 1) * columns],
+                    hot: &w.hot[hot_i * columns..(hot_i + 1) * columns],
+                    content_hash,
+                    shingles: deduper
+                        .needs_shingles()
+                        .then(|| &w.shingles[shingles.0 as usize..shingles.1 as usize]),
+                };
+                let v = deduper.decide(&c);
+                // Any hot sample may be named as the original of a later one.
+                if let Some(id) = id {
+                    ids.insert(addr, id.into());
+                }
+                match v {
+                    Verdict::Unique => {
+                        stats.unique += 1;
+                        (true, Reason::Unique, Some(v))
+                    }
+                    Verdict::Near { .. } => {
+                        stats.near += 1;
+                        (false, Reason::Near, Some(v))
+                    }
+                    Verdict::Exact { .. } => {
+                        stats.exact += 1;
+                        (false, Reason::Exact, Some(v))
+                    }
+                }
+            }
+        };
+        stats.samples += 1;
+        let t = &mut tally[s.record as usize];
+        if keep {
+            if !matches!(s.kind, Kind::Skipped | Kind::Blank) {
+                t.0 += 1;
+            }
+        } else {
+            t.1 += 1;
+        }
+        let (dup_of, similarity) = match verdict {
+            Some(Verdict::Near { of, similarity }) => (Some(of), Some(similarity)),
+            Some(Verdict::Exact { of }) => (Some(of), Some(1.0)),
+            _ => (None, None),
+        };
+        let dup_of_id = dup_of.and_then(|a| ids.get(&a)).map(|s| s.to_string());
+        if let Some(d) = decisions.as_deref_mut() {
+            d.write(&DecisionRow {
+                file: &file_names[file as usize],
+                record: addr.record,
+                field: addr.field,
+                id,
+                keep,
+                reason,
+                dup_of_file: dup_of.map(|a| file_names[a.file as usize].as_str()),
+                dup_of_record: dup_of.map(|a| a.record),
+                dup_of_id: dup_of_id.as_deref(),
+                similarity,
+            })
+            .map_err(|e| DedupError::Output(e.to_string()))?;
+        }
+        observe(&Decision {
+            addr,
+            id: id.map(str::to_string),
+            keep,
+            reason,
+            dup_of,
+            dup_of_id,
+            similarity,
+        });
+    }
+    let keep: Vec<bool> = tally.iter().map(|&(kept, dropped)| !(dropped > 0 && kept == 0)).collect();
+    stats.records += n as u64;
+    let kept = keep.iter().filter(|k| **k).count() as u64;
+    stats.records_kept += kept;
+    stats.records_dropped += n as u64 - kept;
+    Ok(keep)
+}

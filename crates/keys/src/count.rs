@@ -1,0 +1,366 @@
+//! The exact key-frequency filter.
+//!
+//! Keys are radix-partitioned by their high bits together with their position in the table, each
+//! partition is sorted and scanned for runs, and a run longer than `min_count` makes its key hot
+//! and sets the hot bit of every position in it. Partitions are ordered by high bits, so the hot
+//! keys come out sorted without a global sort. In memory the partitions are processed in parallel;
+//! past a memory limit they are spilled to files and counted one by one (a partition too large for
+//! the budget is split again on the next bits). Both ways give the same result, exactly: nothing
+//! here is approximate.
+
+use std::fs::{self, File};
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use neardup_sketch::NO_KEY;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::error::KeysError;
+use crate::hot::HotMask;
+
+/// What counting found.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountStats {
+    /// Keys counted (every column of every row except [`NO_KEY`]).
+    pub keys: u64,
+    /// Distinct keys among them.
+    pub distinct_keys: u64,
+    /// Keys seen more than `min_count` times.
+    pub hot_keys: u64,
+    /// Partitions the keys were split into.
+    pub partitions: u64,
+    /// Whether counting went through spill files.
+    pub spilled: bool,
+}
+
+/// The result of counting: the sorted hot keys, the per-position hot mask and statistics.
+pub struct Counted {
+    /// Hot keys, ascending.
+    pub hot_keys: Vec<u64>,
+    /// Hot bit per (row, column).
+    pub mask: HotMask,
+    /// Statistics.
+    pub stats: CountStats,
+}
+
+type Pair = (u64, u64);
+
+/// Scans a sorted partition: appends hot keys, reports hot positions, returns the distinct count.
+fn scan_runs(pairs: &[Pair], min_count: u32, hot: &mut Vec<u64>, mut mark: impl FnMut(u64)) -> u64 {
+    let mut distinct = 0;
+    let mut i = 0;
+    while i < pairs.len() {
+        let key = pairs[i].0;
+        let mut j = i + 1;
+        while j < pairs.len() && pairs[j].0 == key {
+            j += 1;
+        }
+        distinct += 1;
+        if (j - i) as u64 > u64::from(min_count) {
+            hot.push(key);
+            for p in &pairs[i..j] {
+                mark(p.1);
+            }
+        }
+        i = j;
+    }
+    distinct
+}
+
+fn partition_bits_for(keys: usize) -> u32 {
+    // ~16k pairs (256 KiB) per partition keeps each sort inside L2.
+    let parts = (keys / 16_384).max(1).next_power_of_two().min(1 << 14);
+    parts.trailing_zeros()
+}
+
+#[inline]
+fn partition_of(key: u64, shift: u32, bits: u32) -> usize {
+    if bits == 0 { 0 } else { ((key << shift) >> (64 - bits)) as usize }
+}
+
+/// Counts the keys of a row-major table held in memory, in parallel on the current rayon pool.
+pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32) -> Counted {
+    assert!(columns > 0 && keys.len().is_multiple_of(columns));
+    let rows = keys.len() / columns;
+    let bits = partition_bits_for(keys.len());
+    let parts = 1usize << bits;
+    let threads = rayon::current_num_threads().max(1);
+    let span = keys.len().div_ceil(threads).div_ceil(columns).max(1) * columns;
+    let slices: Vec<(usize, &[u64])> =
+        keys.chunks(span).enumerate().map(|(i, s)| (i * span, s)).collect();
+
+    // Each thread scatters its slice into its own partitions, sized exactly by a histogram pass.
+    let scattered: Vec<Vec<Vec<Pair>>> = slices
+        .par_iter()
+        .map(|&(base, slice)| {
+            let mut hist = vec![0usize; parts];
+            for &k in slice {
+                if k != NO_KEY {
+                    hist[partition_of(k, 0, bits)] += 1;
+                }
+            }
+            let mut out: Vec<Vec<Pair>> = hist.iter().map(|&n| Vec::with_capacity(n)).collect();
+            for (i, &k) in slice.iter().enumerate() {
+                if k != NO_KEY {
+                    out[partition_of(k, 0, bits)].push((k, (base + i) as u64));
+                }
+            }
+            out
+        })
+        .collect();
+
+    let mask_bits: Vec<AtomicU64> = (0..(rows * columns).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+    let results: Vec<(Vec<u64>, u64, u64)> = (0..parts)
+        .into_par_iter()
+        .map(|p| {
+            let n: usize = scattered.iter().map(|t| t[p].len()).sum();
+            let mut pairs = Vec::with_capacity(n);
+            for t in &scattered {
+                pairs.extend_from_slice(&t[p]);
+            }
+            pairs.sort_unstable();
+            let mut hot = Vec::new();
+            let distinct = scan_runs(&pairs, min_count, &mut hot, |pos| {
+                mask_bits[(pos / 64) as usize].fetch_or(1 << (pos % 64), Ordering::Relaxed);
+            });
+            (hot, distinct, n as u64)
+        })
+        .collect();
+    drop(scattered);
+
+    let mut stats = CountStats { partitions: parts as u64, ..CountStats::default() };
+    let mut hot_keys = Vec::with_capacity(results.iter().map(|r| r.0.len()).sum());
+    for (hot, distinct, n) in results {
+        stats.distinct_keys += distinct;
+        stats.keys += n;
+        hot_keys.extend_from_slice(&hot);
+    }
+    stats.hot_keys = hot_keys.len() as u64;
+    let bits_vec = mask_bits.into_iter().map(AtomicU64::into_inner).collect();
+    Counted { hot_keys, mask: HotMask::from_bits(rows, columns, bits_vec), stats }
+}
+
+const SPILL_FANOUT_BITS: u32 = 8;
+
+/// Counts keys streamed row block by row block, spilling (key, position) pairs into partition
+/// files under a temporary directory so that memory stays within `budget_bytes` (plus the hot
+/// mask, one bit per key slot).
+pub struct SpillCounter {
+    dir: tempfile::TempDir,
+    columns: usize,
+    rows: u64,
+    writers: Vec<BufWriter<File>>,
+    budget_bytes: u64,
+}
+
+impl SpillCounter {
+    /// Starts a counter spilling under `parent` (the system temp dir when `None`).
+    pub fn new(parent: Option<&Path>, columns: usize, budget_bytes: u64) -> Result<SpillCounter, KeysError> {
+        let dir = match parent {
+            Some(p) => tempfile::Builder::new().prefix("neardup-spill-").tempdir_in(p),
+            None => tempfile::Builder::new().prefix("neardup-spill-").tempdir(),
+        }
+        .map_err(|e| KeysError::io(parent.unwrap_or(Path::new("<tmp>")), e))?;
+        let writers = (0..1usize << SPILL_FANOUT_BITS)
+            .map(|p| {
+                let path = part_path(dir.path(), &[p]);
+                File::create(&path).map(|f| BufWriter::with_capacity(32 * 1024, f)).map_err(|e| KeysError::io(&path, e))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(SpillCounter { dir, columns, rows: 0, writers, budget_bytes: budget_bytes.max(1 << 20) })
+    }
+
+    /// Appends rows (row-major, `columns` keys each).
+    pub fn push_rows(&mut self, keys: &[u64]) -> Result<(), KeysError> {
+        let base = self.rows * self.columns as u64;
+        for (i, &k) in keys.iter().enumerate() {
+            if k == NO_KEY {
+                continue;
+            }
+            let p = partition_of(k, 0, SPILL_FANOUT_BITS);
+            let w = &mut self.writers[p];
+            let mut rec = [0u8; 16];
+            rec[..8].copy_from_slice(&k.to_le_bytes());
+            rec[8..].copy_from_slice(&(base + i as u64).to_le_bytes());
+            w.write_all(&rec).map_err(|e| KeysError::io(self.dir.path(), e))?;
+        }
+        self.rows += (keys.len() / self.columns) as u64;
+        Ok(())
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Counts partition by partition.
+    pub fn finish(self, min_count: u32) -> Result<Counted, KeysError> {
+        let SpillCounter { dir, columns, rows, writers, budget_bytes } = self;
+        for w in writers {
+            w.into_inner().map_err(|e| KeysError::io(dir.path(), e.into_error()))?;
+        }
+        let rows = rows as usize;
+        let mut mask = HotMask::new(rows, columns);
+        let mut hot_keys = Vec::new();
+        let mut stats = CountStats { spilled: true, ..CountStats::default() };
+        for p in 0..1usize << SPILL_FANOUT_BITS {
+            count_part(dir.path(), &[p], SPILL_FANOUT_BITS, budget_bytes, min_count, &mut mask, &mut hot_keys, &mut stats)?;
+        }
+        stats.hot_keys = hot_keys.len() as u64;
+        Ok(Counted { hot_keys, mask, stats })
+    }
+}
+
+fn part_path(dir: &Path, trail: &[usize]) -> PathBuf {
+    let name: Vec<String> = trail.iter().map(|p| format!("{p:03}")).collect();
+    dir.join(format!("part-{}.bin", name.join("-")))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn count_part(
+    dir: &Path,
+    trail: &[usize],
+    bits_used: u32,
+    budget: u64,
+    min_count: u32,
+    mask: &mut HotMask,
+    hot: &mut Vec<u64>,
+    stats: &mut CountStats,
+) -> Result<(), KeysError> {
+    let path = part_path(dir, trail);
+    let len = fs::metadata(&path).map_err(|e| KeysError::io(&path, e))?.len();
+    // Sorting needs the pairs plus a little slack; split again when that would not fit.
+    if len > budget / 2 && bits_used + SPILL_FANOUT_BITS <= 64 {
+        let mut writers: Vec<BufWriter<File>> = (0..1usize << SPILL_FANOUT_BITS)
+            .map(|q| {
+                let mut t = trail.to_vec();
+                t.push(q);
+                let p = part_path(dir, &t);
+                File::create(&p).map(|f| BufWriter::with_capacity(32 * 1024, f)).map_err(|e| KeysError::io(&p, e))
+            })
+            .collect::<Result<_, _>>()?;
+        for_each_pair(&path, |k, pos| {
+            let q = partition_of(k, bits_used, SPILL_FANOUT_BITS);
+            let mut rec = [0u8; 16];
+            rec[..8].copy_from_slice(&k.to_le_bytes());
+            rec[8..].copy_from_slice(&pos.to_le_bytes());
+            writers[q].write_all(&rec)
+        })?;
+        for w in writers {
+            w.into_inner().map_err(|e| KeysError::io(dir, e.into_error()))?;
+        }
+        fs::remove_file(&path).map_err(|e| KeysError::io(&path, e))?;
+        for q in 0..1usize << SPILL_FANOUT_BITS {
+            let mut t = trail.to_vec();
+            t.push(q);
+            count_part(dir, &t, bits_used + SPILL_FANOUT_BITS, budget, min_count, mask, hot, stats)?;
+        }
+        return Ok(());
+    }
+    let mut pairs: Vec<Pair> = Vec::with_capacity((len / 16) as usize);
+    for_each_pair(&path, |k, pos| {
+        pairs.push((k, pos));
+        Ok(())
+    })?;
+    fs::remove_file(&path).map_err(|e| KeysError::io(&path, e))?;
+    pairs.sort_unstable();
+    stats.partitions += 1;
+    stats.keys += pairs.len() as u64;
+    stats.distinct_keys += scan_runs(&pairs, min_count, hot, |pos| mask.set_position(pos as usize));
+    Ok(())
+}
+
+fn for_each_pair(path: &Path, mut f: impl FnMut(u64, u64) -> io::Result<()>) -> Result<(), KeysError> {
+    let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let mut filled = 0;
+        while filled < buf.len() {
+            let n = reader.read(&mut buf[filled..]).map_err(|e| KeysError::io(path, e))?;
+            if n == 0 {
+                break;
+            }
+            filled += n;
+        }
+        if filled % 16 != 0 {
+            return Err(KeysError::Corrupt(format!("{}: spill file is truncated", path.display())));
+        }
+        for rec in buf[..filled].chunks_exact(16) {
+            let k = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));
+            let pos = u64::from_le_bytes(rec[8..].try_into().expect("8 bytes"));
+            f(k, pos).map_err(|e| KeysError::io(path, e))?;
+        }
+        if filled < buf.len() {
+            return Ok(());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn brute(keys: &[u64], columns: usize, min_count: u32) -> (Vec<u64>, Vec<bool>) {
+        let mut counts: HashMap<u64, u64> = HashMap::new();
+        for &k in keys {
+            if k != NO_KEY {
+                *counts.entry(k).or_default() += 1;
+            }
+        }
+        let mut hot: Vec<u64> = counts.iter().filter(|(_, c)| **c > u64::from(min_count)).map(|(k, _)| *k).collect();
+        hot.sort_unstable();
+        let bits = keys.iter().map(|k| *k != NO_KEY && counts[k] > u64::from(min_count)).collect();
+        let _ = columns;
+        (hot, bits)
+    }
+
+    fn sample_keys(n: usize, distinct: u64, seed: u64) -> Vec<u64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let v = (x >> 33) % distinct;
+                if v == 0 { NO_KEY } else { v.wrapping_mul(0x9E3779B97F4A7C15) | 1 }
+            })
+            .collect()
+    }
+
+    fn check(c: &Counted, keys: &[u64], columns: usize, min_count: u32) {
+        let (hot, bits) = brute(keys, columns, min_count);
+        assert_eq!(c.hot_keys, hot);
+        for (pos, b) in bits.iter().enumerate() {
+            assert_eq!(c.mask.is_hot(pos / columns, pos % columns), *b, "position {pos}");
+        }
+    }
+
+    #[test]
+    fn in_memory_equals_brute_force() {
+        for (n, distinct, min_count) in [(0, 10, 1), (17 * 3, 5, 1), (17 * 4000, 30_000, 1), (17 * 20_000, 90_000, 2)] {
+            let keys = sample_keys(n, distinct, n as u64 + 1);
+            let c = count_in_memory(&keys, 17, min_count);
+            check(&c, &keys, 17, min_count);
+        }
+    }
+
+    #[test]
+    fn spilled_equals_in_memory_even_when_partitions_split() {
+        let keys = sample_keys(9 * 30_000, 100_000, 7);
+        let mem = count_in_memory(&keys, 9, 1);
+        // A budget far below the data forces the recursive split path.
+        let mut sc = SpillCounter::new(None, 9, 1).unwrap();
+        sc.budget_bytes = 8 * 1024;
+        for block in keys.chunks(9 * 1000) {
+            sc.push_rows(block).unwrap();
+        }
+        let spilled = sc.finish(1).unwrap();
+        assert_eq!(spilled.hot_keys, mem.hot_keys);
+        assert_eq!(spilled.mask, mem.mask);
+        assert_eq!(spilled.stats.distinct_keys, mem.stats.distinct_keys);
+        assert_eq!(spilled.stats.keys, mem.stats.keys);
+        check(&spilled, &keys, 9, 1);
+    }
+}

@@ -1,0 +1,196 @@
+//! The key-frequency filter's products: the hot-key set and the per-row hot mask.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::Path;
+
+use hashbrown::HashSet;
+use neardup_corpus::AtomicFile;
+use neardup_sketch::NO_KEY;
+use serde::{Deserialize, Serialize};
+
+use crate::error::KeysError;
+use crate::table::{
+    ChecksumReader, ChecksumWriter, KeyTable, TableLayout, read_framed_header, read_u64s, truncated,
+    verify_trailer, write_framed_header, write_u64s,
+};
+
+/// The keys seen more than `min_count` times, sorted ascending, with the settings they came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotKeys {
+    layout: TableLayout,
+    min_count: u32,
+    keys: Vec<u64>,
+}
+
+const HOT_MAGIC: &[u8; 8] = b"NDHOTK\x00\x01";
+const HOT_END: &[u8; 8] = b"NDHOTEND";
+
+#[derive(Serialize, Deserialize)]
+struct HotHeader {
+    format_version: u32,
+    layout: TableLayout,
+    min_count: u32,
+    keys: u64,
+}
+
+impl HotKeys {
+    /// Wraps an ascending, duplicate-free key list.
+    pub fn new(layout: TableLayout, min_count: u32, keys: Vec<u64>) -> HotKeys {
+        debug_assert!(keys.windows(2).all(|w| w[0] < w[1]));
+        HotKeys { layout, min_count, keys }
+    }
+    /// The settings of the tables the keys were counted from.
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
+    }
+    /// A key is hot when seen more than this many times.
+    pub fn min_count(&self) -> u32 {
+        self.min_count
+    }
+    /// The hot keys, ascending.
+    pub fn keys(&self) -> &[u64] {
+        &self.keys
+    }
+    /// Number of hot keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+    /// True when no key is hot.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+    /// Whether `key` is hot (binary search; build a [`HotKeys::lookup`] set for many queries).
+    pub fn contains(&self, key: u64) -> bool {
+        self.keys.binary_search(&key).is_ok()
+    }
+    /// A hash set of the hot keys for fast membership tests.
+    pub fn lookup(&self) -> HashSet<u64> {
+        self.keys.iter().copied().collect()
+    }
+
+    /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file").
+    pub fn save(&self, path: &Path) -> Result<(), KeysError> {
+        let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
+        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let header = HotHeader {
+            format_version: 1,
+            layout: self.layout.clone(),
+            min_count: self.min_count,
+            keys: self.keys.len() as u64,
+        };
+        write_framed_header(&mut out, HOT_MAGIC, &header).map_err(|e| KeysError::io(path, e))?;
+        write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
+        let (mut buf, sum) = out.finish();
+        buf.write_all(&sum.to_le_bytes()).map_err(|e| KeysError::io(path, e))?;
+        buf.write_all(HOT_END).map_err(|e| KeysError::io(path, e))?;
+        let file = buf.into_inner().map_err(|e| KeysError::io(path, e.into_error()))?;
+        file.commit().map_err(|e| KeysError::io(path, e))
+    }
+
+    /// Reads a hot-key file, verifying its checksum and order.
+    pub fn load(path: &Path) -> Result<HotKeys, KeysError> {
+        let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+        let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
+        let header: HotHeader = read_framed_header(&mut input, HOT_MAGIC, path)?;
+        if header.format_version != 1 {
+            return Err(KeysError::Corrupt(format!(
+                "{}: hot-key format version {} is not supported (this build reads version 1)",
+                path.display(),
+                header.format_version
+            )));
+        }
+        let keys = read_u64s(&mut input, header.keys as usize).map_err(|e| truncated(path, e))?;
+        verify_trailer(input, path, HOT_END)?;
+        if !keys.windows(2).all(|w| w[0] < w[1]) {
+            return Err(KeysError::Corrupt(format!("{}: hot keys are not strictly ascending", path.display())));
+        }
+        Ok(HotKeys { layout: header.layout, min_count: header.min_count, keys })
+    }
+}
+
+/// One bit per (row, column): set when that key of that row is hot. A row with no bit set is
+/// unique and stage 2 never looks at it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotMask {
+    columns: usize,
+    rows: usize,
+    bits: Vec<u64>,
+}
+
+impl HotMask {
+    /// An all-cold mask.
+    pub fn new(rows: usize, columns: usize) -> HotMask {
+        HotMask { columns, rows, bits: vec![0; (rows * columns).div_ceil(64)] }
+    }
+
+    pub(crate) fn from_bits(rows: usize, columns: usize, bits: Vec<u64>) -> HotMask {
+        debug_assert_eq!(bits.len(), (rows * columns).div_ceil(64));
+        HotMask { columns, rows, bits }
+    }
+
+    /// The mask of `table`'s rows under `hot` (used when stage 2 runs apart from stage 1, given
+    /// a hot-key file and the shard's table).
+    pub fn from_table(table: &KeyTable, hot: &HotKeys) -> Result<HotMask, KeysError> {
+        table.layout().check_compatible(hot.layout())?;
+        let set = hot.lookup();
+        let mut mask = HotMask::new(table.rows(), table.columns());
+        for (pos, key) in table.keys().iter().enumerate() {
+            if *key != NO_KEY && set.contains(key) {
+                mask.set_position(pos);
+            }
+        }
+        Ok(mask)
+    }
+
+    /// Concatenates masks of consecutive shards.
+    pub fn concat(parts: &[HotMask]) -> HotMask {
+        let columns = parts.first().map_or(0, |m| m.columns);
+        let rows = parts.iter().map(|m| m.rows).sum();
+        let mut out = HotMask::new(rows, columns);
+        let mut base = 0;
+        for part in parts {
+            assert_eq!(part.columns, columns, "masks of different widths");
+            for pos in 0..part.rows * part.columns {
+                if part.get_position(pos) {
+                    out.set_position(base + pos);
+                }
+            }
+            base += part.rows * part.columns;
+        }
+        out
+    }
+
+    pub(crate) fn set_position(&mut self, pos: usize) {
+        self.bits[pos / 64] |= 1 << (pos % 64);
+    }
+    fn get_position(&self, pos: usize) -> bool {
+        self.bits[pos / 64] >> (pos % 64) & 1 == 1
+    }
+
+    /// Rows covered.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+    /// Columns per row.
+    pub fn columns(&self) -> usize {
+        self.columns
+    }
+    /// Whether column `col` of `row` holds a hot key.
+    pub fn is_hot(&self, row: usize, col: usize) -> bool {
+        self.get_position(row * self.columns + col)
+    }
+    /// Whether any key of `row` is hot.
+    pub fn is_hot_row(&self, row: usize) -> bool {
+        let start = row * self.columns;
+        (start..start + self.columns).any(|p| self.get_position(p))
+    }
+    /// Number of rows with at least one hot key.
+    pub fn hot_rows(&self) -> usize {
+        (0..self.rows).filter(|&r| self.is_hot_row(r)).count()
+    }
+    /// Bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.bits.len() * 8
+    }
+}

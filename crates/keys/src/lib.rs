@@ -1,0 +1,34 @@
+//! Stage 1 of neardup: every bucket key of every sample, in one compact table, and the hot keys.
+//!
+//! This crate owns:
+//! - the **row rule** ([`RowRule`]): how one sample becomes one row of `u64` keys — a bucket key per
+//!   LSH band and, optionally, a content key for exact duplicates. Stage 2 calls the same rule, so
+//!   both passes agree on every row;
+//! - the **key table** ([`KeyTable`]): `rows × columns` keys, row-major, plus the per-file row counts
+//!   that map rows back to sample addresses, and its versioned, checksummed file format;
+//! - the **pipeline** ([`run_keys`]): worker threads read input chunks (from `neardup-corpus`) and
+//!   sketch them (with `neardup-sketch`); rows are assembled in input order whatever the thread
+//!   count, with bounded look-ahead;
+//! - the **exact key-frequency filter** ([`count_in_memory`], [`SpillCounter`]): radix partitioning
+//!   by high key bits, per-partition sort and run scan, in parallel in memory or partition by
+//!   partition from spill files under a memory limit; it yields the sorted [`HotKeys`] and the
+//!   per-(row, column) [`HotMask`];
+//! - merging the tables of several shards ([`merge_tables`]) and the hot-key file format.
+//!
+//! It does not read or parse files itself (that is `neardup-corpus`), compute hashes (that is
+//! `neardup-sketch`), or decide duplicates (that is stage 2, `neardup-dedup`).
+#![warn(missing_docs)]
+
+mod count;
+mod error;
+mod hot;
+mod row;
+mod stage;
+mod table;
+
+pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
+pub use error::KeysError;
+pub use hot::{HotKeys, HotMask};
+pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
+pub use stage::{KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, merge_tables, run_keys};
+pub use table::{ChunkRows, FileRows, KeyTable, TableLayout};

@@ -1,0 +1,121 @@
+//! How one sample becomes one row of the key table.
+//!
+//! Both stages must turn a sample into exactly the same row, so the rule lives here, once, and
+//! stage 2 calls it for the samples it re-checks.
+
+use neardup_sketch::{NO_KEY, Scratch, Sketcher, content_hash, is_blank};
+use serde::{Deserialize, Serialize};
+
+/// What to do with samples whose shingle set is empty (text shorter than the shingle size after
+/// normalisation).
+///
+/// MinHash gives every empty set the same signature (all slots `u32::MAX`), so taken literally all
+/// short texts would be near-duplicates of one another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShortTextPolicy {
+    /// Short texts get no band keys; only their content key (exact duplicates) is counted. The
+    /// default: two different three-letter texts are not near-duplicates.
+    #[default]
+    ExactOnly,
+    /// Short texts keep the all-`u32::MAX` signature and its band keys, as datasketch and
+    /// lshcurator do (used by the lshcurator compatibility preset).
+    EmptySignature,
+}
+
+/// The per-sample rule of both stages: which columns a sample fills and with what.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowRule {
+    /// Compute MinHash band keys. Off for exact-only deduplication, where the content key is the
+    /// only column and no signature is ever computed.
+    pub band_keys: bool,
+    /// Count the content hash of the normalised text as an extra column, so stage 2 can drop exact
+    /// copies without comparing signatures.
+    pub exact_key: bool,
+    /// What short texts get.
+    pub short_texts: ShortTextPolicy,
+}
+
+impl Default for RowRule {
+    fn default() -> Self {
+        RowRule { band_keys: true, exact_key: true, short_texts: ShortTextPolicy::ExactOnly }
+    }
+}
+
+/// What kind of row a sample produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowKind {
+    /// Empty or whitespace-only text: every column is [`NO_KEY`].
+    Blank,
+    /// Fewer shingles than one: band keys per [`ShortTextPolicy`].
+    Short,
+    /// An ordinary text with band keys.
+    Normal,
+}
+
+/// The outcome of sketching one sample into a row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowSketch {
+    /// The row's kind.
+    pub kind: RowKind,
+    /// The 128-bit content hash of the normalised text (0 for blank samples).
+    pub content_hash: u128,
+}
+
+/// The 64-bit content key stored in the table for a 128-bit content hash; never [`NO_KEY`].
+pub fn content_key(content_hash: u128) -> u64 {
+    let key = content_hash as u64;
+    if key == NO_KEY { 1 } else { key }
+}
+
+impl RowRule {
+    /// Number of band-key columns for `bands` bands (0 when band keys are off).
+    pub fn band_columns(&self, bands: usize) -> usize {
+        if self.band_keys { bands } else { 0 }
+    }
+
+    /// Number of u64 columns per row for `bands` bands.
+    pub fn columns(&self, bands: usize) -> usize {
+        self.band_columns(bands) + usize::from(self.exact_key)
+    }
+
+    /// Sketches `text` into `row` (`row.len() == self.columns(bands)`), using `sig`
+    /// (`len == num_perm`) as the signature buffer, which holds the signature afterwards for
+    /// [`RowKind::Normal`] (and for [`RowKind::Short`]).
+    pub fn sketch(
+        &self,
+        sketcher: &Sketcher,
+        text: &str,
+        scratch: &mut Scratch,
+        sig: &mut [u32],
+        row: &mut [u64],
+    ) -> RowSketch {
+        let bands = sketcher.bands();
+        debug_assert_eq!(row.len(), self.columns(bands));
+        if is_blank(text) {
+            row.fill(NO_KEY);
+            return RowSketch { kind: RowKind::Blank, content_hash: 0 };
+        }
+        if !self.band_keys {
+            let hash = content_hash(&sketcher.config().normalizer.normalize(text));
+            if let Some(slot) = row.first_mut() {
+                *slot = content_key(hash);
+            }
+            return RowSketch { kind: RowKind::Normal, content_hash: hash };
+        }
+        let (band_cols, rest) = row.split_at_mut(bands);
+        let info = sketcher.sketch(text, scratch, sig, band_cols);
+        let kind = if info.shingles == 0 {
+            if self.short_texts == ShortTextPolicy::ExactOnly {
+                band_cols.fill(NO_KEY);
+            }
+            RowKind::Short
+        } else {
+            RowKind::Normal
+        };
+        if let Some(slot) = rest.first_mut() {
+            *slot = content_key(info.content_hash);
+        }
+        RowSketch { kind, content_hash: info.content_hash }
+    }
+}

@@ -1,0 +1,490 @@
+//! The stage-1 pipeline: read every input chunk with worker threads, sketch each sample into a
+//! row of keys, assemble the rows in input order, and count them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Instant;
+
+use neardup_corpus::{
+    Chunk, InputFile, Projection, ReadOptions, SampleText, TextSelector, plan_chunks, read_chunk,
+};
+use neardup_sketch::{Scratch, Sketcher};
+use serde::{Deserialize, Serialize};
+
+use crate::count::{CountStats, Counted, SpillCounter, count_in_memory};
+use crate::error::KeysError;
+use crate::hot::{HotKeys, HotMask};
+use crate::row::{RowKind, RowRule};
+use crate::table::{ChunkRows, FileRows, KeyTable, TableLayout};
+
+/// What to do when an input record or file cannot be read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnError {
+    /// Count it, quote it in the report, and go on.
+    #[default]
+    Skip,
+    /// Stop the run at the first problem.
+    Fail,
+}
+
+/// Settings of stage 1.
+#[derive(Clone, Debug)]
+pub struct KeysConfig {
+    /// How texts become keys.
+    pub sketcher: Sketcher,
+    /// Which columns a sample fills.
+    pub rule: RowRule,
+    /// Which fields of a record are the text.
+    pub selector: TextSelector,
+    /// A key is hot when seen more than this many times (lshcurator's `filter_low_freq_bucket_keys`).
+    pub min_count: u32,
+    /// Worker threads (0 = all cores).
+    pub threads: usize,
+    /// Target size of one unit of parallel work within a large file.
+    pub chunk_bytes: u64,
+    /// Target size of one read block.
+    pub block_bytes: usize,
+    /// When the key table would exceed this many bytes, spill and count from disk.
+    pub memory_limit: Option<u64>,
+    /// Where spill files go (the system temp dir when `None`).
+    pub spill_dir: Option<PathBuf>,
+    /// Bad input policy.
+    pub on_error: OnError,
+}
+
+impl KeysConfig {
+    /// Defaults for everything but the sketcher and the selector.
+    pub fn new(sketcher: Sketcher, selector: TextSelector) -> KeysConfig {
+        KeysConfig {
+            sketcher,
+            rule: RowRule::default(),
+            selector,
+            min_count: 1,
+            threads: 0,
+            chunk_bytes: 32 << 20,
+            block_bytes: 4 << 20,
+            memory_limit: None,
+            spill_dir: None,
+            on_error: OnError::Skip,
+        }
+    }
+
+    /// The table layout these settings produce.
+    pub fn layout(&self) -> TableLayout {
+        let cfg = self.sketcher.config();
+        TableLayout {
+            sketch_fingerprint: cfg.fingerprint(),
+            sketch_description: format!(
+                "{:?} num_perm={} seed={} shingles={} bands={}x{} band_keys={:?}",
+                cfg.scheme,
+                cfg.num_perm,
+                cfg.seed,
+                cfg.shingler.describe(),
+                cfg.lsh.bands,
+                cfg.lsh.rows,
+                cfg.band_keys
+            ),
+            bands: self.rule.band_columns(self.sketcher.bands()),
+            rule: self.rule,
+            selector: self.selector.clone(),
+        }
+    }
+
+    fn effective_threads(&self) -> usize {
+        if self.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { self.threads }
+    }
+}
+
+/// One quoted input problem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The input file.
+    pub file: PathBuf,
+    /// The record (0-based line or row within the file), when known.
+    pub record: Option<u64>,
+    /// The field slot, when known.
+    pub field: Option<u32>,
+    /// Kind, e.g. `malformed_json` or `truncated`.
+    pub kind: String,
+    /// Details.
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(r) = self.record {
+            write!(f, ": record {}", r + 1)?;
+        }
+        if let Some(fl) = self.field {
+            write!(f, " field {fl}")?;
+        }
+        write!(f, ": {}", self.kind)?;
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+/// How many problems are quoted in full; the rest are only counted.
+pub const QUOTED_PROBLEMS: usize = 20;
+
+/// Statistics of a stage-1 run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct KeysStats {
+    /// Input files.
+    pub files: u64,
+    /// Records read (JSONL lines including blank ones, Parquet rows).
+    pub records: u64,
+    /// Sample slots with a text (= table rows).
+    pub samples: u64,
+    /// Samples whose text is empty or whitespace only.
+    pub blank_samples: u64,
+    /// Samples with no shingle (shorter than the shingle size).
+    pub short_samples: u64,
+    /// Sample slots skipped, by reason (`malformed_json`, `missing_field`, ...).
+    pub skipped: BTreeMap<String, u64>,
+    /// Files (or parts of files) that could not be read to the end, by kind.
+    pub read_errors: BTreeMap<String, u64>,
+    /// The first problems, quoted.
+    pub problems: Vec<Problem>,
+    /// Input bytes read.
+    pub bytes: u64,
+    /// Columns per row.
+    pub columns: u64,
+    /// Key-table bytes per sample.
+    pub bytes_per_sample: u64,
+    /// Rows with at least one hot key.
+    pub hot_samples: u64,
+    /// `hot_samples / samples`.
+    pub hot_share: f64,
+    /// The frequency filter's numbers.
+    pub count: CountStats,
+    /// Seconds spent reading and sketching.
+    pub sketch_seconds: f64,
+    /// Seconds spent counting.
+    pub count_seconds: f64,
+    /// Input MB/s of the read + sketch phase.
+    pub mb_per_second: f64,
+}
+
+/// Where the table of a run lives.
+pub enum TableStore {
+    /// The whole table, in memory.
+    Memory(KeyTable),
+    /// Too large for the memory limit: the rows went to the counter's spill files only.
+    Spilled,
+}
+
+/// Stage 1's products for one shard of inputs.
+pub struct KeysOutput {
+    /// The table's settings.
+    pub layout: TableLayout,
+    /// Per-file record and row counts, in row order.
+    pub files: Vec<FileRows>,
+    /// The table (unless spilled).
+    pub table: TableStore,
+    /// The hot keys.
+    pub hot: HotKeys,
+    /// The hot bit of every key of every row.
+    pub mask: HotMask,
+    /// Statistics.
+    pub stats: KeysStats,
+}
+
+struct ChunkOutput {
+    keys: Vec<u64>,
+    records: u64,
+    rows: u64,
+    bytes: u64,
+    blank: u64,
+    short: u64,
+    skipped: HashMap<&'static str, u64>,
+    /// (chunk-local record, field, kind, message)
+    problems: Vec<(Option<u64>, Option<u32>, String, String)>,
+    read_error: Option<(String, String)>,
+}
+
+/// Reads and sketches one chunk into rows.
+fn sketch_chunk(file: &InputFile, chunk: &Chunk, cfg: &KeysConfig, stop: &AtomicBool) -> ChunkOutput {
+    let opts = ReadOptions {
+        selector: cfg.selector.clone(),
+        projection: Projection::TextOnly,
+        block_bytes: cfg.block_bytes,
+    };
+    let columns = cfg.rule.columns(cfg.sketcher.bands());
+    let mut out = ChunkOutput {
+        keys: Vec::new(),
+        records: 0,
+        rows: 0,
+        bytes: 0,
+        blank: 0,
+        short: 0,
+        skipped: HashMap::new(),
+        problems: Vec::new(),
+        read_error: None,
+    };
+    let mut scratch = Scratch::default();
+    let mut sig = vec![0u32; cfg.sketcher.num_perm()];
+    for block in read_chunk(file, chunk, &opts) {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let block = match block {
+            Ok(b) => b,
+            Err(e) => {
+                out.read_error = Some((e.kind().to_string(), e.to_string()));
+                break;
+            }
+        };
+        out.bytes += block.input_bytes();
+        let first = out.records;
+        block.for_each_sample(&cfg.selector, |sample| match sample.text {
+            SampleText::Text(text) => {
+                let start = out.keys.len();
+                out.keys.resize(start + columns, 0);
+                let r = cfg.rule.sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut out.keys[start..]);
+                out.rows += 1;
+                match r.kind {
+                    RowKind::Blank => out.blank += 1,
+                    RowKind::Short => out.short += 1,
+                    RowKind::Normal => {}
+                }
+            }
+            SampleText::Skipped(reason) => {
+                *out.skipped.entry(reason.kind()).or_default() += 1;
+                if out.problems.len() < QUOTED_PROBLEMS {
+                    out.problems.push((
+                        Some(first + sample.record as u64),
+                        Some(sample.field),
+                        reason.kind().to_string(),
+                        format!("{reason:?}"),
+                    ));
+                }
+            }
+        });
+        out.records += block.num_records() as u64;
+    }
+    out
+}
+
+/// Where assembled rows go.
+enum Sink {
+    Memory(Vec<u64>),
+    Spill(SpillCounter),
+}
+
+/// Runs stage 1 over `files` (one shard): sketches every sample, counts the keys and finds the hot
+/// ones. Rows come out in input order whatever the thread count.
+pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<KeysOutput, KeysError> {
+    cfg.sketcher.config().validate().map_err(|e| KeysError::Config(e.to_string()))?;
+    let layout = cfg.layout();
+    let columns = layout.columns();
+    let threads = cfg.effective_threads();
+    let chunks = plan_chunks(files, cfg.chunk_bytes);
+    let started = Instant::now();
+
+    let mut stats = KeysStats { files: files.len() as u64, columns: columns as u64, ..KeysStats::default() };
+    let mut file_rows: Vec<FileRows> =
+        files.iter().map(|f| FileRows { input: f.clone(), records: 0, rows: 0, chunks: Vec::new() }).collect();
+    let mut sink = Sink::Memory(Vec::new());
+    let budget = cfg.memory_limit;
+    let mut first_error: Option<KeysError> = None;
+
+    // Workers claim chunks in order but may run at most `window` chunks ahead of the collector,
+    // which bounds the memory held by finished-but-not-yet-assembled chunks.
+    let window = threads * 2;
+    let next_chunk = AtomicUsize::new(0);
+    let collected = Mutex::new(0usize);
+    let progress = Condvar::new();
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = crossbeam_channel::bounded::<(usize, ChunkOutput)>(window);
+
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let tx = tx.clone();
+            let (next_chunk, collected, progress, stop, chunks) = (&next_chunk, &collected, &progress, &stop, &chunks);
+            scope.spawn(move || {
+                loop {
+                    let i = next_chunk.fetch_add(1, Ordering::Relaxed);
+                    if i >= chunks.len() {
+                        break;
+                    }
+                    {
+                        let mut done = collected.lock().expect("collector lock");
+                        while i >= *done + window && !stop.load(Ordering::Relaxed) {
+                            done = progress.wait(done).expect("collector lock");
+                        }
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let chunk = &chunks[i];
+                    let out = sketch_chunk(&files[chunk.file], chunk, cfg, stop);
+                    if tx.send((i, out)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+
+        let mut pending: BTreeMap<usize, ChunkOutput> = BTreeMap::new();
+        let mut next = 0usize;
+        for (i, out) in rx.iter() {
+            pending.insert(i, out);
+            while let Some(out) = pending.remove(&next) {
+                let chunk = &chunks[next];
+                if first_error.is_none()
+                    && let Err(e) = absorb(chunk, out, files, cfg, &mut stats, &mut file_rows, &mut sink, columns, budget)
+                {
+                    first_error = Some(e);
+                    stop.store(true, Ordering::Relaxed);
+                }
+                next += 1;
+                *collected.lock().expect("collector lock") = next;
+                progress.notify_all();
+            }
+        }
+    });
+    if let Some(e) = first_error {
+        return Err(e);
+    }
+    stats.sketch_seconds = started.elapsed().as_secs_f64();
+    stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.sketch_seconds.max(1e-9);
+
+    let count_started = Instant::now();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| KeysError::Config(format!("cannot start {threads} threads: {e}")))?;
+    let (counted, table) = match sink {
+        Sink::Memory(keys) => {
+            let counted = if keys.is_empty() {
+                count_in_memory(&[], columns, cfg.min_count)
+            } else {
+                pool.install(|| count_in_memory(&keys, columns, cfg.min_count))
+            };
+            let table = KeyTable::new(layout.clone(), shard, file_rows.clone(), keys)?;
+            (counted, TableStore::Memory(table))
+        }
+        Sink::Spill(counter) => (counter.finish(cfg.min_count)?, TableStore::Spilled),
+    };
+    stats.count_seconds = count_started.elapsed().as_secs_f64();
+    let Counted { hot_keys, mask, stats: count_stats } = counted;
+    stats.count = count_stats;
+    stats.hot_samples = mask.hot_rows() as u64;
+    stats.hot_share = if stats.samples == 0 { 0.0 } else { stats.hot_samples as f64 / stats.samples as f64 };
+    stats.bytes_per_sample = 8 * columns as u64;
+    Ok(KeysOutput {
+        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys),
+        layout,
+        files: file_rows,
+        table,
+        mask,
+        stats,
+    })
+}
+
+/// Folds one finished chunk, in order, into the run.
+#[allow(clippy::too_many_arguments)]
+fn absorb(
+    chunk: &Chunk,
+    out: ChunkOutput,
+    files: &[InputFile],
+    cfg: &KeysConfig,
+    stats: &mut KeysStats,
+    file_rows: &mut [FileRows],
+    sink: &mut Sink,
+    columns: usize,
+    budget: Option<u64>,
+) -> Result<(), KeysError> {
+    let fr = &mut file_rows[chunk.file];
+    let record_base = fr.records;
+    let path = &files[chunk.file].path;
+    for (record, field, kind, message) in out.problems {
+        let problem = Problem { file: path.clone(), record: record.map(|r| r + record_base), field, kind, message };
+        if cfg.on_error == OnError::Fail {
+            return Err(KeysError::Input(problem.to_string()));
+        }
+        if stats.problems.len() < QUOTED_PROBLEMS {
+            stats.problems.push(problem);
+        }
+    }
+    fr.chunks.push(ChunkRows {
+        range: chunk.range.clone(),
+        records: out.records,
+        rows: out.rows,
+        read_error: out.read_error.is_some(),
+    });
+    if let Some((kind, message)) = out.read_error {
+        let problem = Problem {
+            file: path.clone(),
+            record: Some(record_base + out.records),
+            field: None,
+            kind: kind.clone(),
+            message,
+        };
+        if cfg.on_error == OnError::Fail {
+            return Err(KeysError::Input(problem.to_string()));
+        }
+        *stats.read_errors.entry(kind).or_default() += 1;
+        if stats.problems.len() < QUOTED_PROBLEMS {
+            stats.problems.push(problem);
+        }
+    }
+    for (kind, n) in out.skipped {
+        *stats.skipped.entry(kind.to_string()).or_default() += n;
+    }
+    fr.records += out.records;
+    fr.rows += out.rows;
+    stats.records += out.records;
+    stats.samples += out.rows;
+    stats.blank_samples += out.blank;
+    stats.short_samples += out.short;
+    stats.bytes += out.bytes;
+
+    if let Sink::Memory(keys) = sink {
+        let would_hold = (keys.len() + out.keys.len()) as u64 * 8;
+        if let Some(limit) = budget
+            && would_hold > limit / 2
+        {
+            // The table no longer fits beside the counting buffers: move what we hold to spill
+            // files and stream the rest there.
+            let mut counter = SpillCounter::new(cfg.spill_dir.as_deref(), columns, limit / 2)?;
+            counter.push_rows(keys)?;
+            *sink = Sink::Spill(counter);
+        }
+    }
+    match sink {
+        Sink::Memory(keys) => keys.extend_from_slice(&out.keys),
+        Sink::Spill(counter) => counter.push_rows(&out.keys)?,
+    }
+    Ok(())
+}
+
+/// Counts several shards' tables together (the `hot` step of a distributed run): the hot keys of
+/// the union, and each table's rows' hot mask, concatenated in shard order.
+pub fn merge_tables(tables: &[KeyTable], min_count: u32) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
+    let first = tables.first().ok_or_else(|| KeysError::Config("no key tables to merge".into()))?;
+    for t in &tables[1..] {
+        first.layout().check_compatible(t.layout())?;
+    }
+    let mut shards: Vec<u32> = tables.iter().map(|t| t.shard()).collect();
+    shards.sort_unstable();
+    if shards.windows(2).any(|w| w[0] == w[1]) {
+        return Err(KeysError::Config("two key tables claim the same shard number".into()));
+    }
+    let mut ordered: Vec<&KeyTable> = tables.iter().collect();
+    ordered.sort_by_key(|t| t.shard());
+    let mut all = Vec::with_capacity(ordered.iter().map(|t| t.keys().len()).sum());
+    for t in &ordered {
+        all.extend_from_slice(t.keys());
+    }
+    let counted = count_in_memory(&all, first.columns(), min_count);
+    Ok((HotKeys::new(first.layout().clone(), min_count, counted.hot_keys), counted.mask, counted.stats))
+}

@@ -1,0 +1,349 @@
+//! The key table: one row of u64 keys per sample, and the map from rows back to input files.
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::Path;
+
+use neardup_corpus::{AtomicFile, ChunkRange, InputFile, TextSelector};
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::error::KeysError;
+use crate::row::RowRule;
+
+/// Rows of one input file, in the order the file's samples were read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRows {
+    /// The input file.
+    pub input: InputFile,
+    /// Records read from the file (JSONL lines, Parquet rows).
+    pub records: u64,
+    /// Rows (samples with a text) the file contributed, consecutive in the table.
+    pub rows: u64,
+    /// The chunks the file was read in, in order, with their counts: stage 2 reads the same chunks
+    /// so that every worker knows the table row of each sample it reads.
+    pub chunks: Vec<ChunkRows>,
+}
+
+/// Records and rows of one chunk of a file.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRows {
+    /// The chunk's part of the file.
+    pub range: ChunkRange,
+    /// Records read from it.
+    pub records: u64,
+    /// Rows it contributed.
+    pub rows: u64,
+    /// Whether reading it stopped early at an error (its remaining records are lost).
+    pub read_error: bool,
+}
+
+/// Everything a table's keys depend on; two tables can be merged only when their layouts match.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableLayout {
+    /// [`neardup_sketch::SketchConfig::fingerprint`] of the sketch settings.
+    pub sketch_fingerprint: u64,
+    /// Human-readable sketch settings, for error messages and reports.
+    pub sketch_description: String,
+    /// Band-key columns (the first columns; 0 when band keys are off).
+    pub bands: usize,
+    /// The per-sample rule (decides whether a content-key column follows the bands).
+    pub rule: RowRule,
+    /// How texts were selected from records.
+    pub selector: TextSelector,
+}
+
+impl TableLayout {
+    /// Columns per row.
+    pub fn columns(&self) -> usize {
+        self.bands + usize::from(self.rule.exact_key)
+    }
+
+    /// Errors when `other` was made with different settings.
+    pub fn check_compatible(&self, other: &TableLayout) -> Result<(), KeysError> {
+        if self == other {
+            return Ok(());
+        }
+        Err(KeysError::Incompatible(format!(
+            "key tables were made with different settings: [{}] vs [{}]",
+            self.describe(),
+            other.describe()
+        )))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "{} bands={} exact_key={} short_texts={:?} fields={:?} mode={:?} fingerprint={:016x}",
+            self.sketch_description,
+            self.bands,
+            self.rule.exact_key,
+            self.rule.short_texts,
+            self.selector.fields.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+            self.selector.mode,
+            self.sketch_fingerprint
+        )
+    }
+}
+
+/// Stage 1's product for one shard of the inputs: `rows × columns` keys, row-major.
+///
+/// Column `b < bands` holds band `b`'s bucket key; when the layout's rule has `exact_key`, the last
+/// column holds the content key. [`neardup_sketch::NO_KEY`] marks "no key" (blank or short samples).
+/// Rows follow the input order: file by file, record by record, field by field.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeyTable {
+    layout: TableLayout,
+    /// Position of this shard among the shards of one run; global row ids are assigned by shard
+    /// order when tables are merged.
+    shard: u32,
+    files: Vec<FileRows>,
+    keys: Vec<u64>,
+}
+
+const MAGIC: &[u8; 8] = b"NDKEYS\x00\x01";
+const END_MAGIC: &[u8; 8] = b"NDKEYEND";
+
+impl KeyTable {
+    /// Assembles a table; `keys.len()` must be the files' total rows × columns.
+    pub fn new(
+        layout: TableLayout,
+        shard: u32,
+        files: Vec<FileRows>,
+        keys: Vec<u64>,
+    ) -> Result<KeyTable, KeysError> {
+        let rows: u64 = files.iter().map(|f| f.rows).sum();
+        if rows as usize * layout.columns() != keys.len() {
+            return Err(KeysError::Corrupt(format!(
+                "table holds {} keys, but {rows} rows × {} columns were declared",
+                keys.len(),
+                layout.columns()
+            )));
+        }
+        Ok(KeyTable { layout, shard, files, keys })
+    }
+
+    /// The settings the keys were made with.
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
+    }
+    /// This table's shard number.
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+    /// The input files and their row counts, in row order.
+    pub fn files(&self) -> &[FileRows] {
+        &self.files
+    }
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.keys.len() / self.layout.columns().max(1)
+    }
+    /// Columns per row.
+    pub fn columns(&self) -> usize {
+        self.layout.columns()
+    }
+    /// All keys, row-major.
+    pub fn keys(&self) -> &[u64] {
+        &self.keys
+    }
+    /// The keys of one row.
+    pub fn row(&self, row: usize) -> &[u64] {
+        let c = self.columns();
+        &self.keys[row * c..(row + 1) * c]
+    }
+    /// Bytes of key storage per row (8 × columns).
+    pub fn bytes_per_row(&self) -> usize {
+        8 * self.columns()
+    }
+
+    /// Writes the table atomically (see `docs/formats.md`, "Key table file").
+    pub fn save(&self, path: &Path) -> Result<(), KeysError> {
+        let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
+        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let header = TableHeader {
+            format_version: 1,
+            layout: self.layout.clone(),
+            shard: self.shard,
+            files: self.files.clone(),
+            rows: self.rows() as u64,
+        };
+        write_framed_header(&mut out, MAGIC, &header).map_err(|e| KeysError::io(path, e))?;
+        write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
+        let (buf, sum) = out.finish();
+        let mut buf = buf;
+        buf.write_all(&sum.to_le_bytes()).map_err(|e| KeysError::io(path, e))?;
+        buf.write_all(END_MAGIC).map_err(|e| KeysError::io(path, e))?;
+        let file = buf.into_inner().map_err(|e| KeysError::io(path, e.into_error()))?;
+        file.commit().map_err(|e| KeysError::io(path, e))
+    }
+
+    /// Reads a table written by [`KeyTable::save`], verifying its checksum.
+    pub fn load(path: &Path) -> Result<KeyTable, KeysError> {
+        let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+        let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
+        let header: TableHeader = read_framed_header(&mut input, MAGIC, path)?;
+        if header.format_version != 1 {
+            return Err(KeysError::Corrupt(format!(
+                "{}: key table format version {} is not supported (this build reads version 1)",
+                path.display(),
+                header.format_version
+            )));
+        }
+        let n = header.rows as usize * header.layout.columns();
+        let keys = read_u64s(&mut input, n).map_err(|e| truncated(path, e))?;
+        verify_trailer(input, path, END_MAGIC)?;
+        KeyTable::new(header.layout, header.shard, header.files, keys)
+            .map_err(|e| KeysError::Corrupt(format!("{}: {e}", path.display())))
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct TableHeader {
+    format_version: u32,
+    layout: TableLayout,
+    shard: u32,
+    files: Vec<FileRows>,
+    rows: u64,
+}
+
+/// Hashes everything written through it, for the trailing checksum of the binary formats.
+pub(crate) struct ChecksumWriter<W: Write> {
+    inner: W,
+    hasher: Xxh3,
+}
+
+impl<W: Write> ChecksumWriter<W> {
+    pub(crate) fn new(inner: W) -> Self {
+        ChecksumWriter { inner, hasher: Xxh3::new() }
+    }
+    pub(crate) fn finish(self) -> (W, u64) {
+        (self.inner, self.hasher.digest())
+    }
+}
+
+impl<W: Write> Write for ChecksumWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Hashes everything read through it.
+pub(crate) struct ChecksumReader<R: Read> {
+    inner: R,
+    hasher: Xxh3,
+}
+
+impl<R: Read> ChecksumReader<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        ChecksumReader { inner, hasher: Xxh3::new() }
+    }
+}
+
+impl<R: Read> Read for ChecksumReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+pub(crate) fn write_framed_header<W: Write, T: Serialize>(
+    out: &mut W,
+    magic: &[u8; 8],
+    header: &T,
+) -> io::Result<()> {
+    let json = serde_json::to_vec(header).map_err(io::Error::other)?;
+    out.write_all(magic)?;
+    out.write_all(&(json.len() as u64).to_le_bytes())?;
+    out.write_all(&json)
+}
+
+pub(crate) fn read_framed_header<R: Read, T: for<'de> Deserialize<'de>>(
+    input: &mut R,
+    magic: &[u8; 8],
+    path: &Path,
+) -> Result<T, KeysError> {
+    let mut got = [0u8; 8];
+    input.read_exact(&mut got).map_err(|e| truncated(path, e))?;
+    if &got != magic {
+        return Err(KeysError::Corrupt(format!(
+            "{}: not a neardup {} file (bad magic bytes)",
+            path.display(),
+            String::from_utf8_lossy(&magic[..6])
+        )));
+    }
+    let mut len = [0u8; 8];
+    input.read_exact(&mut len).map_err(|e| truncated(path, e))?;
+    let len = u64::from_le_bytes(len);
+    if len > 1 << 34 {
+        return Err(KeysError::Corrupt(format!("{}: implausible header length {len}", path.display())));
+    }
+    let mut json = vec![0u8; len as usize];
+    input.read_exact(&mut json).map_err(|e| truncated(path, e))?;
+    serde_json::from_slice(&json)
+        .map_err(|e| KeysError::Corrupt(format!("{}: unreadable header: {e}", path.display())))
+}
+
+pub(crate) fn verify_trailer<R: Read>(
+    input: ChecksumReader<R>,
+    path: &Path,
+    end_magic: &[u8; 8],
+) -> Result<(), KeysError> {
+    let expected = input.hasher.digest();
+    let mut inner = input.inner;
+    let mut trailer = [0u8; 16];
+    inner.read_exact(&mut trailer).map_err(|e| truncated(path, e))?;
+    let stored = u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"));
+    if &trailer[8..] != end_magic {
+        return Err(KeysError::Corrupt(format!("{}: missing end marker (truncated?)", path.display())));
+    }
+    if stored != expected {
+        return Err(KeysError::Corrupt(format!(
+            "{}: checksum mismatch (stored {stored:016x}, computed {expected:016x})",
+            path.display()
+        )));
+    }
+    let mut extra = [0u8; 1];
+    if inner.read(&mut extra).map_err(|e| KeysError::io(path, e))? != 0 {
+        return Err(KeysError::Corrupt(format!("{}: trailing bytes after end marker", path.display())));
+    }
+    Ok(())
+}
+
+pub(crate) fn write_u64s<W: Write>(out: &mut W, values: &[u64]) -> io::Result<()> {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    for chunk in values.chunks(8 * 1024) {
+        buf.clear();
+        for v in chunk {
+            buf.extend_from_slice(&v.to_le_bytes());
+        }
+        out.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+pub(crate) fn read_u64s<R: Read>(input: &mut R, n: usize) -> io::Result<Vec<u64>> {
+    let mut values = Vec::with_capacity(n);
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(buf.len() / 8);
+        input.read_exact(&mut buf[..take * 8])?;
+        values.extend(buf[..take * 8].chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))));
+        left -= take;
+    }
+    Ok(values)
+}
+
+pub(crate) fn truncated(path: &Path, e: io::Error) -> KeysError {
+    if e.kind() == io::ErrorKind::UnexpectedEof {
+        KeysError::Corrupt(format!("{}: file is truncated", path.display()))
+    } else {
+        KeysError::io(path, e)
+    }
+}

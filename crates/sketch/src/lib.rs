@@ -1,0 +1,36 @@
+//! neardup-sketch: turns one text into numbers.
+//!
+//! This crate owns the pure, deterministic part of near-duplicate detection:
+//! opt-in text normalisation ([`normalize`]), shingling ([`shingle`]), MinHash signatures
+//! ([`minhash`], with a SIMD `fast` scheme and a bit-exact `datasketch` 1.9 scheme), LSH banding
+//! and band keys ([`lsh`], including lshcurator 0.2.3 compatible keys), signature similarity
+//! ([`mod@similarity`]), content hashes ([`content`]) and the [`Sketcher`] that ties them together
+//! under one fingerprinted [`SketchConfig`].
+//!
+//! It does not own any I/O (reading corpora, writing tables), threads or the deduplication
+//! stages themselves: those live in `neardup-corpus`, `neardup-keys` and `neardup-dedup`.
+//! Everything here is `Send + Sync`. With a reused [`Scratch`], char and byte shingling and
+//! signing allocate nothing per text in steady state (word shingles and non-ASCII lowercasing
+//! still allocate).
+
+#![deny(missing_docs)]
+
+pub mod content;
+pub mod error;
+pub mod lsh;
+pub mod minhash;
+pub mod normalize;
+pub mod shingle;
+pub mod similarity;
+pub mod sketcher;
+
+pub use content::content_hash;
+pub use error::SketchError;
+pub use lsh::{BandKeyScheme, LshParams, NO_KEY, band_keys};
+pub use minhash::{
+    EMPTY_SLOT, HashScheme, Kernel, MinHasher, SignScratch, datasketch_permutations,
+};
+pub use normalize::{CharClassSet, Normalizer, is_blank, py_strip};
+pub use shingle::{Shingler, Tokenizer};
+pub use similarity::{count_equal, jaccard_sorted, similarity};
+pub use sketcher::{Scratch, SketchConfig, SketchInfo, Sketcher};

@@ -1,0 +1,811 @@
+//! MinHash signatures, in two schemes.
+//!
+//! # `fast` (v1) — neardup's own scheme; its values are an on-disk format
+//!
+//! Each shingle is hashed once: `h = xxh3_64(shingle_bytes)` (seed 0). Permutation parameters
+//! come from `seed` through splitmix64 (`state += 0x9E3779B97F4A7C15; z = state;
+//! z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+//! z ^ (z >> 31)`), drawing, for each position `i` in order, first `a_i = (next as u32) | 1` and
+//! then `s_i = next as u32`. Position `i` of the signature is
+//!
+//! ```text
+//! sig[i] = min over shingles h of  ((h as u32 ^ s_i).wrapping_mul(a_i)) ^ (h >> 32) as u32
+//! ```
+//!
+//! and `EMPTY_SLOT` (`u32::MAX`) for a text without shingles. For a fixed `h`, each position is a
+//! bijection of the xxh3 output's low half (xor, then multiplication by an odd number mod 2^32),
+//! and the high half is mixed in afterwards, so each position is an unbiased Jaccard estimator;
+//! the tests check that positions are not measurably correlated (estimate variance ≈ binomial).
+//! Signing is two passes: shingle hashes into a reusable `Vec<u64>`, then a min kernel over blocks
+//! of permutations held in SIMD registers (AVX-512F, AVX2 or portable, chosen once at runtime);
+//! every kernel gives identical values.
+//!
+//! # `datasketch` — bit-exact datasketch 1.9 `MinHash(num_perm, seed)`
+//!
+//! `h = u32::from_le_bytes(sha1(shingle)[..4])`, `(a, b)` drawn as datasketch draws them from
+//! numpy's legacy `RandomState(seed)` (see [`datasketch_permutations`]), and
+//! `sig[i] = min(((a_i * h + b_i) mod 2^64) mod (2^61 - 1)) & 0xffff_ffff` with an initial value
+//! of `2^32 - 1` (numpy's uint64 product wraps, so this does too).
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use sha1::{Digest, Sha1};
+
+use crate::SketchError;
+use crate::shingle::Shingler;
+
+/// Which MinHash hashing scheme to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HashScheme {
+    /// neardup's SIMD scheme (xxh3 + multiply-xor permutations); see the module docs.
+    Fast,
+    /// Bit-exact datasketch 1.9 (sha1 + `(a*h + b) mod (2^61-1)`), for lshcurator compatibility.
+    Datasketch,
+}
+
+/// Value of every signature position for an empty shingle set (datasketch's initial max,
+/// 2^32-1).
+pub const EMPTY_SLOT: u32 = u32::MAX;
+
+const MERSENNE_61: u64 = (1 << 61) - 1;
+
+/// A signing kernel implementation. All kernels give identical signatures; they differ only in
+/// speed. [`MinHasher::new`] picks the best one the CPU supports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Plain scalar loops, permutations outer and shingles inner: the test oracle and benchmark
+    /// baseline.
+    Reference,
+    /// Blocked loops with the baseline instruction set of the build target.
+    Portable,
+    /// Blocked loops compiled for AVX2.
+    Avx2,
+    /// Blocked loops compiled for AVX-512F.
+    Avx512,
+}
+
+impl Kernel {
+    /// Whether this CPU can run the kernel.
+    pub fn is_supported(self) -> bool {
+        match self {
+            Kernel::Reference | Kernel::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            Kernel::Avx2 | Kernel::Avx512 => false,
+        }
+    }
+
+    /// The fastest kernel this CPU supports.
+    pub fn best() -> Kernel {
+        [Kernel::Avx512, Kernel::Avx2]
+            .into_iter()
+            .find(|k| k.is_supported())
+            .unwrap_or(Kernel::Portable)
+    }
+
+    /// Every kernel this CPU supports.
+    pub fn supported() -> Vec<Kernel> {
+        [
+            Kernel::Reference,
+            Kernel::Portable,
+            Kernel::Avx2,
+            Kernel::Avx512,
+        ]
+        .into_iter()
+        .filter(|k| k.is_supported())
+        .collect()
+    }
+}
+
+#[derive(Debug)]
+enum Params {
+    /// Multipliers and xor masks, zero-padded to a multiple of [`BLOCK`] so kernels never handle
+    /// a ragged block (padded positions are computed and dropped).
+    Fast { a: Vec<u32>, s: Vec<u32> },
+    /// datasketch's (a, b), padded likewise.
+    Datasketch { a: Vec<u64>, b: Vec<u64> },
+}
+
+#[derive(Debug)]
+struct Inner {
+    scheme: HashScheme,
+    num_perm: usize,
+    seed: u64,
+    kernel: Kernel,
+    params: Params,
+}
+
+/// Signature hashing with precomputed permutation parameters. `Send + Sync`; cloning is cheap
+/// (the parameters are shared).
+#[derive(Clone, Debug)]
+pub struct MinHasher {
+    inner: Arc<Inner>,
+}
+
+/// Reusable buffers so signing allocates nothing per text in steady state.
+#[derive(Default, Debug)]
+pub struct SignScratch {
+    hashes: Vec<u64>,
+    unique: Vec<u64>,
+    table: Vec<u64>,
+}
+
+/// Shingles deduplicated per table fill: 4096 keeps the 64 KB table in L2.
+const DEDUP_CHUNK: usize = 4096;
+
+/// Below this many shingles the kernel is cheap enough that deduplicating first does not pay.
+const DEDUP_MIN: usize = 32;
+
+/// Writes the distinct values of `hashes` (first occurrences, in order) to `unique`, with an
+/// open-addressing table. MinHash is a set function, and real text repeats about half of its
+/// character 5-grams, so this halves the kernel's work for the price of one probe per shingle.
+fn dedup_hashes(hashes: &[u64], unique: &mut Vec<u64>, table: &mut Vec<u64>) {
+    unique.clear();
+    unique.resize(hashes.len(), 0);
+    let mut len = 0;
+    let mut seen_zero = false;
+    // Long texts are deduplicated chunk by chunk so that the table stays in L2 (a table sized
+    // for a whole 100 KB text misses the cache on every probe); a repeat that straddles chunks
+    // only costs kernel work, never correctness.
+    for chunk in hashes.chunks(DEDUP_CHUNK) {
+        // Load factor <= 1/2; 0 marks an empty slot, so the value 0 is tracked separately.
+        let bits = (chunk.len() * 2)
+            .next_power_of_two()
+            .trailing_zeros()
+            .max(4);
+        table.clear();
+        table.resize(1 << bits, 0);
+        let mask = (1usize << bits) - 1;
+        for &h in chunk {
+            if h == 0 {
+                if !seen_zero {
+                    seen_zero = true;
+                    unique[len] = 0;
+                    len += 1;
+                }
+                continue;
+            }
+            // Shingle hashes are uniformly distributed, so their top bits are a fine index.
+            let mut i = (h >> (64 - bits)) as usize;
+            loop {
+                let slot = table[i];
+                // New and repeated are about equally likely, so choose between them without a
+                // branch; only the rare probe past another value branches.
+                if slot == 0 || slot == h {
+                    table[i] = h;
+                    unique[len] = h;
+                    len += usize::from(slot == 0);
+                    break;
+                }
+                i = (i + 1) & mask;
+            }
+        }
+    }
+    unique.truncate(len);
+}
+
+impl SignScratch {
+    /// The shingle hashes of the last signed text, in text order (repeats kept).
+    pub fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+}
+
+/// Permutations per kernel block: 128 u32 lanes are 8 AVX-512 registers of accumulators, which
+/// together with the parameters still fit the 32 vector registers.
+const BLOCK: usize = 128;
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn padded_len(n: usize) -> usize {
+    n.div_ceil(BLOCK) * BLOCK
+}
+
+impl MinHasher {
+    /// Precomputes the permutation parameters and picks the fastest kernel for this CPU.
+    ///
+    /// Errors when `num_perm == 0`, or for the datasketch scheme when `seed` does not fit numpy's
+    /// `RandomState` (> 2^32 - 1).
+    pub fn new(scheme: HashScheme, num_perm: usize, seed: u64) -> Result<MinHasher, SketchError> {
+        Self::with_kernel(scheme, num_perm, seed, Kernel::best())
+    }
+
+    /// Like [`MinHasher::new`] with an explicit kernel (for tests and benchmarks); errors when
+    /// the CPU does not support it.
+    pub fn with_kernel(
+        scheme: HashScheme,
+        num_perm: usize,
+        seed: u64,
+        kernel: Kernel,
+    ) -> Result<MinHasher, SketchError> {
+        if num_perm == 0 {
+            return Err(SketchError::InvalidMinHash("num_perm must be >= 1".into()));
+        }
+        if !kernel.is_supported() {
+            return Err(SketchError::InvalidMinHash(format!(
+                "kernel {kernel:?} is not supported by this CPU"
+            )));
+        }
+        let padded = padded_len(num_perm);
+        let params = match scheme {
+            HashScheme::Fast => {
+                let mut state = seed;
+                let mut a = vec![0u32; padded];
+                let mut s = vec![0u32; padded];
+                for i in 0..num_perm {
+                    a[i] = splitmix64(&mut state) as u32 | 1;
+                    s[i] = splitmix64(&mut state) as u32;
+                }
+                Params::Fast { a, s }
+            }
+            HashScheme::Datasketch => {
+                if seed > u64::from(u32::MAX) {
+                    return Err(SketchError::InvalidMinHash(format!(
+                        "datasketch seeds must be <= 2^32-1 (numpy RandomState), got {seed}"
+                    )));
+                }
+                let (mut a, mut b) = datasketch_permutations(num_perm, seed);
+                a.resize(padded, 0);
+                b.resize(padded, 0);
+                Params::Datasketch { a, b }
+            }
+        };
+        Ok(MinHasher {
+            inner: Arc::new(Inner {
+                scheme,
+                num_perm,
+                seed,
+                kernel,
+                params,
+            }),
+        })
+    }
+
+    /// The hashing scheme.
+    pub fn scheme(&self) -> HashScheme {
+        self.inner.scheme
+    }
+
+    /// Signature length.
+    pub fn num_perm(&self) -> usize {
+        self.inner.num_perm
+    }
+
+    /// The seed the permutations were drawn from.
+    pub fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+
+    /// The kernel in use.
+    pub fn kernel(&self) -> Kernel {
+        self.inner.kernel
+    }
+
+    /// The per-shingle base hash (fast: xxh3_64 of the bytes; datasketch: first 4 bytes of sha1
+    /// as LE u32).
+    #[inline]
+    pub fn shingle_hash(&self, shingle: &[u8]) -> u64 {
+        match self.inner.scheme {
+            HashScheme::Fast => fast_shingle_hash(shingle),
+            HashScheme::Datasketch => datasketch_shingle_hash(shingle),
+        }
+    }
+
+    /// Signature from base hashes; `out.len() == num_perm`. Empty input -> all `EMPTY_SLOT`.
+    ///
+    /// # Panics
+    /// When `out.len() != num_perm`.
+    pub fn sign_hashes(&self, hashes: &[u64], out: &mut [u32]) {
+        let inner = &*self.inner;
+        assert_eq!(
+            out.len(),
+            inner.num_perm,
+            "signature buffer length != num_perm"
+        );
+        if hashes.is_empty() {
+            out.fill(EMPTY_SLOT);
+            return;
+        }
+        let mut start = 0;
+        while start < out.len() {
+            // Full blocks of BLOCK; the last, ragged block uses the narrowest width that covers
+            // it, so small signatures do not pay for a whole block.
+            let left = out.len() - start;
+            let chunk = &mut out[start..start + left.min(BLOCK)];
+            match left {
+                0..=16 => self.sign_block::<16>(hashes, start, chunk),
+                17..=32 => self.sign_block::<32>(hashes, start, chunk),
+                33..=64 => self.sign_block::<64>(hashes, start, chunk),
+                _ => self.sign_block::<BLOCK>(hashes, start, chunk),
+            }
+            start += BLOCK;
+        }
+    }
+
+    /// Signs positions `start..start + W` (parameters are padded, so they exist) and copies the
+    /// first `chunk.len()` of them into `chunk`.
+    fn sign_block<const W: usize>(&self, hashes: &[u64], start: usize, chunk: &mut [u32]) {
+        let inner = &*self.inner;
+        let mut block_out = [0u32; W];
+        let range = start..start + W;
+        match &inner.params {
+            Params::Fast { a, s } => {
+                let a = a[range.clone()].try_into().expect("padded block");
+                let s = s[range].try_into().expect("padded block");
+                fast_dispatch::<W>(inner.kernel, hashes, a, s, &mut block_out);
+            }
+            Params::Datasketch { a, b } => {
+                let a = a[range.clone()].try_into().expect("padded block");
+                let b = b[range].try_into().expect("padded block");
+                datasketch_dispatch::<W>(inner.kernel, hashes, a, b, &mut block_out);
+            }
+        }
+        chunk.copy_from_slice(&block_out[..chunk.len()]);
+    }
+
+    /// Shingles `text` (already normalised) and signs it; returns the number of shingles
+    /// (repeats counted).
+    pub fn sign(
+        &self,
+        shingler: &Shingler,
+        text: &str,
+        scratch: &mut SignScratch,
+        out: &mut [u32],
+    ) -> usize {
+        let SignScratch {
+            hashes,
+            unique,
+            table,
+        } = scratch;
+        self.hash_shingles(shingler, text, hashes);
+        if hashes.len() >= DEDUP_MIN {
+            dedup_hashes(hashes, unique, table);
+            self.sign_hashes(unique, out);
+        } else {
+            self.sign_hashes(hashes, out);
+        }
+        hashes.len()
+    }
+
+    /// Replaces `hashes` with the base hashes of `text`'s shingles, in text order.
+    pub fn hash_shingles(&self, shingler: &Shingler, text: &str, hashes: &mut Vec<u64>) {
+        hashes.clear();
+        // Choosing the hash outside the per-shingle closure keeps the loop monomorphic.
+        match self.inner.scheme {
+            HashScheme::Fast => shingler.for_each(text, |s| hashes.push(fast_shingle_hash(s))),
+            HashScheme::Datasketch => {
+                shingler.for_each(text, |s| hashes.push(datasketch_shingle_hash(s)))
+            }
+        }
+    }
+}
+
+#[inline]
+fn fast_shingle_hash(shingle: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(shingle)
+}
+
+#[inline]
+fn datasketch_shingle_hash(shingle: &[u8]) -> u64 {
+    let digest = Sha1::digest(shingle);
+    u64::from(u32::from_le_bytes([
+        digest[0], digest[1], digest[2], digest[3],
+    ]))
+}
+
+// ---------- fast kernels ----------
+
+#[inline(always)]
+fn fast_value(h: u64, a: u32, s: u32) -> u32 {
+    ((h as u32 ^ s).wrapping_mul(a)) ^ (h >> 32) as u32
+}
+
+fn fast_reference<const W: usize>(hashes: &[u64], a: &[u32; W], s: &[u32; W], out: &mut [u32; W]) {
+    for i in 0..W {
+        let mut m = EMPTY_SLOT;
+        for &h in hashes {
+            m = m.min(fast_value(h, a[i], s[i]));
+        }
+        out[i] = m;
+    }
+}
+
+/// Shingles outer, a block of permutations inner, for whatever vector width the build target
+/// has (SSE2 on x86_64); the x86 kernels below are the same loop written with intrinsics.
+#[inline(always)]
+fn fast_blocked<const W: usize>(hashes: &[u64], a: &[u32; W], s: &[u32; W], out: &mut [u32; W]) {
+    let mut acc = [EMPTY_SLOT; W];
+    for &h in hashes {
+        for j in 0..W {
+            acc[j] = acc[j].min(fast_value(h, a[j], s[j]));
+        }
+    }
+    *out = acc;
+}
+
+/// Explicit intrinsics: `R` accumulators of 8 lanes live in registers for the whole pass over
+/// the hashes. 16 ymm registers hold at most 4 accumulators + 8 parameter vectors, so wider
+/// blocks take several passes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn fast_avx2<const W: usize>(hashes: &[u64], a: &[u32; W], s: &[u32; W], out: &mut [u32; W]) {
+    const LANES: usize = 8;
+    const PASS: usize = 4 * LANES;
+    let mut start = 0;
+    while start < W {
+        let end = (start + PASS).min(W);
+        match (end - start) / LANES {
+            1 => fast_avx2_pass::<1>(hashes, &a[start..end], &s[start..end], &mut out[start..end]),
+            2 => fast_avx2_pass::<2>(hashes, &a[start..end], &s[start..end], &mut out[start..end]),
+            _ => fast_avx2_pass::<4>(hashes, &a[start..end], &s[start..end], &mut out[start..end]),
+        }
+        start = end;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn fast_avx2_pass<const R: usize>(hashes: &[u64], a: &[u32], s: &[u32], out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    assert!(a.len() == R * 8 && s.len() == R * 8 && out.len() == R * 8);
+    // SAFETY: the loads and stores stay within the R * 8 elements asserted above.
+    unsafe {
+        let av: [__m256i; R] =
+            std::array::from_fn(|i| _mm256_loadu_si256(a.as_ptr().add(i * 8).cast()));
+        let sv: [__m256i; R] =
+            std::array::from_fn(|i| _mm256_loadu_si256(s.as_ptr().add(i * 8).cast()));
+        let mut acc = [_mm256_set1_epi32(-1); R];
+        for &h in hashes {
+            let lo = _mm256_set1_epi32(h as i32);
+            let hi = _mm256_set1_epi32((h >> 32) as i32);
+            for i in 0..R {
+                let v =
+                    _mm256_xor_si256(_mm256_mullo_epi32(_mm256_xor_si256(lo, sv[i]), av[i]), hi);
+                acc[i] = _mm256_min_epu32(acc[i], v);
+            }
+        }
+        for (i, v) in acc.iter().enumerate() {
+            _mm256_storeu_si256(out.as_mut_ptr().add(i * 8).cast(), *v);
+        }
+    }
+}
+
+/// Explicit intrinsics: all `W / 16` accumulators (8 for a 128-permutation block) and their
+/// parameters stay in the 32 zmm registers for one pass over the hashes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fast_avx512<const W: usize>(hashes: &[u64], a: &[u32; W], s: &[u32; W], out: &mut [u32; W]) {
+    match W / 16 {
+        1 => fast_avx512_pass::<1>(hashes, a, s, out),
+        2 => fast_avx512_pass::<2>(hashes, a, s, out),
+        4 => fast_avx512_pass::<4>(hashes, a, s, out),
+        8 => fast_avx512_pass::<8>(hashes, a, s, out),
+        _ => unreachable!("block widths are 16, 32, 64 or 128"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fast_avx512_pass<const R: usize>(hashes: &[u64], a: &[u32], s: &[u32], out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    assert!(a.len() == R * 16 && s.len() == R * 16 && out.len() == R * 16);
+    // SAFETY: the loads and stores stay within the R * 16 elements asserted above.
+    unsafe {
+        let av: [__m512i; R] =
+            std::array::from_fn(|i| _mm512_loadu_si512(a.as_ptr().add(i * 16).cast()));
+        let sv: [__m512i; R] =
+            std::array::from_fn(|i| _mm512_loadu_si512(s.as_ptr().add(i * 16).cast()));
+        let mut acc = [_mm512_set1_epi32(-1); R];
+        for &h in hashes {
+            let lo = _mm512_set1_epi32(h as i32);
+            let hi = _mm512_set1_epi32((h >> 32) as i32);
+            for i in 0..R {
+                let v =
+                    _mm512_xor_si512(_mm512_mullo_epi32(_mm512_xor_si512(lo, sv[i]), av[i]), hi);
+                acc[i] = _mm512_min_epu32(acc[i], v);
+            }
+        }
+        for (i, v) in acc.iter().enumerate() {
+            _mm512_storeu_si512(out.as_mut_ptr().add(i * 16).cast(), *v);
+        }
+    }
+}
+
+fn fast_dispatch<const W: usize>(
+    kernel: Kernel,
+    hashes: &[u64],
+    a: &[u32; W],
+    s: &[u32; W],
+    out: &mut [u32; W],
+) {
+    match kernel {
+        Kernel::Reference => fast_reference(hashes, a, s, out),
+        Kernel::Portable => fast_blocked(hashes, a, s, out),
+        // SAFETY: MinHasher::with_kernel only accepts kernels the CPU supports.
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => unsafe { fast_avx2(hashes, a, s, out) },
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => unsafe { fast_avx512(hashes, a, s, out) },
+        #[cfg(not(target_arch = "x86_64"))]
+        Kernel::Avx2 | Kernel::Avx512 => unreachable!("x86 kernel on another architecture"),
+    }
+}
+
+// ---------- datasketch kernels ----------
+
+/// `x mod (2^61 - 1)` for any u64, with shifts: 2^61 ≡ 1, so fold the top 3 bits onto the rest.
+#[inline(always)]
+fn mod_mersenne61(x: u64) -> u64 {
+    let y = (x & MERSENNE_61) + (x >> 61);
+    if y >= MERSENNE_61 { y - MERSENNE_61 } else { y }
+}
+
+#[inline(always)]
+fn datasketch_value(h: u64, a: u64, b: u64) -> u64 {
+    mod_mersenne61(a.wrapping_mul(h).wrapping_add(b)) & 0xffff_ffff
+}
+
+fn datasketch_reference<const W: usize>(
+    hashes: &[u64],
+    a: &[u64; W],
+    b: &[u64; W],
+    out: &mut [u32; W],
+) {
+    for i in 0..W {
+        let mut m = u64::from(EMPTY_SLOT);
+        for &h in hashes {
+            m = m.min(datasketch_value(h, a[i], b[i]));
+        }
+        out[i] = m as u32;
+    }
+}
+
+/// u64 lanes need twice the registers of the fast scheme, so work in sub-blocks of 16.
+const DS_SUB: usize = 16;
+
+#[inline(always)]
+fn datasketch_blocked<const W: usize>(
+    hashes: &[u64],
+    a: &[u64; W],
+    b: &[u64; W],
+    out: &mut [u32; W],
+) {
+    for sub in 0..W / DS_SUB {
+        let a: &[u64; DS_SUB] = a[sub * DS_SUB..][..DS_SUB].try_into().expect("sub-block");
+        let b: &[u64; DS_SUB] = b[sub * DS_SUB..][..DS_SUB].try_into().expect("sub-block");
+        let mut acc = [u64::from(EMPTY_SLOT); DS_SUB];
+        for &h in hashes {
+            for j in 0..DS_SUB {
+                acc[j] = acc[j].min(datasketch_value(h, a[j], b[j]));
+            }
+        }
+        for j in 0..DS_SUB {
+            out[sub * DS_SUB + j] = acc[j] as u32;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn datasketch_avx2<const W: usize>(hashes: &[u64], a: &[u64; W], b: &[u64; W], out: &mut [u32; W]) {
+    datasketch_blocked(hashes, a, b, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn datasketch_avx512<const W: usize>(
+    hashes: &[u64],
+    a: &[u64; W],
+    b: &[u64; W],
+    out: &mut [u32; W],
+) {
+    datasketch_blocked(hashes, a, b, out)
+}
+
+fn datasketch_dispatch<const W: usize>(
+    kernel: Kernel,
+    hashes: &[u64],
+    a: &[u64; W],
+    b: &[u64; W],
+    out: &mut [u32; W],
+) {
+    match kernel {
+        Kernel::Reference => datasketch_reference(hashes, a, b, out),
+        Kernel::Portable => datasketch_blocked(hashes, a, b, out),
+        // SAFETY: MinHasher::with_kernel only accepts kernels the CPU supports.
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 => unsafe { datasketch_avx2(hashes, a, b, out) },
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx512 => unsafe { datasketch_avx512(hashes, a, b, out) },
+        #[cfg(not(target_arch = "x86_64"))]
+        Kernel::Avx2 | Kernel::Avx512 => unreachable!("x86 kernel on another architecture"),
+    }
+}
+
+// ---------- numpy legacy RandomState ----------
+
+/// MT19937 as numpy's legacy `RandomState` seeds and draws it.
+struct Mt19937 {
+    state: [u32; 624],
+    pos: usize,
+}
+
+impl Mt19937 {
+    /// numpy's `mt19937_seed` (Matsumoto & Nishimura's `init_genrand`).
+    fn new(seed: u32) -> Self {
+        let mut state = [0u32; 624];
+        state[0] = seed;
+        for i in 1..624 {
+            let prev = state[i - 1];
+            state[i] = 1_812_433_253u32
+                .wrapping_mul(prev ^ (prev >> 30))
+                .wrapping_add(i as u32);
+        }
+        Mt19937 { state, pos: 624 }
+    }
+
+    fn regenerate(&mut self) {
+        const UPPER: u32 = 0x8000_0000;
+        const LOWER: u32 = 0x7fff_ffff;
+        const MATRIX_A: u32 = 0x9908_b0df;
+        for i in 0..624 {
+            let y = (self.state[i] & UPPER) | (self.state[(i + 1) % 624] & LOWER);
+            let mag = if y & 1 == 1 { MATRIX_A } else { 0 };
+            self.state[i] = self.state[(i + 397) % 624] ^ (y >> 1) ^ mag;
+        }
+        self.pos = 0;
+    }
+
+    fn next_u32(&mut self) -> u32 {
+        if self.pos == 624 {
+            self.regenerate();
+        }
+        let mut y = self.state[self.pos];
+        self.pos += 1;
+        y ^= y >> 11;
+        y ^= (y << 7) & 0x9d2c_5680;
+        y ^= (y << 15) & 0xefc6_0000;
+        y ^ (y >> 18)
+    }
+
+    /// numpy's `mt19937_next64`: the first 32-bit draw is the high half.
+    fn next_u64(&mut self) -> u64 {
+        let hi = u64::from(self.next_u32());
+        (hi << 32) | u64::from(self.next_u32())
+    }
+
+    /// numpy legacy `randint(low, high, dtype=uint64)` for a range wider than 32 bits:
+    /// masked rejection sampling on 64-bit draws (`bounded_masked_uint64`).
+    fn randint_u64(&mut self, low: u64, high: u64) -> u64 {
+        let rng = high - 1 - low;
+        debug_assert!(rng > u64::from(u32::MAX) && rng < u64::MAX);
+        let mask = u64::MAX >> rng.leading_zeros();
+        loop {
+            let v = self.next_u64() & mask;
+            if v <= rng {
+                return low + v;
+            }
+        }
+    }
+}
+
+/// numpy legacy `RandomState(seed)` -> datasketch 1.9 MinHash permutations `(a, b)`, as
+/// datasketch draws them: for each position, `a = randint(1, 2^61-1)` then
+/// `b = randint(0, 2^61-1)`.
+///
+/// # Panics
+/// When `seed > 2^32 - 1` (numpy refuses such seeds too).
+pub fn datasketch_permutations(num_perm: usize, seed: u64) -> (Vec<u64>, Vec<u64>) {
+    let seed = u32::try_from(seed).expect("numpy RandomState seeds must be <= 2^32-1");
+    let mut mt = Mt19937::new(seed);
+    let mut a = Vec::with_capacity(num_perm);
+    let mut b = Vec::with_capacity(num_perm);
+    for _ in 0..num_perm {
+        a.push(mt.randint_u64(1, MERSENNE_61));
+        b.push(mt.randint_u64(0, MERSENNE_61));
+    }
+    (a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mt19937_matches_the_reference_sequence() {
+        // First outputs of init_genrand(5489), from the MT19937 reference implementation.
+        let mut mt = Mt19937::new(5489);
+        let got: Vec<u32> = (0..3).map(|_| mt.next_u32()).collect();
+        assert_eq!(got, [3_499_211_612, 581_869_302, 3_890_346_734]);
+    }
+
+    #[test]
+    fn dedup_keeps_first_occurrences_including_zero() {
+        let mut state = 5;
+        let base: Vec<u64> = (0..300).map(|_| splitmix64(&mut state) | 1).collect();
+        let mut hashes: Vec<u64> = base.iter().chain(&base[..150]).copied().collect();
+        hashes.extend([0, 0, base[7]]);
+        let (mut unique, mut table) = (Vec::new(), Vec::new());
+        dedup_hashes(&hashes, &mut unique, &mut table);
+        let mut want = base.clone();
+        want.push(0);
+        assert_eq!(unique, want);
+        // Signing the deduplicated set equals signing the multiset.
+        let m = MinHasher::new(HashScheme::Fast, 64, 9).unwrap();
+        let (mut a, mut b) = ([0u32; 64], [0u32; 64]);
+        m.sign_hashes(&hashes, &mut a);
+        m.sign_hashes(&unique, &mut b);
+        assert_eq!(a, b);
+    }
+
+    #[test]
+    fn mersenne_reduction_equals_remainder() {
+        let cases = [
+            0,
+            1,
+            MERSENNE_61 - 1,
+            MERSENNE_61,
+            MERSENNE_61 + 1,
+            2 * MERSENNE_61,
+            u64::MAX,
+            u64::MAX - 7,
+            (1 << 63) + 12345,
+        ];
+        for x in cases {
+            assert_eq!(mod_mersenne61(x), x % MERSENNE_61, "{x}");
+        }
+        let mut state = 1;
+        for _ in 0..100_000 {
+            let x = splitmix64(&mut state);
+            assert_eq!(mod_mersenne61(x), x % MERSENNE_61);
+        }
+    }
+
+    #[test]
+    fn empty_input_gives_empty_slots_and_short_output_panics() {
+        let m = MinHasher::new(HashScheme::Fast, 5, 1).unwrap();
+        let mut out = [0u32; 5];
+        m.sign_hashes(&[], &mut out);
+        assert_eq!(out, [EMPTY_SLOT; 5]);
+        let r = std::panic::catch_unwind(|| m.sign_hashes(&[1], &mut [0u32; 4]));
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn invalid_settings_are_refused() {
+        assert!(MinHasher::new(HashScheme::Fast, 0, 1).is_err());
+        assert!(MinHasher::new(HashScheme::Datasketch, 4, 1 << 32).is_err());
+        assert!(MinHasher::new(HashScheme::Fast, 4, 1 << 32).is_ok());
+    }
+
+    #[test]
+    fn every_kernel_equals_the_reference_for_ragged_widths() {
+        let mut state = 99;
+        let hashes: Vec<u64> = (0..1000).map(|_| splitmix64(&mut state)).collect();
+        for scheme in [HashScheme::Fast, HashScheme::Datasketch] {
+            for num_perm in [1, 7, 128, 129, 300] {
+                let reference =
+                    MinHasher::with_kernel(scheme, num_perm, 3, Kernel::Reference).unwrap();
+                let mut want = vec![0; num_perm];
+                reference.sign_hashes(&hashes, &mut want);
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, num_perm, 3, kernel).unwrap();
+                    let mut got = vec![0; num_perm];
+                    m.sign_hashes(&hashes, &mut got);
+                    assert_eq!(got, want, "{scheme:?} {kernel:?} {num_perm}");
+                }
+            }
+        }
+    }
+}

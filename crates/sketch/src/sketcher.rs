@@ -1,0 +1,227 @@
+//! One config, one entry point: text -> normalised text -> signature -> band keys.
+
+use crate::SketchError;
+use crate::content::content_hash;
+use crate::lsh::{BandKeyScheme, LshParams, band_keys};
+use crate::minhash::{HashScheme, MinHasher, SignScratch};
+use crate::normalize::{NormalizeScratch, Normalizer};
+use crate::shingle::Shingler;
+
+/// Everything that defines how a text becomes keys. Two runs with equal configs produce equal
+/// keys.
+#[derive(Clone, Debug)]
+pub struct SketchConfig {
+    /// Applied before shingling and before the content hash.
+    pub normalizer: Normalizer,
+    /// How the normalised text is cut into shingles.
+    pub shingler: Shingler,
+    /// MinHash hashing scheme.
+    pub scheme: HashScheme,
+    /// Signature length.
+    pub num_perm: usize,
+    /// Permutation seed.
+    pub seed: u64,
+    /// Banding; `lsh.num_perm_used() <= num_perm`.
+    pub lsh: LshParams,
+    /// How bands become keys.
+    pub band_keys: BandKeyScheme,
+}
+
+/// Domain tag of the fingerprint encoding; bump only together with a format change.
+const FINGERPRINT_TAG: &[u8] = b"neardup-sketch/config/v1";
+
+impl SketchConfig {
+    /// Checks that every part is valid and that the parts fit together
+    /// (`lsh.num_perm_used() <= num_perm`, datasketch seeds fit numpy, ...).
+    pub fn validate(&self) -> Result<(), SketchError> {
+        self.shingler.validate()?;
+        LshParams::new(self.lsh.bands, self.lsh.rows)?;
+        if self.num_perm == 0 {
+            return Err(SketchError::InvalidConfig("num_perm must be >= 1".into()));
+        }
+        if self.lsh.num_perm_used() > self.num_perm {
+            return Err(SketchError::InvalidConfig(format!(
+                "{} bands x {} rows need {} signature positions but num_perm is {}",
+                self.lsh.bands,
+                self.lsh.rows,
+                self.lsh.num_perm_used(),
+                self.num_perm
+            )));
+        }
+        if self.scheme == HashScheme::Datasketch && self.seed > u64::from(u32::MAX) {
+            return Err(SketchError::InvalidConfig(format!(
+                "datasketch seeds must be <= 2^32-1, got {}",
+                self.seed
+            )));
+        }
+        Ok(())
+    }
+
+    /// A stable 64-bit fingerprint of every setting (written into on-disk key tables so tables
+    /// made with different settings are refused). Must not change across releases for equal
+    /// settings: it hashes an explicit byte encoding (never `Debug` or `Hash` output), except for
+    /// custom tokenizers, which are identified by their `Debug` text.
+    pub fn fingerprint(&self) -> u64 {
+        let mut buf = Vec::with_capacity(128);
+        let put_bytes = |buf: &mut Vec<u8>, b: &[u8]| {
+            buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            buf.extend_from_slice(b);
+        };
+        put_bytes(&mut buf, FINGERPRINT_TAG);
+        let n = &self.normalizer;
+        let flags = u8::from(n.trim)
+            | u8::from(n.nfkc) << 1
+            | u8::from(n.lowercase) << 2
+            | u8::from(n.strip_punctuation) << 3
+            | u8::from(n.collapse_whitespace) << 4
+            | u8::from(n.keep_chars.is_some()) << 5;
+        buf.push(flags);
+        put_bytes(
+            &mut buf,
+            n.keep_chars.as_ref().map_or("", |k| k.spec()).as_bytes(),
+        );
+        put_bytes(&mut buf, self.shingler.describe().as_bytes());
+        buf.push(match self.scheme {
+            HashScheme::Fast => 0,
+            HashScheme::Datasketch => 1,
+        });
+        for v in [
+            self.num_perm as u64,
+            self.seed,
+            self.lsh.bands as u64,
+            self.lsh.rows as u64,
+        ] {
+            buf.extend_from_slice(&v.to_le_bytes());
+        }
+        buf.push(match self.band_keys {
+            BandKeyScheme::Fast => 0,
+            BandKeyScheme::Lshcurator => 1,
+        });
+        xxhash_rust::xxh3::xxh3_64(&buf)
+    }
+
+    /// lshcurator 0.2.3 preset: trim (py_strip) only, Chars or Bytes shingles, Datasketch
+    /// scheme, num_perm = bands*rows, seed 36, Lshcurator band keys.
+    pub fn lshcurator(
+        k: usize,
+        step: usize,
+        byte_mode: bool,
+        bands: usize,
+        rows: usize,
+    ) -> SketchConfig {
+        SketchConfig {
+            normalizer: Normalizer {
+                trim: true,
+                ..Normalizer::default()
+            },
+            shingler: if byte_mode {
+                Shingler::Bytes { k, step }
+            } else {
+                Shingler::Chars { k, step }
+            },
+            scheme: HashScheme::Datasketch,
+            num_perm: bands * rows,
+            seed: 36,
+            lsh: LshParams { bands, rows },
+            band_keys: BandKeyScheme::Lshcurator,
+        }
+    }
+}
+
+/// What sketching one text produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SketchInfo {
+    /// Shingles of the normalised text, repeats counted; 0 means the signature is all
+    /// `EMPTY_SLOT` (text shorter than one shingle).
+    pub shingles: usize,
+    /// [`content_hash`] of the normalised text.
+    pub content_hash: u128,
+}
+
+/// Sketches texts with one config; `Send + Sync` (share it across threads by reference / Arc).
+#[derive(Clone, Debug)]
+pub struct Sketcher {
+    config: SketchConfig,
+    hasher: MinHasher,
+}
+
+/// Per-thread reusable buffers: normalisation buffers + [`SignScratch`].
+#[derive(Default, Debug)]
+pub struct Scratch {
+    norm: NormalizeScratch,
+    sign: SignScratch,
+}
+
+impl Sketcher {
+    /// Validates the config and precomputes the permutations.
+    pub fn new(config: SketchConfig) -> Result<Sketcher, SketchError> {
+        config.validate()?;
+        let hasher = MinHasher::new(config.scheme, config.num_perm, config.seed)?;
+        Ok(Sketcher { config, hasher })
+    }
+
+    /// The config this sketcher was built from.
+    pub fn config(&self) -> &SketchConfig {
+        &self.config
+    }
+
+    /// The underlying MinHasher.
+    pub fn hasher(&self) -> &MinHasher {
+        &self.hasher
+    }
+
+    /// Signature length.
+    pub fn num_perm(&self) -> usize {
+        self.config.num_perm
+    }
+
+    /// Keys per text.
+    pub fn bands(&self) -> usize {
+        self.config.lsh.bands
+    }
+
+    /// Normalise, shingle, sign, band-key. `sig.len() == num_perm`, `keys.len() == bands`.
+    /// `content_hash` is of the normalised text. A text without shingles still gets the keys of
+    /// the all-`EMPTY_SLOT` signature (as lshcurator does); check `shingles == 0` to treat it
+    /// differently.
+    ///
+    /// # Panics
+    /// When a buffer has the wrong length.
+    pub fn sketch(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        sig: &mut [u32],
+        keys: &mut [u64],
+    ) -> SketchInfo {
+        let info = self.signature(text, scratch, sig);
+        band_keys(self.config.band_keys, self.config.lsh, sig, keys);
+        info
+    }
+
+    /// Only the signature (stage 2 recomputes signatures of hot samples).
+    ///
+    /// # Panics
+    /// When `sig.len() != num_perm`.
+    pub fn signature(&self, text: &str, scratch: &mut Scratch, sig: &mut [u32]) -> SketchInfo {
+        let Scratch { norm, sign } = scratch;
+        let text = self.config.normalizer.normalize_into(text, norm);
+        let shingles = self.hasher.sign(&self.config.shingler, text, sign, sig);
+        SketchInfo {
+            shingles,
+            content_hash: content_hash(text),
+        }
+    }
+
+    /// The normalised shingle hashes as a sorted, deduplicated set (for exact Jaccard
+    /// verification with [`crate::jaccard_sorted`]).
+    pub fn shingle_set(&self, text: &str, scratch: &mut Scratch, out: &mut Vec<u64>) {
+        let text = self
+            .config
+            .normalizer
+            .normalize_into(text, &mut scratch.norm);
+        self.hasher.hash_shingles(&self.config.shingler, text, out);
+        out.sort_unstable();
+        out.dedup();
+    }
+}
