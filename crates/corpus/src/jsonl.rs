@@ -90,7 +90,7 @@ impl JsonlSource {
     fn fill(&mut self, want: usize) {
         while !self.eof && self.pending.is_none() && self.buf.len() < want {
             let len = self.buf.len();
-            let room = READ_SIZE.max(want - len);
+            let room = (want - len).max(64 << 10);
             self.buf.resize(len + room, 0);
             match self.reader.read(&mut self.buf[len..]) {
                 Ok(0) => {

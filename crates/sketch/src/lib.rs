@@ -21,6 +21,7 @@ pub mod lsh;
 pub mod minhash;
 pub mod normalize;
 pub mod shingle;
+mod shingle_hash;
 pub mod similarity;
 pub mod sketcher;
 

@@ -1,0 +1,443 @@
+//! Shingling fused with the fast scheme's per-shingle hash (`xxh3_64`, seed 0).
+//!
+//! [`Shingler::for_each`] hands every shingle to a closure and the closure calls the xxhash-rust
+//! `xxh3_64`, which dispatches on the input length per call and is not inlined. Shingles are
+//! short (a char 5-gram of ASCII text is 5 bytes), so that call and the window bookkeeping cost
+//! more than the hash itself. Here the windows of one length class are hashed in a tight loop
+//! with xxh3's short-input path written out (bit-exact: tested against xxhash-rust for every
+//! length 0..=16), and character windows take byte windows over ASCII runs, so only windows that
+//! touch a multi-byte character walk characters. Inputs longer than 16 bytes still go to
+//! xxhash-rust.
+
+use crate::shingle::Shingler;
+
+/// The first 72 bytes of xxh3's default secret (`XXH3_kSecret`), all the short path reads.
+const SECRET: [u8; 72] = [
+    0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+    0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+    0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+    0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb,
+];
+
+const fn secret64(offset: usize) -> u64 {
+    let mut v = 0u64;
+    let mut i = 0;
+    while i < 8 {
+        v |= (SECRET[offset + i] as u64) << (8 * i);
+        i += 1;
+    }
+    v
+}
+
+const fn secret32(offset: usize) -> u32 {
+    secret64(offset) as u32
+}
+
+const PRIME64_2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+const PRIME64_3: u64 = 0x1656_67B1_9E37_79F9;
+const PRIME_MX1: u64 = 0x1656_6791_9E37_79F9;
+const PRIME_MX2: u64 = 0x9FB2_1C65_1E98_DF25;
+
+// Seed 0 folds every seed term of the short path into these constants.
+const FLIP_1TO3: u64 = (secret32(0) ^ secret32(4)) as u64;
+const FLIP_4TO8: u64 = secret64(8) ^ secret64(16);
+const FLIP_9TO16_LO: u64 = secret64(24) ^ secret64(32);
+const FLIP_9TO16_HI: u64 = secret64(40) ^ secret64(48);
+const HASH_OF_EMPTY: u64 = xxh64_avalanche(secret64(56) ^ secret64(64));
+
+#[inline(always)]
+const fn xxh64_avalanche(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(PRIME64_2);
+    h ^= h >> 29;
+    h = h.wrapping_mul(PRIME64_3);
+    h ^ (h >> 32)
+}
+
+#[inline(always)]
+fn xxh3_avalanche(mut h: u64) -> u64 {
+    h ^= h >> 37;
+    h = h.wrapping_mul(PRIME_MX1);
+    h ^ (h >> 32)
+}
+
+#[inline(always)]
+fn rrmxmx(mut h: u64, len: u64) -> u64 {
+    h ^= h.rotate_left(49) ^ h.rotate_left(24);
+    h = h.wrapping_mul(PRIME_MX2);
+    h ^= (h >> 35).wrapping_add(len);
+    h = h.wrapping_mul(PRIME_MX2);
+    h ^ (h >> 28)
+}
+
+#[inline(always)]
+fn read32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+#[inline(always)]
+fn read64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// xxh3_64 of 1..=3 bytes.
+#[inline(always)]
+pub(crate) fn xxh3_1to3(b: &[u8]) -> u64 {
+    let len = b.len();
+    let combo = (u32::from(b[0]) << 16)
+        | (u32::from(b[len >> 1]) << 24)
+        | u32::from(b[len - 1])
+        | ((len as u32) << 8);
+    xxh64_avalanche(u64::from(combo) ^ FLIP_1TO3)
+}
+
+/// xxh3_64 of 4..=8 bytes.
+#[inline(always)]
+pub(crate) fn xxh3_4to8(b: &[u8]) -> u64 {
+    let len = b.len();
+    let input = u64::from(read32(b, len - 4)).wrapping_add(u64::from(read32(b, 0)) << 32);
+    rrmxmx(input ^ FLIP_4TO8, len as u64)
+}
+
+/// xxh3_64 of 9..=16 bytes.
+#[inline(always)]
+pub(crate) fn xxh3_9to16(b: &[u8]) -> u64 {
+    let len = b.len();
+    let lo = read64(b, 0) ^ FLIP_9TO16_LO;
+    let hi = read64(b, len - 8) ^ FLIP_9TO16_HI;
+    let product = u128::from(lo) * u128::from(hi);
+    let acc = (len as u64)
+        .wrapping_add(lo.swap_bytes())
+        .wrapping_add(hi)
+        .wrapping_add(product as u64 ^ (product >> 64) as u64);
+    xxh3_avalanche(acc)
+}
+
+/// `xxh3_64(bytes)` with seed 0: short inputs inline, longer ones through xxhash-rust.
+#[inline(always)]
+pub(crate) fn xxh3_64(b: &[u8]) -> u64 {
+    match b.len() {
+        0 => HASH_OF_EMPTY,
+        1..=3 => xxh3_1to3(b),
+        4..=8 => xxh3_4to8(b),
+        9..=16 => xxh3_9to16(b),
+        _ => xxhash_rust::xxh3::xxh3_64(b),
+    }
+}
+
+/// Hashes every `k`-byte window of `bytes` starting at multiples of `step`.
+pub(crate) type WindowHasher = fn(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>);
+
+/// Portable [`WindowHasher`]: one tight loop per xxh3 length class.
+pub(crate) fn hash_windows(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
+    #[inline(always)]
+    fn each(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>, hash: impl Fn(&[u8]) -> u64) {
+        // `Windows` is exact-size, so `extend` reserves once and writes without capacity checks.
+        if step == 1 {
+            out.extend(bytes.windows(k).map(hash));
+        } else {
+            out.extend(bytes.windows(k).step_by(step).map(hash));
+        }
+    }
+    match k {
+        1..=3 => each(bytes, k, step, out, xxh3_1to3),
+        4..=8 => each(bytes, k, step, out, xxh3_4to8),
+        9..=16 => each(bytes, k, step, out, xxh3_9to16),
+        _ => each(bytes, k, step, out, xxhash_rust::xxh3::xxh3_64),
+    }
+}
+
+/// Whether [`hash_windows_avx512`] can run on this CPU.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512_windows_supported() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+}
+
+/// AVX-512 [`WindowHasher`]: for 4..=8-byte windows at step 1 (char 5-grams of ASCII text),
+/// eight windows per vector; everything else, or a CPU without AVX-512, goes to
+/// [`hash_windows`]. `MinHasher` picks it only where it is supported; the check here (cached
+/// by std) keeps the function sound on its own.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn hash_windows_avx512(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
+    if step != 1 || !(4..=8).contains(&k) || !avx512_windows_supported() {
+        return hash_windows(bytes, k, step, out);
+    }
+    // SAFETY: the required CPU features were just checked.
+    unsafe { hash_windows_4to8_avx512(bytes, k, out) }
+}
+
+/// xxh3's 4..=8-byte path, eight windows (starts `p..p + 8`) per iteration: one 16-byte load
+/// covers them all (the last one ends at `p + 7 + k <= p + 15`), broadcast to the four 128-bit
+/// lanes and shuffled so that 64-bit lane `j` holds `read32(p + j + k - 4) +
+/// (read32(p + j) << 32)`, xxh3's input word. The rest is the scalar arithmetic, lane-wise.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512dq")]
+fn hash_windows_4to8_avx512(bytes: &[u8], k: usize, out: &mut Vec<u64>) {
+    use std::arch::x86_64::*;
+    debug_assert!((4..=8).contains(&k));
+    let Some(windows) = bytes.len().checked_sub(k - 1) else {
+        return;
+    };
+    // Vector iterations may load 16 bytes from their start.
+    let vector_windows = if bytes.len() >= 16 {
+        ((bytes.len() - 16) / 8 + 1) * 8
+    } else {
+        0
+    };
+    let mut control = [0u8; 64];
+    for (j, lane) in control.chunks_exact_mut(8).enumerate() {
+        for i in 0..4 {
+            lane[i] = (j + k - 4 + i) as u8;
+            lane[4 + i] = (j + i) as u8;
+        }
+    }
+    out.reserve(windows);
+    let start = out.len();
+    let dst = &mut out.spare_capacity_mut()[..windows];
+    // SAFETY: the CPU features are enabled on this function; every load reads
+    // `bytes[p..p + 16]` with `p + 16 <= bytes.len()` (p < vector_windows, p % 8 == 0), and
+    // every store writes `dst[p..p + 8]` with `p + 8 <= vector_windows <= windows`.
+    unsafe {
+        let control = _mm512_loadu_si512(control.as_ptr().cast());
+        let flip = _mm512_set1_epi64(FLIP_4TO8 as i64);
+        let mx2 = _mm512_set1_epi64(PRIME_MX2 as i64);
+        let len = _mm512_set1_epi64(k as i64);
+        let mut p = 0;
+        while p < vector_windows {
+            let raw = _mm512_broadcast_i32x4(_mm_loadu_si128(bytes.as_ptr().add(p).cast()));
+            let mut h = _mm512_xor_si512(_mm512_shuffle_epi8(raw, control), flip);
+            // h ^= rotl(h, 49) ^ rotl(h, 24): 0x96 is the three-way xor.
+            h = _mm512_ternarylogic_epi64::<0x96>(
+                h,
+                _mm512_rol_epi64::<49>(h),
+                _mm512_rol_epi64::<24>(h),
+            );
+            h = _mm512_mullo_epi64(h, mx2);
+            h = _mm512_xor_si512(h, _mm512_add_epi64(_mm512_srli_epi64::<35>(h), len));
+            h = _mm512_mullo_epi64(h, mx2);
+            h = _mm512_xor_si512(h, _mm512_srli_epi64::<28>(h));
+            _mm512_storeu_si512(dst.as_mut_ptr().add(p).cast(), h);
+            p += 8;
+        }
+    }
+    for (p, slot) in dst.iter_mut().enumerate().skip(vector_windows) {
+        slot.write(xxh3_4to8(&bytes[p..p + k]));
+    }
+    // SAFETY: all `windows` slots after `start` were written above.
+    unsafe { out.set_len(start + windows) };
+}
+
+/// Index of the first non-ASCII byte at or after `from` (or `bytes.len()`).
+#[inline]
+fn ascii_run_end(bytes: &[u8], from: usize) -> usize {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut i = from;
+    while let Some(word) = bytes.get(i..i + 8) {
+        let high = u64::from_le_bytes(word.try_into().expect("8 bytes")) & HIGH;
+        if high != 0 {
+            return i + (high.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < bytes.len() && bytes[i] < 0x80 {
+        i += 1;
+    }
+    i
+}
+
+/// Length of the UTF-8 sequence led by `lead` (which must be a lead byte).
+#[inline(always)]
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0x00..=0x7f => 1,
+        0x80..=0xdf => 2,
+        0xe0..=0xef => 3,
+        _ => 4,
+    }
+}
+
+/// Character `k`-gram windows of `text` moved by `step` characters, hashed in text order into
+/// `out` (appended): exactly the hashes of [`Shingler::Chars`]'s shingles.
+///
+/// Alternates between two modes. Over an ASCII run characters are bytes, so every window that
+/// fits in the run is a byte window and `ascii` hashes them in one call. Windows that contain a
+/// multi-byte character (or start too close to one) are walked character by character; as soon
+/// as a window is k bytes long it is all ASCII and the fast mode resumes.
+pub(crate) fn hash_char_windows(
+    text: &str,
+    k: usize,
+    step: usize,
+    out: &mut Vec<u64>,
+    ascii: WindowHasher,
+) {
+    assert!(k > 0 && step > 0, "shingle width and step must be >= 1");
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    out.reserve(n / step + 1);
+    // `p` is always a char boundary: the start of the next window not yet hashed.
+    let mut p = 0;
+    loop {
+        let run_end = ascii_run_end(bytes, p);
+        if run_end >= p + k {
+            let count = (run_end - p - k) / step + 1;
+            ascii(&bytes[p..run_end], k, step, out);
+            let next = p + count * step;
+            if next <= run_end {
+                p = next;
+            } else {
+                // The stride crosses the multi-byte char at `run_end`: the run's chars were
+                // bytes, the rest of the stride must be walked as chars.
+                p = run_end;
+                for _ in 0..next - run_end {
+                    if p >= n {
+                        return;
+                    }
+                    p += utf8_len(bytes[p]);
+                }
+            }
+        }
+        // The window at `p` reaches a multi-byte char (or the end of the text).
+        let mut e = p;
+        for _ in 0..k {
+            if e >= n {
+                return;
+            }
+            e += utf8_len(bytes[e]);
+        }
+        while e - p > k {
+            out.push(xxh3_64(&bytes[p..e]));
+            for _ in 0..step {
+                if e >= n {
+                    return;
+                }
+                p += utf8_len(bytes[p]);
+                e += utf8_len(bytes[e]);
+            }
+        }
+    }
+}
+
+/// The fast scheme's shingle hashes of `text` into `out` (cleared first), in text order, with
+/// `ascii` hashing the byte windows of ASCII runs and byte mode.
+pub(crate) fn fast_hash_shingles(
+    shingler: &Shingler,
+    text: &str,
+    out: &mut Vec<u64>,
+    ascii: WindowHasher,
+) {
+    out.clear();
+    match *shingler {
+        Shingler::Chars { k, step } => hash_char_windows(text, k, step, out, ascii),
+        Shingler::Bytes { k, step } => {
+            assert!(k > 0 && step > 0, "shingle width and step must be >= 1");
+            ascii(text.as_bytes(), k, step, out);
+        }
+        Shingler::Words { .. } | Shingler::Custom(_) => {
+            shingler.for_each(text, |s| out.push(xxh3_64(s)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn library(b: &[u8]) -> u64 {
+        xxhash_rust::xxh3::xxh3_64(b)
+    }
+
+    #[test]
+    fn short_xxh3_equals_xxhash_rust_for_every_length() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut buf = [0u8; 40];
+        for round in 0..2000 {
+            for byte in buf.iter_mut() {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                *byte = (state >> 56) as u8;
+            }
+            // Edge bytes too: all zeros and all ones.
+            if round == 0 {
+                buf.fill(0);
+            } else if round == 1 {
+                buf.fill(0xff);
+            }
+            for len in 0..=buf.len() {
+                let b = &buf[..len];
+                assert_eq!(xxh3_64(b), library(b), "len {len} {b:02x?}");
+            }
+        }
+    }
+
+    fn reference(shingler: &Shingler, text: &str) -> Vec<u64> {
+        let mut v = Vec::new();
+        shingler.for_each(text, |s| v.push(library(s)));
+        v
+    }
+
+    #[test]
+    fn fused_hashing_equals_shingling_then_hashing() {
+        let texts = [
+            "",
+            "a",
+            "abcd",
+            "abcde",
+            "hello world, this is a test",
+            "Ünïcödé 文字 テキスト 🙂 mixed text",
+            "🙂🙂🙂🙂🙂🙂",
+            "ascii run then é then a long ascii run again, and 文 at the end文",
+            "é",
+            "xé",
+            "abcdefghijklmnopqrstuvwxyz§abcdefghijklmnopqrstuvwxyz·0123456789",
+            "a·b·c·d·e·f·g·h·i·j·k·l·m·n",
+        ];
+        for text in texts {
+            for k in (1..=18).chain([31, 64, 70]) {
+                for step in 1..=5 {
+                    for shingler in [
+                        Shingler::Chars { k, step },
+                        Shingler::Bytes { k, step },
+                        Shingler::Words { n: k, step },
+                    ] {
+                        let mut got = vec![7];
+                        fast_hash_shingles(&shingler, text, &mut got, hash_windows);
+                        assert_eq!(got, reference(&shingler, text), "{text:?} {shingler:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx512_window_hasher_equals_the_portable_one() {
+        if !avx512_windows_supported() {
+            return;
+        }
+        let text: Vec<u8> = (0..300u32).map(|i| (i * 37 % 95 + 32) as u8).collect();
+        for len in 0..text.len() {
+            for k in 1..=10 {
+                for step in 1..=2 {
+                    let (mut want, mut got) = (vec![1], vec![1]);
+                    hash_windows(&text[..len], k, step, &mut want);
+                    hash_windows_avx512(&text[..len], k, step, &mut got);
+                    assert_eq!(got, want, "len {len} k {k} step {step}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ascii_run_end_finds_the_first_high_byte() {
+        let text = "0123456789abcdef§xyz".as_bytes();
+        for from in 0..=16 {
+            assert_eq!(ascii_run_end(text, from), 16);
+        }
+        assert_eq!(ascii_run_end(b"abc", 0), 3);
+        assert_eq!(ascii_run_end(b"", 0), 0);
+    }
+}

@@ -1,0 +1,175 @@
+//! End-to-end runs of the library on the bundled sample corpus (real Rust documentation pages
+//! with real near-copies) and on generated corpora.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use neardup::corpus::Reason;
+use neardup::dedup::Verify;
+use neardup::keys::{HotMask, TableStore, run_keys};
+use neardup::{Config, Pipeline};
+
+fn sample_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample")
+}
+
+fn sample_config(threads: usize) -> Config {
+    let mut c = Config::default();
+    c.input.inputs = vec![sample_dir().display().to_string()];
+    c.input.id_field = Some("id".into());
+    c.run.threads = threads;
+    c
+}
+
+/// The ideal greedy first-seen keep set from exact Jaccard of character 5-gram sets
+/// (shared/bench/exact_pairs.py), one 0/1 per sample.
+fn truth(threshold: &str) -> Vec<bool> {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/sample-truth/keep-{threshold}.txt"));
+    std::fs::read_to_string(p).unwrap().lines().map(|l| l.trim() == "1").collect()
+}
+
+fn precision_recall(keep: &[bool], ideal: &[bool]) -> (f64, f64) {
+    assert_eq!(keep.len(), ideal.len());
+    let dropped: Vec<usize> = (0..keep.len()).filter(|&i| !keep[i]).collect();
+    let ideal_dropped = ideal.iter().filter(|k| !**k).count();
+    let tp = dropped.iter().filter(|&&i| !ideal[i]).count();
+    (tp as f64 / dropped.len().max(1) as f64, tp as f64 / ideal_dropped.max(1) as f64)
+}
+
+#[test]
+fn sample_quality_meets_the_bar_at_default_settings() {
+    let (decisions, report) = Pipeline::new(sample_config(2)).unwrap().decisions().unwrap();
+    let keep: Vec<bool> = decisions.iter().map(|d| d.keep).collect();
+    let (p, r) = precision_recall(&keep, &truth("0.8"));
+    assert!(p >= 0.95 && r >= 0.95, "precision {p:.3} recall {r:.3}");
+    assert_eq!(report.totals.records_in, 500);
+    assert_eq!(report.totals.records_in, report.totals.records_kept + report.totals.records_dropped);
+    // Every drop names an earlier sample it duplicates, with its id.
+    for d in decisions.iter().filter(|d| !d.keep) {
+        let of = d.dup_of.expect("dup_of");
+        assert!((of.file, of.record) < (d.addr.file, d.addr.record), "{d:?}");
+        assert!(d.dup_of_id.is_some() && d.similarity.unwrap() >= 0.8);
+    }
+}
+
+#[test]
+fn exact_verification_never_drops_below_the_threshold() {
+    let mut c = sample_config(2);
+    c.dedup.verify = Verify::Exact;
+    let (decisions, report) = Pipeline::new(c).unwrap().decisions().unwrap();
+    let keep: Vec<bool> = decisions.iter().map(|d| d.keep).collect();
+    let (p, r) = precision_recall(&keep, &truth("0.8"));
+    assert!(p >= 0.999, "precision {p}");
+    assert!(r >= 0.95, "recall {r}");
+    assert!(report.stage2.deduper.verifications > 0);
+}
+
+fn read_dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn outputs_and_decisions_are_byte_identical_for_any_thread_count() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for threads in [1, 2, 8] {
+        let mut c = sample_config(threads);
+        // Small chunks so that several workers really share files.
+        c.keys.chunk_bytes = 16 * 1024;
+        let out = tmp.path().join(format!("out-{threads}"));
+        let dec = tmp.path().join(format!("decisions-{threads}.jsonl"));
+        c.output.dir = Some(out.clone());
+        c.output.decisions = Some(dec.clone());
+        Pipeline::new(c).unwrap().run().unwrap();
+        runs.push((read_dir_bytes(&out), std::fs::read(&dec).unwrap()));
+    }
+    assert!(!runs[0].0.is_empty());
+    assert_eq!(runs[0], runs[1]);
+    assert_eq!(runs[0], runs[2]);
+}
+
+#[test]
+fn key_tables_are_identical_across_threads_and_spilling_and_match_brute_force() {
+    let base = sample_config(1);
+    let (files, _) = neardup::discover_inputs(&base).unwrap();
+    let mut reference = None;
+    for (threads, limit) in [(1, None), (2, None), (4, None), (2, Some(64 * 1024))] {
+        let mut c = sample_config(threads);
+        c.keys.chunk_bytes = 32 * 1024;
+        c.keys.memory_limit = limit;
+        let out = run_keys(&files, 0, &neardup::keys_config(&c).unwrap()).unwrap();
+        assert_eq!(out.stats.count.spilled, limit.is_some());
+        let got = (out.hot.keys().to_vec(), out.mask.clone(), out.files.clone());
+        match &reference {
+            None => {
+                let TableStore::Memory(table) = &out.table else { panic!() };
+                // Brute force: a HashMap count over every key of the table.
+                let mut counts: HashMap<u64, u32> = HashMap::new();
+                for &k in table.keys().iter().filter(|&&k| k != 0) {
+                    *counts.entry(k).or_default() += 1;
+                }
+                let mut hot: Vec<u64> = counts.iter().filter(|(_, n)| **n > 1).map(|(k, _)| *k).collect();
+                hot.sort_unstable();
+                assert_eq!(out.hot.keys(), hot.as_slice());
+                assert_eq!(HotMask::from_table(table, &out.hot).unwrap(), out.mask);
+                reference = Some(got);
+            }
+            Some(r) => assert_eq!(&got, r, "threads {threads}, limit {limit:?}"),
+        }
+    }
+}
+
+#[test]
+fn sharded_keys_hot_apply_equal_a_single_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let single = sample_config(2);
+    let (all, _) = Pipeline::new(single.clone()).unwrap().decisions().unwrap();
+
+    let (files, _) = neardup::discover_inputs(&single).unwrap();
+    let mut tables = Vec::new();
+    for (shard, part) in files.chunks(2).enumerate() {
+        let (table, _) = neardup::compute_keys(&single, part, shard as u32).unwrap();
+        let path = tmp.path().join(format!("keys-{shard}.ndk"));
+        table.save(&path).unwrap();
+        tables.push(neardup::keys::KeyTable::load(&path).unwrap());
+    }
+    // Shards can be merged in any order: shard numbers decide.
+    tables.reverse();
+    let (hot, _, _) = neardup::merge_hot_keys(&tables, 1).unwrap();
+    let hot_path = tmp.path().join("hot.ndh");
+    hot.save(&hot_path).unwrap();
+    let hot = neardup::keys::HotKeys::load(&hot_path).unwrap();
+    let mut sharded = Vec::new();
+    neardup::apply(&single, &hot, &tables, &mut |d| sharded.push(d.clone())).unwrap();
+    assert_eq!(sharded, all);
+}
+
+#[test]
+fn exact_only_mode_drops_only_identical_texts() {
+    let mut c = sample_config(2);
+    c.keys.near = false;
+    let (decisions, _) = Pipeline::new(c).unwrap().decisions().unwrap();
+    let exact = decisions.iter().filter(|d| d.reason == Reason::Exact).count();
+    assert!(exact > 100, "{exact}");
+    assert!(decisions.iter().all(|d| d.reason != Reason::Near));
+    // Compare with the texts themselves.
+    let mut texts = Vec::new();
+    for f in ["part-0.jsonl", "part-1.jsonl"] {
+        for line in std::fs::read_to_string(sample_dir().join(f)).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            texts.push(v["text"].as_str().unwrap().trim().to_string());
+        }
+    }
+    for (i, d) in decisions.iter().enumerate().take(texts.len()) {
+        let seen_before = texts[..i].contains(&texts[i]);
+        assert_eq!(!d.keep, seen_before, "sample {i}");
+    }
+}
