@@ -119,7 +119,7 @@ fn key_tables_are_identical_across_threads_and_spilling_and_match_brute_force() 
                 let mut hot: Vec<u64> = counts.iter().filter(|(_, n)| **n > 1).map(|(k, _)| *k).collect();
                 hot.sort_unstable();
                 assert_eq!(out.hot.keys(), hot.as_slice());
-                assert_eq!(HotMask::from_table(table, &out.hot).unwrap(), out.mask);
+                assert_eq!(HotMask::from_tables(&[table], &out.hot).unwrap(), out.mask);
                 reference = Some(got);
             }
             Some(r) => assert_eq!(&got, r, "threads {threads}, limit {limit:?}"),

@@ -133,7 +133,7 @@ pub struct EvalReport {
 /// Exact Jaccard of every dropped sample with the sample it was declared a duplicate of.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct PrecisionReport {
-    /// Decisions with `keep = false` that name a `dup_of` sample.
+    /// Decisions of samples in the input files with `keep = false` that name a `dup_of` sample.
     pub dropped: u64,
     /// Of those, pairs whose two sets were both found and compared.
     pub evaluated: u64,
@@ -793,24 +793,28 @@ fn full_pass(
             })
         };
         let mut visit = |first: u64, records: usize, batch: Vec<Streamed>| {
-            let sets: Vec<(Vec<u64>, Hits)> = batch
+            let sets: Vec<(Option<Vec<u64>>, Hits)> = batch
                 .par_iter()
                 .map_init(
                     || {
                         (
                             NormalizeScratch::default(),
                             Counter::new(recall.items.len()),
+                            Vec::new(),
                         )
                     },
-                    |(scratch, counter), s| {
-                        let mut set = Vec::new();
-                        shingle_set(ctx.opts, &s.text, scratch, &mut set);
+                    |(scratch, counter, set), s| {
+                        shingle_set(ctx.opts, &s.text, scratch, set);
                         let hits = if recall_on {
-                            recall.compare(s.addr, &set, counter)
+                            recall.compare(s.addr, set, counter)
                         } else {
                             Vec::new()
                         };
-                        (set, hits)
+                        let for_precision = s.drop.is_some()
+                            || decisions
+                                .targets
+                                .contains_key(&(s.addr.file, s.addr.record));
+                        (for_precision.then(|| set.clone()), hits)
                     },
                 )
                 .collect();
@@ -909,6 +913,12 @@ struct Recall {
     index: HashMap<u64, (u32, u32), BuildHasherDefault<IdentityHasher>>,
     /// Indexes of drawn samples, grouped by element.
     postings: Vec<u32>,
+    /// One bit per slot of the top bits of an element, set for the drawn elements: most streamed
+    /// elements are in no drawn set, and this small bitmap turns them away before the much larger
+    /// index is touched.
+    filter: Vec<u64>,
+    /// Bits of an element that select a filter bit.
+    filter_bits: u32,
 }
 
 impl Recall {
@@ -1009,6 +1019,16 @@ impl Recall {
         }
         pairs.sort_unstable();
         self.postings = pairs.iter().map(|p| p.1).collect();
+        // About 16 bits per element keeps false positives near 6% (elements are uniform hashes).
+        self.filter_bits = (pairs.len().max(1) * 16)
+            .next_power_of_two()
+            .trailing_zeros()
+            .clamp(12, 27);
+        self.filter = vec![0; 1 << (self.filter_bits - 6)];
+        for &(e, _) in &pairs {
+            let slot = self.filter_slot(e);
+            self.filter[slot >> 6] |= 1 << (slot & 63);
+        }
         let mut start = 0;
         while start < pairs.len() {
             let e = pairs[start].0;
@@ -1022,8 +1042,12 @@ impl Recall {
     /// and shares at least one element. Counting shared elements through the inverted index gives
     /// the same intersection, hence the same value, as [`jaccard_sorted`].
     fn compare(&self, addr: Addr, set: &[u64], counter: &mut Counter) -> Hits {
-        for e in set {
-            if let Some(&(start, len)) = self.index.get(e) {
+        for &e in set {
+            let slot = self.filter_slot(e);
+            if self.filter[slot >> 6] & (1 << (slot & 63)) == 0 {
+                continue;
+            }
+            if let Some(&(start, len)) = self.index.get(&e) {
                 for &i in &self.postings[start as usize..(start + len) as usize] {
                     let c = &mut counter.counts[i as usize];
                     if *c == 0 {
@@ -1043,6 +1067,10 @@ impl Recall {
             }
         }
         hits
+    }
+
+    fn filter_slot(&self, e: u64) -> usize {
+        (e >> (64 - self.filter_bits)) as usize
     }
 
     fn record_hits(&mut self, s: &Streamed, kept: bool, hits: &[(u32, f64)]) {
@@ -1205,8 +1233,10 @@ impl Precision {
         }
     }
 
-    /// Takes one streamed sample's set (in input order).
-    fn add(&mut self, decisions: &Decisions, s: Streamed, set: Vec<u64>) {
+    /// Takes one streamed sample's set (in input order), if it is a dropped sample or a slot of a
+    /// `dup_of` record.
+    fn add(&mut self, decisions: &Decisions, s: Streamed, set: Option<Vec<u64>>) {
+        let Some(set) = set else { return };
         let key = (s.addr.file, s.addr.record);
         let text = snippet(&s.text);
         let Some(drop) = s.drop else {

@@ -226,13 +226,8 @@ pub fn apply(
     })?;
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
-    let mut masks = Vec::new();
-    let mut files: Vec<FileRows> = Vec::new();
-    for t in &ordered {
-        masks.push(HotMask::from_table(t, hot)?);
-        files.extend(t.files().iter().cloned());
-    }
-    let mask = HotMask::concat(&masks);
+    let mask = HotMask::from_tables(&ordered, hot)?;
+    let files: Vec<FileRows> = ordered.iter().flat_map(|t| t.files().iter().cloned()).collect();
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let stage2 = run_dedup(&files, &mask, &cfg, observe)?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);

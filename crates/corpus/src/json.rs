@@ -284,7 +284,7 @@ impl<'a> Parser<'a> {
     fn string(&mut self, scratch: Option<&mut Vec<u8>>) -> Result<(usize, usize, bool), String> {
         let b = self.b;
         let start = self.i + 1;
-        let mut i = scan_plain(b, start);
+        let i = scan_plain(b, start);
         if b.get(i) == Some(&b'"') {
             self.i = i + 1;
             return Ok((start, i, false));

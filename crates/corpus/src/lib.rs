@@ -41,3 +41,22 @@ pub use read::{
 };
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use write::{AtomicFile, FileWriter, OutputDir, OutputOptions, WrittenFile};
+
+#[cfg(test)]
+mod tests {
+    /// Readers, blocks and writers move between threads; the output directory is shared.
+    #[test]
+    fn thread_bounds() {
+        fn send<T: Send>() {}
+        fn sync<T: Sync>() {}
+        send::<crate::ChunkReader>();
+        send::<crate::Block>();
+        sync::<crate::Block>();
+        send::<crate::FileWriter>();
+        send::<crate::DecisionWriter>();
+        send::<crate::AtomicFile>();
+        sync::<crate::OutputDir>();
+        send::<crate::ReadError>();
+        send::<crate::WriteError>();
+    }
+}

@@ -172,6 +172,19 @@ impl Deduper {
         self.shingle_sets.is_some()
     }
 
+    /// Decides a sample that stage 1 marked as a later exact copy (its content key is hot and was
+    /// seen in an earlier row) without its signature. `None` when no earlier sample has the same
+    /// full 128-bit hash (a 64-bit key collision): then decide it with [`Deduper::decide`].
+    pub fn decide_copy(&mut self, content_key: u64, content_hash: u128) -> Option<Verdict> {
+        let (hash, first) = *self.exact_seen.get(&content_key)?;
+        if hash != content_hash {
+            return None;
+        }
+        self.stats.checked += 1;
+        self.stats.exact += 1;
+        Some(Verdict::Exact { of: first })
+    }
+
     /// Decides one hot sample. Call in input order.
     pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
         self.stats.checked += 1;

@@ -133,6 +133,8 @@ enum Kind {
     Blank,
     Cold,
     Hot { content_hash: u128, sig: u32, shingles: (u32, u32) },
+    /// A later exact copy by stage 1's count: only its content hash was computed.
+    Copy { content_hash: u128, row: u64 },
 }
 
 struct SampleWork {
@@ -219,6 +221,8 @@ fn prepare_chunk(
                     row += 1;
                     if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
                         if neardup_sketch::is_blank(&text) { Kind::Blank } else { Kind::Cold }
+                    } else if mask.is_later_copy(this_row as usize) {
+                        Kind::Copy { content_hash: cfg.rule.content_hash(&cfg.sketcher, &text), row: this_row }
                     } else {
                         let r = cfg.rule.sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut row_keys);
                         if r.kind == RowKind::Blank {
@@ -367,6 +371,7 @@ pub fn run_dedup(
                     Msg::Block(work) => {
                         let keep = decide_block(
                             &work,
+                            mask,
                             fi as u32,
                             record_bases[job],
                             cfg,
@@ -486,10 +491,52 @@ fn write_outputs(
     Ok(written)
 }
 
+/// The rare path of a later copy whose full content hash matched no earlier sample: sketch it
+/// here from the block's text and decide it like any hot sample.
+fn decide_from_block(
+    w: &BlockWork,
+    target: &SampleWork,
+    row: u64,
+    cfg: &ApplyConfig,
+    mask: &HotMask,
+    deduper: &mut Deduper,
+    addr: SampleAddr,
+) -> Verdict {
+    let columns = cfg.rule.columns(cfg.sketcher.bands());
+    let mut scratch = Scratch::default();
+    let mut sig = vec![0u32; cfg.sketcher.num_perm()];
+    let mut keys = vec![0u64; columns];
+    let mut shingles = Vec::new();
+    let hot: Vec<bool> = (0..columns).map(|c| mask.is_hot(row as usize, c)).collect();
+    let mut verdict = Verdict::Unique;
+    w.block.for_each_sample(&cfg.selector, |s| {
+        if s.record as u32 != target.record || s.field != target.field {
+            return;
+        }
+        if let SampleText::Text(text) = s.text {
+            let r = cfg.rule.sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut keys);
+            if deduper.needs_shingles() {
+                cfg.sketcher.shingle_set(&text, &mut scratch, &mut shingles);
+            }
+            let c = Candidate {
+                addr,
+                signature: &sig,
+                row: &keys,
+                hot: &hot,
+                content_hash: r.content_hash,
+                shingles: deduper.needs_shingles().then_some(shingles.as_slice()),
+            };
+            verdict = deduper.decide(&c);
+        }
+    });
+    verdict
+}
+
 /// Decides every sample of one block in order; returns the keep flag of each record.
 #[allow(clippy::too_many_arguments)]
 fn decide_block(
     w: &BlockWork,
+    mask: &HotMask,
     file: u32,
     record_base: u64,
     cfg: &ApplyConfig,
@@ -522,6 +569,29 @@ fn decide_block(
                 stats.cold += 1;
                 stats.unique += 1;
                 (true, Reason::Unique, None)
+            }
+            Kind::Copy { content_hash, row } => {
+                let verdict = match deduper.decide_copy(neardup_keys::content_key(content_hash), content_hash) {
+                    Some(v) => v,
+                    None => decide_from_block(w, s, row, cfg, mask, deduper, addr),
+                };
+                if let Some(id) = id {
+                    ids.insert(addr, id.into());
+                }
+                match verdict {
+                    Verdict::Unique => {
+                        stats.unique += 1;
+                        (true, Reason::Unique, Some(verdict))
+                    }
+                    Verdict::Near { .. } => {
+                        stats.near += 1;
+                        (false, Reason::Near, Some(verdict))
+                    }
+                    Verdict::Exact { .. } => {
+                        stats.exact += 1;
+                        (false, Reason::Exact, Some(verdict))
+                    }
+                }
             }
             Kind::Hot { content_hash, sig, shingles } => {
                 let sig_i = sig as usize;

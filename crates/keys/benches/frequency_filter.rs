@@ -37,7 +37,7 @@ fn bench(c: &mut Criterion) {
         let keys = table(n - n % 17, 42);
         g.throughput(Throughput::Elements(keys.len() as u64));
         g.bench_with_input(BenchmarkId::new("radix_partitioned", n), &keys, |b, keys| {
-            b.iter(|| count_in_memory(keys, 17, 1).stats.hot_keys)
+            b.iter(|| count_in_memory(keys, 17, 1, Some(16)).stats.hot_keys)
         });
         g.bench_with_input(BenchmarkId::new("hashmap_baseline", n), &keys, |b, keys| {
             b.iter(|| hashmap_baseline(keys, 1).0)

@@ -47,8 +47,9 @@ pub struct Counted {
 
 type Pair = (u64, u64);
 
-/// Scans a sorted partition: appends hot keys, reports hot positions, returns the distinct count.
-fn scan_runs(pairs: &[Pair], min_count: u32, hot: &mut Vec<u64>, mut mark: impl FnMut(u64)) -> u64 {
+/// Scans a sorted partition: appends hot keys, reports hot positions (and whether each is the
+/// first of its run, i.e. the earliest occurrence), returns the distinct count.
+fn scan_runs(pairs: &[Pair], min_count: u32, hot: &mut Vec<u64>, mut mark: impl FnMut(u64, bool)) -> u64 {
     let mut distinct = 0;
     let mut i = 0;
     while i < pairs.len() {
@@ -60,8 +61,8 @@ fn scan_runs(pairs: &[Pair], min_count: u32, hot: &mut Vec<u64>, mut mark: impl 
         distinct += 1;
         if (j - i) as u64 > u64::from(min_count) {
             hot.push(key);
-            for p in &pairs[i..j] {
-                mark(p.1);
+            for (n, p) in pairs[i..j].iter().enumerate() {
+                mark(p.1, n == 0);
             }
         }
         i = j;
@@ -81,7 +82,10 @@ fn partition_of(key: u64, shift: u32, bits: u32) -> usize {
 }
 
 /// Counts the keys of a row-major table held in memory, in parallel on the current rayon pool.
-pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32) -> Counted {
+///
+/// `content_col` names the content-key column, if any: rows whose content key is hot but not
+/// first seen are marked as later exact copies ([`HotMask::is_later_copy`]).
+pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32, content_col: Option<usize>) -> Counted {
     assert!(columns > 0 && keys.len().is_multiple_of(columns));
     let rows = keys.len() / columns;
     let bits = partition_bits_for(keys.len());
@@ -112,6 +116,7 @@ pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32) -> Counted 
         .collect();
 
     let mask_bits: Vec<AtomicU64> = (0..(rows * columns).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+    let copy_bits: Vec<AtomicU64> = (0..rows.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
     let results: Vec<(Vec<u64>, u64, u64)> = (0..parts)
         .into_par_iter()
         .map(|p| {
@@ -122,8 +127,12 @@ pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32) -> Counted 
             }
             pairs.sort_unstable();
             let mut hot = Vec::new();
-            let distinct = scan_runs(&pairs, min_count, &mut hot, |pos| {
+            let distinct = scan_runs(&pairs, min_count, &mut hot, |pos, first| {
                 mask_bits[(pos / 64) as usize].fetch_or(1 << (pos % 64), Ordering::Relaxed);
+                if !first && content_col == Some(pos as usize % columns) {
+                    let row = pos as usize / columns;
+                    copy_bits[row / 64].fetch_or(1 << (row % 64), Ordering::Relaxed);
+                }
             });
             (hot, distinct, n as u64)
         })
@@ -139,7 +148,8 @@ pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32) -> Counted 
     }
     stats.hot_keys = hot_keys.len() as u64;
     let bits_vec = mask_bits.into_iter().map(AtomicU64::into_inner).collect();
-    Counted { hot_keys, mask: HotMask::from_bits(rows, columns, bits_vec), stats }
+    let copies = copy_bits.into_iter().map(AtomicU64::into_inner).collect();
+    Counted { hot_keys, mask: HotMask::from_bits(rows, columns, bits_vec, copies), stats }
 }
 
 const SPILL_FANOUT_BITS: u32 = 8;
@@ -150,14 +160,21 @@ const SPILL_FANOUT_BITS: u32 = 8;
 pub struct SpillCounter {
     dir: tempfile::TempDir,
     columns: usize,
+    content_col: Option<usize>,
     rows: u64,
     writers: Vec<BufWriter<File>>,
     budget_bytes: u64,
 }
 
 impl SpillCounter {
-    /// Starts a counter spilling under `parent` (the system temp dir when `None`).
-    pub fn new(parent: Option<&Path>, columns: usize, budget_bytes: u64) -> Result<SpillCounter, KeysError> {
+    /// Starts a counter spilling under `parent` (the system temp dir when `None`); `content_col`
+    /// as for [`count_in_memory`].
+    pub fn new(
+        parent: Option<&Path>,
+        columns: usize,
+        content_col: Option<usize>,
+        budget_bytes: u64,
+    ) -> Result<SpillCounter, KeysError> {
         let dir = match parent {
             Some(p) => tempfile::Builder::new().prefix("neardup-spill-").tempdir_in(p),
             None => tempfile::Builder::new().prefix("neardup-spill-").tempdir(),
@@ -169,7 +186,7 @@ impl SpillCounter {
                 File::create(&path).map(|f| BufWriter::with_capacity(32 * 1024, f)).map_err(|e| KeysError::io(&path, e))
             })
             .collect::<Result<_, _>>()?;
-        Ok(SpillCounter { dir, columns, rows: 0, writers, budget_bytes: budget_bytes.max(1 << 20) })
+        Ok(SpillCounter { dir, columns, content_col, rows: 0, writers, budget_bytes: budget_bytes.max(1 << 20) })
     }
 
     /// Appends rows (row-major, `columns` keys each).
@@ -197,7 +214,7 @@ impl SpillCounter {
 
     /// Counts partition by partition.
     pub fn finish(self, min_count: u32) -> Result<Counted, KeysError> {
-        let SpillCounter { dir, columns, rows, writers, budget_bytes } = self;
+        let SpillCounter { dir, columns, content_col, rows, writers, budget_bytes } = self;
         for w in writers {
             w.into_inner().map_err(|e| KeysError::io(dir.path(), e.into_error()))?;
         }
@@ -206,7 +223,8 @@ impl SpillCounter {
         let mut hot_keys = Vec::new();
         let mut stats = CountStats { spilled: true, ..CountStats::default() };
         for p in 0..1usize << SPILL_FANOUT_BITS {
-            count_part(dir.path(), &[p], SPILL_FANOUT_BITS, budget_bytes, min_count, &mut mask, &mut hot_keys, &mut stats)?;
+            let part = PartCount { dir: dir.path(), budget: budget_bytes, min_count, content_col, columns };
+            part.count(&[p], SPILL_FANOUT_BITS, &mut mask, &mut hot_keys, &mut stats)?;
         }
         stats.hot_keys = hot_keys.len() as u64;
         Ok(Counted { hot_keys, mask, stats })
@@ -218,58 +236,73 @@ fn part_path(dir: &Path, trail: &[usize]) -> PathBuf {
     dir.join(format!("part-{}.bin", name.join("-")))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn count_part(
-    dir: &Path,
-    trail: &[usize],
-    bits_used: u32,
+/// The fixed parameters of counting spilled partitions.
+struct PartCount<'a> {
+    dir: &'a Path,
     budget: u64,
     min_count: u32,
-    mask: &mut HotMask,
-    hot: &mut Vec<u64>,
-    stats: &mut CountStats,
-) -> Result<(), KeysError> {
-    let path = part_path(dir, trail);
-    let len = fs::metadata(&path).map_err(|e| KeysError::io(&path, e))?.len();
-    // Sorting needs the pairs plus a little slack; split again when that would not fit.
-    if len > budget / 2 && bits_used + SPILL_FANOUT_BITS <= 64 {
-        let mut writers: Vec<BufWriter<File>> = (0..1usize << SPILL_FANOUT_BITS)
-            .map(|q| {
+    content_col: Option<usize>,
+    columns: usize,
+}
+
+impl PartCount<'_> {
+    fn count(
+        &self,
+        trail: &[usize],
+        bits_used: u32,
+        mask: &mut HotMask,
+        hot: &mut Vec<u64>,
+        stats: &mut CountStats,
+    ) -> Result<(), KeysError> {
+        let dir = self.dir;
+        let path = part_path(dir, trail);
+        let len = fs::metadata(&path).map_err(|e| KeysError::io(&path, e))?.len();
+        // Sorting needs the pairs plus a little slack; split again when that would not fit.
+        if len > self.budget / 2 && bits_used + SPILL_FANOUT_BITS <= 64 {
+            let mut writers: Vec<BufWriter<File>> = (0..1usize << SPILL_FANOUT_BITS)
+                .map(|q| {
+                    let mut t = trail.to_vec();
+                    t.push(q);
+                    let p = part_path(dir, &t);
+                    File::create(&p).map(|f| BufWriter::with_capacity(32 * 1024, f)).map_err(|e| KeysError::io(&p, e))
+                })
+                .collect::<Result<_, _>>()?;
+            for_each_pair(&path, |k, pos| {
+                let q = partition_of(k, bits_used, SPILL_FANOUT_BITS);
+                let mut rec = [0u8; 16];
+                rec[..8].copy_from_slice(&k.to_le_bytes());
+                rec[8..].copy_from_slice(&pos.to_le_bytes());
+                writers[q].write_all(&rec)
+            })?;
+            for w in writers {
+                w.into_inner().map_err(|e| KeysError::io(dir, e.into_error()))?;
+            }
+            fs::remove_file(&path).map_err(|e| KeysError::io(&path, e))?;
+            for q in 0..1usize << SPILL_FANOUT_BITS {
                 let mut t = trail.to_vec();
                 t.push(q);
-                let p = part_path(dir, &t);
-                File::create(&p).map(|f| BufWriter::with_capacity(32 * 1024, f)).map_err(|e| KeysError::io(&p, e))
-            })
-            .collect::<Result<_, _>>()?;
+                self.count(&t, bits_used + SPILL_FANOUT_BITS, mask, hot, stats)?;
+            }
+            return Ok(());
+        }
+        let mut pairs: Vec<Pair> = Vec::with_capacity((len / 16) as usize);
         for_each_pair(&path, |k, pos| {
-            let q = partition_of(k, bits_used, SPILL_FANOUT_BITS);
-            let mut rec = [0u8; 16];
-            rec[..8].copy_from_slice(&k.to_le_bytes());
-            rec[8..].copy_from_slice(&pos.to_le_bytes());
-            writers[q].write_all(&rec)
+            pairs.push((k, pos));
+            Ok(())
         })?;
-        for w in writers {
-            w.into_inner().map_err(|e| KeysError::io(dir, e.into_error()))?;
-        }
         fs::remove_file(&path).map_err(|e| KeysError::io(&path, e))?;
-        for q in 0..1usize << SPILL_FANOUT_BITS {
-            let mut t = trail.to_vec();
-            t.push(q);
-            count_part(dir, &t, bits_used + SPILL_FANOUT_BITS, budget, min_count, mask, hot, stats)?;
-        }
-        return Ok(());
-    }
-    let mut pairs: Vec<Pair> = Vec::with_capacity((len / 16) as usize);
-    for_each_pair(&path, |k, pos| {
-        pairs.push((k, pos));
+        pairs.sort_unstable();
+        stats.partitions += 1;
+        stats.keys += pairs.len() as u64;
+        let (columns, content_col) = (self.columns, self.content_col);
+        stats.distinct_keys += scan_runs(&pairs, self.min_count, hot, |pos, first| {
+            mask.set_position(pos as usize);
+            if !first && content_col == Some(pos as usize % columns) {
+                mask.set_later_copy(pos as usize / columns);
+            }
+        });
         Ok(())
-    })?;
-    fs::remove_file(&path).map_err(|e| KeysError::io(&path, e))?;
-    pairs.sort_unstable();
-    stats.partitions += 1;
-    stats.keys += pairs.len() as u64;
-    stats.distinct_keys += scan_runs(&pairs, min_count, hot, |pos| mask.set_position(pos as usize));
-    Ok(())
+    }
 }
 
 fn for_each_pair(path: &Path, mut f: impl FnMut(u64, u64) -> io::Result<()>) -> Result<(), KeysError> {
@@ -335,13 +368,20 @@ mod tests {
         for (pos, b) in bits.iter().enumerate() {
             assert_eq!(c.mask.is_hot(pos / columns, pos % columns), *b, "position {pos}");
         }
+        // Later copies: rows whose last-column key appeared in an earlier row (and is hot).
+        let mut seen = std::collections::HashSet::new();
+        for row in 0..keys.len() / columns {
+            let k = keys[row * columns + columns - 1];
+            let later = k != NO_KEY && !seen.insert(k);
+            assert_eq!(c.mask.is_later_copy(row), later && bits[row * columns + columns - 1], "row {row}");
+        }
     }
 
     #[test]
     fn in_memory_equals_brute_force() {
         for (n, distinct, min_count) in [(0, 10, 1), (17 * 3, 5, 1), (17 * 4000, 30_000, 1), (17 * 20_000, 90_000, 2)] {
             let keys = sample_keys(n, distinct, n as u64 + 1);
-            let c = count_in_memory(&keys, 17, min_count);
+            let c = count_in_memory(&keys, 17, min_count, Some(16));
             check(&c, &keys, 17, min_count);
         }
     }
@@ -349,9 +389,9 @@ mod tests {
     #[test]
     fn spilled_equals_in_memory_even_when_partitions_split() {
         let keys = sample_keys(9 * 30_000, 100_000, 7);
-        let mem = count_in_memory(&keys, 9, 1);
+        let mem = count_in_memory(&keys, 9, 1, Some(8));
         // A budget far below the data forces the recursive split path.
-        let mut sc = SpillCounter::new(None, 9, 1).unwrap();
+        let mut sc = SpillCounter::new(None, 9, Some(8), 1).unwrap();
         sc.budget_bytes = 8 * 1024;
         for block in keys.chunks(9 * 1000) {
             sc.push_rows(block).unwrap();

@@ -116,49 +116,60 @@ pub struct HotMask {
     columns: usize,
     rows: usize,
     bits: Vec<u64>,
+    /// One bit per row: its content key is hot and an earlier row has the same one.
+    copies: Vec<u64>,
 }
 
 impl HotMask {
     /// An all-cold mask.
     pub fn new(rows: usize, columns: usize) -> HotMask {
-        HotMask { columns, rows, bits: vec![0; (rows * columns).div_ceil(64)] }
+        HotMask { columns, rows, bits: vec![0; (rows * columns).div_ceil(64)], copies: vec![0; rows.div_ceil(64)] }
     }
 
-    pub(crate) fn from_bits(rows: usize, columns: usize, bits: Vec<u64>) -> HotMask {
+    pub(crate) fn from_bits(rows: usize, columns: usize, bits: Vec<u64>, copies: Vec<u64>) -> HotMask {
         debug_assert_eq!(bits.len(), (rows * columns).div_ceil(64));
-        HotMask { columns, rows, bits }
+        debug_assert_eq!(copies.len(), rows.div_ceil(64));
+        HotMask { columns, rows, bits, copies }
     }
 
-    /// The mask of `table`'s rows under `hot` (used when stage 2 runs apart from stage 1, given
-    /// a hot-key file and the shard's table).
-    pub fn from_table(table: &KeyTable, hot: &HotKeys) -> Result<HotMask, KeysError> {
-        table.layout().check_compatible(hot.layout())?;
+    /// The mask of the rows of `tables` (consecutive shards, in order) under `hot`: what stage 2
+    /// needs when it runs apart from stage 1, given a hot-key file and the shards' tables.
+    pub fn from_tables(tables: &[&KeyTable], hot: &HotKeys) -> Result<HotMask, KeysError> {
+        let Some(first) = tables.first() else {
+            return Ok(HotMask::new(0, 0));
+        };
+        for t in tables {
+            t.layout().check_compatible(hot.layout())?;
+        }
         let set = hot.lookup();
-        let mut mask = HotMask::new(table.rows(), table.columns());
-        for (pos, key) in table.keys().iter().enumerate() {
-            if *key != NO_KEY && set.contains(key) {
-                mask.set_position(pos);
+        let columns = first.columns();
+        let content_col = first.layout().rule.exact_key.then(|| columns - 1);
+        let rows = tables.iter().map(|t| t.rows()).sum();
+        let mut mask = HotMask::new(rows, columns);
+        let mut first_seen = HashSet::new();
+        let mut base = 0;
+        for t in tables {
+            for (pos, key) in t.keys().iter().enumerate() {
+                if *key != NO_KEY && set.contains(key) {
+                    mask.set_position(base + pos);
+                    if content_col == Some(pos % columns) && !first_seen.insert(*key) {
+                        mask.set_later_copy((base + pos) / columns);
+                    }
+                }
             }
+            base += t.keys().len();
         }
         Ok(mask)
     }
 
-    /// Concatenates masks of consecutive shards.
-    pub fn concat(parts: &[HotMask]) -> HotMask {
-        let columns = parts.first().map_or(0, |m| m.columns);
-        let rows = parts.iter().map(|m| m.rows).sum();
-        let mut out = HotMask::new(rows, columns);
-        let mut base = 0;
-        for part in parts {
-            assert_eq!(part.columns, columns, "masks of different widths");
-            for pos in 0..part.rows * part.columns {
-                if part.get_position(pos) {
-                    out.set_position(base + pos);
-                }
-            }
-            base += part.rows * part.columns;
-        }
-        out
+    pub(crate) fn set_later_copy(&mut self, row: usize) {
+        self.copies[row / 64] |= 1 << (row % 64);
+    }
+
+    /// Whether `row`'s content key is hot and first appeared in an earlier row: the row is an
+    /// exact-copy candidate that needs no signature (stage 2 still confirms the full hash).
+    pub fn is_later_copy(&self, row: usize) -> bool {
+        self.copies[row / 64] >> (row % 64) & 1 == 1
     }
 
     pub(crate) fn set_position(&mut self, pos: usize) {

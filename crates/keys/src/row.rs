@@ -79,6 +79,12 @@ impl RowRule {
         self.band_columns(bands) + usize::from(self.exact_key)
     }
 
+    /// The 128-bit content hash of `text` after normalisation: all that stage 2 needs of a
+    /// sample whose content key marks it as a later exact copy.
+    pub fn content_hash(&self, sketcher: &Sketcher, text: &str) -> u128 {
+        content_hash(&sketcher.config().normalizer.normalize(text))
+    }
+
     /// Sketches `text` into `row` (`row.len() == self.columns(bands)`), using `sig`
     /// (`len == num_perm`) as the signature buffer, which holds the signature afterwards for
     /// [`RowKind::Normal`] (and for [`RowKind::Short`]).

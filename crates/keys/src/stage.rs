@@ -284,6 +284,7 @@ pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<Key
     cfg.sketcher.config().validate().map_err(|e| KeysError::Config(e.to_string()))?;
     let layout = cfg.layout();
     let columns = layout.columns();
+    let content_col = layout.rule.exact_key.then(|| columns - 1);
     let threads = cfg.effective_threads();
     let chunks = plan_chunks(files, cfg.chunk_bytes);
     let started = Instant::now();
@@ -365,9 +366,9 @@ pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<Key
     let (counted, table) = match sink {
         Sink::Memory(keys) => {
             let counted = if keys.is_empty() {
-                count_in_memory(&[], columns, cfg.min_count)
+                count_in_memory(&[], columns, cfg.min_count, content_col)
             } else {
-                pool.install(|| count_in_memory(&keys, columns, cfg.min_count))
+                pool.install(|| count_in_memory(&keys, columns, cfg.min_count, content_col))
             };
             let table = KeyTable::new(layout.clone(), shard, file_rows.clone(), keys)?;
             (counted, TableStore::Memory(table))
@@ -455,7 +456,8 @@ fn absorb(
         {
             // The table no longer fits beside the counting buffers: move what we hold to spill
             // files and stream the rest there.
-            let mut counter = SpillCounter::new(cfg.spill_dir.as_deref(), columns, limit / 2)?;
+            let content_col = cfg.rule.exact_key.then(|| columns - 1);
+            let mut counter = SpillCounter::new(cfg.spill_dir.as_deref(), columns, content_col, limit / 2)?;
             counter.push_rows(keys)?;
             *sink = Sink::Spill(counter);
         }
@@ -485,6 +487,7 @@ pub fn merge_tables(tables: &[KeyTable], min_count: u32) -> Result<(HotKeys, Hot
     for t in &ordered {
         all.extend_from_slice(t.keys());
     }
-    let counted = count_in_memory(&all, first.columns(), min_count);
+    let content_col = first.layout().rule.exact_key.then(|| first.columns() - 1);
+    let counted = count_in_memory(&all, first.columns(), min_count, content_col);
     Ok((HotKeys::new(first.layout().clone(), min_count, counted.hot_keys), counted.mask, counted.stats))
 }

@@ -27,9 +27,11 @@
 //! `sig[i] = min(((a_i * h + b_i) mod 2^64) mod (2^61 - 1)) & 0xffff_ffff` with an initial value
 //! of `2^32 - 1` (numpy's uint64 product wraps, so this does too).
 
+use std::mem::MaybeUninit;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use sha1::digest::generic_array::GenericArray;
 use sha1::{Digest, Sha1};
 
 use crate::SketchError;
@@ -73,7 +75,7 @@ pub enum Kernel {
     Portable,
     /// Blocked loops compiled for AVX2.
     Avx2,
-    /// Blocked loops compiled for AVX-512F.
+    /// Blocked loops with AVX-512 F, DQ and BW (every AVX-512 CPU since Skylake-SP and Zen 4).
     Avx512,
 }
 
@@ -85,7 +87,11 @@ impl Kernel {
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            Kernel::Avx512 => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512dq")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+            }
             #[cfg(not(target_arch = "x86_64"))]
             Kernel::Avx2 | Kernel::Avx512 => false,
         }
@@ -152,7 +158,7 @@ pub struct SignScratch {
 /// The filter has 2^FILTER_BITS slots: 4096 u64 are 32 KB, the size of Zen 4's L1d. On the
 /// rustdocs corpus it passes 53 % of char 5-grams to the kernel (45 % are distinct per text);
 /// 2048 slots pass 58 %, 8192 slots 50 % but no longer fit L1.
-const FILTER_BITS: u32 = 12;
+const FILTER_BITS: u32 = 13;
 const FILTER_SLOTS: usize = 1 << FILTER_BITS;
 
 /// A hash's slot: its low bits, which are uniform for both schemes (xxh3 outputs, and the
@@ -181,28 +187,58 @@ const DEDUP_MIN: usize = 32;
 /// overwritten in between is signed twice, which changes nothing. `filter` is all empty
 /// before and after the call.
 fn drop_recent_repeats(hashes: &[u64], unique: &mut Vec<u64>, filter: &mut Vec<u64>) {
+    let filter = ready_filter(filter);
+    // A local slice keeps the output pointer in a register (stores through a `&mut Vec` make
+    // the compiler reload its header every iteration).
+    let dst = output_slots(unique, hashes.len());
+    let mut len = 0;
+    for &h in hashes {
+        filter_step(filter, dst, &mut len, h);
+    }
+    // SAFETY: `filter_step` wrote every `dst[i]` with `i < len`.
+    unsafe { unique.set_len(len) };
+    reset_filter(filter, unique);
+}
+
+/// The filter as an array, built on first use.
+fn ready_filter(filter: &mut Vec<u64>) -> &mut [u64; FILTER_SLOTS] {
     if filter.len() != FILTER_SLOTS {
         *filter = (0..FILTER_SLOTS).map(filter_empty).collect();
     }
-    let filter: &mut [u64; FILTER_SLOTS] = filter
+    filter
         .as_mut_slice()
         .try_into()
-        .expect("filter has FILTER_SLOTS slots");
-    unique.clear();
-    unique.resize(hashes.len(), 0);
-    // A local slice keeps the output pointer in a register (stores through a `&mut Vec` make
-    // the compiler reload its header every iteration).
-    let dst = unique.as_mut_slice();
-    let mut len = 0;
-    for &h in hashes {
-        let slot = &mut filter[filter_slot(h)];
-        dst[len] = h;
-        len += usize::from(*slot != h);
-        *slot = h;
-    }
-    unique.truncate(len);
-    // Only the slots of kept values were written: reset just those.
-    for &h in unique.iter() {
+        .expect("filter has FILTER_SLOTS slots")
+}
+
+/// Empties `v` and returns its first `n` (uninitialised) slots; the filter writes into them
+/// without zeroing them first.
+fn output_slots(v: &mut Vec<u64>, n: usize) -> &mut [MaybeUninit<u64>] {
+    v.clear();
+    v.reserve(n);
+    &mut v.spare_capacity_mut()[..n]
+}
+
+/// One shingle through the filter: `h` is written to `dst[*len]`, and kept (`*len` advanced)
+/// unless its slot already holds it. No branch: repeats are as frequent as new values. Every
+/// `dst[i]` with `i < *len` has been written.
+#[inline(always)]
+fn filter_step(
+    filter: &mut [u64; FILTER_SLOTS],
+    dst: &mut [MaybeUninit<u64>],
+    len: &mut usize,
+    h: u64,
+) {
+    let slot = &mut filter[filter_slot(h)];
+    dst[*len].write(h);
+    *len += usize::from(*slot != h);
+    *slot = h;
+}
+
+/// Empties the filter again after a text whose kept values are `kept`: only their slots were
+/// written.
+fn reset_filter(filter: &mut [u64; FILTER_SLOTS], kept: &[u64]) {
+    for &h in kept {
         let slot = filter_slot(h);
         filter[slot] = filter_empty(slot);
     }
@@ -337,7 +373,12 @@ impl MinHasher {
             out.fill(EMPTY_SLOT);
             return;
         }
-        let mut start = 0;
+        self.sign_blocks_from(hashes, 0, out);
+    }
+
+    /// Signs positions `first..` of `out` (`first` a multiple of [`BLOCK`]), block by block.
+    fn sign_blocks_from(&self, hashes: &[u64], first: usize, out: &mut [u32]) {
+        let mut start = first;
         while start < out.len() {
             // Full blocks of BLOCK; the last, ragged block uses the narrowest width that covers
             // it, so small signatures do not pay for a whole block.
@@ -389,13 +430,46 @@ impl MinHasher {
             filter,
         } = scratch;
         self.hash_shingles(shingler, text, hashes);
+        let inner = &*self.inner;
         // The reference kernel is the test oracle: it signs the plain multiset.
-        if self.inner.kernel != Kernel::Reference && hashes.len() >= DEDUP_MIN {
-            drop_recent_repeats(hashes, unique, filter);
-            self.sign_hashes(unique, out);
-        } else {
+        if inner.kernel == Kernel::Reference || hashes.len() < DEDUP_MIN {
             self.sign_hashes(hashes, out);
+            return hashes.len();
         }
+        #[cfg(target_arch = "x86_64")]
+        if let (Kernel::Avx512, Params::Fast { a, s }) = (inner.kernel, &inner.params) {
+            assert_eq!(
+                out.len(),
+                inner.num_perm,
+                "signature buffer length != num_perm"
+            );
+            // The first block of positions is signed while filtering; the others, if any, sign
+            // the filtered hashes afterwards.
+            let filter = ready_filter(filter);
+            let head = out.len().min(BLOCK);
+            let mut block_out = [0u32; BLOCK];
+            // SAFETY: `with_kernel` only accepts `Kernel::Avx512` where AVX-512F is supported.
+            unsafe {
+                match head {
+                    0..=16 => {
+                        fast_avx512_filtered::<1>(hashes, filter, unique, a, s, &mut block_out)
+                    }
+                    17..=32 => {
+                        fast_avx512_filtered::<2>(hashes, filter, unique, a, s, &mut block_out)
+                    }
+                    33..=64 => {
+                        fast_avx512_filtered::<4>(hashes, filter, unique, a, s, &mut block_out)
+                    }
+                    _ => fast_avx512_filtered::<8>(hashes, filter, unique, a, s, &mut block_out),
+                }
+            }
+            out[..head].copy_from_slice(&block_out[..head]);
+            self.sign_blocks_from(unique, BLOCK, out);
+            reset_filter(filter, unique);
+            return hashes.len();
+        }
+        drop_recent_repeats(hashes, unique, filter);
+        self.sign_hashes(unique, out);
         hashes.len()
     }
 
@@ -419,12 +493,35 @@ impl MinHasher {
     }
 }
 
+/// The first 4 bytes of `sha1(shingle)` as a little-endian u32. A shingle of at most 55 bytes
+/// is one padded block: building it here and calling the compression function directly skips
+/// the `Digest` buffering, which costs more than the compression itself for short inputs.
 #[inline]
 fn datasketch_shingle_hash(shingle: &[u8]) -> u64 {
-    let digest = Sha1::digest(shingle);
-    u64::from(u32::from_le_bytes([
-        digest[0], digest[1], digest[2], digest[3],
-    ]))
+    const H0: [u32; 5] = [
+        0x6745_2301,
+        0xEFCD_AB89,
+        0x98BA_DCFE,
+        0x1032_5476,
+        0xC3D2_E1F0,
+    ];
+    let digest_word = if shingle.len() <= 55 {
+        let mut block = [0u8; 64];
+        block[..shingle.len()].copy_from_slice(shingle);
+        block[shingle.len()] = 0x80;
+        block[56..].copy_from_slice(&(shingle.len() as u64 * 8).to_be_bytes());
+        let mut state = H0;
+        sha1::compress(
+            &mut state,
+            std::slice::from_ref(GenericArray::from_slice(&block)),
+        );
+        state[0]
+    } else {
+        let digest = Sha1::digest(shingle);
+        u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
+    };
+    // The digest is the state words big-endian; datasketch reads its first 4 bytes as LE.
+    u64::from(digest_word.swap_bytes())
 }
 
 // ---------- fast kernels ----------
@@ -489,9 +586,12 @@ fn fast_avx2_pass<const R: usize>(hashes: &[u64], a: &[u32], s: &[u32], out: &mu
         let sv: [__m256i; R] =
             std::array::from_fn(|i| _mm256_loadu_si256(s.as_ptr().add(i * 8).cast()));
         let mut acc = [_mm256_set1_epi32(-1); R];
-        for &h in hashes {
-            let lo = _mm256_set1_epi32(h as i32);
-            let hi = _mm256_set1_epi32((h >> 32) as i32);
+        for h in hashes {
+            // As in the AVX-512 kernel: broadcast the halves from memory.
+            // x86 is little-endian: the low half comes first.
+            let halves: *const i32 = (h as *const u64).cast();
+            let lo = _mm256_set1_epi32(halves.read());
+            let hi = _mm256_set1_epi32(halves.add(1).read());
             for i in 0..R {
                 let v =
                     _mm256_xor_si256(_mm256_mullo_epi32(_mm256_xor_si256(lo, sv[i]), av[i]), hi);
@@ -530,9 +630,13 @@ fn fast_avx512_pass<const R: usize>(hashes: &[u64], a: &[u32], s: &[u32], out: &
         let sv: [__m512i; R] =
             std::array::from_fn(|i| _mm512_loadu_si512(s.as_ptr().add(i * 16).cast()));
         let mut acc = [_mm512_set1_epi32(-1); R];
-        for &h in hashes {
-            let lo = _mm512_set1_epi32(h as i32);
-            let hi = _mm512_set1_epi32((h >> 32) as i32);
+        for h in hashes {
+            // Broadcasting each 32-bit half straight from memory is a load-unit operation;
+            // going through a general register costs vector-pipe work the kernel is short of.
+            // x86 is little-endian: the low half comes first.
+            let halves: *const i32 = (h as *const u64).cast();
+            let lo = _mm512_set1_epi32(halves.read());
+            let hi = _mm512_set1_epi32(halves.add(1).read());
             for i in 0..R {
                 let v =
                     _mm512_xor_si512(_mm512_mullo_epi32(_mm512_xor_si512(lo, sv[i]), av[i]), hi);
@@ -542,6 +646,89 @@ fn fast_avx512_pass<const R: usize>(hashes: &[u64], a: &[u32], s: &[u32], out: &
         for (i, v) in acc.iter().enumerate() {
             _mm512_storeu_si512(out.as_mut_ptr().add(i * 16).cast(), *v);
         }
+    }
+}
+
+/// Hashes per step of [`fast_avx512_filtered`]'s pipeline: small enough that a block's hashes
+/// and kept values stay in L1.
+#[cfg(target_arch = "x86_64")]
+const FUSED_BLOCK: usize = 256;
+
+/// [`drop_recent_repeats`] and the AVX-512 kernel for positions `0..R * 16` in one loop: the
+/// filter (scalar loads, compares and stores) runs on block `t + 1` of `hashes` while the
+/// kernel (vector multiplies and minima) runs on block `t`'s kept values, two filter steps per
+/// kernel step since about half the values are kept. The two use different execution units, so
+/// the filter costs almost nothing extra. Leaves the kept values in `unique` (for further
+/// position blocks) and their slots set in `filter` (the caller resets them).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fast_avx512_filtered<const R: usize>(
+    hashes: &[u64],
+    filter: &mut [u64; FILTER_SLOTS],
+    unique: &mut Vec<u64>,
+    a: &[u32],
+    s: &[u32],
+    out: &mut [u32; BLOCK],
+) {
+    use std::arch::x86_64::*;
+    assert!(a.len() >= R * 16 && s.len() >= R * 16 && R * 16 <= BLOCK);
+    let dst = output_slots(unique, hashes.len());
+    let mut len = 0;
+    let mut done = 0;
+    // SAFETY: the parameter loads and accumulator stores stay within the first R * 16
+    // elements of `a`, `s` and `out` (asserted above); hash broadcasts read `dst[done]`,
+    // which is in bounds and written (`done < len`, see `filter_step`).
+    unsafe {
+        let av: [__m512i; R] =
+            std::array::from_fn(|i| _mm512_loadu_si512(a.as_ptr().add(i * 16).cast()));
+        let sv: [__m512i; R] =
+            std::array::from_fn(|i| _mm512_loadu_si512(s.as_ptr().add(i * 16).cast()));
+        let mut acc = [_mm512_set1_epi32(-1); R];
+        // A macro rather than a closure, so that the body is compiled with AVX-512 enabled.
+        macro_rules! kernel_step {
+            () => {{
+                let halves: *const i32 = dst[done].as_ptr().cast();
+                let lo = _mm512_set1_epi32(halves.read());
+                let hi = _mm512_set1_epi32(halves.add(1).read());
+                for i in 0..R {
+                    let v = _mm512_xor_si512(
+                        _mm512_mullo_epi32(_mm512_xor_si512(lo, sv[i]), av[i]),
+                        hi,
+                    );
+                    acc[i] = _mm512_min_epu32(acc[i], v);
+                }
+                done += 1;
+            }};
+        }
+        for block in hashes.chunks(FUSED_BLOCK) {
+            // The kept values of the previous block: dst[done..ready].
+            let ready = len;
+            let mut pairs = block.chunks_exact(2);
+            while done < ready {
+                let Some(pair) = pairs.next() else { break };
+                kernel_step!();
+                filter_step(filter, dst, &mut len, pair[0]);
+                filter_step(filter, dst, &mut len, pair[1]);
+            }
+            for pair in pairs.by_ref() {
+                filter_step(filter, dst, &mut len, pair[0]);
+                filter_step(filter, dst, &mut len, pair[1]);
+            }
+            for &h in pairs.remainder() {
+                filter_step(filter, dst, &mut len, h);
+            }
+            while done < ready {
+                kernel_step!();
+            }
+        }
+        while done < len {
+            kernel_step!();
+        }
+        for (i, v) in acc.iter().enumerate() {
+            _mm512_storeu_si512(out.as_mut_ptr().add(i * 16).cast(), *v);
+        }
+        // `filter_step` wrote every `dst[i]` with `i < len`.
+        unique.set_len(len);
     }
 }
 
@@ -574,9 +761,19 @@ fn mod_mersenne61(x: u64) -> u64 {
     if y >= MERSENNE_61 { y - MERSENNE_61 } else { y }
 }
 
+/// datasketch's permuted value, written as its definition: the reference kernel's formula.
 #[inline(always)]
 fn datasketch_value(h: u64, a: u64, b: u64) -> u64 {
     mod_mersenne61(a.wrapping_mul(h).wrapping_add(b)) & 0xffff_ffff
+}
+
+/// `(x mod (2^61 - 1)) as u32` without a compare: after the fold, `y <= M + 7`, and `y >= M`
+/// exactly when `y + 1` reaches 2^61; subtracting M then adds 1 to the low 32 bits (M's low 32
+/// bits are all ones). The vector kernels compute the same lane-wise.
+#[inline(always)]
+fn mod_mersenne61_low32(x: u64) -> u32 {
+    let y = (x & MERSENNE_61) + (x >> 61);
+    y.wrapping_add((y + 1) >> 61) as u32
 }
 
 fn datasketch_reference<const W: usize>(
@@ -607,15 +804,15 @@ fn datasketch_blocked<const W: usize>(
     for sub in 0..W / DS_SUB {
         let a: &[u64; DS_SUB] = a[sub * DS_SUB..][..DS_SUB].try_into().expect("sub-block");
         let b: &[u64; DS_SUB] = b[sub * DS_SUB..][..DS_SUB].try_into().expect("sub-block");
-        let mut acc = [u64::from(EMPTY_SLOT); DS_SUB];
+        let mut acc = [EMPTY_SLOT; DS_SUB];
         for &h in hashes {
             for j in 0..DS_SUB {
-                acc[j] = acc[j].min(datasketch_value(h, a[j], b[j]));
+                acc[j] = acc[j].min(mod_mersenne61_low32(
+                    a[j].wrapping_mul(h).wrapping_add(b[j]),
+                ));
             }
         }
-        for j in 0..DS_SUB {
-            out[sub * DS_SUB + j] = acc[j] as u32;
-        }
+        out[sub * DS_SUB..][..DS_SUB].copy_from_slice(&acc);
     }
 }
 
@@ -625,15 +822,64 @@ fn datasketch_avx2<const W: usize>(hashes: &[u64], a: &[u64; W], b: &[u64; W], o
     datasketch_blocked(hashes, a, b, out)
 }
 
+/// Explicit intrinsics: 64-bit lanes (`vpmullq` is AVX-512DQ), 32 permutations per pass over
+/// the hashes (8 parameter registers, 2 accumulators of 16 u32 lanes).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx512f,avx512dq")]
 fn datasketch_avx512<const W: usize>(
     hashes: &[u64],
     a: &[u64; W],
     b: &[u64; W],
     out: &mut [u32; W],
 ) {
-    datasketch_blocked(hashes, a, b, out)
+    let mut start = 0;
+    while start < W {
+        let end = (start + 32).min(W);
+        let (a, b, out) = (&a[start..end], &b[start..end], &mut out[start..end]);
+        if end - start == 32 {
+            datasketch_avx512_pass::<2>(hashes, a, b, out);
+        } else {
+            datasketch_avx512_pass::<1>(hashes, a, b, out);
+        }
+        start = end;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn datasketch_avx512_pass<const R: usize>(hashes: &[u64], a: &[u64], b: &[u64], out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    assert!(a.len() == R * 16 && b.len() == R * 16 && out.len() == R * 16);
+    // SAFETY: the loads and stores stay within the R * 16 elements asserted above.
+    unsafe {
+        let av: [[__m512i; 2]; R] = std::array::from_fn(|i| {
+            std::array::from_fn(|j| _mm512_loadu_si512(a.as_ptr().add(i * 16 + j * 8).cast()))
+        });
+        let bv: [[__m512i; 2]; R] = std::array::from_fn(|i| {
+            std::array::from_fn(|j| _mm512_loadu_si512(b.as_ptr().add(i * 16 + j * 8).cast()))
+        });
+        let m61 = _mm512_set1_epi64(MERSENNE_61 as i64);
+        let one = _mm512_set1_epi64(1);
+        // The low dwords of two u64 vectors, in lane order: one vector of 16 u32.
+        let low_halves =
+            _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let mut acc = [_mm512_set1_epi32(-1); R];
+        for h in hashes {
+            let hv = _mm512_set1_epi64((h as *const u64).cast::<i64>().read());
+            for i in 0..R {
+                let [lo, hi] = [0, 1].map(|j| {
+                    let x = _mm512_add_epi64(_mm512_mullo_epi64(av[i][j], hv), bv[i][j]);
+                    let y = _mm512_add_epi64(_mm512_and_si512(x, m61), _mm512_srli_epi64::<61>(x));
+                    _mm512_add_epi64(y, _mm512_srli_epi64::<61>(_mm512_add_epi64(y, one)))
+                });
+                let v = _mm512_permutex2var_epi32(lo, low_halves, hi);
+                acc[i] = _mm512_min_epu32(acc[i], v);
+            }
+        }
+        for (i, v) in acc.iter().enumerate() {
+            _mm512_storeu_si512(out.as_mut_ptr().add(i * 16).cast(), *v);
+        }
+    }
 }
 
 fn datasketch_dispatch<const W: usize>(
@@ -768,7 +1014,11 @@ mod tests {
             assert_eq!(filter, fresh, "the filter is reset after a call");
             // A subsequence that keeps every distinct value (its first occurrence included).
             let mut rest = unique.iter();
-            assert!(hashes.iter().all(|h| rest.clone().next() != Some(h) || rest.next() == Some(h)));
+            assert!(
+                hashes
+                    .iter()
+                    .all(|h| rest.clone().next() != Some(h) || rest.next() == Some(h))
+            );
             let mut distinct_in = hashes.clone();
             distinct_in.sort_unstable();
             distinct_in.dedup();
@@ -777,7 +1027,11 @@ mod tests {
             distinct_out.dedup();
             assert_eq!(distinct_in, distinct_out);
             // A repeat survives when one of the ~750 values in between took its slot (~17 %).
-            assert!(unique.len() < 1000 + 150, "most repeats dropped: {}", unique.len());
+            assert!(
+                unique.len() < 1000 + 150,
+                "most repeats dropped: {}",
+                unique.len()
+            );
             // Signing the filtered values equals signing the multiset.
             let m = MinHasher::new(HashScheme::Fast, 64, 9).unwrap();
             let (mut a, mut b) = ([0u32; 64], [0u32; 64]);
@@ -799,6 +1053,128 @@ mod tests {
         let twice: Vec<u64> = small.iter().chain(&small).copied().collect();
         drop_recent_repeats(&twice, &mut unique, &mut filter);
         assert!(unique.len() < 330, "{} of 600 kept", unique.len());
+    }
+
+    /// Texts long enough for many filter and pipeline blocks, with near and far repeats,
+    /// multi-byte characters and runs of one character.
+    fn long_texts() -> Vec<String> {
+        let mut state = 17;
+        let words = [
+            "fn", "let", "mut", "impl", "Vec<u64>", "ünï", "文字", "🙂", "    ", "\n",
+        ];
+        let mut texts: Vec<String> = [40, 300, 2_000, 20_000]
+            .iter()
+            .map(|&n| {
+                (0..n)
+                    .map(|_| words[(splitmix64(&mut state) % words.len() as u64) as usize])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        texts.push("a".repeat(5000));
+        texts.push(String::new());
+        texts.push("short".into());
+        texts
+    }
+
+    #[test]
+    fn sign_equals_the_reference_on_long_texts() {
+        let shinglers = [
+            Shingler::Chars { k: 5, step: 1 },
+            Shingler::Chars { k: 3, step: 2 },
+            Shingler::Bytes { k: 7, step: 1 },
+            Shingler::Words { n: 2, step: 1 },
+        ];
+        for scheme in [HashScheme::Fast, HashScheme::Datasketch] {
+            for num_perm in [1, 16, 40, 128, 200, 256] {
+                let reference =
+                    MinHasher::with_kernel(scheme, num_perm, 5, Kernel::Reference).unwrap();
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, num_perm, 5, kernel).unwrap();
+                    // One scratch for all texts: state left by one text must not leak.
+                    let mut scratch = SignScratch::default();
+                    for shingler in &shinglers {
+                        for text in long_texts() {
+                            let mut want = vec![0; num_perm];
+                            let mut got = vec![0; num_perm];
+                            let n = reference.sign(
+                                shingler,
+                                &text,
+                                &mut SignScratch::default(),
+                                &mut want,
+                            );
+                            assert_eq!(m.sign(shingler, &text, &mut scratch, &mut got), n);
+                            assert_eq!(got, want, "{scheme:?} {kernel:?} {num_perm} {shingler:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_block_sha1_equals_the_digest_for_every_length() {
+        let bytes: Vec<u8> = (0..80u8)
+            .map(|i| i.wrapping_mul(151).wrapping_add(7))
+            .collect();
+        for len in 0..=bytes.len() {
+            let digest = Sha1::digest(&bytes[..len]);
+            let want = u32::from_le_bytes([digest[0], digest[1], digest[2], digest[3]]);
+            assert_eq!(
+                datasketch_shingle_hash(&bytes[..len]),
+                u64::from(want),
+                "len {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn low32_reduction_equals_remainder_at_the_wraparound() {
+        let m = MERSENNE_61;
+        let mut cases = vec![0, 1, m - 1, m, m + 1, 2 * m, u64::MAX, u64::MAX - 7];
+        // Every x whose fold lands on M..=M+7, the only inputs the correction term changes.
+        for top in 0..8u64 {
+            for d in 0..=8u64 {
+                cases.push((top << 61) | ((m - top + d.min(top)) & m));
+                cases.push((top << 61) | (m - d));
+            }
+        }
+        let mut state = 3;
+        cases.extend((0..100_000).map(|_| splitmix64(&mut state)));
+        for x in cases {
+            assert_eq!(
+                u64::from(mod_mersenne61_low32(x)),
+                (x % m) & 0xffff_ffff,
+                "{x:#x}"
+            );
+        }
+    }
+
+    #[test]
+    fn datasketch_kernels_agree_at_the_wraparound() {
+        // With a = 1, x = h + b: choose b so that x hits the folds that land on M..=M+7.
+        let m = MERSENNE_61;
+        let h = 12_345u64;
+        let targets: Vec<u64> = (0..8u64)
+            .flat_map(|top| (0..4u64).map(move |d| (top << 61) | (m - d)))
+            .collect();
+        let a = [1u64; 32];
+        let b: [u64; 32] = std::array::from_fn(|i| targets[i].wrapping_sub(h));
+        let mut want = [0u32; 32];
+        datasketch_reference(&[h], &a, &b, &mut want);
+        for (i, &x) in targets.iter().enumerate() {
+            assert_eq!(u64::from(want[i]), (x % m) & 0xffff_ffff);
+        }
+        let mut got = [0u32; 32];
+        datasketch_blocked(&[h], &a, &b, &mut got);
+        assert_eq!(got, want);
+        #[cfg(target_arch = "x86_64")]
+        if Kernel::Avx512.is_supported() {
+            let mut got = [0u32; 32];
+            // SAFETY: the CPU supports the kernel's features (checked just above).
+            unsafe { datasketch_avx512(&[h], &a, &b, &mut got) };
+            assert_eq!(got, want);
+        }
     }
 
     #[test]

@@ -234,7 +234,18 @@ fn hash_windows_4to8_avx512(bytes: &[u8], k: usize, out: &mut Vec<u64>) {
 #[inline]
 fn ascii_run_end(bytes: &[u8], from: usize) -> usize {
     const HIGH: u64 = 0x8080_8080_8080_8080;
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
     let mut i = from;
+    // Skip clean 32-byte blocks first (runs are ~140 bytes on real text), then locate the
+    // first high byte word by word.
+    while let Some(block) = bytes.get(i..i + 32) {
+        let any =
+            word(&block[..8]) | word(&block[8..16]) | word(&block[16..24]) | word(&block[24..]);
+        if any & HIGH != 0 {
+            break;
+        }
+        i += 32;
+    }
     while let Some(word) = bytes.get(i..i + 8) {
         let high = u64::from_le_bytes(word.try_into().expect("8 bytes")) & HIGH;
         if high != 0 {
@@ -282,7 +293,11 @@ pub(crate) fn hash_char_windows(
     loop {
         let run_end = ascii_run_end(bytes, p);
         if run_end >= p + k {
-            let count = (run_end - p - k) / step + 1;
+            let count = if step == 1 {
+                run_end - p - k + 1
+            } else {
+                (run_end - p - k) / step + 1
+            };
             ascii(&bytes[p..run_end], k, step, out);
             let next = p + count * step;
             if next <= run_end {
@@ -438,6 +453,11 @@ mod tests {
             assert_eq!(ascii_run_end(text, from), 16);
         }
         assert_eq!(ascii_run_end(b"abc", 0), 3);
+        let long = format!("{}é{}", "x".repeat(70), "y".repeat(40));
+        for from in 0..=70 {
+            assert_eq!(ascii_run_end(long.as_bytes(), from), 70);
+        }
+        assert_eq!(ascii_run_end(long.as_bytes(), 72), long.len());
         assert_eq!(ascii_run_end(b"", 0), 0);
     }
 }
