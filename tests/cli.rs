@@ -11,7 +11,9 @@ fn neardup() -> Command {
 }
 
 fn data(p: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(p)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(p)
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -21,7 +23,11 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 fn read_jsonl(p: &Path) -> Vec<Value> {
-    std::fs::read_to_string(p).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[test]
@@ -46,11 +52,23 @@ fn dedup_writes_the_input_minus_exactly_the_dropped_records() {
     for name in ["part-0.jsonl", "part-1.jsonl"] {
         let input = std::fs::read_to_string(data("sample").join(name)).unwrap();
         let file = data("sample").join(name).display().to_string();
-        let keep: Vec<bool> = decisions.iter().filter(|d| d["file"] == file).map(|d| d["keep"].as_bool().unwrap()).collect();
-        let expected: String =
-            input.split_inclusive('\n').zip(&keep).filter(|(_, k)| **k).map(|(l, _)| l).collect();
+        let keep: Vec<bool> = decisions
+            .iter()
+            .filter(|d| d["file"] == file)
+            .map(|d| d["keep"].as_bool().unwrap())
+            .collect();
+        let expected: String = input
+            .split_inclusive('\n')
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(l, _)| l)
+            .collect();
         assert_eq!(keep.len(), input.lines().count());
-        assert_eq!(std::fs::read_to_string(out.join(name)).unwrap(), expected, "{name}");
+        assert_eq!(
+            std::fs::read_to_string(out.join(name)).unwrap(),
+            expected,
+            "{name}"
+        );
     }
     assert!(out.join("part-2.parquet").exists());
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
@@ -58,12 +76,23 @@ fn dedup_writes_the_input_minus_exactly_the_dropped_records() {
     let n = |k: &str| t[k].as_u64().unwrap();
     assert_eq!(n("records_in"), 500);
     assert_eq!(n("records_in"), n("records_kept") + n("records_dropped"));
-    assert_eq!(n("samples"), n("unique") + n("near") + n("exact") + n("empty") + n("errors"));
-    let dropped = decisions.iter().filter(|d| !d["keep"].as_bool().unwrap()).count() as u64;
+    assert_eq!(
+        n("samples"),
+        n("unique") + n("near") + n("exact") + n("empty") + n("errors")
+    );
+    let dropped = decisions
+        .iter()
+        .filter(|d| !d["keep"].as_bool().unwrap())
+        .count() as u64;
     assert_eq!(n("records_dropped"), dropped);
 
     // An existing output directory is refused without --overwrite.
-    let again = run(neardup().arg("dedup").arg(data("sample")).arg("-o").arg(&out).arg("-q"));
+    let again = run(neardup()
+        .arg("dedup")
+        .arg(data("sample"))
+        .arg("-o")
+        .arg(&out)
+        .arg("-q"));
     assert_eq!(again.status.code(), Some(1));
 }
 
@@ -80,9 +109,20 @@ fn bad_input_is_counted_and_quoted_or_fails_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let dec = tmp.path().join("d.jsonl");
     let rep = tmp.path().join("r.json");
-    let bad = ["malformed.jsonl", "invalid_utf8.jsonl", "fields.jsonl", "truncated.jsonl.gz", "corrupt_footer.parquet"];
+    let bad = [
+        "malformed.jsonl",
+        "invalid_utf8.jsonl",
+        "fields.jsonl",
+        "truncated.jsonl.gz",
+        "corrupt_footer.parquet",
+    ];
     let mut cmd = neardup();
-    cmd.arg("dedup").arg("--decisions").arg(&dec).arg("--report").arg(&rep).arg("-q");
+    cmd.arg("dedup")
+        .arg("--decisions")
+        .arg(&dec)
+        .arg("--report")
+        .arg(&rep)
+        .arg("-q");
     for b in bad {
         cmd.arg(data("bad").join(b));
     }
@@ -90,11 +130,28 @@ fn bad_input_is_counted_and_quoted_or_fails_the_run() {
     assert!(o.status.success(), "skip is the default");
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap();
     let s1 = &report["stage1"];
-    assert!(s1["skipped"]["malformed_json"].as_u64().unwrap() >= 1, "{s1}");
+    assert!(
+        s1["skipped"]["malformed_json"].as_u64().unwrap() >= 1,
+        "{s1}"
+    );
     assert!(s1["skipped"]["invalid_utf8"].as_u64().unwrap() >= 1, "{s1}");
-    assert!(s1["read_errors"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum::<u64>() >= 2, "{s1}");
+    assert!(
+        s1["read_errors"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum::<u64>()
+            >= 2,
+        "{s1}"
+    );
     let problems = s1["problems"].as_array().unwrap();
-    assert!(problems.iter().any(|p| p["file"].as_str().unwrap().ends_with("malformed.jsonl") && p["record"].is_u64()));
+    assert!(
+        problems
+            .iter()
+            .any(|p| p["file"].as_str().unwrap().ends_with("malformed.jsonl")
+                && p["record"].is_u64())
+    );
     let t = &report["totals"];
     assert_eq!(
         t["records_in"].as_u64().unwrap(),
@@ -109,10 +166,18 @@ fn bad_input_is_counted_and_quoted_or_fails_the_run() {
         .arg(tmp.path().join("d2.jsonl")));
     assert_eq!(o.status.code(), Some(1));
     let msg = String::from_utf8_lossy(&o.stderr);
-    assert!(msg.contains("malformed.jsonl") && msg.contains("record"), "{msg}");
-    assert!(!tmp.path().join("d2.jsonl").exists(), "no decisions file from a failed run");
+    assert!(
+        msg.contains("malformed.jsonl") && msg.contains("record"),
+        "{msg}"
+    );
+    assert!(
+        !tmp.path().join("d2.jsonl").exists(),
+        "no decisions file from a failed run"
+    );
 
-    let o = run(neardup().args(["dedup", "/definitely/not/here.jsonl", "-q", "--decisions"]).arg(tmp.path().join("d3.jsonl")));
+    let o = run(neardup()
+        .args(["dedup", "/definitely/not/here.jsonl", "-q", "--decisions"])
+        .arg(tmp.path().join("d3.jsonl")));
     assert_eq!(o.status.code(), Some(1));
 }
 
@@ -131,13 +196,27 @@ fn interrupted_run_leaves_no_final_named_partial_file() {
     let input = tmp.path().join("in");
     std::fs::create_dir(&input).unwrap();
     // Enough text that the run is still writing when interrupted.
-    let line = |i: usize| format!("{{\"text\":\"document {i} {}\"}}\n", "lorem ipsum dolor sit amet ".repeat(40 + i % 7));
+    let line = |i: usize| {
+        format!(
+            "{{\"text\":\"document {i} {}\"}}\n",
+            "lorem ipsum dolor sit amet ".repeat(40 + i % 7)
+        )
+    };
     for f in 0..4 {
         let body: String = (0..40_000).map(|i| line(f * 40_000 + i / 2)).collect();
         std::fs::write(input.join(format!("part-{f}.jsonl")), body).unwrap();
     }
     let out = tmp.path().join("out");
-    let mut child = neardup().arg("dedup").arg(&input).arg("-o").arg(&out).arg("-q").arg("-j").arg("1").spawn().unwrap();
+    let mut child = neardup()
+        .arg("dedup")
+        .arg(&input)
+        .arg("-o")
+        .arg(&out)
+        .arg("-q")
+        .arg("-j")
+        .arg("1")
+        .spawn()
+        .unwrap();
     // Interrupt once outputs have begun, or after a while.
     for _ in 0..400 {
         if out.exists() {
@@ -146,11 +225,24 @@ fn interrupted_run_leaves_no_final_named_partial_file() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     std::thread::sleep(std::time::Duration::from_millis(100));
-    Command::new("kill").arg("-INT").arg(child.id().to_string()).status().unwrap();
+    Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
     let status = child.wait().unwrap();
     // A complete run for comparison.
     let full = tmp.path().join("full");
-    assert!(run(neardup().arg("dedup").arg(&input).arg("-o").arg(&full).arg("-q")).status.success());
+    assert!(
+        run(neardup()
+            .arg("dedup")
+            .arg(&input)
+            .arg("-o")
+            .arg(&full)
+            .arg("-q"))
+        .status
+        .success()
+    );
     if status.success() {
         return; // finished before the signal: nothing to check
     }
@@ -161,7 +253,11 @@ fn interrupted_run_leaves_no_final_named_partial_file() {
             if name.starts_with('.') {
                 continue; // a temporary name, never mistaken for output
             }
-            assert_eq!(std::fs::read(e.path()).unwrap(), std::fs::read(full.join(&name)).unwrap(), "{name} is partial");
+            assert_eq!(
+                std::fs::read(e.path()).unwrap(),
+                std::fs::read(full.join(&name)).unwrap(),
+                "{name} is partial"
+            );
         }
     }
 }

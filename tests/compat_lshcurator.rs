@@ -11,7 +11,9 @@ use neardup::{Config, Pipeline, Tokenize};
 use serde_json::Value;
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/compat").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/compat")
+        .join(name)
 }
 
 fn load(name: &str) -> Value {
@@ -20,15 +22,23 @@ fn load(name: &str) -> Value {
 
 fn config_for(setting: &Value, threads: usize) -> Config {
     let mut c = Config::default();
-    c.input.inputs = (0..3).map(|i| data(&format!("input-{i}.jsonl")).display().to_string()).collect();
+    c.input.inputs = (0..3)
+        .map(|i| data(&format!("input-{i}.jsonl")).display().to_string())
+        .collect();
     c.input.fields = vec!["text".into()];
-    c.sketch.tokenize = if setting["compute_mode"] == "byte" { Tokenize::Byte } else { Tokenize::Char };
+    c.sketch.tokenize = if setting["compute_mode"] == "byte" {
+        Tokenize::Byte
+    } else {
+        Tokenize::Char
+    };
     c.sketch.shingle = setting["shingle_k"].as_u64().unwrap() as usize;
     c.sketch.step = setting["shingle_step"].as_u64().unwrap() as usize;
     c.sketch.bands = Some(setting["bands"].as_u64().unwrap() as usize);
     c.sketch.rows = Some(setting["rows"].as_u64().unwrap() as usize);
     c.dedup.threshold = setting["threshold"].as_f64().unwrap();
-    c.dedup.max_reps = setting["max_representatives_per_bucket"].as_u64().map(|m| m as usize);
+    c.dedup.max_reps = setting["max_representatives_per_bucket"]
+        .as_u64()
+        .map(|m| m as usize);
     c.keys.min_key_count = setting["filter_low_freq_bucket_keys"].as_u64().unwrap() as u32;
     c.run.threads = threads;
     c.lshcurator()
@@ -41,23 +51,42 @@ fn bucket_keys_and_hot_rows_equal_lshcurator() {
         let config = config_for(setting, 2);
         let (files, _) = neardup::discover_inputs(&config).unwrap();
         let out = run_keys(&files, 0, &neardup::keys_config(&config).unwrap()).unwrap();
-        let TableStore::Memory(table) = &out.table else { panic!("table spilled") };
+        let TableStore::Memory(table) = &out.table else {
+            panic!("table spilled")
+        };
         let expected: Vec<Vec<u64>> = setting["keys"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|row| row.as_array().unwrap().iter().map(|k| k.as_str().unwrap().parse().unwrap()).collect())
+            .map(|row| {
+                row.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|k| k.as_str().unwrap().parse().unwrap())
+                    .collect()
+            })
             .collect();
         // lshcurator has no row for empty (after strip) texts; neardup keeps a blank row for them.
-        let ours: Vec<usize> = (0..table.rows()).filter(|&r| table.row(r).iter().any(|&k| k != 0)).collect();
+        let ours: Vec<usize> = (0..table.rows())
+            .filter(|&r| table.row(r).iter().any(|&k| k != 0))
+            .collect();
         assert_eq!(ours.len(), expected.len(), "{setting:?}");
-        let mask: Vec<bool> = setting["hot_row_mask"].as_array().unwrap().iter().map(|b| b.as_bool().unwrap()).collect();
+        let mask: Vec<bool> = setting["hot_row_mask"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_bool().unwrap())
+            .collect();
         for (i, &r) in ours.iter().enumerate() {
             assert_eq!(table.row(r), expected[i].as_slice(), "row {i}");
             assert_eq!(out.mask.is_hot_row(r), mask[i], "hot row {i}");
         }
-        let hot: Vec<u64> =
-            setting["hot_keys"].as_array().unwrap().iter().map(|k| k.as_str().unwrap().parse().unwrap()).collect();
+        let hot: Vec<u64> = setting["hot_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap().parse().unwrap())
+            .collect();
         assert_eq!(out.hot.keys(), hot.as_slice());
     }
 }
@@ -67,17 +96,29 @@ fn decisions_equal_lshcurator_for_every_setting() {
     let fixture = load("decisions.json");
     for setting in fixture["settings"].as_array().unwrap() {
         for threads in [1, 2] {
-            let (decisions, report) = Pipeline::new(config_for(setting, threads)).unwrap().decisions().unwrap();
+            let (decisions, report) = Pipeline::new(config_for(setting, threads))
+                .unwrap()
+                .decisions()
+                .unwrap();
             let ours: Vec<bool> = decisions
                 .iter()
                 .filter(|d| !matches!(d.reason, Reason::Empty | Reason::Error))
                 .map(|d| d.keep)
                 .collect();
-            let expected: Vec<bool> =
-                setting["results"].as_array().unwrap().iter().map(|r| r["keep"].as_bool().unwrap()).collect();
+            let expected: Vec<bool> = setting["results"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["keep"].as_bool().unwrap())
+                .collect();
             assert_eq!(ours.len(), expected.len());
-            let diff: Vec<usize> = (0..ours.len()).filter(|&i| ours[i] != expected[i]).collect();
-            assert!(diff.is_empty(), "setting {setting:?}: samples {diff:?} differ");
+            let diff: Vec<usize> = (0..ours.len())
+                .filter(|&i| ours[i] != expected[i])
+                .collect();
+            assert!(
+                diff.is_empty(),
+                "setting {setting:?}: samples {diff:?} differ"
+            );
             // Every record is accounted for.
             let t = &report.totals;
             assert_eq!(t.records_in, 210);

@@ -24,8 +24,13 @@ fn sample_config(threads: usize) -> Config {
 /// The ideal greedy first-seen keep set from exact Jaccard of character 5-gram sets
 /// (shared/bench/exact_pairs.py), one 0/1 per sample.
 fn truth(threshold: &str) -> Vec<bool> {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/data/sample-truth/keep-{threshold}.txt"));
-    std::fs::read_to_string(p).unwrap().lines().map(|l| l.trim() == "1").collect()
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/data/sample-truth/keep-{threshold}.txt"));
+    std::fs::read_to_string(p)
+        .unwrap()
+        .lines()
+        .map(|l| l.trim() == "1")
+        .collect()
 }
 
 fn precision_recall(keep: &[bool], ideal: &[bool]) -> (f64, f64) {
@@ -33,17 +38,26 @@ fn precision_recall(keep: &[bool], ideal: &[bool]) -> (f64, f64) {
     let dropped: Vec<usize> = (0..keep.len()).filter(|&i| !keep[i]).collect();
     let ideal_dropped = ideal.iter().filter(|k| !**k).count();
     let tp = dropped.iter().filter(|&&i| !ideal[i]).count();
-    (tp as f64 / dropped.len().max(1) as f64, tp as f64 / ideal_dropped.max(1) as f64)
+    (
+        tp as f64 / dropped.len().max(1) as f64,
+        tp as f64 / ideal_dropped.max(1) as f64,
+    )
 }
 
 #[test]
 fn sample_quality_meets_the_bar_at_default_settings() {
-    let (decisions, report) = Pipeline::new(sample_config(2)).unwrap().decisions().unwrap();
+    let (decisions, report) = Pipeline::new(sample_config(2))
+        .unwrap()
+        .decisions()
+        .unwrap();
     let keep: Vec<bool> = decisions.iter().map(|d| d.keep).collect();
     let (p, r) = precision_recall(&keep, &truth("0.8"));
     assert!(p >= 0.95 && r >= 0.95, "precision {p:.3} recall {r:.3}");
     assert_eq!(report.totals.records_in, 500);
-    assert_eq!(report.totals.records_in, report.totals.records_kept + report.totals.records_dropped);
+    assert_eq!(
+        report.totals.records_in,
+        report.totals.records_kept + report.totals.records_dropped
+    );
     // Every drop names an earlier sample it duplicates, with its id.
     for d in decisions.iter().filter(|d| !d.keep) {
         let of = d.dup_of.expect("dup_of");
@@ -69,7 +83,10 @@ fn read_dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
         .unwrap()
         .map(|e| {
             let e = e.unwrap();
-            (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
         })
         .collect();
     out.sort();
@@ -110,13 +127,19 @@ fn key_tables_are_identical_across_threads_and_spilling_and_match_brute_force() 
         let got = (out.hot.keys().to_vec(), out.mask.clone(), out.files.clone());
         match &reference {
             None => {
-                let TableStore::Memory(table) = &out.table else { panic!() };
+                let TableStore::Memory(table) = &out.table else {
+                    panic!()
+                };
                 // Brute force: a HashMap count over every key of the table.
                 let mut counts: HashMap<u64, u32> = HashMap::new();
                 for &k in table.keys().iter().filter(|&&k| k != 0) {
                     *counts.entry(k).or_default() += 1;
                 }
-                let mut hot: Vec<u64> = counts.iter().filter(|(_, n)| **n > 1).map(|(k, _)| *k).collect();
+                let mut hot: Vec<u64> = counts
+                    .iter()
+                    .filter(|(_, n)| **n > 1)
+                    .map(|(k, _)| *k)
+                    .collect();
                 hot.sort_unstable();
                 assert_eq!(out.hot.keys(), hot.as_slice());
                 assert_eq!(HotMask::from_tables(&[table], &out.hot).unwrap(), out.mask);
@@ -157,13 +180,19 @@ fn exact_only_mode_drops_only_identical_texts() {
     let mut c = sample_config(2);
     c.keys.near = false;
     let (decisions, _) = Pipeline::new(c).unwrap().decisions().unwrap();
-    let exact = decisions.iter().filter(|d| d.reason == Reason::Exact).count();
+    let exact = decisions
+        .iter()
+        .filter(|d| d.reason == Reason::Exact)
+        .count();
     assert!(exact > 100, "{exact}");
     assert!(decisions.iter().all(|d| d.reason != Reason::Near));
     // Compare with the texts themselves.
     let mut texts = Vec::new();
     for f in ["part-0.jsonl", "part-1.jsonl"] {
-        for line in std::fs::read_to_string(sample_dir().join(f)).unwrap().lines() {
+        for line in std::fs::read_to_string(sample_dir().join(f))
+            .unwrap()
+            .lines()
+        {
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             texts.push(v["text"].as_str().unwrap().trim().to_string());
         }

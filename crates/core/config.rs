@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use neardup_corpus::{FieldPath, FieldsMode, Format, TextSelector};
 use neardup_dedup::{DedupConfig, EmptyPolicy, Verify};
 use neardup_keys::{OnError, RowRule, ShortTextPolicy};
-use neardup_sketch::{BandKeyScheme, CharClassSet, HashScheme, LshParams, Normalizer, Shingler, SketchConfig};
+use neardup_sketch::{
+    BandKeyScheme, CharClassSet, HashScheme, LshParams, Normalizer, Shingler, SketchConfig,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
@@ -235,7 +237,11 @@ impl Config {
     pub fn lshcurator(mut self) -> Config {
         self.input.fields_mode = FieldsModeSetting::Expand;
         self.sketch = SketchSettings {
-            tokenize: if self.sketch.tokenize == Tokenize::Byte { Tokenize::Byte } else { Tokenize::Char },
+            tokenize: if self.sketch.tokenize == Tokenize::Byte {
+                Tokenize::Byte
+            } else {
+                Tokenize::Char
+            },
             shingle: self.sketch.shingle,
             step: self.sketch.step,
             trim: true,
@@ -258,7 +264,8 @@ impl Config {
 
     /// Reads a TOML (`.toml`) or JSON file.
     pub fn load(path: &Path) -> Result<Config, Error> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
         let parsed = if path.extension().is_some_and(|e| e == "toml") {
             toml::from_str(&text).map_err(|e| e.to_string())
         } else {
@@ -271,16 +278,28 @@ impl Config {
     pub fn sketch_config(&self) -> Result<SketchConfig, Error> {
         let s = &self.sketch;
         if s.shingle == 0 || s.step == 0 {
-            return Err(Error::Usage("--shingle and --step must be at least 1".into()));
+            return Err(Error::Usage(
+                "--shingle and --step must be at least 1".into(),
+            ));
         }
         let shingler = match s.tokenize {
-            Tokenize::Char => Shingler::Chars { k: s.shingle, step: s.step },
-            Tokenize::Byte => Shingler::Bytes { k: s.shingle, step: s.step },
-            Tokenize::Word => Shingler::Words { n: s.shingle, step: s.step },
+            Tokenize::Char => Shingler::Chars {
+                k: s.shingle,
+                step: s.step,
+            },
+            Tokenize::Byte => Shingler::Bytes {
+                k: s.shingle,
+                step: s.step,
+            },
+            Tokenize::Word => Shingler::Words {
+                n: s.shingle,
+                step: s.step,
+            },
         };
         let keep_chars = match &s.keep_chars {
             Some(spec) => Some(
-                spec.parse::<CharClassSet>().map_err(|e| Error::Usage(format!("--keep-chars {spec:?}: {e}")))?,
+                spec.parse::<CharClassSet>()
+                    .map_err(|e| Error::Usage(format!("--keep-chars {spec:?}: {e}")))?,
             ),
             None => None,
         };
@@ -312,7 +331,9 @@ impl Config {
         let s = &self.sketch;
         let t = self.dedup.threshold;
         if !(0.0..=1.0).contains(&t) {
-            return Err(Error::Usage(format!("--threshold must be within [0, 1], got {t}")));
+            return Err(Error::Usage(format!(
+                "--threshold must be within [0, 1], got {t}"
+            )));
         }
         match (s.bands, s.rows) {
             (Some(b), Some(r)) => LshParams::new(b, r).map_err(|e| Error::Usage(e.to_string())),
@@ -328,11 +349,16 @@ impl Config {
         if i.fields.is_empty() {
             return Err(Error::Usage("at least one --field is needed".into()));
         }
-        let parse = |f: &String| f.parse::<FieldPath>().map_err(|e| Error::Usage(format!("field {f:?}: {e}")));
+        let parse = |f: &String| {
+            f.parse::<FieldPath>()
+                .map_err(|e| Error::Usage(format!("field {f:?}: {e}")))
+        };
         Ok(TextSelector {
             fields: i.fields.iter().map(parse).collect::<Result<_, _>>()?,
             mode: match i.fields_mode {
-                FieldsModeSetting::Join => FieldsMode::Join { separator: i.separator.clone() },
+                FieldsModeSetting::Join => FieldsMode::Join {
+                    separator: i.separator.clone(),
+                },
                 FieldsModeSetting::Expand => FieldsMode::Expand,
             },
             id_field: i.id_field.as_ref().map(parse).transpose()?,
@@ -341,7 +367,11 @@ impl Config {
 
     /// The per-sample rule of both stages.
     pub fn row_rule(&self) -> RowRule {
-        RowRule { band_keys: self.keys.near, exact_key: self.keys.exact, short_texts: self.keys.short_texts }
+        RowRule {
+            band_keys: self.keys.near,
+            exact_key: self.keys.exact,
+            short_texts: self.keys.short_texts,
+        }
     }
 
     /// Stage 2's decision settings.
@@ -362,7 +392,9 @@ impl Config {
             return Err(Error::Usage("--max-reps must be at least 1".into()));
         }
         if !self.keys.near && !self.keys.exact {
-            return Err(Error::Usage("with near-duplicate detection off, exact deduplication must be on".into()));
+            return Err(Error::Usage(
+                "with near-duplicate detection off, exact deduplication must be on".into(),
+            ));
         }
         if self.keys.chunk_bytes == 0 {
             return Err(Error::Usage("chunk_bytes must be positive".into()));

@@ -20,7 +20,8 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) => 2,
-            Error::Keys(neardup_keys::KeysError::Config(_)) | Error::Dedup(neardup_dedup::DedupError::Config(_)) => 2,
+            Error::Keys(neardup_keys::KeysError::Config(_))
+            | Error::Dedup(neardup_dedup::DedupError::Config(_)) => 2,
             _ => 1,
         }
     }

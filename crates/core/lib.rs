@@ -34,12 +34,13 @@ pub mod eval;
 mod pipeline;
 
 pub use config::{
-    Config, DedupSettings, FieldsModeSetting, InputSettings, KeysSettings, OutputSettings, RunSettings,
-    SketchSettings, Tokenize,
+    Config, DedupSettings, FieldsModeSetting, InputSettings, KeysSettings, OutputSettings,
+    RunSettings, SketchSettings, Tokenize,
 };
 pub use error::Error;
 pub use pipeline::{
-    Pipeline, Report, Totals, apply, apply_config, compute_keys, discover_inputs, keys_config, merge_hot_keys,
+    Pipeline, Report, Totals, apply, apply_config, compute_keys, discover_inputs, keys_config,
+    merge_hot_keys,
 };
 
 pub use neardup_corpus as corpus;

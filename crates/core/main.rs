@@ -79,6 +79,26 @@ enum Command {
         #[command(flatten)]
         opts: RunOpts,
     },
+    /// Check a run's decisions against exact Jaccard: precision of every drop, recall on a sample.
+    Eval {
+        /// The run's decisions file.
+        #[arg(long)]
+        decisions: PathBuf,
+        /// The run's inputs, in the same order.
+        #[arg(long, required = true, num_args = 1..)]
+        inputs: Vec<String>,
+        /// Documents drawn for the recall estimate.
+        #[arg(long, default_value_t = neardup::eval::DEFAULT_RECALL_SAMPLES)]
+        samples: usize,
+        /// Seed of the draw.
+        #[arg(long, default_value_t = 0)]
+        sample_seed: u64,
+        /// Write the full evaluation as JSON here.
+        #[arg(long = "eval-report")]
+        eval_report: Option<PathBuf>,
+        #[command(flatten)]
+        opts: RunOpts,
+    },
     /// Show the LSH setting for a threshold and width, its error areas and S-curve.
     Params {
         /// Similarity threshold.
@@ -233,9 +253,13 @@ value_enum!(EmptyArg => EmptyPolicy { Keep => EmptyPolicy::Keep, Drop => EmptyPo
 
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?} (e.g. 4GiB, 500MB, 1048576)"))?;
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("not a size: {s:?} (e.g. 4GiB, 500MB, 1048576)"))?;
     let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" => 1e3,
@@ -380,7 +404,11 @@ fn init_logging(quiet: bool, verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }
 
 fn finish(report: &Report, quiet: bool) {
@@ -395,7 +423,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Dedup { inputs, opts } => {
             let config = opts.config(&inputs)?;
             if config.output.dir.is_none() && config.output.decisions.is_none() {
-                return Err(Error::Usage("give --output DIR and/or --decisions FILE".into()));
+                return Err(Error::Usage(
+                    "give --output DIR and/or --decisions FILE".into(),
+                ));
             }
             let report = Pipeline::new(config)?.run()?;
             finish(&report, quiet);
@@ -403,14 +433,21 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Exact { inputs, opts } => {
             let mut config = opts.config(&inputs)?;
             if config.output.dir.is_none() && config.output.decisions.is_none() {
-                return Err(Error::Usage("give --output DIR and/or --decisions FILE".into()));
+                return Err(Error::Usage(
+                    "give --output DIR and/or --decisions FILE".into(),
+                ));
             }
             config.keys.exact = true;
             config.keys.near = false;
             let report = Pipeline::new(config)?.run()?;
             finish(&report, quiet);
         }
-        Command::Keys { inputs, out, shard, opts } => {
+        Command::Keys {
+            inputs,
+            out,
+            shard,
+            opts,
+        } => {
             let config = opts.config(&inputs)?;
             let (files, problems) = neardup::discover_inputs(&config)?;
             for p in &problems {
@@ -429,8 +466,15 @@ fn run(cli: Cli) -> Result<(), Error> {
                 );
             }
         }
-        Command::Hot { tables, out, min_key_count } => {
-            let tables = tables.iter().map(|p| KeyTable::load(p)).collect::<Result<Vec<_>, _>>()?;
+        Command::Hot {
+            tables,
+            out,
+            min_key_count,
+        } => {
+            let tables = tables
+                .iter()
+                .map(|p| KeyTable::load(p))
+                .collect::<Result<Vec<_>, _>>()?;
             let (hot, mask, stats) = neardup::merge_hot_keys(&tables, min_key_count)?;
             hot.save(&out)?;
             if !quiet {
@@ -449,20 +493,67 @@ fn run(cli: Cli) -> Result<(), Error> {
         Command::Apply { hot, tables, opts } => {
             let config = opts.config(&[])?;
             if config.output.dir.is_none() && config.output.decisions.is_none() {
-                return Err(Error::Usage("give --output DIR and/or --decisions FILE".into()));
+                return Err(Error::Usage(
+                    "give --output DIR and/or --decisions FILE".into(),
+                ));
             }
             let hot = HotKeys::load(&hot)?;
-            let tables = tables.iter().map(|p| KeyTable::load(p)).collect::<Result<Vec<_>, _>>()?;
+            let tables = tables
+                .iter()
+                .map(|p| KeyTable::load(p))
+                .collect::<Result<Vec<_>, _>>()?;
             let report = neardup::apply(&config, &hot, &tables, &mut |_| {})?;
             finish(&report, quiet);
         }
-        Command::Params { threshold, num_perm, bands, rows, points } => {
+        Command::Eval {
+            decisions,
+            inputs,
+            samples,
+            sample_seed,
+            eval_report,
+            opts,
+        } => {
+            let config = opts.config(&inputs)?;
+            let sketch = config.sketch_config()?;
+            let report = neardup::eval::evaluate(&neardup::eval::EvalOptions {
+                decisions,
+                inputs,
+                format: config.input.format,
+                selector: config.selector()?,
+                normalizer: sketch.normalizer,
+                shingler: sketch.shingler,
+                threshold: config.dedup.threshold,
+                recall_samples: samples,
+                seed: sample_seed,
+                threads: config.run.threads,
+            })
+            .map_err(Error::Run)?;
+            if let Some(path) = eval_report {
+                let mut f = neardup::corpus::AtomicFile::create(&path)
+                    .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+                serde_json::to_writer_pretty(&mut f, &report)
+                    .map_err(|e| Error::Run(e.to_string()))?;
+                f.commit()
+                    .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+            }
+            println!("{}", report.summary());
+        }
+        Command::Params {
+            threshold,
+            num_perm,
+            bands,
+            rows,
+            points,
+        } => {
             let params = match (bands, rows) {
                 (Some(b), Some(r)) => LshParams::new(b, r),
                 _ => LshParams::optimal(threshold, num_perm, 0.5, 0.5),
             }
             .map_err(|e| Error::Usage(e.to_string()))?;
-            println!("{}", params_table(&params, threshold, num_perm, points.max(2)));
+            println!(
+                "{}",
+                params_table(&params, threshold, num_perm, points.max(2))
+            );
         }
     }
     Ok(())
@@ -483,7 +574,10 @@ fn params_table(p: &LshParams, threshold: f64, num_perm: usize, points: usize) -
         "false-negative area (pairs above the threshold that are missed):        {:.5}\n",
         p.false_negative_area(threshold)
     );
-    s += &format!("the S-curve crosses 1/2 near similarity {:.3}\n\n", (1.0 / p.bands as f64).powf(1.0 / p.rows as f64));
+    s += &format!(
+        "the S-curve crosses 1/2 near similarity {:.3}\n\n",
+        (1.0 / p.bands as f64).powf(1.0 / p.rows as f64)
+    );
     s += "similarity  P(candidate)\n";
     for (x, y) in p.s_curve(points) {
         s += &format!("{x:>10.3}  {y:>12.5}\n");
@@ -534,7 +628,10 @@ mod tests {
         assert_eq!(c.sketch.band_keys, BandKeyScheme::Lshcurator);
         assert_eq!(c.sketch.seed, 36);
         assert_eq!(c.sketch.num_perm, 32);
-        assert_eq!((c.sketch.shingle, c.sketch.step, c.sketch.tokenize), (3, 2, Tokenize::Byte));
+        assert_eq!(
+            (c.sketch.shingle, c.sketch.step, c.sketch.tokenize),
+            (3, 2, Tokenize::Byte)
+        );
         assert_eq!(c.keys.short_texts, ShortTextPolicy::EmptySignature);
         assert!(!c.keys.exact);
         assert_eq!(c.dedup.max_reps, None);

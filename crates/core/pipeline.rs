@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use neardup_corpus::{AtomicFile, DiscoverOptions, InputFile, OutputOptions, discover};
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
 use neardup_keys::{
-    CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats, TableStore, merge_tables,
-    run_keys,
+    CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats,
+    TableStore, merge_tables, run_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -58,7 +58,13 @@ pub struct Totals {
 }
 
 impl Report {
-    fn new(config: &Config, files: &[InputFile], problems: Vec<String>, stage1: Option<KeysStats>, stage2: DedupStats) -> Report {
+    fn new(
+        config: &Config,
+        files: &[InputFile],
+        problems: Vec<String>,
+        stage1: Option<KeysStats>,
+        stage2: DedupStats,
+    ) -> Report {
         let totals = Totals {
             records_in: stage2.records,
             records_kept: stage2.records_kept,
@@ -122,7 +128,12 @@ impl Report {
         let d = &self.stage2;
         s += &format!(
             "stage 2: {} hot samples checked, {} comparisons, {} representatives in {} buckets; {:.1} MB/s, {:.2} s",
-            d.deduper.checked, d.deduper.comparisons, d.deduper.representatives, d.deduper.buckets, d.mb_per_second, d.seconds
+            d.deduper.checked,
+            d.deduper.comparisons,
+            d.deduper.representatives,
+            d.deduper.buckets,
+            d.mb_per_second,
+            d.seconds
         );
         for p in &self.input_problems {
             s += &format!("\ninput problem: {p}");
@@ -132,10 +143,14 @@ impl Report {
 
     /// Writes the report as JSON, atomically.
     pub fn save(&self, path: &Path) -> Result<(), Error> {
-        let mut f = AtomicFile::create(path).map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
-        serde_json::to_writer_pretty(&mut f, self).map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
-        std::io::Write::write_all(&mut f, b"\n").map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
-        f.commit().map_err(|e| Error::Run(format!("{}: {e}", path.display())))
+        let mut f =
+            AtomicFile::create(path).map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+        serde_json::to_writer_pretty(&mut f, self)
+            .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+        std::io::Write::write_all(&mut f, b"\n")
+            .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+        f.commit()
+            .map_err(|e| Error::Run(format!("{}: {e}", path.display())))
     }
 }
 
@@ -145,15 +160,28 @@ pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>),
     if config.input.inputs.is_empty() {
         return Err(Error::Usage("no inputs given".into()));
     }
-    let found = discover(&config.input.inputs, &DiscoverOptions { format: config.input.format });
-    let problems: Vec<String> = found.problems.iter().map(|p| format!("{}: {}", p.input, p.message)).collect();
+    let found = discover(
+        &config.input.inputs,
+        &DiscoverOptions {
+            format: config.input.format,
+        },
+    );
+    let problems: Vec<String> = found
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.input, p.message))
+        .collect();
     if !problems.is_empty() && config.run.on_error == neardup_keys::OnError::Fail {
         return Err(Error::Run(problems.join("; ")));
     }
     if found.files.is_empty() {
         return Err(Error::Run(format!(
             "no input files found{}",
-            if problems.is_empty() { String::new() } else { format!(": {}", problems.join("; ")) }
+            if problems.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", problems.join("; "))
+            }
         )));
     }
     Ok((found.files, problems))
@@ -162,7 +190,8 @@ pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>),
 /// Stage-1 settings from a config.
 pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
     config.validate()?;
-    let sketcher = Sketcher::new(config.sketch_config()?).map_err(|e| Error::Usage(e.to_string()))?;
+    let sketcher =
+        Sketcher::new(config.sketch_config()?).map_err(|e| Error::Usage(e.to_string()))?;
     let mut k = KeysConfig::new(sketcher, config.selector()?);
     k.rule = config.row_rule();
     k.min_count = config.keys.min_key_count;
@@ -196,19 +225,28 @@ pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
 }
 
 /// Stage 1 on one shard of inputs: the key table (in memory) and its statistics.
-pub fn compute_keys(config: &Config, files: &[InputFile], shard: u32) -> Result<(KeyTable, KeysStats), Error> {
+pub fn compute_keys(
+    config: &Config,
+    files: &[InputFile],
+    shard: u32,
+) -> Result<(KeyTable, KeysStats), Error> {
     let mut k = keys_config(config)?;
     // A table to be saved must be held whole.
     k.memory_limit = None;
     let out = run_keys(files, shard, &k)?;
     match out.table {
         TableStore::Memory(t) => Ok((t, out.stats)),
-        TableStore::Spilled => Err(Error::Run("the key table was spilled; it cannot be saved".into())),
+        TableStore::Spilled => Err(Error::Run(
+            "the key table was spilled; it cannot be saved".into(),
+        )),
     }
 }
 
 /// Merges shards' tables into the hot-key set (and the mask of all their rows, in shard order).
-pub fn merge_hot_keys(tables: &[KeyTable], min_count: u32) -> Result<(HotKeys, HotMask, CountStats), Error> {
+pub fn merge_hot_keys(
+    tables: &[KeyTable],
+    min_count: u32,
+) -> Result<(HotKeys, HotMask, CountStats), Error> {
     Ok(merge_tables(tables, min_count)?)
 }
 
@@ -222,12 +260,17 @@ pub fn apply(
     let cfg = apply_config(config)?;
     let layout = keys_config(config)?.layout();
     hot.layout().check_compatible(&layout).map_err(|e| {
-        Error::Usage(format!("the hot keys do not match these settings (pass the same sketch options): {e}"))
+        Error::Usage(format!(
+            "the hot keys do not match these settings (pass the same sketch options): {e}"
+        ))
     })?;
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
     let mask = HotMask::from_tables(&ordered, hot)?;
-    let files: Vec<FileRows> = ordered.iter().flat_map(|t| t.files().iter().cloned()).collect();
+    let files: Vec<FileRows> = ordered
+        .iter()
+        .flat_map(|t| t.files().iter().cloned())
+        .collect();
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let stage2 = run_dedup(&files, &mask, &cfg, observe)?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);
@@ -264,7 +307,12 @@ impl Pipeline {
     pub fn run_with(&self, observe: &mut dyn FnMut(&Decision)) -> Result<Report, Error> {
         let (files, problems) = discover_inputs(&self.config)?;
         let keys = keys_config(&self.config)?;
-        let KeysOutput { files: rows, mask, stats, .. } = run_keys(&files, 0, &keys)?;
+        let KeysOutput {
+            files: rows,
+            mask,
+            stats,
+            ..
+        } = run_keys(&files, 0, &keys)?;
         let cfg = apply_config(&self.config)?;
         let stage2 = run_dedup(&rows, &mask, &cfg, observe)?;
         let report = Report::new(&self.config, &files, problems, Some(stats), stage2);

@@ -46,7 +46,12 @@ pub struct DedupConfig {
 
 impl Default for DedupConfig {
     fn default() -> Self {
-        DedupConfig { threshold: 0.8, max_reps: Some(64), verify: Verify::Estimate, verify_memory: 1 << 30 }
+        DedupConfig {
+            threshold: 0.8,
+            max_reps: Some(64),
+            verify: Verify::Estimate,
+            verify_memory: 1 << 30,
+        }
     }
 }
 
@@ -137,15 +142,25 @@ pub struct Deduper {
 
 impl Deduper {
     /// A decision core for signatures of `num_perm` positions and rows of `bands` bands under `rule`.
-    pub fn new(config: DedupConfig, num_perm: usize, bands: usize, rule: RowRule) -> Result<Deduper, String> {
+    pub fn new(
+        config: DedupConfig,
+        num_perm: usize,
+        bands: usize,
+        rule: RowRule,
+    ) -> Result<Deduper, String> {
         if !(0.0..=1.0).contains(&config.threshold) || config.threshold.is_nan() {
-            return Err(format!("threshold must be in [0, 1], got {}", config.threshold));
+            return Err(format!(
+                "threshold must be in [0, 1], got {}",
+                config.threshold
+            ));
         }
         if config.max_reps == Some(0) {
             return Err("max_reps must be at least 1 (or unset for no bound)".into());
         }
         let shingle_sets = match config.verify {
-            Verify::Exact => Some(ShingleStore::new(config.verify_memory).map_err(|e| e.to_string())?),
+            Verify::Exact => {
+                Some(ShingleStore::new(config.verify_memory).map_err(|e| e.to_string())?)
+            }
             Verify::Estimate => None,
         };
         let bands = rule.band_columns(bands);
@@ -237,7 +252,10 @@ impl Deduper {
                 };
                 if let Some(similarity) = decided {
                     self.stats.near += 1;
-                    return Verdict::Near { of: self.arena.addr(rep), similarity };
+                    return Verdict::Near {
+                        of: self.arena.addr(rep),
+                        similarity,
+                    };
                 }
             }
         }
@@ -249,7 +267,11 @@ impl Deduper {
             if !c.hot[band] || key == NO_KEY {
                 continue;
             }
-            if self.config.max_reps.is_some_and(|m| self.buckets.len(key) >= m) {
+            if self
+                .config
+                .max_reps
+                .is_some_and(|m| self.buckets.len(key) >= m)
+            {
                 continue;
             }
             let id = *rep.get_or_insert_with(|| {
@@ -295,8 +317,15 @@ pub struct TextDeduper {
 
 impl TextDeduper {
     /// A deduplicator with the settings the hot keys were made with.
-    pub fn new(sketcher: Sketcher, rule: RowRule, hot: &HotKeys, config: DedupConfig) -> Result<TextDeduper, String> {
-        if hot.layout().sketch_fingerprint != sketcher.config().fingerprint() || hot.layout().rule != rule {
+    pub fn new(
+        sketcher: Sketcher,
+        rule: RowRule,
+        hot: &HotKeys,
+        config: DedupConfig,
+    ) -> Result<TextDeduper, String> {
+        if hot.layout().sketch_fingerprint != sketcher.config().fingerprint()
+            || hot.layout().rule != rule
+        {
             return Err("the hot keys were made with different sketch settings".into());
         }
         let core = Deduper::new(config, sketcher.num_perm(), sketcher.bands(), rule)?;
@@ -317,9 +346,19 @@ impl TextDeduper {
 
     /// Decides the next text; its address is its position in the sequence of checked texts.
     pub fn check(&mut self, text: &str) -> Verdict {
-        let addr = SampleAddr { file: 0, record: self.next, field: 0 };
+        let addr = SampleAddr {
+            file: 0,
+            record: self.next,
+            field: 0,
+        };
         self.next += 1;
-        let r = self.rule.sketch(&self.sketcher, text, &mut self.scratch, &mut self.sig, &mut self.row);
+        let r = self.rule.sketch(
+            &self.sketcher,
+            text,
+            &mut self.scratch,
+            &mut self.sig,
+            &mut self.row,
+        );
         if r.kind == RowKind::Blank {
             return Verdict::Unique;
         }
@@ -330,7 +369,8 @@ impl TextDeduper {
             return Verdict::Unique;
         }
         let shingles = if self.core.needs_shingles() {
-            self.sketcher.shingle_set(text, &mut self.scratch, &mut self.shingles);
+            self.sketcher
+                .shingle_set(text, &mut self.scratch, &mut self.shingles);
             Some(self.shingles.as_slice())
         } else {
             None

@@ -26,6 +26,8 @@ mod reps;
 mod stage;
 mod verify;
 
-pub use deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify};
+pub use deduper::{
+    Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
+};
 pub use error::DedupError;
 pub use stage::{ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup};

@@ -17,7 +17,11 @@ pub struct RepArena {
 
 impl RepArena {
     pub fn new(num_perm: usize) -> RepArena {
-        RepArena { num_perm, signatures: Vec::new(), addrs: Vec::new() }
+        RepArena {
+            num_perm,
+            signatures: Vec::new(),
+            addrs: Vec::new(),
+        }
     }
     pub fn push(&mut self, signature: &[u32], addr: SampleAddr) -> RepId {
         debug_assert_eq!(signature.len(), self.num_perm);
@@ -70,10 +74,19 @@ impl BucketIndex {
     pub fn push(&mut self, key: u64, rep: RepId) {
         match self.buckets.get_mut(&key) {
             None => {
-                self.buckets.insert(key, Bucket { first: rep, head: NONE, tail: NONE, len: 1 });
+                self.buckets.insert(
+                    key,
+                    Bucket {
+                        first: rep,
+                        head: NONE,
+                        tail: NONE,
+                        len: 1,
+                    },
+                );
             }
             Some(b) => {
-                let link = u32::try_from(self.links.len()).expect("more than 4 billion bucket entries");
+                let link =
+                    u32::try_from(self.links.len()).expect("more than 4 billion bucket entries");
                 self.links.push((rep, NONE));
                 if b.tail == NONE {
                     b.head = link;
@@ -88,8 +101,16 @@ impl BucketIndex {
 
     pub fn reps(&self, key: u64) -> BucketIter<'_> {
         match self.buckets.get(&key) {
-            None => BucketIter { links: &self.links, first: None, next: NONE },
-            Some(b) => BucketIter { links: &self.links, first: Some(b.first), next: b.head },
+            None => BucketIter {
+                links: &self.links,
+                first: None,
+                next: NONE,
+            },
+            Some(b) => BucketIter {
+                links: &self.links,
+                first: Some(b.first),
+                next: b.head,
+            },
         }
     }
 
@@ -98,7 +119,8 @@ impl BucketIndex {
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.buckets.capacity() * (8 + std::mem::size_of::<Bucket>() + 1) + self.links.capacity() * 8
+        self.buckets.capacity() * (8 + std::mem::size_of::<Bucket>() + 1)
+            + self.links.capacity() * 8
     }
 }
 

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use hashbrown::HashMap;
 use neardup_corpus::{
-    Block, Chunk, DecisionRow, DecisionWriter, FileWriter, OutputDir, OutputOptions, Projection, ReadOptions, Reason,
-    SampleText, TextSelector, WrittenFile, read_chunk,
+    Block, Chunk, DecisionRow, DecisionWriter, FileWriter, OutputDir, OutputOptions, Projection,
+    ReadOptions, Reason, SampleText, TextSelector, WrittenFile, read_chunk,
 };
 use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule};
 use neardup_sketch::{Scratch, Sketcher};
@@ -123,7 +123,11 @@ pub struct OutputFile {
 
 impl From<WrittenFile> for OutputFile {
     fn from(w: WrittenFile) -> Self {
-        OutputFile { paths: w.paths, records: w.records, bytes: w.bytes }
+        OutputFile {
+            paths: w.paths,
+            records: w.records,
+            bytes: w.bytes,
+        }
     }
 }
 
@@ -132,9 +136,16 @@ enum Kind {
     Skipped,
     Blank,
     Cold,
-    Hot { content_hash: u128, sig: u32, shingles: (u32, u32) },
+    Hot {
+        content_hash: u128,
+        sig: u32,
+        shingles: (u32, u32),
+    },
     /// A later exact copy by stage 1's count: only its content hash was computed.
-    Copy { content_hash: u128, row: u64 },
+    Copy {
+        content_hash: u128,
+        row: u64,
+    },
 }
 
 struct SampleWork {
@@ -157,7 +168,11 @@ struct BlockWork {
 
 enum Msg {
     Block(Box<BlockWork>),
-    End { records: u64, rows: u64, error: Option<String> },
+    End {
+        records: u64,
+        rows: u64,
+        error: Option<String>,
+    },
 }
 
 struct ChunkJob<'a> {
@@ -220,11 +235,24 @@ fn prepare_chunk(
                     let this_row = row;
                     row += 1;
                     if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
-                        if neardup_sketch::is_blank(&text) { Kind::Blank } else { Kind::Cold }
+                        if neardup_sketch::is_blank(&text) {
+                            Kind::Blank
+                        } else {
+                            Kind::Cold
+                        }
                     } else if mask.is_later_copy(this_row as usize) {
-                        Kind::Copy { content_hash: cfg.rule.content_hash(&cfg.sketcher, &text), row: this_row }
+                        Kind::Copy {
+                            content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
+                            row: this_row,
+                        }
                     } else {
-                        let r = cfg.rule.sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut row_keys);
+                        let r = cfg.rule.sketch(
+                            &cfg.sketcher,
+                            &text,
+                            &mut scratch,
+                            &mut sig,
+                            &mut row_keys,
+                        );
                         if r.kind == RowKind::Blank {
                             Kind::Blank
                         } else {
@@ -246,15 +274,32 @@ fn prepare_chunk(
                     }
                 }
             };
-            samples.push(SampleWork { record: s.record as u32, field: s.field, kind, id });
+            samples.push(SampleWork {
+                record: s.record as u32,
+                field: s.field,
+                kind,
+                id,
+            });
         });
         records += block.num_records() as u64;
-        let w = BlockWork { block, samples, signatures, rows, hot, shingles, ids };
+        let w = BlockWork {
+            block,
+            samples,
+            signatures,
+            rows,
+            hot,
+            shingles,
+            ids,
+        };
         if !send(Msg::Block(Box::new(w))) {
             return;
         }
     }
-    send(Msg::End { records, rows: row - job.row_base, error });
+    send(Msg::End {
+        records,
+        rows: row - job.row_base,
+        error,
+    });
 }
 
 /// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
@@ -273,10 +318,19 @@ pub fn run_dedup(
             mask.rows()
         )));
     }
-    let mut deduper = Deduper::new(cfg.dedup.clone(), cfg.sketcher.num_perm(), cfg.sketcher.bands(), cfg.rule)
-        .map_err(DedupError::Config)?;
+    let mut deduper = Deduper::new(
+        cfg.dedup.clone(),
+        cfg.sketcher.num_perm(),
+        cfg.sketcher.bands(),
+        cfg.rule,
+    )
+    .map_err(DedupError::Config)?;
     let needs_shingles = deduper.needs_shingles();
-    let threads = if cfg.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { cfg.threads };
+    let threads = if cfg.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        cfg.threads
+    };
 
     // Jobs: every chunk of every file, with the row its first sample has in the table.
     let mut jobs = Vec::new();
@@ -287,7 +341,16 @@ pub fn run_dedup(
         file_first_job.push(jobs.len());
         let mut record_base = 0;
         for (seq, c) in f.chunks.iter().enumerate() {
-            jobs.push(ChunkJob { file: fi, chunk: Chunk { file: fi, seq, range: c.range.clone() }, row_base, expect: c });
+            jobs.push(ChunkJob {
+                file: fi,
+                chunk: Chunk {
+                    file: fi,
+                    seq,
+                    range: c.range.clone(),
+                },
+                row_base,
+                expect: c,
+            });
             record_bases.push(record_base);
             row_base += c.rows;
             record_base += c.records;
@@ -303,7 +366,10 @@ pub fn run_dedup(
         Some(p) => Some(DecisionWriter::create(p).map_err(|e| DedupError::Output(e.to_string()))?),
         None => None,
     };
-    let file_names: Vec<String> = inputs.iter().map(|f| f.path.display().to_string()).collect();
+    let file_names: Vec<String> = inputs
+        .iter()
+        .map(|f| f.path.display().to_string())
+        .collect();
 
     let window = threads * 2;
     let next_job = AtomicUsize::new(0);
@@ -324,7 +390,8 @@ pub fn run_dedup(
         });
         for _ in 0..threads {
             let tx = tx.clone();
-            let (next_job, collected, progress, stop, jobs, inputs) = (&next_job, &collected, &progress, &stop, &jobs, &inputs);
+            let (next_job, collected, progress, stop, jobs, inputs) =
+                (&next_job, &collected, &progress, &stop, &jobs, &inputs);
             scope.spawn(move || {
                 loop {
                     let i = next_job.fetch_add(1, Ordering::Relaxed);
@@ -342,10 +409,18 @@ pub fn run_dedup(
                     }
                     let job = &jobs[i];
                     let mut seq = 0;
-                    prepare_chunk(job, &inputs[job.file], mask, cfg, needs_shingles, stop, |m| {
-                        seq += 1;
-                        tx.send((i, seq - 1, m)).is_ok()
-                    });
+                    prepare_chunk(
+                        job,
+                        &inputs[job.file],
+                        mask,
+                        cfg,
+                        needs_shingles,
+                        stop,
+                        |m| {
+                            seq += 1;
+                            tx.send((i, seq - 1, m)).is_ok()
+                        },
+                    );
                 }
             });
         }
@@ -386,14 +461,22 @@ pub fn run_dedup(
                             Err(e) => failure = Some(e),
                             Ok(keep) => {
                                 stats.bytes += work.block.input_bytes();
-                                if output.is_some() && wtx.send(WriterMsg::Block(work.block, keep)).is_err() {
-                                    failure = Some(DedupError::Output("the output writer stopped".into()));
+                                if output.is_some()
+                                    && wtx.send(WriterMsg::Block(work.block, keep)).is_err()
+                                {
+                                    failure = Some(DedupError::Output(
+                                        "the output writer stopped".into(),
+                                    ));
                                 }
                             }
                         }
                         seq += 1;
                     }
-                    Msg::End { records, rows, error } => {
+                    Msg::End {
+                        records,
+                        rows,
+                        error,
+                    } => {
                         let expect = jobs[job].expect;
                         if let Some(e) = &error
                             && (cfg.on_error == OnError::Fail || !expect.read_error)
@@ -428,7 +511,10 @@ pub fn run_dedup(
         // Files without any chunk (nothing to read) still get their (empty) output.
         if failure.is_none() && output.is_some() {
             for (fi, started) in file_started.iter().enumerate() {
-                if !started && (wtx.send(WriterMsg::Start(fi)).is_err() || wtx.send(WriterMsg::End).is_err()) {
+                if !started
+                    && (wtx.send(WriterMsg::Start(fi)).is_err()
+                        || wtx.send(WriterMsg::End).is_err())
+                {
                     failure = Some(DedupError::Output("the output writer stopped".into()));
                 }
             }
@@ -474,11 +560,15 @@ fn write_outputs(
     for msg in rx {
         match msg {
             WriterMsg::Start(fi) => {
-                current = Some(out.file_writer(&inputs[fi]).map_err(|e| DedupError::Output(e.to_string()))?);
+                current = Some(
+                    out.file_writer(&inputs[fi])
+                        .map_err(|e| DedupError::Output(e.to_string()))?,
+                );
             }
             WriterMsg::Block(block, keep) => {
                 let w = current.as_mut().expect("block before file start");
-                w.write_block(&block, &keep).map_err(|e| DedupError::Output(e.to_string()))?;
+                w.write_block(&block, &keep)
+                    .map_err(|e| DedupError::Output(e.to_string()))?;
             }
             WriterMsg::End => {
                 let w = current.take().expect("file end before start");
@@ -489,6 +579,21 @@ fn write_outputs(
         }
     }
     Ok(written)
+}
+
+/// Counts a hot sample's verdict; returns (keep, reason, verdict).
+fn tally_verdict(v: Verdict, stats: &mut DedupStats) -> (bool, Reason, Option<Verdict>) {
+    match v {
+        Verdict::Unique => stats.unique += 1,
+        Verdict::Near { .. } => stats.near += 1,
+        Verdict::Exact { .. } => stats.exact += 1,
+    }
+    let reason = match v {
+        Verdict::Unique => Reason::Unique,
+        Verdict::Near { .. } => Reason::Near,
+        Verdict::Exact { .. } => Reason::Exact,
+    };
+    (v.keep(), reason, Some(v))
 }
 
 /// The rare path of a later copy whose full content hash matched no earlier sample: sketch it
@@ -514,7 +619,9 @@ fn decide_from_block(
             return;
         }
         if let SampleText::Text(text) = s.text {
-            let r = cfg.rule.sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut keys);
+            let r = cfg
+                .rule
+                .sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut keys);
             if deduper.needs_shingles() {
                 cfg.sketcher.shingle_set(&text, &mut scratch, &mut shingles);
             }
@@ -554,7 +661,11 @@ fn decide_block(
     let num_perm = cfg.sketcher.num_perm();
     let first = record_base + w.block.first_record;
     for s in &w.samples {
-        let addr = SampleAddr { file, record: first + s.record as u64, field: s.field };
+        let addr = SampleAddr {
+            file,
+            record: first + s.record as u64,
+            field: s.field,
+        };
         let id = s.id.map(|(a, b)| &w.ids[a as usize..b as usize]);
         let (keep, reason, verdict) = match s.kind {
             Kind::Skipped => {
@@ -571,29 +682,22 @@ fn decide_block(
                 (true, Reason::Unique, None)
             }
             Kind::Copy { content_hash, row } => {
-                let verdict = match deduper.decide_copy(neardup_keys::content_key(content_hash), content_hash) {
+                let verdict = match deduper
+                    .decide_copy(neardup_keys::content_key(content_hash), content_hash)
+                {
                     Some(v) => v,
                     None => decide_from_block(w, s, row, cfg, mask, deduper, addr),
                 };
                 if let Some(id) = id {
                     ids.insert(addr, id.into());
                 }
-                match verdict {
-                    Verdict::Unique => {
-                        stats.unique += 1;
-                        (true, Reason::Unique, Some(verdict))
-                    }
-                    Verdict::Near { .. } => {
-                        stats.near += 1;
-                        (false, Reason::Near, Some(verdict))
-                    }
-                    Verdict::Exact { .. } => {
-                        stats.exact += 1;
-                        (false, Reason::Exact, Some(verdict))
-                    }
-                }
+                tally_verdict(verdict, stats)
             }
-            Kind::Hot { content_hash, sig, shingles } => {
+            Kind::Hot {
+                content_hash,
+                sig,
+                shingles,
+            } => {
                 let sig_i = sig as usize;
                 let hot_i = sig_i;
                 let c = Candidate {
@@ -611,20 +715,7 @@ fn decide_block(
                 if let Some(id) = id {
                     ids.insert(addr, id.into());
                 }
-                match v {
-                    Verdict::Unique => {
-                        stats.unique += 1;
-                        (true, Reason::Unique, Some(v))
-                    }
-                    Verdict::Near { .. } => {
-                        stats.near += 1;
-                        (false, Reason::Near, Some(v))
-                    }
-                    Verdict::Exact { .. } => {
-                        stats.exact += 1;
-                        (false, Reason::Exact, Some(v))
-                    }
-                }
+                tally_verdict(v, stats)
             }
         };
         stats.samples += 1;
@@ -667,7 +758,10 @@ fn decide_block(
             similarity,
         });
     }
-    let keep: Vec<bool> = tally.iter().map(|&(kept, dropped)| !(dropped > 0 && kept == 0)).collect();
+    let keep: Vec<bool> = tally
+        .iter()
+        .map(|&(kept, dropped)| !(dropped > 0 && kept == 0))
+        .collect();
     stats.records += n as u64;
     let kept = keep.iter().filter(|k| **k).count() as u64;
     stats.records_kept += kept;

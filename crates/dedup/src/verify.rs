@@ -29,7 +29,14 @@ pub struct ShingleStore {
 
 impl ShingleStore {
     pub fn new(budget: u64) -> io::Result<ShingleStore> {
-        Ok(ShingleStore { budget, memory: Vec::new(), places: Vec::new(), spill: None, spill_len: 0, buf: Vec::new() })
+        Ok(ShingleStore {
+            budget,
+            memory: Vec::new(),
+            places: Vec::new(),
+            spill: None,
+            spill_len: 0,
+            buf: Vec::new(),
+        })
     }
 
     pub fn push(&mut self, id: RepId, set: &[u64]) {
@@ -38,11 +45,16 @@ impl ShingleStore {
             self.places.resize_with(id + 1, || None);
         }
         if ((self.memory.len() + set.len()) * 8) as u64 <= self.budget {
-            self.places[id] = Some(Place::Memory { start: self.memory.len(), len: set.len() });
+            self.places[id] = Some(Place::Memory {
+                start: self.memory.len(),
+                len: set.len(),
+            });
             self.memory.extend_from_slice(set);
             return;
         }
-        let place = self.spill_set(set).expect("cannot write the exact-verification spill file");
+        let place = self
+            .spill_set(set)
+            .expect("cannot write the exact-verification spill file");
         self.places[id] = Some(place);
     }
 
@@ -53,7 +65,10 @@ impl ShingleStore {
         let file = self.spill.as_mut().expect("spill file");
         let bytes: Vec<u8> = set.iter().flat_map(|v| v.to_le_bytes()).collect();
         file.write_all(&bytes)?;
-        let place = Place::Disk { offset: self.spill_len, len: set.len() };
+        let place = Place::Disk {
+            offset: self.spill_len,
+            len: set.len(),
+        };
         self.spill_len += bytes.len() as u64;
         Ok(place)
     }
@@ -61,13 +76,20 @@ impl ShingleStore {
     /// Exact Jaccard between representative `id`'s set and `other`.
     pub fn jaccard(&mut self, id: RepId, other: &[u64]) -> f64 {
         match self.places.get(id as usize).and_then(|p| p.as_ref()) {
-            Some(Place::Memory { start, len }) => jaccard_sorted(&self.memory[*start..*start + *len], other),
+            Some(Place::Memory { start, len }) => {
+                jaccard_sorted(&self.memory[*start..*start + *len], other)
+            }
             Some(Place::Disk { offset, len }) => {
                 let file = self.spill.as_ref().expect("spill file");
                 let mut bytes = vec![0u8; len * 8];
-                file.read_exact_at(&mut bytes, *offset).expect("cannot read the exact-verification spill file");
+                file.read_exact_at(&mut bytes, *offset)
+                    .expect("cannot read the exact-verification spill file");
                 self.buf.clear();
-                self.buf.extend(bytes.chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))));
+                self.buf.extend(
+                    bytes
+                        .chunks_exact(8)
+                        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
+                );
                 jaccard_sorted(&self.buf, other)
             }
             // A representative stored without its set cannot be confirmed.

@@ -15,7 +15,11 @@ fn table(keys: usize, seed: u64) -> Vec<u64> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if i % 3 == 0 { (x % (keys as u64 / 8 + 1)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1 } else { x | 1 }
+            if i % 3 == 0 {
+                (x % (keys as u64 / 8 + 1)).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1
+            } else {
+                x | 1
+            }
         })
         .collect()
 }
@@ -36,9 +40,11 @@ fn bench(c: &mut Criterion) {
     for &n in &[1_000_000usize, 10_000_000] {
         let keys = table(n - n % 17, 42);
         g.throughput(Throughput::Elements(keys.len() as u64));
-        g.bench_with_input(BenchmarkId::new("radix_partitioned", n), &keys, |b, keys| {
-            b.iter(|| count_in_memory(keys, 17, 1, Some(16)).stats.hot_keys)
-        });
+        g.bench_with_input(
+            BenchmarkId::new("radix_partitioned", n),
+            &keys,
+            |b, keys| b.iter(|| count_in_memory(keys, 17, 1, Some(16)).stats.hot_keys),
+        );
         g.bench_with_input(BenchmarkId::new("hashmap_baseline", n), &keys, |b, keys| {
             b.iter(|| hashmap_baseline(keys, 1).0)
         });

@@ -47,9 +47,14 @@ pub struct Counted {
 
 type Pair = (u64, u64);
 
-/// Scans a sorted partition: appends hot keys, reports hot positions (and whether each is the
-/// first of its run, i.e. the earliest occurrence), returns the distinct count.
-fn scan_runs(pairs: &[Pair], min_count: u32, hot: &mut Vec<u64>, mut mark: impl FnMut(u64, bool)) -> u64 {
+/// Scans a sorted partition: appends hot keys, reports hot positions in ascending order (and
+/// whether each starts a new run), returns the distinct count.
+fn scan_runs(
+    pairs: &[Pair],
+    min_count: u32,
+    hot: &mut Vec<u64>,
+    mut mark: impl FnMut(u64, bool),
+) -> u64 {
     let mut distinct = 0;
     let mut i = 0;
     while i < pairs.len() {
@@ -70,6 +75,36 @@ fn scan_runs(pairs: &[Pair], min_count: u32, hot: &mut Vec<u64>, mut mark: impl 
     distinct
 }
 
+/// Within one run of equal hot keys (positions ascending), finds the content-column positions
+/// that follow an earlier content-column position: rows whose exact text was seen before.
+struct LaterCopies {
+    content_col: Option<usize>,
+    columns: usize,
+    seen_in_run: bool,
+}
+
+impl LaterCopies {
+    fn new(content_col: Option<usize>, columns: usize) -> Self {
+        LaterCopies {
+            content_col,
+            columns,
+            seen_in_run: false,
+        }
+    }
+
+    fn later_copy(&mut self, pos: u64, run_start: bool) -> Option<usize> {
+        if run_start {
+            self.seen_in_run = false;
+        }
+        if self.content_col != Some(pos as usize % self.columns) {
+            return None;
+        }
+        let later = self.seen_in_run;
+        self.seen_in_run = true;
+        later.then_some(pos as usize / self.columns)
+    }
+}
+
 fn partition_bits_for(keys: usize) -> u32 {
     // ~16k pairs (256 KiB) per partition keeps each sort inside L2.
     let parts = (keys / 16_384).max(1).next_power_of_two().min(1 << 14);
@@ -78,22 +113,34 @@ fn partition_bits_for(keys: usize) -> u32 {
 
 #[inline]
 fn partition_of(key: u64, shift: u32, bits: u32) -> usize {
-    if bits == 0 { 0 } else { ((key << shift) >> (64 - bits)) as usize }
+    if bits == 0 {
+        0
+    } else {
+        ((key << shift) >> (64 - bits)) as usize
+    }
 }
 
 /// Counts the keys of a row-major table held in memory, in parallel on the current rayon pool.
 ///
 /// `content_col` names the content-key column, if any: rows whose content key is hot but not
 /// first seen are marked as later exact copies ([`HotMask::is_later_copy`]).
-pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32, content_col: Option<usize>) -> Counted {
+pub fn count_in_memory(
+    keys: &[u64],
+    columns: usize,
+    min_count: u32,
+    content_col: Option<usize>,
+) -> Counted {
     assert!(columns > 0 && keys.len().is_multiple_of(columns));
     let rows = keys.len() / columns;
     let bits = partition_bits_for(keys.len());
     let parts = 1usize << bits;
     let threads = rayon::current_num_threads().max(1);
     let span = keys.len().div_ceil(threads).div_ceil(columns).max(1) * columns;
-    let slices: Vec<(usize, &[u64])> =
-        keys.chunks(span).enumerate().map(|(i, s)| (i * span, s)).collect();
+    let slices: Vec<(usize, &[u64])> = keys
+        .chunks(span)
+        .enumerate()
+        .map(|(i, s)| (i * span, s))
+        .collect();
 
     // Each thread scatters its slice into its own partitions, sized exactly by a histogram pass.
     let scattered: Vec<Vec<Vec<Pair>>> = slices
@@ -115,7 +162,9 @@ pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32, content_col
         })
         .collect();
 
-    let mask_bits: Vec<AtomicU64> = (0..(rows * columns).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+    let mask_bits: Vec<AtomicU64> = (0..(rows * columns).div_ceil(64))
+        .map(|_| AtomicU64::new(0))
+        .collect();
     let copy_bits: Vec<AtomicU64> = (0..rows.div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
     let results: Vec<(Vec<u64>, u64, u64)> = (0..parts)
         .into_par_iter()
@@ -127,10 +176,10 @@ pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32, content_col
             }
             pairs.sort_unstable();
             let mut hot = Vec::new();
-            let distinct = scan_runs(&pairs, min_count, &mut hot, |pos, first| {
+            let mut copies = LaterCopies::new(content_col, columns);
+            let distinct = scan_runs(&pairs, min_count, &mut hot, |pos, run_start| {
                 mask_bits[(pos / 64) as usize].fetch_or(1 << (pos % 64), Ordering::Relaxed);
-                if !first && content_col == Some(pos as usize % columns) {
-                    let row = pos as usize / columns;
+                if let Some(row) = copies.later_copy(pos, run_start) {
                     copy_bits[row / 64].fetch_or(1 << (row % 64), Ordering::Relaxed);
                 }
             });
@@ -139,7 +188,10 @@ pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32, content_col
         .collect();
     drop(scattered);
 
-    let mut stats = CountStats { partitions: parts as u64, ..CountStats::default() };
+    let mut stats = CountStats {
+        partitions: parts as u64,
+        ..CountStats::default()
+    };
     let mut hot_keys = Vec::with_capacity(results.iter().map(|r| r.0.len()).sum());
     for (hot, distinct, n) in results {
         stats.distinct_keys += distinct;
@@ -149,7 +201,11 @@ pub fn count_in_memory(keys: &[u64], columns: usize, min_count: u32, content_col
     stats.hot_keys = hot_keys.len() as u64;
     let bits_vec = mask_bits.into_iter().map(AtomicU64::into_inner).collect();
     let copies = copy_bits.into_iter().map(AtomicU64::into_inner).collect();
-    Counted { hot_keys, mask: HotMask::from_bits(rows, columns, bits_vec, copies), stats }
+    Counted {
+        hot_keys,
+        mask: HotMask::from_bits(rows, columns, bits_vec, copies),
+        stats,
+    }
 }
 
 const SPILL_FANOUT_BITS: u32 = 8;
@@ -176,17 +232,28 @@ impl SpillCounter {
         budget_bytes: u64,
     ) -> Result<SpillCounter, KeysError> {
         let dir = match parent {
-            Some(p) => tempfile::Builder::new().prefix("neardup-spill-").tempdir_in(p),
+            Some(p) => tempfile::Builder::new()
+                .prefix("neardup-spill-")
+                .tempdir_in(p),
             None => tempfile::Builder::new().prefix("neardup-spill-").tempdir(),
         }
         .map_err(|e| KeysError::io(parent.unwrap_or(Path::new("<tmp>")), e))?;
         let writers = (0..1usize << SPILL_FANOUT_BITS)
             .map(|p| {
                 let path = part_path(dir.path(), &[p]);
-                File::create(&path).map(|f| BufWriter::with_capacity(32 * 1024, f)).map_err(|e| KeysError::io(&path, e))
+                File::create(&path)
+                    .map(|f| BufWriter::with_capacity(32 * 1024, f))
+                    .map_err(|e| KeysError::io(&path, e))
             })
             .collect::<Result<_, _>>()?;
-        Ok(SpillCounter { dir, columns, content_col, rows: 0, writers, budget_bytes: budget_bytes.max(1 << 20) })
+        Ok(SpillCounter {
+            dir,
+            columns,
+            content_col,
+            rows: 0,
+            writers,
+            budget_bytes: budget_bytes.max(1 << 20),
+        })
     }
 
     /// Appends rows (row-major, `columns` keys each).
@@ -201,7 +268,8 @@ impl SpillCounter {
             let mut rec = [0u8; 16];
             rec[..8].copy_from_slice(&k.to_le_bytes());
             rec[8..].copy_from_slice(&(base + i as u64).to_le_bytes());
-            w.write_all(&rec).map_err(|e| KeysError::io(self.dir.path(), e))?;
+            w.write_all(&rec)
+                .map_err(|e| KeysError::io(self.dir.path(), e))?;
         }
         self.rows += (keys.len() / self.columns) as u64;
         Ok(())
@@ -214,20 +282,47 @@ impl SpillCounter {
 
     /// Counts partition by partition.
     pub fn finish(self, min_count: u32) -> Result<Counted, KeysError> {
-        let SpillCounter { dir, columns, content_col, rows, writers, budget_bytes } = self;
+        let SpillCounter {
+            dir,
+            columns,
+            content_col,
+            rows,
+            writers,
+            budget_bytes,
+        } = self;
         for w in writers {
-            w.into_inner().map_err(|e| KeysError::io(dir.path(), e.into_error()))?;
+            w.into_inner()
+                .map_err(|e| KeysError::io(dir.path(), e.into_error()))?;
         }
         let rows = rows as usize;
         let mut mask = HotMask::new(rows, columns);
         let mut hot_keys = Vec::new();
-        let mut stats = CountStats { spilled: true, ..CountStats::default() };
+        let mut stats = CountStats {
+            spilled: true,
+            ..CountStats::default()
+        };
         for p in 0..1usize << SPILL_FANOUT_BITS {
-            let part = PartCount { dir: dir.path(), budget: budget_bytes, min_count, content_col, columns };
-            part.count(&[p], SPILL_FANOUT_BITS, &mut mask, &mut hot_keys, &mut stats)?;
+            let part = PartCount {
+                dir: dir.path(),
+                budget: budget_bytes,
+                min_count,
+                content_col,
+                columns,
+            };
+            part.count(
+                &[p],
+                SPILL_FANOUT_BITS,
+                &mut mask,
+                &mut hot_keys,
+                &mut stats,
+            )?;
         }
         stats.hot_keys = hot_keys.len() as u64;
-        Ok(Counted { hot_keys, mask, stats })
+        Ok(Counted {
+            hot_keys,
+            mask,
+            stats,
+        })
     }
 }
 
@@ -256,7 +351,9 @@ impl PartCount<'_> {
     ) -> Result<(), KeysError> {
         let dir = self.dir;
         let path = part_path(dir, trail);
-        let len = fs::metadata(&path).map_err(|e| KeysError::io(&path, e))?.len();
+        let len = fs::metadata(&path)
+            .map_err(|e| KeysError::io(&path, e))?
+            .len();
         // Sorting needs the pairs plus a little slack; split again when that would not fit.
         if len > self.budget / 2 && bits_used + SPILL_FANOUT_BITS <= 64 {
             let mut writers: Vec<BufWriter<File>> = (0..1usize << SPILL_FANOUT_BITS)
@@ -264,7 +361,9 @@ impl PartCount<'_> {
                     let mut t = trail.to_vec();
                     t.push(q);
                     let p = part_path(dir, &t);
-                    File::create(&p).map(|f| BufWriter::with_capacity(32 * 1024, f)).map_err(|e| KeysError::io(&p, e))
+                    File::create(&p)
+                        .map(|f| BufWriter::with_capacity(32 * 1024, f))
+                        .map_err(|e| KeysError::io(&p, e))
                 })
                 .collect::<Result<_, _>>()?;
             for_each_pair(&path, |k, pos| {
@@ -275,7 +374,8 @@ impl PartCount<'_> {
                 writers[q].write_all(&rec)
             })?;
             for w in writers {
-                w.into_inner().map_err(|e| KeysError::io(dir, e.into_error()))?;
+                w.into_inner()
+                    .map_err(|e| KeysError::io(dir, e.into_error()))?;
             }
             fs::remove_file(&path).map_err(|e| KeysError::io(&path, e))?;
             for q in 0..1usize << SPILL_FANOUT_BITS {
@@ -294,32 +394,40 @@ impl PartCount<'_> {
         pairs.sort_unstable();
         stats.partitions += 1;
         stats.keys += pairs.len() as u64;
-        let (columns, content_col) = (self.columns, self.content_col);
-        stats.distinct_keys += scan_runs(&pairs, self.min_count, hot, |pos, first| {
+        let mut copies = LaterCopies::new(self.content_col, self.columns);
+        stats.distinct_keys += scan_runs(&pairs, self.min_count, hot, |pos, run_start| {
             mask.set_position(pos as usize);
-            if !first && content_col == Some(pos as usize % columns) {
-                mask.set_later_copy(pos as usize / columns);
+            if let Some(row) = copies.later_copy(pos, run_start) {
+                mask.set_later_copy(row);
             }
         });
         Ok(())
     }
 }
 
-fn for_each_pair(path: &Path, mut f: impl FnMut(u64, u64) -> io::Result<()>) -> Result<(), KeysError> {
+fn for_each_pair(
+    path: &Path,
+    mut f: impl FnMut(u64, u64) -> io::Result<()>,
+) -> Result<(), KeysError> {
     let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
     let mut reader = BufReader::with_capacity(256 * 1024, file);
     let mut buf = vec![0u8; 256 * 1024];
     loop {
         let mut filled = 0;
         while filled < buf.len() {
-            let n = reader.read(&mut buf[filled..]).map_err(|e| KeysError::io(path, e))?;
+            let n = reader
+                .read(&mut buf[filled..])
+                .map_err(|e| KeysError::io(path, e))?;
             if n == 0 {
                 break;
             }
             filled += n;
         }
         if filled % 16 != 0 {
-            return Err(KeysError::Corrupt(format!("{}: spill file is truncated", path.display())));
+            return Err(KeysError::Corrupt(format!(
+                "{}: spill file is truncated",
+                path.display()
+            )));
         }
         for rec in buf[..filled].chunks_exact(16) {
             let k = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));
@@ -344,9 +452,16 @@ mod tests {
                 *counts.entry(k).or_default() += 1;
             }
         }
-        let mut hot: Vec<u64> = counts.iter().filter(|(_, c)| **c > u64::from(min_count)).map(|(k, _)| *k).collect();
+        let mut hot: Vec<u64> = counts
+            .iter()
+            .filter(|(_, c)| **c > u64::from(min_count))
+            .map(|(k, _)| *k)
+            .collect();
         hot.sort_unstable();
-        let bits = keys.iter().map(|k| *k != NO_KEY && counts[k] > u64::from(min_count)).collect();
+        let bits = keys
+            .iter()
+            .map(|k| *k != NO_KEY && counts[k] > u64::from(min_count))
+            .collect();
         let _ = columns;
         (hot, bits)
     }
@@ -355,9 +470,15 @@ mod tests {
         let mut x = seed;
         (0..n)
             .map(|_| {
-                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 let v = (x >> 33) % distinct;
-                if v == 0 { NO_KEY } else { v.wrapping_mul(0x9E3779B97F4A7C15) | 1 }
+                if v == 0 {
+                    NO_KEY
+                } else {
+                    v.wrapping_mul(0x9E3779B97F4A7C15) | 1
+                }
             })
             .collect()
     }
@@ -366,20 +487,33 @@ mod tests {
         let (hot, bits) = brute(keys, columns, min_count);
         assert_eq!(c.hot_keys, hot);
         for (pos, b) in bits.iter().enumerate() {
-            assert_eq!(c.mask.is_hot(pos / columns, pos % columns), *b, "position {pos}");
+            assert_eq!(
+                c.mask.is_hot(pos / columns, pos % columns),
+                *b,
+                "position {pos}"
+            );
         }
         // Later copies: rows whose last-column key appeared in an earlier row (and is hot).
         let mut seen = std::collections::HashSet::new();
         for row in 0..keys.len() / columns {
             let k = keys[row * columns + columns - 1];
             let later = k != NO_KEY && !seen.insert(k);
-            assert_eq!(c.mask.is_later_copy(row), later && bits[row * columns + columns - 1], "row {row}");
+            assert_eq!(
+                c.mask.is_later_copy(row),
+                later && bits[row * columns + columns - 1],
+                "row {row}"
+            );
         }
     }
 
     #[test]
     fn in_memory_equals_brute_force() {
-        for (n, distinct, min_count) in [(0, 10, 1), (17 * 3, 5, 1), (17 * 4000, 30_000, 1), (17 * 20_000, 90_000, 2)] {
+        for (n, distinct, min_count) in [
+            (0, 10, 1),
+            (17 * 3, 5, 1),
+            (17 * 4000, 30_000, 1),
+            (17 * 20_000, 90_000, 2),
+        ] {
             let keys = sample_keys(n, distinct, n as u64 + 1);
             let c = count_in_memory(&keys, 17, min_count, Some(16));
             check(&c, &keys, 17, min_count);

@@ -26,7 +26,10 @@ pub enum KeysError {
 
 impl KeysError {
     pub(crate) fn io(path: &Path, source: io::Error) -> KeysError {
-        KeysError::Io { path: path.to_path_buf(), source }
+        KeysError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -34,9 +37,10 @@ impl fmt::Display for KeysError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeysError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            KeysError::Corrupt(m) | KeysError::Incompatible(m) | KeysError::Config(m) | KeysError::Input(m) => {
-                f.write_str(m)
-            }
+            KeysError::Corrupt(m)
+            | KeysError::Incompatible(m)
+            | KeysError::Config(m)
+            | KeysError::Input(m) => f.write_str(m),
         }
     }
 }

@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
 use crate::table::{
-    ChecksumReader, ChecksumWriter, KeyTable, TableLayout, read_framed_header, read_u64s, truncated,
-    verify_trailer, write_framed_header, write_u64s,
+    ChecksumReader, ChecksumWriter, KeyTable, TableLayout, read_framed_header, read_u64s,
+    truncated, verify_trailer, write_framed_header, write_u64s,
 };
 
 /// The keys seen more than `min_count` times, sorted ascending, with the settings they came from.
@@ -38,7 +38,11 @@ impl HotKeys {
     /// Wraps an ascending, duplicate-free key list.
     pub fn new(layout: TableLayout, min_count: u32, keys: Vec<u64>) -> HotKeys {
         debug_assert!(keys.windows(2).all(|w| w[0] < w[1]));
-        HotKeys { layout, min_count, keys }
+        HotKeys {
+            layout,
+            min_count,
+            keys,
+        }
     }
     /// The settings of the tables the keys were counted from.
     pub fn layout(&self) -> &TableLayout {
@@ -82,9 +86,12 @@ impl HotKeys {
         write_framed_header(&mut out, HOT_MAGIC, &header).map_err(|e| KeysError::io(path, e))?;
         write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
         let (mut buf, sum) = out.finish();
-        buf.write_all(&sum.to_le_bytes()).map_err(|e| KeysError::io(path, e))?;
+        buf.write_all(&sum.to_le_bytes())
+            .map_err(|e| KeysError::io(path, e))?;
         buf.write_all(HOT_END).map_err(|e| KeysError::io(path, e))?;
-        let file = buf.into_inner().map_err(|e| KeysError::io(path, e.into_error()))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| KeysError::io(path, e.into_error()))?;
         file.commit().map_err(|e| KeysError::io(path, e))
     }
 
@@ -103,9 +110,16 @@ impl HotKeys {
         let keys = read_u64s(&mut input, header.keys as usize).map_err(|e| truncated(path, e))?;
         verify_trailer(input, path, HOT_END)?;
         if !keys.windows(2).all(|w| w[0] < w[1]) {
-            return Err(KeysError::Corrupt(format!("{}: hot keys are not strictly ascending", path.display())));
+            return Err(KeysError::Corrupt(format!(
+                "{}: hot keys are not strictly ascending",
+                path.display()
+            )));
         }
-        Ok(HotKeys { layout: header.layout, min_count: header.min_count, keys })
+        Ok(HotKeys {
+            layout: header.layout,
+            min_count: header.min_count,
+            keys,
+        })
     }
 }
 
@@ -123,13 +137,28 @@ pub struct HotMask {
 impl HotMask {
     /// An all-cold mask.
     pub fn new(rows: usize, columns: usize) -> HotMask {
-        HotMask { columns, rows, bits: vec![0; (rows * columns).div_ceil(64)], copies: vec![0; rows.div_ceil(64)] }
+        HotMask {
+            columns,
+            rows,
+            bits: vec![0; (rows * columns).div_ceil(64)],
+            copies: vec![0; rows.div_ceil(64)],
+        }
     }
 
-    pub(crate) fn from_bits(rows: usize, columns: usize, bits: Vec<u64>, copies: Vec<u64>) -> HotMask {
+    pub(crate) fn from_bits(
+        rows: usize,
+        columns: usize,
+        bits: Vec<u64>,
+        copies: Vec<u64>,
+    ) -> HotMask {
         debug_assert_eq!(bits.len(), (rows * columns).div_ceil(64));
         debug_assert_eq!(copies.len(), rows.div_ceil(64));
-        HotMask { columns, rows, bits, copies }
+        HotMask {
+            columns,
+            rows,
+            bits,
+            copies,
+        }
     }
 
     /// The mask of the rows of `tables` (consecutive shards, in order) under `hot`: what stage 2

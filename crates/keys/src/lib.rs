@@ -30,5 +30,8 @@ pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::KeysError;
 pub use hot::{HotKeys, HotMask};
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
-pub use stage::{KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, merge_tables, run_keys};
+pub use stage::{
+    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, merge_tables,
+    run_keys,
+};
 pub use table::{ChunkRows, FileRows, KeyTable, TableLayout};

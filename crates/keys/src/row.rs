@@ -38,7 +38,11 @@ pub struct RowRule {
 
 impl Default for RowRule {
     fn default() -> Self {
-        RowRule { band_keys: true, exact_key: true, short_texts: ShortTextPolicy::ExactOnly }
+        RowRule {
+            band_keys: true,
+            exact_key: true,
+            short_texts: ShortTextPolicy::ExactOnly,
+        }
     }
 }
 
@@ -100,14 +104,20 @@ impl RowRule {
         debug_assert_eq!(row.len(), self.columns(bands));
         if is_blank(text) {
             row.fill(NO_KEY);
-            return RowSketch { kind: RowKind::Blank, content_hash: 0 };
+            return RowSketch {
+                kind: RowKind::Blank,
+                content_hash: 0,
+            };
         }
         if !self.band_keys {
             let hash = content_hash(&sketcher.config().normalizer.normalize(text));
             if let Some(slot) = row.first_mut() {
                 *slot = content_key(hash);
             }
-            return RowSketch { kind: RowKind::Normal, content_hash: hash };
+            return RowSketch {
+                kind: RowKind::Normal,
+                content_hash: hash,
+            };
         }
         let (band_cols, rest) = row.split_at_mut(bands);
         let info = sketcher.sketch(text, scratch, sig, band_cols);
@@ -122,6 +132,9 @@ impl RowRule {
         if let Some(slot) = rest.first_mut() {
             *slot = content_key(info.content_hash);
         }
-        RowSketch { kind, content_hash: info.content_hash }
+        RowSketch {
+            kind,
+            content_hash: info.content_hash,
+        }
     }
 }

@@ -94,7 +94,11 @@ impl KeysConfig {
     }
 
     fn effective_threads(&self) -> usize {
-        if self.threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { self.threads }
+        if self.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.threads
+        }
     }
 }
 
@@ -210,7 +214,12 @@ struct ChunkOutput {
 }
 
 /// Reads and sketches one chunk into rows.
-fn sketch_chunk(file: &InputFile, chunk: &Chunk, cfg: &KeysConfig, stop: &AtomicBool) -> ChunkOutput {
+fn sketch_chunk(
+    file: &InputFile,
+    chunk: &Chunk,
+    cfg: &KeysConfig,
+    stop: &AtomicBool,
+) -> ChunkOutput {
     let opts = ReadOptions {
         selector: cfg.selector.clone(),
         projection: Projection::TextOnly,
@@ -247,7 +256,13 @@ fn sketch_chunk(file: &InputFile, chunk: &Chunk, cfg: &KeysConfig, stop: &Atomic
             SampleText::Text(text) => {
                 let start = out.keys.len();
                 out.keys.resize(start + columns, 0);
-                let r = cfg.rule.sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut out.keys[start..]);
+                let r = cfg.rule.sketch(
+                    &cfg.sketcher,
+                    &text,
+                    &mut scratch,
+                    &mut sig,
+                    &mut out.keys[start..],
+                );
                 out.rows += 1;
                 match r.kind {
                     RowKind::Blank => out.blank += 1,
@@ -280,8 +295,15 @@ enum Sink {
 
 /// Runs stage 1 over `files` (one shard): sketches every sample, counts the keys and finds the hot
 /// ones. Rows come out in input order whatever the thread count.
-pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<KeysOutput, KeysError> {
-    cfg.sketcher.config().validate().map_err(|e| KeysError::Config(e.to_string()))?;
+pub fn run_keys(
+    files: &[InputFile],
+    shard: u32,
+    cfg: &KeysConfig,
+) -> Result<KeysOutput, KeysError> {
+    cfg.sketcher
+        .config()
+        .validate()
+        .map_err(|e| KeysError::Config(e.to_string()))?;
     let layout = cfg.layout();
     let columns = layout.columns();
     let content_col = layout.rule.exact_key.then(|| columns - 1);
@@ -289,9 +311,20 @@ pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<Key
     let chunks = plan_chunks(files, cfg.chunk_bytes);
     let started = Instant::now();
 
-    let mut stats = KeysStats { files: files.len() as u64, columns: columns as u64, ..KeysStats::default() };
-    let mut file_rows: Vec<FileRows> =
-        files.iter().map(|f| FileRows { input: f.clone(), records: 0, rows: 0, chunks: Vec::new() }).collect();
+    let mut stats = KeysStats {
+        files: files.len() as u64,
+        columns: columns as u64,
+        ..KeysStats::default()
+    };
+    let mut file_rows: Vec<FileRows> = files
+        .iter()
+        .map(|f| FileRows {
+            input: f.clone(),
+            records: 0,
+            rows: 0,
+            chunks: Vec::new(),
+        })
+        .collect();
     let mut sink = Sink::Memory(Vec::new());
     let budget = cfg.memory_limit;
     let mut first_error: Option<KeysError> = None;
@@ -308,7 +341,8 @@ pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<Key
     std::thread::scope(|scope| {
         for _ in 0..threads {
             let tx = tx.clone();
-            let (next_chunk, collected, progress, stop, chunks) = (&next_chunk, &collected, &progress, &stop, &chunks);
+            let (next_chunk, collected, progress, stop, chunks) =
+                (&next_chunk, &collected, &progress, &stop, &chunks);
             scope.spawn(move || {
                 loop {
                     let i = next_chunk.fetch_add(1, Ordering::Relaxed);
@@ -341,7 +375,17 @@ pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<Key
             while let Some(out) = pending.remove(&next) {
                 let chunk = &chunks[next];
                 if first_error.is_none()
-                    && let Err(e) = absorb(chunk, out, files, cfg, &mut stats, &mut file_rows, &mut sink, columns, budget)
+                    && let Err(e) = absorb(
+                        chunk,
+                        out,
+                        files,
+                        cfg,
+                        &mut stats,
+                        &mut file_rows,
+                        &mut sink,
+                        columns,
+                        budget,
+                    )
                 {
                     first_error = Some(e);
                     stop.store(true, Ordering::Relaxed);
@@ -376,10 +420,18 @@ pub fn run_keys(files: &[InputFile], shard: u32, cfg: &KeysConfig) -> Result<Key
         Sink::Spill(counter) => (counter.finish(cfg.min_count)?, TableStore::Spilled),
     };
     stats.count_seconds = count_started.elapsed().as_secs_f64();
-    let Counted { hot_keys, mask, stats: count_stats } = counted;
+    let Counted {
+        hot_keys,
+        mask,
+        stats: count_stats,
+    } = counted;
     stats.count = count_stats;
     stats.hot_samples = mask.hot_rows() as u64;
-    stats.hot_share = if stats.samples == 0 { 0.0 } else { stats.hot_samples as f64 / stats.samples as f64 };
+    stats.hot_share = if stats.samples == 0 {
+        0.0
+    } else {
+        stats.hot_samples as f64 / stats.samples as f64
+    };
     stats.bytes_per_sample = 8 * columns as u64;
     Ok(KeysOutput {
         hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys),
@@ -408,7 +460,13 @@ fn absorb(
     let record_base = fr.records;
     let path = &files[chunk.file].path;
     for (record, field, kind, message) in out.problems {
-        let problem = Problem { file: path.clone(), record: record.map(|r| r + record_base), field, kind, message };
+        let problem = Problem {
+            file: path.clone(),
+            record: record.map(|r| r + record_base),
+            field,
+            kind,
+            message,
+        };
         if cfg.on_error == OnError::Fail {
             return Err(KeysError::Input(problem.to_string()));
         }
@@ -457,7 +515,8 @@ fn absorb(
             // The table no longer fits beside the counting buffers: move what we hold to spill
             // files and stream the rest there.
             let content_col = cfg.rule.exact_key.then(|| columns - 1);
-            let mut counter = SpillCounter::new(cfg.spill_dir.as_deref(), columns, content_col, limit / 2)?;
+            let mut counter =
+                SpillCounter::new(cfg.spill_dir.as_deref(), columns, content_col, limit / 2)?;
             counter.push_rows(keys)?;
             *sink = Sink::Spill(counter);
         }
@@ -471,15 +530,22 @@ fn absorb(
 
 /// Counts several shards' tables together (the `hot` step of a distributed run): the hot keys of
 /// the union, and each table's rows' hot mask, concatenated in shard order.
-pub fn merge_tables(tables: &[KeyTable], min_count: u32) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
-    let first = tables.first().ok_or_else(|| KeysError::Config("no key tables to merge".into()))?;
+pub fn merge_tables(
+    tables: &[KeyTable],
+    min_count: u32,
+) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
+    let first = tables
+        .first()
+        .ok_or_else(|| KeysError::Config("no key tables to merge".into()))?;
     for t in &tables[1..] {
         first.layout().check_compatible(t.layout())?;
     }
     let mut shards: Vec<u32> = tables.iter().map(|t| t.shard()).collect();
     shards.sort_unstable();
     if shards.windows(2).any(|w| w[0] == w[1]) {
-        return Err(KeysError::Config("two key tables claim the same shard number".into()));
+        return Err(KeysError::Config(
+            "two key tables claim the same shard number".into(),
+        ));
     }
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
@@ -489,5 +555,9 @@ pub fn merge_tables(tables: &[KeyTable], min_count: u32) -> Result<(HotKeys, Hot
     }
     let content_col = first.layout().rule.exact_key.then(|| first.columns() - 1);
     let counted = count_in_memory(&all, first.columns(), min_count, content_col);
-    Ok((HotKeys::new(first.layout().clone(), min_count, counted.hot_keys), counted.mask, counted.stats))
+    Ok((
+        HotKeys::new(first.layout().clone(), min_count, counted.hot_keys),
+        counted.mask,
+        counted.stats,
+    ))
 }

@@ -78,7 +78,11 @@ impl TableLayout {
             self.bands,
             self.rule.exact_key,
             self.rule.short_texts,
-            self.selector.fields.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+            self.selector
+                .fields
+                .iter()
+                .map(|f| f.to_string())
+                .collect::<Vec<_>>(),
             self.selector.mode,
             self.sketch_fingerprint
         )
@@ -119,7 +123,12 @@ impl KeyTable {
                 layout.columns()
             )));
         }
-        Ok(KeyTable { layout, shard, files, keys })
+        Ok(KeyTable {
+            layout,
+            shard,
+            files,
+            keys,
+        })
     }
 
     /// The settings the keys were made with.
@@ -171,9 +180,13 @@ impl KeyTable {
         write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
         let (buf, sum) = out.finish();
         let mut buf = buf;
-        buf.write_all(&sum.to_le_bytes()).map_err(|e| KeysError::io(path, e))?;
-        buf.write_all(END_MAGIC).map_err(|e| KeysError::io(path, e))?;
-        let file = buf.into_inner().map_err(|e| KeysError::io(path, e.into_error()))?;
+        buf.write_all(&sum.to_le_bytes())
+            .map_err(|e| KeysError::io(path, e))?;
+        buf.write_all(END_MAGIC)
+            .map_err(|e| KeysError::io(path, e))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| KeysError::io(path, e.into_error()))?;
         file.commit().map_err(|e| KeysError::io(path, e))
     }
 
@@ -214,7 +227,10 @@ pub(crate) struct ChecksumWriter<W: Write> {
 
 impl<W: Write> ChecksumWriter<W> {
     pub(crate) fn new(inner: W) -> Self {
-        ChecksumWriter { inner, hasher: Xxh3::new() }
+        ChecksumWriter {
+            inner,
+            hasher: Xxh3::new(),
+        }
     }
     pub(crate) fn finish(self) -> (W, u64) {
         (self.inner, self.hasher.digest())
@@ -240,7 +256,10 @@ pub(crate) struct ChecksumReader<R: Read> {
 
 impl<R: Read> ChecksumReader<R> {
     pub(crate) fn new(inner: R) -> Self {
-        ChecksumReader { inner, hasher: Xxh3::new() }
+        ChecksumReader {
+            inner,
+            hasher: Xxh3::new(),
+        }
     }
 }
 
@@ -281,10 +300,15 @@ pub(crate) fn read_framed_header<R: Read, T: for<'de> Deserialize<'de>>(
     input.read_exact(&mut len).map_err(|e| truncated(path, e))?;
     let len = u64::from_le_bytes(len);
     if len > 1 << 34 {
-        return Err(KeysError::Corrupt(format!("{}: implausible header length {len}", path.display())));
+        return Err(KeysError::Corrupt(format!(
+            "{}: implausible header length {len}",
+            path.display()
+        )));
     }
     let mut json = vec![0u8; len as usize];
-    input.read_exact(&mut json).map_err(|e| truncated(path, e))?;
+    input
+        .read_exact(&mut json)
+        .map_err(|e| truncated(path, e))?;
     serde_json::from_slice(&json)
         .map_err(|e| KeysError::Corrupt(format!("{}: unreadable header: {e}", path.display())))
 }
@@ -297,10 +321,15 @@ pub(crate) fn verify_trailer<R: Read>(
     let expected = input.hasher.digest();
     let mut inner = input.inner;
     let mut trailer = [0u8; 16];
-    inner.read_exact(&mut trailer).map_err(|e| truncated(path, e))?;
+    inner
+        .read_exact(&mut trailer)
+        .map_err(|e| truncated(path, e))?;
     let stored = u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"));
     if &trailer[8..] != end_magic {
-        return Err(KeysError::Corrupt(format!("{}: missing end marker (truncated?)", path.display())));
+        return Err(KeysError::Corrupt(format!(
+            "{}: missing end marker (truncated?)",
+            path.display()
+        )));
     }
     if stored != expected {
         return Err(KeysError::Corrupt(format!(
@@ -310,7 +339,10 @@ pub(crate) fn verify_trailer<R: Read>(
     }
     let mut extra = [0u8; 1];
     if inner.read(&mut extra).map_err(|e| KeysError::io(path, e))? != 0 {
-        return Err(KeysError::Corrupt(format!("{}: trailing bytes after end marker", path.display())));
+        return Err(KeysError::Corrupt(format!(
+            "{}: trailing bytes after end marker",
+            path.display()
+        )));
     }
     Ok(())
 }
@@ -334,7 +366,11 @@ pub(crate) fn read_u64s<R: Read>(input: &mut R, n: usize) -> io::Result<Vec<u64>
     while left > 0 {
         let take = left.min(buf.len() / 8);
         input.read_exact(&mut buf[..take * 8])?;
-        values.extend(buf[..take * 8].chunks_exact(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))));
+        values.extend(
+            buf[..take * 8]
+                .chunks_exact(8)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
+        );
         left -= take;
     }
     Ok(values)

@@ -485,12 +485,60 @@ impl MinHasher {
             (HashScheme::Fast, _) => {
                 shingle_hash::fast_hash_shingles(shingler, text, hashes, inner.window_hasher)
             }
+            #[cfg(target_arch = "x86_64")]
+            (HashScheme::Datasketch, Kernel::Avx512) => {
+                datasketch_hash_shingles_x16(shingler, text, hashes)
+            }
             (HashScheme::Datasketch, _) => {
                 hashes.clear();
                 shingler.for_each(text, |s| hashes.push(datasketch_shingle_hash(s)));
             }
         }
     }
+}
+
+/// The datasketch scheme's shingle hashes, sixteen SHA-1s at a time ([`sha1x16`]): shingles
+/// are queued in text order with a placeholder in `hashes`, which each full batch fills in.
+#[cfg(target_arch = "x86_64")]
+fn datasketch_hash_shingles_x16(shingler: &Shingler, text: &str, hashes: &mut Vec<u64>) {
+    use crate::sha1x16::{Batch, LANES, MAX_LEN};
+
+    /// Fills in the placeholders `slots[..batch.len()]`; a batch of a few messages (the end of
+    /// a text) is cheaper one by one.
+    fn finish(batch: &mut Batch, slots: &[usize; LANES], hashes: &mut [u64]) {
+        let n = batch.len();
+        match (n >= 4).then(|| batch.first_words()).flatten() {
+            Some(words) => {
+                for (&slot, word) in slots[..n].iter().zip(words) {
+                    // The digest is the state words big-endian, read as LE like the scalar path.
+                    hashes[slot] = u64::from(word.swap_bytes());
+                }
+            }
+            None => {
+                for (i, &slot) in slots[..n].iter().enumerate() {
+                    hashes[slot] = datasketch_shingle_hash(batch.message(i));
+                }
+            }
+        }
+        batch.clear();
+    }
+
+    hashes.clear();
+    let mut batch = Batch::new();
+    let mut slots = [0usize; LANES];
+    shingler.for_each(text, |s| {
+        if s.len() > MAX_LEN {
+            hashes.push(datasketch_shingle_hash(s));
+            return;
+        }
+        slots[batch.len()] = hashes.len();
+        hashes.push(0);
+        batch.push(s);
+        if batch.len() == LANES {
+            finish(&mut batch, &slots, hashes);
+        }
+    });
+    finish(&mut batch, &slots, hashes);
 }
 
 /// The first 4 bytes of `sha1(shingle)` as a little-endian u32. A shingle of at most 55 bytes
@@ -1055,12 +1103,23 @@ mod tests {
         assert!(unique.len() < 330, "{} of 600 kept", unique.len());
     }
 
-    /// Texts long enough for many filter and pipeline blocks, with near and far repeats,
-    /// multi-byte characters and runs of one character.
+    /// Texts long enough for many filter, pipeline and SHA-1 batches, with near and far
+    /// repeats, multi-byte characters, runs of one character and shingles of over 55 bytes.
     fn long_texts() -> Vec<String> {
         let mut state = 17;
+        // The long word makes some word 2-grams longer than one SHA-1 block.
         let words = [
-            "fn", "let", "mut", "impl", "Vec<u64>", "ünï", "文字", "🙂", "    ", "\n",
+            "fn",
+            "let",
+            "mut",
+            "impl",
+            "Vec<u64>",
+            "ünï",
+            "文字",
+            "🙂",
+            "    ",
+            "\n",
+            "an_identifier_long_enough_that_two_words_need_two_sha1_blocks",
         ];
         let mut texts: Vec<String> = [40, 300, 2_000, 20_000]
             .iter()
