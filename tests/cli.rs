@@ -186,7 +186,7 @@ fn params_shows_the_chosen_setting() {
     let o = run(neardup().args(["params", "--threshold", "0.8", "--num-perm", "128"]));
     assert!(o.status.success());
     let s = String::from_utf8(o.stdout).unwrap();
-    assert!(s.contains("bands = 9, rows = 13"), "{s}");
+    assert!(s.contains("bands = 16, rows = 8"), "{s}");
     assert!(s.contains("false-positive area"));
 }
 

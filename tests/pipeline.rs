@@ -67,15 +67,29 @@ fn sample_quality_meets_the_bar_at_default_settings() {
 }
 
 #[test]
-fn exact_verification_never_drops_below_the_threshold() {
+fn default_exact_verification_reproduces_the_ideal_greedy_set() {
+    // Exact verification (the default) confirms every drop with the true Jaccard, and its
+    // candidate floor finds pairs whose estimate fell short: on this corpus the decisions are the
+    // ideal greedy first-seen set itself.
+    let (decisions, report) = Pipeline::new(sample_config(2))
+        .unwrap()
+        .decisions()
+        .unwrap();
+    let keep: Vec<bool> = decisions.iter().map(|d| d.keep).collect();
+    assert_eq!(keep, truth("0.8"));
+    assert!(report.stage2.deduper.verifications > 0);
+    assert!(report.stage2.deduper.shingle_set_bytes > 0);
+}
+
+#[test]
+fn estimate_only_mode_stays_close_to_the_ideal_set() {
     let mut c = sample_config(2);
-    c.dedup.verify = Verify::Exact;
+    c.dedup.verify = Verify::Estimate;
     let (decisions, report) = Pipeline::new(c).unwrap().decisions().unwrap();
     let keep: Vec<bool> = decisions.iter().map(|d| d.keep).collect();
     let (p, r) = precision_recall(&keep, &truth("0.8"));
-    assert!(p >= 0.999, "precision {p}");
-    assert!(r >= 0.95, "recall {r}");
-    assert!(report.stage2.deduper.verifications > 0);
+    assert!(p >= 0.9 && r >= 0.9, "precision {p:.3} recall {r:.3}");
+    assert_eq!(report.stage2.deduper.verifications, 0);
 }
 
 fn read_dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {

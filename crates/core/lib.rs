@@ -34,8 +34,8 @@ pub mod eval;
 mod pipeline;
 
 pub use config::{
-    Config, DedupSettings, FieldsModeSetting, InputSettings, KeysSettings, OutputSettings,
-    RunSettings, SketchSettings, Tokenize,
+    Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
+    OutputSettings, RunSettings, SketchSettings, Tokenize,
 };
 pub use error::Error;
 pub use pipeline::{

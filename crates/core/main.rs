@@ -1,12 +1,18 @@
 //! The `neardup` command line.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
 
 use clap::{Args, Parser, Subcommand};
 use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Verify};
-use neardup::keys::{HotKeys, KeyTable, OnError};
+use neardup::keys::{HotKeys, KeyTable, OnError, Progress};
 use neardup::sketch::{BandKeyScheme, HashScheme, LshParams};
 use neardup::{Config, Error, FieldsModeSetting, Pipeline, Report, Tokenize};
 
@@ -99,7 +105,7 @@ enum Command {
         #[command(flatten)]
         opts: RunOpts,
     },
-    /// Show the LSH setting for a threshold and width, its error areas and S-curve.
+    /// Show the LSH setting chosen for a threshold and width, its error areas and S-curve.
     Params {
         /// Similarity threshold.
         #[arg(long, default_value_t = 0.8)]
@@ -411,6 +417,85 @@ fn init_logging(quiet: bool, verbose: u8) {
         .init();
 }
 
+/// Shows the stages' progress on stderr until dropped: bars on a terminal, a log line every
+/// ten seconds otherwise.
+struct ProgressView {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProgressView {
+    fn start(stages: [Arc<Progress>; 2], quiet: bool) -> ProgressView {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = (!quiet).then(|| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let terminal = std::io::stderr().is_terminal();
+                let started = Instant::now();
+                let mut last_log = Instant::now();
+                let mut bar: Option<(usize, ProgressBar)> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let stage = if stages[1].bytes() > 0 { 1 } else { 0 };
+                    let p = &stages[stage];
+                    if terminal {
+                        if bar.as_ref().is_none_or(|(s, _)| *s != stage) {
+                            if let Some((_, b)) = bar.take() {
+                                b.finish_and_clear();
+                            }
+                            let b = ProgressBar::new(p.total().max(1));
+                            b.set_style(
+                                ProgressStyle::with_template(
+                                    "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
+                                )
+                                .expect("progress template")
+                                .progress_chars("=> "),
+                            );
+                            b.set_prefix(if stage == 0 { "stage 1 keys " } else { "stage 2 dedup" });
+                            bar = Some((stage, b));
+                        }
+                        let (_, b) = bar.as_ref().expect("bar");
+                        b.set_length(p.total().max(p.bytes()).max(1));
+                        b.set_position(p.bytes());
+                        b.set_message(format!("{} samples", p.samples()));
+                    } else if last_log.elapsed() >= Duration::from_secs(10) {
+                        last_log = Instant::now();
+                        let secs = started.elapsed().as_secs_f64();
+                        tracing::info!(
+                            "stage {}: {:.0} MB of ~{:.0} MB, {} samples ({:.0} s elapsed)",
+                            stage + 1,
+                            p.bytes() as f64 / 1e6,
+                            p.total() as f64 / 1e6,
+                            p.samples(),
+                            secs
+                        );
+                    }
+                }
+                if let Some((_, b)) = bar {
+                    b.finish_and_clear();
+                }
+            })
+        });
+        ProgressView { stop, thread }
+    }
+}
+
+impl Drop for ProgressView {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error> {
+    let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let pipeline = Pipeline::new(config)?.with_progress(stages[0].clone(), stages[1].clone());
+    let _view = ProgressView::start(stages, quiet);
+    pipeline.run()
+}
+
 fn finish(report: &Report, quiet: bool) {
     if !quiet {
         eprintln!("{}", report.summary());
@@ -427,7 +512,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     "give --output DIR and/or --decisions FILE".into(),
                 ));
             }
-            let report = Pipeline::new(config)?.run()?;
+            let report = run_pipeline(config, quiet)?;
             finish(&report, quiet);
         }
         Command::Exact { inputs, opts } => {
@@ -439,7 +524,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
             config.keys.exact = true;
             config.keys.near = false;
-            let report = Pipeline::new(config)?.run()?;
+            let report = run_pipeline(config, quiet)?;
             finish(&report, quiet);
         }
         Command::Keys {
@@ -547,7 +632,9 @@ fn run(cli: Cli) -> Result<(), Error> {
         } => {
             let params = match (bands, rows) {
                 (Some(b), Some(r)) => LshParams::new(b, r),
-                _ => LshParams::optimal(threshold, num_perm, 0.5, 0.5),
+                _ => {
+                    LshParams::optimal(threshold, num_perm, neardup::FP_WEIGHT, neardup::FN_WEIGHT)
+                }
             }
             .map_err(|e| Error::Usage(e.to_string()))?;
             println!(

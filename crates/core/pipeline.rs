@@ -221,6 +221,7 @@ pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
             max_output_bytes: config.output.max_output_bytes,
         }),
         decisions: config.output.decisions.clone(),
+        progress: None,
     })
 }
 
@@ -283,13 +284,27 @@ pub fn apply(
 /// A whole run: both stages end to end.
 pub struct Pipeline {
     config: Config,
+    progress: [Option<std::sync::Arc<neardup_keys::Progress>>; 2],
 }
 
 impl Pipeline {
     /// Checks the settings.
     pub fn new(config: Config) -> Result<Pipeline, Error> {
         config.validate()?;
-        Ok(Pipeline { config })
+        Ok(Pipeline {
+            config,
+            progress: [None, None],
+        })
+    }
+
+    /// Counters to watch stage 1 and stage 2 by, while [`Pipeline::run`] goes.
+    pub fn with_progress(
+        mut self,
+        stage1: std::sync::Arc<neardup_keys::Progress>,
+        stage2: std::sync::Arc<neardup_keys::Progress>,
+    ) -> Pipeline {
+        self.progress = [Some(stage1), Some(stage2)];
+        self
     }
 
     /// The settings.

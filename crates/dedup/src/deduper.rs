@@ -23,11 +23,15 @@ pub struct SampleAddr {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verify {
-    /// The estimated similarity (share of equal signature positions) decides.
-    #[default]
+    /// The estimated similarity (share of equal signature positions) decides: fastest, and no
+    /// shingle sets are held, but with 128 permutations the estimate's standard error near 0.8 is
+    /// about 0.035, so pairs just below the threshold are sometimes dropped.
     Estimate,
-    /// A candidate whose estimate reaches the threshold is confirmed only if the true Jaccard of
-    /// the shingle sets does too: nothing is ever dropped for a false positive of the estimate.
+    /// The default. A candidate is confirmed only if the true Jaccard of the shingle sets reaches
+    /// the threshold: nothing is ever dropped for a false positive of the estimate. Candidates are
+    /// taken from three standard errors of the estimate below the threshold, so pairs whose
+    /// estimate fell short by chance are still found.
+    #[default]
     Exact,
 }
 
@@ -49,7 +53,7 @@ impl Default for DedupConfig {
         DedupConfig {
             threshold: 0.8,
             max_reps: Some(64),
-            verify: Verify::Estimate,
+            verify: Verify::Exact,
             verify_memory: 1 << 30,
         }
     }
@@ -137,6 +141,10 @@ pub struct Deduper {
     exact_seen: HashMap<u64, (u128, SampleAddr)>,
     shingle_sets: Option<ShingleStore>,
     seen_reps: HashSet<RepId>,
+    /// Estimates below this are not candidates. The threshold itself when the estimate decides;
+    /// under exact verification, three standard errors of the estimate lower, so that pairs
+    /// whose estimate fell short by chance still get their exact check.
+    candidate_floor: f64,
     stats: DeduperStats,
 }
 
@@ -164,7 +172,13 @@ impl Deduper {
             Verify::Estimate => None,
         };
         let bands = rule.band_columns(bands);
+        let t = config.threshold;
+        let candidate_floor = match config.verify {
+            Verify::Estimate => t,
+            Verify::Exact => (t - 3.0 * (t * (1.0 - t) / num_perm.max(1) as f64).sqrt()).max(0.0),
+        };
         Ok(Deduper {
+            candidate_floor,
             bands,
             exact_column: rule.exact_key.then_some(bands),
             arena: RepArena::new(num_perm),
@@ -234,7 +248,7 @@ impl Deduper {
                 }
                 self.stats.comparisons += 1;
                 let sim = similarity(c.signature, self.arena.signature(rep));
-                if sim < self.config.threshold {
+                if sim < self.candidate_floor {
                     continue;
                 }
                 let decided = match (&mut self.shingle_sets, c.shingles) {
@@ -248,7 +262,7 @@ impl Deduper {
                             None
                         }
                     }
-                    _ => Some(sim),
+                    _ => (sim >= self.config.threshold).then_some(sim),
                 };
                 if let Some(similarity) = decided {
                     self.stats.near += 1;

@@ -54,6 +54,8 @@ pub struct ApplyConfig {
     pub output: Option<OutputOptions>,
     /// Where the decisions go (`.jsonl` or `.parquet`).
     pub decisions: Option<PathBuf>,
+    /// Counters to watch the run by.
+    pub progress: Option<std::sync::Arc<neardup_keys::Progress>>,
 }
 
 /// One decision, as handed to an observer.
@@ -282,6 +284,9 @@ fn prepare_chunk(
             });
         });
         records += block.num_records() as u64;
+        if let Some(p) = &cfg.progress {
+            p.add(block.input_bytes(), samples.len() as u64);
+        }
         let w = BlockWork {
             block,
             samples,
@@ -357,6 +362,9 @@ pub fn run_dedup(
         }
     }
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
+    if let Some(p) = &cfg.progress {
+        p.set_total(inputs.iter().map(|f| f.size).sum());
+    }
 
     let output = match &cfg.output {
         Some(o) => Some(OutputDir::create(o).map_err(|e| DedupError::Output(e.to_string()))?),

@@ -22,6 +22,7 @@
 mod count;
 mod error;
 mod hot;
+mod progress;
 mod row;
 mod stage;
 mod table;
@@ -29,6 +30,7 @@ mod table;
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::KeysError;
 pub use hot::{HotKeys, HotMask};
+pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
     KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, merge_tables,

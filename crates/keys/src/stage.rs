@@ -53,6 +53,8 @@ pub struct KeysConfig {
     pub spill_dir: Option<PathBuf>,
     /// Bad input policy.
     pub on_error: OnError,
+    /// Counters to watch the run by.
+    pub progress: Option<std::sync::Arc<crate::Progress>>,
 }
 
 impl KeysConfig {
@@ -69,6 +71,7 @@ impl KeysConfig {
             memory_limit: None,
             spill_dir: None,
             on_error: OnError::Skip,
+            progress: None,
         }
     }
 
@@ -252,6 +255,7 @@ fn sketch_chunk(
         };
         out.bytes += block.input_bytes();
         let first = out.records;
+        let rows_before = out.rows;
         block.for_each_sample(&cfg.selector, |sample| match sample.text {
             SampleText::Text(text) => {
                 let start = out.keys.len();
@@ -283,6 +287,9 @@ fn sketch_chunk(
             }
         });
         out.records += block.num_records() as u64;
+        if let Some(p) = &cfg.progress {
+            p.add(block.input_bytes(), out.rows - rows_before);
+        }
     }
     out
 }
@@ -310,6 +317,9 @@ pub fn run_keys(
     let threads = cfg.effective_threads();
     let chunks = plan_chunks(files, cfg.chunk_bytes);
     let started = Instant::now();
+    if let Some(p) = &cfg.progress {
+        p.set_total(files.iter().map(|f| f.size).sum());
+    }
 
     let mut stats = KeysStats {
         files: files.len() as u64,

@@ -1,0 +1,36 @@
+//! Live counters a caller can watch while a stage runs (progress bars, log lines).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Counters updated by a stage's workers as blocks finish; read them from any thread.
+#[derive(Debug, Default)]
+pub struct Progress {
+    bytes: AtomicU64,
+    samples: AtomicU64,
+    total_bytes: AtomicU64,
+}
+
+impl Progress {
+    /// Sets the expected input size (on-disk bytes of the inputs; compressed inputs decompress to
+    /// more).
+    pub fn set_total(&self, bytes: u64) {
+        self.total_bytes.store(bytes, Ordering::Relaxed);
+    }
+    /// The expected input size, 0 when unknown.
+    pub fn total(&self) -> u64 {
+        self.total_bytes.load(Ordering::Relaxed)
+    }
+    /// Records a finished block.
+    pub fn add(&self, bytes: u64, samples: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.samples.fetch_add(samples, Ordering::Relaxed);
+    }
+    /// Input bytes done so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+    /// Samples done so far.
+    pub fn samples(&self) -> u64 {
+        self.samples.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,238 @@
+//! The worked custom-scheduler example of docs/tuning.md, run as separate processes of the built
+//! binary: stage 1 per shard (`neardup keys`), the merge (`neardup hot`) and stage 2 (`neardup
+//! apply`) must give byte for byte the decisions and outputs of one `neardup dedup` over the same
+//! inputs in shard order; and the merge must refuse tables made with different settings.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn neardup() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_neardup"))
+}
+
+/// A file of the bundled sample corpus, as the path string given on the command line (the
+/// decisions' `file` column shows inputs as given, so every run must be passed the same strings).
+fn sample(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/sample")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Runs a command, echoing its stderr so a failing step explains itself.
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().expect("run neardup");
+    eprintln!("{cmd:?}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = run(cmd);
+    assert!(out.status.success(), "{cmd:?} failed: {:?}", out.status);
+    out
+}
+
+/// Every file under `dir`, by path relative to it, with its bytes.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                let rel = path.strip_prefix(root).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn read_jsonl(bytes: &[u8]) -> Vec<Value> {
+    std::str::from_utf8(bytes)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The shards of the example: shard 0 is part-0.jsonl, shard 1 is part-1.jsonl + part-2.parquet.
+fn shards() -> [Vec<String>; 2] {
+    [
+        vec![sample("part-0.jsonl")],
+        vec![sample("part-1.jsonl"), sample("part-2.parquet")],
+    ]
+}
+
+/// `neardup keys` for each shard, in its own process; returns the table paths in shard order.
+fn keys_per_shard(dir: &Path, extra: &[&[&str]; 2]) -> Vec<PathBuf> {
+    shards()
+        .iter()
+        .enumerate()
+        .map(|(n, inputs)| {
+            let table = dir.join(format!("keys-{n}.ndk"));
+            run_ok(
+                neardup()
+                    .arg("keys")
+                    .args(inputs)
+                    .args(["--shard", &n.to_string(), "--id-field", "id"])
+                    .args(extra[n])
+                    .arg("--out")
+                    .arg(&table),
+            );
+            assert!(table.is_file(), "{} not written", table.display());
+            table
+        })
+        .collect()
+}
+
+#[test]
+fn keys_hot_apply_over_shards_equal_one_dedup_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let all: Vec<String> = shards().concat();
+
+    // The reference: one process, both stages.
+    let single_out = dir.join("single");
+    let single_dec = dir.join("single.decisions.jsonl");
+    run_ok(
+        neardup()
+            .arg("dedup")
+            .args(&all)
+            .args(["--id-field", "id", "-q"])
+            .arg("--output")
+            .arg(&single_out)
+            .arg("--decisions")
+            .arg(&single_dec),
+    );
+
+    // The same job split: stage 1 per shard (with other thread counts, which must not matter),
+    // the merge, then stage 2 over all shards.
+    let tables = keys_per_shard(dir, &[&["-j", "1"], &["-j", "2"]]);
+    let hot = dir.join("hot.ndh");
+    // Tables are merged in shard-number order whatever order they are given in.
+    let merged = run_ok(
+        neardup()
+            .arg("hot")
+            .arg(&tables[1])
+            .arg(&tables[0])
+            .arg("--out")
+            .arg(&hot),
+    );
+    let merge_summary = String::from_utf8_lossy(&merged.stderr);
+    assert!(
+        merge_summary.starts_with("2 tables,"),
+        "unexpected merge summary: {merge_summary}"
+    );
+    let split_out = dir.join("split");
+    let split_dec = dir.join("split.decisions.jsonl");
+    run_ok(
+        neardup()
+            .arg("apply")
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--keys")
+            .arg(&tables[0])
+            .arg("--keys")
+            .arg(&tables[1])
+            .args(["--id-field", "id", "-q"])
+            .arg("--decisions")
+            .arg(&split_dec)
+            .arg("--output")
+            .arg(&split_out),
+    );
+
+    let single = std::fs::read(&single_dec).unwrap();
+    let split = std::fs::read(&split_dec).unwrap();
+    assert!(
+        single == split,
+        "decisions differ between `dedup` and `keys` + `hot` + `apply`"
+    );
+
+    let single_files = tree(&single_out);
+    let split_files = tree(&split_out);
+    assert_eq!(
+        single_files.keys().collect::<Vec<_>>(),
+        split_files.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &single_files {
+        assert!(&split_files[name] == bytes, "{} differs", name.display());
+    }
+
+    // The comparison means something only if the split run had to find duplicates across
+    // shards: some sample of shard 1 is dropped as a copy of a sample of shard 0.
+    let decisions = read_jsonl(&split);
+    assert_eq!(decisions.len(), 500);
+    let part0 = sample("part-0.jsonl");
+    let cross_shard = decisions.iter().filter(|d| {
+        d["keep"] == false && d["file"] != part0.as_str() && d["dup_of"]["file"] == part0.as_str()
+    });
+    assert!(
+        cross_shard.count() > 0,
+        "no duplicate across shards in the sample: the test checks nothing"
+    );
+    // And it wrote a dataset: every input file has its filtered output.
+    assert_eq!(split_files.len(), 3);
+}
+
+#[test]
+fn hot_refuses_tables_made_with_different_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tables = keys_per_shard(dir, &[&[], &["--num-perm", "64"]]);
+    let hot = dir.join("hot.ndh");
+    let o = run(neardup()
+        .arg("hot")
+        .arg(&tables[0])
+        .arg(&tables[1])
+        .arg("--out")
+        .arg(&hot));
+    assert!(!o.status.success());
+    assert_ne!(o.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("different settings"),
+        "unclear message: {stderr}"
+    );
+    assert!(!hot.exists(), "a hot-key file was written anyway");
+}
+
+#[test]
+fn apply_refuses_settings_other_than_the_hot_keys_were_made_with() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tables = keys_per_shard(dir, &[&[], &[]]);
+    let hot = dir.join("hot.ndh");
+    run_ok(
+        neardup()
+            .arg("hot")
+            .args(&tables)
+            .arg("--out")
+            .arg(&hot),
+    );
+    let dec = dir.join("d.jsonl");
+    let o = run(neardup()
+        .arg("apply")
+        .arg("--hot")
+        .arg(&hot)
+        .arg("--keys")
+        .arg(&tables[0])
+        .arg("--keys")
+        .arg(&tables[1])
+        .args(["--id-field", "id", "--shingle", "7"])
+        .arg("--decisions")
+        .arg(&dec));
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("do not match these settings"),
+        "unclear message: {stderr}"
+    );
+    assert!(!dec.exists(), "decisions were written anyway");
+}
