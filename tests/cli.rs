@@ -261,3 +261,28 @@ fn interrupted_run_leaves_no_final_named_partial_file() {
         }
     }
 }
+
+#[test]
+fn texts_that_normalise_to_nothing_are_empty_not_copies_of_each_other() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("kc.jsonl");
+    std::fs::write(
+        &input,
+        "{\"text\":\"hello world\"}\n{\"text\":\"other words\"}\n{\"text\":\"안녕하세요 세계\"}\n",
+    )
+    .unwrap();
+    for cmd in ["exact", "dedup"] {
+        let dec = tmp.path().join(format!("{cmd}.jsonl"));
+        let o = run(neardup()
+            .arg(cmd)
+            .arg(&input)
+            .args(["--keep-chars", "가-힣", "-q", "--decisions"])
+            .arg(&dec));
+        assert!(o.status.success());
+        let reasons: Vec<String> = read_jsonl(&dec)
+            .iter()
+            .map(|d| d["reason"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(reasons, ["empty", "empty", "unique"], "{cmd}");
+    }
+}

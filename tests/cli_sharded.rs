@@ -171,7 +171,7 @@ fn keys_hot_apply_over_shards_equal_one_dedup_run() {
     assert_eq!(decisions.len(), 500);
     let part0 = sample("part-0.jsonl");
     let cross_shard = decisions.iter().filter(|d| {
-        d["keep"] == false && d["file"] != part0.as_str() && d["dup_of"]["file"] == part0.as_str()
+        d["keep"] == false && d["file"] != part0.as_str() && d["dup_of_file"] == part0.as_str()
     });
     assert!(
         cross_shard.count() > 0,
@@ -209,13 +209,7 @@ fn apply_refuses_settings_other_than_the_hot_keys_were_made_with() {
     let dir = tmp.path();
     let tables = keys_per_shard(dir, &[&[], &[]]);
     let hot = dir.join("hot.ndh");
-    run_ok(
-        neardup()
-            .arg("hot")
-            .args(&tables)
-            .arg("--out")
-            .arg(&hot),
-    );
+    run_ok(neardup().arg("hot").args(&tables).arg("--out").arg(&hot));
     let dec = dir.join("d.jsonl");
     let o = run(neardup()
         .arg("apply")

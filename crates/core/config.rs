@@ -189,7 +189,7 @@ impl Default for KeysSettings {
 pub struct DedupSettings {
     /// Similarity at which a sample is a duplicate.
     pub threshold: f64,
-    /// Representatives per hot bucket (`None`: unbounded).
+    /// Representatives per hot bucket (`None` or 0: unbounded).
     pub max_reps: Option<usize>,
     /// How candidates are confirmed.
     pub verify: Verify,
@@ -268,6 +268,8 @@ impl Config {
         self.keys.exact = false;
         self.keys.short_texts = ShortTextPolicy::EmptySignature;
         self.dedup.verify = Verify::Estimate;
+        // lshcurator's default: unbounded representatives (set a bound after the preset).
+        self.dedup.max_reps = None;
         self
     }
 
@@ -389,7 +391,8 @@ impl Config {
     pub fn dedup_config(&self) -> DedupConfig {
         DedupConfig {
             threshold: self.dedup.threshold,
-            max_reps: self.dedup.max_reps,
+            // 0 is how a settings file says "unbounded" (TOML has no null).
+            max_reps: self.dedup.max_reps.filter(|&m| m > 0),
             verify: self.dedup.verify,
             verify_memory: self.dedup.verify_memory,
         }
@@ -399,9 +402,6 @@ impl Config {
     pub fn validate(&self) -> Result<(), Error> {
         self.sketch_config()?;
         self.selector()?;
-        if self.dedup.max_reps == Some(0) {
-            return Err(Error::Usage("--max-reps must be at least 1".into()));
-        }
         if !self.keys.near && !self.keys.exact {
             return Err(Error::Usage(
                 "with near-duplicate detection off, exact deduplication must be on".into(),

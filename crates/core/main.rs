@@ -385,11 +385,10 @@ impl RunOpts {
         if let Some(preset) = &o.compat {
             match preset.as_str() {
                 "lshcurator" => {
-                    if o.max_reps.is_none() {
-                        // lshcurator's default: unbounded representatives.
-                        c.dedup.max_reps = None;
-                    }
                     c = c.lshcurator();
+                    if let Some(v) = o.max_reps {
+                        c.dedup.max_reps = (v > 0).then_some(v);
+                    }
                 }
                 other => return Err(Error::Usage(format!("unknown --compat preset {other:?}"))),
             }
@@ -661,9 +660,19 @@ fn params_table(p: &LshParams, threshold: f64, num_perm: usize, points: usize) -
         "false-negative area (pairs above the threshold that are missed):        {:.5}\n",
         p.false_negative_area(threshold)
     );
+    // P(s) rises monotonically from 0 to 1: bisect for P(s) = 1/2.
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if p.collision_probability(mid) < 0.5 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
     s += &format!(
-        "the S-curve crosses 1/2 near similarity {:.3}\n\n",
-        (1.0 / p.bands as f64).powf(1.0 / p.rows as f64)
+        "the S-curve crosses 1/2 at similarity {:.3}\n\n",
+        0.5 * (lo + hi)
     );
     s += "similarity  P(candidate)\n";
     for (x, y) in p.s_curve(points) {

@@ -237,7 +237,7 @@ fn prepare_chunk(
                     let this_row = row;
                     row += 1;
                     if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
-                        if neardup_sketch::is_blank(&text) {
+                        if cfg.rule.is_blank(&cfg.sketcher, &text) {
                             Kind::Blank
                         } else {
                             Kind::Cold

@@ -83,6 +83,23 @@ impl RowRule {
         self.band_columns(bands) + usize::from(self.exact_key)
     }
 
+    /// Whether a text counts as empty: blank as given, or blank once normalised (e.g. a
+    /// `keep_chars` filter removed every character) — such texts must not all become copies of
+    /// one another.
+    pub fn is_blank(&self, sketcher: &Sketcher, text: &str) -> bool {
+        if is_blank(text) {
+            return true;
+        }
+        let n = &sketcher.config().normalizer;
+        // Trimming alone cannot make a non-blank text blank; skip the second normalisation then.
+        let only_trim = !(n.nfkc
+            || n.lowercase
+            || n.strip_punctuation
+            || n.collapse_whitespace
+            || n.keep_chars.is_some());
+        !only_trim && is_blank(&n.normalize(text))
+    }
+
     /// The 128-bit content hash of `text` after normalisation: all that stage 2 needs of a
     /// sample whose content key marks it as a later exact copy.
     pub fn content_hash(&self, sketcher: &Sketcher, text: &str) -> u128 {
@@ -102,7 +119,7 @@ impl RowRule {
     ) -> RowSketch {
         let bands = sketcher.bands();
         debug_assert_eq!(row.len(), self.columns(bands));
-        if is_blank(text) {
+        if self.is_blank(sketcher, text) {
             row.fill(NO_KEY);
             return RowSketch {
                 kind: RowKind::Blank,
