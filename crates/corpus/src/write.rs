@@ -135,9 +135,13 @@ pub(crate) fn temp_beside(target: &Path) -> io::Result<NamedTempFile> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
+    // Outputs are data files for other tools, not secrets: the usual rw-r--r-- (less the umask),
+    // not the 0600 a temporary file gets by default.
+    use std::os::unix::fs::PermissionsExt;
     tempfile::Builder::new()
         .prefix(&format!(".{name}."))
         .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o644))
         .tempfile_in(dir.unwrap_or(Path::new(".")))
 }
 
