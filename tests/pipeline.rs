@@ -216,3 +216,27 @@ fn exact_only_mode_drops_only_identical_texts() {
         assert_eq!(!d.keep, seen_before, "sample {i}");
     }
 }
+
+#[test]
+fn streamed_decisions_equal_collected_ones() {
+    let (all, report) = Pipeline::new(sample_config(2))
+        .unwrap()
+        .decisions()
+        .unwrap();
+    let mut stream = Pipeline::new(sample_config(2)).unwrap().stream();
+    let streamed: Vec<_> = stream.by_ref().collect();
+    let streamed_report = stream.finish().unwrap();
+    assert_eq!(streamed, all);
+    assert_eq!(streamed_report.totals, report.totals);
+}
+
+#[test]
+fn stage_level_values_are_send() {
+    fn send<T: Send>() {}
+    send::<neardup::keys::KeyTable>();
+    send::<neardup::keys::HotKeys>();
+    send::<neardup::keys::HotMask>();
+    send::<neardup::dedup::TextDeduper>();
+    send::<neardup::Pipeline>();
+    send::<neardup::Report>();
+}

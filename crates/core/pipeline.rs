@@ -343,4 +343,59 @@ impl Pipeline {
         let report = self.run_with(&mut |d| all.push(d.clone()))?;
         Ok((all, report))
     }
+
+    /// Runs both stages on a background thread and yields every decision in input order as it
+    /// is made, for callers who filter in their own process without holding all decisions.
+    /// Decisions flow through a bounded channel, so a slow consumer slows the run instead of
+    /// growing memory. Call [`DecisionStream::finish`] for the report (or the error).
+    ///
+    /// ```no_run
+    /// let mut config = neardup::Config::default();
+    /// config.input.inputs = vec!["crawl/".into()];
+    /// let mut stream = neardup::Pipeline::new(config)?.stream();
+    /// for decision in stream.by_ref() {
+    ///     if !decision.keep {
+    ///         println!("{:?} duplicates {:?}", decision.addr, decision.dup_of);
+    ///     }
+    /// }
+    /// let report = stream.finish()?;
+    /// # Ok::<(), neardup::Error>(())
+    /// ```
+    pub fn stream(self) -> DecisionStream {
+        let (tx, rx) = crossbeam_channel::bounded(4096);
+        let handle = std::thread::spawn(move || {
+            // A dropped receiver only means the caller stopped listening; the run still completes.
+            self.run_with(&mut |d| {
+                let _ = tx.send(d.clone());
+            })
+        });
+        DecisionStream {
+            rx,
+            handle: Some(handle),
+        }
+    }
+}
+
+/// Decisions of a running [`Pipeline`], in input order; see [`Pipeline::stream`].
+pub struct DecisionStream {
+    rx: crossbeam_channel::Receiver<Decision>,
+    handle: Option<std::thread::JoinHandle<Result<Report, Error>>>,
+}
+
+impl Iterator for DecisionStream {
+    type Item = Decision;
+    fn next(&mut self) -> Option<Decision> {
+        self.rx.recv().ok()
+    }
+}
+
+impl DecisionStream {
+    /// Waits for the run to end (draining decisions not yet taken) and returns its report.
+    pub fn finish(mut self) -> Result<Report, Error> {
+        for _ in self.rx.iter() {}
+        let handle = self.handle.take().expect("finish is called once");
+        handle
+            .join()
+            .map_err(|_| Error::Run("the pipeline thread panicked".into()))?
+    }
 }
