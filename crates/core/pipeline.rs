@@ -226,6 +226,36 @@ pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
 }
 
 /// Stage 1 on one shard of inputs: the key table (in memory) and its statistics.
+///
+/// The stage-level steps a custom scheduler runs on separate machines — stage 1 per shard, one
+/// merge, stage 2 — give exactly the decisions of one [`Pipeline`] run over the shards in order:
+///
+/// ```no_run
+/// use neardup::{Config, apply, compute_keys, discover_inputs, merge_hot_keys};
+/// use neardup::keys::{HotKeys, KeyTable};
+///
+/// let mut config = Config::default();
+/// config.input.inputs = vec!["shard-0/".into(), "shard-1/".into()];
+/// config.output.decisions = Some("decisions.jsonl".into());
+/// let (files, _problems) = discover_inputs(&config)?;
+///
+/// // On each worker: stage 1 for its shard, saved as a file.
+/// for (shard, part) in files.chunks(1).enumerate() {
+///     let (table, _stats) = compute_keys(&config, part, shard as u32)?;
+///     table.save(format!("keys-{shard}.ndk").as_ref())?;
+/// }
+/// // Once: merge the shards' counts into the hot keys.
+/// let tables = (0..files.len())
+///     .map(|s| KeyTable::load(format!("keys-{s}.ndk").as_ref()))
+///     .collect::<Result<Vec<_>, _>>()?;
+/// let (hot, _mask, _stats) = merge_hot_keys(&tables, 1)?;
+/// hot.save("hot.ndh".as_ref())?;
+/// // Stage 2 over all shards, in shard order.
+/// let hot = HotKeys::load("hot.ndh".as_ref())?;
+/// let report = apply(&config, &hot, &tables, &mut |_decision| {})?;
+/// println!("{}", report.summary());
+/// # Ok::<(), neardup::Error>(())
+/// ```
 pub fn compute_keys(
     config: &Config,
     files: &[InputFile],

@@ -316,6 +316,22 @@ impl Deduper {
 /// each text itself and decides it against a hot-key set (from stage 1, possibly merged over
 /// shards). Texts must be checked in the same order stage 1 saw them for decisions to match a
 /// pipeline run.
+///
+/// ```no_run
+/// use neardup_dedup::{DedupConfig, TextDeduper};
+/// use neardup_keys::{HotKeys, RowRule};
+/// use neardup_sketch::{Sketcher, SketchConfig};
+///
+/// # fn sketch_config() -> SketchConfig { unimplemented!() }
+/// // The sketch settings and row rule stage 1 used for these hot keys.
+/// let sketcher = Sketcher::new(sketch_config()).unwrap();
+/// let hot = HotKeys::load("hot.ndh".as_ref()).unwrap();
+/// let mut dedup = TextDeduper::new(sketcher, RowRule::default(), &hot, DedupConfig::default()).unwrap();
+/// for text in ["first text …", "first text …!"] {
+///     let verdict = dedup.check(text);
+///     println!("keep={} {verdict:?}", verdict.keep());
+/// }
+/// ```
 pub struct TextDeduper {
     sketcher: Sketcher,
     rule: RowRule,
