@@ -139,7 +139,7 @@ impl Default for SketchSettings {
             strip_punctuation: false,
             keep_chars: None,
             collapse_whitespace: false,
-            hash: HashScheme::Fast,
+            hash: HashScheme::Oph,
             num_perm: 128,
             seed: 1,
             bands: None,
@@ -395,6 +395,7 @@ impl Config {
             max_reps: self.dedup.max_reps.filter(|&m| m > 0),
             verify: self.dedup.verify,
             verify_memory: self.dedup.verify_memory,
+            spill_dir: self.keys.spill_dir.clone(),
         }
     }
 

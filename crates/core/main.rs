@@ -251,7 +251,7 @@ macro_rules! value_enum {
     };
 }
 value_enum!(FormatArg => Format { Jsonl => Format::Jsonl, Parquet => Format::Parquet });
-value_enum!(HashArg => HashScheme { Fast => HashScheme::Fast, Datasketch => HashScheme::Datasketch });
+value_enum!(HashArg => HashScheme { Fast => HashScheme::Fast, Datasketch => HashScheme::Datasketch, Oph => HashScheme::Oph });
 value_enum!(BandKeysArg => BandKeyScheme { Fast => BandKeyScheme::Fast, Lshcurator => BandKeyScheme::Lshcurator });
 value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Exact });
 value_enum!(OnErrorArg => OnError { Skip => OnError::Skip, Fail => OnError::Fail });

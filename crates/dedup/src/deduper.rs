@@ -46,6 +46,9 @@ pub struct DedupConfig {
     pub verify: Verify,
     /// Memory for representatives' shingle sets under [`Verify::Exact`] before they spill to disk.
     pub verify_memory: u64,
+    /// Where sets past `verify_memory` spill (the system's temporary directory when unset).
+    #[serde(default)]
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for DedupConfig {
@@ -55,6 +58,7 @@ impl Default for DedupConfig {
             max_reps: Some(64),
             verify: Verify::Exact,
             verify_memory: 1 << 30,
+            spill_dir: None,
         }
     }
 }
@@ -166,9 +170,10 @@ impl Deduper {
             return Err("max_reps must be at least 1 (or unset for no bound)".into());
         }
         let shingle_sets = match config.verify {
-            Verify::Exact => {
-                Some(ShingleStore::new(config.verify_memory).map_err(|e| e.to_string())?)
-            }
+            Verify::Exact => Some(ShingleStore::new(
+                config.verify_memory,
+                config.spill_dir.clone(),
+            )),
             Verify::Estimate => None,
         };
         let bands = rule.band_columns(bands);
@@ -254,13 +259,11 @@ impl Deduper {
                 let decided = match (&mut self.shingle_sets, c.shingles) {
                     (Some(store), Some(mine)) => {
                         self.stats.verifications += 1;
-                        let exact = store.jaccard(rep, mine);
-                        if exact >= self.config.threshold {
-                            Some(exact)
-                        } else {
+                        let exact = store.jaccard_at_least(rep, mine, self.config.threshold);
+                        if exact.is_none() {
                             self.stats.rejected_by_verification += 1;
-                            None
                         }
+                        exact
                     }
                     _ => (sim >= self.config.threshold).then_some(sim),
                 };
@@ -298,6 +301,13 @@ impl Deduper {
             self.buckets.push(key, id);
         }
         Verdict::Unique
+    }
+
+    /// The first I/O error of the exact-verification spill, if one happened since the last call.
+    /// Decisions stay safe after one (a set that cannot be read confirms nothing), but a run
+    /// that hit one has lost verification sets and must be reported as failed.
+    pub fn take_io_error(&mut self) -> Option<std::io::Error> {
+        self.shingle_sets.as_mut().and_then(|s| s.take_error())
     }
 
     /// Counters so far, with memory figures filled in.
@@ -359,6 +369,11 @@ impl TextDeduper {
             return Err("the hot keys were made with different sketch settings".into());
         }
         let core = Deduper::new(config, sketcher.num_perm(), sketcher.bands(), rule)?;
+        let scratch = if core.needs_shingles() {
+            Scratch::collecting_shingle_sets()
+        } else {
+            Scratch::default()
+        };
         let columns = rule.columns(sketcher.bands());
         Ok(TextDeduper {
             sig: vec![0; sketcher.num_perm()],
@@ -368,7 +383,7 @@ impl TextDeduper {
             sketcher,
             rule,
             core,
-            scratch: Scratch::default(),
+            scratch,
             shingles: Vec::new(),
             next: 0,
         })
@@ -400,7 +415,7 @@ impl TextDeduper {
         }
         let shingles = if self.core.needs_shingles() {
             self.sketcher
-                .shingle_set(text, &mut self.scratch, &mut self.shingles);
+                .last_shingle_set(&mut self.scratch, &mut self.shingles);
             Some(self.shingles.as_slice())
         } else {
             None

@@ -13,6 +13,8 @@ pub enum DedupError {
     Mismatch(String),
     /// Writing the filtered dataset or the decisions failed.
     Output(String),
+    /// The exact-verification spill file could not be written or read.
+    Spill(String),
 }
 
 impl fmt::Display for DedupError {
@@ -22,6 +24,7 @@ impl fmt::Display for DedupError {
             DedupError::Input(m) => write!(f, "input error: {m}"),
             DedupError::Mismatch(m) => write!(f, "inputs changed since stage 1: {m}"),
             DedupError::Output(m) => write!(f, "output error: {m}"),
+            DedupError::Spill(m) => write!(f, "spill error: {m}"),
         }
     }
 }

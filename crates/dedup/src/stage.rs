@@ -201,7 +201,11 @@ fn prepare_chunk(
     };
     let columns = cfg.rule.columns(cfg.sketcher.bands());
     let num_perm = cfg.sketcher.num_perm();
-    let mut scratch = Scratch::default();
+    let mut scratch = if needs_shingles {
+        Scratch::collecting_shingle_sets()
+    } else {
+        Scratch::default()
+    };
     let mut sig = vec![0u32; num_perm];
     let mut row_keys = vec![0u64; columns];
     let mut set = Vec::new();
@@ -264,7 +268,7 @@ fn prepare_chunk(
                             hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
                             let sh_start = shingles.len() as u32;
                             if needs_shingles {
-                                cfg.sketcher.shingle_set(&text, &mut scratch, &mut set);
+                                cfg.sketcher.last_shingle_set(&mut scratch, &mut set);
                                 shingles.extend_from_slice(&set);
                             }
                             Kind::Hot {
@@ -330,7 +334,9 @@ pub fn run_dedup(
         cfg.rule,
     )
     .map_err(DedupError::Config)?;
-    let needs_shingles = deduper.needs_shingles();
+    // Only band-keyed rows are signed (and leave their shingle hashes in the scratch); an
+    // exact-only run never compares sets.
+    let needs_shingles = deduper.needs_shingles() && cfg.rule.band_keys;
     let threads = if cfg.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -465,6 +471,10 @@ pub fn run_dedup(
                             decisions.as_mut(),
                             observe,
                         );
+                        let keep = keep.and_then(|k| match deduper.take_io_error() {
+                            Some(e) => Err(DedupError::Spill(e.to_string())),
+                            None => Ok(k),
+                        });
                         match keep {
                             Err(e) => failure = Some(e),
                             Ok(keep) => {
@@ -631,7 +641,7 @@ fn decide_from_block(
                 .rule
                 .sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut keys);
             if deduper.needs_shingles() {
-                cfg.sketcher.shingle_set(&text, &mut scratch, &mut shingles);
+                cfg.sketcher.last_shingle_set(&mut scratch, &mut shingles);
             }
             let c = Candidate {
                 addr,

@@ -1,15 +1,20 @@
 //! Representatives' shingle sets for exact verification, within a memory budget.
 //!
 //! Sets are stored as sorted 64-bit shingle hashes (8 bytes per distinct shingle). Up to the
-//! budget they stay in memory; past it, further sets are appended to a temporary file and read
-//! back (positioned reads, helped by the page cache) only when a candidate needs confirming — which
-//! happens only for the few pairs whose estimate already reached the threshold.
+//! budget they stay in memory; past it, further sets are appended to an anonymous temporary file
+//! (in the configured spill directory, else the system's) and read back with positioned reads,
+//! helped by the page cache, only when a candidate needs confirming.
+//!
+//! A disk error does not abort the decision in progress: the set that could not be written or
+//! read confirms nothing (so nothing is dropped on its account), and the error is kept for the
+//! stage to report as a failed run — a run that lost sets is never reported as complete.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 
-use neardup_sketch::jaccard_sorted;
+use neardup_sketch::jaccard_at_least;
 
 use crate::reps::RepId;
 
@@ -20,23 +25,29 @@ enum Place {
 
 pub struct ShingleStore {
     budget: u64,
+    spill_dir: Option<PathBuf>,
     memory: Vec<u64>,
     places: Vec<Option<Place>>,
     spill: Option<File>,
     spill_len: u64,
     buf: Vec<u64>,
+    bytes: Vec<u8>,
+    error: Option<io::Error>,
 }
 
 impl ShingleStore {
-    pub fn new(budget: u64) -> io::Result<ShingleStore> {
-        Ok(ShingleStore {
+    pub fn new(budget: u64, spill_dir: Option<PathBuf>) -> ShingleStore {
+        ShingleStore {
             budget,
+            spill_dir,
             memory: Vec::new(),
             places: Vec::new(),
             spill: None,
             spill_len: 0,
             buf: Vec::new(),
-        })
+            bytes: Vec::new(),
+            error: None,
+        }
     }
 
     pub fn push(&mut self, id: RepId, set: &[u64]) {
@@ -52,52 +63,101 @@ impl ShingleStore {
             self.memory.extend_from_slice(set);
             return;
         }
-        let place = self
-            .spill_set(set)
-            .expect("cannot write the exact-verification spill file");
-        self.places[id] = Some(place);
+        match self.spill_set(set) {
+            Ok(place) => self.places[id] = Some(place),
+            Err(e) => self.fail(e),
+        }
+    }
+
+    fn fail(&mut self, e: io::Error) {
+        self.error.get_or_insert(io::Error::new(
+            e.kind(),
+            format!("exact-verification spill file: {e}"),
+        ));
     }
 
     fn spill_set(&mut self, set: &[u64]) -> io::Result<Place> {
         if self.spill.is_none() {
-            self.spill = Some(tempfile::tempfile()?);
+            self.spill = Some(match &self.spill_dir {
+                Some(dir) => tempfile::tempfile_in(dir)?,
+                None => tempfile::tempfile()?,
+            });
         }
-        let file = self.spill.as_mut().expect("spill file");
-        let bytes: Vec<u8> = set.iter().flat_map(|v| v.to_le_bytes()).collect();
-        file.write_all(&bytes)?;
+        let file = self.spill.as_mut().expect("spill file was just created");
+        self.bytes.clear();
+        self.bytes.extend(set.iter().flat_map(|v| v.to_le_bytes()));
+        file.write_all(&self.bytes)?;
         let place = Place::Disk {
             offset: self.spill_len,
             len: set.len(),
         };
-        self.spill_len += bytes.len() as u64;
+        self.spill_len += self.bytes.len() as u64;
         Ok(place)
     }
 
-    /// Exact Jaccard between representative `id`'s set and `other`.
-    pub fn jaccard(&mut self, id: RepId, other: &[u64]) -> f64 {
+    /// Exact Jaccard between representative `id`'s set and `other` when it reaches `threshold`.
+    pub fn jaccard_at_least(&mut self, id: RepId, other: &[u64], threshold: f64) -> Option<f64> {
         match self.places.get(id as usize).and_then(|p| p.as_ref()) {
             Some(Place::Memory { start, len }) => {
-                jaccard_sorted(&self.memory[*start..*start + *len], other)
+                jaccard_at_least(&self.memory[*start..*start + *len], other, threshold)
             }
-            Some(Place::Disk { offset, len }) => {
-                let file = self.spill.as_ref().expect("spill file");
-                let mut bytes = vec![0u8; len * 8];
-                file.read_exact_at(&mut bytes, *offset)
-                    .expect("cannot read the exact-verification spill file");
+            Some(&Place::Disk { offset, len }) => {
+                let file = self.spill.as_ref().expect("a set on disk has a spill file");
+                self.bytes.resize(len * 8, 0);
+                if let Err(e) = file.read_exact_at(&mut self.bytes, offset) {
+                    self.fail(e);
+                    return None;
+                }
                 self.buf.clear();
                 self.buf.extend(
-                    bytes
+                    self.bytes
                         .chunks_exact(8)
                         .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
                 );
-                jaccard_sorted(&self.buf, other)
+                jaccard_at_least(&self.buf, other, threshold)
             }
-            // A representative stored without its set cannot be confirmed.
-            None => 0.0,
+            // A representative stored without its set (its spill write failed) confirms nothing.
+            None => None,
         }
     }
 
     pub fn bytes(&self) -> u64 {
         (self.memory.len() * 8) as u64 + self.spill_len
+    }
+
+    /// The first disk error, if any (taken: reported once).
+    pub fn take_error(&mut self) -> Option<io::Error> {
+        self.error.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_past_the_budget_spill_and_still_verify() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = ShingleStore::new(8 * 10, Some(dir.path().to_path_buf()));
+        let a: Vec<u64> = (0..10).collect();
+        let b: Vec<u64> = (5..15).collect();
+        store.push(0, &a);
+        store.push(1, &b); // over budget: on disk
+        assert_eq!(store.bytes(), 160);
+        assert_eq!(store.jaccard_at_least(0, &a, 0.8), Some(1.0));
+        assert_eq!(store.jaccard_at_least(1, &b, 0.8), Some(1.0));
+        assert_eq!(store.jaccard_at_least(1, &a, 0.3), Some(5.0 / 15.0));
+        assert_eq!(store.jaccard_at_least(1, &a, 0.8), None);
+        assert!(store.take_error().is_none());
+    }
+
+    #[test]
+    fn an_unusable_spill_dir_is_an_error_not_a_panic_nor_a_drop() {
+        let mut store = ShingleStore::new(0, Some(PathBuf::from("/nonexistent/neardup-spill")));
+        let a: Vec<u64> = (0..10).collect();
+        store.push(0, &a);
+        assert_eq!(store.jaccard_at_least(0, &a, 0.5), None);
+        let e = store.take_error().expect("the failed spill is reported");
+        assert!(e.to_string().contains("spill"), "{e}");
     }
 }

@@ -17,6 +17,37 @@
 //! and the high half is mixed in afterwards, so each position is an unbiased Jaccard estimator;
 //! the tests check that positions are not measurably correlated (estimate variance ≈ binomial).
 //!
+//! # `oph` (v1) — one-permutation hashing with optimal densification; an on-disk format too
+//!
+//! The default scheme. Each shingle is hashed once, `h = xxh3_64(shingle_bytes)` as in `fast`,
+//! and then lands in **one** position instead of updating all of them (Li, Owen & Zhang 2012,
+//! "One permutation hashing"). Keys come from `seed` through the same splitmix64 stream as
+//! `fast`: `k0 = next`, `k1 = next | 1`, `kd = next`. For each shingle
+//!
+//! ```text
+//! z = ((h ^ k0) * k1 mod 2^64);  z ^= z >> 32
+//! position = ((z >> 32) * num_perm) >> 32        value = z as u32
+//! sig[position] = min(sig[position], value)
+//! ```
+//!
+//! Positions that no shingle reached are filled by optimal densification (Shrivastava 2017,
+//! "Optimal densification for fast and accurate minwise hashing"): empty position `i` takes the
+//! value that position `j` got from shingles, for the first `j` in the sequence
+//! `j_a = ((splitmix64(kd ^ (i << 32 | a)) >> 32) * num_perm) >> 32`, `a = 1, 2, …` that some
+//! shingle reached (`splitmix64(x)` is one step of the generator from state `x`). After
+//! `64 × num_perm` fruitless draws (probability below e^-64) the first reached position at or
+//! after `i`, cyclically, is taken instead, so signing always ends. A text without shingles gets
+//! `EMPTY_SLOT` everywhere.
+//!
+//! Because `z` is a bijection of `h`, the shingle with the least value in a position is the same
+//! for two texts exactly when the least element of their union in that position is shared, and
+//! the densification sequence depends only on the position, never on the text: every position,
+//! densified or not, agrees for two texts with probability equal to their Jaccard similarity
+//! (Shrivastava 2017, theorem 2). Positions are sampled without replacement, so for texts with
+//! many more shingles than `num_perm` the estimate's variance is at most the binomial
+//! `J(1-J)/num_perm` of independent permutations; for short texts densification copies values
+//! and the variance grows (the tests bound it).
+//!
 //! # How signing runs (either scheme; none of this changes a value)
 //!
 //! 1. Shingle hashes into a reusable `Vec<u64>` (text order, repeats kept). For `fast`,
@@ -68,6 +99,10 @@ pub enum HashScheme {
     Fast,
     /// Bit-exact datasketch 1.9 (sha1 + `(a*h + b) mod (2^61-1)`), for lshcurator compatibility.
     Datasketch,
+    /// One-permutation hashing with optimal densification (the default): one hash per shingle
+    /// picks a position and a value, so signing costs O(shingles + num_perm) instead of
+    /// O(shingles × num_perm); see the module docs.
+    Oph,
 }
 
 /// Value of every signature position for an empty shingle set (datasketch's initial max,
@@ -138,6 +173,16 @@ enum Params {
     Fast { a: Vec<u32>, s: Vec<u32> },
     /// datasketch's (a, b), padded likewise.
     Datasketch { a: Vec<u64>, b: Vec<u64> },
+    /// The one-permutation scheme's keys.
+    Oph(OphKeys),
+}
+
+/// Keys of the `oph` scheme (module docs).
+#[derive(Clone, Copy, Debug)]
+struct OphKeys {
+    xor: u64,
+    mul: u64,
+    densify: u64,
 }
 
 #[derive(Debug)]
@@ -161,10 +206,16 @@ pub struct MinHasher {
 /// Reusable buffers so signing allocates nothing per text in steady state.
 #[derive(Default, Debug)]
 pub struct SignScratch {
-    hashes: Vec<u64>,
+    pub(crate) hashes: Vec<u64>,
     unique: Vec<u64>,
     /// The recent-shingle filter of [`drop_recent_repeats`]; empty until first used.
     filter: Vec<u64>,
+    /// Whether `unique` holds the last signed text's filtered hashes.
+    filtered: bool,
+    /// Per-position minima of the `oph` scheme before densification.
+    bins: Vec<u64>,
+    /// Whether the caller will want [`SignScratch::mostly_distinct_hashes`] after signing.
+    collect_distinct: bool,
 }
 
 /// The filter has 2^FILTER_BITS slots (64 KB). On the rustdocs corpus 8192 slots pass 50 % of
@@ -257,9 +308,34 @@ fn reset_filter(filter: &mut [u64; FILTER_SLOTS], kept: &[u64]) {
 }
 
 impl SignScratch {
+    /// Scratch for callers who take each text's shingle set after signing it: the `oph` scheme
+    /// then drops repeats before signing (work the set needs anyway) and signs only the rest.
+    /// Signatures are the same either way.
+    pub fn collecting_distinct() -> SignScratch {
+        SignScratch {
+            collect_distinct: true,
+            ..SignScratch::default()
+        }
+    }
+
     /// The shingle hashes of the last signed text, in text order (repeats kept).
     pub fn hashes(&self) -> &[u64] {
         &self.hashes
+    }
+
+    /// The same values as [`SignScratch::hashes`] as a set, with most repeats dropped (by the
+    /// signing path's filter, run now if signing did not): the cheapest input for building the
+    /// text's shingle set, as real text repeats about half of its shingles.
+    pub fn mostly_distinct_hashes(&mut self) -> &[u64] {
+        if !self.filtered && self.hashes.len() >= DEDUP_MIN {
+            drop_recent_repeats(&self.hashes, &mut self.unique, &mut self.filter);
+            self.filtered = true;
+        }
+        if self.filtered {
+            &self.unique
+        } else {
+            &self.hashes
+        }
     }
 }
 
@@ -327,6 +403,13 @@ impl MinHasher {
                 b.resize(padded, 0);
                 Params::Datasketch { a, b }
             }
+            HashScheme::Oph => {
+                let mut state = seed;
+                let xor = splitmix64(&mut state);
+                let mul = splitmix64(&mut state) | 1;
+                let densify = splitmix64(&mut state);
+                Params::Oph(OphKeys { xor, mul, densify })
+            }
         };
         Ok(MinHasher {
             inner: Arc::new(Inner {
@@ -365,7 +448,7 @@ impl MinHasher {
     #[inline]
     pub fn shingle_hash(&self, shingle: &[u8]) -> u64 {
         match self.inner.scheme {
-            HashScheme::Fast => shingle_hash::xxh3_64(shingle),
+            HashScheme::Fast | HashScheme::Oph => shingle_hash::xxh3_64(shingle),
             HashScheme::Datasketch => datasketch_shingle_hash(shingle),
         }
     }
@@ -383,6 +466,10 @@ impl MinHasher {
         );
         if hashes.is_empty() {
             out.fill(EMPTY_SLOT);
+            return;
+        }
+        if let Params::Oph(keys) = &inner.params {
+            oph_sign(hashes, *keys, out, &mut Vec::new());
             return;
         }
         self.sign_blocks_from(hashes, 0, out);
@@ -423,6 +510,7 @@ impl MinHasher {
                 let b = b[range].try_into().expect("padded block");
                 datasketch_dispatch::<W>(inner.kernel, hashes, a, b, &mut block_out);
             }
+            Params::Oph(_) => unreachable!("oph signatures are not signed in blocks"),
         }
         chunk.copy_from_slice(&block_out[..chunk.len()]);
     }
@@ -440,14 +528,38 @@ impl MinHasher {
             hashes,
             unique,
             filter,
+            filtered,
+            bins,
+            collect_distinct,
         } = scratch;
         self.hash_shingles(shingler, text, hashes);
         let inner = &*self.inner;
+        if let Params::Oph(keys) = &inner.params {
+            // One cheap update per shingle: filtering repeats first would cost as much.
+            *filtered = false;
+            assert_eq!(
+                out.len(),
+                inner.num_perm,
+                "signature buffer length != num_perm"
+            );
+            if hashes.is_empty() {
+                out.fill(EMPTY_SLOT);
+            } else if *collect_distinct && hashes.len() >= DEDUP_MIN {
+                drop_recent_repeats(hashes, unique, filter);
+                *filtered = true;
+                oph_sign(unique, *keys, out, bins);
+            } else {
+                oph_sign(hashes, *keys, out, bins);
+            }
+            return hashes.len();
+        }
         // The reference kernel is the test oracle: it signs the plain multiset.
         if inner.kernel == Kernel::Reference || hashes.len() < DEDUP_MIN {
+            *filtered = false;
             self.sign_hashes(hashes, out);
             return hashes.len();
         }
+        *filtered = true;
         #[cfg(target_arch = "x86_64")]
         if let (Kernel::Avx512, Params::Fast { a, s }) = (inner.kernel, &inner.params) {
             assert_eq!(
@@ -490,11 +602,11 @@ impl MinHasher {
         let inner = &*self.inner;
         match (inner.scheme, inner.kernel) {
             // The oracle for the fused paths: generic shingling, then the library hash.
-            (HashScheme::Fast, Kernel::Reference) => {
+            (HashScheme::Fast | HashScheme::Oph, Kernel::Reference) => {
                 hashes.clear();
                 shingler.for_each(text, |s| hashes.push(xxhash_rust::xxh3::xxh3_64(s)));
             }
-            (HashScheme::Fast, _) => {
+            (HashScheme::Fast | HashScheme::Oph, _) => {
                 shingle_hash::fast_hash_shingles(shingler, text, hashes, inner.window_hasher)
             }
             #[cfg(target_arch = "x86_64")]
@@ -507,6 +619,53 @@ impl MinHasher {
             }
         }
     }
+}
+
+/// Signs non-empty `hashes` with the `oph` scheme (module docs). `bins` is scratch space.
+fn oph_sign(hashes: &[u64], keys: OphKeys, out: &mut [u32], bins: &mut Vec<u64>) {
+    let n = out.len();
+    debug_assert!(!hashes.is_empty() && n > 0);
+    // u64 minima so that "no shingle here" (u64::MAX) differs from every 32-bit value.
+    bins.clear();
+    bins.resize(n, u64::MAX);
+    let bins = bins.as_mut_slice();
+    for &h in hashes {
+        let mut z = (h ^ keys.xor).wrapping_mul(keys.mul);
+        z ^= z >> 32;
+        let pos = oph_position(z, n);
+        let v = z & 0xFFFF_FFFF;
+        // Branch-free: whether a value is a new minimum is a coin flip early in a text. (The
+        // bounds check stays, but it is never taken, so it costs no misprediction.)
+        bins[pos] = bins[pos].min(v);
+    }
+    for (i, slot) in out.iter_mut().enumerate() {
+        *slot = match bins[i] {
+            u64::MAX => bins[oph_donor(bins, i, keys.densify)] as u32,
+            v => v as u32,
+        };
+    }
+}
+
+/// `((x >> 32) * n) >> 32`: a position below `n` from the high half of `x`.
+#[inline(always)]
+fn oph_position(x: u64, n: usize) -> usize {
+    (((x >> 32) * n as u64) >> 32) as usize
+}
+
+/// The position an empty position `i` copies from (optimal densification, module docs).
+fn oph_donor(bins: &[u64], i: usize, key: u64) -> usize {
+    let n = bins.len();
+    for attempt in 1..=(64 * n as u64) {
+        let mut state = key ^ ((i as u64) << 32 | attempt);
+        let j = oph_position(splitmix64(&mut state), n);
+        if bins[j] != u64::MAX {
+            return j;
+        }
+    }
+    (0..n)
+        .map(|d| (i + d) % n)
+        .find(|&j| bins[j] != u64::MAX)
+        .expect("a non-empty text reaches at least one position")
 }
 
 /// The datasketch scheme's shingle hashes, sixteen SHA-1s at a time ([`sha1x16`]): shingles

@@ -6,6 +6,7 @@ use crate::lsh::{BandKeyScheme, LshParams, band_keys};
 use crate::minhash::{HashScheme, MinHasher, SignScratch};
 use crate::normalize::{NormalizeScratch, Normalizer};
 use crate::shingle::Shingler;
+use crate::similarity::sorted_set;
 
 /// Everything that defines how a text becomes keys. Two runs with equal configs produce equal
 /// keys.
@@ -84,6 +85,7 @@ impl SketchConfig {
         buf.push(match self.scheme {
             HashScheme::Fast => 0,
             HashScheme::Datasketch => 1,
+            HashScheme::Oph => 2,
         });
         for v in [
             self.num_perm as u64,
@@ -150,6 +152,19 @@ pub struct Sketcher {
 pub struct Scratch {
     norm: NormalizeScratch,
     sign: SignScratch,
+    /// Histogram of [`sorted_set`].
+    set_counts: Vec<u32>,
+}
+
+impl Scratch {
+    /// Scratch for callers who take [`Sketcher::last_shingle_set`] after every text: signing
+    /// then shares work with building the set ([`SignScratch::collecting_distinct`]).
+    pub fn collecting_shingle_sets() -> Scratch {
+        Scratch {
+            sign: SignScratch::collecting_distinct(),
+            ..Scratch::default()
+        }
+    }
 }
 
 impl Sketcher {
@@ -204,7 +219,7 @@ impl Sketcher {
     /// # Panics
     /// When `sig.len() != num_perm`.
     pub fn signature(&self, text: &str, scratch: &mut Scratch, sig: &mut [u32]) -> SketchInfo {
-        let Scratch { norm, sign } = scratch;
+        let Scratch { norm, sign, .. } = scratch;
         let text = self.config.normalizer.normalize_into(text, norm);
         let shingles = self.hasher.sign(&self.config.shingler, text, sign, sig);
         SketchInfo {
@@ -220,8 +235,23 @@ impl Sketcher {
             .config
             .normalizer
             .normalize_into(text, &mut scratch.norm);
-        self.hasher.hash_shingles(&self.config.shingler, text, out);
-        out.sort_unstable();
-        out.dedup();
+        let Scratch {
+            sign, set_counts, ..
+        } = scratch;
+        let hashes = &mut sign.hashes;
+        self.hasher
+            .hash_shingles(&self.config.shingler, text, hashes);
+        sorted_set(hashes, out, set_counts);
+    }
+
+    /// The shingle set of the text last passed to [`Sketcher::signature`] or
+    /// [`Sketcher::sketch`] with this scratch, as [`Sketcher::shingle_set`] would return it, without
+    /// normalising and hashing the text again.
+    pub fn last_shingle_set(&self, scratch: &mut Scratch, out: &mut Vec<u64>) {
+        sorted_set(
+            scratch.sign.mostly_distinct_hashes(),
+            out,
+            &mut scratch.set_counts,
+        );
     }
 }

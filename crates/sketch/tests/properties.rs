@@ -20,7 +20,11 @@ fn sketcher(scheme: HashScheme, shingler: Shingler) -> Sketcher {
 }
 
 fn scheme_strategy() -> impl Strategy<Value = HashScheme> {
-    prop_oneof![Just(HashScheme::Fast), Just(HashScheme::Datasketch)]
+    prop_oneof![
+        Just(HashScheme::Fast),
+        Just(HashScheme::Datasketch),
+        Just(HashScheme::Oph)
+    ]
 }
 
 proptest! {
@@ -135,5 +139,87 @@ fn fast_scheme_estimates_jaccard_without_bias_or_excess_variance() {
             (0.75..1.25).contains(&ratio),
             "J={j}: variance {ratio:.3} x binomial"
         );
+    }
+}
+
+/// Mean and variance of the `oph` estimate's error over random set pairs of Jaccard `j`.
+fn oph_errors(j: f64, common: usize, only: usize, pairs: usize, state: &mut u64) -> (f64, f64) {
+    const NUM_PERM: usize = 128;
+    let mut errors = Vec::with_capacity(pairs);
+    for pair in 0..pairs {
+        let hasher = MinHasher::new(HashScheme::Oph, NUM_PERM, (pair % 5) as u64).unwrap();
+        let shared: Vec<u64> = (0..common).map(|_| next(state)).collect();
+        let mut a = shared.clone();
+        let mut b = shared;
+        a.extend((0..only).map(|_| next(state)));
+        b.extend((0..only).map(|_| next(state)));
+        let (mut sa, mut sb) = ([0u32; NUM_PERM], [0u32; NUM_PERM]);
+        hasher.sign_hashes(&a, &mut sa);
+        hasher.sign_hashes(&b, &mut sb);
+        errors.push(neardup_sketch::similarity(&sa, &sb) - j);
+    }
+    let mean = errors.iter().sum::<f64>() / pairs as f64;
+    let var = errors.iter().map(|e| (e - mean).powi(2)).sum::<f64>() / (pairs - 1) as f64;
+    (mean, var)
+}
+
+/// One-permutation hashing with optimal densification estimates Jaccard without bias, for sets
+/// much larger than the signature (few empty positions) and for sets smaller than it (most
+/// positions densified). For large sets its positions are sampled without replacement, so the
+/// variance is at most binomial; for small sets densification copies values, and the variance
+/// may exceed binomial, but boundedly.
+#[test]
+fn oph_scheme_estimates_jaccard_without_bias() {
+    const PAIRS: usize = 600;
+    let mut state = 77;
+    // (J, common, only-in-each, allowed variance range as a multiple of binomial)
+    for (j, common, only, var_range) in [
+        (0.2, 200, 400, 0.5..1.15),
+        (0.5, 400, 200, 0.5..1.15),
+        (0.8, 800, 100, 0.5..1.15),
+        (0.5, 20, 10, 0.5..2.5),
+        (0.8, 40, 5, 0.5..2.5),
+    ] {
+        let sigma = (j * (1.0 - j) / 128.0f64).sqrt();
+        let (mean, var) = oph_errors(j, common, only, PAIRS, &mut state);
+        let ratio = var / (sigma * sigma);
+        // The standard error of the mean is at most sqrt(2.5) * sigma / sqrt(PAIRS).
+        assert!(
+            mean.abs() < 4.0 * 1.6 * sigma / (PAIRS as f64).sqrt(),
+            "J={j} n={}: mean error {mean}",
+            common + 2 * only
+        );
+        assert!(
+            var_range.contains(&ratio),
+            "J={j} n={}: variance {ratio:.3} x binomial",
+            common + 2 * only
+        );
+    }
+}
+
+/// Densification always terminates and fills every position, even for a one-shingle text in a
+/// wide signature, and a text's signature does not depend on the order of its shingles.
+#[test]
+fn oph_fills_every_position_and_ignores_order() {
+    for n in [1usize, 7, 128, 1000] {
+        let hasher = MinHasher::new(HashScheme::Oph, n, 3).unwrap();
+        let mut state = 5;
+        for len in [1usize, 2, 10, 500] {
+            let hs: Vec<u64> = (0..len).map(|_| next(&mut state)).collect();
+            let mut sig = vec![0u32; n];
+            hasher.sign_hashes(&hs, &mut sig);
+            let mut rev = hs.clone();
+            rev.reverse();
+            rev.extend_from_slice(&hs[..len / 2]);
+            let mut sig2 = vec![0u32; n];
+            hasher.sign_hashes(&rev, &mut sig2);
+            assert_eq!(sig, sig2, "n {n} len {len}");
+            // Every value is one a shingle produced (never the empty marker, barring a 2^-32
+            // coincidence that these fixed inputs do not hit).
+            assert!(sig.iter().all(|&v| v != neardup_sketch::EMPTY_SLOT));
+            if len == 1 {
+                assert!(sig.iter().all(|&v| v == sig[0]), "one shingle fills all");
+            }
+        }
     }
 }

@@ -82,3 +82,42 @@ for num_perm, seed, bands, rows in ((16, 1, 4, 4), (130, 42, 16, 8)):
                        "rows": rows, "signature": sig, "band_keys": fast_band_keys(sig, bands, rows)})
 json.dump({"about": "fast MinHash scheme v1 (docs/formats.md), independent Python implementation", "cases": golden},
           open(os.path.join(HERE, "fast_golden.json"), "w"), indent=0)
+
+# oph scheme v1 (docs/formats.md, crates/sketch/src/minhash.rs): one-permutation hashing with
+# optimal densification, independently of the Rust code.
+def oph_signature(text, k, step, num_perm, seed):
+    st, xor = splitmix(seed)
+    st, mul = splitmix(st); mul |= 1
+    st, dens = splitmix(st)
+    bins = [None] * num_perm
+    for x in char_shingles(text, k, step):
+        h = xxhash.xxh3_64_intdigest(x)
+        z = ((h ^ xor) * mul) & M64
+        z ^= z >> 32
+        pos = ((z >> 32) * num_perm) >> 32
+        v = z & M32
+        if bins[pos] is None or v < bins[pos]:
+            bins[pos] = v
+    if all(b is None for b in bins):
+        return [M32] * num_perm
+    sig = []
+    for i in range(num_perm):
+        if bins[i] is not None:
+            sig.append(bins[i]); continue
+        for attempt in range(1, 64 * num_perm + 1):
+            _, r = splitmix(dens ^ ((i << 32) | attempt))
+            j = ((r >> 32) * num_perm) >> 32
+            if bins[j] is not None:
+                sig.append(bins[j]); break
+        else:
+            sig.append(next(bins[(i + d) % num_perm] for d in range(num_perm) if bins[(i + d) % num_perm] is not None))
+    return sig
+
+golden = []
+for num_perm, seed, bands, rows in ((16, 1, 4, 4), (130, 42, 16, 8), (128, 1, 16, 8)):
+    for text in TEXTS:
+        sig = oph_signature(text, 5, 1, num_perm, seed)
+        golden.append({"text": text, "k": 5, "step": 1, "num_perm": num_perm, "seed": seed, "bands": bands,
+                       "rows": rows, "signature": sig, "band_keys": fast_band_keys(sig, bands, rows)})
+json.dump({"about": "oph MinHash scheme v1 (docs/formats.md), independent Python implementation", "cases": golden},
+          open(os.path.join(HERE, "oph_golden.json"), "w"), indent=0)
