@@ -17,6 +17,10 @@
 //! - `signature/sketcher/fast`: `Sketcher::sketch` end to end (identity normaliser, content
 //!   hash, 16 x 8 fast band keys);
 //! - `signature/bytes5/fast`, `signature/words3/fast`: the other shingle modes;
+//! - `signature/oph/<kernel>`, `signature/sketcher/oph`: the default one-permutation scheme;
+//! - `sets/sort_dedup` (baseline) and `sets/sorted_set`: building each text's sorted shingle set
+//!   (exact verification) from its hashes, with the standard library's sort and with neardup's
+//!   bucket scatter;
 //! - `datasketch/<kernel>`: the lshcurator-compatible scheme on the first eighth of the input.
 
 use std::hint::black_box;
@@ -206,6 +210,17 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
         );
     }
 
+    for kernel in [Kernel::Reference, Kernel::best()] {
+        let hasher = MinHasher::with_kernel(HashScheme::Oph, NUM_PERM, 1, kernel).unwrap();
+        bench_sign(
+            &mut group,
+            format!("oph/{kernel:?}"),
+            &texts,
+            &chars5,
+            &hasher,
+        );
+    }
+
     let hasher = MinHasher::new(HashScheme::Fast, NUM_PERM, 1).unwrap();
     let mut hashes = Vec::new();
     group.bench_function("fast/hash_only", |b| {
@@ -261,6 +276,20 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
         })
     });
 
+    let oph = Sketcher::new(SketchConfig {
+        scheme: HashScheme::Oph,
+        ..sketcher.config().clone()
+    })
+    .unwrap();
+    group.bench_function("sketcher/oph", |b| {
+        b.iter(|| {
+            for text in &texts {
+                let info = oph.sketch(text, &mut scratch, &mut sig, &mut keys);
+                black_box((&keys, info));
+            }
+        })
+    });
+
     bench_sign(
         &mut group,
         "bytes5/fast".into(),
@@ -275,6 +304,40 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
         &Shingler::Words { n: 3, step: 1 },
         &hasher,
     );
+    group.finish();
+
+    // Shingle sets from each text's hashes (repeats included, as the stage-2 workers get them).
+    let all_hashes: Vec<Vec<u64>> = texts
+        .iter()
+        .map(|t| {
+            let mut h = Vec::new();
+            hasher.hash_shingles(&chars5, t, &mut h);
+            h
+        })
+        .collect();
+    let mut group = c.benchmark_group("sets");
+    configure(&mut group, &texts);
+    let mut set = Vec::new();
+    group.bench_function("sort_dedup", |b| {
+        b.iter(|| {
+            for h in &all_hashes {
+                set.clear();
+                set.extend_from_slice(h);
+                set.sort_unstable();
+                set.dedup();
+                black_box(&set);
+            }
+        })
+    });
+    let mut counts = Vec::new();
+    group.bench_function("sorted_set", |b| {
+        b.iter(|| {
+            for h in &all_hashes {
+                neardup_sketch::sorted_set(h, &mut set, &mut counts);
+                black_box(&set);
+            }
+        })
+    });
     group.finish();
 
     // The datasketch scheme is far slower; an eighth of the input keeps the run short.

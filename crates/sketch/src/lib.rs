@@ -2,8 +2,9 @@
 //!
 //! This crate owns the pure, deterministic part of near-duplicate detection:
 //! opt-in text normalisation ([`normalize`]), shingling ([`shingle`]), MinHash signatures
-//! ([`minhash`], with a SIMD `fast` scheme and a bit-exact `datasketch` 1.9 scheme), LSH banding
-//! and band keys ([`lsh`], including lshcurator 0.2.3 compatible keys), signature similarity
+//! ([`minhash`], with the default one-permutation `oph` scheme, a SIMD k-permutation `fast`
+//! scheme and a bit-exact `datasketch` 1.9 scheme), LSH banding and band keys ([`lsh`], including
+//! lshcurator 0.2.3 compatible keys), signature similarity and exact shingle-set Jaccard
 //! ([`mod@similarity`]), content hashes ([`content`]) and the [`Sketcher`] that ties them together
 //! under one fingerprinted [`SketchConfig`].
 //!
