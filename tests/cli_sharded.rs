@@ -181,6 +181,47 @@ fn keys_hot_apply_over_shards_equal_one_dedup_run() {
     assert_eq!(split_files.len(), 3);
 }
 
+/// `hot` under a memory limit far below the tables' size counts from spill files, and the
+/// hot-key file is byte-identical to the in-memory merge's; `apply` then streams the tables.
+#[test]
+fn hot_under_a_memory_limit_spills_and_writes_the_same_hot_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tables = keys_per_shard(dir, &[&[], &[]]);
+    let in_memory = dir.join("hot-mem.ndh");
+    run_ok(
+        neardup()
+            .arg("hot")
+            .args(&tables)
+            .arg("--out")
+            .arg(&in_memory),
+    );
+    let spilled = dir.join("hot-spill.ndh");
+    let spill_dir = dir.join("spill");
+    std::fs::create_dir(&spill_dir).unwrap();
+    let o = run_ok(
+        neardup()
+            .arg("hot")
+            .args(&tables)
+            .arg("--out")
+            .arg(&spilled)
+            .args(["--memory-limit", "1KB"])
+            .arg("--spill-dir")
+            .arg(&spill_dir),
+    );
+    let summary = String::from_utf8_lossy(&o.stderr);
+    assert!(summary.contains("(spilled)"), "did not spill: {summary}");
+    assert!(
+        std::fs::read(&in_memory).unwrap() == std::fs::read(&spilled).unwrap(),
+        "spilled and in-memory merges wrote different hot keys"
+    );
+    assert_eq!(
+        std::fs::read_dir(&spill_dir).unwrap().count(),
+        0,
+        "spill files left behind"
+    );
+}
+
 #[test]
 fn hot_refuses_tables_made_with_different_settings() {
     let tmp = tempfile::tempdir().unwrap();

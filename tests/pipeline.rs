@@ -189,6 +189,63 @@ fn sharded_keys_hot_apply_equal_a_single_run() {
     assert_eq!(sharded, all);
 }
 
+/// The file-streaming steps (`merge_hot_key_files`, `apply_files`) give what the in-memory ones
+/// give, with the count in memory and spilled; a truncated or corrupted table is refused.
+#[test]
+fn streamed_table_files_merge_and_apply_like_loaded_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = sample_config(2);
+    let (all, _) = Pipeline::new(config.clone()).unwrap().decisions().unwrap();
+    let (files, _) = neardup::discover_inputs(&config).unwrap();
+    let mut paths = Vec::new();
+    let mut tables = Vec::new();
+    for (shard, part) in files.chunks(2).enumerate() {
+        let (table, _) = neardup::compute_keys(&config, part, shard as u32).unwrap();
+        let path = tmp.path().join(format!("keys-{shard}.ndk"));
+        table.save(&path).unwrap();
+        paths.push(path);
+        tables.push(table);
+    }
+    paths.reverse();
+    let (hot, mask, stats) = neardup::merge_hot_keys(&tables, 1).unwrap();
+    assert!(!stats.spilled);
+    for limit in [None, Some(1u64)] {
+        config.keys.memory_limit = limit;
+        config.keys.spill_dir = Some(tmp.path().to_path_buf());
+        let (hot_f, mask_f, stats_f) = neardup::merge_hot_key_files(&config, &paths).unwrap();
+        assert_eq!(stats_f.spilled, limit.is_some());
+        assert_eq!(hot_f.keys(), hot.keys(), "limit {limit:?}");
+        assert_eq!(mask_f.rows(), mask.rows());
+        assert_eq!(mask_f.hot_rows(), mask.hot_rows());
+        let mut streamed = Vec::new();
+        neardup::apply_files(&config, &hot_f, &paths, &mut |d| streamed.push(d.clone())).unwrap();
+        assert_eq!(streamed, all, "limit {limit:?}");
+    }
+
+    // A table cut short, and one with a flipped byte in its keys, are refused by name.
+    let bytes = std::fs::read(&paths[0]).unwrap();
+    let cut = tmp.path().join("cut.ndk");
+    std::fs::write(&cut, &bytes[..bytes.len() - 40]).unwrap();
+    let mut flipped_bytes = bytes.clone();
+    let at = bytes.len() - 100;
+    flipped_bytes[at] ^= 0x40;
+    let flipped = tmp.path().join("flipped.ndk");
+    std::fs::write(&flipped, &flipped_bytes).unwrap();
+    for bad in [cut, flipped] {
+        let mut with_bad = paths.clone();
+        with_bad[0] = bad.clone();
+        let Err(err) = neardup::merge_hot_key_files(&config, &with_bad) else {
+            panic!("a damaged table was accepted");
+        };
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&bad.display().to_string())
+                && (msg.contains("truncated") || msg.contains("checksum")),
+            "unclear error: {msg}"
+        );
+    }
+}
+
 #[test]
 fn exact_only_mode_drops_only_identical_texts() {
     let mut c = sample_config(2);

@@ -39,8 +39,8 @@ pub use config::{
 };
 pub use error::Error;
 pub use pipeline::{
-    DecisionStream, Pipeline, Report, Totals, apply, apply_config, compute_keys, discover_inputs,
-    keys_config, merge_hot_keys,
+    DecisionStream, Pipeline, Report, Totals, apply, apply_config, apply_files, compute_keys,
+    discover_inputs, keys_config, merge_hot_key_files, merge_hot_keys,
 };
 
 pub use neardup_corpus as corpus;

@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use clap::{Args, Parser, Subcommand};
 use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Verify};
-use neardup::keys::{HotKeys, KeyTable, OnError, Progress};
+use neardup::keys::{HotKeys, OnError, Progress};
 use neardup::sketch::{BandKeyScheme, HashScheme, LshParams};
 use neardup::{Config, Error, FieldsModeSetting, Pipeline, Report, Tokenize};
 
@@ -65,6 +65,13 @@ enum Command {
         /// A key is hot when seen more than this many times.
         #[arg(long, default_value_t = 1)]
         min_key_count: u32,
+        /// When all tables' keys exceed this (e.g. 4GiB), count them from spill files
+        /// partition by partition instead of in memory; tables are never loaded whole.
+        #[arg(long, value_parser = parse_size)]
+        memory_limit: Option<u64>,
+        /// Directory for spill files.
+        #[arg(long)]
+        spill_dir: Option<PathBuf>,
     },
     /// Stage 2 given a hot-key file and the key tables of all shards.
     Apply {
@@ -554,22 +561,25 @@ fn run(cli: Cli) -> Result<(), Error> {
             tables,
             out,
             min_key_count,
+            memory_limit,
+            spill_dir,
         } => {
-            let tables = tables
-                .iter()
-                .map(|p| KeyTable::load(p))
-                .collect::<Result<Vec<_>, _>>()?;
-            let (hot, mask, stats) = neardup::merge_hot_keys(&tables, min_key_count)?;
+            let mut config = Config::default();
+            config.keys.min_key_count = min_key_count;
+            config.keys.memory_limit = memory_limit;
+            config.keys.spill_dir = spill_dir;
+            let (hot, mask, stats) = neardup::merge_hot_key_files(&config, &tables)?;
             hot.save(&out)?;
             if !quiet {
                 eprintln!(
-                    "{} tables, {} keys, {} distinct, {} hot keys, {} hot samples of {} -> {}",
+                    "{} tables, {} keys, {} distinct, {} hot keys, {} hot samples of {}{} -> {}",
                     tables.len(),
                     stats.keys,
                     stats.distinct_keys,
                     stats.hot_keys,
                     mask.hot_rows(),
                     mask.rows(),
+                    if stats.spilled { " (spilled)" } else { "" },
                     out.display()
                 );
             }
@@ -582,11 +592,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 ));
             }
             let hot = HotKeys::load(&hot)?;
-            let tables = tables
-                .iter()
-                .map(|p| KeyTable::load(p))
-                .collect::<Result<Vec<_>, _>>()?;
-            let report = neardup::apply(&config, &hot, &tables, &mut |_| {})?;
+            let report = neardup::apply_files(&config, &hot, &tables, &mut |_| {})?;
             finish(&report, quiet);
         }
         Command::Eval {

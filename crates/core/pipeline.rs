@@ -6,7 +6,7 @@ use neardup_corpus::{AtomicFile, DiscoverOptions, InputFile, OutputOptions, disc
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
 use neardup_keys::{
     CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats,
-    TableStore, merge_tables, run_keys,
+    TableStore, merge_table_files, merge_tables, order_table_files, run_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -281,6 +281,22 @@ pub fn merge_hot_keys(
     Ok(merge_tables(tables, min_count)?)
 }
 
+/// Merges shards' saved tables into the hot-key set without loading them whole (the `hot` step
+/// on files): rows stream from each file in shard order, and when the keys of all shards exceed
+/// `config.keys.memory_limit` they are counted partition by partition from spill files under
+/// `config.keys.spill_dir`. Same result as [`merge_hot_keys`] on the loaded tables.
+pub fn merge_hot_key_files(
+    config: &Config,
+    tables: &[PathBuf],
+) -> Result<(HotKeys, HotMask, CountStats), Error> {
+    Ok(merge_table_files(
+        tables,
+        config.keys.min_key_count,
+        config.keys.memory_limit,
+        config.keys.spill_dir.as_deref(),
+    )?)
+}
+
 /// Stage 2 over shards' tables and a hot-key file made from them (the `apply` step).
 pub fn apply(
     config: &Config,
@@ -288,13 +304,7 @@ pub fn apply(
     tables: &[KeyTable],
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    let cfg = apply_config(config)?;
-    let layout = keys_config(config)?.layout();
-    hot.layout().check_compatible(&layout).map_err(|e| {
-        Error::Usage(format!(
-            "the hot keys do not match these settings (pass the same sketch options): {e}"
-        ))
-    })?;
+    check_hot_layout(config, hot)?;
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
     let mask = HotMask::from_tables(&ordered, hot)?;
@@ -302,8 +312,41 @@ pub fn apply(
         .iter()
         .flat_map(|t| t.files().iter().cloned())
         .collect();
+    apply_with_mask(config, &files, &mask, observe)
+}
+
+/// [`apply`] given the shards' saved tables: only their headers and the hot mask (two bits per
+/// key) are held, never the tables themselves.
+pub fn apply_files(
+    config: &Config,
+    hot: &HotKeys,
+    tables: &[PathBuf],
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<Report, Error> {
+    check_hot_layout(config, hot)?;
+    let ordered = order_table_files(tables)?;
+    let (mask, files) = HotMask::from_table_files(&ordered, hot)?;
+    apply_with_mask(config, &files, &mask, observe)
+}
+
+fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
+    let layout = keys_config(config)?.layout();
+    hot.layout().check_compatible(&layout).map_err(|e| {
+        Error::Usage(format!(
+            "the hot keys do not match these settings (pass the same sketch options): {e}"
+        ))
+    })
+}
+
+fn apply_with_mask(
+    config: &Config,
+    files: &[FileRows],
+    mask: &HotMask,
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<Report, Error> {
+    let cfg = apply_config(config)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    let stage2 = run_dedup(&files, &mask, &cfg, observe)?;
+    let stage2 = run_dedup(files, mask, &cfg, observe)?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);
     if let Some(p) = &config.output.report {
         report.save(p)?;

@@ -56,14 +56,14 @@ fn corpus() -> (PathBuf, Option<tempfile::TempDir>) {
     (path, Some(dir))
 }
 
-fn sketcher() -> Sketcher {
+fn sketcher(scheme: HashScheme) -> Sketcher {
     Sketcher::new(SketchConfig {
         normalizer: Normalizer {
             trim: true,
             ..Normalizer::default()
         },
         shingler: Shingler::Chars { k: 5, step: 1 },
-        scheme: HashScheme::Fast,
+        scheme,
         num_perm: 128,
         seed: 1,
         lsh: LshParams::new(16, 8).unwrap(),
@@ -87,35 +87,43 @@ fn bench(c: &mut Criterion) {
         .num_threads(2)
         .build()
         .unwrap();
-    let sk = sketcher();
-
     let mut g = c.benchmark_group("stage1");
     g.sample_size(10);
     g.throughput(Throughput::Bytes(bytes));
-    g.bench_function("signature_only_2_threads", |b| {
-        b.iter(|| {
-            pool.install(|| {
-                texts
-                    .par_chunks(64)
-                    .map_init(
-                        || (Scratch::default(), vec![0u32; 128], vec![0u64; 16]),
-                        |(scratch, sig, keys), chunk| {
-                            chunk
-                                .iter()
-                                .map(|t| sk.sketch(t, scratch, sig, keys).shingles)
-                                .sum::<usize>()
-                        },
-                    )
-                    .sum::<usize>()
+    for (name, scheme) in [("fast", HashScheme::Fast), ("oph", HashScheme::Oph)] {
+        let sk = sketcher(scheme);
+        g.bench_function(format!("{name}/signature_only_2_threads"), |b| {
+            b.iter(|| {
+                pool.install(|| {
+                    texts
+                        .par_chunks(64)
+                        .map_init(
+                            || (Scratch::default(), vec![0u32; 128], vec![0u64; 16]),
+                            |(scratch, sig, keys), chunk| {
+                                chunk
+                                    .iter()
+                                    .map(|t| sk.sketch(t, scratch, sig, keys).shingles)
+                                    .sum::<usize>()
+                            },
+                        )
+                        .sum::<usize>()
+                })
             })
-        })
-    });
-    g.bench_function("stage1_end_to_end_2_threads", |b| {
-        let mut cfg = KeysConfig::new(sketcher(), TextSelector::single(FieldPath::top("text")));
-        cfg.threads = 2;
-        cfg.chunk_bytes = 8 << 20;
-        b.iter(|| run_keys(&files, 0, &cfg).unwrap().stats.samples)
-    });
+        });
+        g.bench_function(format!("{name}/stage1_end_to_end_2_threads"), |b| {
+            let mut cfg = KeysConfig::new(
+                sketcher(scheme),
+                TextSelector::single(FieldPath::top("text")),
+            );
+            cfg.threads = 2;
+            cfg.chunk_bytes = std::env::var("NEARDUP_BENCH_CHUNK_MB")
+                .ok()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(4)
+                << 20;
+            b.iter(|| run_keys(&files, 0, &cfg).unwrap().stats.samples)
+        });
+    }
     g.finish();
 }
 

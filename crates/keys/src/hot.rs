@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
 use crate::table::{
-    ChecksumReader, ChecksumWriter, KeyTable, TableLayout, read_framed_header, read_u64s,
-    truncated, verify_trailer, write_framed_header, write_u64s,
+    ChecksumReader, ChecksumWriter, FileRows, KeyTable, TableLayout, TableReader,
+    read_framed_header, read_u64s, truncated, verify_trailer, write_framed_header, write_u64s,
 };
 
 /// The keys seen more than `min_count` times, sorted ascending, with the settings they came from.
@@ -189,6 +189,54 @@ impl HotMask {
             base += t.keys().len();
         }
         Ok(mask)
+    }
+
+    /// [`HotMask::from_tables`] over saved tables given in shard order (see
+    /// [`crate::order_table_files`]), reading each sequentially instead of holding them; also
+    /// returns all their files' row ranges, in row order.
+    pub fn from_table_files(
+        paths: &[std::path::PathBuf],
+        hot: &HotKeys,
+    ) -> Result<(HotMask, Vec<FileRows>), KeysError> {
+        if paths.is_empty() {
+            return Ok((HotMask::new(0, 0), Vec::new()));
+        }
+        let mut files = Vec::new();
+        let mut rows = 0u64;
+        let mut columns = 0;
+        for p in paths {
+            let r = TableReader::open(p)?;
+            r.layout().check_compatible(hot.layout())?;
+            rows += r.rows();
+            columns = r.layout().columns();
+        }
+        let set = hot.lookup();
+        let content_col = hot.layout().rule.exact_key.then(|| columns - 1);
+        let mut mask = HotMask::new(rows as usize, columns);
+        let mut first_seen = HashSet::new();
+        let mut base = 0usize;
+        let mut block = Vec::new();
+        for p in paths {
+            let mut reader = TableReader::open(p)?;
+            loop {
+                block.clear();
+                if reader.read_keys(1 << 20, &mut block)? == 0 {
+                    break;
+                }
+                for (i, key) in block.iter().enumerate() {
+                    let pos = base + i;
+                    if *key != NO_KEY && set.contains(key) {
+                        mask.set_position(pos);
+                        if content_col == Some(pos % columns) && !first_seen.insert(*key) {
+                            mask.set_later_copy(pos / columns);
+                        }
+                    }
+                }
+                base += block.len();
+            }
+            files.extend(reader.finish()?.files);
+        }
+        Ok((mask, files))
     }
 
     pub(crate) fn set_later_copy(&mut self, row: usize) {

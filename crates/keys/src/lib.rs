@@ -33,7 +33,7 @@ pub use hot::{HotKeys, HotMask};
 pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
-    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, merge_tables,
-    run_keys,
+    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore,
+    merge_table_files, merge_tables, order_table_files, run_keys,
 };
-pub use table::{ChunkRows, FileRows, KeyTable, TableLayout};
+pub use table::{ChunkRows, FileRows, KeyTable, TableLayout, TableParts, TableReader};

@@ -192,6 +192,30 @@ impl KeyTable {
 
     /// Reads a table written by [`KeyTable::save`], verifying its checksum.
     pub fn load(path: &Path) -> Result<KeyTable, KeysError> {
+        let mut reader = TableReader::open(path)?;
+        let mut keys = Vec::with_capacity(reader.keys_left().min(1 << 30) as usize);
+        while reader.read_keys(usize::MAX, &mut keys)? > 0 {}
+        let header = reader.finish()?;
+        KeyTable::new(header.layout, header.shard, header.files, keys)
+            .map_err(|e| KeysError::Corrupt(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Reads a saved key table sequentially, a bounded number of keys at a time, so that shards'
+/// tables can be merged or turned into a hot mask without holding them: the header (settings,
+/// shard, files) is available at once, the keys follow in row order, and
+/// [`TableReader::finish`] verifies the checksum once everything was read.
+pub struct TableReader {
+    path: std::path::PathBuf,
+    header: TableHeader,
+    input: ChecksumReader<BufReader<File>>,
+    keys_left: u64,
+    buf: Vec<u8>,
+}
+
+impl TableReader {
+    /// Opens a table file and reads its header.
+    pub fn open(path: &Path) -> Result<TableReader, KeysError> {
         let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
         let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
         let header: TableHeader = read_framed_header(&mut input, MAGIC, path)?;
@@ -202,12 +226,95 @@ impl KeyTable {
                 header.format_version
             )));
         }
-        let n = header.rows as usize * header.layout.columns();
-        let keys = read_u64s(&mut input, n).map_err(|e| truncated(path, e))?;
-        verify_trailer(input, path, END_MAGIC)?;
-        KeyTable::new(header.layout, header.shard, header.files, keys)
-            .map_err(|e| KeysError::Corrupt(format!("{}: {e}", path.display())))
+        let files_rows: u64 = header.files.iter().map(|f| f.rows).sum();
+        if files_rows != header.rows {
+            return Err(KeysError::Corrupt(format!(
+                "{}: the header's files hold {files_rows} rows but it declares {}",
+                path.display(),
+                header.rows
+            )));
+        }
+        let keys_left = header
+            .rows
+            .checked_mul(header.layout.columns() as u64)
+            .ok_or_else(|| KeysError::Corrupt(format!("{}: implausible size", path.display())))?;
+        Ok(TableReader {
+            path: path.to_path_buf(),
+            header,
+            input,
+            keys_left,
+            buf: Vec::new(),
+        })
     }
+
+    /// The table's settings.
+    pub fn layout(&self) -> &TableLayout {
+        &self.header.layout
+    }
+    /// The shard number.
+    pub fn shard(&self) -> u32 {
+        self.header.shard
+    }
+    /// Per-file row ranges, in row order.
+    pub fn files(&self) -> &[FileRows] {
+        &self.header.files
+    }
+    /// Rows in the table.
+    pub fn rows(&self) -> u64 {
+        self.header.rows
+    }
+    /// Keys not read yet.
+    pub fn keys_left(&self) -> u64 {
+        self.keys_left
+    }
+
+    /// Appends up to `max` of the next keys (whole rows when `max` is a multiple of the column
+    /// count) to `out`; returns how many, 0 at the end.
+    pub fn read_keys(&mut self, max: usize, out: &mut Vec<u64>) -> Result<usize, KeysError> {
+        let mut done = 0usize;
+        while done < max && self.keys_left > 0 {
+            let take = (max - done).min(8192).min(self.keys_left as usize);
+            self.buf.resize(take * 8, 0);
+            self.input
+                .read_exact(&mut self.buf)
+                .map_err(|e| truncated(&self.path, e))?;
+            out.extend(
+                self.buf
+                    .chunks_exact(8)
+                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
+            );
+            done += take;
+            self.keys_left -= take as u64;
+        }
+        Ok(done)
+    }
+
+    /// Verifies the checksum and end marker after all keys were read; returns the header parts.
+    pub fn finish(self) -> Result<TableParts, KeysError> {
+        if self.keys_left > 0 {
+            return Err(KeysError::Config(format!(
+                "{}: finished reading with {} keys left",
+                self.path.display(),
+                self.keys_left
+            )));
+        }
+        verify_trailer(self.input, &self.path, END_MAGIC)?;
+        Ok(TableParts {
+            layout: self.header.layout,
+            shard: self.header.shard,
+            files: self.header.files,
+        })
+    }
+}
+
+/// The header of a table read with [`TableReader`], once its checksum was verified.
+pub struct TableParts {
+    /// The table's settings.
+    pub layout: TableLayout,
+    /// The shard number.
+    pub shard: u32,
+    /// Per-file row ranges, in row order.
+    pub files: Vec<FileRows>,
 }
 
 #[derive(Serialize, Deserialize)]
