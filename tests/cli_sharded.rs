@@ -223,6 +223,27 @@ fn hot_under_a_memory_limit_spills_and_writes_the_same_hot_keys() {
 }
 
 #[test]
+fn keys_refuses_stage_two_output_flags_instead_of_ignoring_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let table = tmp.path().join("k.ndk");
+    let decisions = tmp.path().join("d.jsonl");
+    let o = run(neardup()
+        .arg("keys")
+        .arg(sample("part-0.jsonl"))
+        .arg("--out")
+        .arg(&table)
+        .arg("--decisions")
+        .arg(&decisions));
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("neardup apply"),
+        "unclear message: {stderr}"
+    );
+    assert!(!table.exists() && !decisions.exists());
+}
+
+#[test]
 fn hot_refuses_tables_made_with_different_settings() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();

@@ -539,6 +539,15 @@ fn run(cli: Cli) -> Result<(), Error> {
             shard,
             opts,
         } => {
+            // Stage 1 alone writes only its table: a flag asking for stage-2 outputs would
+            // otherwise be silently ignored. (A shared settings file may name them: that is fine.)
+            if opts.output.is_some() || opts.decisions.is_some() {
+                return Err(Error::Usage(
+                    "`neardup keys` writes only the key table (--out); --output and --decisions \
+                     belong to `neardup apply`"
+                        .into(),
+                ));
+            }
             let config = opts.config(&inputs)?;
             let (files, problems) = neardup::discover_inputs(&config)?;
             for p in &problems {
