@@ -113,7 +113,7 @@ pub struct SketchSettings {
     pub keep_chars: Option<String>,
     /// Collapse whitespace runs into one space.
     pub collapse_whitespace: bool,
-    /// MinHash hash scheme.
+    /// MinHash hash scheme (default `oph`; see docs/tuning.md, "Hash schemes").
     pub hash: HashScheme,
     /// Signature width.
     pub num_perm: usize,

@@ -209,7 +209,8 @@ struct RunOpts {
     /// Do not trim leading/trailing whitespace.
     #[arg(long)]
     no_trim: bool,
-    /// MinHash hash scheme.
+    /// MinHash hash scheme (default oph: one-permutation hashing; fast: k-permutation SIMD;
+    /// datasketch: bit-exact datasketch 1.9).
     #[arg(long)]
     hash: Option<HashArg>,
     /// Band-key encoding.
