@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use crate::chunk::{Chunk, ChunkRange};
 use crate::error::ReadError;
 use crate::format::{Compression, InputFile};
-use crate::read::BlockData;
+use crate::read::{BlockData, buffers};
 
 /// Size of one `read` call; large reads keep syscall overhead negligible.
 const READ_SIZE: usize = 1 << 20;
@@ -191,8 +191,12 @@ impl JsonlSource {
         if cut == 0 {
             return self.take_error();
         }
-        let rest = self.buf.split_off(cut);
-        let bytes = std::mem::replace(&mut self.buf, rest);
+        // The tail (the start of the next block) moves to a recycled buffer, which already has
+        // the capacity the next fill needs.
+        let mut rest = buffers::take();
+        rest.extend_from_slice(&self.buf[cut..]);
+        self.buf.truncate(cut);
+        let bytes = buffers::Recycled(std::mem::replace(&mut self.buf, rest));
         let mut starts = Vec::with_capacity(bytes.len() / 256 + 1);
         starts.push(0);
         starts.extend(memchr::memchr_iter(b'\n', &bytes[..cut - 1]).map(|i| i + 1));

@@ -168,6 +168,39 @@ struct BlockWork {
     ids: String,
 }
 
+/// The per-block vectors of a decided block, handed back to the workers: a block's shingle sets
+/// are megabytes, and a fresh vector of that size per block costs page faults and copies as it
+/// grows (most of stage 2's kernel time before they were recycled).
+#[derive(Default)]
+struct Spare {
+    samples: Vec<SampleWork>,
+    signatures: Vec<u32>,
+    rows: Vec<u64>,
+    hot: Vec<bool>,
+    shingles: Vec<u64>,
+}
+
+impl Spare {
+    fn from_work(w: &mut BlockWork) -> Spare {
+        Spare {
+            samples: std::mem::take(&mut w.samples),
+            signatures: std::mem::take(&mut w.signatures),
+            rows: std::mem::take(&mut w.rows),
+            hot: std::mem::take(&mut w.hot),
+            shingles: std::mem::take(&mut w.shingles),
+        }
+    }
+
+    fn cleared(mut self) -> Spare {
+        self.samples.clear();
+        self.signatures.clear();
+        self.rows.clear();
+        self.hot.clear();
+        self.shingles.clear();
+        self
+    }
+}
+
 enum Msg {
     Block(Box<BlockWork>),
     End {
@@ -192,6 +225,8 @@ fn prepare_chunk(
     cfg: &ApplyConfig,
     needs_shingles: bool,
     stop: &AtomicBool,
+    spares: &crossbeam_channel::Receiver<Spare>,
+    (scratch, set): &mut (Scratch, Vec<u64>),
     mut send: impl FnMut(Msg) -> bool,
 ) {
     let opts = ReadOptions {
@@ -201,14 +236,8 @@ fn prepare_chunk(
     };
     let columns = cfg.rule.columns(cfg.sketcher.bands());
     let num_perm = cfg.sketcher.num_perm();
-    let mut scratch = if needs_shingles {
-        Scratch::collecting_shingle_sets()
-    } else {
-        Scratch::default()
-    };
     let mut sig = vec![0u32; num_perm];
     let mut row_keys = vec![0u64; columns];
-    let mut set = Vec::new();
     let mut row = job.row_base;
     let mut records = 0u64;
     let mut error = None;
@@ -223,11 +252,13 @@ fn prepare_chunk(
                 break;
             }
         };
-        let mut samples = Vec::new();
-        let mut signatures = Vec::new();
-        let mut rows = Vec::new();
-        let mut hot = Vec::new();
-        let mut shingles = Vec::new();
+        let Spare {
+            mut samples,
+            mut signatures,
+            mut rows,
+            mut hot,
+            mut shingles,
+        } = spares.try_recv().map(Spare::cleared).unwrap_or_default();
         let mut ids = String::new();
         block.for_each_sample(&cfg.selector, |s| {
             let id = s.id.as_ref().map(|id| {
@@ -252,13 +283,9 @@ fn prepare_chunk(
                             row: this_row,
                         }
                     } else {
-                        let r = cfg.rule.sketch(
-                            &cfg.sketcher,
-                            &text,
-                            &mut scratch,
-                            &mut sig,
-                            &mut row_keys,
-                        );
+                        let r =
+                            cfg.rule
+                                .sketch(&cfg.sketcher, &text, scratch, &mut sig, &mut row_keys);
                         if r.kind == RowKind::Blank {
                             Kind::Blank
                         } else {
@@ -268,8 +295,8 @@ fn prepare_chunk(
                             hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
                             let sh_start = shingles.len() as u32;
                             if needs_shingles {
-                                cfg.sketcher.last_shingle_set(&mut scratch, &mut set);
-                                shingles.extend_from_slice(&set);
+                                cfg.sketcher.last_shingle_set(scratch, set);
+                                shingles.extend_from_slice(set);
                             }
                             Kind::Hot {
                                 content_hash: r.content_hash,
@@ -392,6 +419,7 @@ pub fn run_dedup(
     let stop = AtomicBool::new(false);
     let (tx, rx) = crossbeam_channel::bounded::<(usize, usize, Msg)>(window * 4);
     let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(8);
+    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Spare>(window);
 
     let mut stats = DedupStats::default();
     let mut failure: Option<DedupError> = None;
@@ -404,9 +432,17 @@ pub fn run_dedup(
         });
         for _ in 0..threads {
             let tx = tx.clone();
-            let (next_job, collected, progress, stop, jobs, inputs) =
-                (&next_job, &collected, &progress, &stop, &jobs, &inputs);
+            let (next_job, collected, progress, stop, jobs, inputs, spare_rx) = (
+                &next_job, &collected, &progress, &stop, &jobs, &inputs, &spare_rx,
+            );
             scope.spawn(move || {
+                // One scratch per thread, not per chunk: its buffers grow to the largest text
+                // seen, and growing them again for every chunk cost page faults and copies.
+                let mut scratch = if needs_shingles {
+                    (Scratch::collecting_shingle_sets(), Vec::new())
+                } else {
+                    (Scratch::default(), Vec::new())
+                };
                 loop {
                     let i = next_job.fetch_add(1, Ordering::Relaxed);
                     if i >= jobs.len() {
@@ -430,6 +466,8 @@ pub fn run_dedup(
                         cfg,
                         needs_shingles,
                         stop,
+                        spare_rx,
+                        &mut scratch,
                         |m| {
                             seq += 1;
                             tx.send((i, seq - 1, m)).is_ok()
@@ -457,7 +495,7 @@ pub fn run_dedup(
                     }
                 }
                 match m {
-                    Msg::Block(work) => {
+                    Msg::Block(mut work) => {
                         let keep = decide_block(
                             &work,
                             mask,
@@ -471,6 +509,8 @@ pub fn run_dedup(
                             decisions.as_mut(),
                             observe,
                         );
+                        // Full means the workers hold enough spares: this one is dropped.
+                        let _ = spare_tx.try_send(Spare::from_work(&mut work));
                         let keep = keep.and_then(|k| match deduper.take_io_error() {
                             Some(e) => Err(DedupError::Spill(e.to_string())),
                             None => Ok(k),

@@ -19,14 +19,26 @@ use neardup_sketch::jaccard_at_least;
 use crate::reps::RepId;
 
 enum Place {
-    Memory { start: usize, len: usize },
-    Disk { offset: u64, len: usize },
+    Memory {
+        chunk: usize,
+        start: usize,
+        len: usize,
+    },
+    Disk {
+        offset: u64,
+        len: usize,
+    },
 }
+
+/// Sets live in fixed chunks of this many values (8 MB), never moved once written: one growing
+/// vector would copy everything held so far at each doubling (and fault its pages in twice).
+const CHUNK_VALUES: usize = 1 << 20;
 
 pub struct ShingleStore {
     budget: u64,
     spill_dir: Option<PathBuf>,
-    memory: Vec<u64>,
+    chunks: Vec<Vec<u64>>,
+    memory_values: usize,
     places: Vec<Option<Place>>,
     spill: Option<File>,
     spill_len: u64,
@@ -40,7 +52,8 @@ impl ShingleStore {
         ShingleStore {
             budget,
             spill_dir,
-            memory: Vec::new(),
+            chunks: Vec::new(),
+            memory_values: 0,
             places: Vec::new(),
             spill: None,
             spill_len: 0,
@@ -55,12 +68,24 @@ impl ShingleStore {
         if self.places.len() <= id {
             self.places.resize_with(id + 1, || None);
         }
-        if ((self.memory.len() + set.len()) * 8) as u64 <= self.budget {
+        if ((self.memory_values + set.len()) * 8) as u64 <= self.budget {
+            let fits = self
+                .chunks
+                .last()
+                .is_some_and(|c| c.capacity() - c.len() >= set.len());
+            if !fits {
+                self.chunks
+                    .push(Vec::with_capacity(CHUNK_VALUES.max(set.len())));
+            }
+            let chunk = self.chunks.len() - 1;
+            let c = &mut self.chunks[chunk];
             self.places[id] = Some(Place::Memory {
-                start: self.memory.len(),
+                chunk,
+                start: c.len(),
                 len: set.len(),
             });
-            self.memory.extend_from_slice(set);
+            c.extend_from_slice(set);
+            self.memory_values += set.len();
             return;
         }
         match self.spill_set(set) {
@@ -98,8 +123,8 @@ impl ShingleStore {
     /// Exact Jaccard between representative `id`'s set and `other` when it reaches `threshold`.
     pub fn jaccard_at_least(&mut self, id: RepId, other: &[u64], threshold: f64) -> Option<f64> {
         match self.places.get(id as usize).and_then(|p| p.as_ref()) {
-            Some(Place::Memory { start, len }) => {
-                jaccard_at_least(&self.memory[*start..*start + *len], other, threshold)
+            Some(&Place::Memory { chunk, start, len }) => {
+                jaccard_at_least(&self.chunks[chunk][start..start + len], other, threshold)
             }
             Some(&Place::Disk { offset, len }) => {
                 let file = self.spill.as_ref().expect("a set on disk has a spill file");
@@ -122,7 +147,7 @@ impl ShingleStore {
     }
 
     pub fn bytes(&self) -> u64 {
-        (self.memory.len() * 8) as u64 + self.spill_len
+        (self.memory_values * 8) as u64 + self.spill_len
     }
 
     /// The first disk error, if any (taken: reported once).

@@ -222,6 +222,7 @@ fn sketch_chunk(
     chunk: &Chunk,
     cfg: &KeysConfig,
     stop: &AtomicBool,
+    scratch: &mut Scratch,
 ) -> ChunkOutput {
     let opts = ReadOptions {
         selector: cfg.selector.clone(),
@@ -240,7 +241,6 @@ fn sketch_chunk(
         problems: Vec::new(),
         read_error: None,
     };
-    let mut scratch = Scratch::default();
     let mut sig = vec![0u32; cfg.sketcher.num_perm()];
     for block in read_chunk(file, chunk, &opts) {
         if stop.load(Ordering::Relaxed) {
@@ -263,7 +263,7 @@ fn sketch_chunk(
                 let r = cfg.rule.sketch(
                     &cfg.sketcher,
                     &text,
-                    &mut scratch,
+                    scratch,
                     &mut sig,
                     &mut out.keys[start..],
                 );
@@ -354,6 +354,10 @@ pub fn run_keys(
             let (next_chunk, collected, progress, stop, chunks) =
                 (&next_chunk, &collected, &progress, &stop, &chunks);
             scope.spawn(move || {
+                // One scratch per thread, not per chunk: its buffers grow to the largest text
+                // seen (megabytes for a big page), and growing them again for every chunk cost
+                // page faults and copies.
+                let mut scratch = Scratch::default();
                 loop {
                     let i = next_chunk.fetch_add(1, Ordering::Relaxed);
                     if i >= chunks.len() {
@@ -369,7 +373,7 @@ pub fn run_keys(
                         break;
                     }
                     let chunk = &chunks[i];
-                    let out = sketch_chunk(&files[chunk.file], chunk, cfg, stop);
+                    let out = sketch_chunk(&files[chunk.file], chunk, cfg, stop, &mut scratch);
                     if tx.send((i, out)).is_err() {
                         break;
                     }
