@@ -38,8 +38,12 @@ time_cmd() {
 
 full=("$corpus"/jsonl/*.jsonl)
 echo "== full corpus: ${#full[@]} files, $(du -sh "$corpus/jsonl" | cut -f1)"
-time_cmd neardup-full "$nd" dedup "${full[@]}" -q --decisions "$work/neardup-full.jsonl" --output "$work/neardup-full-out" --overwrite
+# Like the peers' scripts, the timed runs write the decisions only; writing the filtered dataset
+# too (fsynced, into a fresh directory, so it includes the disk) is timed separately.
+time_cmd neardup-full "$nd" dedup "${full[@]}" -q --decisions "$work/neardup-full.jsonl"
 time_cmd neardup-full-1thread "$nd" dedup "${full[@]}" -q -j 1 --decisions "$work/neardup-full-1t.jsonl"
+rm -rf "$work/neardup-full-out"
+time_cmd neardup-full-dataset "$nd" dedup "${full[@]}" -q --decisions "$work/neardup-full-ds.jsonl" --output "$work/neardup-full-out"
 for peer in $full_peers; do
   case $peer in
     rensa|datasketch) time_cmd "$peer-full" "$py" "$shared/bench/peers/run_datasketch.py" --lib "$peer" "${full[@]}" --out "$work/$peer-full.jsonl" ;;
