@@ -170,7 +170,7 @@ struct BlockWork {
 
 /// The per-block vectors of a decided block, handed back to the workers: a block's shingle sets
 /// are megabytes, and a fresh vector of that size per block costs page faults and copies as it
-/// grows (most of stage 2's kernel time before they were recycled).
+/// grows.
 #[derive(Default)]
 struct Spare {
     samples: Vec<SampleWork>,
