@@ -6,7 +6,7 @@ use neardup_corpus::{AtomicFile, DiscoverOptions, InputFile, OutputOptions, disc
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
 use neardup_keys::{
     CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats,
-    TableStore, merge_table_files, merge_tables, order_table_files, run_keys,
+    ShardTables, TableStore, merge_table_files, merge_tables, run_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -290,7 +290,7 @@ pub fn merge_hot_key_files(
     tables: &[PathBuf],
 ) -> Result<(HotKeys, HotMask, CountStats), Error> {
     Ok(merge_table_files(
-        tables,
+        &ShardTables::open(tables)?,
         config.keys.min_key_count,
         config.keys.memory_limit,
         config.keys.spill_dir.as_deref(),
@@ -324,8 +324,7 @@ pub fn apply_files(
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
     check_hot_layout(config, hot)?;
-    let ordered = order_table_files(tables)?;
-    let (mask, files) = HotMask::from_table_files(&ordered, hot)?;
+    let (mask, files) = HotMask::from_table_files(&ShardTables::open(tables)?, hot)?;
     apply_with_mask(config, &files, &mask, observe)
 }
 

@@ -414,6 +414,7 @@ impl TextDeduper {
             return Verdict::Unique;
         }
         let shingles = if self.core.needs_shingles() {
+            self.shingles.clear();
             self.sketcher
                 .last_shingle_set(&mut self.scratch, &mut self.shingles);
             Some(self.shingles.as_slice())

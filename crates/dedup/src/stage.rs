@@ -226,7 +226,7 @@ fn prepare_chunk(
     needs_shingles: bool,
     stop: &AtomicBool,
     spares: &crossbeam_channel::Receiver<Spare>,
-    (scratch, set): &mut (Scratch, Vec<u64>),
+    scratch: &mut Scratch,
     mut send: impl FnMut(Msg) -> bool,
 ) {
     let opts = ReadOptions {
@@ -295,8 +295,7 @@ fn prepare_chunk(
                             hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
                             let sh_start = shingles.len() as u32;
                             if needs_shingles {
-                                cfg.sketcher.last_shingle_set(scratch, set);
-                                shingles.extend_from_slice(set);
+                                cfg.sketcher.last_shingle_set(scratch, &mut shingles);
                             }
                             Kind::Hot {
                                 content_hash: r.content_hash,
@@ -439,9 +438,9 @@ pub fn run_dedup(
                 // One scratch per thread, not per chunk: its buffers grow to the largest text
                 // seen, and growing them again for every chunk cost page faults and copies.
                 let mut scratch = if needs_shingles {
-                    (Scratch::collecting_shingle_sets(), Vec::new())
+                    Scratch::collecting_shingle_sets()
                 } else {
-                    (Scratch::default(), Vec::new())
+                    Scratch::default()
                 };
                 loop {
                     let i = next_job.fetch_add(1, Ordering::Relaxed);

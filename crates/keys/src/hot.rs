@@ -11,9 +11,47 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
 use crate::table::{
-    ChecksumReader, ChecksumWriter, FileRows, KeyTable, TableLayout, TableReader,
+    ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableLayout, TableReader,
     read_framed_header, read_u64s, truncated, verify_trailer, write_framed_header, write_u64s,
 };
+
+/// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
+struct MaskMarker {
+    mask: HotMask,
+    set: HashSet<u64>,
+    columns: usize,
+    content_col: Option<usize>,
+    /// Hot content keys seen so far: a later row with one is a later exact copy.
+    first_seen: HashSet<u64>,
+    /// Position of the next key.
+    pos: usize,
+}
+
+impl MaskMarker {
+    fn new(hot: &HotKeys, rows: usize, columns: usize) -> MaskMarker {
+        MaskMarker {
+            mask: HotMask::new(rows, columns),
+            set: hot.lookup(),
+            columns,
+            content_col: hot.layout().rule.exact_key.then(|| columns - 1),
+            first_seen: HashSet::new(),
+            pos: 0,
+        }
+    }
+
+    fn mark(&mut self, keys: &[u64]) {
+        for key in keys {
+            let pos = self.pos;
+            self.pos += 1;
+            if *key != NO_KEY && self.set.contains(key) {
+                self.mask.set_position(pos);
+                if self.content_col == Some(pos % self.columns) && !self.first_seen.insert(*key) {
+                    self.mask.set_later_copy(pos / self.columns);
+                }
+            }
+        }
+    }
+}
 
 /// The keys seen more than `min_count` times, sorted ascending, with the settings they came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -170,73 +208,37 @@ impl HotMask {
         for t in tables {
             t.layout().check_compatible(hot.layout())?;
         }
-        let set = hot.lookup();
-        let columns = first.columns();
-        let content_col = first.layout().rule.exact_key.then(|| columns - 1);
         let rows = tables.iter().map(|t| t.rows()).sum();
-        let mut mask = HotMask::new(rows, columns);
-        let mut first_seen = HashSet::new();
-        let mut base = 0;
+        let mut marker = MaskMarker::new(hot, rows, first.columns());
         for t in tables {
-            for (pos, key) in t.keys().iter().enumerate() {
-                if *key != NO_KEY && set.contains(key) {
-                    mask.set_position(base + pos);
-                    if content_col == Some(pos % columns) && !first_seen.insert(*key) {
-                        mask.set_later_copy((base + pos) / columns);
-                    }
-                }
-            }
-            base += t.keys().len();
+            marker.mark(t.keys());
         }
-        Ok(mask)
+        Ok(marker.mask)
     }
 
-    /// [`HotMask::from_tables`] over saved tables given in shard order (see
-    /// [`crate::order_table_files`]), reading each sequentially instead of holding them; also
-    /// returns all their files' row ranges, in row order.
+    /// [`HotMask::from_tables`] over saved tables, reading each sequentially instead of holding
+    /// them; also returns all their files' row ranges, in row order.
     pub fn from_table_files(
-        paths: &[std::path::PathBuf],
+        tables: &ShardTables,
         hot: &HotKeys,
     ) -> Result<(HotMask, Vec<FileRows>), KeysError> {
-        if paths.is_empty() {
-            return Ok((HotMask::new(0, 0), Vec::new()));
-        }
+        tables.layout.check_compatible(hot.layout())?;
+        let rows = tables.rows.iter().sum::<u64>() as usize;
+        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns());
         let mut files = Vec::new();
-        let mut rows = 0u64;
-        let mut columns = 0;
-        for p in paths {
-            let r = TableReader::open(p)?;
-            r.layout().check_compatible(hot.layout())?;
-            rows += r.rows();
-            columns = r.layout().columns();
-        }
-        let set = hot.lookup();
-        let content_col = hot.layout().rule.exact_key.then(|| columns - 1);
-        let mut mask = HotMask::new(rows as usize, columns);
-        let mut first_seen = HashSet::new();
-        let mut base = 0usize;
         let mut block = Vec::new();
-        for p in paths {
+        for p in &tables.paths {
             let mut reader = TableReader::open(p)?;
             loop {
                 block.clear();
                 if reader.read_keys(1 << 20, &mut block)? == 0 {
                     break;
                 }
-                for (i, key) in block.iter().enumerate() {
-                    let pos = base + i;
-                    if *key != NO_KEY && set.contains(key) {
-                        mask.set_position(pos);
-                        if content_col == Some(pos % columns) && !first_seen.insert(*key) {
-                            mask.set_later_copy(pos / columns);
-                        }
-                    }
-                }
-                base += block.len();
+                marker.mark(&block);
             }
             files.extend(reader.finish()?.files);
         }
-        Ok((mask, files))
+        Ok((marker.mask, files))
     }
 
     pub(crate) fn set_later_copy(&mut self, row: usize) {

@@ -34,6 +34,6 @@ pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
     KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore,
-    merge_table_files, merge_tables, order_table_files, run_keys,
+    merge_table_files, merge_tables, run_keys,
 };
-pub use table::{ChunkRows, FileRows, KeyTable, TableLayout, TableParts, TableReader};
+pub use table::{ChunkRows, FileRows, KeyTable, ShardTables, TableLayout, TableParts, TableReader};

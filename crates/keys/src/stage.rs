@@ -17,7 +17,9 @@ use crate::count::{CountStats, Counted, SpillCounter, count_in_memory};
 use crate::error::KeysError;
 use crate::hot::{HotKeys, HotMask};
 use crate::row::{RowKind, RowRule};
-use crate::table::{ChunkRows, FileRows, KeyTable, TableLayout, TableReader};
+use crate::table::{
+    ChunkRows, FileRows, KeyTable, ShardTables, TableLayout, TableReader, check_shards,
+};
 
 /// What to do when an input record or file cannot be read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -548,78 +550,47 @@ fn absorb(
 /// [`SpillCounter`] under `spill_dir` that counts partition by partition within the limit. The
 /// hot keys and mask are the same either way.
 pub fn merge_table_files(
-    paths: &[PathBuf],
+    tables: &ShardTables,
     min_count: u32,
     memory_limit: Option<u64>,
     spill_dir: Option<&std::path::Path>,
 ) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
-    let ordered = order_table_files(paths)?;
-    let first = TableReader::open(&ordered[0])?;
-    let layout = first.layout().clone();
-    drop(first);
-    let columns = layout.columns();
-    let content_col = layout.rule.exact_key.then(|| columns - 1);
-    let mut total_keys = 0u64;
-    for p in &ordered {
-        total_keys += TableReader::open(p)?.keys_left();
-    }
-    let spill = memory_limit.is_some_and(|limit| total_keys.saturating_mul(8) > limit);
-    let counted = if spill {
-        let limit = memory_limit.expect("spill implies a limit");
-        let mut counter = SpillCounter::new(spill_dir, columns, content_col, limit / 2)?;
-        let mut block = Vec::new();
-        let rows_per_block = ((1usize << 20) / columns).max(1) * columns;
-        for p in &ordered {
-            let mut reader = TableReader::open(p)?;
-            loop {
-                block.clear();
-                if reader.read_keys(rows_per_block, &mut block)? == 0 {
-                    break;
+    let columns = tables.layout.columns();
+    let content_col = tables.layout.rule.exact_key.then(|| columns - 1);
+    let total_keys = tables.total_keys();
+    let counted = match memory_limit.filter(|&limit| total_keys.saturating_mul(8) > limit) {
+        Some(limit) => {
+            let mut counter = SpillCounter::new(spill_dir, columns, content_col, limit / 2)?;
+            let mut block = Vec::new();
+            let rows_per_block = ((1usize << 20) / columns).max(1) * columns;
+            for p in &tables.paths {
+                let mut reader = TableReader::open(p)?;
+                loop {
+                    block.clear();
+                    if reader.read_keys(rows_per_block, &mut block)? == 0 {
+                        break;
+                    }
+                    counter.push_rows(&block)?;
                 }
-                counter.push_rows(&block)?;
+                reader.finish()?;
             }
-            reader.finish()?;
+            counter.finish(min_count)?
         }
-        counter.finish(min_count)?
-    } else {
-        let mut all = Vec::with_capacity(total_keys as usize);
-        for p in &ordered {
-            let mut reader = TableReader::open(p)?;
-            while reader.read_keys(usize::MAX, &mut all)? > 0 {}
-            reader.finish()?;
+        None => {
+            let mut all = Vec::with_capacity(total_keys as usize);
+            for p in &tables.paths {
+                let mut reader = TableReader::open(p)?;
+                reader.read_keys(usize::MAX, &mut all)?;
+                reader.finish()?;
+            }
+            count_in_memory(&all, columns, min_count, content_col)
         }
-        count_in_memory(&all, columns, min_count, content_col)
     };
     Ok((
-        HotKeys::new(layout, min_count, counted.hot_keys),
+        HotKeys::new(tables.layout.clone(), min_count, counted.hot_keys),
         counted.mask,
         counted.stats,
     ))
-}
-
-/// The table files in shard order, after checking that they were made with the same settings
-/// and that no shard number repeats.
-pub fn order_table_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, KeysError> {
-    if paths.is_empty() {
-        return Err(KeysError::Config("no key tables to merge".into()));
-    }
-    let mut shards = Vec::with_capacity(paths.len());
-    let mut layout: Option<TableLayout> = None;
-    for p in paths {
-        let r = TableReader::open(p)?;
-        match &layout {
-            Some(l) => l.check_compatible(r.layout())?,
-            None => layout = Some(r.layout().clone()),
-        }
-        shards.push((r.shard(), p.clone()));
-    }
-    shards.sort_by_key(|(s, _)| *s);
-    if shards.windows(2).any(|w| w[0].0 == w[1].0) {
-        return Err(KeysError::Config(
-            "two key tables claim the same shard number".into(),
-        ));
-    }
-    Ok(shards.into_iter().map(|(_, p)| p).collect())
 }
 
 /// Counts several shards' tables together (the `hot` step of a distributed run): the hot keys of
@@ -628,29 +599,18 @@ pub fn merge_tables(
     tables: &[KeyTable],
     min_count: u32,
 ) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
-    let first = tables
-        .first()
-        .ok_or_else(|| KeysError::Config("no key tables to merge".into()))?;
-    for t in &tables[1..] {
-        first.layout().check_compatible(t.layout())?;
-    }
-    let mut shards: Vec<u32> = tables.iter().map(|t| t.shard()).collect();
-    shards.sort_unstable();
-    if shards.windows(2).any(|w| w[0] == w[1]) {
-        return Err(KeysError::Config(
-            "two key tables claim the same shard number".into(),
-        ));
-    }
+    let layout = check_shards(tables.iter().map(|t| (t.shard(), t.layout())))?;
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
     let mut all = Vec::with_capacity(ordered.iter().map(|t| t.keys().len()).sum());
     for t in &ordered {
         all.extend_from_slice(t.keys());
     }
-    let content_col = first.layout().rule.exact_key.then(|| first.columns() - 1);
-    let counted = count_in_memory(&all, first.columns(), min_count, content_col);
+    let columns = layout.columns();
+    let content_col = layout.rule.exact_key.then(|| columns - 1);
+    let counted = count_in_memory(&all, columns, min_count, content_col);
     Ok((
-        HotKeys::new(first.layout().clone(), min_count, counted.hot_keys),
+        HotKeys::new(layout.clone(), min_count, counted.hot_keys),
         counted.mask,
         counted.stats,
     ))

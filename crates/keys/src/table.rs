@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use neardup_corpus::{AtomicFile, ChunkRange, InputFile, TextSelector};
 use serde::{Deserialize, Serialize};
@@ -206,7 +206,7 @@ impl KeyTable {
 /// shard, files) is available at once, the keys follow in row order, and
 /// [`TableReader::finish`] verifies the checksum once everything was read.
 pub struct TableReader {
-    path: std::path::PathBuf,
+    path: PathBuf,
     header: TableHeader,
     input: ChecksumReader<BufReader<File>>,
     keys_left: u64,
@@ -304,6 +304,64 @@ impl TableReader {
             shard: self.header.shard,
             files: self.header.files,
         })
+    }
+}
+
+/// Checks that tables share one layout and that no shard number repeats; returns the layout.
+pub(crate) fn check_shards<'a>(
+    tables: impl IntoIterator<Item = (u32, &'a TableLayout)>,
+) -> Result<&'a TableLayout, KeysError> {
+    let mut layout: Option<&TableLayout> = None;
+    let mut shards = Vec::new();
+    for (shard, l) in tables {
+        match layout {
+            Some(first) => first.check_compatible(l)?,
+            None => layout = Some(l),
+        }
+        shards.push(shard);
+    }
+    let layout = layout.ok_or_else(|| KeysError::Config("no key tables to merge".into()))?;
+    shards.sort_unstable();
+    if shards.windows(2).any(|w| w[0] == w[1]) {
+        return Err(KeysError::Config(
+            "two key tables claim the same shard number".into(),
+        ));
+    }
+    Ok(layout)
+}
+
+/// The saved tables of all shards of a run, from their headers only (nothing is loaded): in
+/// shard order, checked to share one layout and to have distinct shard numbers.
+pub struct ShardTables {
+    /// The layout all tables share.
+    pub layout: TableLayout,
+    /// The table files, in shard order.
+    pub paths: Vec<PathBuf>,
+    /// Rows of each table, in the same order.
+    pub rows: Vec<u64>,
+}
+
+impl ShardTables {
+    /// Reads the headers of `paths` (in any order) and orders them by shard number.
+    pub fn open(paths: &[PathBuf]) -> Result<ShardTables, KeysError> {
+        let mut headers = Vec::with_capacity(paths.len());
+        for p in paths {
+            let r = TableReader::open(p)?;
+            headers.push((r.shard(), r.header.layout, p.clone(), r.header.rows));
+        }
+        let layout = check_shards(headers.iter().map(|(s, l, ..)| (*s, l)))?.clone();
+        headers.sort_by_key(|(s, ..)| *s);
+        let (paths, rows) = headers.into_iter().map(|(_, _, p, r)| (p, r)).unzip();
+        Ok(ShardTables {
+            layout,
+            paths,
+            rows,
+        })
+    }
+
+    /// Keys in all tables together.
+    pub fn total_keys(&self) -> u64 {
+        self.rows.iter().sum::<u64>() * self.layout.columns() as u64
     }
 }
 

@@ -126,13 +126,28 @@ fn intersection_len(a: &[u64], b: &[u64], needed: usize) -> usize {
 /// quadratic is detected and sorted conventionally. `counts` is scratch space.
 pub fn sorted_set(hashes: &[u64], out: &mut Vec<u64>, counts: &mut Vec<u32>) {
     out.clear();
+    append_sorted_set(hashes, out, counts);
+}
+
+/// [`sorted_set`] appended after what `out` already holds (stage 2 packs the sets of a block's
+/// samples one after another without an intermediate copy).
+pub fn append_sorted_set(hashes: &[u64], out: &mut Vec<u64>, counts: &mut Vec<u32>) {
+    let base = out.len();
     let n = hashes.len();
+    out.extend_from_slice(hashes);
+    let v = &mut out[base..];
     if n < 64 {
-        out.extend_from_slice(hashes);
-        out.sort_unstable();
-        out.dedup();
-        return;
+        v.sort_unstable();
+    } else {
+        bucket_sort(hashes, v, counts);
     }
+    let len = dedup_sorted(v);
+    out.truncate(base + len);
+}
+
+/// Sorts `hashes` into `v` (same length): scatter by bucket, then one insertion pass.
+fn bucket_sort(hashes: &[u64], v: &mut [u64], counts: &mut Vec<u32>) {
+    let n = hashes.len();
     // n .. 2n buckets; past 2^17 the histogram leaves the L2 cache.
     let bits = (usize::BITS - n.leading_zeros()).clamp(6, 17);
     // Bucket on the top `bits` of the values' actual range (the datasketch scheme's hashes are
@@ -149,13 +164,11 @@ pub fn sorted_set(hashes: &[u64], out: &mut Vec<u64>, counts: &mut Vec<u32>) {
         counts[b] += counts[b - 1];
     }
     // counts[b] is now where bucket b starts, and serves as its write cursor.
-    out.resize(n, 0);
     for &h in hashes {
         let b = (h >> shift) as usize;
-        out[counts[b] as usize] = h;
+        v[counts[b] as usize] = h;
         counts[b] += 1;
     }
-    let v = out.as_mut_slice();
     let budget = 8 * n;
     let mut moved = 0usize;
     for i in 1..n {
@@ -172,7 +185,18 @@ pub fn sorted_set(hashes: &[u64], out: &mut Vec<u64>, counts: &mut Vec<u32>) {
             break;
         }
     }
-    out.dedup();
+}
+
+/// Moves the distinct values of sorted `v` to its front; returns how many there are.
+fn dedup_sorted(v: &mut [u64]) -> usize {
+    let mut write = 0;
+    for i in 0..v.len() {
+        if write == 0 || v[write - 1] != v[i] {
+            v[write] = v[i];
+            write += 1;
+        }
+    }
+    write
 }
 
 #[cfg(test)]
@@ -235,6 +259,14 @@ mod tests {
             want.dedup();
             assert_eq!(out, want, "n {n}");
         }
+        // Appending keeps what was there and adds the same set.
+        let v: Vec<u64> = (0..5000u64).map(|_| lcg(&mut seed)).collect();
+        let mut want = vec![7, 3];
+        sorted_set(&v, &mut out, &mut counts);
+        want.extend_from_slice(&out);
+        let mut appended = vec![7, 3];
+        append_sorted_set(&v, &mut appended, &mut counts);
+        assert_eq!(appended, want);
         // Skewed values (all in one bucket) still come out right.
         let v: Vec<u64> = (0..5000u64).rev().chain(0..100).collect();
         sorted_set(&v, &mut out, &mut counts);

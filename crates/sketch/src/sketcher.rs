@@ -6,7 +6,7 @@ use crate::lsh::{BandKeyScheme, LshParams, band_keys};
 use crate::minhash::{HashScheme, MinHasher, SignScratch};
 use crate::normalize::{NormalizeScratch, Normalizer};
 use crate::shingle::Shingler;
-use crate::similarity::sorted_set;
+use crate::similarity::{append_sorted_set, sorted_set};
 
 /// Everything that defines how a text becomes keys. Two runs with equal configs produce equal
 /// keys.
@@ -244,11 +244,11 @@ impl Sketcher {
         sorted_set(hashes, out, set_counts);
     }
 
-    /// The shingle set of the text last passed to [`Sketcher::signature`] or
-    /// [`Sketcher::sketch`] with this scratch, as [`Sketcher::shingle_set`] would return it, without
-    /// normalising and hashing the text again.
+    /// Appends to `out` the shingle set of the text last passed to [`Sketcher::signature`] or
+    /// [`Sketcher::sketch`] with this scratch, as [`Sketcher::shingle_set`] would return it,
+    /// without normalising and hashing the text again.
     pub fn last_shingle_set(&self, scratch: &mut Scratch, out: &mut Vec<u64>) {
-        sorted_set(
+        append_sorted_set(
             scratch.sign.mostly_distinct_hashes(),
             out,
             &mut scratch.set_counts,
