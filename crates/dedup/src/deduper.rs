@@ -128,8 +128,8 @@ pub struct Candidate<'a> {
     pub hot: &'a [bool],
     /// 128-bit content hash of its normalised text.
     pub content_hash: u128,
-    /// Its sorted shingle-hash set, when exact verification is on.
-    pub shingles: Option<&'a [u64]>,
+    /// Its shingle set ([`Sketcher::shingle_set`]), when exact verification is on.
+    pub shingles: Option<&'a [u32]>,
 }
 
 /// Decides hot samples in input order against bounded representative sets.
@@ -351,7 +351,7 @@ pub struct TextDeduper {
     sig: Vec<u32>,
     row: Vec<u64>,
     hot_cols: Vec<bool>,
-    shingles: Vec<u64>,
+    shingles: Vec<u32>,
     next: u64,
 }
 

@@ -164,7 +164,7 @@ struct BlockWork {
     signatures: Vec<u32>,
     rows: Vec<u64>,
     hot: Vec<bool>,
-    shingles: Vec<u64>,
+    shingles: Vec<u32>,
     ids: String,
 }
 
@@ -177,7 +177,7 @@ struct Spare {
     signatures: Vec<u32>,
     rows: Vec<u64>,
     hot: Vec<bool>,
-    shingles: Vec<u64>,
+    shingles: Vec<u32>,
 }
 
 impl Spare {

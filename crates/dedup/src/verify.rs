@@ -1,6 +1,7 @@
 //! Representatives' shingle sets for exact verification, within a memory budget.
 //!
-//! Sets are stored as sorted 64-bit shingle hashes (8 bytes per distinct shingle). Up to the
+//! Sets are stored as sorted 32-bit shingle fingerprints (4 bytes per distinct shingle, see
+//! [`neardup_sketch::fingerprint`]). Up to the
 //! budget they stay in memory; past it, further sets are appended to an anonymous temporary file
 //! (in the configured spill directory, else the system's) and read back with positioned reads,
 //! helped by the page cache, only when a candidate needs confirming.
@@ -30,19 +31,19 @@ enum Place {
     },
 }
 
-/// Sets live in fixed chunks of this many values (8 MB), never moved once written: one growing
+/// Sets live in fixed chunks of this many values (4 MB), never moved once written: one growing
 /// vector would copy everything held so far at each doubling (and fault its pages in twice).
 const CHUNK_VALUES: usize = 1 << 20;
 
 pub struct ShingleStore {
     budget: u64,
     spill_dir: Option<PathBuf>,
-    chunks: Vec<Vec<u64>>,
+    chunks: Vec<Vec<u32>>,
     memory_values: usize,
     places: Vec<Option<Place>>,
     spill: Option<File>,
     spill_len: u64,
-    buf: Vec<u64>,
+    buf: Vec<u32>,
     bytes: Vec<u8>,
     error: Option<io::Error>,
 }
@@ -63,12 +64,12 @@ impl ShingleStore {
         }
     }
 
-    pub fn push(&mut self, id: RepId, set: &[u64]) {
+    pub fn push(&mut self, id: RepId, set: &[u32]) {
         let id = id as usize;
         if self.places.len() <= id {
             self.places.resize_with(id + 1, || None);
         }
-        if ((self.memory_values + set.len()) * 8) as u64 <= self.budget {
+        if ((self.memory_values + set.len()) * 4) as u64 <= self.budget {
             let fits = self
                 .chunks
                 .last()
@@ -101,7 +102,7 @@ impl ShingleStore {
         ));
     }
 
-    fn spill_set(&mut self, set: &[u64]) -> io::Result<Place> {
+    fn spill_set(&mut self, set: &[u32]) -> io::Result<Place> {
         if self.spill.is_none() {
             self.spill = Some(match &self.spill_dir {
                 Some(dir) => tempfile::tempfile_in(dir)?,
@@ -121,14 +122,14 @@ impl ShingleStore {
     }
 
     /// Exact Jaccard between representative `id`'s set and `other` when it reaches `threshold`.
-    pub fn jaccard_at_least(&mut self, id: RepId, other: &[u64], threshold: f64) -> Option<f64> {
+    pub fn jaccard_at_least(&mut self, id: RepId, other: &[u32], threshold: f64) -> Option<f64> {
         match self.places.get(id as usize).and_then(|p| p.as_ref()) {
             Some(&Place::Memory { chunk, start, len }) => {
                 jaccard_at_least(&self.chunks[chunk][start..start + len], other, threshold)
             }
             Some(&Place::Disk { offset, len }) => {
                 let file = self.spill.as_ref().expect("a set on disk has a spill file");
-                self.bytes.resize(len * 8, 0);
+                self.bytes.resize(len * 4, 0);
                 if let Err(e) = file.read_exact_at(&mut self.bytes, offset) {
                     self.fail(e);
                     return None;
@@ -136,8 +137,8 @@ impl ShingleStore {
                 self.buf.clear();
                 self.buf.extend(
                     self.bytes
-                        .chunks_exact(8)
-                        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
+                        .chunks_exact(4)
+                        .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))),
                 );
                 jaccard_at_least(&self.buf, other, threshold)
             }
@@ -147,7 +148,7 @@ impl ShingleStore {
     }
 
     pub fn bytes(&self) -> u64 {
-        (self.memory_values * 8) as u64 + self.spill_len
+        (self.memory_values * 4) as u64 + self.spill_len
     }
 
     /// The first disk error, if any (taken: reported once).
@@ -163,12 +164,12 @@ mod tests {
     #[test]
     fn sets_past_the_budget_spill_and_still_verify() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = ShingleStore::new(8 * 10, Some(dir.path().to_path_buf()));
-        let a: Vec<u64> = (0..10).collect();
-        let b: Vec<u64> = (5..15).collect();
+        let mut store = ShingleStore::new(4 * 10, Some(dir.path().to_path_buf()));
+        let a: Vec<u32> = (0..10).collect();
+        let b: Vec<u32> = (5..15).collect();
         store.push(0, &a);
         store.push(1, &b); // over budget: on disk
-        assert_eq!(store.bytes(), 160);
+        assert_eq!(store.bytes(), 80);
         assert_eq!(store.jaccard_at_least(0, &a, 0.8), Some(1.0));
         assert_eq!(store.jaccard_at_least(1, &b, 0.8), Some(1.0));
         assert_eq!(store.jaccard_at_least(1, &a, 0.3), Some(5.0 / 15.0));
@@ -179,7 +180,7 @@ mod tests {
     #[test]
     fn an_unusable_spill_dir_is_an_error_not_a_panic_nor_a_drop() {
         let mut store = ShingleStore::new(0, Some(PathBuf::from("/nonexistent/neardup-spill")));
-        let a: Vec<u64> = (0..10).collect();
+        let a: Vec<u32> = (0..10).collect();
         store.push(0, &a);
         assert_eq!(store.jaccard_at_least(0, &a, 0.5), None);
         let e = store.take_error().expect("the failed spill is reported");

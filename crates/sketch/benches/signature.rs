@@ -18,7 +18,7 @@
 //!   hash, 16 x 8 fast band keys);
 //! - `signature/bytes5/fast`, `signature/words3/fast`: the other shingle modes;
 //! - `signature/oph/<kernel>`, `signature/sketcher/oph`: the default one-permutation scheme;
-//! - `sets/sort_dedup` (baseline) and `sets/sorted_set`: building each text's sorted shingle set
+//! - `sets/sort_dedup` (baseline) and `sets/fingerprint_set`: building each text's sorted shingle set
 //!   (exact verification) from its hashes, with the standard library's sort and with neardup's
 //!   bucket scatter;
 //! - `datasketch/<kernel>`: the lshcurator-compatible scheme on the first eighth of the input.
@@ -322,18 +322,18 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
         b.iter(|| {
             for h in &all_hashes {
                 set.clear();
-                set.extend_from_slice(h);
+                set.extend(h.iter().map(|&h| neardup_sketch::fingerprint(h)));
                 set.sort_unstable();
                 set.dedup();
                 black_box(&set);
             }
         })
     });
-    let mut counts = Vec::new();
-    group.bench_function("sorted_set", |b| {
+    let mut scratch = neardup_sketch::SetScratch::default();
+    group.bench_function("fingerprint_set", |b| {
         b.iter(|| {
             for h in &all_hashes {
-                neardup_sketch::sorted_set(h, &mut set, &mut counts);
+                neardup_sketch::fingerprint_set(h, &mut set, &mut scratch);
                 black_box(&set);
             }
         })

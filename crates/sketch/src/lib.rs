@@ -36,6 +36,7 @@ pub use minhash::{
 pub use normalize::{CharClassSet, Normalizer, is_blank, py_strip};
 pub use shingle::{Shingler, Tokenizer};
 pub use similarity::{
-    append_sorted_set, count_equal, jaccard_at_least, jaccard_sorted, similarity, sorted_set,
+    SetScratch, append_fingerprint_set, count_equal, fingerprint, fingerprint_set,
+    jaccard_at_least, jaccard_sorted, similarity,
 };
 pub use sketcher::{Scratch, SketchConfig, SketchInfo, Sketcher};

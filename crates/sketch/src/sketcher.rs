@@ -6,7 +6,7 @@ use crate::lsh::{BandKeyScheme, LshParams, band_keys};
 use crate::minhash::{HashScheme, MinHasher, SignScratch};
 use crate::normalize::{NormalizeScratch, Normalizer};
 use crate::shingle::Shingler;
-use crate::similarity::{append_sorted_set, sorted_set};
+use crate::similarity::{SetScratch, append_fingerprint_set, fingerprint_set};
 
 /// Everything that defines how a text becomes keys. Two runs with equal configs produce equal
 /// keys.
@@ -152,8 +152,8 @@ pub struct Sketcher {
 pub struct Scratch {
     norm: NormalizeScratch,
     sign: SignScratch,
-    /// Histogram of [`sorted_set`].
-    set_counts: Vec<u32>,
+    /// Buffers of [`fingerprint_set`].
+    set: SetScratch,
 }
 
 impl Scratch {
@@ -228,30 +228,24 @@ impl Sketcher {
         }
     }
 
-    /// The normalised shingle hashes as a sorted, deduplicated set (for exact Jaccard
-    /// verification with [`crate::jaccard_sorted`]).
-    pub fn shingle_set(&self, text: &str, scratch: &mut Scratch, out: &mut Vec<u64>) {
+    /// The normalised text's shingle set: the sorted distinct [`crate::fingerprint`]s of its
+    /// shingle hashes (for exact Jaccard verification with [`crate::jaccard_at_least`]).
+    pub fn shingle_set(&self, text: &str, scratch: &mut Scratch, out: &mut Vec<u32>) {
         let text = self
             .config
             .normalizer
             .normalize_into(text, &mut scratch.norm);
-        let Scratch {
-            sign, set_counts, ..
-        } = scratch;
+        let Scratch { sign, set, .. } = scratch;
         let hashes = &mut sign.hashes;
         self.hasher
             .hash_shingles(&self.config.shingler, text, hashes);
-        sorted_set(hashes, out, set_counts);
+        fingerprint_set(hashes, out, set);
     }
 
     /// Appends to `out` the shingle set of the text last passed to [`Sketcher::signature`] or
     /// [`Sketcher::sketch`] with this scratch, as [`Sketcher::shingle_set`] would return it,
     /// without normalising and hashing the text again.
-    pub fn last_shingle_set(&self, scratch: &mut Scratch, out: &mut Vec<u64>) {
-        append_sorted_set(
-            scratch.sign.mostly_distinct_hashes(),
-            out,
-            &mut scratch.set_counts,
-        );
+    pub fn last_shingle_set(&self, scratch: &mut Scratch, out: &mut Vec<u32>) {
+        append_fingerprint_set(scratch.sign.mostly_distinct_hashes(), out, &mut scratch.set);
     }
 }
