@@ -166,6 +166,16 @@ const SIMPLE_ESCAPE: [u8; 256] = {
     t
 };
 
+/// The byte a one-character escape starting at `b[i]` decodes to, or 0 when no such escape
+/// starts there (not a backslash, `\\u`, invalid, or cut by the end of the input).
+#[inline(always)]
+fn simple_escape_at(b: &[u8], i: usize) -> u8 {
+    match b.get(i..i + 2) {
+        Some(&[b'\\', c]) => SIMPLE_ESCAPE[c as usize],
+        _ => 0,
+    }
+}
+
 /// Bit `k` set when byte `k` of `w` is `"`, `\\` or a control byte: [`special_mask`] sixteen
 /// bytes at a time with SSE2, which every x86-64 CPU has (no run-time detection needed).
 #[cfg(target_arch = "x86_64")]
@@ -214,10 +224,7 @@ fn unescape_simple_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
         let k = m.trailing_zeros() as usize;
         i += k;
         len += k;
-        if b[i] != b'\\' {
-            break;
-        }
-        let simple = b.get(i + 1).map_or(0, |&c| SIMPLE_ESCAPE[c as usize]);
+        let simple = simple_escape_at(b, i);
         if simple == 0 {
             break;
         }
@@ -258,23 +265,9 @@ fn has_x64_unescape() -> bool {
 #[target_feature(enable = "avx512bw,avx512vbmi,avx512vbmi2,popcnt")]
 unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
     use std::arch::x86_64::*;
-    /// `SIMPLE_ESCAPE` over the 7-bit characters, with the non-escapes mapped to themselves
-    /// (never used: only escape positions take the mapped byte).
-    const MAP: [u8; 128] = {
-        let mut t = [0u8; 128];
-        let mut c = 0;
-        while c < 128 {
-            t[c] = if SIMPLE_ESCAPE[c] != 0 {
-                SIMPLE_ESCAPE[c]
-            } else {
-                c as u8
-            };
-            c += 1;
-        }
-        t
-    };
-    /// Non-zero for the characters that complete a one-character escape.
-    const SIMPLE: [u8; 128] = {
+    /// `SIMPLE_ESCAPE` over the 7-bit characters: the decoded byte, 0 where no one-character
+    /// escape ends (so one lookup both decodes and validates).
+    const DECODE: [u8; 128] = {
         let mut t = [0u8; 128];
         let mut c = 0;
         while c < 128 {
@@ -291,10 +284,8 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
     // store writes 64 bytes at `len`, and `len` grows by at most what `i` consumed, so
     // `len + 64` stays within the reserved capacity.
     unsafe {
-        let map_lo = _mm512_loadu_si512(MAP.as_ptr().cast());
-        let map_hi = _mm512_loadu_si512(MAP.as_ptr().add(64).cast());
-        let simple_lo = _mm512_loadu_si512(SIMPLE.as_ptr().cast());
-        let simple_hi = _mm512_loadu_si512(SIMPLE.as_ptr().add(64).cast());
+        let decode_lo = _mm512_loadu_si512(DECODE.as_ptr().cast());
+        let decode_hi = _mm512_loadu_si512(DECODE.as_ptr().add(64).cast());
         let quote = _mm512_set1_epi8(b'"' as i8);
         let backslash = _mm512_set1_epi8(b'\\' as i8);
         let last_control = _mm512_set1_epi8(0x1f);
@@ -307,8 +298,8 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
             // Characters after a backslash that complete no one-character escape: `u`, an
             // invalid escape, or a non-ASCII byte.
             let ascii = !_mm512_movepi8_mask(v);
-            let simple_table = _mm512_permutex2var_epi8(simple_lo, v, simple_hi);
-            let simple = ascii & _mm512_test_epi8_mask(simple_table, simple_table);
+            let decoded_escapes = _mm512_permutex2var_epi8(decode_lo, v, decode_hi);
+            let simple = ascii & _mm512_test_epi8_mask(decoded_escapes, decoded_escapes);
             let bad_escape = escaped & !simple;
             let pairs = bs & (bs >> 1);
             // Stop before the first backslash of a bad escape or of a pair, at a closing quote
@@ -321,8 +312,7 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
             } else {
                 (1u64 << limit) - 1
             };
-            let mapped = _mm512_permutex2var_epi8(map_lo, v, map_hi);
-            let decoded = _mm512_mask_blend_epi8(escaped & take, v, mapped);
+            let decoded = _mm512_mask_blend_epi8(escaped & take, v, decoded_escapes);
             let keep = take & !bs;
             let packed = _mm512_maskz_compress_epi8(keep, decoded);
             _mm512_storeu_si512(dst.add(len).cast(), packed);
@@ -333,10 +323,7 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
             }
             // Stops that are only this window's limits (a pair, or an escape cut by the
             // window's end) are one simple escape here: decode it and go on.
-            let simple = match b.get(i..i + 2) {
-                Some(&[b'\\', c]) => SIMPLE_ESCAPE[c as usize],
-                _ => 0,
-            };
+            let simple = simple_escape_at(b, i);
             if simple == 0 {
                 break;
             }
@@ -532,7 +519,7 @@ impl<'a> Parser<'a> {
                     return Ok((dec_start, out.len(), true));
                 }
                 Some(b'\\') => {
-                    let simple = b.get(i + 1).map_or(0, |&c| SIMPLE_ESCAPE[c as usize]);
+                    let simple = simple_escape_at(b, i);
                     if simple != 0 {
                         out.push(simple);
                         i += 2;
@@ -566,9 +553,7 @@ impl<'a> Parser<'a> {
                     return Ok((start, i, true));
                 }
                 Some(b'\\') => {
-                    if b.get(i + 1)
-                        .is_some_and(|&c| SIMPLE_ESCAPE[c as usize] != 0)
-                    {
+                    if simple_escape_at(b, i) != 0 {
                         i += 2;
                     } else {
                         self.i = i;

@@ -532,16 +532,16 @@ impl MinHasher {
             bins,
             collect_distinct,
         } = scratch;
-        self.hash_shingles(shingler, text, hashes);
         let inner = &*self.inner;
+        assert_eq!(
+            out.len(),
+            inner.num_perm,
+            "signature buffer length != num_perm"
+        );
+        self.hash_shingles(shingler, text, hashes);
         if let Params::Oph(keys) = &inner.params {
             // One cheap update per shingle: filtering repeats first would cost as much.
             *filtered = false;
-            assert_eq!(
-                out.len(),
-                inner.num_perm,
-                "signature buffer length != num_perm"
-            );
             if hashes.is_empty() {
                 out.fill(EMPTY_SLOT);
             } else if *collect_distinct && hashes.len() >= DEDUP_MIN {
@@ -562,11 +562,6 @@ impl MinHasher {
         *filtered = true;
         #[cfg(target_arch = "x86_64")]
         if let (Kernel::Avx512, Params::Fast { a, s }) = (inner.kernel, &inner.params) {
-            assert_eq!(
-                out.len(),
-                inner.num_perm,
-                "signature buffer length != num_perm"
-            );
             // The first block of positions is signed while filtering; the others, if any, sign
             // the filtered hashes afterwards.
             let filter = ready_filter(filter);

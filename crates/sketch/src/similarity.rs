@@ -95,14 +95,19 @@ pub fn jaccard_at_least(a: &[u32], b: &[u32], threshold: f64) -> Option<f64> {
     (j >= threshold).then_some(j)
 }
 
+/// Whether the AVX-512 set kernels of [`simd`] can run (std caches the detection).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn has_avx512_sets() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("popcnt")
+}
+
 /// `|a ∩ b|` of sorted deduplicated sets; when `needed > 0` it may stop early, returning a
 /// smaller count, once `needed` can no longer be reached.
 fn intersection_len(a: &[u32], b: &[u32], needed: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("popcnt")
-    {
-        // SAFETY: the features were just detected.
+    if has_avx512_sets() {
+        // SAFETY: `has_avx512_sets` checked the features.
         return unsafe { simd::intersection_len_avx512(a, b, needed) };
     }
     merge_intersection_len(a, b, needed)
@@ -176,10 +181,8 @@ pub fn append_fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut 
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("popcnt")
-    {
-        // SAFETY: the features were just detected.
+    if has_avx512_sets() {
+        // SAFETY: `has_avx512_sets` checked the features.
         unsafe { simd::append_set_avx512(hashes, out, scratch) };
         return;
     }
@@ -272,7 +275,7 @@ fn dedup_sorted<T: PartialEq + Copy>(v: &mut [T]) -> usize {
 mod simd {
     use std::arch::x86_64::*;
 
-    use super::{SetScratch, merge_intersection_len, scatter_by_top_bits};
+    use super::{SetScratch, dedup_sorted, merge_intersection_len, scatter_by_top_bits};
 
     /// Lane `i` of a compare-exchange stage's partner permutation is `i ^ distance`.
     const fn partner_lanes(distance: usize) -> [i32; 16] {
@@ -408,22 +411,33 @@ mod simd {
                     written += keep.count_ones() as usize;
                 }
             } else {
-                // SAFETY: `start..end` is within the n scattered values, and nothing else
-                // refers to them while this slice lives.
-                let bucket = unsafe { std::slice::from_raw_parts_mut(src.add(start), len) };
-                bucket.sort_unstable();
-                for (i, &x) in bucket.iter().enumerate() {
-                    if i == 0 || bucket[i - 1] != x {
-                        // SAFETY: `written < end <= n`, within the reserved slots.
-                        unsafe { dst.add(written).write(x) };
-                        written += 1;
-                    }
-                }
+                // SAFETY: `start..end` is within the n scattered values, and `written <= start`
+                // with `end - start` reserved slots from `written` on.
+                written +=
+                    unsafe { finish_crowded_bucket(src.add(start), end - start, dst.add(written)) };
             }
             start = end;
         }
         // SAFETY: slots `base..base + written` were written above.
         unsafe { out.set_len(base + written) };
+    }
+
+    /// Sorts and deduplicates a bucket too large for one register and copies its distinct values
+    /// to `dst`; returns how many. Rare (about one bucket per document), and kept out of line:
+    /// inlined, it measurably slowed the register loop around it.
+    ///
+    /// # Safety
+    /// `src` is valid for `len` reads and writes, `dst` for `len` writes, and they do not overlap.
+    #[cold]
+    #[inline(never)]
+    unsafe fn finish_crowded_bucket(src: *mut u32, len: usize, dst: *mut u32) -> usize {
+        // SAFETY: the caller's contract.
+        let bucket = unsafe { std::slice::from_raw_parts_mut(src, len) };
+        bucket.sort_unstable();
+        let distinct = dedup_sorted(bucket);
+        // SAFETY: the caller's contract; `distinct <= len`.
+        unsafe { std::ptr::copy_nonoverlapping(bucket.as_ptr(), dst, distinct) };
+        distinct
     }
 
     /// [`super::intersection_len`] comparing 16 values of each set at a time: all 256 pairs by
