@@ -165,7 +165,8 @@ pub struct KeysSettings {
     pub memory_limit: Option<u64>,
     /// Where spill files go.
     pub spill_dir: Option<PathBuf>,
-    /// Unit of parallel work within large files, in bytes.
+    /// Largest unit of parallel work within large files, in bytes (smaller inputs get smaller
+    /// chunks: `neardup_corpus::balanced_chunk_bytes`).
     pub chunk_bytes: u64,
 }
 

@@ -31,7 +31,7 @@ mod read;
 mod select;
 mod write;
 
-pub use chunk::{Chunk, ChunkRange, plan_chunks};
+pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
 pub use discover::{DiscoverOptions, Discovery, InputProblem, discover};
 pub use error::{ReadError, WriteError};

@@ -8,7 +8,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use neardup_corpus::{
-    Chunk, InputFile, Projection, ReadOptions, SampleText, TextSelector, plan_chunks, read_chunk,
+    Chunk, InputFile, Projection, ReadOptions, SampleText, TextSelector, balanced_chunk_bytes,
+    plan_chunks, read_chunk,
 };
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
@@ -45,7 +46,8 @@ pub struct KeysConfig {
     pub min_count: u32,
     /// Worker threads (0 = all cores).
     pub threads: usize,
-    /// Target size of one unit of parallel work within a large file.
+    /// Largest unit of parallel work within a large file (smaller inputs get smaller chunks, see
+    /// [`neardup_corpus::balanced_chunk_bytes`]).
     pub chunk_bytes: u64,
     /// Target size of one read block.
     pub block_bytes: usize,
@@ -317,7 +319,7 @@ pub fn run_keys(
     let columns = layout.columns();
     let content_col = layout.rule.exact_key.then(|| columns - 1);
     let threads = cfg.effective_threads();
-    let chunks = plan_chunks(files, cfg.chunk_bytes);
+    let chunks = plan_chunks(files, balanced_chunk_bytes(files, cfg.chunk_bytes));
     let started = Instant::now();
     if let Some(p) = &cfg.progress {
         p.set_total(files.iter().map(|f| f.size).sum());
