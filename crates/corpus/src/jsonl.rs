@@ -9,15 +9,18 @@ use crate::error::ReadError;
 use crate::format::{Compression, InputFile};
 use crate::read::{BlockData, buffers};
 
-/// Size of one `read` call; large reads keep syscall overhead negligible.
-const READ_SIZE: usize = 1 << 20;
+/// How far past a chunk's end a read goes to find the end of the chunk's last line (and how much
+/// a chunk starting mid-line reads to find its first line start). Reading a whole block there
+/// instead read most chunks twice over: the block past the end was read, copied and thrown away.
+const LOOKAHEAD: usize = 64 << 10;
 
 pub(crate) struct JsonlSource {
     path: PathBuf,
     reader: Box<dyn Read + Send>,
-    /// Bytes read but not yet handed out (always starts at a line start once `skip_partial` is
-    /// false).
+    /// `buf[..filled]` are bytes read but not yet handed out (always starting at a line start once
+    /// `skip_partial` is false); `buf[filled..]` are initialised but stale (see [`buffers::take`]).
     buf: Vec<u8>,
+    filled: usize,
     /// Decompressed offset of `buf[0]`.
     pos: u64,
     /// Chunk-local index of the next line.
@@ -32,6 +35,12 @@ pub(crate) struct JsonlSource {
     pending: Option<(std::io::Error, u64)>,
     done: bool,
     block_bytes: usize,
+}
+
+impl Drop for JsonlSource {
+    fn drop(&mut self) {
+        buffers::give(std::mem::take(&mut self.buf));
+    }
 }
 
 impl JsonlSource {
@@ -65,7 +74,7 @@ impl JsonlSource {
         let reader: Box<dyn Read + Send> = match file.compression {
             Compression::None => Box::new(f),
             Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(
-                BufReader::with_capacity(READ_SIZE, f),
+                BufReader::with_capacity(1 << 20, f),
             )),
             Compression::Zstd => {
                 Box::new(zstd::stream::read::Decoder::new(f).map_err(|e| io_err(&e))?)
@@ -74,7 +83,8 @@ impl JsonlSource {
         Ok(JsonlSource {
             path: file.path.clone(),
             reader,
-            buf: Vec::new(),
+            buf: buffers::take(),
+            filled: 0,
             pos,
             record: 0,
             end,
@@ -88,23 +98,27 @@ impl JsonlSource {
 
     /// Reads until `buf` holds at least `want` bytes, EOF, or an error (stored in `pending`).
     fn fill(&mut self, want: usize) {
-        while !self.eof && self.pending.is_none() && self.buf.len() < want {
-            let len = self.buf.len();
-            let room = (want - len).max(64 << 10);
-            self.buf.resize(len + room, 0);
-            match self.reader.read(&mut self.buf[len..]) {
-                Ok(0) => {
-                    self.buf.truncate(len);
-                    self.eof = true;
-                }
-                Ok(n) => self.buf.truncate(len + n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => self.buf.truncate(len),
-                Err(e) => {
-                    self.buf.truncate(len);
-                    self.pending = Some((e, self.pos + len as u64));
-                }
+        while !self.eof && self.pending.is_none() && self.filled < want {
+            let len = self.filled;
+            let upto = len + (want - len).max(LOOKAHEAD);
+            if self.buf.len() < upto {
+                // Only bytes never initialised are zeroed; a recycled buffer's are read over.
+                self.buf.resize(upto, 0);
+            }
+            match self.reader.read(&mut self.buf[len..upto]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => self.pending = Some((e, self.pos + len as u64)),
             }
         }
+    }
+
+    /// How many bytes a read should hold to cover the rest of the chunk and a little more.
+    fn chunk_rest(&self) -> usize {
+        usize::try_from(self.end.saturating_sub(self.pos))
+            .unwrap_or(usize::MAX)
+            .saturating_add(LOOKAHEAD)
     }
 
     /// The pending error, located at the first record that was not delivered.
@@ -122,16 +136,17 @@ impl JsonlSource {
             return self.take_error();
         }
         while self.skip_partial {
-            self.fill(READ_SIZE);
-            match memchr::memchr(b'\n', &self.buf) {
+            self.fill(LOOKAHEAD);
+            match memchr::memchr(b'\n', &self.buf[..self.filled]) {
                 Some(i) => {
-                    self.buf.drain(..=i);
+                    self.buf.copy_within(i + 1..self.filled, 0);
+                    self.filled -= i + 1;
                     self.pos += i as u64 + 1;
                     self.skip_partial = false;
                 }
                 None => {
-                    self.pos += self.buf.len() as u64;
-                    self.buf.clear();
+                    self.pos += self.filled as u64;
+                    self.filled = 0;
                     if self.eof || self.pending.is_some() {
                         self.done = true;
                         return self.take_error();
@@ -144,15 +159,16 @@ impl JsonlSource {
             return None;
         }
         // Grow until the block holds at least one complete line (or everything up to EOF/error).
-        let mut want = self.block_bytes;
+        let mut want = self.block_bytes.min(self.chunk_rest());
         let cut = loop {
             self.fill(want);
-            let limit = (self.end - self.pos).min(self.buf.len() as u64) as usize;
+            let filled = self.filled;
+            let limit = (self.end - self.pos).min(filled as u64) as usize;
             let stop = self.eof || self.pending.is_some();
-            if limit < self.buf.len() || (stop && limit == self.buf.len()) {
+            if limit < filled || (stop && limit == filled) {
                 // The chunk's last line is the one containing byte `limit - 1`.
                 let from = limit.saturating_sub(1);
-                match memchr::memchr(b'\n', &self.buf[from..]) {
+                match memchr::memchr(b'\n', &self.buf[from..filled]) {
                     Some(i) => {
                         self.done = true;
                         if self.pos + limit as u64 >= self.end {
@@ -169,34 +185,44 @@ impl JsonlSource {
                         break if self.pending.is_some() {
                             memchr::memrchr(b'\n', &self.buf[..from]).map_or(0, |i| i + 1)
                         } else {
-                            self.buf.len()
+                            filled
                         };
                     }
-                    None => {}
+                    // Only the end of the last line is missing: read a little more, growing
+                    // with the line so a huge one costs few reads.
+                    None => want = filled + LOOKAHEAD.max(filled - limit),
                 }
-            } else if let Some(i) = memchr::memrchr(b'\n', &self.buf) {
+            } else if let Some(i) = memchr::memrchr(b'\n', &self.buf[..filled]) {
                 break i + 1;
             } else if stop {
                 self.done = true;
                 // Without an error the unterminated tail is the file's last line; after an error
                 // it is a fragment and is reported as lost with the error.
-                break if self.pending.is_some() {
-                    0
-                } else {
-                    self.buf.len()
-                };
+                break if self.pending.is_some() { 0 } else { filled };
+            } else {
+                // One line longer than the block so far.
+                want = (filled + self.block_bytes).min(self.chunk_rest());
             }
-            want = self.buf.len() + self.block_bytes;
         };
         if cut == 0 {
             return self.take_error();
         }
         // The tail (the start of the next block) moves to a recycled buffer, which already has
-        // the capacity the next fill needs.
-        let mut rest = buffers::take();
-        rest.extend_from_slice(&self.buf[cut..]);
-        self.buf.truncate(cut);
-        let bytes = buffers::Recycled(std::mem::replace(&mut self.buf, rest));
+        // the capacity the next fill needs. A finished chunk's tail belongs to the next chunk.
+        let tail = if self.done { 0 } else { self.filled - cut };
+        let mut rest = if self.done {
+            Vec::new()
+        } else {
+            buffers::take()
+        };
+        if tail > 0 {
+            if rest.len() < tail {
+                rest.resize(tail, 0);
+            }
+            rest[..tail].copy_from_slice(&self.buf[cut..self.filled]);
+        }
+        let bytes = buffers::Recycled::new(std::mem::replace(&mut self.buf, rest), cut);
+        self.filled = tail;
         let mut starts = Vec::with_capacity(bytes.len() / 256 + 1);
         starts.push(0);
         starts.extend(memchr::memchr_iter(b'\n', &bytes[..cut - 1]).map(|i| i + 1));

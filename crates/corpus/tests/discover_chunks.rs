@@ -225,6 +225,52 @@ fn arbitrary_byte_ranges_partition_the_lines() {
 }
 
 #[test]
+fn ranges_ending_inside_long_lines_read_each_line_once() {
+    // Lines far longer than a block and than the reader's look-ahead past a chunk's end, cut by
+    // ranges anywhere, read block after block through recycled buffers: every line goes to
+    // exactly one chunk, whole, and no stale byte of an earlier, longer block leaks into a later
+    // one.
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("long.jsonl");
+    let mut body = String::new();
+    for i in 0..40u32 {
+        let len = [10usize, 300_000, 70_000, 5, 140_000][i as usize % 5] + i as usize;
+        let letter = char::from(b'a' + (i % 26) as u8);
+        body.push_str(&format!(
+            "{{\"id\":{i},\"text\":\"{}\"}}\n",
+            letter.to_string().repeat(len)
+        ));
+    }
+    std::fs::write(&p, &body).unwrap();
+    let f = input(&p);
+    let bytes = body.as_bytes();
+    proptest!(ProptestConfig::with_cases(24), |(
+        mut cuts in proptest::collection::vec(1..f.size, 1..8),
+        block in prop_oneof![Just(1usize), 1usize..5_000, 60_000usize..400_000],
+    )| {
+        let o = opts(selector(&["text"], Some("id")), Projection::TextOnly, block);
+        let (want, want_records, _) = read_all(&f, &whole(0), &o, 0);
+        prop_assert_eq!(want_records, 40);
+        cuts.push(0);
+        cuts.push(f.size);
+        cuts.sort();
+        cuts.dedup();
+        let mut got = Vec::new();
+        let mut base = 0;
+        for (seq, w) in cuts.windows(2).enumerate() {
+            let c = Chunk { file: 0, seq, range: ChunkRange::Bytes { start: w[0], end: w[1] } };
+            let (g, n, e) = read_all(&f, &c, &o, base);
+            prop_assert!(e.is_none());
+            let owned = (w[0]..w[1]).filter(|&i| i == 0 || bytes[i as usize - 1] == b'\n').count() as u64;
+            prop_assert_eq!(n, owned);
+            got.extend(g);
+            base += n;
+        }
+        prop_assert_eq!(&got, &want);
+    });
+}
+
+#[test]
 fn chunked_parquet_matches_whole_file() {
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("big.parquet");
