@@ -246,6 +246,58 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
     }
 }
 
+/// A shard's table streamed to a file (`write_shard_keys`, the CLI's `keys` step) is the file that
+/// saving the in-memory table writes, byte for byte, for every thread count; only the table file
+/// is left in its directory, and a run that fails leaves nothing.
+#[test]
+fn streamed_shard_tables_equal_saved_in_memory_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = |threads| {
+        let mut c = sample_config(threads);
+        // Small chunks, so that several threads share the files (chunks are part of the table).
+        c.keys.chunk_bytes = 64 * 1024;
+        c
+    };
+    let (files, _) = neardup::discover_inputs(&config(1)).unwrap();
+    let (table, stats) = neardup::compute_keys(&config(1), &files, 3).unwrap();
+    assert_eq!(stats.samples as usize, table.rows());
+    let saved = tmp.path().join("saved.ndk");
+    table.save(&saved).unwrap();
+    let saved = std::fs::read(&saved).unwrap();
+    for threads in [1, 2, 4] {
+        let dir = tmp.path().join(format!("t{threads}"));
+        std::fs::create_dir(&dir).unwrap();
+        let out = dir.join("keys-3.ndk");
+        let streamed = neardup::write_shard_keys(&config(threads), &files, 3, &out).unwrap();
+        assert_eq!(streamed.samples, stats.samples);
+        assert_eq!(streamed.records, stats.records);
+        assert!(std::fs::read(&out).unwrap() == saved, "threads {threads}");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, vec![std::ffi::OsString::from("keys-3.ndk")]);
+    }
+
+    // Bad input with `on_error = fail`: an error, and no table (nor temporary file) left behind.
+    let bad_dir = tmp.path().join("bad-in");
+    std::fs::create_dir(&bad_dir).unwrap();
+    std::fs::write(
+        bad_dir.join("a.jsonl"),
+        "{\"text\":\"a fine first line of text\"}\n{broken\n",
+    )
+    .unwrap();
+    let out_dir = tmp.path().join("bad-out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let mut c = Config::default();
+    c.input.inputs = vec![bad_dir.display().to_string()];
+    c.run.on_error = neardup::keys::OnError::Fail;
+    let (bad_files, _) = neardup::discover_inputs(&c).unwrap();
+    let err = neardup::write_shard_keys(&c, &bad_files, 0, &out_dir.join("k.ndk")).unwrap_err();
+    assert!(err.to_string().contains("malformed"), "{err}");
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);
+}
+
 #[test]
 fn exact_only_mode_drops_only_identical_texts() {
     let mut c = sample_config(2);

@@ -554,8 +554,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             for p in &problems {
                 tracing::warn!("input problem: {p}");
             }
-            let (table, stats) = neardup::compute_keys(&config, &files, shard)?;
-            table.save(&out)?;
+            let stats = neardup::write_shard_keys(&config, &files, shard, &out)?;
             if !quiet {
                 eprintln!(
                     "shard {shard}: {} records, {} samples, {} bytes/sample, {:.1} MB/s -> {}",

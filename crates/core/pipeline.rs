@@ -6,7 +6,7 @@ use neardup_corpus::{AtomicFile, DiscoverOptions, InputFile, OutputOptions, disc
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
 use neardup_keys::{
     CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats,
-    ShardTables, TableStore, merge_table_files, merge_tables, run_keys,
+    ShardTables, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -225,7 +225,9 @@ pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
     })
 }
 
-/// Stage 1 on one shard of inputs: the key table (in memory) and its statistics.
+/// Stage 1 on one shard of inputs: the key table (in memory) and its statistics. Nothing is counted:
+/// the hot keys come from merging all shards' tables. [`write_shard_keys`] streams a shard's table
+/// to a file instead, for shards whose table would not fit in memory.
 ///
 /// The stage-level steps a custom scheduler runs on separate machines — stage 1 per shard, one
 /// merge, stage 2 — give exactly the decisions of one [`Pipeline`] run over the shards in order:
@@ -261,16 +263,20 @@ pub fn compute_keys(
     files: &[InputFile],
     shard: u32,
 ) -> Result<(KeyTable, KeysStats), Error> {
-    let mut k = keys_config(config)?;
-    // A table to be saved must be held whole.
-    k.memory_limit = None;
-    let out = run_keys(files, shard, &k)?;
-    match out.table {
-        TableStore::Memory(t) => Ok((t, out.stats)),
-        TableStore::Spilled => Err(Error::Run(
-            "the key table was spilled; it cannot be saved".into(),
-        )),
-    }
+    Ok(collect_keys(files, shard, &keys_config(config)?)?)
+}
+
+/// Stage 1 on one shard of inputs, streamed into a key-table file at `path` (written atomically;
+/// the same bytes as [`compute_keys`]' table saved with [`KeyTable::save`]). Memory stays
+/// bounded however large the shard: rows go to disk as they are made. The `keys` step of the
+/// staged CLI.
+pub fn write_shard_keys(
+    config: &Config,
+    files: &[InputFile],
+    shard: u32,
+    path: &Path,
+) -> Result<KeysStats, Error> {
+    Ok(write_keys(files, shard, &keys_config(config)?, path)?)
 }
 
 /// Merges shards' tables into the hot-key set (and the mask of all their rows, in shard order).

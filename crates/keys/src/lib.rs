@@ -8,10 +8,13 @@
 //!   that map rows back to sample addresses, and its versioned, checksummed file format;
 //! - the **pipeline** ([`run_keys`]): worker threads read input chunks (from `neardup-corpus`) and
 //!   sketch them (with `neardup-sketch`); rows are assembled in input order whatever the thread
-//!   count, with bounded look-ahead;
+//!   count, with bounded look-ahead. For one shard of a distributed run, [`write_keys`] streams
+//!   the rows straight into a table file ([`KeyTableWriter`]) and [`collect_keys`] keeps them as a
+//!   [`KeyTable`] value, both without counting;
 //! - the **exact key-frequency filter** ([`count_in_memory`], [`SpillCounter`]): radix partitioning
-//!   by high key bits, per-partition sort and run scan, in parallel in memory or partition by
-//!   partition from spill files under a memory limit; it yields the sorted [`HotKeys`] and the
+//!   by high key bits, then per partition an exact count (an open-addressing table in memory, a
+//!   sort and run scan for spilled partitions), in parallel in memory or partition by partition
+//!   from spill files under a memory limit; it yields the sorted [`HotKeys`] and the
 //!   per-(row, column) [`HotMask`];
 //! - merging the tables of several shards ([`merge_tables`]) and the hot-key file format.
 //!
@@ -33,7 +36,10 @@ pub use hot::{HotKeys, HotMask};
 pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
-    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore,
-    merge_table_files, merge_tables, run_keys,
+    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, collect_keys,
+    merge_table_files, merge_tables, run_keys, write_keys,
 };
-pub use table::{ChunkRows, FileRows, KeyTable, ShardTables, TableLayout, TableParts, TableReader};
+pub use table::{
+    ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableParts,
+    TableReader,
+};

@@ -19,7 +19,8 @@ use crate::error::KeysError;
 use crate::hot::{HotKeys, HotMask};
 use crate::row::{RowKind, RowRule};
 use crate::table::{
-    ChunkRows, FileRows, KeyTable, ShardTables, TableLayout, TableReader, check_shards,
+    ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableReader,
+    check_shards,
 };
 
 /// What to do when an input record or file cannot be read.
@@ -302,6 +303,7 @@ fn sketch_chunk(
 enum Sink {
     Memory(Vec<u64>),
     Spill(SpillCounter),
+    File(KeyTableWriter),
 }
 
 /// Runs stage 1 over `files` (one shard): sketches every sample, counts the keys and finds the hot
@@ -311,13 +313,119 @@ pub fn run_keys(
     shard: u32,
     cfg: &KeysConfig,
 ) -> Result<KeysOutput, KeysError> {
+    let layout = cfg.layout();
+    let columns = layout.columns();
+    let content_col = layout.rule.exact_key.then(|| columns - 1);
+    let threads = cfg.effective_threads();
+    let Sketched {
+        mut stats,
+        files: file_rows,
+        sink,
+    } = sketch_rows(files, cfg, Sink::Memory(Vec::new()))?;
+
+    let count_started = Instant::now();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| KeysError::Config(format!("cannot start {threads} threads: {e}")))?;
+    let (counted, table) = match sink {
+        Sink::Memory(keys) => {
+            let counted = if keys.is_empty() {
+                count_in_memory(&[], columns, cfg.min_count, content_col)
+            } else {
+                pool.install(|| count_in_memory(&keys, columns, cfg.min_count, content_col))
+            };
+            let table = KeyTable::new(layout.clone(), shard, file_rows.clone(), keys)?;
+            (counted, TableStore::Memory(table))
+        }
+        Sink::Spill(counter) => (counter.finish(cfg.min_count)?, TableStore::Spilled),
+        Sink::File(_) => unreachable!("run_keys keeps its rows in memory or spills them"),
+    };
+    stats.count_seconds = count_started.elapsed().as_secs_f64();
+    let Counted {
+        hot_keys,
+        mask,
+        stats: count_stats,
+    } = counted;
+    stats.count = count_stats;
+    stats.hot_samples = mask.hot_rows() as u64;
+    stats.hot_share = if stats.samples == 0 {
+        0.0
+    } else {
+        stats.hot_samples as f64 / stats.samples as f64
+    };
+    Ok(KeysOutput {
+        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys),
+        layout,
+        files: file_rows,
+        table,
+        mask,
+        stats,
+    })
+}
+
+/// Stage 1 of one shard straight to a key-table file (the `keys` step of a distributed run): the
+/// rows stream to disk as they are assembled, so memory stays bounded however large the shard
+/// (`cfg.memory_limit` does not apply: nothing grows but the per-file row counts). Nothing is
+/// counted: hot keys come from merging all shards' tables ([`merge_table_files`]). The file is
+/// byte-identical to [`KeyTable::save`] of [`run_keys`]' table, and is written atomically.
+pub fn write_keys(
+    files: &[InputFile],
+    shard: u32,
+    cfg: &KeysConfig,
+    path: &std::path::Path,
+) -> Result<KeysStats, KeysError> {
+    let layout = cfg.layout();
+    let writer = KeyTableWriter::create(path, layout.columns())?;
+    let Sketched {
+        stats,
+        files: file_rows,
+        sink,
+    } = sketch_rows(files, cfg, Sink::File(writer))?;
+    let Sink::File(writer) = sink else {
+        unreachable!("a file sink stays a file sink")
+    };
+    writer.finish(layout, shard, file_rows)?;
+    Ok(stats)
+}
+
+/// Stage 1 of one shard into an in-memory [`KeyTable`], without counting (the shard's own hot keys
+/// are of no use when all shards' tables are merged): for a scheduler that keeps tables as values.
+/// `cfg.memory_limit` does not apply; [`write_keys`] streams a table of any size to a file.
+pub fn collect_keys(
+    files: &[InputFile],
+    shard: u32,
+    cfg: &KeysConfig,
+) -> Result<(KeyTable, KeysStats), KeysError> {
+    let mut cfg = cfg.clone();
+    cfg.memory_limit = None;
+    let Sketched {
+        stats,
+        files: file_rows,
+        sink,
+    } = sketch_rows(files, &cfg, Sink::Memory(Vec::new()))?;
+    let Sink::Memory(keys) = sink else {
+        unreachable!("without a memory limit the rows stay in memory")
+    };
+    Ok((KeyTable::new(cfg.layout(), shard, file_rows, keys)?, stats))
+}
+
+/// What [`sketch_rows`] leaves: the run's statistics so far, the per-file row counts and the sink
+/// holding the rows.
+struct Sketched {
+    stats: KeysStats,
+    files: Vec<FileRows>,
+    sink: Sink,
+}
+
+/// Reads and sketches every chunk with worker threads and hands the rows, in input order, to
+/// `sink`.
+fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sketched, KeysError> {
     cfg.sketcher
         .config()
         .validate()
         .map_err(|e| KeysError::Config(e.to_string()))?;
-    let layout = cfg.layout();
-    let columns = layout.columns();
-    let content_col = layout.rule.exact_key.then(|| columns - 1);
+    let columns = cfg.layout().columns();
     let threads = cfg.effective_threads();
     let chunks = plan_chunks(files, balanced_chunk_bytes(files, cfg.chunk_bytes));
     let started = Instant::now();
@@ -328,6 +436,7 @@ pub fn run_keys(
     let mut stats = KeysStats {
         files: files.len() as u64,
         columns: columns as u64,
+        bytes_per_sample: 8 * columns as u64,
         ..KeysStats::default()
     };
     let mut file_rows: Vec<FileRows> = files
@@ -339,7 +448,7 @@ pub fn run_keys(
             chunks: Vec::new(),
         })
         .collect();
-    let mut sink = Sink::Memory(Vec::new());
+    let mut sink = sink;
     let budget = cfg.memory_limit;
     let mut first_error: Option<KeysError> = None;
 
@@ -419,45 +528,10 @@ pub fn run_keys(
     }
     stats.sketch_seconds = started.elapsed().as_secs_f64();
     stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.sketch_seconds.max(1e-9);
-
-    let count_started = Instant::now();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| KeysError::Config(format!("cannot start {threads} threads: {e}")))?;
-    let (counted, table) = match sink {
-        Sink::Memory(keys) => {
-            let counted = if keys.is_empty() {
-                count_in_memory(&[], columns, cfg.min_count, content_col)
-            } else {
-                pool.install(|| count_in_memory(&keys, columns, cfg.min_count, content_col))
-            };
-            let table = KeyTable::new(layout.clone(), shard, file_rows.clone(), keys)?;
-            (counted, TableStore::Memory(table))
-        }
-        Sink::Spill(counter) => (counter.finish(cfg.min_count)?, TableStore::Spilled),
-    };
-    stats.count_seconds = count_started.elapsed().as_secs_f64();
-    let Counted {
-        hot_keys,
-        mask,
-        stats: count_stats,
-    } = counted;
-    stats.count = count_stats;
-    stats.hot_samples = mask.hot_rows() as u64;
-    stats.hot_share = if stats.samples == 0 {
-        0.0
-    } else {
-        stats.hot_samples as f64 / stats.samples as f64
-    };
-    stats.bytes_per_sample = 8 * columns as u64;
-    Ok(KeysOutput {
-        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys),
-        layout,
-        files: file_rows,
-        table,
-        mask,
+    Ok(Sketched {
         stats,
+        files: file_rows,
+        sink,
     })
 }
 
@@ -542,6 +616,7 @@ fn absorb(
     match sink {
         Sink::Memory(keys) => keys.extend_from_slice(&out.keys),
         Sink::Spill(counter) => counter.push_rows(&out.keys)?,
+        Sink::File(writer) => writer.push_rows(&out.keys)?,
     }
     Ok(())
 }

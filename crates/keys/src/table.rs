@@ -1,7 +1,7 @@
 //! The key table: one row of u64 keys per sample, and the map from rows back to input files.
 
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use neardup_corpus::{AtomicFile, ChunkRange, InputFile, TextSelector};
@@ -198,6 +198,112 @@ impl KeyTable {
         let header = reader.finish()?;
         KeyTable::new(header.layout, header.shard, header.files, keys)
             .map_err(|e| KeysError::Corrupt(format!("{}: {e}", path.display())))
+    }
+}
+
+/// Writes a key table file as its rows are produced, holding none of them: for a shard whose table
+/// would not fit in memory (`neardup keys`). The rows go to a temporary file beside `path`; when
+/// the header (which lists every file's row counts) is known, [`KeyTableWriter::finish`] writes
+/// the table file — the same bytes [`KeyTable::save`] writes for the same table — atomically,
+/// and removes the temporary file. Dropped unfinished, it leaves nothing behind.
+pub struct KeyTableWriter {
+    path: PathBuf,
+    columns: usize,
+    body: BufWriter<tempfile::NamedTempFile>,
+    keys: u64,
+    buf: Vec<u8>,
+}
+
+impl KeyTableWriter {
+    /// Starts a table of `columns` keys per row, to be written at `path`.
+    pub fn create(path: &Path, columns: usize) -> Result<KeyTableWriter, KeysError> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let body = tempfile::Builder::new()
+            .prefix(".neardup-keys-")
+            .suffix(".rows")
+            .tempfile_in(dir)
+            .map_err(|e| KeysError::io(dir, e))?;
+        Ok(KeyTableWriter {
+            path: path.to_path_buf(),
+            columns: columns.max(1),
+            body: BufWriter::with_capacity(1 << 20, body),
+            keys: 0,
+            buf: Vec::new(),
+        })
+    }
+
+    /// Appends rows (row-major, whole rows).
+    pub fn push_rows(&mut self, keys: &[u64]) -> Result<(), KeysError> {
+        assert!(
+            keys.len().is_multiple_of(self.columns),
+            "rows are pushed whole"
+        );
+        self.buf.clear();
+        self.buf.reserve(keys.len() * 8);
+        for k in keys {
+            self.buf.extend_from_slice(&k.to_le_bytes());
+        }
+        self.body
+            .write_all(&self.buf)
+            .map_err(|e| KeysError::io(&self.path, e))?;
+        self.keys += keys.len() as u64;
+        Ok(())
+    }
+
+    /// Rows pushed so far.
+    pub fn rows(&self) -> u64 {
+        self.keys / self.columns as u64
+    }
+
+    /// Writes the table file: header, the pushed rows, checksum and end marker.
+    pub fn finish(
+        self,
+        layout: TableLayout,
+        shard: u32,
+        files: Vec<FileRows>,
+    ) -> Result<(), KeysError> {
+        let path = self.path;
+        let io_err = |e: io::Error| KeysError::io(&path, e);
+        let rows: u64 = files.iter().map(|f| f.rows).sum();
+        if layout.columns() != self.columns || rows * self.columns as u64 != self.keys {
+            return Err(KeysError::Corrupt(format!(
+                "{}: {} keys were written, but {rows} rows × {} columns were declared",
+                path.display(),
+                self.keys,
+                layout.columns()
+            )));
+        }
+        let mut body = self.body.into_inner().map_err(|e| io_err(e.into_error()))?;
+        body.as_file_mut()
+            .seek(SeekFrom::Start(0))
+            .map_err(io_err)?;
+        let file = AtomicFile::create(&path).map_err(io_err)?;
+        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let header = TableHeader {
+            format_version: 1,
+            layout,
+            shard,
+            files,
+            rows,
+        };
+        write_framed_header(&mut out, MAGIC, &header).map_err(io_err)?;
+        let copied =
+            io::copy(&mut body.as_file_mut().take(self.keys * 8), &mut out).map_err(io_err)?;
+        if copied != self.keys * 8 {
+            return Err(KeysError::Corrupt(format!(
+                "{}: the temporary rows file holds {copied} bytes, {} were written",
+                path.display(),
+                self.keys * 8
+            )));
+        }
+        let (mut buf, sum) = out.finish();
+        buf.write_all(&sum.to_le_bytes()).map_err(io_err)?;
+        buf.write_all(END_MAGIC).map_err(io_err)?;
+        let file = buf.into_inner().map_err(|e| io_err(e.into_error()))?;
+        file.commit().map_err(io_err)
     }
 }
 
