@@ -42,7 +42,8 @@ fn bench(c: &mut Criterion) {
         .num_threads(2)
         .build()
         .unwrap();
-    for &n in &[1_000_000usize, 10_000_000, 100_000_000] {
+    // 250k keys: one stage-1 shard of ~15k documents (the first rustdocs shard has 214k).
+    for &n in &[250_000usize, 1_000_000, 10_000_000, 100_000_000] {
         let keys = table(n - n % 17, 42);
         g.throughput(Throughput::Elements(keys.len() as u64));
         g.bench_with_input(
