@@ -170,6 +170,18 @@ impl KeyCounts {
     }
 }
 
+/// One slice of the table scattered by partition: partition `p` is `pairs[starts[p]..starts[p + 1]]`.
+struct Scattered {
+    pairs: Vec<Pair>,
+    starts: Vec<usize>,
+}
+
+impl Scattered {
+    fn partition(&self, p: usize) -> &[Pair] {
+        &self.pairs[self.starts[p]..self.starts[p + 1]]
+    }
+}
+
 /// One thread's share of [`count_in_memory`]'s work: its key-count table and the hot positions
 /// and later copies it found.
 #[derive(Default)]
@@ -247,23 +259,37 @@ pub fn count_in_memory(
         .map(|(i, s)| (i * span, s))
         .collect();
 
-    // Each thread scatters its slice into its own partitions, sized exactly by a histogram pass.
-    let scattered: Vec<Vec<Vec<Pair>>> = slices
+    // Each thread scatters its slice into one buffer of its own, partition after partition
+    // (a counting sort on the partition bits: one histogram pass, one placing pass).
+    let scattered: Vec<Scattered> = slices
         .par_iter()
         .map(|&(base, slice)| {
-            let mut hist = vec![0usize; parts];
+            let mut starts = vec![0usize; parts + 1];
             for &k in slice {
                 if k != NO_KEY {
-                    hist[partition_of(k, 0, bits)] += 1;
+                    starts[partition_of(k, 0, bits) + 1] += 1;
                 }
             }
-            let mut out: Vec<Vec<Pair>> = hist.iter().map(|&n| Vec::with_capacity(n)).collect();
+            for p in 0..parts {
+                starts[p + 1] += starts[p];
+            }
+            let mut next = starts.clone();
+            // Not zeroed first: zeroing the buffer doubled the memory traffic of large tables.
+            let mut pairs: Vec<Pair> = Vec::with_capacity(starts[parts]);
+            let spare = &mut pairs.spare_capacity_mut()[..starts[parts]];
             for (i, &k) in slice.iter().enumerate() {
                 if k != NO_KEY {
-                    out[partition_of(k, 0, bits)].push((k, (base + i) as u64));
+                    let at = &mut next[partition_of(k, 0, bits)];
+                    spare[*at].write((k, (base + i) as u64));
+                    *at += 1;
                 }
             }
-            out
+            // Partition p was written at starts[p]..next[p]: all of it, exactly once each, iff
+            // every cursor reached the next partition's start.
+            assert!((0..parts).all(|p| next[p] == starts[p + 1]));
+            // SAFETY: the assertion above shows that all `starts[parts]` slots were initialised.
+            unsafe { pairs.set_len(starts[parts]) };
+            Scattered { pairs, starts }
         })
         .collect();
 
@@ -288,7 +314,7 @@ pub fn count_in_memory(
                 hot_bits.resize(words, 0);
                 copy_bits.resize(rows.div_ceil(64), 0);
             }
-            let slices: Vec<&[Pair]> = scattered.iter().map(|t| &t[p][..]).collect();
+            let slices: Vec<&[Pair]> = scattered.iter().map(|t| t.partition(p)).collect();
             let n: usize = slices.iter().map(|s| s.len()).sum();
             let mut hot = Vec::new();
             let distinct = table.count(
