@@ -1,11 +1,12 @@
 //! The exact key-frequency filter.
 //!
-//! Keys are radix-partitioned by their high bits together with their position in the table, each
-//! partition is sorted and scanned for runs, and a run longer than `min_count` makes its key hot
-//! and sets the hot bit of every position in it. Partitions are ordered by high bits, so the hot
-//! keys come out sorted without a global sort. In memory the partitions are processed in parallel;
-//! past a memory limit they are spilled to files and counted one by one (a partition too large for
-//! the budget is split again on the next bits). Both ways give the same result, exactly: nothing
+//! Keys are radix-partitioned by their high bits together with their position in the table. Each
+//! partition is counted exactly (in memory: an open-addressing table, then a pass in position
+//! order; spilled: a sort and a scan for runs, which needs no memory beyond the pairs), and a key
+//! seen more than `min_count` times is hot and sets the hot bit of every position it holds.
+//! Partitions are ordered by high bits, so the hot keys come out sorted without a global sort. In
+//! memory the partitions are processed in parallel; past a memory limit they are spilled to files
+//! and counted one by one (a partition too large for the budget is split again on the next bits). Both ways give the same result, exactly: nothing
 //! here is approximate.
 
 use std::fs::{self, File};
