@@ -349,3 +349,26 @@ fn stage_level_values_are_send() {
     send::<neardup::Pipeline>();
     send::<neardup::Report>();
 }
+
+#[test]
+fn progress_counters_follow_both_stages() {
+    let stage1 = std::sync::Arc::new(neardup::keys::Progress::default());
+    let stage2 = std::sync::Arc::new(neardup::keys::Progress::default());
+    let report = Pipeline::new(sample_config(2))
+        .unwrap()
+        .with_progress(stage1.clone(), stage2.clone())
+        .run()
+        .unwrap();
+    let keys = report.stage1.as_ref().unwrap();
+    assert_eq!(stage1.samples(), keys.samples);
+    assert_eq!(stage1.bytes(), keys.bytes);
+    assert_eq!(stage2.samples(), report.totals.samples);
+    // Both stages read the same blocks of the same inputs.
+    assert_eq!(stage2.bytes(), stage1.bytes());
+    let on_disk: u64 = std::fs::read_dir(sample_dir())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert_eq!(stage1.total(), on_disk);
+    assert_eq!(stage2.total(), on_disk);
+}

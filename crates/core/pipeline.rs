@@ -399,14 +399,16 @@ impl Pipeline {
     /// filter in their own process).
     pub fn run_with(&self, observe: &mut dyn FnMut(&Decision)) -> Result<Report, Error> {
         let (files, problems) = discover_inputs(&self.config)?;
-        let keys = keys_config(&self.config)?;
+        let mut keys = keys_config(&self.config)?;
+        keys.progress = self.progress[0].clone();
         let KeysOutput {
             files: rows,
             mask,
             stats,
             ..
         } = run_keys(&files, 0, &keys)?;
-        let cfg = apply_config(&self.config)?;
+        let mut cfg = apply_config(&self.config)?;
+        cfg.progress = self.progress[1].clone();
         let stage2 = run_dedup(&rows, &mask, &cfg, observe)?;
         let report = Report::new(&self.config, &files, problems, Some(stats), stage2);
         if let Some(p) = &self.config.output.report {
