@@ -21,6 +21,8 @@
 //! - `sets/sort_dedup` (baseline) and `sets/fingerprint_set`: building each text's sorted shingle set
 //!   (exact verification) from its hashes, with the standard library's sort and with neardup's
 //!   bucket scatter;
+//! - `short/oph`, `short/fast`, `short/sketcher/oph`: the same input cut into 60-160-byte
+//!   documents, fewer shingles than positions (where `oph` spends its time densifying);
 //! - `datasketch/<kernel>`: the lshcurator-compatible scheme on the first eighth of the input.
 
 use std::hint::black_box;
@@ -335,6 +337,41 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
             for h in &all_hashes {
                 neardup_sketch::fingerprint_set(h, &mut set, &mut scratch);
                 black_box(&set);
+            }
+        })
+    });
+    group.finish();
+
+    // Short documents (titles, sentences, chat turns): the same text cut at line ends into
+    // pieces of 60-160 bytes, so a piece has fewer shingles than the signature has positions and
+    // densification fills most of them.
+    let mut short = Vec::new();
+    for text in &texts {
+        let mut piece = String::new();
+        for line in text.lines() {
+            if !piece.is_empty() && piece.len() + line.len() > 160 {
+                short.push(std::mem::take(&mut piece));
+            }
+            if !piece.is_empty() {
+                piece.push('\n');
+            }
+            piece.push_str(&line[..line.floor_char_boundary(160)]);
+            if piece.len() >= 60 {
+                short.push(std::mem::take(&mut piece));
+            }
+        }
+    }
+    let mut group = c.benchmark_group("short");
+    configure(&mut group, &short);
+    let oph_hasher = MinHasher::new(HashScheme::Oph, NUM_PERM, 1).unwrap();
+    bench_sign(&mut group, "oph".into(), &short, &chars5, &oph_hasher);
+    bench_sign(&mut group, "fast".into(), &short, &chars5, &hasher);
+    let mut sketch_scratch = Scratch::default();
+    group.bench_function("sketcher/oph", |b| {
+        b.iter(|| {
+            for text in &short {
+                let info = oph.sketch(text, &mut sketch_scratch, &mut sig, &mut keys);
+                black_box((&keys, info));
             }
         })
     });

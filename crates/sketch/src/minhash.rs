@@ -178,11 +178,50 @@ enum Params {
 }
 
 /// Keys of the `oph` scheme (module docs).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 struct OphKeys {
     xor: u64,
     mul: u64,
     densify: u64,
+    /// The first [`OPH_DRAWS`] densification draws of every position, `draws[i * OPH_DRAWS + a]`
+    /// = `j_(a+1)` of position `i`; empty when `num_perm` is too wide to tabulate
+    /// ([`OPH_TABULATED_MAX`]). The sequence never depends on the text, so signing looks draws
+    /// up instead of computing a splitmix64 step per draw.
+    draws: Box<[u16]>,
+}
+
+/// Densification draws tabulated per position: a short text's empty position finds a reached
+/// one among the first eight draws unless fewer than about a quarter of the positions were
+/// reached (each draw hits with probability reached / num_perm); sixteen cover texts down to a
+/// few shingles before the computed sequence takes over.
+const OPH_DRAWS: usize = 16;
+
+/// Widest signature whose draws are tabulated (positions fit `u16`; the table takes
+/// `2 × OPH_DRAWS` bytes per position, 4 KB at 128).
+const OPH_TABULATED_MAX: usize = 1 << 16;
+
+impl OphKeys {
+    fn new(num_perm: usize, seed: u64) -> OphKeys {
+        let mut state = seed;
+        let xor = splitmix64(&mut state);
+        let mul = splitmix64(&mut state) | 1;
+        let densify = splitmix64(&mut state);
+        let draws = if num_perm <= OPH_TABULATED_MAX {
+            (0..num_perm)
+                .flat_map(|i| {
+                    (1..=OPH_DRAWS as u64).map(move |a| oph_draw(densify, i, a, num_perm) as u16)
+                })
+                .collect()
+        } else {
+            Box::default()
+        };
+        OphKeys {
+            xor,
+            mul,
+            densify,
+            draws,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -403,13 +442,7 @@ impl MinHasher {
                 b.resize(padded, 0);
                 Params::Datasketch { a, b }
             }
-            HashScheme::Oph => {
-                let mut state = seed;
-                let xor = splitmix64(&mut state);
-                let mul = splitmix64(&mut state) | 1;
-                let densify = splitmix64(&mut state);
-                Params::Oph(OphKeys { xor, mul, densify })
-            }
+            HashScheme::Oph => Params::Oph(OphKeys::new(num_perm, seed)),
         };
         Ok(MinHasher {
             inner: Arc::new(Inner {
@@ -469,7 +502,7 @@ impl MinHasher {
             return;
         }
         if let Params::Oph(keys) = &inner.params {
-            oph_sign(hashes, *keys, out, &mut Vec::new());
+            oph_sign(hashes, keys, out, &mut Vec::new());
             return;
         }
         self.sign_blocks_from(hashes, 0, out);
@@ -547,9 +580,9 @@ impl MinHasher {
             } else if *collect_distinct && hashes.len() >= DEDUP_MIN {
                 drop_recent_repeats(hashes, unique, filter);
                 *filtered = true;
-                oph_sign(unique, *keys, out, bins);
+                oph_sign(unique, keys, out, bins);
             } else {
-                oph_sign(hashes, *keys, out, bins);
+                oph_sign(hashes, keys, out, bins);
             }
             return hashes.len();
         }
@@ -617,7 +650,7 @@ impl MinHasher {
 }
 
 /// Signs non-empty `hashes` with the `oph` scheme (module docs). `bins` is scratch space.
-fn oph_sign(hashes: &[u64], keys: OphKeys, out: &mut [u32], bins: &mut Vec<u64>) {
+fn oph_sign(hashes: &[u64], keys: &OphKeys, out: &mut [u32], bins: &mut Vec<u64>) {
     let n = out.len();
     debug_assert!(!hashes.is_empty() && n > 0);
     // u64 minima so that "no shingle here" (u64::MAX) differs from every 32-bit value.
@@ -633,12 +666,64 @@ fn oph_sign(hashes: &[u64], keys: OphKeys, out: &mut [u32], bins: &mut Vec<u64>)
     } else {
         oph_update(hashes, mix, bins, |z| oph_position(z, n));
     }
-    for (i, slot) in out.iter_mut().enumerate() {
-        *slot = match bins[i] {
-            u64::MAX => bins[oph_donor(bins, i, keys.densify)] as u32,
-            v => v as u32,
-        };
+    oph_densify(bins, keys, out);
+}
+
+/// Writes the signature from the per-position minima `bins`, filling the positions no shingle
+/// reached (`u64::MAX`) from their donors ([`oph_donor`] gives the same donors, draw by draw).
+///
+/// Short texts leave many positions empty, and looking each donor up draw by draw (a branch
+/// whose outcome is a coin flip, after a splitmix64 step) cost more than all of their shingles'
+/// updates. Here the empty positions are first listed without a branch, and each one tests its
+/// first eight tabulated draws at once (eight loads make a bit mask, whose lowest set bit is the
+/// first draw that hits); only when all eight miss does it go on draw by draw.
+fn oph_densify(bins: &[u64], keys: &OphKeys, out: &mut [u32]) {
+    let n = bins.len();
+    if keys.draws.is_empty() {
+        for (i, slot) in out.iter_mut().enumerate() {
+            *slot = match bins[i] {
+                u64::MAX => bins[oph_donor(bins, i, keys.densify)] as u32,
+                v => v as u32,
+            };
+        }
+        return;
     }
+    assert_eq!(
+        keys.draws.len(),
+        n * OPH_DRAWS,
+        "draws tabulated for another width"
+    );
+    // Positions are below 2^16 here, so the empty ones list into a small stack buffer per pass.
+    let mut empty = [0u16; 256];
+    for start in (0..n).step_by(empty.len()) {
+        let end = (start + empty.len()).min(n);
+        let mut found = 0;
+        for i in start..end {
+            out[i] = bins[i] as u32;
+            empty[found] = i as u16;
+            found += usize::from(bins[i] == u64::MAX);
+        }
+        for &i in &empty[..found] {
+            let i = usize::from(i);
+            let draws = &keys.draws[i * OPH_DRAWS..(i + 1) * OPH_DRAWS];
+            let donor = first_reached(bins, &draws[..8])
+                .or_else(|| first_reached(bins, &draws[8..]))
+                .unwrap_or_else(|| oph_donor_from(bins, i, keys.densify, OPH_DRAWS as u64 + 1));
+            out[i] = bins[donor] as u32;
+        }
+    }
+}
+
+/// The first of eight draws that a shingle reached, from one bit mask (no branch per draw).
+#[inline(always)]
+fn first_reached(bins: &[u64], draws: &[u16]) -> Option<usize> {
+    let draws: &[u16; 8] = draws.try_into().expect("eight draws");
+    let mut mask = 0u32;
+    for (a, &j) in draws.iter().enumerate() {
+        // SAFETY: tabulated draws are positions below num_perm == bins.len() (checked by oph_densify).
+        mask |= u32::from(unsafe { *bins.get_unchecked(usize::from(j)) } != u64::MAX) << a;
+    }
+    (mask != 0).then(|| usize::from(draws[mask.trailing_zeros() as usize]))
 }
 
 /// The per-shingle minima of the `oph` scheme, with `position` computing
@@ -668,10 +753,21 @@ fn oph_position(x: u64, n: usize) -> usize {
 
 /// The position an empty position `i` copies from (optimal densification, module docs).
 fn oph_donor(bins: &[u64], i: usize, key: u64) -> usize {
+    oph_donor_from(bins, i, key, 1)
+}
+
+/// Draw `a` of empty position `i`'s densification sequence (module docs).
+#[inline(always)]
+fn oph_draw(key: u64, i: usize, a: u64, n: usize) -> usize {
+    let mut state = key ^ ((i as u64) << 32 | a);
+    oph_position(splitmix64(&mut state), n)
+}
+
+/// [`oph_donor`] when draws before `first_attempt` are known to have missed.
+fn oph_donor_from(bins: &[u64], i: usize, key: u64, first_attempt: u64) -> usize {
     let n = bins.len();
-    for attempt in 1..=(64 * n as u64) {
-        let mut state = key ^ ((i as u64) << 32 | attempt);
-        let j = oph_position(splitmix64(&mut state), n);
+    for attempt in first_attempt..=(64 * n as u64) {
+        let j = oph_draw(key, i, attempt, n);
         if bins[j] != u64::MAX {
             return j;
         }
@@ -1223,6 +1319,54 @@ pub fn datasketch_permutations(num_perm: usize, seed: u64) -> (Vec<u64>, Vec<u64
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tabulated_densification_equals_drawing_one_by_one() {
+        // Every width class (tiny, ragged, power of two, past one pass of the empty list, past
+        // the tabulated limit) and every fill from one reached position to all of them.
+        let mut state = 11;
+        for n in [
+            1,
+            2,
+            3,
+            7,
+            64,
+            100,
+            128,
+            256,
+            300,
+            1000,
+            OPH_TABULATED_MAX + 3,
+        ] {
+            let keys = OphKeys::new(n, 1 + n as u64);
+            assert_eq!(keys.draws.is_empty(), n > OPH_TABULATED_MAX);
+            let fills: Vec<usize> = [1, 2, 3, n / 16, n / 4, n / 2, n - 1, n]
+                .into_iter()
+                .filter(|&f| (1..=n).contains(&f))
+                // A sparse fill of the widest table costs the one-by-one oracle ~n^2 draws.
+                .filter(|&f| n <= 1000 || f >= n / 2)
+                .collect();
+            for fill in fills {
+                let rounds = if n > 1000 { 1 } else { 20 };
+                for _ in 0..rounds {
+                    let mut bins = vec![u64::MAX; n];
+                    for _ in 0..fill {
+                        let j = (splitmix64(&mut state) % n as u64) as usize;
+                        bins[j] = splitmix64(&mut state) & 0xFFFF_FFFF;
+                    }
+                    let expected: Vec<u32> = (0..n)
+                        .map(|i| match bins[i] {
+                            u64::MAX => bins[oph_donor(&bins, i, keys.densify)] as u32,
+                            v => v as u32,
+                        })
+                        .collect();
+                    let mut out = vec![0u32; n];
+                    oph_densify(&bins, &keys, &mut out);
+                    assert_eq!(out, expected, "n {n}, fill {fill}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn mt19937_matches_the_reference_sequence() {
