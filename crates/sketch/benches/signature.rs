@@ -355,7 +355,11 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
             if !piece.is_empty() {
                 piece.push('\n');
             }
-            piece.push_str(&line[..line.floor_char_boundary(160)]);
+            let cut = (0..=line.len().min(160))
+                .rev()
+                .find(|&i| line.is_char_boundary(i))
+                .unwrap_or(0);
+            piece.push_str(&line[..cut]);
             if piece.len() >= 60 {
                 short.push(std::mem::take(&mut piece));
             }
