@@ -292,3 +292,74 @@ fn apply_refuses_settings_other_than_the_hot_keys_were_made_with() {
     );
     assert!(!dec.exists(), "decisions were written anyway");
 }
+
+#[test]
+fn keys_and_hot_write_reports_that_account_for_every_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let reports = [dir.join("keys-0.json"), dir.join("keys-1.json")];
+    let tables = keys_per_shard(
+        dir,
+        &[
+            &["--report", reports[0].to_str().unwrap()],
+            &["--report", reports[1].to_str().unwrap()],
+        ],
+    );
+    let hot_report = dir.join("hot.json");
+    run_ok(
+        neardup()
+            .arg("hot")
+            .args(&tables)
+            .args(["-j", "1", "--out"])
+            .arg(dir.join("hot.ndh"))
+            .arg("--report")
+            .arg(&hot_report),
+    );
+    let read = |p: &Path| -> Value { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
+    let shard_reports: Vec<Value> = reports.iter().map(|p| read(p)).collect();
+    let mut samples = 0;
+    for (n, r) in shard_reports.iter().enumerate() {
+        assert_eq!(r["shard"], n as u64);
+        assert_eq!(r["table"], tables[n].to_str().unwrap());
+        assert_eq!(r["inputs"].as_array().unwrap().len(), shards()[n].len());
+        samples += r["stage1"]["samples"].as_u64().unwrap();
+    }
+    // The bundled sample: 500 records, one text each, none unreadable.
+    let records: u64 = shard_reports
+        .iter()
+        .map(|r| r["stage1"]["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!((records, samples), (500, 500));
+    let hot = read(&hot_report);
+    assert_eq!(hot["samples"], samples);
+    assert_eq!(hot["tables"].as_array().unwrap().len(), 2);
+    let hot_samples = hot["hot_samples"].as_u64().unwrap();
+    assert!(hot_samples > 0 && hot_samples < samples, "{hot}");
+    assert!(hot["count"]["hot_keys"].as_u64().unwrap() > 0, "{hot}");
+}
+
+#[test]
+fn each_staged_command_lists_only_the_options_it_uses() {
+    let help = |cmd: &str| {
+        let o = run_ok(neardup().args([cmd, "--help"]));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let keys = help("keys");
+    for absent in ["--output", "--decisions", "--max-reps", "--verify", "--min-key-count"] {
+        assert!(!keys.contains(absent), "keys --help lists {absent}:\n{keys}");
+    }
+    for present in ["--num-perm", "--field", "--report", "--shard", "--no-exact"] {
+        assert!(keys.contains(present), "keys --help lacks {present}:\n{keys}");
+    }
+    let apply = help("apply");
+    for absent in ["--memory-limit", "--min-key-count"] {
+        assert!(!apply.contains(absent), "apply --help lists {absent}:\n{apply}");
+    }
+    for present in ["--output", "--decisions", "--max-reps", "--num-perm", "--spill-dir"] {
+        assert!(apply.contains(present), "apply --help lacks {present}:\n{apply}");
+    }
+    let exact = help("exact");
+    for absent in ["--num-perm", "--threshold", "--max-reps"] {
+        assert!(!exact.contains(absent), "exact --help lists {absent}:\n{exact}");
+    }
+}

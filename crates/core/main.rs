@@ -38,7 +38,15 @@ enum Command {
         #[arg(required = true)]
         inputs: Vec<String>,
         #[command(flatten)]
-        opts: RunOpts,
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
+        #[command(flatten)]
+        count: CountOpts,
+        #[command(flatten)]
+        decide: DecideOpts,
+        #[command(flatten)]
+        output: OutputOpts,
     },
     /// Stage 1 on some inputs: write their key table.
     Keys {
@@ -51,8 +59,18 @@ enum Command {
         /// This shard's number: global row order follows shard numbers.
         #[arg(long, default_value_t = 0)]
         shard: u32,
+        /// Stage-1 report of this shard (JSON: records, samples, skipped records and why, speed).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        // Stage-2 outputs, accepted only to say where they belong instead of an unknown-flag error.
+        #[arg(long, short = 'o', hide = true)]
+        output: Option<PathBuf>,
+        #[arg(long, hide = true)]
+        decisions: Option<PathBuf>,
         #[command(flatten)]
-        opts: RunOpts,
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
     },
     /// Merge key tables into the hot-key file.
     Hot {
@@ -72,6 +90,12 @@ enum Command {
         /// Directory for spill files.
         #[arg(long)]
         spill_dir: Option<PathBuf>,
+        /// Counting threads (default: all cores).
+        #[arg(long, short = 'j')]
+        threads: Option<usize>,
+        /// Merge report (JSON: keys, distinct and hot keys, hot samples, time).
+        #[arg(long)]
+        report: Option<PathBuf>,
     },
     /// Stage 2 given a hot-key file and the key tables of all shards.
     Apply {
@@ -82,7 +106,13 @@ enum Command {
         #[arg(long = "keys", required = true)]
         tables: Vec<PathBuf>,
         #[command(flatten)]
-        opts: RunOpts,
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
+        #[command(flatten)]
+        decide: DecideOpts,
+        #[command(flatten)]
+        output: OutputOpts,
     },
     /// Exact deduplication by content hash of the normalised text.
     Exact {
@@ -90,7 +120,13 @@ enum Command {
         #[arg(required = true)]
         inputs: Vec<String>,
         #[command(flatten)]
-        opts: RunOpts,
+        input: InputOpts,
+        #[command(flatten)]
+        normalize: NormalizeOpts,
+        #[command(flatten)]
+        count: CountOpts,
+        #[command(flatten)]
+        output: OutputOpts,
     },
     /// Check a run's decisions against exact Jaccard: precision of every drop, recall on a sample.
     Eval {
@@ -110,7 +146,9 @@ enum Command {
         #[arg(long = "eval-report")]
         eval_report: Option<PathBuf>,
         #[command(flatten)]
-        opts: RunOpts,
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
     },
     /// Show the LSH setting chosen for a threshold and width, its error areas and S-curve.
     Params {
@@ -132,31 +170,20 @@ enum Command {
     },
 }
 
-/// Options shared by the commands that read inputs.
+// Each command takes only the option groups it uses, so its help lists nothing it would ignore.
+// A settings file (--config) may still name any setting: a file shared by the staged commands
+// holds them all.
+
+/// Settings file, preset, how inputs are read, and threads.
 #[derive(Args, Debug, Default)]
-struct RunOpts {
+#[command(next_help_heading = "Input")]
+struct InputOpts {
     /// Settings file (TOML or JSON, see docs/tuning.md); flags override it.
     #[arg(long)]
     config: Option<PathBuf>,
     /// Preset reproducing another tool's decisions exactly.
     #[arg(long, value_parser = ["lshcurator"])]
     compat: Option<String>,
-    /// Directory for the filtered dataset (same relative paths and formats as the inputs).
-    #[arg(long, short = 'o')]
-    output: Option<PathBuf>,
-    /// Decisions file, one row per sample (.jsonl or .parquet).
-    #[arg(long)]
-    decisions: Option<PathBuf>,
-    /// Run report (JSON).
-    #[arg(long)]
-    report: Option<PathBuf>,
-    /// Replace an existing output directory.
-    #[arg(long)]
-    overwrite: bool,
-    /// Split outputs into parts of at most this size (e.g. 512MiB).
-    #[arg(long, value_parser = parse_size)]
-    max_output_bytes: Option<u64>,
-
     /// Force the input format.
     #[arg(long)]
     format: Option<FormatArg>,
@@ -169,7 +196,43 @@ struct RunOpts {
     /// Field carried into every decision as the id.
     #[arg(long)]
     id_field: Option<String>,
+    /// Skip bad records (counted, quoted in the report) or stop at the first.
+    #[arg(long)]
+    on_error: Option<OnErrorArg>,
+    /// Worker threads (default: all cores).
+    #[arg(long, short = 'j')]
+    threads: Option<usize>,
+}
 
+/// Text normalisation before shingling and content hashing.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Normalisation")]
+struct NormalizeOpts {
+    /// Lowercase before shingling.
+    #[arg(long)]
+    lowercase: bool,
+    /// Unicode NFKC before shingling.
+    #[arg(long)]
+    nfkc: bool,
+    /// Collapse whitespace runs.
+    #[arg(long)]
+    collapse_whitespace: bool,
+    /// Remove punctuation.
+    #[arg(long)]
+    strip_punctuation: bool,
+    /// Keep only these characters (e.g. '0-9a-zA-Z가-힣').
+    #[arg(long)]
+    keep_chars: Option<String>,
+    /// Do not trim leading/trailing whitespace.
+    #[arg(long)]
+    no_trim: bool,
+}
+
+/// What the key table holds: shingling, signature, bands. Stage 1 and stage 2 must agree on
+/// these (the staged commands check it).
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Sketch")]
+struct SketchOpts {
     /// Similarity threshold.
     #[arg(long)]
     threshold: Option<f64>,
@@ -191,24 +254,6 @@ struct RunOpts {
     /// Shingle window step.
     #[arg(long)]
     step: Option<usize>,
-    /// Lowercase before shingling.
-    #[arg(long)]
-    lowercase: bool,
-    /// Unicode NFKC before shingling.
-    #[arg(long)]
-    nfkc: bool,
-    /// Collapse whitespace runs.
-    #[arg(long)]
-    collapse_whitespace: bool,
-    /// Remove punctuation.
-    #[arg(long)]
-    strip_punctuation: bool,
-    /// Keep only these characters (e.g. '0-9a-zA-Z가-힣').
-    #[arg(long)]
-    keep_chars: Option<String>,
-    /// Do not trim leading/trailing whitespace.
-    #[arg(long)]
-    no_trim: bool,
     /// MinHash hash scheme (default oph: one-permutation hashing; fast: k-permutation SIMD;
     /// datasketch: bit-exact datasketch 1.9).
     #[arg(long)]
@@ -219,34 +264,63 @@ struct RunOpts {
     /// Permutation seed.
     #[arg(long)]
     seed: Option<u64>,
-
-    /// A key is hot when seen more than this many times.
-    #[arg(long)]
-    min_key_count: Option<u32>,
     /// Do not count content hashes (no exact-copy shortcut).
     #[arg(long)]
     no_exact: bool,
+    // Last: a flattened group's heading stays in force for the fields after it.
+    #[command(flatten)]
+    normalize: NormalizeOpts,
+}
+
+/// Stage 1's frequency filter.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Counting")]
+struct CountOpts {
+    /// A key is hot when seen more than this many times.
+    #[arg(long)]
+    min_key_count: Option<u32>,
+    /// Key-table memory before stage 1 spills to disk (e.g. 4GiB).
+    #[arg(long, value_parser = parse_size)]
+    memory_limit: Option<u64>,
+}
+
+/// Stage 2's decisions.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Decisions")]
+struct DecideOpts {
     /// Representatives per hot bucket (0: unbounded).
     #[arg(long)]
     max_reps: Option<usize>,
     /// Confirm candidates with the true Jaccard of the shingle sets.
     #[arg(long)]
     verify: Option<VerifyArg>,
-    /// Key-table memory before stage 1 spills to disk (e.g. 4GiB).
+}
+
+/// What a deduplicating run writes, and where it spills.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Output")]
+struct OutputOpts {
+    /// Directory for the filtered dataset (same relative paths and formats as the inputs).
+    #[arg(long, short = 'o')]
+    output: Option<PathBuf>,
+    /// Decisions file, one row per sample (.jsonl or .parquet).
+    #[arg(long)]
+    decisions: Option<PathBuf>,
+    /// Run report (JSON).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Replace an existing output directory.
+    #[arg(long)]
+    overwrite: bool,
+    /// Split outputs into parts of at most this size (e.g. 512MiB).
     #[arg(long, value_parser = parse_size)]
-    memory_limit: Option<u64>,
-    /// Directory for spill files.
-    #[arg(long)]
-    spill_dir: Option<PathBuf>,
-    /// Worker threads (default: all cores).
-    #[arg(long, short = 'j')]
-    threads: Option<usize>,
-    /// Skip bad records (counted, quoted in the report) or stop at the first.
-    #[arg(long)]
-    on_error: Option<OnErrorArg>,
+    max_output_bytes: Option<u64>,
     /// Keep or drop empty / whitespace-only texts.
     #[arg(long)]
     empty: Option<EmptyArg>,
+    /// Directory for spill files (stage 1's key partitions, stage 2's verification sets).
+    #[arg(long)]
+    spill_dir: Option<PathBuf>,
 }
 
 macro_rules! value_enum {
@@ -289,119 +363,162 @@ fn parse_size(s: &str) -> Result<u64, String> {
     Ok((n * mult) as u64)
 }
 
-impl RunOpts {
-    /// The settings: defaults, then the settings file, then flags, then the compatibility preset.
-    fn config(&self, inputs: &[String]) -> Result<Config, Error> {
-        let mut c = match &self.config {
-            Some(p) => Config::load(p)?,
-            None => Config::default(),
-        };
-        if !inputs.is_empty() {
-            c.input.inputs = inputs.to_vec();
+/// Builds the settings: defaults, then the settings file, then each group's flags, then the
+/// compatibility preset (which keeps an explicit --max-reps).
+fn build_config(
+    inputs: &[String],
+    input: &InputOpts,
+    groups: &[&dyn Overrides],
+    max_reps: Option<usize>,
+) -> Result<Config, Error> {
+    let mut c = match &input.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if !inputs.is_empty() {
+        c.input.inputs = inputs.to_vec();
+    }
+    input.apply(&mut c);
+    for g in groups {
+        g.apply(&mut c);
+    }
+    if let Some(preset) = &input.compat {
+        match preset.as_str() {
+            "lshcurator" => {
+                c = c.lshcurator();
+                if let Some(v) = max_reps {
+                    c.dedup.max_reps = (v > 0).then_some(v);
+                }
+            }
+            other => return Err(Error::Usage(format!("unknown --compat preset {other:?}"))),
         }
-        let o = self;
-        if let Some(v) = o.format {
+    }
+    Ok(c)
+}
+
+/// An option group's flags written over the settings.
+trait Overrides {
+    fn apply(&self, c: &mut Config);
+}
+
+impl Overrides for InputOpts {
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = self.format {
             c.input.format = Some(v.into());
         }
-        if !o.fields.is_empty() {
-            c.input.fields = o.fields.clone();
+        if !self.fields.is_empty() {
+            c.input.fields = self.fields.clone();
         }
-        if let Some(v) = o.fields_mode {
+        if let Some(v) = self.fields_mode {
             c.input.fields_mode = v;
         }
-        if o.id_field.is_some() {
-            c.input.id_field = o.id_field.clone();
+        if self.id_field.is_some() {
+            c.input.id_field = self.id_field.clone();
         }
-        if let Some(v) = o.threshold {
-            c.dedup.threshold = v;
-        }
-        if let Some(v) = o.num_perm {
-            c.sketch.num_perm = v;
-        }
-        if o.bands.is_some() {
-            c.sketch.bands = o.bands;
-            c.sketch.rows = o.rows;
-        }
-        if let Some(v) = o.tokenize {
-            c.sketch.tokenize = v;
-        }
-        if let Some(v) = o.shingle {
-            c.sketch.shingle = v;
-        }
-        if let Some(v) = o.step {
-            c.sketch.step = v;
-        }
-        c.sketch.lowercase |= o.lowercase;
-        c.sketch.nfkc |= o.nfkc;
-        c.sketch.collapse_whitespace |= o.collapse_whitespace;
-        c.sketch.strip_punctuation |= o.strip_punctuation;
-        if o.keep_chars.is_some() {
-            c.sketch.keep_chars = o.keep_chars.clone();
-        }
-        if o.no_trim {
-            c.sketch.trim = false;
-        }
-        if let Some(v) = o.hash {
-            c.sketch.hash = v.into();
-        }
-        if let Some(v) = o.band_keys {
-            c.sketch.band_keys = v.into();
-        }
-        if let Some(v) = o.seed {
-            c.sketch.seed = v;
-        }
-        if let Some(v) = o.min_key_count {
-            c.keys.min_key_count = v;
-        }
-        if o.no_exact {
-            c.keys.exact = false;
-        }
-        if let Some(v) = o.max_reps {
-            c.dedup.max_reps = (v > 0).then_some(v);
-        }
-        if let Some(v) = o.verify {
-            c.dedup.verify = v.into();
-        }
-        if o.memory_limit.is_some() {
-            c.keys.memory_limit = o.memory_limit;
-        }
-        if o.spill_dir.is_some() {
-            c.keys.spill_dir = o.spill_dir.clone();
-        }
-        if let Some(v) = o.threads {
-            c.run.threads = v;
-        }
-        if let Some(v) = o.on_error {
+        if let Some(v) = self.on_error {
             c.run.on_error = v.into();
         }
-        if let Some(v) = o.empty {
+        if let Some(v) = self.threads {
+            c.run.threads = v;
+        }
+    }
+}
+
+impl Overrides for NormalizeOpts {
+    fn apply(&self, c: &mut Config) {
+        c.sketch.lowercase |= self.lowercase;
+        c.sketch.nfkc |= self.nfkc;
+        c.sketch.collapse_whitespace |= self.collapse_whitespace;
+        c.sketch.strip_punctuation |= self.strip_punctuation;
+        if self.keep_chars.is_some() {
+            c.sketch.keep_chars = self.keep_chars.clone();
+        }
+        if self.no_trim {
+            c.sketch.trim = false;
+        }
+    }
+}
+
+impl Overrides for SketchOpts {
+    fn apply(&self, c: &mut Config) {
+        self.normalize.apply(c);
+        if let Some(v) = self.threshold {
+            c.dedup.threshold = v;
+        }
+        if let Some(v) = self.num_perm {
+            c.sketch.num_perm = v;
+        }
+        if self.bands.is_some() {
+            c.sketch.bands = self.bands;
+            c.sketch.rows = self.rows;
+        }
+        if let Some(v) = self.tokenize {
+            c.sketch.tokenize = v;
+        }
+        if let Some(v) = self.shingle {
+            c.sketch.shingle = v;
+        }
+        if let Some(v) = self.step {
+            c.sketch.step = v;
+        }
+        if let Some(v) = self.hash {
+            c.sketch.hash = v.into();
+        }
+        if let Some(v) = self.band_keys {
+            c.sketch.band_keys = v.into();
+        }
+        if let Some(v) = self.seed {
+            c.sketch.seed = v;
+        }
+        if self.no_exact {
+            c.keys.exact = false;
+        }
+    }
+}
+
+impl Overrides for CountOpts {
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = self.min_key_count {
+            c.keys.min_key_count = v;
+        }
+        if self.memory_limit.is_some() {
+            c.keys.memory_limit = self.memory_limit;
+        }
+    }
+}
+
+impl Overrides for DecideOpts {
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = self.max_reps {
+            c.dedup.max_reps = (v > 0).then_some(v);
+        }
+        if let Some(v) = self.verify {
+            c.dedup.verify = v.into();
+        }
+    }
+}
+
+impl Overrides for OutputOpts {
+    fn apply(&self, c: &mut Config) {
+        if self.output.is_some() {
+            c.output.dir = self.output.clone();
+        }
+        if self.decisions.is_some() {
+            c.output.decisions = self.decisions.clone();
+        }
+        if self.report.is_some() {
+            c.output.report = self.report.clone();
+        }
+        c.output.overwrite |= self.overwrite;
+        if self.max_output_bytes.is_some() {
+            c.output.max_output_bytes = self.max_output_bytes;
+        }
+        if let Some(v) = self.empty {
             c.dedup.empty = v.into();
         }
-        if o.output.is_some() {
-            c.output.dir = o.output.clone();
+        if self.spill_dir.is_some() {
+            c.keys.spill_dir = self.spill_dir.clone();
         }
-        if o.decisions.is_some() {
-            c.output.decisions = o.decisions.clone();
-        }
-        if o.report.is_some() {
-            c.output.report = o.report.clone();
-        }
-        c.output.overwrite |= o.overwrite;
-        if o.max_output_bytes.is_some() {
-            c.output.max_output_bytes = o.max_output_bytes;
-        }
-        if let Some(preset) = &o.compat {
-            match preset.as_str() {
-                "lshcurator" => {
-                    c = c.lshcurator();
-                    if let Some(v) = o.max_reps {
-                        c.dedup.max_reps = (v > 0).then_some(v);
-                    }
-                }
-                other => return Err(Error::Usage(format!("unknown --compat preset {other:?}"))),
-            }
-        }
-        Ok(c)
     }
 }
 
@@ -509,26 +626,53 @@ fn finish(report: &Report, quiet: bool) {
     }
 }
 
+fn require_outputs(config: &Config) -> Result<(), Error> {
+    if config.output.dir.is_none() && config.output.decisions.is_none() {
+        return Err(Error::Usage(
+            "give --output DIR and/or --decisions FILE".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON, atomically.
+fn save_json(path: &std::path::Path, value: &impl serde::Serialize) -> Result<(), Error> {
+    let fail = |e: &dyn std::fmt::Display| Error::Run(format!("{}: {e}", path.display()));
+    let mut f = neardup::corpus::AtomicFile::create(path).map_err(|e| fail(&e))?;
+    serde_json::to_writer_pretty(&mut f, value).map_err(|e| fail(&e))?;
+    f.commit().map_err(|e| fail(&e))
+}
+
 fn run(cli: Cli) -> Result<(), Error> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Dedup { inputs, opts } => {
-            let config = opts.config(&inputs)?;
-            if config.output.dir.is_none() && config.output.decisions.is_none() {
-                return Err(Error::Usage(
-                    "give --output DIR and/or --decisions FILE".into(),
-                ));
-            }
+        Command::Dedup {
+            inputs,
+            input,
+            sketch,
+            count,
+            decide,
+            output,
+        } => {
+            let config = build_config(
+                &inputs,
+                &input,
+                &[&sketch, &count, &decide, &output],
+                decide.max_reps,
+            )?;
+            require_outputs(&config)?;
             let report = run_pipeline(config, quiet)?;
             finish(&report, quiet);
         }
-        Command::Exact { inputs, opts } => {
-            let mut config = opts.config(&inputs)?;
-            if config.output.dir.is_none() && config.output.decisions.is_none() {
-                return Err(Error::Usage(
-                    "give --output DIR and/or --decisions FILE".into(),
-                ));
-            }
+        Command::Exact {
+            inputs,
+            input,
+            normalize,
+            count,
+            output,
+        } => {
+            let mut config = build_config(&inputs, &input, &[&normalize, &count, &output], None)?;
+            require_outputs(&config)?;
             config.keys.exact = true;
             config.keys.near = false;
             let report = run_pipeline(config, quiet)?;
@@ -538,23 +682,44 @@ fn run(cli: Cli) -> Result<(), Error> {
             inputs,
             out,
             shard,
-            opts,
+            report,
+            output,
+            decisions,
+            input,
+            sketch,
         } => {
-            // Stage 1 alone writes only its table: a flag asking for stage-2 outputs would
-            // otherwise be silently ignored. (A shared settings file may name them: that is fine.)
-            if opts.output.is_some() || opts.decisions.is_some() {
+            if output.is_some() || decisions.is_some() {
                 return Err(Error::Usage(
                     "`neardup keys` writes only the key table (--out); --output and --decisions \
                      belong to `neardup apply`"
                         .into(),
                 ));
             }
-            let config = opts.config(&inputs)?;
+            let config = build_config(&inputs, &input, &[&sketch], None)?;
             let (files, problems) = neardup::discover_inputs(&config)?;
             for p in &problems {
                 tracing::warn!("input problem: {p}");
             }
-            let stats = neardup::write_shard_keys(&config, &files, shard, &out)?;
+            let mut keys = neardup::keys_config(&config)?;
+            let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+            keys.progress = Some(progress[0].clone());
+            let stats = {
+                let _view = ProgressView::start(progress, quiet);
+                neardup::keys::write_keys(&files, shard, &keys, &out)?
+            };
+            if let Some(path) = &report {
+                save_json(
+                    path,
+                    &serde_json::json!({
+                        "neardup": env!("CARGO_PKG_VERSION"),
+                        "shard": shard,
+                        "table": out,
+                        "inputs": files.iter().map(|f| &f.path).collect::<Vec<_>>(),
+                        "input_problems": problems,
+                        "stage1": stats,
+                    }),
+                )?;
+            }
             if !quiet {
                 eprintln!(
                     "shard {shard}: {} records, {} samples, {} bytes/sample, {:.1} MB/s -> {}",
@@ -572,13 +737,39 @@ fn run(cli: Cli) -> Result<(), Error> {
             min_key_count,
             memory_limit,
             spill_dir,
+            threads,
+            report,
         } => {
             let mut config = Config::default();
             config.keys.min_key_count = min_key_count;
             config.keys.memory_limit = memory_limit;
             config.keys.spill_dir = spill_dir;
-            let (hot, mask, stats) = neardup::merge_hot_key_files(&config, &tables)?;
+            let started = Instant::now();
+            let merge = || neardup::merge_hot_key_files(&config, &tables);
+            let (hot, mask, stats) = match threads {
+                Some(n) => rayon::ThreadPoolBuilder::new()
+                    .num_threads(n)
+                    .build()
+                    .map_err(|e| Error::Run(format!("thread pool: {e}")))?
+                    .install(merge),
+                None => merge(),
+            }?;
             hot.save(&out)?;
+            if let Some(path) = &report {
+                save_json(
+                    path,
+                    &serde_json::json!({
+                        "neardup": env!("CARGO_PKG_VERSION"),
+                        "tables": tables,
+                        "hot_keys_file": out,
+                        "min_key_count": min_key_count,
+                        "count": stats,
+                        "samples": mask.rows(),
+                        "hot_samples": mask.hot_rows(),
+                        "seconds": started.elapsed().as_secs_f64(),
+                    }),
+                )?;
+            }
             if !quiet {
                 eprintln!(
                     "{} tables, {} keys, {} distinct, {} hot keys, {} hot samples of {}{} -> {}",
@@ -593,13 +784,21 @@ fn run(cli: Cli) -> Result<(), Error> {
                 );
             }
         }
-        Command::Apply { hot, tables, opts } => {
-            let config = opts.config(&[])?;
-            if config.output.dir.is_none() && config.output.decisions.is_none() {
-                return Err(Error::Usage(
-                    "give --output DIR and/or --decisions FILE".into(),
-                ));
-            }
+        Command::Apply {
+            hot,
+            tables,
+            input,
+            sketch,
+            decide,
+            output,
+        } => {
+            let config = build_config(
+                &[],
+                &input,
+                &[&sketch, &decide, &output],
+                decide.max_reps,
+            )?;
+            require_outputs(&config)?;
             let hot = HotKeys::load(&hot)?;
             let report = neardup::apply_files(&config, &hot, &tables, &mut |_| {})?;
             finish(&report, quiet);
@@ -610,9 +809,10 @@ fn run(cli: Cli) -> Result<(), Error> {
             samples,
             sample_seed,
             eval_report,
-            opts,
+            input,
+            sketch,
         } => {
-            let config = opts.config(&inputs)?;
+            let config = build_config(&inputs, &input, &[&sketch], None)?;
             let sketch = config.sketch_config()?;
             let report = neardup::eval::evaluate(&neardup::eval::EvalOptions {
                 decisions,
@@ -628,12 +828,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             })
             .map_err(Error::Run)?;
             if let Some(path) = eval_report {
-                let mut f = neardup::corpus::AtomicFile::create(&path)
-                    .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
-                serde_json::to_writer_pretty(&mut f, &report)
-                    .map_err(|e| Error::Run(e.to_string()))?;
-                f.commit()
-                    .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
+                save_json(&path, &report)?;
             }
             println!("{}", report.summary());
         }
@@ -725,16 +920,19 @@ mod tests {
 
     #[test]
     fn lshcurator_preset_overrides_hashing_but_keeps_shingles() {
-        let opts = RunOpts {
+        let input = InputOpts {
             compat: Some("lshcurator".into()),
+            ..InputOpts::default()
+        };
+        let sketch = SketchOpts {
             bands: Some(8),
             rows: Some(4),
             shingle: Some(3),
             step: Some(2),
             tokenize: Some(Tokenize::Byte),
-            ..RunOpts::default()
+            ..SketchOpts::default()
         };
-        let c = opts.config(&["x.jsonl".into()]).unwrap();
+        let c = build_config(&["x.jsonl".into()], &input, &[&sketch], None).unwrap();
         assert_eq!(c.sketch.hash, HashScheme::Datasketch);
         assert_eq!(c.sketch.band_keys, BandKeyScheme::Lshcurator);
         assert_eq!(c.sketch.seed, 36);
