@@ -345,21 +345,48 @@ fn each_staged_command_lists_only_the_options_it_uses() {
         String::from_utf8(o.stdout).unwrap()
     };
     let keys = help("keys");
-    for absent in ["--output", "--decisions", "--max-reps", "--verify", "--min-key-count"] {
-        assert!(!keys.contains(absent), "keys --help lists {absent}:\n{keys}");
+    for absent in [
+        "--output",
+        "--decisions",
+        "--max-reps",
+        "--verify",
+        "--min-key-count",
+    ] {
+        assert!(
+            !keys.contains(absent),
+            "keys --help lists {absent}:\n{keys}"
+        );
     }
     for present in ["--num-perm", "--field", "--report", "--shard", "--no-exact"] {
-        assert!(keys.contains(present), "keys --help lacks {present}:\n{keys}");
+        assert!(
+            keys.contains(present),
+            "keys --help lacks {present}:\n{keys}"
+        );
     }
     let apply = help("apply");
     for absent in ["--memory-limit", "--min-key-count"] {
-        assert!(!apply.contains(absent), "apply --help lists {absent}:\n{apply}");
+        assert!(
+            !apply.contains(absent),
+            "apply --help lists {absent}:\n{apply}"
+        );
     }
-    for present in ["--output", "--decisions", "--max-reps", "--num-perm", "--spill-dir"] {
-        assert!(apply.contains(present), "apply --help lacks {present}:\n{apply}");
+    for present in [
+        "--output",
+        "--decisions",
+        "--max-reps",
+        "--num-perm",
+        "--spill-dir",
+    ] {
+        assert!(
+            apply.contains(present),
+            "apply --help lacks {present}:\n{apply}"
+        );
     }
     let exact = help("exact");
     for absent in ["--num-perm", "--threshold", "--max-reps"] {
-        assert!(!exact.contains(absent), "exact --help lists {absent}:\n{exact}");
+        assert!(
+            !exact.contains(absent),
+            "exact --help lists {absent}:\n{exact}"
+        );
     }
 }

@@ -792,12 +792,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             decide,
             output,
         } => {
-            let config = build_config(
-                &[],
-                &input,
-                &[&sketch, &decide, &output],
-                decide.max_reps,
-            )?;
+            let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
             require_outputs(&config)?;
             let hot = HotKeys::load(&hot)?;
             let report = neardup::apply_files(&config, &hot, &tables, &mut |_| {})?;
