@@ -8,8 +8,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use neardup_corpus::{
-    Chunk, InputFile, Projection, ReadOptions, SampleText, TextSelector, balanced_chunk_bytes,
-    plan_chunks, read_chunk,
+    Block, Chunk, ChunkRange, InputFile, Projection, ReadOptions, SampleText, TextSelector,
+    balanced_chunk_bytes, plan_chunks, read_chunk,
 };
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
@@ -221,80 +221,326 @@ struct ChunkOutput {
     read_error: Option<(String, String)>,
 }
 
-/// Reads and sketches one chunk into rows.
+impl ChunkOutput {
+    fn new() -> ChunkOutput {
+        ChunkOutput {
+            keys: Vec::new(),
+            records: 0,
+            rows: 0,
+            bytes: 0,
+            blank: 0,
+            short: 0,
+            skipped: HashMap::new(),
+            problems: Vec::new(),
+            read_error: None,
+        }
+    }
+
+    /// Appends the output of the blocks that follow this output's in the chunk, as if they had
+    /// been sketched into it (chunk-local record numbers, the first problems quoted).
+    fn append(&mut self, next: ChunkOutput) {
+        let base = self.records;
+        if self.keys.is_empty() {
+            self.keys = next.keys;
+        } else {
+            self.keys.extend_from_slice(&next.keys);
+        }
+        self.records += next.records;
+        self.rows += next.rows;
+        self.bytes += next.bytes;
+        self.blank += next.blank;
+        self.short += next.short;
+        for (kind, n) in next.skipped {
+            *self.skipped.entry(kind).or_default() += n;
+        }
+        let room = QUOTED_PROBLEMS.saturating_sub(self.problems.len());
+        self.problems
+            .extend(
+                next.problems
+                    .into_iter()
+                    .take(room)
+                    .map(|(record, field, kind, message)| {
+                        (record.map(|r| r + base), field, kind, message)
+                    }),
+            );
+        if self.read_error.is_none() {
+            self.read_error = next.read_error;
+        }
+    }
+}
+
+/// Per-thread sketching buffers.
+struct Worker {
+    /// One scratch per thread, not per chunk: its buffers grow to the largest text seen
+    /// (megabytes for a big page), and growing them again for every chunk cost page faults and
+    /// copies.
+    scratch: Scratch,
+    sig: Vec<u32>,
+}
+
+impl Worker {
+    fn new(cfg: &KeysConfig) -> Worker {
+        Worker {
+            scratch: Scratch::default(),
+            sig: vec![0u32; cfg.sketcher.num_perm()],
+        }
+    }
+}
+
+fn read_options(cfg: &KeysConfig) -> ReadOptions {
+    ReadOptions {
+        selector: cfg.selector.clone(),
+        projection: Projection::TextOnly,
+        block_bytes: cfg.block_bytes,
+    }
+}
+
+/// Reads and sketches one chunk into rows, block by block on this thread.
 fn sketch_chunk(
     file: &InputFile,
     chunk: &Chunk,
     cfg: &KeysConfig,
     stop: &AtomicBool,
-    scratch: &mut Scratch,
+    worker: &mut Worker,
 ) -> ChunkOutput {
-    let opts = ReadOptions {
-        selector: cfg.selector.clone(),
-        projection: Projection::TextOnly,
-        block_bytes: cfg.block_bytes,
-    };
-    let columns = cfg.rule.columns(cfg.sketcher.bands());
-    let mut out = ChunkOutput {
-        keys: Vec::new(),
-        records: 0,
-        rows: 0,
-        bytes: 0,
-        blank: 0,
-        short: 0,
-        skipped: HashMap::new(),
-        problems: Vec::new(),
-        read_error: None,
-    };
-    let mut sig = vec![0u32; cfg.sketcher.num_perm()];
-    for block in read_chunk(file, chunk, &opts) {
+    let mut out = ChunkOutput::new();
+    for block in read_chunk(file, chunk, &read_options(cfg)) {
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        let block = match block {
-            Ok(b) => b,
+        match block {
+            Ok(block) => sketch_block(&block, cfg, worker, &mut out),
             Err(e) => {
                 out.read_error = Some((e.kind().to_string(), e.to_string()));
                 break;
             }
-        };
-        out.bytes += block.input_bytes();
-        let first = out.records;
-        let rows_before = out.rows;
-        block.for_each_sample(&cfg.selector, |sample| match sample.text {
-            SampleText::Text(text) => {
-                let start = out.keys.len();
-                out.keys.resize(start + columns, 0);
-                let r = cfg.rule.sketch(
-                    &cfg.sketcher,
-                    &text,
-                    scratch,
-                    &mut sig,
-                    &mut out.keys[start..],
-                );
-                out.rows += 1;
-                match r.kind {
-                    RowKind::Blank => out.blank += 1,
-                    RowKind::Short => out.short += 1,
-                    RowKind::Normal => {}
-                }
-            }
-            SampleText::Skipped(reason) => {
-                *out.skipped.entry(reason.kind()).or_default() += 1;
-                if out.problems.len() < QUOTED_PROBLEMS {
-                    out.problems.push((
-                        Some(first + sample.record as u64),
-                        Some(sample.field),
-                        reason.kind().to_string(),
-                        format!("{reason:?}"),
-                    ));
-                }
-            }
-        });
-        out.records += block.num_records() as u64;
-        if let Some(p) = &cfg.progress {
-            p.add(block.input_bytes(), out.rows - rows_before);
         }
+    }
+    out
+}
+
+/// Sketches one block's samples into `out`, after the records `out` already holds.
+fn sketch_block(block: &Block, cfg: &KeysConfig, worker: &mut Worker, out: &mut ChunkOutput) {
+    let columns = cfg.rule.columns(cfg.sketcher.bands());
+    let Worker { scratch, sig } = worker;
+    out.bytes += block.input_bytes();
+    let first = out.records;
+    let rows_before = out.rows;
+    block.for_each_sample(&cfg.selector, |sample| match sample.text {
+        SampleText::Text(text) => {
+            let start = out.keys.len();
+            out.keys.resize(start + columns, 0);
+            let r = cfg
+                .rule
+                .sketch(&cfg.sketcher, &text, scratch, sig, &mut out.keys[start..]);
+            out.rows += 1;
+            match r.kind {
+                RowKind::Blank => out.blank += 1,
+                RowKind::Short => out.short += 1,
+                RowKind::Normal => {}
+            }
+        }
+        SampleText::Skipped(reason) => {
+            *out.skipped.entry(reason.kind()).or_default() += 1;
+            if out.problems.len() < QUOTED_PROBLEMS {
+                out.problems.push((
+                    Some(first + sample.record as u64),
+                    Some(sample.field),
+                    reason.kind().to_string(),
+                    format!("{reason:?}"),
+                ));
+            }
+        }
+    });
+    out.records += block.num_records() as u64;
+    if let Some(p) = &cfg.progress {
+        p.add(block.input_bytes(), out.rows - rows_before);
+    }
+}
+
+/// A block of a whole-file chunk, waiting for any thread to sketch it.
+struct BlockJob {
+    block: Block,
+    /// Its place in the chunk.
+    seq: usize,
+    /// Where its output goes: the thread reading its chunk.
+    results: crossbeam_channel::Sender<(usize, ChunkOutput)>,
+}
+
+impl BlockJob {
+    fn run(self, cfg: &KeysConfig, worker: &mut Worker) {
+        let mut out = ChunkOutput::new();
+        sketch_block(&self.block, cfg, worker, &mut out);
+        drop(self.block);
+        // The reader waits for every block it handed out, so it is still listening.
+        let _ = self.results.send((self.seq, out));
+    }
+}
+
+/// Blocks of whole-file chunks (compressed JSONL, small files, Parquet files of one row group)
+/// that threads without a chunk of their own sketch: such a file can only be read front to back
+/// by one thread, but its blocks can be sketched by all of them, so one large `.jsonl.zst` no
+/// longer leaves every thread but one idle. Bounded, so the reader runs at most `capacity`
+/// blocks ahead of the sketching.
+struct SharedBlocks {
+    state: Mutex<SharedState>,
+    changed: Condvar,
+    capacity: usize,
+}
+
+struct SharedState {
+    queue: std::collections::VecDeque<BlockJob>,
+    /// Chunks not yet finished by the thread that claimed them (or not claimed yet): while any
+    /// remain, a thread without a chunk may still be handed blocks.
+    unfinished: usize,
+}
+
+impl SharedBlocks {
+    fn new(chunks: usize, threads: usize) -> SharedBlocks {
+        SharedBlocks {
+            state: Mutex::new(SharedState {
+                queue: std::collections::VecDeque::new(),
+                unfinished: chunks,
+            }),
+            changed: Condvar::new(),
+            capacity: 2 * threads,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SharedState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `job`, or, while the queue is full, sketches queued blocks on this thread first.
+    fn push(&self, job: BlockJob, cfg: &KeysConfig, worker: &mut Worker) {
+        let mut state = self.lock();
+        if state.queue.len() < self.capacity {
+            state.queue.push_back(job);
+            drop(state);
+            self.changed.notify_one();
+            return;
+        }
+        // Full: the oldest queued block makes room, and this thread sketches it.
+        let oldest = state.queue.pop_front().expect("a full queue has a block");
+        state.queue.push_back(job);
+        drop(state);
+        oldest.run(cfg, worker);
+    }
+
+    /// A queued block, if any, without waiting.
+    fn try_pop(&self) -> Option<BlockJob> {
+        self.lock().queue.pop_front()
+    }
+
+    /// Wakes the threads waiting in [`SharedBlocks::help`] (after `stop` was set: chunks left
+    /// unclaimed when a run stops are never finished).
+    fn wake_all(&self) {
+        // Taken so that a helper between its check of `stop` and its wait cannot miss this.
+        drop(self.lock());
+        self.changed.notify_all();
+    }
+
+    fn chunk_finished(&self) {
+        self.lock().unfinished -= 1;
+        self.changed.notify_all();
+    }
+
+    /// Sketches queued blocks until every chunk is finished (or the run stops).
+    fn help(&self, cfg: &KeysConfig, worker: &mut Worker, stop: &AtomicBool) {
+        loop {
+            let job = {
+                let mut state = self.lock();
+                loop {
+                    if let Some(job) = state.queue.pop_front() {
+                        break Some(job);
+                    }
+                    if state.unfinished == 0 || stop.load(Ordering::Relaxed) {
+                        break None;
+                    }
+                    state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            match job {
+                Some(job) => job.run(cfg, worker),
+                None => return,
+            }
+        }
+    }
+}
+
+/// Reads one whole-file chunk on this thread and hands its blocks to [`SharedBlocks`], where this
+/// thread and the threads without a chunk sketch them; the outputs are put back in block order,
+/// so the chunk's rows are exactly those of [`sketch_chunk`].
+fn sketch_chunk_shared(
+    file: &InputFile,
+    chunk: &Chunk,
+    cfg: &KeysConfig,
+    stop: &AtomicBool,
+    worker: &mut Worker,
+    shared: &SharedBlocks,
+) -> ChunkOutput {
+    /// Block outputs put back in order.
+    struct InOrder {
+        out: ChunkOutput,
+        pending: BTreeMap<usize, ChunkOutput>,
+        next: usize,
+    }
+    impl InOrder {
+        fn take(&mut self, (seq, o): (usize, ChunkOutput)) {
+            self.pending.insert(seq, o);
+            while let Some(o) = self.pending.remove(&self.next) {
+                self.out.append(o);
+                self.next += 1;
+            }
+        }
+    }
+    let (tx, rx) = crossbeam_channel::unbounded::<(usize, ChunkOutput)>();
+    let mut done = InOrder {
+        out: ChunkOutput::new(),
+        pending: BTreeMap::new(),
+        next: 0,
+    };
+    let mut handed_out = 0usize;
+    let mut read_error = None;
+    for block in read_chunk(file, chunk, &read_options(cfg)) {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match block {
+            Ok(block) => {
+                let job = BlockJob {
+                    block,
+                    seq: handed_out,
+                    results: tx.clone(),
+                };
+                handed_out += 1;
+                shared.push(job, cfg, worker);
+                while let Ok(result) = rx.try_recv() {
+                    done.take(result);
+                }
+            }
+            Err(e) => {
+                read_error = Some((e.kind().to_string(), e.to_string()));
+                break;
+            }
+        }
+    }
+    drop(tx);
+    while done.next < handed_out {
+        // Queued blocks (this chunk's or another's) are sketched here while any are left; once
+        // none is queued, this chunk's missing blocks are being sketched by other threads.
+        match shared.try_pop() {
+            Some(job) => job.run(cfg, worker),
+            None => done.take(rx.recv().expect("every handed-out block sends its output")),
+        }
+        while let Ok(result) = rx.try_recv() {
+            done.take(result);
+        }
+    }
+    let mut out = done.out;
+    // A read error ends the chunk after the blocks read before it, as in `sketch_chunk`.
+    if out.read_error.is_none() {
+        out.read_error = read_error;
     }
     out
 }
@@ -461,19 +707,20 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     let stop = AtomicBool::new(false);
     let (tx, rx) = crossbeam_channel::bounded::<(usize, ChunkOutput)>(window);
 
+    let shared = SharedBlocks::new(chunks.len(), threads);
+
     std::thread::scope(|scope| {
         for _ in 0..threads {
             let tx = tx.clone();
-            let (next_chunk, collected, progress, stop, chunks) =
-                (&next_chunk, &collected, &progress, &stop, &chunks);
+            let (next_chunk, collected, progress, stop, chunks, shared) =
+                (&next_chunk, &collected, &progress, &stop, &chunks, &shared);
             scope.spawn(move || {
-                // One scratch per thread, not per chunk: its buffers grow to the largest text
-                // seen (megabytes for a big page), and growing them again for every chunk cost
-                // page faults and copies.
-                let mut scratch = Scratch::default();
+                let mut worker = Worker::new(cfg);
                 loop {
                     let i = next_chunk.fetch_add(1, Ordering::Relaxed);
                     if i >= chunks.len() {
+                        // No chunk left to claim: sketch other threads' whole-file blocks.
+                        shared.help(cfg, &mut worker, stop);
                         break;
                     }
                     {
@@ -486,7 +733,13 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
                         break;
                     }
                     let chunk = &chunks[i];
-                    let out = sketch_chunk(&files[chunk.file], chunk, cfg, stop, &mut scratch);
+                    let file = &files[chunk.file];
+                    let out = if threads > 1 && chunk.range == ChunkRange::Whole {
+                        sketch_chunk_shared(file, chunk, cfg, stop, &mut worker, shared)
+                    } else {
+                        sketch_chunk(file, chunk, cfg, stop, &mut worker)
+                    };
+                    shared.chunk_finished();
                     if tx.send((i, out)).is_err() {
                         break;
                     }
@@ -516,6 +769,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
                 {
                     first_error = Some(e);
                     stop.store(true, Ordering::Relaxed);
+                    shared.wake_all();
                 }
                 next += 1;
                 *collected.lock().expect("collector lock") = next;
