@@ -29,6 +29,7 @@ mod jsonl;
 mod parquet_read;
 mod read;
 mod select;
+mod share;
 mod write;
 
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
@@ -40,6 +41,7 @@ pub use read::{
     Block, ChunkReader, Projection, ReadOptions, Sample, SampleText, SkipReason, read_chunk,
 };
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
+pub use share::{BlockQueue, Relay};
 pub use write::{AtomicFile, FileWriter, OutputDir, OutputOptions, WrittenFile};
 
 #[cfg(test)]

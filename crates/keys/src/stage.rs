@@ -8,8 +8,8 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use neardup_corpus::{
-    Block, Chunk, ChunkRange, InputFile, Projection, ReadOptions, SampleText, TextSelector,
-    balanced_chunk_bytes, plan_chunks, read_chunk,
+    Block, BlockQueue, Chunk, ChunkRange, InputFile, Projection, ReadOptions, SampleText,
+    TextSelector, balanced_chunk_bytes, plan_chunks, read_chunk,
 };
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
@@ -377,98 +377,7 @@ impl BlockJob {
     }
 }
 
-/// Blocks of whole-file chunks (compressed JSONL, small files, Parquet files of one row group)
-/// that threads without a chunk of their own sketch: such a file can only be read front to back
-/// by one thread, but its blocks can be sketched by all of them, so one large `.jsonl.zst` no
-/// longer leaves every thread but one idle. Bounded, so the reader runs at most `capacity`
-/// blocks ahead of the sketching.
-struct SharedBlocks {
-    state: Mutex<SharedState>,
-    changed: Condvar,
-    capacity: usize,
-}
-
-struct SharedState {
-    queue: std::collections::VecDeque<BlockJob>,
-    /// Chunks not yet finished by the thread that claimed them (or not claimed yet): while any
-    /// remain, a thread without a chunk may still be handed blocks.
-    unfinished: usize,
-}
-
-impl SharedBlocks {
-    fn new(chunks: usize, threads: usize) -> SharedBlocks {
-        SharedBlocks {
-            state: Mutex::new(SharedState {
-                queue: std::collections::VecDeque::new(),
-                unfinished: chunks,
-            }),
-            changed: Condvar::new(),
-            capacity: 2 * threads,
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, SharedState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queues `job`, or, while the queue is full, sketches queued blocks on this thread first.
-    fn push(&self, job: BlockJob, cfg: &KeysConfig, worker: &mut Worker) {
-        let mut state = self.lock();
-        if state.queue.len() < self.capacity {
-            state.queue.push_back(job);
-            drop(state);
-            self.changed.notify_one();
-            return;
-        }
-        // Full: the oldest queued block makes room, and this thread sketches it.
-        let oldest = state.queue.pop_front().expect("a full queue has a block");
-        state.queue.push_back(job);
-        drop(state);
-        oldest.run(cfg, worker);
-    }
-
-    /// A queued block, if any, without waiting.
-    fn try_pop(&self) -> Option<BlockJob> {
-        self.lock().queue.pop_front()
-    }
-
-    /// Wakes the threads waiting in [`SharedBlocks::help`] (after `stop` was set: chunks left
-    /// unclaimed when a run stops are never finished).
-    fn wake_all(&self) {
-        // Taken so that a helper between its check of `stop` and its wait cannot miss this.
-        drop(self.lock());
-        self.changed.notify_all();
-    }
-
-    fn chunk_finished(&self) {
-        self.lock().unfinished -= 1;
-        self.changed.notify_all();
-    }
-
-    /// Sketches queued blocks until every chunk is finished (or the run stops).
-    fn help(&self, cfg: &KeysConfig, worker: &mut Worker, stop: &AtomicBool) {
-        loop {
-            let job = {
-                let mut state = self.lock();
-                loop {
-                    if let Some(job) = state.queue.pop_front() {
-                        break Some(job);
-                    }
-                    if state.unfinished == 0 || stop.load(Ordering::Relaxed) {
-                        break None;
-                    }
-                    state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
-                }
-            };
-            match job {
-                Some(job) => job.run(cfg, worker),
-                None => return,
-            }
-        }
-    }
-}
-
-/// Reads one whole-file chunk on this thread and hands its blocks to [`SharedBlocks`], where this
+/// Reads one whole-file chunk on this thread and hands its blocks to a [`BlockQueue`], where this
 /// thread and the threads without a chunk sketch them; the outputs are put back in block order,
 /// so the chunk's rows are exactly those of [`sketch_chunk`].
 fn sketch_chunk_shared(
@@ -477,7 +386,7 @@ fn sketch_chunk_shared(
     cfg: &KeysConfig,
     stop: &AtomicBool,
     worker: &mut Worker,
-    shared: &SharedBlocks,
+    shared: &BlockQueue<BlockJob>,
 ) -> ChunkOutput {
     /// Block outputs put back in order.
     struct InOrder {
@@ -514,7 +423,9 @@ fn sketch_chunk_shared(
                     results: tx.clone(),
                 };
                 handed_out += 1;
-                shared.push(job, cfg, worker);
+                if let Some(oldest) = shared.push(job) {
+                    oldest.run(cfg, worker);
+                }
                 while let Ok(result) = rx.try_recv() {
                     done.take(result);
                 }
@@ -707,7 +618,9 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     let stop = AtomicBool::new(false);
     let (tx, rx) = crossbeam_channel::bounded::<(usize, ChunkOutput)>(window);
 
-    let shared = SharedBlocks::new(chunks.len(), threads);
+    // Blocks of whole-file chunks (compressed JSONL, small files, Parquet files of one row group)
+    // are sketched by every thread without a chunk of its own (neardup_corpus::BlockQueue).
+    let shared = BlockQueue::<BlockJob>::new(chunks.len(), threads);
 
     std::thread::scope(|scope| {
         for _ in 0..threads {
@@ -720,7 +633,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
                     let i = next_chunk.fetch_add(1, Ordering::Relaxed);
                     if i >= chunks.len() {
                         // No chunk left to claim: sketch other threads' whole-file blocks.
-                        shared.help(cfg, &mut worker, stop);
+                        shared.help(stop, |job| job.run(cfg, &mut worker));
                         break;
                     }
                     {
@@ -769,7 +682,6 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
                 {
                     first_error = Some(e);
                     stop.store(true, Ordering::Relaxed);
-                    shared.wake_all();
                 }
                 next += 1;
                 *collected.lock().expect("collector lock") = next;
