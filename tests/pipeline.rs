@@ -217,6 +217,59 @@ fn whole_file_blocks_sketched_by_all_threads_give_the_same_rows() {
 }
 
 #[test]
+fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
+    // Stage 2 on whole-file chunks in tiny blocks: each block's rows start where the block
+    // before it ended, whichever thread parsed it; outputs and decisions must not depend on the
+    // thread count, and a truncated file still ends in its read error.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let inputs: Vec<String> = [
+        "corpus/sample.jsonl.gz",
+        "sample/part-0.jsonl",
+        "bad/truncated.jsonl.gz",
+        "corpus/sample.jsonl.zst",
+        "sample/part-1.jsonl",
+        "bad/malformed.jsonl",
+        "sample/part-2.parquet",
+    ]
+    .iter()
+    .map(|p| data.join(p).display().to_string())
+    .collect();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for threads in [1, 2, 3, 8] {
+        let mut c = Config::default();
+        c.input.inputs = inputs.clone();
+        c.run.threads = threads;
+        let out_dir = tmp.path().join(format!("out-{threads}"));
+        let dec = tmp.path().join(format!("decisions-{threads}.jsonl"));
+        c.output.dir = Some(out_dir.clone());
+        c.output.decisions = Some(dec.clone());
+        let (files, _) = neardup::discover_inputs(&c).unwrap();
+        let mut keys = neardup::keys_config(&c).unwrap();
+        keys.block_bytes = 700;
+        let stage1 = run_keys(&files, 0, &keys).unwrap();
+        let mut apply = neardup::apply_config(&c).unwrap();
+        apply.block_bytes = 700;
+        let mut decisions = Vec::new();
+        let stats = neardup::dedup::run_dedup(&stage1.files, &stage1.mask, &apply, &mut |d| {
+            decisions.push(d.clone())
+        })
+        .unwrap();
+        let dropped = decisions.iter().filter(|d| !d.keep).count();
+        runs.push((
+            decisions,
+            stats.records,
+            read_dir_bytes(&out_dir),
+            std::fs::read(&dec).unwrap(),
+        ));
+        assert!(dropped > 100, "{dropped} dropped");
+    }
+    for (i, run) in runs.iter().enumerate().skip(1) {
+        assert!(run == &runs[0], "run {i} differs from the 1-thread run");
+    }
+}
+
+#[test]
 fn sharded_keys_hot_apply_equal_a_single_run() {
     let tmp = tempfile::tempdir().unwrap();
     let single = sample_config(2);

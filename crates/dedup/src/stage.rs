@@ -5,13 +5,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use hashbrown::HashMap;
 use neardup_corpus::{
-    Block, Chunk, DecisionRow, DecisionWriter, FileWriter, OutputDir, OutputOptions, Projection,
-    ReadOptions, Reason, SampleText, TextSelector, WrittenFile, read_chunk,
+    Block, BlockQueue, Chunk, ChunkRange, DecisionRow, DecisionWriter, FileWriter, OutputDir,
+    OutputOptions, Projection, ReadOptions, Reason, Relay, SampleText, TextSelector, WrittenFile,
+    read_chunk,
 };
 use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule};
 use neardup_sketch::{Scratch, Sketcher};
@@ -217,31 +218,59 @@ struct ChunkJob<'a> {
     expect: &'a neardup_keys::ChunkRows,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn prepare_chunk(
-    job: &ChunkJob<'_>,
-    input: &neardup_corpus::InputFile,
-    mask: &HotMask,
-    cfg: &ApplyConfig,
+/// What every thread reads while preparing blocks.
+struct Prep<'a> {
+    mask: &'a HotMask,
+    cfg: &'a ApplyConfig,
     needs_shingles: bool,
-    stop: &AtomicBool,
-    spares: &crossbeam_channel::Receiver<Spare>,
-    scratch: &mut Scratch,
-    mut send: impl FnMut(Msg) -> bool,
-) {
-    let opts = ReadOptions {
+    spares: &'a crossbeam_channel::Receiver<Spare>,
+}
+
+/// Per-thread preparing buffers.
+struct PrepWorker {
+    /// One scratch per thread, not per chunk: its buffers grow to the largest text seen, and
+    /// growing them again for every chunk cost page faults and copies.
+    scratch: Scratch,
+    sig: Vec<u32>,
+    row_keys: Vec<u64>,
+}
+
+impl PrepWorker {
+    fn new(prep: &Prep<'_>) -> PrepWorker {
+        PrepWorker {
+            scratch: if prep.needs_shingles {
+                Scratch::collecting_shingle_sets()
+            } else {
+                Scratch::default()
+            },
+            sig: vec![0u32; prep.cfg.sketcher.num_perm()],
+            row_keys: vec![0u64; prep.cfg.rule.columns(prep.cfg.sketcher.bands())],
+        }
+    }
+}
+
+fn read_options(cfg: &ApplyConfig) -> ReadOptions {
+    ReadOptions {
         selector: cfg.selector.clone(),
         projection: Projection::FullRecords,
         block_bytes: cfg.block_bytes,
-    };
-    let columns = cfg.rule.columns(cfg.sketcher.bands());
-    let num_perm = cfg.sketcher.num_perm();
-    let mut sig = vec![0u32; num_perm];
-    let mut row_keys = vec![0u64; columns];
+    }
+}
+
+/// Reads one chunk block by block on this thread, sending each prepared block and then the
+/// chunk's end.
+fn prepare_chunk(
+    job: &ChunkJob<'_>,
+    input: &neardup_corpus::InputFile,
+    prep: &Prep<'_>,
+    stop: &AtomicBool,
+    worker: &mut PrepWorker,
+    mut send: impl FnMut(Msg) -> bool,
+) {
     let mut row = job.row_base;
     let mut records = 0u64;
     let mut error = None;
-    for block in read_chunk(input, &job.chunk, &opts) {
+    for block in read_chunk(input, &job.chunk, &read_options(prep.cfg)) {
         if stop.load(Ordering::Relaxed) {
             return;
         }
@@ -252,80 +281,8 @@ fn prepare_chunk(
                 break;
             }
         };
-        let Spare {
-            mut samples,
-            mut signatures,
-            mut rows,
-            mut hot,
-            mut shingles,
-        } = spares.try_recv().map(Spare::cleared).unwrap_or_default();
-        let mut ids = String::new();
-        block.for_each_sample(&cfg.selector, |s| {
-            let id = s.id.as_ref().map(|id| {
-                let start = ids.len() as u32;
-                ids.push_str(id);
-                (start, ids.len() as u32)
-            });
-            let kind = match s.text {
-                SampleText::Skipped(_) => Kind::Skipped,
-                SampleText::Text(text) => {
-                    let this_row = row;
-                    row += 1;
-                    if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
-                        if cfg.rule.is_blank(&cfg.sketcher, &text) {
-                            Kind::Blank
-                        } else {
-                            Kind::Cold
-                        }
-                    } else if mask.is_later_copy(this_row as usize) {
-                        Kind::Copy {
-                            content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
-                            row: this_row,
-                        }
-                    } else {
-                        let r =
-                            cfg.rule
-                                .sketch(&cfg.sketcher, &text, scratch, &mut sig, &mut row_keys);
-                        if r.kind == RowKind::Blank {
-                            Kind::Blank
-                        } else {
-                            let sig_at = (signatures.len() / num_perm) as u32;
-                            signatures.extend_from_slice(&sig);
-                            rows.extend_from_slice(&row_keys);
-                            hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
-                            let sh_start = shingles.len() as u32;
-                            if needs_shingles {
-                                cfg.sketcher.last_shingle_set(scratch, &mut shingles);
-                            }
-                            Kind::Hot {
-                                content_hash: r.content_hash,
-                                sig: sig_at,
-                                shingles: (sh_start, shingles.len() as u32),
-                            }
-                        }
-                    }
-                }
-            };
-            samples.push(SampleWork {
-                record: s.record as u32,
-                field: s.field,
-                kind,
-                id,
-            });
-        });
         records += block.num_records() as u64;
-        if let Some(p) = &cfg.progress {
-            p.add(block.input_bytes(), samples.len() as u64);
-        }
-        let w = BlockWork {
-            block,
-            samples,
-            signatures,
-            rows,
-            hot,
-            shingles,
-            ids,
-        };
+        let w = prepare_block(prep, block, &mut row, worker);
         if !send(Msg::Block(Box::new(w))) {
             return;
         }
@@ -335,6 +292,209 @@ fn prepare_chunk(
         rows: row - job.row_base,
         error,
     });
+}
+
+/// Classifies a block's samples (`row` is the table row of its first text, advanced past its
+/// last), signing the hot ones.
+fn prepare_block(
+    prep: &Prep<'_>,
+    block: Block,
+    row: &mut u64,
+    worker: &mut PrepWorker,
+) -> BlockWork {
+    let Prep {
+        mask,
+        cfg,
+        needs_shingles,
+        spares,
+    } = *prep;
+    let PrepWorker {
+        scratch,
+        sig,
+        row_keys,
+    } = worker;
+    let columns = row_keys.len();
+    let num_perm = sig.len();
+    let Spare {
+        mut samples,
+        mut signatures,
+        mut rows,
+        mut hot,
+        mut shingles,
+    } = spares.try_recv().map(Spare::cleared).unwrap_or_default();
+    let mut ids = String::new();
+    let mut next_row = *row;
+    block.for_each_sample(&cfg.selector, |s| {
+        let id = s.id.as_ref().map(|id| {
+            let start = ids.len() as u32;
+            ids.push_str(id);
+            (start, ids.len() as u32)
+        });
+        let kind = match s.text {
+            SampleText::Skipped(_) => Kind::Skipped,
+            SampleText::Text(text) => {
+                let this_row = next_row;
+                next_row += 1;
+                if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
+                    if cfg.rule.is_blank(&cfg.sketcher, &text) {
+                        Kind::Blank
+                    } else {
+                        Kind::Cold
+                    }
+                } else if mask.is_later_copy(this_row as usize) {
+                    Kind::Copy {
+                        content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
+                        row: this_row,
+                    }
+                } else {
+                    let r = cfg
+                        .rule
+                        .sketch(&cfg.sketcher, &text, scratch, sig, row_keys);
+                    if r.kind == RowKind::Blank {
+                        Kind::Blank
+                    } else {
+                        let sig_at = (signatures.len() / num_perm) as u32;
+                        signatures.extend_from_slice(sig);
+                        rows.extend_from_slice(row_keys);
+                        hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
+                        let sh_start = shingles.len() as u32;
+                        if needs_shingles {
+                            cfg.sketcher.last_shingle_set(scratch, &mut shingles);
+                        }
+                        Kind::Hot {
+                            content_hash: r.content_hash,
+                            sig: sig_at,
+                            shingles: (sh_start, shingles.len() as u32),
+                        }
+                    }
+                }
+            }
+        };
+        samples.push(SampleWork {
+            record: s.record as u32,
+            field: s.field,
+            kind,
+            id,
+        });
+    });
+    *row = next_row;
+    if let Some(p) = &cfg.progress {
+        p.add(block.input_bytes(), samples.len() as u64);
+    }
+    BlockWork {
+        block,
+        samples,
+        signatures,
+        rows,
+        hot,
+        shingles,
+        ids,
+    }
+}
+
+/// The prepared-block message of chunk job `job`, block `seq`, for the collector.
+type Sent = (usize, usize, Msg);
+
+/// A block of a whole-file chunk, waiting for any thread to prepare it.
+struct PrepJob {
+    block: Block,
+    job: usize,
+    seq: usize,
+    /// The table row each block of the chunk starts at: this block's is known once the block
+    /// before it has been parsed.
+    starts: Arc<Relay>,
+}
+
+impl PrepJob {
+    fn run(
+        self,
+        prep: &Prep<'_>,
+        worker: &mut PrepWorker,
+        stop: &AtomicBool,
+        tx: &crossbeam_channel::Sender<Sent>,
+    ) {
+        // Counting the block's texts costs a parse, but lets the next block start before this
+        // one is signed; signing needs the row numbers (the hot mask is by row).
+        let mut texts = 0u64;
+        self.block.for_each_sample(&prep.cfg.selector, |s| {
+            texts += u64::from(matches!(s.text, SampleText::Text(_)));
+        });
+        let Some(first) = self.starts.wait(self.seq, stop) else {
+            return;
+        };
+        self.starts.set(self.seq + 1, first + texts);
+        let mut row = first;
+        let w = prepare_block(prep, self.block, &mut row, worker);
+        debug_assert_eq!(row, first + texts);
+        // Fails only when the collector has stopped.
+        let _ = tx.send((self.job, self.seq, Msg::Block(Box::new(w))));
+    }
+}
+
+/// Reads one whole-file chunk on this thread and hands its blocks to a [`BlockQueue`], where this
+/// thread and the threads without a chunk prepare them; the collector puts blocks in order, and
+/// the chunk's end follows once its last block has been counted.
+#[allow(clippy::too_many_arguments)]
+fn prepare_chunk_shared(
+    index: usize,
+    job: &ChunkJob<'_>,
+    input: &neardup_corpus::InputFile,
+    prep: &Prep<'_>,
+    stop: &AtomicBool,
+    worker: &mut PrepWorker,
+    shared: &BlockQueue<PrepJob>,
+    tx: &crossbeam_channel::Sender<Sent>,
+) {
+    let starts = Arc::new(Relay::new(job.row_base));
+    let mut records = 0u64;
+    let mut blocks = 0usize;
+    let mut error = None;
+    for block in read_chunk(input, &job.chunk, &read_options(prep.cfg)) {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let block = match block {
+            Ok(b) => b,
+            Err(e) => {
+                error = Some(e.to_string());
+                break;
+            }
+        };
+        records += block.num_records() as u64;
+        let queued = PrepJob {
+            block,
+            job: index,
+            seq: blocks,
+            starts: starts.clone(),
+        };
+        blocks += 1;
+        if let Some(oldest) = shared.push(queued) {
+            oldest.run(prep, worker, stop, tx);
+        }
+    }
+    // Queued blocks (this chunk's or another's) are prepared here while any are left; once none
+    // is queued, this chunk's remaining blocks are with other threads, which count them.
+    let end = loop {
+        if let Some(end) = starts.get(blocks) {
+            break end;
+        }
+        match shared.try_pop() {
+            Some(queued) => queued.run(prep, worker, stop, tx),
+            None => match starts.wait(blocks, stop) {
+                Some(end) => break end,
+                None => return,
+            },
+        }
+    };
+    let _ = tx.send((
+        index,
+        blocks,
+        Msg::End {
+            records,
+            rows: end - job.row_base,
+            error,
+        },
+    ));
 }
 
 /// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
@@ -424,6 +584,15 @@ pub fn run_dedup(
     let mut failure: Option<DedupError> = None;
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
 
+    let prep = Prep {
+        mask,
+        cfg,
+        needs_shingles,
+        spares: &spare_rx,
+    };
+    // Blocks of whole-file chunks (compressed JSONL, small files) are prepared by every
+    // thread without a chunk of its own (neardup_corpus::BlockQueue).
+    let shared = BlockQueue::<PrepJob>::new(jobs.len(), threads);
     let written = std::thread::scope(|scope| {
         let writer = output.as_ref().map(|out| {
             let inputs = &inputs;
@@ -431,20 +600,16 @@ pub fn run_dedup(
         });
         for _ in 0..threads {
             let tx = tx.clone();
-            let (next_job, collected, progress, stop, jobs, inputs, spare_rx) = (
-                &next_job, &collected, &progress, &stop, &jobs, &inputs, &spare_rx,
+            let (next_job, collected, progress, stop, jobs, inputs, prep, shared) = (
+                &next_job, &collected, &progress, &stop, &jobs, &inputs, &prep, &shared,
             );
             scope.spawn(move || {
-                // One scratch per thread, not per chunk: its buffers grow to the largest text
-                // seen, and growing them again for every chunk cost page faults and copies.
-                let mut scratch = if needs_shingles {
-                    Scratch::collecting_shingle_sets()
-                } else {
-                    Scratch::default()
-                };
+                let mut worker = PrepWorker::new(prep);
                 loop {
                     let i = next_job.fetch_add(1, Ordering::Relaxed);
                     if i >= jobs.len() {
+                        // No chunk left to claim: prepare other threads' whole-file blocks.
+                        shared.help(stop, |queued| queued.run(prep, &mut worker, stop, &tx));
                         break;
                     }
                     {
@@ -457,21 +622,17 @@ pub fn run_dedup(
                         break;
                     }
                     let job = &jobs[i];
-                    let mut seq = 0;
-                    prepare_chunk(
-                        job,
-                        &inputs[job.file],
-                        mask,
-                        cfg,
-                        needs_shingles,
-                        stop,
-                        spare_rx,
-                        &mut scratch,
-                        |m| {
+                    let input = &inputs[job.file];
+                    if threads > 1 && job.chunk.range == ChunkRange::Whole {
+                        prepare_chunk_shared(i, job, input, prep, stop, &mut worker, shared, &tx);
+                    } else {
+                        let mut seq = 0;
+                        prepare_chunk(job, input, prep, stop, &mut worker, |m| {
                             seq += 1;
                             tx.send((i, seq - 1, m)).is_ok()
-                        },
-                    );
+                        });
+                    }
+                    shared.chunk_finished();
                 }
             });
         }
