@@ -257,6 +257,34 @@ fn read_options(cfg: &ApplyConfig) -> ReadOptions {
     }
 }
 
+/// Hands a chunk's blocks to `each` in order. Returns the records read and the read error that
+/// ended the chunk early, if any; `None` when `stop` was set or `each` returned false (the
+/// collector is gone), and the chunk's end must not be sent.
+fn for_each_block(
+    job: &ChunkJob<'_>,
+    input: &neardup_corpus::InputFile,
+    cfg: &ApplyConfig,
+    stop: &AtomicBool,
+    mut each: impl FnMut(Block) -> bool,
+) -> Option<(u64, Option<String>)> {
+    let mut records = 0u64;
+    for block in read_chunk(input, &job.chunk, &read_options(cfg)) {
+        if stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        match block {
+            Ok(block) => {
+                records += block.num_records() as u64;
+                if !each(block) {
+                    return None;
+                }
+            }
+            Err(e) => return Some((records, Some(e.to_string()))),
+        }
+    }
+    Some((records, None))
+}
+
 /// Reads one chunk block by block on this thread, sending each prepared block and then the
 /// chunk's end.
 fn prepare_chunk(
@@ -268,25 +296,12 @@ fn prepare_chunk(
     mut send: impl FnMut(Msg) -> bool,
 ) {
     let mut row = job.row_base;
-    let mut records = 0u64;
-    let mut error = None;
-    for block in read_chunk(input, &job.chunk, &read_options(prep.cfg)) {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let block = match block {
-            Ok(b) => b,
-            Err(e) => {
-                error = Some(e.to_string());
-                break;
-            }
-        };
-        records += block.num_records() as u64;
+    let Some((records, error)) = for_each_block(job, input, prep.cfg, stop, |block| {
         let w = prepare_block(prep, block, &mut row, worker);
-        if !send(Msg::Block(Box::new(w))) {
-            return;
-        }
-    }
+        send(Msg::Block(Box::new(w)))
+    }) else {
+        return;
+    };
     send(Msg::End {
         records,
         rows: row - job.row_base,
@@ -446,21 +461,8 @@ fn prepare_chunk_shared(
     tx: &crossbeam_channel::Sender<Sent>,
 ) {
     let starts = Arc::new(Relay::new(job.row_base));
-    let mut records = 0u64;
     let mut blocks = 0usize;
-    let mut error = None;
-    for block in read_chunk(input, &job.chunk, &read_options(prep.cfg)) {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let block = match block {
-            Ok(b) => b,
-            Err(e) => {
-                error = Some(e.to_string());
-                break;
-            }
-        };
-        records += block.num_records() as u64;
+    let Some((records, error)) = for_each_block(job, input, prep.cfg, stop, |block| {
         let queued = PrepJob {
             block,
             job: index,
@@ -471,7 +473,10 @@ fn prepare_chunk_shared(
         if let Some(oldest) = shared.push(queued) {
             oldest.run(prep, worker, stop, tx);
         }
-    }
+        true
+    }) else {
+        return;
+    };
     // Queued blocks (this chunk's or another's) are prepared here while any are left; once none
     // is queued, this chunk's remaining blocks are with other threads, which count them.
     let end = loop {

@@ -304,19 +304,31 @@ fn sketch_chunk(
     worker: &mut Worker,
 ) -> ChunkOutput {
     let mut out = ChunkOutput::new();
+    out.read_error = for_each_block(file, chunk, cfg, stop, |block| {
+        sketch_block(&block, cfg, worker, &mut out)
+    });
+    out
+}
+
+/// Hands a chunk's blocks to `each` in order until the chunk ends, `stop` is set, or a block
+/// cannot be read: then returns the error (kind, message).
+fn for_each_block(
+    file: &InputFile,
+    chunk: &Chunk,
+    cfg: &KeysConfig,
+    stop: &AtomicBool,
+    mut each: impl FnMut(Block),
+) -> Option<(String, String)> {
     for block in read_chunk(file, chunk, &read_options(cfg)) {
         if stop.load(Ordering::Relaxed) {
             break;
         }
         match block {
-            Ok(block) => sketch_block(&block, cfg, worker, &mut out),
-            Err(e) => {
-                out.read_error = Some((e.kind().to_string(), e.to_string()));
-                break;
-            }
+            Ok(block) => each(block),
+            Err(e) => return Some((e.kind().to_string(), e.to_string())),
         }
     }
-    out
+    None
 }
 
 /// Sketches one block's samples into `out`, after the records `out` already holds.
@@ -410,32 +422,20 @@ fn sketch_chunk_shared(
         next: 0,
     };
     let mut handed_out = 0usize;
-    let mut read_error = None;
-    for block in read_chunk(file, chunk, &read_options(cfg)) {
-        if stop.load(Ordering::Relaxed) {
-            break;
+    let read_error = for_each_block(file, chunk, cfg, stop, |block| {
+        let job = BlockJob {
+            block,
+            seq: handed_out,
+            results: tx.clone(),
+        };
+        handed_out += 1;
+        if let Some(oldest) = shared.push(job) {
+            oldest.run(cfg, worker);
         }
-        match block {
-            Ok(block) => {
-                let job = BlockJob {
-                    block,
-                    seq: handed_out,
-                    results: tx.clone(),
-                };
-                handed_out += 1;
-                if let Some(oldest) = shared.push(job) {
-                    oldest.run(cfg, worker);
-                }
-                while let Ok(result) = rx.try_recv() {
-                    done.take(result);
-                }
-            }
-            Err(e) => {
-                read_error = Some((e.kind().to_string(), e.to_string()));
-                break;
-            }
+        while let Ok(result) = rx.try_recv() {
+            done.take(result);
         }
-    }
+    });
     drop(tx);
     while done.next < handed_out {
         // Queued blocks (this chunk's or another's) are sketched here while any are left; once
