@@ -326,6 +326,17 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
         neardup::apply_files(&config, &hot_f, &paths, &mut |d| streamed.push(d.clone())).unwrap();
         assert_eq!(streamed, all, "limit {limit:?}");
     }
+    let progress = std::sync::Arc::new(neardup::keys::Progress::default());
+    let report = neardup::apply_files_with_progress(
+        &config,
+        &hot,
+        &paths,
+        Some(progress.clone()),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(progress.samples(), report.totals.samples);
+    assert_eq!(progress.bytes(), report.stage2.bytes);
 
     // A table cut short, and one with a flipped byte in its keys, are refused by name.
     let bytes = std::fs::read(&paths[0]).unwrap();

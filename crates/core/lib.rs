@@ -39,8 +39,9 @@ pub use config::{
 };
 pub use error::Error;
 pub use pipeline::{
-    DecisionStream, Pipeline, Report, Totals, apply, apply_config, apply_files, compute_keys,
-    discover_inputs, keys_config, merge_hot_key_files, merge_hot_keys, write_shard_keys,
+    DecisionStream, Pipeline, Report, Totals, apply, apply_config, apply_files,
+    apply_files_with_progress, compute_keys, discover_inputs, keys_config, merge_hot_key_files,
+    merge_hot_keys, write_shard_keys,
 };
 
 pub use neardup_corpus as corpus;

@@ -795,7 +795,12 @@ fn run(cli: Cli) -> Result<(), Error> {
             let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
             require_outputs(&config)?;
             let hot = HotKeys::load(&hot)?;
-            let report = neardup::apply_files(&config, &hot, &tables, &mut |_| {})?;
+            let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+            let stage2 = Some(progress[1].clone());
+            let report = {
+                let _view = ProgressView::start(progress, quiet);
+                neardup::apply_files_with_progress(&config, &hot, &tables, stage2, &mut |_| {})?
+            };
             finish(&report, quiet);
         }
         Command::Eval {

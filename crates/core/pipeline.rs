@@ -318,7 +318,7 @@ pub fn apply(
         .iter()
         .flat_map(|t| t.files().iter().cloned())
         .collect();
-    apply_with_mask(config, &files, &mask, observe)
+    apply_with_mask(config, &files, &mask, None, observe)
 }
 
 /// [`apply`] given the shards' saved tables: only their headers and the hot mask (two bits per
@@ -329,9 +329,21 @@ pub fn apply_files(
     tables: &[PathBuf],
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
+    apply_files_with_progress(config, hot, tables, None, observe)
+}
+
+/// [`apply_files`], counting the bytes and samples read into `progress` as blocks finish (for a
+/// progress bar or log line).
+pub fn apply_files_with_progress(
+    config: &Config,
+    hot: &HotKeys,
+    tables: &[PathBuf],
+    progress: Option<std::sync::Arc<neardup_keys::Progress>>,
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<Report, Error> {
     check_hot_layout(config, hot)?;
     let (mask, files) = HotMask::from_table_files(&ShardTables::open(tables)?, hot)?;
-    apply_with_mask(config, &files, &mask, observe)
+    apply_with_mask(config, &files, &mask, progress, observe)
 }
 
 fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
@@ -347,9 +359,11 @@ fn apply_with_mask(
     config: &Config,
     files: &[FileRows],
     mask: &HotMask,
+    progress: Option<std::sync::Arc<neardup_keys::Progress>>,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    let cfg = apply_config(config)?;
+    let mut cfg = apply_config(config)?;
+    cfg.progress = progress;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let stage2 = run_dedup(files, mask, &cfg, observe)?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);
