@@ -164,13 +164,21 @@ fn key_tables_are_identical_across_threads_and_spilling_and_match_brute_force() 
     }
 }
 
+/// Paths under tests/data, as inputs.
+fn test_data(paths: &[&str]) -> Vec<String> {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    paths
+        .iter()
+        .map(|p| data.join(p).display().to_string())
+        .collect()
+}
+
 #[test]
 fn whole_file_blocks_sketched_by_all_threads_give_the_same_rows() {
     // Compressed files are read front to back by one thread, which hands its blocks to the
     // others; tiny blocks make many of them. A truncated file must still end in its read error
     // after the rows read before it, and problems keep their record numbers.
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let inputs: Vec<String> = [
+    let inputs = test_data(&[
         "corpus/sample.jsonl.gz",
         "bad/malformed.jsonl",
         "corpus/sample.jsonl.zst",
@@ -178,10 +186,7 @@ fn whole_file_blocks_sketched_by_all_threads_give_the_same_rows() {
         "corpus/sample.parquet",
         "bad/truncated.jsonl.zst",
         "sample/part-0.jsonl",
-    ]
-    .iter()
-    .map(|p| data.join(p).display().to_string())
-    .collect();
+    ]);
     let mut reference = None;
     for threads in [1, 2, 3, 8] {
         let mut c = Config::default();
@@ -221,8 +226,7 @@ fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
     // Stage 2 on whole-file chunks in tiny blocks: each block's rows start where the block
     // before it ended, whichever thread parsed it; outputs and decisions must not depend on the
     // thread count, and a truncated file still ends in its read error.
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let inputs: Vec<String> = [
+    let inputs = test_data(&[
         "corpus/sample.jsonl.gz",
         "sample/part-0.jsonl",
         "bad/truncated.jsonl.gz",
@@ -230,10 +234,7 @@ fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
         "sample/part-1.jsonl",
         "bad/malformed.jsonl",
         "sample/part-2.parquet",
-    ]
-    .iter()
-    .map(|p| data.join(p).display().to_string())
-    .collect();
+    ]);
     let tmp = tempfile::tempdir().unwrap();
     let mut runs = Vec::new();
     for threads in [1, 2, 3, 8] {

@@ -744,16 +744,9 @@ fn run(cli: Cli) -> Result<(), Error> {
             config.keys.min_key_count = min_key_count;
             config.keys.memory_limit = memory_limit;
             config.keys.spill_dir = spill_dir;
+            config.run.threads = threads.unwrap_or(0);
             let started = Instant::now();
-            let merge = || neardup::merge_hot_key_files(&config, &tables);
-            let (hot, mask, stats) = match threads {
-                Some(n) => rayon::ThreadPoolBuilder::new()
-                    .num_threads(n)
-                    .build()
-                    .map_err(|e| Error::Run(format!("thread pool: {e}")))?
-                    .install(merge),
-                None => merge(),
-            }?;
+            let (hot, mask, stats) = neardup::merge_hot_key_files(&config, &tables)?;
             hot.save(&out)?;
             if let Some(path) = &report {
                 save_json(

@@ -290,17 +290,28 @@ pub fn merge_hot_keys(
 /// Merges shards' saved tables into the hot-key set without loading them whole (the `hot` step
 /// on files): rows stream from each file in shard order, and when the keys of all shards exceed
 /// `config.keys.memory_limit` they are counted partition by partition from spill files under
-/// `config.keys.spill_dir`. Same result as [`merge_hot_keys`] on the loaded tables.
+/// `config.keys.spill_dir`. Counts on `config.run.threads` threads (0: the current rayon pool,
+/// all cores by default). Same result as [`merge_hot_keys`] on the loaded tables.
 pub fn merge_hot_key_files(
     config: &Config,
     tables: &[PathBuf],
 ) -> Result<(HotKeys, HotMask, CountStats), Error> {
-    Ok(merge_table_files(
-        &ShardTables::open(tables)?,
-        config.keys.min_key_count,
-        config.keys.memory_limit,
-        config.keys.spill_dir.as_deref(),
-    )?)
+    let merge = || {
+        Ok(merge_table_files(
+            &ShardTables::open(tables)?,
+            config.keys.min_key_count,
+            config.keys.memory_limit,
+            config.keys.spill_dir.as_deref(),
+        )?)
+    };
+    match config.run.threads {
+        0 => merge(),
+        n => rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .map_err(|e| Error::Run(format!("cannot start {n} threads: {e}")))?
+            .install(merge),
+    }
 }
 
 /// Stage 2 over shards' tables and a hot-key file made from them (the `apply` step).

@@ -71,11 +71,6 @@ impl<J> BlockQueue<J> {
         self.lock().queue.pop_front()
     }
 
-    /// Whether no job is queued.
-    pub fn is_empty(&self) -> bool {
-        self.lock().queue.is_empty()
-    }
-
     /// Marks one chunk finished (call it once per chunk, whoever read it).
     pub fn chunk_finished(&self) {
         let mut state = self.lock();
@@ -176,7 +171,7 @@ mod tests {
         assert_eq!(q.push(3), Some(1));
         assert_eq!(q.try_pop(), Some(2));
         assert_eq!(q.try_pop(), Some(3));
-        assert!(q.is_empty());
+        assert_eq!(q.try_pop(), None);
     }
 
     #[test]

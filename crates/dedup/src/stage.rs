@@ -218,12 +218,16 @@ struct ChunkJob<'a> {
     expect: &'a neardup_keys::ChunkRows,
 }
 
-/// What every thread reads while preparing blocks.
+/// What every thread shares while preparing blocks.
 struct Prep<'a> {
     mask: &'a HotMask,
     cfg: &'a ApplyConfig,
     needs_shingles: bool,
     spares: &'a crossbeam_channel::Receiver<Spare>,
+    /// Set when the run stops early.
+    stop: &'a AtomicBool,
+    /// Blocks of whole-file chunks, for any thread to prepare.
+    shared: &'a BlockQueue<PrepJob>,
 }
 
 /// Per-thread preparing buffers.
@@ -263,13 +267,12 @@ fn read_options(cfg: &ApplyConfig) -> ReadOptions {
 fn for_each_block(
     job: &ChunkJob<'_>,
     input: &neardup_corpus::InputFile,
-    cfg: &ApplyConfig,
-    stop: &AtomicBool,
+    prep: &Prep<'_>,
     mut each: impl FnMut(Block) -> bool,
 ) -> Option<(u64, Option<String>)> {
     let mut records = 0u64;
-    for block in read_chunk(input, &job.chunk, &read_options(cfg)) {
-        if stop.load(Ordering::Relaxed) {
+    for block in read_chunk(input, &job.chunk, &read_options(prep.cfg)) {
+        if prep.stop.load(Ordering::Relaxed) {
             return None;
         }
         match block {
@@ -291,12 +294,11 @@ fn prepare_chunk(
     job: &ChunkJob<'_>,
     input: &neardup_corpus::InputFile,
     prep: &Prep<'_>,
-    stop: &AtomicBool,
     worker: &mut PrepWorker,
     mut send: impl FnMut(Msg) -> bool,
 ) {
     let mut row = job.row_base;
-    let Some((records, error)) = for_each_block(job, input, prep.cfg, stop, |block| {
+    let Some((records, error)) = for_each_block(job, input, prep, |block| {
         let w = prepare_block(prep, block, &mut row, worker);
         send(Msg::Block(Box::new(w)))
     }) else {
@@ -322,6 +324,7 @@ fn prepare_block(
         cfg,
         needs_shingles,
         spares,
+        ..
     } = *prep;
     let PrepWorker {
         scratch,
@@ -421,20 +424,14 @@ struct PrepJob {
 }
 
 impl PrepJob {
-    fn run(
-        self,
-        prep: &Prep<'_>,
-        worker: &mut PrepWorker,
-        stop: &AtomicBool,
-        tx: &crossbeam_channel::Sender<Sent>,
-    ) {
+    fn run(self, prep: &Prep<'_>, worker: &mut PrepWorker, tx: &crossbeam_channel::Sender<Sent>) {
         // Counting the block's texts costs a parse, but lets the next block start before this
         // one is signed; signing needs the row numbers (the hot mask is by row).
         let mut texts = 0u64;
         self.block.for_each_sample(&prep.cfg.selector, |s| {
             texts += u64::from(matches!(s.text, SampleText::Text(_)));
         });
-        let Some(first) = self.starts.wait(self.seq, stop) else {
+        let Some(first) = self.starts.wait(self.seq, prep.stop) else {
             return;
         };
         self.starts.set(self.seq + 1, first + texts);
@@ -449,20 +446,17 @@ impl PrepJob {
 /// Reads one whole-file chunk on this thread and hands its blocks to a [`BlockQueue`], where this
 /// thread and the threads without a chunk prepare them; the collector puts blocks in order, and
 /// the chunk's end follows once its last block has been counted.
-#[allow(clippy::too_many_arguments)]
 fn prepare_chunk_shared(
     index: usize,
     job: &ChunkJob<'_>,
     input: &neardup_corpus::InputFile,
     prep: &Prep<'_>,
-    stop: &AtomicBool,
     worker: &mut PrepWorker,
-    shared: &BlockQueue<PrepJob>,
     tx: &crossbeam_channel::Sender<Sent>,
 ) {
     let starts = Arc::new(Relay::new(job.row_base));
     let mut blocks = 0usize;
-    let Some((records, error)) = for_each_block(job, input, prep.cfg, stop, |block| {
+    let Some((records, error)) = for_each_block(job, input, prep, |block| {
         let queued = PrepJob {
             block,
             job: index,
@@ -470,8 +464,8 @@ fn prepare_chunk_shared(
             starts: starts.clone(),
         };
         blocks += 1;
-        if let Some(oldest) = shared.push(queued) {
-            oldest.run(prep, worker, stop, tx);
+        if let Some(oldest) = prep.shared.push(queued) {
+            oldest.run(prep, worker, tx);
         }
         true
     }) else {
@@ -483,9 +477,9 @@ fn prepare_chunk_shared(
         if let Some(end) = starts.get(blocks) {
             break end;
         }
-        match shared.try_pop() {
-            Some(queued) => queued.run(prep, worker, stop, tx),
-            None => match starts.wait(blocks, stop) {
+        match prep.shared.try_pop() {
+            Some(queued) => queued.run(prep, worker, tx),
+            None => match starts.wait(blocks, prep.stop) {
                 Some(end) => break end,
                 None => return,
             },
@@ -589,15 +583,17 @@ pub fn run_dedup(
     let mut failure: Option<DedupError> = None;
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
 
+    // Blocks of whole-file chunks (compressed JSONL, small files) are prepared by every
+    // thread without a chunk of its own (neardup_corpus::BlockQueue).
+    let shared = BlockQueue::<PrepJob>::new(jobs.len(), threads);
     let prep = Prep {
         mask,
         cfg,
         needs_shingles,
         spares: &spare_rx,
+        stop: &stop,
+        shared: &shared,
     };
-    // Blocks of whole-file chunks (compressed JSONL, small files) are prepared by every
-    // thread without a chunk of its own (neardup_corpus::BlockQueue).
-    let shared = BlockQueue::<PrepJob>::new(jobs.len(), threads);
     let written = std::thread::scope(|scope| {
         let writer = output.as_ref().map(|out| {
             let inputs = &inputs;
@@ -605,8 +601,8 @@ pub fn run_dedup(
         });
         for _ in 0..threads {
             let tx = tx.clone();
-            let (next_job, collected, progress, stop, jobs, inputs, prep, shared) = (
-                &next_job, &collected, &progress, &stop, &jobs, &inputs, &prep, &shared,
+            let (next_job, collected, progress, stop, jobs, inputs, prep) = (
+                &next_job, &collected, &progress, &stop, &jobs, &inputs, &prep,
             );
             scope.spawn(move || {
                 let mut worker = PrepWorker::new(prep);
@@ -614,7 +610,8 @@ pub fn run_dedup(
                     let i = next_job.fetch_add(1, Ordering::Relaxed);
                     if i >= jobs.len() {
                         // No chunk left to claim: prepare other threads' whole-file blocks.
-                        shared.help(stop, |queued| queued.run(prep, &mut worker, stop, &tx));
+                        prep.shared
+                            .help(stop, |queued| queued.run(prep, &mut worker, &tx));
                         break;
                     }
                     {
@@ -629,15 +626,15 @@ pub fn run_dedup(
                     let job = &jobs[i];
                     let input = &inputs[job.file];
                     if threads > 1 && job.chunk.range == ChunkRange::Whole {
-                        prepare_chunk_shared(i, job, input, prep, stop, &mut worker, shared, &tx);
+                        prepare_chunk_shared(i, job, input, prep, &mut worker, &tx);
                     } else {
                         let mut seq = 0;
-                        prepare_chunk(job, input, prep, stop, &mut worker, |m| {
+                        prepare_chunk(job, input, prep, &mut worker, |m| {
                             seq += 1;
                             tx.send((i, seq - 1, m)).is_ok()
                         });
                     }
-                    shared.chunk_finished();
+                    prep.shared.chunk_finished();
                 }
             });
         }

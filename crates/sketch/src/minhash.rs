@@ -190,11 +190,14 @@ struct OphKeys {
     draws: Box<[u16]>,
 }
 
-/// Densification draws tabulated per position: a short text's empty position finds a reached
-/// one among the first eight draws unless fewer than about a quarter of the positions were
-/// reached (each draw hits with probability reached / num_perm); sixteen cover texts down to a
-/// few shingles before the computed sequence takes over.
-const OPH_DRAWS: usize = 16;
+/// Densification draws tested at once (one bit mask): a short text's empty position finds a
+/// reached one among the first eight unless fewer than about a quarter of the positions were
+/// reached (each draw hits with probability reached / num_perm).
+const OPH_DRAW_GROUP: usize = 8;
+
+/// Densification draws tabulated per position: two groups cover texts down to a few shingles
+/// before the computed sequence takes over.
+const OPH_DRAWS: usize = 2 * OPH_DRAW_GROUP;
 
 /// Widest signature whose draws are tabulated (positions fit `u16`; the table takes
 /// `2 × OPH_DRAWS` bytes per position, 4 KB at 128).
@@ -675,8 +678,8 @@ fn oph_sign(hashes: &[u64], keys: &OphKeys, out: &mut [u32], bins: &mut Vec<u64>
 /// Short texts leave many positions empty, and looking each donor up draw by draw (a branch
 /// whose outcome is a coin flip, after a splitmix64 step) cost more than all of their shingles'
 /// updates. Here the empty positions are first listed without a branch, and each one tests its
-/// first eight tabulated draws at once (eight loads make a bit mask, whose lowest set bit is the
-/// first draw that hits); only when all eight miss does it go on draw by draw.
+/// tabulated draws a group at a time (one load per draw makes a bit mask, whose lowest set bit is
+/// the first draw that hits); only when every tabulated draw misses does it go on draw by draw.
 fn oph_densify(bins: &[u64], keys: &OphKeys, out: &mut [u32]) {
     let n = bins.len();
     if keys.draws.is_empty() {
@@ -706,18 +709,19 @@ fn oph_densify(bins: &[u64], keys: &OphKeys, out: &mut [u32]) {
         for &i in &empty[..found] {
             let i = usize::from(i);
             let draws = &keys.draws[i * OPH_DRAWS..(i + 1) * OPH_DRAWS];
-            let donor = first_reached(bins, &draws[..8])
-                .or_else(|| first_reached(bins, &draws[8..]))
+            let donor = draws
+                .chunks_exact(OPH_DRAW_GROUP)
+                .find_map(|group| first_reached(bins, group))
                 .unwrap_or_else(|| oph_donor_from(bins, i, keys.densify, OPH_DRAWS as u64 + 1));
             out[i] = bins[donor] as u32;
         }
     }
 }
 
-/// The first of eight draws that a shingle reached, from one bit mask (no branch per draw).
+/// The first of a group of draws that a shingle reached, from one bit mask (no branch per draw).
 #[inline(always)]
 fn first_reached(bins: &[u64], draws: &[u16]) -> Option<usize> {
-    let draws: &[u16; 8] = draws.try_into().expect("eight draws");
+    let draws: &[u16; OPH_DRAW_GROUP] = draws.try_into().expect("one group of draws");
     let mut mask = 0u32;
     for (a, &j) in draws.iter().enumerate() {
         // SAFETY: tabulated draws are positions below num_perm == bins.len() (checked by oph_densify).
