@@ -1,0 +1,20 @@
+//! How neardup runs its streaming steps on many threads.
+//!
+//! This crate owns:
+//! - the **ordered parallel chunk executor** ([`run_ordered`]): jobs (chunks of input files) read
+//!   block by block by worker threads, each block prepared on a worker, and every prepared block
+//!   handed to one consumer in job and block order whatever the thread count, with bounded
+//!   look-ahead. Stage 1 (keys), stage 2's sign and write steps and the one-process stage 2 all
+//!   run on it, so parallelism, ordering and back-pressure are written once;
+//! - sharing the blocks of a job only one thread can read ([`BlockQueue`]) and relaying a running
+//!   position from block to block ([`Relay`]).
+//!
+//! It does not know what a block is: reading files is `neardup-corpus`, and what a step does
+//! with a block is the step's own ([`ChunkWork`]).
+#![warn(missing_docs)]
+
+mod executor;
+mod share;
+
+pub use executor::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
+pub use share::{BlockQueue, Relay};
