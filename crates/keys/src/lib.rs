@@ -25,6 +25,7 @@
 mod count;
 mod error;
 mod hot;
+mod plan;
 mod progress;
 mod row;
 mod stage;
@@ -33,6 +34,7 @@ mod table;
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::KeysError;
 pub use hot::{HotKeys, HotMask};
+pub use plan::{Plan, PlanBuilder};
 pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
