@@ -141,8 +141,11 @@ pub struct Deduper {
     exact_column: Option<usize>,
     arena: RepArena,
     buckets: BucketIndex,
-    /// First sample seen per hot content key, with its full content hash.
-    exact_seen: HashMap<u64, (u128, SampleAddr)>,
+    /// First sample seen per full content hash, among samples whose content key is hot. Keyed by
+    /// all 128 bits, so two texts whose 64-bit content keys collide each find their own copies,
+    /// and whether a later copy is decided by its hash alone never depends on which of the
+    /// colliding texts came first (a distributed decide step relies on that).
+    exact_seen: HashMap<u128, SampleAddr>,
     shingle_sets: Option<ShingleStore>,
     seen_reps: HashSet<RepId>,
     /// Estimates below this are not candidates. The threshold itself when the estimate decides;
@@ -207,13 +210,11 @@ impl Deduper {
     }
 
     /// Decides a sample that stage 1 marked as a later exact copy (its content key is hot and was
-    /// seen in an earlier row) without its signature. `None` when no earlier sample has the same
-    /// full 128-bit hash (a 64-bit key collision): then decide it with [`Deduper::decide`].
-    pub fn decide_copy(&mut self, content_key: u64, content_hash: u128) -> Option<Verdict> {
-        let (hash, first) = *self.exact_seen.get(&content_key)?;
-        if hash != content_hash {
-            return None;
-        }
+    /// seen in an earlier row) without its signature. `None` when no earlier hot sample has the
+    /// same full 128-bit hash (the content keys collided): then decide it with
+    /// [`Deduper::decide`].
+    pub fn decide_copy(&mut self, content_hash: u128) -> Option<Verdict> {
+        let first = *self.exact_seen.get(&content_hash)?;
         self.stats.checked += 1;
         self.stats.exact += 1;
         Some(Verdict::Exact { of: first })
@@ -226,17 +227,13 @@ impl Deduper {
             && c.hot[col]
             && c.row[col] != NO_KEY
         {
-            match self.exact_seen.entry(c.row[col]) {
+            match self.exact_seen.entry(c.content_hash) {
                 hashbrown::hash_map::Entry::Occupied(e) => {
-                    let (hash, first) = *e.get();
-                    // 64 bits find the candidate; all 128 must agree to call it a copy.
-                    if hash == c.content_hash {
-                        self.stats.exact += 1;
-                        return Verdict::Exact { of: first };
-                    }
+                    self.stats.exact += 1;
+                    return Verdict::Exact { of: *e.get() };
                 }
                 hashbrown::hash_map::Entry::Vacant(e) => {
-                    e.insert((c.content_hash, c.addr));
+                    e.insert(c.addr);
                 }
             }
         }
@@ -435,5 +432,147 @@ impl TextDeduper {
     /// Counters so far.
     pub fn stats(&self) -> DeduperStats {
         self.core.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NUM_PERM: usize = 8;
+    const BANDS: usize = 2;
+
+    fn addr(record: u64) -> SampleAddr {
+        SampleAddr {
+            file: 0,
+            record,
+            field: 0,
+        }
+    }
+
+    /// A hot sample: both bands and the content column hot.
+    struct Sample {
+        signature: [u32; NUM_PERM],
+        row: [u64; BANDS + 1],
+        content_hash: u128,
+        shingles: Vec<u32>,
+    }
+
+    fn sample(signature: [u32; NUM_PERM], bands: [u64; BANDS], content_hash: u128) -> Sample {
+        Sample {
+            signature,
+            row: [bands[0], bands[1], content_hash as u64 | 1],
+            content_hash,
+            shingles: Vec::new(),
+        }
+    }
+
+    fn deduper(config: DedupConfig) -> Deduper {
+        Deduper::new(config, NUM_PERM, BANDS, RowRule::default()).unwrap()
+    }
+
+    fn decide(d: &mut Deduper, record: u64, s: &Sample) -> Verdict {
+        d.decide(&Candidate {
+            addr: addr(record),
+            signature: &s.signature,
+            row: &s.row,
+            hot: &[true; BANDS + 1],
+            content_hash: s.content_hash,
+            shingles: d.needs_shingles().then_some(s.shingles.as_slice()),
+        })
+    }
+
+    fn estimate() -> DedupConfig {
+        DedupConfig {
+            verify: Verify::Estimate,
+            ..DedupConfig::default()
+        }
+    }
+
+    #[test]
+    fn an_exact_copy_names_the_first_sample_and_wins_over_a_near_match() {
+        let mut d = deduper(estimate());
+        let a = sample([1, 2, 3, 4, 5, 6, 7, 8], [10, 20], 0xA);
+        // Same bands and signature as `a` but other text: a near duplicate of it.
+        let b = sample([1, 2, 3, 4, 5, 6, 7, 8], [10, 20], 0xB);
+        assert_eq!(decide(&mut d, 0, &a), Verdict::Unique);
+        assert!(matches!(decide(&mut d, 1, &b), Verdict::Near { of, .. } if of == addr(0)));
+        // A copy of b's text: exact, of b (the first with that text), not near a.
+        assert_eq!(decide(&mut d, 2, &b), Verdict::Exact { of: addr(1) });
+        assert_eq!(d.decide_copy(0xB), Some(Verdict::Exact { of: addr(1) }));
+        assert_eq!(d.decide_copy(0xC), None);
+        let s = d.stats();
+        assert_eq!((s.checked, s.exact, s.near), (4, 2, 1));
+    }
+
+    #[test]
+    fn texts_whose_64_bit_content_keys_collide_each_find_their_own_copies() {
+        let mut d = deduper(estimate());
+        // Same low 64 bits (the content key), different 128-bit hashes, dissimilar signatures.
+        let h1 = (1u128 << 64) | 0x55;
+        let h2 = (2u128 << 64) | 0x55;
+        let a = sample([1; NUM_PERM], [10, 20], h1);
+        let b = sample([2; NUM_PERM], [30, 40], h2);
+        assert_eq!(a.row[BANDS], b.row[BANDS]);
+        assert_eq!(decide(&mut d, 0, &a), Verdict::Unique);
+        assert_eq!(decide(&mut d, 1, &b), Verdict::Unique);
+        assert_eq!(decide(&mut d, 2, &b), Verdict::Exact { of: addr(1) });
+        assert_eq!(d.decide_copy(h1), Some(Verdict::Exact { of: addr(0) }));
+        assert_eq!(d.decide_copy(h2), Some(Verdict::Exact { of: addr(1) }));
+    }
+
+    #[test]
+    fn a_full_bucket_takes_no_more_representatives() {
+        // Three dissimilar samples in one bucket (band 0 key 10); the bucket holds two.
+        let first = sample([1; NUM_PERM], [10, 11], 1);
+        let second = sample([2; NUM_PERM], [10, 12], 2);
+        let third = sample([3; NUM_PERM], [10, 13], 3);
+        // Similar to the third only, sharing just the full bucket.
+        let late = sample([3, 3, 3, 3, 3, 3, 3, 9], [10, 14], 4);
+        for (max_reps, expect_late_near) in [(Some(2), false), (None, true)] {
+            let mut d = deduper(DedupConfig {
+                max_reps,
+                threshold: 0.8,
+                ..estimate()
+            });
+            for (i, s) in [&first, &second, &third].into_iter().enumerate() {
+                assert_eq!(decide(&mut d, i as u64, s), Verdict::Unique);
+            }
+            let v = decide(&mut d, 3, &late);
+            assert_eq!(
+                matches!(v, Verdict::Near { of, similarity } if of == addr(2) && similarity == 7.0 / 8.0),
+                expect_late_near,
+                "max_reps {max_reps:?}: {v:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn exact_verification_rejects_a_candidate_whose_sets_are_not_similar() {
+        let mut d = deduper(DedupConfig::default());
+        assert!(d.needs_shingles());
+        let mut a = sample([1; NUM_PERM], [10, 20], 1);
+        a.shingles = (0..100).collect();
+        // Identical signature (estimate 1.0), but only half the shingles in common.
+        let mut b = sample([1; NUM_PERM], [10, 20], 2);
+        b.shingles = (50..150).collect();
+        let mut c = sample([1; NUM_PERM], [10, 20], 3);
+        c.shingles = (5..100).collect();
+        assert_eq!(decide(&mut d, 0, &a), Verdict::Unique);
+        assert_eq!(decide(&mut d, 1, &b), Verdict::Unique);
+        assert_eq!(
+            decide(&mut d, 2, &c),
+            Verdict::Near {
+                of: addr(0),
+                similarity: 0.95
+            }
+        );
+        let s = d.stats();
+        // b against a only: c matched a, the first representative it was compared with.
+        assert_eq!(
+            (s.verifications, s.rejected_by_verification),
+            (2, 1),
+            "{s:?}"
+        );
     }
 }

@@ -902,9 +902,7 @@ fn decide_block(
                 (true, Reason::Unique, None)
             }
             Kind::Copy { content_hash, row } => {
-                let verdict = match deduper
-                    .decide_copy(neardup_keys::content_key(content_hash), content_hash)
-                {
+                let verdict = match deduper.decide_copy(content_hash) {
                     Some(v) => v,
                     None => decide_from_block(w, s, row, cfg, mask, deduper, addr),
                 };
