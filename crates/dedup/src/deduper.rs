@@ -9,7 +9,9 @@ use crate::reps::{BucketIndex, RepArena, RepId};
 use crate::verify::ShingleStore;
 
 /// Where a sample sits in the inputs: file index, record within the file, field slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
 pub struct SampleAddr {
     /// Index of the input file.
     pub file: u32,

@@ -22,6 +22,7 @@
 
 mod deduper;
 mod error;
+mod handoff;
 mod reps;
 mod stage;
 mod verify;
@@ -30,4 +31,8 @@ pub use deduper::{
     Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
 };
 pub use error::DedupError;
+pub use handoff::{
+    DecidedSample, RecordReader, RecordWriter, SignedSample, SignedShape, decode_decided,
+    decode_signed, encode_decided, encode_signed,
+};
 pub use stage::{ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup};
