@@ -35,10 +35,11 @@ mod write;
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
 pub use discover::{DiscoverOptions, Discovery, InputProblem, discover};
-pub use error::{ReadError, WriteError};
+pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile};
 pub use read::{
-    Block, ChunkReader, Projection, ReadOptions, Sample, SampleText, SkipReason, read_chunk,
+    Block, ChunkReader, FieldsSeen, Projection, ReadOptions, Sample, SampleText, SkipReason,
+    read_chunk, record_fields, reread_chunk,
 };
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use share::{BlockQueue, Relay};
