@@ -44,7 +44,8 @@ pub struct ReadError {
     kind: &'static str,
     location: Option<String>,
     message: String,
-    lost: Option<Unreadable>,
+    /// Boxed: errors travel in every `Result` of a read, and are rare.
+    lost: Option<Box<Unreadable>>,
 }
 
 impl ReadError {
@@ -71,14 +72,14 @@ impl ReadError {
         row_group: Option<usize>,
         byte_offset: Option<u64>,
     ) -> ReadError {
-        self.lost = Some(Unreadable {
+        self.lost = Some(Box::new(Unreadable {
             first_record,
             records,
             kind: self.kind.to_string(),
             reason: self.message.clone(),
             row_group,
             byte_offset,
-        });
+        }));
         self
     }
 
@@ -90,7 +91,7 @@ impl ReadError {
             kind: known_kind(&lost.kind),
             location: lost.row_group.map(|g| format!("row group {g}")),
             message: lost.reason.clone(),
-            lost: Some(lost.clone()),
+            lost: Some(Box::new(lost.clone())),
         }
     }
 
@@ -130,7 +131,7 @@ impl ReadError {
     /// The records this error cost. Errors of [`read_chunk`](crate::read_chunk) always say; for
     /// others (reading a decisions file) it is everything from the first record, how many unknown.
     pub fn unreadable(&self) -> Unreadable {
-        self.lost.clone().unwrap_or_else(|| Unreadable {
+        self.lost.as_deref().cloned().unwrap_or_else(|| Unreadable {
             first_record: 0,
             records: None,
             kind: self.kind.to_string(),

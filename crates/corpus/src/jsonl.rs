@@ -59,7 +59,7 @@ impl JsonlSource {
                     &file.path,
                     "invalid_chunk",
                     None,
-                    format!("chunk range {other:?} does not apply to this JSONL file"),
+                    format!("a chunk of {other} (end exclusive) does not apply to this JSONL file"),
                 )
                 .losing(0, None, None, None));
             }

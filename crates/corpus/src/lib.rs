@@ -7,7 +7,10 @@
 //! - **chunk planning** so one large file can be read by several threads ([`plan_chunks`]);
 //! - **streaming reads** of JSONL (plain, gzip, zstd) and Parquet as [`Block`]s of records, with
 //!   every bad record turned into a typed [`SkipReason`] and every unreadable region into a
-//!   [`ReadError`] ([`read_chunk`]);
+//!   [`ReadError`] that says which records it cost ([`Unreadable`]); reading goes on past a
+//!   damaged Parquet row group, and a second read of a chunk stops where the first lost records
+//!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
+//!   [`record_fields`]);
 //! - **writing** filtered copies of the inputs ([`OutputDir`], [`FileWriter`]), atomic files
 //!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]).
 //!

@@ -137,7 +137,7 @@ impl ParquetSource {
                     "invalid_chunk",
                     None,
                     format!(
-                        "chunk range {other:?} does not fit a Parquet file with {n} row groups"
+                        "a chunk of {other} (end exclusive) does not fit a Parquet file of {n} row groups"
                     ),
                 )
                 .losing(0, None, None, None));
