@@ -135,7 +135,7 @@ impl Report {
             let mut files: Vec<&Path> = unknown.iter().map(|u| u.file.as_path()).collect();
             files.dedup();
             s += &format!(
-                " and an unknown number more in {} file{}",
+                ", plus an unknown number in {} file{}",
                 files.len(),
                 if files.len() == 1 { "" } else { "s" }
             );
