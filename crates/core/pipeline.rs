@@ -6,7 +6,8 @@ use neardup_corpus::{AtomicFile, DiscoverOptions, InputFile, OutputOptions, disc
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
 use neardup_keys::{
     CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats,
-    ShardTables, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
+    ShardTables, UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys,
+    write_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -25,7 +26,8 @@ pub struct Report {
     pub files: Vec<PathBuf>,
     /// Inputs that could not be used (missing paths, unknown extensions, …).
     pub input_problems: Vec<String>,
-    /// Stage 1's statistics (absent for `apply`, which reuses stage 1's tables).
+    /// Stage 1's statistics (absent for `apply`, which reuses stage 1's tables; the totals come
+    /// from stage 2 alone, so they are complete either way).
     pub stage1: Option<KeysStats>,
     /// Stage 2's statistics.
     pub stage2: DedupStats,
@@ -33,16 +35,27 @@ pub struct Report {
     pub totals: Totals,
 }
 
-/// Record and sample accounting: `records_in = records_kept + records_dropped`, and
-/// `samples = unique + near + exact + empty + errors`.
+/// Record and sample accounting, from what stage 2 read:
+/// `records_in = records_kept + records_dropped + records_unreadable`, and
+/// `samples = unique + near + exact + empty + errors` (one decision per sample).
+///
+/// Every record of every input is in exactly one of kept, dropped and unreadable, except where a
+/// count cannot be known (the records after the break of a truncated gzip/zstd stream, a file
+/// that cannot be opened, a Parquet file without a readable footer): those are listed in
+/// `unreadable` with a `null` count, and no number includes them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
-    /// Records read.
+    /// Records the inputs hold, as far as known: those read and those unreadable.
     pub records_in: u64,
-    /// Records written out.
+    /// Records written out (including records whose text could not be read: they are passed
+    /// through, decision reason `error`).
     pub records_kept: u64,
     /// Records left out.
     pub records_dropped: u64,
+    /// Records that could not be read at all (a corrupt Parquet row group, …), as far as their
+    /// number is known; each is in a range of `unreadable`.
+    #[serde(default)]
+    pub records_unreadable: u64,
     /// Sample slots decided.
     pub samples: u64,
     /// Kept as unique.
@@ -53,8 +66,16 @@ pub struct Totals {
     pub exact: u64,
     /// Empty texts.
     pub empty: u64,
-    /// Unreadable sample slots (passed through).
+    /// Sample slots without a readable text: malformed JSON, invalid UTF-8, a missing, null or
+    /// non-string field. Their records are passed through (kept, decision reason `error`).
     pub errors: u64,
+    /// Every part of an input that could not be read: file, first record, record count (`null`
+    /// when unknowable), kind, reason, row group or byte offset.
+    #[serde(default)]
+    pub unreadable: Vec<UnreadableRange>,
+    /// Inputs of which nothing could be read; no output file is written for them.
+    #[serde(default)]
+    pub files_unreadable: Vec<PathBuf>,
 }
 
 impl Report {
@@ -66,15 +87,18 @@ impl Report {
         stage2: DedupStats,
     ) -> Report {
         let totals = Totals {
-            records_in: stage2.records,
+            records_in: stage2.records + stage2.records_unreadable,
             records_kept: stage2.records_kept,
             records_dropped: stage2.records_dropped,
+            records_unreadable: stage2.records_unreadable,
             samples: stage2.samples,
             unique: stage2.unique,
             near: stage2.near,
             exact: stage2.exact,
             empty: stage2.empty,
             errors: stage2.errors,
+            unreadable: stage2.unreadable.clone(),
+            files_unreadable: stage2.files_unreadable.clone(),
         };
         Report {
             version: env!("CARGO_PKG_VERSION").to_string(),
@@ -87,11 +111,12 @@ impl Report {
         }
     }
 
-    /// A few lines for a terminal.
+    /// A few lines for a terminal: the accounting first, then every unreadable part of the
+    /// inputs (up to a few), then each stage's numbers.
     pub fn summary(&self) -> String {
         let t = &self.totals;
         let mut s = format!(
-            "{} records in {} files: kept {}, dropped {} ({} near, {} exact duplicates); {} empty, {} unreadable\n",
+            "{} records in {} files: kept {}, dropped {} ({} near, {} exact duplicates); {} empty, {} unreadable",
             t.records_in,
             self.files.len(),
             t.records_kept,
@@ -99,8 +124,52 @@ impl Report {
             t.near,
             t.exact,
             t.empty,
-            t.errors
+            t.records_unreadable
         );
+        let unknown: Vec<&UnreadableRange> = t
+            .unreadable
+            .iter()
+            .filter(|u| u.records.is_none())
+            .collect();
+        if !unknown.is_empty() {
+            let mut files: Vec<&Path> = unknown.iter().map(|u| u.file.as_path()).collect();
+            files.dedup();
+            s += &format!(
+                ", plus an unknown number in {} file{}",
+                files.len(),
+                if files.len() == 1 { "" } else { "s" }
+            );
+        }
+        if t.errors > 0 {
+            let kinds: Vec<String> = self
+                .stage2
+                .skipped
+                .iter()
+                .map(|(kind, n)| format!("{n} {kind}"))
+                .collect();
+            s += &format!(
+                "; {} texts unreadable, their records passed through ({})",
+                t.errors,
+                kinds.join(", ")
+            );
+        }
+        s.push('\n');
+        const SHOWN: usize = 5;
+        for u in t.unreadable.iter().take(SHOWN) {
+            s += &format!("  {u}\n");
+        }
+        if t.unreadable.len() > SHOWN {
+            s += &format!(
+                "  … and {} more unreadable parts (listed in the report)\n",
+                t.unreadable.len() - SHOWN
+            );
+        }
+        for f in &t.files_unreadable {
+            s += &format!(
+                "  no output for {}: nothing of it could be read\n",
+                f.display()
+            );
+        }
         if let Some(k) = &self.stage1 {
             s += &format!(
                 "stage 1: {} samples, {} keys, {} distinct, {} hot keys; {} hot samples ({:.1}%); {:.1} MB/s, {:.2} s + {:.2} s counting{}\n",
@@ -118,10 +187,8 @@ impl Report {
             for (kind, n) in &k.skipped {
                 s += &format!("  skipped {n} sample slots: {kind}\n");
             }
-            for (kind, n) in &k.read_errors {
-                s += &format!("  {n} read errors: {kind}\n");
-            }
-            for p in k.problems.iter().take(5) {
+            // Unreadable parts are listed above; these are the records without a text.
+            for p in k.problems.iter().filter(|p| p.field.is_some()).take(5) {
                 s += &format!("  {p}\n");
             }
         }

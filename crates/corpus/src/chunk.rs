@@ -40,6 +40,17 @@ pub enum ChunkRange {
     },
 }
 
+/// For messages: "the whole file", "bytes 0 to 4096", "row groups 2 to 4" (ends exclusive).
+impl std::fmt::Display for ChunkRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChunkRange::Whole => f.write_str("the whole file"),
+            ChunkRange::Bytes { start, end } => write!(f, "bytes {start} to {end}"),
+            ChunkRange::RowGroups { start, end } => write!(f, "row groups {start} to {end}"),
+        }
+    }
+}
+
 /// How many chunks [`balanced_chunk_bytes`] aims for: enough that the last chunks to finish leave
 /// threads idle only briefly, few enough that per-chunk costs (an open, a seek, a partial block)
 /// stay negligible.

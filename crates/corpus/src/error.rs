@@ -3,6 +3,39 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+/// Records of a chunk that a read could not deliver, and why: what a [`ReadError`] of
+/// [`read_chunk`](crate::read_chunk) cost. Stored with a chunk's counts in a key table, so a later
+/// read of the same chunk knows where the first one stopped.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Unreadable {
+    /// Index of the first record not delivered (chunk-local as the reader yields it; file-level
+    /// once a stage has added the records of the file's earlier chunks).
+    pub first_record: u64,
+    /// How many records were lost; `None` when it cannot be known: the rest of a compressed
+    /// stream after it breaks, a JSONL file that cannot be opened, a Parquet file whose footer
+    /// cannot be read.
+    pub records: Option<u64>,
+    /// Stable class, as [`ReadError::kind`].
+    pub kind: String,
+    /// Why, for people.
+    pub reason: String,
+    /// Parquet: the row group the records belong to (each loss lies within one row group, or is
+    /// the whole chunk).
+    pub row_group: Option<usize>,
+    /// JSONL: the decompressed byte offset where the first lost record starts.
+    pub byte_offset: Option<u64>,
+}
+
+impl Unreadable {
+    /// The same loss with its first record moved by `base` records (chunk-local to file-level).
+    pub fn shifted(&self, base: u64) -> Unreadable {
+        Unreadable {
+            first_record: base + self.first_record,
+            ..self.clone()
+        }
+    }
+}
+
 /// A failure to read part of an input. Its `Display` names the file and where it happened
 /// (chunk-local record, byte offset or row group).
 #[derive(Debug)]
@@ -11,6 +44,8 @@ pub struct ReadError {
     kind: &'static str,
     location: Option<String>,
     message: String,
+    /// Boxed: errors travel in every `Result` of a read, and are rare.
+    lost: Option<Box<Unreadable>>,
 }
 
 impl ReadError {
@@ -25,6 +60,38 @@ impl ReadError {
             kind,
             location,
             message: message.into(),
+            lost: None,
+        }
+    }
+
+    /// Says which records this error cost (the reason is the error's message).
+    pub(crate) fn losing(
+        mut self,
+        first_record: u64,
+        records: Option<u64>,
+        row_group: Option<usize>,
+        byte_offset: Option<u64>,
+    ) -> ReadError {
+        self.lost = Some(Box::new(Unreadable {
+            first_record,
+            records,
+            kind: self.kind.to_string(),
+            reason: self.message.clone(),
+            row_group,
+            byte_offset,
+        }));
+        self
+    }
+
+    /// An error for records a stage before this read found unreadable (see
+    /// [`reread_chunk`](crate::reread_chunk)).
+    pub(crate) fn known(path: &Path, lost: &Unreadable) -> ReadError {
+        ReadError {
+            path: path.to_path_buf(),
+            kind: known_kind(&lost.kind),
+            location: lost.row_group.map(|g| format!("row group {g}")),
+            message: lost.reason.clone(),
+            lost: Some(Box::new(lost.clone())),
         }
     }
 
@@ -60,6 +127,34 @@ impl ReadError {
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// The records this error cost. Errors of [`read_chunk`](crate::read_chunk) always say; for
+    /// others (reading a decisions file) it is everything from the first record, how many unknown.
+    pub fn unreadable(&self) -> Unreadable {
+        self.lost.as_deref().cloned().unwrap_or_else(|| Unreadable {
+            first_record: 0,
+            records: None,
+            kind: self.kind.to_string(),
+            reason: self.message.clone(),
+            row_group: None,
+            byte_offset: None,
+        })
+    }
+}
+
+/// The `&'static str` kind of a stored loss (kinds are a closed set; anything else is `io`).
+fn known_kind(kind: &str) -> &'static str {
+    [
+        "io",
+        "truncated",
+        "corrupt",
+        "corrupt_parquet",
+        "schema_mismatch",
+        "invalid_chunk",
+    ]
+    .into_iter()
+    .find(|k| *k == kind)
+    .unwrap_or("io")
 }
 
 impl fmt::Display for ReadError {

@@ -49,8 +49,6 @@ impl JsonlSource {
         chunk: &Chunk,
         block_bytes: usize,
     ) -> Result<JsonlSource, ReadError> {
-        let io_err = |e: &std::io::Error| ReadError::from_io(&file.path, None, e);
-        let mut f = File::open(&file.path).map_err(|e| io_err(&e))?;
         let (start, end) = match chunk.range {
             ChunkRange::Whole => (0, u64::MAX),
             ChunkRange::Bytes { start, end } if file.compression == Compression::None => {
@@ -61,10 +59,16 @@ impl JsonlSource {
                     &file.path,
                     "invalid_chunk",
                     None,
-                    format!("chunk range {other:?} does not apply to this JSONL file"),
-                ));
+                    format!("a chunk of {other} (end exclusive) does not apply to this JSONL file"),
+                )
+                .losing(0, None, None, None));
             }
         };
+        // Nothing of the chunk is read: how many lines it holds cannot be known.
+        let io_err = |e: &std::io::Error| {
+            ReadError::from_io(&file.path, None, e).losing(0, None, None, Some(start))
+        };
+        let mut f = File::open(&file.path).map_err(|e| io_err(&e))?;
         // Whether `start` is a line start depends on the byte before it.
         let skip_partial = start > 0;
         let pos = start.saturating_sub(1);
@@ -121,14 +125,30 @@ impl JsonlSource {
             .saturating_add(LOOKAHEAD)
     }
 
-    /// The pending error, located at the first record that was not delivered.
+    /// The pending error, located at the first record that was not delivered (which starts at
+    /// `pos`: every line before it was delivered whole). The lines after a broken stream cannot
+    /// be counted, so the loss has no record count.
     fn take_error(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
         let (e, at) = self.pending.take()?;
         let location = format!(
-            "chunk-local record {} (decompressed byte {at})",
-            self.record
+            "chunk-local record {} (decompressed byte {})",
+            self.record, self.pos
         );
-        Some(Err(ReadError::from_io(&self.path, Some(location), &e)))
+        let err = ReadError::from_io(&self.path, Some(location), &e);
+        let message = match err.kind() {
+            "truncated" => {
+                format!("the compressed stream ends early, at decompressed byte {at} ({e})")
+            }
+            "corrupt" => format!("invalid compressed data at decompressed byte {at} ({e})"),
+            _ => format!("reading failed at byte {at} ({e})"),
+        };
+        Some(Err(ReadError::new(
+            &self.path,
+            err.kind(),
+            err.location().map(str::to_string),
+            message,
+        )
+        .losing(self.record, None, None, Some(self.pos))))
     }
 
     pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {

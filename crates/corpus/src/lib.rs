@@ -7,7 +7,10 @@
 //! - **chunk planning** so one large file can be read by several threads ([`plan_chunks`]);
 //! - **streaming reads** of JSONL (plain, gzip, zstd) and Parquet as [`Block`]s of records, with
 //!   every bad record turned into a typed [`SkipReason`] and every unreadable region into a
-//!   [`ReadError`] ([`read_chunk`]);
+//!   [`ReadError`] that says which records it cost ([`Unreadable`]); reading goes on past a
+//!   damaged Parquet row group, and a second read of a chunk stops where the first lost records
+//!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
+//!   [`record_fields`]);
 //! - **writing** filtered copies of the inputs ([`OutputDir`], [`FileWriter`]), atomic files
 //!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]).
 //!
@@ -35,10 +38,11 @@ mod write;
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
 pub use discover::{DiscoverOptions, Discovery, InputProblem, discover};
-pub use error::{ReadError, WriteError};
+pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile};
 pub use read::{
-    Block, ChunkReader, Projection, ReadOptions, Sample, SampleText, SkipReason, read_chunk,
+    Block, ChunkReader, FieldsSeen, Projection, ReadOptions, Sample, SampleText, SkipReason,
+    read_chunk, record_fields, reread_chunk,
 };
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use share::{BlockQueue, Relay};

@@ -1,5 +1,6 @@
 //! Reading Parquet chunks (row-group ranges) as record batches, and extracting text from them.
 
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -21,9 +22,11 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
 use crate::chunk::{Chunk, ChunkRange};
-use crate::error::ReadError;
+use crate::error::{ReadError, Unreadable};
 use crate::format::InputFile;
-use crate::read::{BlockData, FieldValue, Projection, ReadOptions, Sample, emit_record, reuse_vec};
+use crate::read::{
+    BlockData, FieldValue, FieldsSeen, Projection, ReadOptions, Sample, emit_record, reuse_vec,
+};
 use crate::select::{FieldPath, TextSelector};
 
 /// Batch size bounds: below 64 rows per-batch overhead dominates; above 65536 a batch of short
@@ -42,7 +45,7 @@ pub(crate) fn read_footer(path: &Path) -> Result<(File, ParquetMetaData), ReadEr
                 path,
                 "corrupt_parquet",
                 Some("footer".into()),
-                e.to_string(),
+                format!("unreadable footer ({e})"),
             )
         })?;
     Ok((f, meta))
@@ -57,22 +60,59 @@ pub(crate) fn load(path: &Path) -> Result<(File, ArrowReaderMetadata), ReadError
 }
 
 /// Reads one row group at a time (a fresh decoder per group, sharing the parsed footer) so
-/// batches never span row groups and an error is located in exactly one group.
+/// batches never span row groups and an error is located in exactly one group. A group that
+/// cannot be read to its end costs only its own unread rows: reading goes on with the next group.
 pub(crate) struct ParquetSource {
     path: PathBuf,
     file: File,
     meta: ArrowReaderMetadata,
-    mask: ProjectionMask,
-    batch_rows: usize,
+    /// The columns this read decodes, and its rows per batch.
+    read: Decoding,
+    /// For a [`Projection::FullRecords`] read: how a [`Projection::TextOnly`] read (stage 1's)
+    /// decodes the same chunk, to replay it for the rows of a group whose other columns fail.
+    texts: Option<Decoding>,
     reader: Option<ParquetRecordBatchReader>,
     selector: TextSelector,
     full: bool,
-    /// Chunk-local index of the next row.
-    record: u64,
     /// Row groups still to open, in order.
-    todo: std::collections::VecDeque<usize>,
+    todo: VecDeque<GroupPlan>,
     /// Row group being read.
-    current: usize,
+    current: GroupPlan,
+    /// Rows of the current group delivered so far (whole records, or texts only while replaying).
+    delivered: u64,
+    /// While replaying a failed group's texts: the rows of the replay still to drop (those the
+    /// full read delivered before it failed).
+    replay_skip: Option<u64>,
+}
+
+/// A projection and its batch size.
+#[derive(Clone)]
+struct Decoding {
+    mask: ProjectionMask,
+    batch_rows: usize,
+}
+
+/// One row group of the chunk.
+#[derive(Clone, Default)]
+struct GroupPlan {
+    index: usize,
+    /// Chunk-local index of its first row.
+    first: u64,
+    /// Rows it holds, from the footer.
+    rows: u64,
+    /// The loss an earlier read of the chunk met in this group, from its first lost row to the
+    /// group's end: this read delivers the rows before it and reports the same loss.
+    known: Option<Unreadable>,
+}
+
+impl GroupPlan {
+    /// Rows this read may deliver.
+    fn limit(&self) -> u64 {
+        match &self.known {
+            Some(k) => k.first_record.saturating_sub(self.first).min(self.rows),
+            None => self.rows,
+        }
+    }
 }
 
 impl ParquetSource {
@@ -80,10 +120,11 @@ impl ParquetSource {
         file: &InputFile,
         chunk: &Chunk,
         opts: &ReadOptions,
+        known: &[Unreadable],
     ) -> Result<ParquetSource, ReadError> {
         let path = &file.path;
-        let (f, meta) = load(path)?;
-        let pmeta = meta.metadata().clone();
+        // Without a footer nothing is known, not even how many rows the chunk holds.
+        let (f, pmeta) = read_footer(path).map_err(|e| e.losing(0, None, None, None))?;
         let n = pmeta.num_row_groups();
         let groups: Vec<usize> = match chunk.range {
             ChunkRange::Whole => (0..n).collect(),
@@ -96,142 +137,253 @@ impl ParquetSource {
                     "invalid_chunk",
                     None,
                     format!(
-                        "chunk range {other:?} does not fit a Parquet file with {n} row groups"
+                        "a chunk of {other} (end exclusive) does not fit a Parquet file of {n} row groups"
                     ),
-                ));
+                )
+                .losing(0, None, None, None));
             }
         };
-        let schema = pmeta.file_metadata().schema_descr();
-        let leaves: Vec<usize> = match opts.projection {
-            Projection::FullRecords => (0..schema.num_columns()).collect(),
-            Projection::TextOnly => {
-                let wanted: Vec<&FieldPath> = opts
-                    .selector
-                    .fields
-                    .iter()
-                    .chain(opts.selector.id_field.as_ref())
-                    .collect();
-                let mut l: Vec<usize> = (0..schema.num_columns())
-                    .filter(|&i| {
-                        let parts = schema.column(i).path().parts().to_vec();
-                        wanted.iter().any(|w| parts.starts_with(w.segments()))
-                    })
-                    .collect();
-                if l.is_empty() && schema.num_columns() > 0 {
-                    // No selected column exists: decode the first column only so row counts
-                    // (and hence record addresses) stay right; every sample is MissingField.
-                    l.push(0);
-                }
-                l
-            }
-        };
-        let (mut rows, mut bytes) = (0u64, 0u64);
+        let mut plans = VecDeque::with_capacity(groups.len());
+        let mut first = 0u64;
         for &g in &groups {
-            let rg = pmeta.row_group(g);
-            rows += rg.num_rows().max(0) as u64;
-            bytes += leaves
+            let rows = pmeta.row_group(g).num_rows().max(0) as u64;
+            let known = known
                 .iter()
-                .map(|&c| rg.column(c).uncompressed_size().max(0) as u64)
-                .sum::<u64>();
+                .find(|k| k.row_group == Some(g) && k.records.is_some())
+                .cloned();
+            plans.push_back(GroupPlan {
+                index: g,
+                first,
+                rows,
+                known,
+            });
+            first += rows;
         }
-        let avg_row = (bytes / rows.max(1)).max(1);
-        let batch_rows =
-            ((opts.block_bytes as u64 / avg_row) as usize).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS);
-        let mask = ProjectionMask::leaves(schema, leaves);
+        let chunk_rows = first;
+        let meta = ArrowReaderMetadata::try_new(Arc::new(pmeta), ArrowReaderOptions::default())
+            .map_err(|e| {
+                ReadError::new(
+                    path,
+                    "schema_mismatch",
+                    None,
+                    format!("schema not readable as Arrow ({e})"),
+                )
+                .losing(0, Some(chunk_rows), None, None)
+            })?;
+        let pmeta = meta.metadata();
+        let schema = pmeta.file_metadata().schema_descr();
+        let decoding = |leaves: Vec<usize>| {
+            let mut bytes = 0u64;
+            for &g in &groups {
+                let rg = pmeta.row_group(g);
+                bytes += leaves
+                    .iter()
+                    .map(|&c| rg.column(c).uncompressed_size().max(0) as u64)
+                    .sum::<u64>();
+            }
+            let avg_row = (bytes / chunk_rows.max(1)).max(1);
+            Decoding {
+                batch_rows: ((opts.block_bytes as u64 / avg_row) as usize)
+                    .clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS),
+                mask: ProjectionMask::leaves(schema, leaves),
+            }
+        };
+        let text_leaves = {
+            let wanted: Vec<&FieldPath> = opts
+                .selector
+                .fields
+                .iter()
+                .chain(opts.selector.id_field.as_ref())
+                .collect();
+            let mut l: Vec<usize> = (0..schema.num_columns())
+                .filter(|&i| {
+                    let parts = schema.column(i).path().parts().to_vec();
+                    wanted.iter().any(|w| parts.starts_with(w.segments()))
+                })
+                .collect();
+            if l.is_empty() && schema.num_columns() > 0 {
+                // No selected column exists: decode the first column only so row counts
+                // (and hence record addresses) stay right; every sample is MissingField.
+                l.push(0);
+            }
+            l
+        };
+        let (read, texts) = match opts.projection {
+            Projection::FullRecords => (
+                decoding((0..schema.num_columns()).collect()),
+                Some(decoding(text_leaves)),
+            ),
+            Projection::TextOnly => (decoding(text_leaves), None),
+        };
         Ok(ParquetSource {
             path: path.clone(),
             file: f,
             meta,
-            mask,
-            batch_rows,
+            read,
+            texts,
             reader: None,
             selector: opts.selector.clone(),
             full: opts.projection == Projection::FullRecords,
-            record: 0,
-            todo: groups.into_iter().collect(),
-            current: 0,
+            todo: plans,
+            current: GroupPlan::default(),
+            delivered: 0,
+            replay_skip: None,
         })
     }
 
     fn location(&self) -> String {
         format!(
             "row group {} (chunk-local row {})",
-            self.current, self.record
+            self.current.index,
+            self.current.first + self.delivered
         )
     }
 
-    fn open_next_group(&mut self) -> Option<Result<(), ReadError>> {
-        let g = self.todo.pop_front()?;
-        self.current = g;
-        let file = match self.file.try_clone() {
-            Ok(f) => f,
-            Err(e) => {
-                return Some(Err(ReadError::from_io(
-                    &self.path,
-                    Some(self.location()),
-                    &e,
-                )));
-            }
-        };
-        let built = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.meta.clone())
-            .with_row_groups(vec![g])
-            .with_projection(self.mask.clone())
-            .with_batch_size(self.batch_rows)
-            .build();
-        Some(match built {
-            Ok(r) => {
-                self.reader = Some(r);
-                Ok(())
-            }
-            Err(e) => Err(ReadError::new(
+    /// A decoder of the current group's first `limit` rows.
+    fn decoder(
+        &self,
+        decoding: &Decoding,
+        limit: u64,
+    ) -> Result<ParquetRecordBatchReader, ReadError> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| ReadError::from_io(&self.path, Some(self.location()), &e))?;
+        let mut builder =
+            ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.meta.clone())
+                .with_row_groups(vec![self.current.index])
+                .with_projection(decoding.mask.clone())
+                .with_batch_size(decoding.batch_rows);
+        if limit < self.current.rows {
+            builder = builder.with_limit(limit as usize);
+        }
+        builder.build().map_err(|e| {
+            ReadError::new(
                 &self.path,
                 "corrupt_parquet",
                 Some(self.location()),
-                e.to_string(),
-            )),
+                format!("corrupt column data ({e})"),
+            )
         })
     }
 
-    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
-        let next = loop {
-            if let Some(r) = &mut self.reader {
-                match r.next() {
-                    Some(item) => break item,
-                    None => self.reader = None,
-                }
-            }
-            if let Err(e) = self.open_next_group()? {
-                return Some(Err(e));
-            }
-        };
-        match next {
-            Ok(batch) => {
-                let first = self.record;
-                self.record += batch.num_rows() as u64;
-                let text_bytes = text_bytes(&batch, &self.selector);
-                Some(Ok((
-                    first,
-                    BlockData::Parquet {
-                        batch,
-                        text_bytes,
-                        full: self.full,
-                    },
-                )))
-            }
-            Err(e) => {
-                let kind = match &e {
-                    ArrowError::SchemaError(_) | ArrowError::CastError(_) => "schema_mismatch",
-                    ArrowError::IoError(..) => "io",
-                    _ => "corrupt_parquet",
-                };
-                Some(Err(ReadError::new(
-                    &self.path,
-                    kind,
-                    Some(self.location()),
-                    e.to_string(),
-                )))
+    /// The current group failed after `delivered` rows: the rest of the group is lost (this
+    /// loss covers any known one). A full-record read replays the texts-only read of the group
+    /// for the rows the earlier read delivered, so a stage keeps its sample count.
+    fn group_failed(&mut self, e: ReadError) -> ReadError {
+        let g = &self.current;
+        let lost_from = g.first + self.delivered;
+        let limit = g.limit();
+        let err = e.losing(
+            lost_from,
+            Some(g.rows - self.delivered),
+            Some(g.index),
+            None,
+        );
+        self.reader = None;
+        if let Some(texts) = self.texts.clone()
+            && self.delivered < limit
+            && self.replay_skip.is_none()
+        {
+            // A replay that fails too leaves the stage's counts short of the earlier read's,
+            // which it reports as a mismatch.
+            if let Ok(r) = self.decoder(&texts, limit) {
+                self.reader = Some(r);
+                self.replay_skip = Some(self.delivered);
+                self.delivered = 0;
             }
         }
+        self.current.known = None;
+        err
+    }
+
+    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+        loop {
+            if let Some(r) = &mut self.reader {
+                match r.next() {
+                    Some(Ok(batch)) => {
+                        if let Some(block) = self.deliver(batch) {
+                            return Some(Ok(block));
+                        }
+                    }
+                    Some(Err(_)) if self.replay_skip.is_some() => {
+                        // The texts-only replay failed too: leave it (see group_failed).
+                        self.reader = None;
+                        self.replay_skip = None;
+                    }
+                    Some(Err(e)) => {
+                        let kind = match &e {
+                            ArrowError::SchemaError(_) | ArrowError::CastError(_) => {
+                                "schema_mismatch"
+                            }
+                            ArrowError::IoError(..) => "io",
+                            _ => "corrupt_parquet",
+                        };
+                        let message = match kind {
+                            "corrupt_parquet" => format!("corrupt column data ({e})"),
+                            _ => e.to_string(),
+                        };
+                        let e = ReadError::new(&self.path, kind, Some(self.location()), message);
+                        return Some(Err(self.group_failed(e)));
+                    }
+                    None => {
+                        self.reader = None;
+                        if self.replay_skip.take().is_none()
+                            && let Some(known) = self.current.known.take()
+                        {
+                            // Read up to where the earlier read lost the rest of the group.
+                            return Some(Err(ReadError::known(&self.path, &known)));
+                        }
+                    }
+                }
+                continue;
+            }
+            self.current = self.todo.pop_front()?;
+            self.delivered = 0;
+            self.replay_skip = None;
+            let limit = self.current.limit();
+            if limit == 0 {
+                if let Some(known) = self.current.known.take() {
+                    return Some(Err(ReadError::known(&self.path, &known)));
+                }
+                continue;
+            }
+            match self.decoder(&self.read.clone(), limit) {
+                Ok(r) => self.reader = Some(r),
+                Err(e) => return Some(Err(self.group_failed(e))),
+            }
+        }
+    }
+
+    /// A batch of the current group as a block (its chunk-local first row and data); `None` when
+    /// a replay drops all of it.
+    fn deliver(&mut self, batch: RecordBatch) -> Option<(u64, BlockData)> {
+        let mut batch = batch;
+        let mut first = self.current.first + self.delivered;
+        self.delivered += batch.num_rows() as u64;
+        let texts_only = self.replay_skip.is_some();
+        if let Some(skip) = self.replay_skip {
+            let end = self.current.first + self.delivered;
+            let from = self.current.first + skip;
+            if end <= from {
+                return None;
+            }
+            if first < from {
+                let cut = (from - first) as usize;
+                batch = batch.slice(cut, batch.num_rows() - cut);
+                first = from;
+            }
+        }
+        let text_bytes = text_bytes(&batch, &self.selector);
+        Some((
+            first,
+            BlockData::Parquet {
+                batch,
+                text_bytes,
+                full: self.full && !texts_only,
+                texts_only,
+            },
+        ))
     }
 }
 
@@ -418,9 +570,20 @@ fn render_id(a: &dyn Array, row: usize, buf: &mut String) -> bool {
 pub(crate) fn batch_samples<F: FnMut(Sample<'_>)>(
     batch: &RecordBatch,
     selector: &TextSelector,
+    seen: Option<&mut FieldsSeen>,
     f: &mut F,
 ) {
     let cols: Vec<Resolved<'_>> = selector.fields.iter().map(|p| resolve(batch, p)).collect();
+    if let Some(seen) = seen
+        && batch.num_rows() > 0
+    {
+        seen.set_examined();
+        for (i, c) in cols.iter().enumerate() {
+            if !matches!(c.col, TextCol::Missing) {
+                seen.mark(i);
+            }
+        }
+    }
     let id_col = selector.id_field.as_ref().map(|p| resolve(batch, p));
     let mut join_buf = String::new();
     let mut id_buf = String::new();

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use arrow_array::RecordBatch;
 
 use crate::chunk::Chunk;
-use crate::error::ReadError;
+use crate::error::{ReadError, Unreadable};
 use crate::format::{Format, InputFile};
 use crate::json::{self, Slot};
 use crate::jsonl::JsonlSource;
@@ -74,6 +74,37 @@ impl SkipReason {
             SkipReason::MissingField => "missing_field",
             SkipReason::NullField => "null_field",
             SkipReason::NotAString => "not_a_string",
+        }
+    }
+
+    /// The reason for people, naming the fields of sample slot `field` (all selected fields in
+    /// Join mode, the slot's own field in Expand mode): "not valid JSON: expected `,` or `}` at
+    /// column 40", "no field `text`", "`text` is null", …
+    pub fn describe(&self, selector: &TextSelector, field: u32) -> String {
+        let names: Vec<String> = match selector.mode {
+            FieldsMode::Expand => selector
+                .fields
+                .get(field as usize)
+                .map(|f| format!("`{f}`"))
+                .into_iter()
+                .collect(),
+            FieldsMode::Join { .. } => selector.fields.iter().map(|f| format!("`{f}`")).collect(),
+        };
+        let list = names.join(", ");
+        let one = names.len() == 1;
+        match self {
+            // The parser says "not a JSON object (…)" itself for valid JSON of another type.
+            SkipReason::MalformedJson(m) if m.starts_with("not a JSON object") => m.clone(),
+            SkipReason::MalformedJson(m) => format!("not valid JSON: {m}"),
+            SkipReason::InvalidUtf8 => "not valid UTF-8".to_string(),
+            SkipReason::MissingField if one => format!("no field {list}"),
+            SkipReason::MissingField => format!("none of the fields {list}"),
+            SkipReason::NullField if one => format!("{list} is null"),
+            SkipReason::NullField => format!("no text in {list}: the first one present is null"),
+            SkipReason::NotAString if one => format!("{list} is not a string"),
+            SkipReason::NotAString => {
+                format!("no text in {list}: the first one present is not a string")
+            }
         }
     }
 }
@@ -205,6 +236,9 @@ pub(crate) enum BlockData {
         text_bytes: u64,
         /// Read with [`Projection::FullRecords`], so it can be written out.
         full: bool,
+        /// The texts of records a full-record read could not read whole (see
+        /// [`Block::texts_only`]).
+        texts_only: bool,
     },
 }
 
@@ -237,6 +271,22 @@ impl Block {
         }
     }
 
+    /// Whether this block holds only the texts of records that a [`Projection::FullRecords`]
+    /// read could not read whole: a Parquet row group with a corrupt page in a column other than
+    /// the text and id columns. The [`ReadError`] yielded just before the block reports these
+    /// records as lost; the block is there so that a stage which numbers samples as a
+    /// [`Projection::TextOnly`] read did (stage 2 after stage 1) keeps its count. Such a block
+    /// cannot be written, and its records must not be decided.
+    pub fn texts_only(&self) -> bool {
+        matches!(
+            self.data,
+            BlockData::Parquet {
+                texts_only: true,
+                ..
+            }
+        )
+    }
+
     /// The decoded rows of a Parquet block; `None` for JSONL.
     pub fn record_batch(&self) -> Option<&RecordBatch> {
         match &self.data {
@@ -251,11 +301,104 @@ impl Block {
     /// Text is borrowed from the block when possible (no per-sample allocation on the hot path).
     pub fn for_each_sample<F: FnMut(Sample<'_>)>(&self, selector: &TextSelector, mut f: F) {
         match &self.data {
-            BlockData::Jsonl { bytes, starts } => jsonl_samples(bytes, starts, selector, &mut f),
+            BlockData::Jsonl { bytes, starts } => {
+                jsonl_samples(bytes, starts, selector, None, &mut f)
+            }
             BlockData::Parquet { batch, .. } => {
-                parquet_read::batch_samples(batch, selector, &mut f)
+                parquet_read::batch_samples(batch, selector, None, &mut f)
             }
         }
+    }
+
+    /// [`Block::for_each_sample`], noting in `seen` which selected fields the block's records
+    /// have (see [`FieldsSeen`]). Once every field has been seen this costs one comparison per
+    /// record.
+    pub fn for_each_sample_noting<F: FnMut(Sample<'_>)>(
+        &self,
+        selector: &TextSelector,
+        seen: &mut FieldsSeen,
+        mut f: F,
+    ) {
+        match &self.data {
+            BlockData::Jsonl { bytes, starts } => {
+                jsonl_samples(bytes, starts, selector, Some(seen), &mut f)
+            }
+            BlockData::Parquet { batch, .. } => {
+                parquet_read::batch_samples(batch, selector, Some(seen), &mut f)
+            }
+        }
+    }
+}
+
+/// Which of a selector's fields the records read so far have: a JSON record has a field when
+/// its path leads to a value (even `null`); a Parquet batch has it when the column is in its
+/// schema. A field that no record has is almost always a typo (`--field txt`), which would
+/// otherwise make every sample `missing_field`. Records that cannot be parsed (malformed JSON,
+/// invalid UTF-8) say nothing about fields.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldsSeen {
+    present: Vec<bool>,
+    /// Fields not seen yet: 0 once all are (the common case, checked first).
+    absent: usize,
+    /// Whether any record has been looked at.
+    examined: bool,
+}
+
+impl FieldsSeen {
+    /// Nothing seen yet, for the fields of `selector`.
+    pub fn new(selector: &TextSelector) -> FieldsSeen {
+        FieldsSeen {
+            present: vec![false; selector.fields.len()],
+            absent: selector.fields.len(),
+            examined: false,
+        }
+    }
+
+    /// Adds what `other` (for the same selector) saw.
+    pub fn merge(&mut self, other: &FieldsSeen) {
+        if self.present.len() < other.present.len() {
+            self.present.resize(other.present.len(), false);
+        }
+        for (mine, theirs) in self.present.iter_mut().zip(&other.present) {
+            *mine |= *theirs;
+        }
+        self.absent = self.present.iter().filter(|p| !**p).count();
+        self.examined |= other.examined;
+    }
+
+    /// Whether any record had its fields looked at.
+    pub fn examined(&self) -> bool {
+        self.examined
+    }
+
+    /// Indexes (into the selector's fields) of the fields no examined record had; empty when no
+    /// record was examined.
+    pub fn never_seen(&self) -> Vec<usize> {
+        if !self.examined {
+            return Vec::new();
+        }
+        (0..self.present.len())
+            .filter(|&i| !self.present[i])
+            .collect()
+    }
+
+    #[inline]
+    pub(crate) fn all_seen(&self) -> bool {
+        self.absent == 0
+    }
+
+    /// Marks field `i` as seen (`examined` is set by the caller).
+    pub(crate) fn mark(&mut self, i: usize) {
+        if let Some(p) = self.present.get_mut(i)
+            && !*p
+        {
+            *p = true;
+            self.absent -= 1;
+        }
+    }
+
+    pub(crate) fn set_examined(&mut self) {
+        self.examined = true;
     }
 }
 
@@ -355,6 +498,7 @@ fn jsonl_samples<F: FnMut(Sample<'_>)>(
     bytes: &[u8],
     starts: &[usize],
     selector: &TextSelector,
+    mut seen: Option<&mut FieldsSeen>,
     f: &mut F,
 ) {
     let nfields = selector.fields.len();
@@ -385,6 +529,16 @@ fn jsonl_samples<F: FnMut(Sample<'_>)>(
             emit_bad(record, slots_per_record, SkipReason::MalformedJson(msg), f);
             continue;
         }
+        if let Some(seen) = seen.as_deref_mut()
+            && !seen.all_seen()
+        {
+            seen.set_examined();
+            for (i, slot) in slots[..nfields].iter().enumerate() {
+                if !matches!(slot, Slot::Missing) {
+                    seen.mark(i);
+                }
+            }
+        }
         let mut values = reuse_vec(std::mem::take(&mut values_buf));
         values.extend(slots[..nfields].iter().map(|s| match *s {
             Slot::Missing => FieldValue::Missing,
@@ -411,17 +565,41 @@ pub(crate) fn reuse_vec<'b>(mut v: Vec<FieldValue<'_>>) -> Vec<FieldValue<'b>> {
     v.into_iter().map(|_| FieldValue::Missing).collect()
 }
 
-/// Streams one chunk as Blocks. After an Err (unreadable file, truncated gz/zst, corrupt
-/// Parquet footer/page, schema mismatch) the iterator ends: the records already yielded stand,
-/// the rest of the chunk is lost and the caller reports it. Memory stays bounded (no whole-file
-/// reads): about two blocks for JSONL, one row group's column chunks for Parquet.
+/// Streams one chunk as Blocks. Every Err says which records it cost
+/// ([`ReadError::unreadable`]); the records already yielded stand, and reading goes on where it
+/// can:
+/// - JSONL (unreadable file, truncated or corrupt gz/zst stream): the iterator ends; the lines
+///   after the break cannot be counted;
+/// - Parquet: a row group that cannot be read to its end loses its unread rows (their count is
+///   known from the footer) and reading goes on with the next row group; with an unreadable
+///   footer or schema the whole chunk is lost.
+///
+/// Block record numbers follow the file: after a loss the next block starts past the lost
+/// records. Memory stays bounded (no whole-file reads): about two blocks for JSONL, one row
+/// group's column chunks for Parquet.
 pub fn read_chunk(file: &InputFile, chunk: &Chunk, opts: &ReadOptions) -> ChunkReader {
+    reread_chunk(file, chunk, opts, &[])
+}
+
+/// [`read_chunk`] for a chunk an earlier read already went through (stage 2 after stage 1),
+/// given the losses that read met: a Parquet row group stops where the earlier read lost its
+/// rows (reporting the same loss), so both reads deliver the same records even where a corrupt
+/// page would fail at another row for another batch size. A [`Projection::FullRecords`] read
+/// whose row group fails where the earlier (text-only) read did not replays the text-only read
+/// for those rows as [`Block::texts_only`] blocks. JSONL streams end at the same byte in every
+/// read, so `earlier` does not apply to them.
+pub fn reread_chunk(
+    file: &InputFile,
+    chunk: &Chunk,
+    opts: &ReadOptions,
+    earlier: &[Unreadable],
+) -> ChunkReader {
     let inner = match file.format {
         Format::Jsonl => match JsonlSource::open(file, chunk, opts.block_bytes) {
             Ok(s) => Inner::Jsonl(Box::new(s)),
             Err(e) => Inner::Failed(Some(e)),
         },
-        Format::Parquet => match ParquetSource::open(file, chunk, opts) {
+        Format::Parquet => match ParquetSource::open(file, chunk, opts, earlier) {
             Ok(s) => Inner::Parquet(Box::new(s)),
             Err(e) => Inner::Failed(Some(e)),
         },
@@ -431,6 +609,73 @@ pub fn read_chunk(file: &InputFile, chunk: &Chunk, opts: &ReadOptions) -> ChunkR
         file: chunk.file,
         chunk_seq: chunk.seq,
     }
+}
+
+/// The fields the first records of `files` have, as paths a selector can name (top-level
+/// fields, and the fields of objects or structs one level down), sorted: for a message about a
+/// field no record has. Looks at up to `max_records` JSON records and at the schema of each
+/// Parquet file met before; files that cannot be read are passed over.
+pub fn record_fields(files: &[InputFile], max_records: usize) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    let mut looked = 0usize;
+    let chunk = Chunk {
+        file: 0,
+        seq: 0,
+        range: crate::chunk::ChunkRange::Whole,
+    };
+    for file in files {
+        if looked >= max_records {
+            break;
+        }
+        match file.format {
+            Format::Parquet => {
+                let Ok((_, meta)) = parquet_read::load(&file.path) else {
+                    continue;
+                };
+                for field in meta.schema().fields() {
+                    names.insert(field.name().clone());
+                    if let arrow_schema::DataType::Struct(children) = field.data_type() {
+                        for c in children {
+                            names.insert(format!("{}.{}", field.name(), c.name()));
+                        }
+                    }
+                }
+                looked += 1;
+            }
+            Format::Jsonl => {
+                let opts = ReadOptions {
+                    selector: TextSelector::single(crate::select::FieldPath::top("text")),
+                    projection: Projection::TextOnly,
+                    block_bytes: 1 << 20,
+                };
+                // The first block is plenty.
+                let Some(Ok(block)) = read_chunk(file, &chunk, &opts).next() else {
+                    continue;
+                };
+                for i in 0..block.num_records() {
+                    if looked >= max_records {
+                        break;
+                    }
+                    let line = block.jsonl_line(i).unwrap_or_default();
+                    let Ok(serde_json::Value::Object(map)) =
+                        serde_json::from_slice::<serde_json::Value>(line)
+                    else {
+                        continue;
+                    };
+                    looked += 1;
+                    for (key, value) in &map {
+                        names.insert(key.clone());
+                        if let serde_json::Value::Object(inner) = value {
+                            for sub in inner.keys() {
+                                names.insert(format!("{key}.{sub}"));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    names.into_iter().collect()
 }
 
 /// Iterator over the [`Block`]s of one chunk; see [`read_chunk`]. Send.
@@ -471,10 +716,8 @@ impl Iterator for ChunkReader {
                 first_record,
                 data,
             })),
-            Some(Err(e)) => {
-                self.inner = Inner::Failed(None);
-                Some(Err(e))
-            }
+            // A source that cannot go on after an error ends by itself.
+            Some(Err(e)) => Some(Err(e)),
             None => {
                 self.inner = Inner::Failed(None);
                 None

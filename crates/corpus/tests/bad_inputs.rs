@@ -184,14 +184,23 @@ fn corrupt_parquet_page_loses_only_its_row_group() {
         Projection::TextOnly,
         1 << 20,
     );
-    // Whole-file read: row group 0 is delivered, then the error ends the chunk.
-    let (got, records, err) = read_all(&f, &whole(0), &o, 0);
-    assert_eq!(records, 100);
-    assert_eq!(got.len(), 100);
-    let err = err.unwrap();
+    // Whole-file read: row group 1 is lost, row groups 0 and 2 are read (rows keep their
+    // numbers in the file).
+    let (got, records, errors) = read_all_errors(&f, &whole(0), &o, 0);
+    assert_eq!(records, 200);
+    assert_eq!(got.len(), 200);
+    assert_eq!(got[100].record, 200);
+    assert_eq!(got[100].id.as_deref(), Some("200"));
+    assert_eq!(errors.len(), 1);
+    let err = &errors[0];
     assert_eq!(err.kind(), "corrupt_parquet");
     assert!(err.to_string().contains("row group 1"), "{err}");
-    // Chunked by row group, the groups after the damaged one are read too.
+    let lost = err.unreadable();
+    assert_eq!(
+        (lost.first_record, lost.records, lost.row_group),
+        (100, Some(100), Some(1))
+    );
+    // Chunked by row group, the same.
     let chunks = plan_chunks(std::slice::from_ref(&f), 1);
     assert_eq!(chunks.len(), 3);
     let mut outcomes = Vec::new();

@@ -11,10 +11,10 @@ use std::time::Instant;
 use hashbrown::HashMap;
 use neardup_corpus::{
     Block, BlockQueue, Chunk, ChunkRange, DecisionRow, DecisionWriter, FileWriter, OutputDir,
-    OutputOptions, Projection, ReadOptions, Reason, Relay, SampleText, TextSelector, WrittenFile,
-    read_chunk,
+    OutputOptions, Projection, ReadOptions, Reason, Relay, SampleText, TextSelector, Unreadable,
+    WrittenFile, reread_chunk,
 };
-use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule};
+use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
@@ -83,6 +83,16 @@ pub struct Decision {
 pub struct DedupStats {
     /// Records read.
     pub records: u64,
+    /// Records that could not be read, as far as their number is known (see `unreadable`):
+    /// `records + records_unreadable` are the records the inputs hold.
+    #[serde(default)]
+    pub records_unreadable: u64,
+    /// Every part of an input that could not be read, in input order.
+    #[serde(default)]
+    pub unreadable: Vec<UnreadableRange>,
+    /// Inputs of which nothing could be read: no output file is written for them.
+    #[serde(default)]
+    pub files_unreadable: Vec<PathBuf>,
     /// Records written to the output.
     pub records_kept: u64,
     /// Records left out of the output.
@@ -101,6 +111,9 @@ pub struct DedupStats {
     pub empty: u64,
     /// Sample slots that could not be read (passed through, reason `error`).
     pub errors: u64,
+    /// Those sample slots by reason (`malformed_json`, `missing_field`, …).
+    #[serde(default)]
+    pub skipped: BTreeMap<String, u64>,
     /// The decision core's counters.
     pub deduper: DeduperStats,
     /// Output files written.
@@ -136,7 +149,8 @@ impl From<WrittenFile> for OutputFile {
 
 #[derive(Clone, Copy)]
 enum Kind {
-    Skipped,
+    /// No text; the reason's kind.
+    Skipped(&'static str),
     Blank,
     Cold,
     Hot {
@@ -204,10 +218,11 @@ impl Spare {
 
 enum Msg {
     Block(Box<BlockWork>),
+    /// Records the reader could not deliver (chunk-local).
+    Lost(Unreadable),
     End {
         records: u64,
         rows: u64,
-        error: Option<String>,
     },
 }
 
@@ -261,31 +276,40 @@ fn read_options(cfg: &ApplyConfig) -> ReadOptions {
     }
 }
 
-/// Hands a chunk's blocks to `each` in order. Returns the records read and the read error that
-/// ended the chunk early, if any; `None` when `stop` was set or `each` returned false (the
-/// collector is gone), and the chunk's end must not be sent.
+/// Hands a chunk's blocks, and the records the reader could not deliver, to `each` in order.
+/// The chunk is read up to where stage 1 lost records (see [`reread_chunk`]), so both stages see
+/// the same records. Returns the records of the blocks (texts-only blocks included: stage 1 read
+/// them); `None` when `stop` was set or `each` returned false (the collector is gone), and the
+/// chunk's end must not be sent.
 fn for_each_block(
     job: &ChunkJob<'_>,
     input: &neardup_corpus::InputFile,
     prep: &Prep<'_>,
-    mut each: impl FnMut(Block) -> bool,
-) -> Option<(u64, Option<String>)> {
+    mut each: impl FnMut(Result<Block, Unreadable>) -> bool,
+) -> Option<u64> {
     let mut records = 0u64;
-    for block in read_chunk(input, &job.chunk, &read_options(prep.cfg)) {
+    let reader = reread_chunk(
+        input,
+        &job.chunk,
+        &read_options(prep.cfg),
+        &job.expect.unreadable,
+    );
+    for block in reader {
         if prep.stop.load(Ordering::Relaxed) {
             return None;
         }
-        match block {
+        let item = match block {
             Ok(block) => {
                 records += block.num_records() as u64;
-                if !each(block) {
-                    return None;
-                }
+                Ok(block)
             }
-            Err(e) => return Some((records, Some(e.to_string()))),
+            Err(e) => Err(e.unreadable()),
+        };
+        if !each(item) {
+            return None;
         }
     }
-    Some((records, None))
+    Some(records)
 }
 
 /// Reads one chunk block by block on this thread, sending each prepared block and then the
@@ -298,17 +322,28 @@ fn prepare_chunk(
     mut send: impl FnMut(Msg) -> bool,
 ) {
     let mut row = job.row_base;
-    let Some((records, error)) = for_each_block(job, input, prep, |block| {
-        let w = prepare_block(prep, block, &mut row, worker);
-        send(Msg::Block(Box::new(w)))
+    let Some(records) = for_each_block(job, input, prep, |item| match item {
+        Ok(block) => {
+            let w = prepare_block(prep, block, &mut row, worker);
+            send(Msg::Block(Box::new(w)))
+        }
+        Err(lost) => send(Msg::Lost(lost)),
     }) else {
         return;
     };
     send(Msg::End {
         records,
         rows: row - job.row_base,
-        error,
     });
+}
+
+/// Samples with a text in `block` (the table rows it covers).
+fn count_texts(block: &Block, selector: &TextSelector) -> u64 {
+    let mut texts = 0u64;
+    block.for_each_sample(selector, |s| {
+        texts += u64::from(matches!(s.text, SampleText::Text(_)));
+    });
+    texts
 }
 
 /// Classifies a block's samples (`row` is the table row of its first text, advanced past its
@@ -331,6 +366,20 @@ fn prepare_block(
         sig,
         row_keys,
     } = worker;
+    if block.texts_only() {
+        // Records stage 1 sketched but stage 2 cannot read whole: their table rows are passed
+        // over, and they are neither decided nor written (the loss before them reports them).
+        *row += count_texts(&block, &cfg.selector);
+        return BlockWork {
+            block,
+            samples: Vec::new(),
+            signatures: Vec::new(),
+            rows: Vec::new(),
+            hot: Vec::new(),
+            shingles: Vec::new(),
+            ids: String::new(),
+        };
+    }
     let columns = row_keys.len();
     let num_perm = sig.len();
     let Spare {
@@ -349,7 +398,7 @@ fn prepare_block(
             (start, ids.len() as u32)
         });
         let kind = match s.text {
-            SampleText::Skipped(_) => Kind::Skipped,
+            SampleText::Skipped(reason) => Kind::Skipped(reason.kind()),
             SampleText::Text(text) => {
                 let this_row = next_row;
                 next_row += 1;
@@ -417,7 +466,10 @@ type Sent = (usize, usize, Msg);
 struct PrepJob {
     block: Block,
     job: usize,
+    /// Its place among the chunk's messages (blocks and losses).
     seq: usize,
+    /// Its place among the chunk's blocks.
+    nth: usize,
     /// The table row each block of the chunk starts at: this block's is known once the block
     /// before it has been parsed.
     starts: Arc<Relay>,
@@ -427,14 +479,11 @@ impl PrepJob {
     fn run(self, prep: &Prep<'_>, worker: &mut PrepWorker, tx: &crossbeam_channel::Sender<Sent>) {
         // Counting the block's texts costs a parse, but lets the next block start before this
         // one is signed; signing needs the row numbers (the hot mask is by row).
-        let mut texts = 0u64;
-        self.block.for_each_sample(&prep.cfg.selector, |s| {
-            texts += u64::from(matches!(s.text, SampleText::Text(_)));
-        });
-        let Some(first) = self.starts.wait(self.seq, prep.stop) else {
+        let texts = count_texts(&self.block, &prep.cfg.selector);
+        let Some(first) = self.starts.wait(self.nth, prep.stop) else {
             return;
         };
-        self.starts.set(self.seq + 1, first + texts);
+        self.starts.set(self.nth + 1, first + texts);
         let mut row = first;
         let w = prepare_block(prep, self.block, &mut row, worker);
         debug_assert_eq!(row, first + texts);
@@ -455,12 +504,19 @@ fn prepare_chunk_shared(
     tx: &crossbeam_channel::Sender<Sent>,
 ) {
     let starts = Arc::new(Relay::new(job.row_base));
-    let mut blocks = 0usize;
-    let Some((records, error)) = for_each_block(job, input, prep, |block| {
+    let (mut blocks, mut messages) = (0usize, 0usize);
+    let Some(records) = for_each_block(job, input, prep, |item| {
+        messages += 1;
+        let block = match item {
+            Ok(block) => block,
+            // A loss takes no table rows: it goes straight to the collector, in its place.
+            Err(lost) => return tx.send((index, messages - 1, Msg::Lost(lost))).is_ok(),
+        };
         let queued = PrepJob {
             block,
             job: index,
-            seq: blocks,
+            seq: messages - 1,
+            nth: blocks,
             starts: starts.clone(),
         };
         blocks += 1;
@@ -487,11 +543,10 @@ fn prepare_chunk_shared(
     };
     let _ = tx.send((
         index,
-        blocks,
+        messages,
         Msg::End {
             records,
             rows: end - job.row_base,
-            error,
         },
     ));
 }
@@ -549,7 +604,7 @@ pub fn run_dedup(
             });
             record_bases.push(record_base);
             row_base += c.rows;
-            record_base += c.records;
+            record_base += c.records_spanned();
         }
     }
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
@@ -642,7 +697,13 @@ pub fn run_dedup(
 
         let mut pending: BTreeMap<(usize, usize), Msg> = BTreeMap::new();
         let (mut job, mut seq) = (0usize, 0usize);
+        // An input's output is started by its first block: an input of which nothing could be
+        // read gets no output file (a Parquet file without a readable footer has no schema to
+        // write one with), while one that holds no records gets an empty one.
         let mut file_started = vec![false; inputs.len()];
+        let mut file_lost = vec![false; inputs.len()];
+        let mut file_done = vec![false; inputs.len()];
+        let writer_stopped = || DedupError::Output("the output writer stopped".into());
         'recv: for (i, s, m) in rx.iter() {
             pending.insert((i, s), m);
             while let Some(m) = pending.remove(&(job, seq)) {
@@ -650,14 +711,19 @@ pub fn run_dedup(
                     break 'recv;
                 }
                 let fi = jobs[job].file;
-                if !file_started[fi] {
-                    file_started[fi] = true;
-                    if output.is_some() && wtx.send(WriterMsg::Start(fi)).is_err() {
-                        failure = Some(DedupError::Output("the output writer stopped".into()));
-                    }
-                }
                 match m {
+                    Msg::Block(mut work) if work.block.texts_only() => {
+                        // Counted with the loss before it; only its table rows mattered.
+                        let _ = spare_tx.try_send(Spare::from_work(&mut work));
+                        seq += 1;
+                    }
                     Msg::Block(mut work) => {
+                        if !file_started[fi] {
+                            file_started[fi] = true;
+                            if output.is_some() && wtx.send(WriterMsg::Start(fi)).is_err() {
+                                failure = Some(writer_stopped());
+                            }
+                        }
                         let keep = decide_block(
                             &work,
                             mask,
@@ -682,27 +748,29 @@ pub fn run_dedup(
                             Ok(keep) => {
                                 stats.bytes += work.block.input_bytes();
                                 if output.is_some()
+                                    && failure.is_none()
                                     && wtx.send(WriterMsg::Block(work.block, keep)).is_err()
                                 {
-                                    failure = Some(DedupError::Output(
-                                        "the output writer stopped".into(),
-                                    ));
+                                    failure = Some(writer_stopped());
                                 }
                             }
                         }
                         seq += 1;
                     }
-                    Msg::End {
-                        records,
-                        rows,
-                        error,
-                    } => {
+                    Msg::Lost(lost) => {
+                        let range =
+                            UnreadableRange::new(&inputs[fi].path, record_bases[job], &lost);
+                        if cfg.on_error == OnError::Fail {
+                            failure = Some(DedupError::Input(range.to_string()));
+                        }
+                        file_lost[fi] = true;
+                        stats.records_unreadable += range.records.unwrap_or(0);
+                        stats.unreadable.push(range);
+                        seq += 1;
+                    }
+                    Msg::End { records, rows } => {
                         let expect = jobs[job].expect;
-                        if let Some(e) = &error
-                            && (cfg.on_error == OnError::Fail || !expect.read_error)
-                        {
-                            failure = Some(DedupError::Input(e.clone()));
-                        } else if records != expect.records || rows != expect.rows {
+                        if records != expect.records || rows != expect.rows {
                             failure = Some(DedupError::Mismatch(format!(
                                 "{}: stage 1 read {} records / {} samples from this part of the file, stage 2 \
                                  read {records} / {rows}; did the input change between the stages?",
@@ -712,8 +780,16 @@ pub fn run_dedup(
                             )));
                         }
                         let last_of_file = job + 1 == jobs.len() || jobs[job + 1].file != fi;
-                        if last_of_file && output.is_some() && wtx.send(WriterMsg::End).is_err() {
-                            failure = Some(DedupError::Output("the output writer stopped".into()));
+                        if last_of_file {
+                            file_done[fi] = true;
+                            if !file_started[fi] && file_lost[fi] {
+                                stats.files_unreadable.push(inputs[fi].path.clone());
+                            } else if output.is_some()
+                                && ((!file_started[fi] && wtx.send(WriterMsg::Start(fi)).is_err())
+                                    || wtx.send(WriterMsg::End).is_err())
+                            {
+                                failure = Some(writer_stopped());
+                            }
                         }
                         job += 1;
                         seq = 0;
@@ -730,12 +806,9 @@ pub fn run_dedup(
         }
         // Files without any chunk (nothing to read) still get their (empty) output.
         if failure.is_none() && output.is_some() {
-            for (fi, started) in file_started.iter().enumerate() {
-                if !started
-                    && (wtx.send(WriterMsg::Start(fi)).is_err()
-                        || wtx.send(WriterMsg::End).is_err())
-                {
-                    failure = Some(DedupError::Output("the output writer stopped".into()));
+            for fi in (0..inputs.len()).filter(|&fi| !file_done[fi]) {
+                if wtx.send(WriterMsg::Start(fi)).is_err() || wtx.send(WriterMsg::End).is_err() {
+                    failure = Some(writer_stopped());
                 }
             }
         }
@@ -888,8 +961,14 @@ fn decide_block(
         };
         let id = s.id.map(|(a, b)| &w.ids[a as usize..b as usize]);
         let (keep, reason, verdict) = match s.kind {
-            Kind::Skipped => {
+            Kind::Skipped(why) => {
                 stats.errors += 1;
+                match stats.skipped.get_mut(why) {
+                    Some(n) => *n += 1,
+                    None => {
+                        stats.skipped.insert(why.to_string(), 1);
+                    }
+                }
                 (true, Reason::Error, None)
             }
             Kind::Blank => {
@@ -939,7 +1018,7 @@ fn decide_block(
         stats.samples += 1;
         let t = &mut tally[s.record as usize];
         if keep {
-            if !matches!(s.kind, Kind::Skipped | Kind::Blank) {
+            if !matches!(s.kind, Kind::Skipped(_) | Kind::Blank) {
                 t.0 += 1;
             }
         } else {

@@ -8,7 +8,9 @@
 //!   that map rows back to sample addresses, and its versioned, checksummed file format;
 //! - the **pipeline** ([`run_keys`]): worker threads read input chunks (from `neardup-corpus`) and
 //!   sketch them (with `neardup-sketch`); rows are assembled in input order whatever the thread
-//!   count, with bounded look-ahead. For one shard of a distributed run, [`write_keys`] streams
+//!   count, with bounded look-ahead. Every record is accounted for: read, or in a listed
+//!   [`UnreadableRange`]; a run that could read no text at all (or a selected field that no record
+//!   has) fails before anything is written. For one shard of a distributed run, [`write_keys`] streams
 //!   the rows straight into a table file ([`KeyTableWriter`]) and [`collect_keys`] keeps them as a
 //!   [`KeyTable`] value, both without counting;
 //! - the **exact key-frequency filter** ([`count_in_memory`], [`SpillCounter`]): radix partitioning
@@ -38,8 +40,8 @@ pub use plan::{Plan, PlanBuilder};
 pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
-    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, collect_keys,
-    merge_table_files, merge_tables, run_keys, write_keys,
+    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore,
+    UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
 };
 pub use table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableParts,

@@ -8,8 +8,9 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use neardup_corpus::{
-    Block, BlockQueue, Chunk, ChunkRange, InputFile, Projection, ReadOptions, SampleText,
-    TextSelector, balanced_chunk_bytes, plan_chunks, read_chunk,
+    Block, BlockQueue, Chunk, ChunkRange, FieldsSeen, InputFile, Projection, ReadOptions,
+    SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks, read_chunk,
+    record_fields,
 };
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
@@ -115,13 +116,13 @@ impl KeysConfig {
 pub struct Problem {
     /// The input file.
     pub file: PathBuf,
-    /// The record (0-based line or row within the file), when known.
+    /// The record (0-based line or row within the file, as in the decisions), when known.
     pub record: Option<u64>,
     /// The field slot, when known.
     pub field: Option<u32>,
     /// Kind, e.g. `malformed_json` or `truncated`.
     pub kind: String,
-    /// Details.
+    /// What is wrong, for people (names the field, or the records lost).
     pub message: String,
 }
 
@@ -129,16 +130,86 @@ impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.file.display())?;
         if let Some(r) = self.record {
-            write!(f, ": record {}", r + 1)?;
+            write!(f, ": record {r}")?;
         }
-        if let Some(fl) = self.field {
-            write!(f, " field {fl}")?;
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Records of an input file that could not be read, as a run report lists them: every loss of
+/// every file, with its place and reason.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnreadableRange {
+    /// The input file.
+    pub file: PathBuf,
+    /// Index of the first record lost (0-based line or row within the file).
+    pub first_record: u64,
+    /// How many records were lost; `null` when it cannot be known (the rest of a compressed
+    /// stream after it breaks, a file that cannot be opened, a Parquet file without a readable
+    /// footer).
+    pub records: Option<u64>,
+    /// Stable class: `io`, `truncated`, `corrupt`, `corrupt_parquet`, `schema_mismatch`,
+    /// `invalid_chunk`.
+    pub kind: String,
+    /// Why, for people.
+    pub reason: String,
+    /// Parquet: the row group the records belong to.
+    pub row_group: Option<usize>,
+    /// JSONL: the decompressed byte offset where the first lost record starts.
+    pub byte_offset: Option<u64>,
+}
+
+impl UnreadableRange {
+    /// A reader's loss (chunk-local) in `file`, whose chunk starts at file record `base`.
+    pub fn new(file: &std::path::Path, base: u64, lost: &Unreadable) -> UnreadableRange {
+        UnreadableRange {
+            file: file.to_path_buf(),
+            first_record: base + lost.first_record,
+            records: lost.records,
+            kind: lost.kind.clone(),
+            reason: lost.reason.clone(),
+            row_group: lost.row_group,
+            byte_offset: lost.byte_offset,
         }
-        write!(f, ": {}", self.kind)?;
-        if !self.message.is_empty() {
-            write!(f, ": {}", self.message)?;
+    }
+
+    /// Which records were lost, without the file: "records 100 to 199 (row group 1)
+    /// unreadable", "unreadable, how many records it holds is unknown", "unreadable from record
+    /// 543 (decompressed byte 118000) on, how many records is unknown".
+    pub fn what(&self) -> String {
+        let first = self.first_record;
+        let place = match (self.row_group, self.byte_offset) {
+            (Some(g), _) => format!(" (row group {g})"),
+            (None, Some(b)) if first > 0 => format!(" (decompressed byte {b})"),
+            _ => String::new(),
+        };
+        match self.records {
+            Some(0) => format!("no record{place} unreadable"),
+            Some(1) => format!("record {first}{place} unreadable"),
+            Some(n) => format!("records {first} to {}{place} unreadable", first + n - 1),
+            None if first == 0 => "unreadable, how many records it holds is unknown".to_string(),
+            None => {
+                format!("unreadable from record {first}{place} on, how many records is unknown")
+            }
         }
-        Ok(())
+    }
+
+    /// Whether the loss starts at the file's first record and its size is unknown: nothing of
+    /// the file could be read, not even how many records it holds.
+    pub fn whole_file_unknown(&self) -> bool {
+        self.first_record == 0 && self.records.is_none()
+    }
+}
+
+impl std::fmt::Display for UnreadableRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}: {}",
+            self.file.display(),
+            self.what(),
+            self.reason
+        )
     }
 }
 
@@ -152,6 +223,12 @@ pub struct KeysStats {
     pub files: u64,
     /// Records read (JSONL lines including blank ones, Parquet rows).
     pub records: u64,
+    /// Records that could not be read, as far as their number is known (see `unreadable`).
+    #[serde(default)]
+    pub records_unreadable: u64,
+    /// Every part of a file that could not be read, in input order.
+    #[serde(default)]
+    pub unreadable: Vec<UnreadableRange>,
     /// Sample slots with a text (= table rows).
     pub samples: u64,
     /// Samples whose text is empty or whitespace only.
@@ -160,7 +237,7 @@ pub struct KeysStats {
     pub short_samples: u64,
     /// Sample slots skipped, by reason (`malformed_json`, `missing_field`, ...).
     pub skipped: BTreeMap<String, u64>,
-    /// Files (or parts of files) that could not be read to the end, by kind.
+    /// Parts of files that could not be read, by kind (one per entry of `unreadable`).
     pub read_errors: BTreeMap<String, u64>,
     /// The first problems, quoted.
     pub problems: Vec<Problem>,
@@ -218,11 +295,14 @@ struct ChunkOutput {
     skipped: HashMap<&'static str, u64>,
     /// (chunk-local record, field, kind, message)
     problems: Vec<(Option<u64>, Option<u32>, String, String)>,
-    read_error: Option<(String, String)>,
+    /// The records the reader could not deliver, in order.
+    unreadable: Vec<Unreadable>,
+    /// Which selected fields the records have.
+    fields: FieldsSeen,
 }
 
 impl ChunkOutput {
-    fn new() -> ChunkOutput {
+    fn new(cfg: &KeysConfig) -> ChunkOutput {
         ChunkOutput {
             keys: Vec::new(),
             records: 0,
@@ -232,14 +312,14 @@ impl ChunkOutput {
             short: 0,
             skipped: HashMap::new(),
             problems: Vec::new(),
-            read_error: None,
+            unreadable: Vec::new(),
+            fields: FieldsSeen::new(&cfg.selector),
         }
     }
 
     /// Appends the output of the blocks that follow this output's in the chunk, as if they had
-    /// been sketched into it (chunk-local record numbers, the first problems quoted).
+    /// been sketched into it (the first problems quoted; record numbers are the blocks' own).
     fn append(&mut self, next: ChunkOutput) {
-        let base = self.records;
         if self.keys.is_empty() {
             self.keys = next.keys;
         } else {
@@ -254,18 +334,9 @@ impl ChunkOutput {
             *self.skipped.entry(kind).or_default() += n;
         }
         let room = QUOTED_PROBLEMS.saturating_sub(self.problems.len());
-        self.problems
-            .extend(
-                next.problems
-                    .into_iter()
-                    .take(room)
-                    .map(|(record, field, kind, message)| {
-                        (record.map(|r| r + base), field, kind, message)
-                    }),
-            );
-        if self.read_error.is_none() {
-            self.read_error = next.read_error;
-        }
+        self.problems.extend(next.problems.into_iter().take(room));
+        self.unreadable.extend(next.unreadable);
+        self.fields.merge(&next.fields);
     }
 }
 
@@ -303,42 +374,44 @@ fn sketch_chunk(
     stop: &AtomicBool,
     worker: &mut Worker,
 ) -> ChunkOutput {
-    let mut out = ChunkOutput::new();
-    out.read_error = for_each_block(file, chunk, cfg, stop, |block| {
+    let mut out = ChunkOutput::new(cfg);
+    let mut unreadable = Vec::new();
+    for_each_block(file, chunk, cfg, stop, &mut unreadable, |block| {
         sketch_block(&block, cfg, worker, &mut out)
     });
+    out.unreadable = unreadable;
     out
 }
 
-/// Hands a chunk's blocks to `each` in order until the chunk ends, `stop` is set, or a block
-/// cannot be read: then returns the error (kind, message).
+/// Hands a chunk's blocks to `each` in order until the chunk ends or `stop` is set; what the
+/// reader could not read goes to `unreadable` (reading goes on where the format allows).
 fn for_each_block(
     file: &InputFile,
     chunk: &Chunk,
     cfg: &KeysConfig,
     stop: &AtomicBool,
+    unreadable: &mut Vec<Unreadable>,
     mut each: impl FnMut(Block),
-) -> Option<(String, String)> {
+) {
     for block in read_chunk(file, chunk, &read_options(cfg)) {
         if stop.load(Ordering::Relaxed) {
             break;
         }
         match block {
             Ok(block) => each(block),
-            Err(e) => return Some((e.kind().to_string(), e.to_string())),
+            Err(e) => unreadable.push(e.unreadable()),
         }
     }
-    None
 }
 
-/// Sketches one block's samples into `out`, after the records `out` already holds.
+/// Sketches one block's samples into `out`.
 fn sketch_block(block: &Block, cfg: &KeysConfig, worker: &mut Worker, out: &mut ChunkOutput) {
     let columns = cfg.rule.columns(cfg.sketcher.bands());
     let Worker { scratch, sig } = worker;
     out.bytes += block.input_bytes();
-    let first = out.records;
+    let first = block.first_record;
     let rows_before = out.rows;
-    block.for_each_sample(&cfg.selector, |sample| match sample.text {
+    block.for_each_sample_noting(&cfg.selector, &mut out.fields, |sample| match sample.text {
         SampleText::Text(text) => {
             let start = out.keys.len();
             out.keys.resize(start + columns, 0);
@@ -359,7 +432,7 @@ fn sketch_block(block: &Block, cfg: &KeysConfig, worker: &mut Worker, out: &mut 
                     Some(first + sample.record as u64),
                     Some(sample.field),
                     reason.kind().to_string(),
-                    format!("{reason:?}"),
+                    reason.describe(&cfg.selector, sample.field),
                 ));
             }
         }
@@ -381,7 +454,7 @@ struct BlockJob {
 
 impl BlockJob {
     fn run(self, cfg: &KeysConfig, worker: &mut Worker) {
-        let mut out = ChunkOutput::new();
+        let mut out = ChunkOutput::new(cfg);
         sketch_block(&self.block, cfg, worker, &mut out);
         drop(self.block);
         // The reader waits for every block it handed out, so it is still listening.
@@ -417,12 +490,13 @@ fn sketch_chunk_shared(
     }
     let (tx, rx) = crossbeam_channel::unbounded::<(usize, ChunkOutput)>();
     let mut done = InOrder {
-        out: ChunkOutput::new(),
+        out: ChunkOutput::new(cfg),
         pending: BTreeMap::new(),
         next: 0,
     };
     let mut handed_out = 0usize;
-    let read_error = for_each_block(file, chunk, cfg, stop, |block| {
+    let mut unreadable = Vec::new();
+    for_each_block(file, chunk, cfg, stop, &mut unreadable, |block| {
         let job = BlockJob {
             block,
             seq: handed_out,
@@ -449,10 +523,7 @@ fn sketch_chunk_shared(
         }
     }
     let mut out = done.out;
-    // A read error ends the chunk after the blocks read before it, as in `sketch_chunk`.
-    if out.read_error.is_none() {
-        out.read_error = read_error;
-    }
+    out.unreadable = unreadable;
     out
 }
 
@@ -608,6 +679,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     let mut sink = sink;
     let budget = cfg.memory_limit;
     let mut first_error: Option<KeysError> = None;
+    let mut fields = FieldsSeen::new(&cfg.selector);
 
     // Workers claim chunks in order but may run at most `window` chunks ahead of the collector,
     // which bounds the memory held by finished-but-not-yet-assembled chunks.
@@ -667,6 +739,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
             pending.insert(i, out);
             while let Some(out) = pending.remove(&next) {
                 let chunk = &chunks[next];
+                fields.merge(&out.fields);
                 if first_error.is_none()
                     && let Err(e) = absorb(
                         chunk,
@@ -692,6 +765,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     if let Some(e) = first_error {
         return Err(e);
     }
+    check_something_read(files, cfg, &stats, &fields)?;
     stats.sketch_seconds = started.elapsed().as_secs_f64();
     stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.sketch_seconds.max(1e-9);
     Ok(Sketched {
@@ -715,7 +789,9 @@ fn absorb(
     budget: Option<u64>,
 ) -> Result<(), KeysError> {
     let fr = &mut file_rows[chunk.file];
-    let record_base = fr.records;
+    // The chunk's records are numbered after everything the file's earlier chunks span, lost
+    // records included, so addresses stay those of the file.
+    let record_base: u64 = fr.chunks.iter().map(ChunkRows::records_spanned).sum();
     let path = &files[chunk.file].path;
     for (record, field, kind, message) in out.problems {
         let problem = Problem {
@@ -732,28 +808,31 @@ fn absorb(
             stats.problems.push(problem);
         }
     }
+    for lost in &out.unreadable {
+        let range = UnreadableRange::new(path, record_base, lost);
+        if cfg.on_error == OnError::Fail {
+            return Err(KeysError::Input(range.to_string()));
+        }
+        *stats.read_errors.entry(range.kind.clone()).or_default() += 1;
+        stats.records_unreadable += range.records.unwrap_or(0);
+        if stats.problems.len() < QUOTED_PROBLEMS {
+            stats.problems.push(Problem {
+                file: path.clone(),
+                record: Some(range.first_record),
+                field: None,
+                kind: range.kind.clone(),
+                message: format!("{}: {}", range.what(), range.reason),
+            });
+        }
+        stats.unreadable.push(range);
+    }
     fr.chunks.push(ChunkRows {
         range: chunk.range.clone(),
         records: out.records,
         rows: out.rows,
-        read_error: out.read_error.is_some(),
+        read_error: !out.unreadable.is_empty(),
+        unreadable: out.unreadable,
     });
-    if let Some((kind, message)) = out.read_error {
-        let problem = Problem {
-            file: path.clone(),
-            record: Some(record_base + out.records),
-            field: None,
-            kind: kind.clone(),
-            message,
-        };
-        if cfg.on_error == OnError::Fail {
-            return Err(KeysError::Input(problem.to_string()));
-        }
-        *stats.read_errors.entry(kind).or_default() += 1;
-        if stats.problems.len() < QUOTED_PROBLEMS {
-            stats.problems.push(problem);
-        }
-    }
     for (kind, n) in out.skipped {
         *stats.skipped.entry(kind.to_string()).or_default() += n;
     }
@@ -785,6 +864,97 @@ fn absorb(
         Sink::File(writer) => writer.push_rows(&out.keys)?,
     }
     Ok(())
+}
+
+/// Fails a run that read nothing usable, once all inputs have been read and before anything is
+/// written: a selected field that no record has (almost always a typo: `--field txt` would make
+/// every sample `missing_field`), or no text at all because every record was unreadable.
+/// Inputs that hold no records, or only blank lines, are not an error.
+fn check_something_read(
+    files: &[InputFile],
+    cfg: &KeysConfig,
+    stats: &KeysStats,
+    fields: &FieldsSeen,
+) -> Result<(), KeysError> {
+    let never = fields.never_seen();
+    if !never.is_empty() {
+        let quote = |names: &mut dyn Iterator<Item = String>| {
+            names
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let missing = quote(&mut never.iter().map(|&i| cfg.selector.fields[i].to_string()));
+        let seen = record_fields(files, 1000);
+        let one = if never.len() == 1 {
+            "the field"
+        } else {
+            "the fields"
+        };
+        let mut msg = format!("no record of the inputs has {one} {missing} (chosen with --field)");
+        if !seen.is_empty() {
+            msg += &format!(
+                "; the records have the fields {}",
+                quote(&mut seen.into_iter())
+            );
+        }
+        return Err(KeysError::Input(msg));
+    }
+    if stats.samples > 0 {
+        return Ok(());
+    }
+    let skipped: u64 = stats.skipped.values().sum();
+    if skipped == 0 && stats.unreadable.is_empty() {
+        return Ok(());
+    }
+    let mut why = Vec::new();
+    if skipped > 0 {
+        let describe = |kind: &str| match kind {
+            "malformed_json" => "not valid JSON".to_string(),
+            "invalid_utf8" => "not valid UTF-8".to_string(),
+            "missing_field" => "without the text field".to_string(),
+            "null_field" => "with a null text field".to_string(),
+            "not_a_string" => "with a text field that is not a string".to_string(),
+            other => other.to_string(),
+        };
+        let kinds: Vec<String> = stats
+            .skipped
+            .iter()
+            .map(|(kind, n)| format!("{n} {}", describe(kind)))
+            .collect();
+        why.push(format!(
+            "none of the {} records read has a text ({})",
+            stats.records,
+            kinds.join(", ")
+        ));
+    }
+    if !stats.unreadable.is_empty() {
+        let shown: Vec<String> = stats
+            .unreadable
+            .iter()
+            .take(3)
+            .map(UnreadableRange::to_string)
+            .collect();
+        let more = stats.unreadable.len().saturating_sub(shown.len());
+        why.push(format!(
+            "{}: {}{}",
+            if stats.records == 0 {
+                "no record could be read"
+            } else {
+                "the rest is unreadable"
+            },
+            shown.join("; "),
+            if more > 0 {
+                format!("; and {more} more unreadable parts")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Err(KeysError::Input(format!(
+        "nothing to deduplicate: {}",
+        why.join("; ")
+    )))
 }
 
 /// Like [`merge_tables`] over saved tables, without holding them: each file is read

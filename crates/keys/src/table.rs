@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use neardup_corpus::{AtomicFile, ChunkRange, InputFile, TextSelector};
+use neardup_corpus::{AtomicFile, ChunkRange, InputFile, TextSelector, Unreadable};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
@@ -34,8 +34,26 @@ pub struct ChunkRows {
     pub records: u64,
     /// Rows it contributed.
     pub rows: u64,
-    /// Whether reading it stopped early at an error (its remaining records are lost).
+    /// Whether reading it met an error (some of its records are lost; see `unreadable`).
     pub read_error: bool,
+    /// The records of the chunk that could not be read, chunk-local, in order: stage 2 reads up
+    /// to the same places, so both stages see the same records. Empty (and left out of the
+    /// table file) when the chunk was read whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
+}
+
+impl ChunkRows {
+    /// The records of the file this chunk covers, as far as known: those read and those lost
+    /// (an unknown count adds nothing). The next chunk's records are numbered after these.
+    pub fn records_spanned(&self) -> u64 {
+        self.records
+            + self
+                .unreadable
+                .iter()
+                .map(|u| u.records.unwrap_or(0))
+                .sum::<u64>()
+    }
 }
 
 /// Everything a table's keys depend on; two tables can be merged only when their layouts match.

@@ -62,30 +62,53 @@ pub fn block_samples(block: &Block, sel: &TextSelector, base: u64, out: &mut Vec
     });
 }
 
-/// Reads one chunk; returns samples (chunk-local records + `base`), record count and the error.
+/// Reads one chunk; returns samples (chunk-local records + `base`), the records delivered and the
+/// first error.
 pub fn read_all(
     file: &InputFile,
     chunk: &Chunk,
     opts: &ReadOptions,
     base: u64,
 ) -> (Vec<Got>, u64, Option<ReadError>) {
+    let (got, records, errors) = read_all_errors(file, chunk, opts, base);
+    (got, records, errors.into_iter().next())
+}
+
+/// Reads one chunk; returns samples (chunk-local records + `base`), the records delivered and
+/// every error. Checks that blocks follow each other and every error's loss, in order: each
+/// block starts where the last block or loss ended (a loss of unknown size ends the chunk).
+pub fn read_all_errors(
+    file: &InputFile,
+    chunk: &Chunk,
+    opts: &ReadOptions,
+    base: u64,
+) -> (Vec<Got>, u64, Vec<ReadError>) {
     let mut out = Vec::new();
     let mut records = 0;
-    let mut err = None;
+    let mut next = Some(0u64);
+    let mut errors: Vec<ReadError> = Vec::new();
     for b in read_chunk(file, chunk, opts) {
         match b {
             Ok(block) => {
-                assert_eq!(block.first_record, records, "blocks are contiguous");
+                assert!(!block.texts_only(), "a plain read has no texts-only blocks");
+                assert_eq!(Some(block.first_record), next, "blocks are contiguous");
                 records += block.num_records() as u64;
+                next = Some(block.first_record + block.num_records() as u64);
                 block_samples(&block, &opts.selector, base, &mut out);
             }
             Err(e) => {
-                assert!(err.is_none(), "the reader ends after an error");
-                err = Some(e);
+                let lost = e.unreadable();
+                assert_eq!(
+                    Some(lost.first_record),
+                    next,
+                    "a loss starts where reading stopped"
+                );
+                next = lost.records.map(|n| lost.first_record + n);
+                errors.push(e);
             }
         }
     }
-    (out, records, err)
+    (out, records, errors)
 }
 
 pub fn opts(sel: TextSelector, projection: Projection, block_bytes: usize) -> ReadOptions {
