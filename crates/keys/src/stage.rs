@@ -512,7 +512,8 @@ pub fn run_keys(
         stats.hot_samples as f64 / stats.samples as f64
     };
     Ok(KeysOutput {
-        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys),
+        // Counted inside one run, from no saved table: these hot keys apply to this run only.
+        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys, Vec::new()),
         layout,
         files: file_rows,
         table,
@@ -830,7 +831,12 @@ pub fn merge_table_files(
         }
     };
     Ok((
-        HotKeys::new(tables.layout.clone(), min_count, counted.hot_keys),
+        HotKeys::new(
+            tables.layout.clone(),
+            min_count,
+            counted.hot_keys,
+            tables.identities.clone(),
+        ),
         counted.mask,
         counted.stats,
     ))
@@ -842,7 +848,7 @@ pub fn merge_tables(
     tables: &[KeyTable],
     min_count: u32,
 ) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
-    let layout = check_shards(tables.iter().map(|t| (t.shard(), t.layout())))?;
+    let layout = check_shards(tables.iter().map(|t| (t.shard(), t.layout(), None)))?;
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
     let mut all = Vec::with_capacity(ordered.iter().map(|t| t.keys().len()).sum());
@@ -852,8 +858,9 @@ pub fn merge_tables(
     let columns = layout.columns();
     let content_col = layout.rule.exact_key.then(|| columns - 1);
     let counted = count_in_memory(&all, columns, min_count, content_col);
+    let identities = ordered.iter().map(|t| t.identity()).collect();
     Ok((
-        HotKeys::new(layout.clone(), min_count, counted.hot_keys),
+        HotKeys::new(layout.clone(), min_count, counted.hot_keys, identities),
         counted.mask,
         counted.stats,
     ))
