@@ -61,7 +61,9 @@ pub struct HotKeys {
     layout: TableLayout,
     min_count: u32,
     keys: Vec<u64>,
-    tables: Vec<TableIdentity>,
+    /// The saved tables counted, or `None` for keys counted within one run from the rows at hand
+    /// (`run_keys`), which belong to that run only.
+    tables: Option<Vec<TableIdentity>>,
 }
 
 const HOT_MAGIC: &[u8; 8] = b"NDHOTK\x00\x01";
@@ -81,52 +83,59 @@ struct HotHeader {
 }
 
 impl HotKeys {
-    /// Wraps an ascending, duplicate-free key list counted from `tables` (in shard order; empty
-    /// for keys counted inside one run, which apply to no saved table).
-    pub fn new(
-        layout: TableLayout,
-        min_count: u32,
-        keys: Vec<u64>,
-        tables: Vec<TableIdentity>,
-    ) -> HotKeys {
+    /// Wraps an ascending, duplicate-free key list counted within one run from the rows at hand:
+    /// such keys belong to that run and cannot be saved for `apply` (see
+    /// [`HotKeys::counted_from`]).
+    pub fn new(layout: TableLayout, min_count: u32, keys: Vec<u64>) -> HotKeys {
         debug_assert!(keys.windows(2).all(|w| w[0] < w[1]));
         HotKeys {
             layout,
             min_count,
             keys,
-            tables,
+            tables: None,
         }
     }
-    /// The tables the keys were counted from, in shard order.
-    pub fn tables(&self) -> &[TableIdentity] {
-        &self.tables
+
+    /// These keys as counted from `tables` (in shard order): the tables `apply` must be given.
+    pub fn counted_from(mut self, tables: Vec<TableIdentity>) -> HotKeys {
+        self.tables = Some(tables);
+        self
+    }
+
+    /// The tables the keys were counted from, in shard order; `None` for keys counted within one
+    /// run.
+    pub fn tables(&self) -> Option<&[TableIdentity]> {
+        self.tables.as_deref()
     }
 
     /// Errors unless `given` are exactly the tables the keys were counted from (in any order),
-    /// naming what is missing, extra or changed. `names` gives each table's file when known.
+    /// naming what is missing, extra or changed. `names` gives each table's file when known. Keys
+    /// counted within one run record no tables and are taken to go with the tables at hand.
     pub fn check_tables(
         &self,
         given: &[TableIdentity],
         names: Option<&[std::path::PathBuf]>,
     ) -> Result<(), KeysError> {
+        let Some(counted) = &self.tables else {
+            return Ok(());
+        };
         let name = |i: usize| match names.and_then(|n| n.get(i)) {
             Some(p) => format!("{} (shard {})", p.display(), given[i].shard),
             None => format!("the table of shard {}", given[i].shard),
         };
         let counted_from = || {
-            let shards: Vec<String> = self.tables.iter().map(|t| t.shard.to_string()).collect();
+            let shards: Vec<String> = counted.iter().map(|t| t.shard.to_string()).collect();
+            let plural = if counted.len() == 1 { "" } else { "s" };
             format!(
-                "the hot keys were counted from {} key table{} (shard{} {})",
-                self.tables.len(),
-                if self.tables.len() == 1 { "" } else { "s" },
-                if self.tables.len() == 1 { "" } else { "s" },
+                "the hot keys were counted from {} key table{plural} (shard{plural} {})",
+                counted.len(),
                 shards.join(", ")
             )
         };
         const FIX: &str = "pass `neardup apply` exactly the tables given to `neardup hot`";
         let mut problems = Vec::new();
         for (i, t) in given.iter().enumerate() {
-            match self.tables.iter().find(|c| c.shard == t.shard) {
+            match counted.iter().find(|c| c.shard == t.shard) {
                 None => problems.push(format!("{} was not counted in them", name(i))),
                 Some(c) if c.rows != t.rows => problems.push(format!(
                     "{} holds {} rows, the table counted held {}: it was made again after \
@@ -144,7 +153,7 @@ impl HotKeys {
                 Some(_) => {}
             }
         }
-        for c in &self.tables {
+        for c in counted {
             if !given.iter().any(|t| t.shard == c.shard) {
                 problems.push(format!("shard {} ({} rows) is missing", c.shard, c.rows));
             }
@@ -188,8 +197,17 @@ impl HotKeys {
         self.keys.iter().copied().collect()
     }
 
-    /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file").
+    /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file"). Keys counted
+    /// within one run are refused: a file must say which tables `apply` needs.
     pub fn save(&self, path: &Path) -> Result<(), KeysError> {
+        let Some(tables) = &self.tables else {
+            return Err(KeysError::Config(format!(
+                "{}: these hot keys were counted within one run and record no key tables, so \
+                 they cannot be saved for `apply`; count the saved tables (neardup hot, \
+                 merge_table_files) instead",
+                path.display()
+            )));
+        };
         let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
         let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
         let header = HotHeader {
@@ -197,7 +215,7 @@ impl HotKeys {
             layout: self.layout.clone(),
             min_count: self.min_count,
             keys: self.keys.len() as u64,
-            tables: self.tables.clone(),
+            tables: tables.clone(),
         };
         write_framed_header(&mut out, HOT_MAGIC, &header).map_err(|e| KeysError::io(path, e))?;
         write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
@@ -244,7 +262,7 @@ impl HotKeys {
             layout: header.layout,
             min_count: header.min_count,
             keys,
-            tables: header.tables,
+            tables: Some(header.tables),
         })
     }
 }
@@ -430,7 +448,7 @@ mod tests {
     fn the_mask_needs_exactly_the_tables_the_keys_were_counted_from() {
         let tables = tables();
         let (hot, mask, _) = merge_tables(&tables, 1).unwrap();
-        assert_eq!(hot.tables().len(), 3);
+        assert_eq!(hot.tables().map(<[_]>::len), Some(3));
         let all: Vec<&KeyTable> = tables.iter().collect();
         assert_eq!(HotMask::from_tables(&all, &hot).unwrap(), mask);
 
@@ -478,13 +496,21 @@ mod tests {
         let loaded = HotKeys::load(&hot_path).unwrap();
         assert_eq!(loaded, hot);
         let opened = ShardTables::open(&paths).unwrap();
-        assert_eq!(opened.identities, hot.tables());
+        assert_eq!(Some(opened.identities.as_slice()), hot.tables());
         HotMask::from_table_files(&opened, &loaded).unwrap();
         let two = ShardTables::open(&paths[..2]).unwrap();
         let err = HotMask::from_table_files(&two, &loaded)
             .unwrap_err()
             .to_string();
         assert!(err.contains("shard 2 (2 rows) is missing"), "{err}");
+        // Keys counted within one run say nothing of saved tables: they are not saved.
+        let in_run = HotKeys::new(layout(DESCRIPTION), 1, hot.keys().to_vec());
+        let err = in_run
+            .save(&tmp.path().join("run.ndh"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("within one run"), "{err}");
+        assert!(!tmp.path().join("run.ndh").exists());
     }
 
     #[test]

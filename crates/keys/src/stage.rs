@@ -512,8 +512,7 @@ pub fn run_keys(
         stats.hot_samples as f64 / stats.samples as f64
     };
     Ok(KeysOutput {
-        // Counted inside one run, from no saved table: these hot keys apply to this run only.
-        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys, Vec::new()),
+        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys),
         layout,
         files: file_rows,
         table,
@@ -831,12 +830,8 @@ pub fn merge_table_files(
         }
     };
     Ok((
-        HotKeys::new(
-            tables.layout.clone(),
-            min_count,
-            counted.hot_keys,
-            tables.identities.clone(),
-        ),
+        HotKeys::new(tables.layout.clone(), min_count, counted.hot_keys)
+            .counted_from(tables.identities.clone()),
         counted.mask,
         counted.stats,
     ))
@@ -860,7 +855,7 @@ pub fn merge_tables(
     let counted = count_in_memory(&all, columns, min_count, content_col);
     let identities = ordered.iter().map(|t| t.identity()).collect();
     Ok((
-        HotKeys::new(layout.clone(), min_count, counted.hot_keys, identities),
+        HotKeys::new(layout.clone(), min_count, counted.hot_keys).counted_from(identities),
         counted.mask,
         counted.stats,
     ))
