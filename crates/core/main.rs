@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use clap::{Args, Parser, Subcommand};
 use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Verify};
-use neardup::keys::{HotKeys, OnError, Progress};
+use neardup::keys::{HotKeys, KeysError, OnError, Progress};
 use neardup::sketch::{BandKeyScheme, HashScheme, LshParams};
 use neardup::{Config, Error, FieldsModeSetting, Pipeline, Report, RunPaths, Tokenize};
 
@@ -842,7 +842,11 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
             paths.write_config_outputs(&config, &[]);
             paths.check()?;
-            let hot = HotKeys::load(&hot)?;
+            // The file is an argument of this step: a wrong one is not a failure of stage 1.
+            let hot = HotKeys::load(&hot).map_err(|e| match e {
+                KeysError::Config(m) => Error::Usage(m),
+                other => Error::Run(other.to_string()),
+            })?;
             let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
             let stage2 = Some(progress[1].clone());
             let report = {
