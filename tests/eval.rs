@@ -618,5 +618,9 @@ fn bad_options_and_inputs_are_errors() {
     assert!(evaluate(&opts).is_err());
     opts.shingler = Shingler::Chars { k: K, step: 1 };
     opts.inputs = vec![corpus.dir.path().join("nothing-here").display().to_string()];
-    assert!(evaluate(&opts).unwrap_err().contains("no input file"));
+    let err = evaluate(&opts).unwrap_err();
+    assert!(
+        err.contains("nothing-here") && err.contains("no such file"),
+        "{err}"
+    );
 }

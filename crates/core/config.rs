@@ -20,6 +20,18 @@ pub const FP_WEIGHT: f64 = 0.05;
 /// Weight of the false-negative area; see [`FP_WEIGHT`].
 pub const FN_WEIGHT: f64 = 0.95;
 
+/// Most worker threads a run may ask for. Decisions never depend on the thread count, and each
+/// thread holds buffers and chunks in flight, so thousands only cost memory and start-up time
+/// (20,000 threads ran for minutes before doing anything); 0 still means every core, however
+/// many the machine has. Beyond the bound the setting is refused, not clamped: a number that
+/// large is a typo more often than a plan.
+pub const MAX_THREADS: usize = 1024;
+
+/// Widest signature a run may use. Published setups go up to about 9,000 permutations (20 bands
+/// of 450 rows); each representative holds 4 bytes per permutation, and the search for the
+/// optimal bands and rows must stay instant.
+pub const MAX_NUM_PERM: usize = 16384;
+
 /// Everything that defines a run. Every field has a default; see `docs/tuning.md`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -290,9 +302,18 @@ impl Config {
     pub fn sketch_config(&self) -> Result<SketchConfig, Error> {
         let s = &self.sketch;
         if s.shingle == 0 || s.step == 0 {
-            return Err(Error::Usage(
-                "--shingle and --step must be at least 1".into(),
-            ));
+            return Err(Error::Usage(format!(
+                "--shingle and --step must be at least 1, got --shingle {} --step {}",
+                s.shingle, s.step
+            )));
+        }
+        if s.hash == HashScheme::Datasketch && s.seed > u64::from(u32::MAX) {
+            return Err(Error::Usage(format!(
+                "--seed must be at most {} with --hash datasketch (datasketch seeds are 32-bit), \
+                 got {}",
+                u32::MAX,
+                s.seed
+            )));
         }
         let shingler = match s.tokenize {
             Tokenize::Char => Shingler::Chars {
@@ -311,7 +332,7 @@ impl Config {
         let keep_chars = match &s.keep_chars {
             Some(spec) => Some(
                 spec.parse::<CharClassSet>()
-                    .map_err(|e| Error::Usage(format!("--keep-chars {spec:?}: {e}")))?,
+                    .map_err(|e| Error::Usage(format!("--keep-chars: {e}")))?,
             ),
             None => None,
         };
@@ -338,7 +359,8 @@ impl Config {
         Ok(config)
     }
 
-    /// The LSH parameters: explicit, or optimal for the threshold and width.
+    /// The LSH parameters: explicit, or optimal for the threshold and width. Checks the
+    /// threshold, the signature width (1 to [`MAX_NUM_PERM`]) and that the bands fit it.
     pub fn lsh_params(&self) -> Result<LshParams, Error> {
         let s = &self.sketch;
         let t = self.dedup.threshold;
@@ -347,8 +369,30 @@ impl Config {
                 "--threshold must be within [0, 1], got {t}"
             )));
         }
+        if !(1..=MAX_NUM_PERM).contains(&s.num_perm) {
+            return Err(Error::Usage(format!(
+                "--num-perm must be between 1 and {MAX_NUM_PERM}, got {}",
+                s.num_perm
+            )));
+        }
         match (s.bands, s.rows) {
-            (Some(b), Some(r)) => LshParams::new(b, r).map_err(|e| Error::Usage(e.to_string())),
+            (Some(b), Some(r)) => {
+                if b == 0 || r == 0 {
+                    return Err(Error::Usage(format!(
+                        "--bands and --rows must be at least 1, got --bands {b} --rows {r}"
+                    )));
+                }
+                if b.saturating_mul(r) > s.num_perm {
+                    return Err(Error::Usage(format!(
+                        "--bands {b} × --rows {r} needs {} signature positions, more than \
+                         --num-perm {}: give --num-perm {} or more, or fewer bands or rows",
+                        b.saturating_mul(r),
+                        s.num_perm,
+                        b.saturating_mul(r)
+                    )));
+                }
+                LshParams::new(b, r).map_err(|e| Error::Usage(format!("--bands/--rows: {e}")))
+            }
             (None, None) => {
                 LshParams::optimal(t.clamp(0.01, 0.99), s.num_perm, FP_WEIGHT, FN_WEIGHT)
                     .map_err(|e| Error::Usage(e.to_string()))
@@ -365,7 +409,7 @@ impl Config {
         }
         let parse = |f: &String| {
             f.parse::<FieldPath>()
-                .map_err(|e| Error::Usage(format!("field {f:?}: {e}")))
+                .map_err(|e| Error::Usage(format!("--field or --id-field: {e}")))
         };
         Ok(TextSelector {
             fields: i.fields.iter().map(parse).collect::<Result<_, _>>()?,
@@ -400,17 +444,34 @@ impl Config {
         }
     }
 
-    /// Checks everything that can be checked before reading any input.
+    /// Checks everything that can be checked before reading any input (paths are checked by
+    /// [`crate::RunPaths`] once the inputs are known).
     pub fn validate(&self) -> Result<(), Error> {
         self.sketch_config()?;
         self.selector()?;
+        self.validate_run()?;
         if !self.keys.near && !self.keys.exact {
             return Err(Error::Usage(
-                "with near-duplicate detection off, exact deduplication must be on".into(),
+                "with near-duplicate detection off (keys.near = false), exact deduplication must \
+                 be on (keys.exact = true, i.e. no --no-exact)"
+                    .into(),
             ));
         }
         if self.keys.chunk_bytes == 0 {
-            return Err(Error::Usage("chunk_bytes must be positive".into()));
+            return Err(Error::Usage(
+                "keys.chunk_bytes must be positive (settings file)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks the settings every step uses, the sketch aside: the thread count.
+    pub fn validate_run(&self) -> Result<(), Error> {
+        if self.run.threads > MAX_THREADS {
+            return Err(Error::Usage(format!(
+                "--threads must be at most {MAX_THREADS} (0 uses every core), got {}",
+                self.run.threads
+            )));
         }
         Ok(())
     }

@@ -294,6 +294,13 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, String> {
             format: opts.format,
         },
     );
+    let errors: Vec<String> = found
+        .errors()
+        .map(|p| format!("input {}: {}", p.input, p.message))
+        .collect();
+    if !errors.is_empty() {
+        return Err(errors.join("\n"));
+    }
     let mut warnings: Vec<String> = found
         .problems
         .iter()
@@ -473,7 +480,7 @@ impl EvalReport {
 fn validate(opts: &EvalOptions) -> Result<(), String> {
     if !(0.0..=1.0).contains(&opts.threshold) {
         return Err(format!(
-            "threshold must be within [0, 1], got {}",
+            "--threshold must be within [0, 1], got {}",
             opts.threshold
         ));
     }

@@ -9,9 +9,11 @@
 //!    key are signed again and compared with a bounded set of representatives per hot bucket; first
 //!    seen is kept, and every decision names the sample it duplicates.
 //!
-//! This crate is the facade: one [`Config`] for a whole run, the [`Pipeline`] that runs both
-//! stages, the [`Report`], and stage-level steps ([`compute_keys`], [`merge_hot_keys`], [`apply`])
-//! for schedulers that run the stages on different machines. The building blocks are re-exported:
+//! This crate is the facade: one [`Config`] for a whole run (and its validation), the [`Pipeline`]
+//! that runs both stages, the [`Report`], the checks of a run's paths before any work
+//! ([`RunPaths`]: no output over, inside or around an input, none read back by a later run, none
+//! colliding with another, all writable), and stage-level steps ([`compute_keys`],
+//! [`merge_hot_keys`], [`apply`]) for schedulers that run the stages on different machines. The building blocks are re-exported:
 //! [`sketch`] (text → signature → keys), [`corpus`] (reading and writing datasets), [`keys`] and
 //! [`dedup`].
 //!
@@ -31,17 +33,19 @@
 mod config;
 mod error;
 pub mod eval;
+mod paths;
 mod pipeline;
 
 pub use config::{
     Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
-    OutputSettings, RunSettings, SketchSettings, Tokenize,
+    MAX_NUM_PERM, MAX_THREADS, OutputSettings, RunSettings, SketchSettings, Tokenize,
 };
 pub use error::Error;
+pub use paths::RunPaths;
 pub use pipeline::{
     DecisionStream, Pipeline, Report, Totals, apply, apply_config, apply_files,
-    apply_files_with_progress, compute_keys, discover_inputs, keys_config, merge_hot_key_files,
-    merge_hot_keys, write_shard_keys,
+    apply_files_with_progress, compute_keys, discover_inputs, discover_inputs_and_sources,
+    keys_config, merge_hot_key_files, merge_hot_keys, write_shard_keys,
 };
 
 pub use neardup_corpus as corpus;

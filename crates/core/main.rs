@@ -1,6 +1,6 @@
 //! The `neardup` command line.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -12,9 +12,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use clap::{Args, Parser, Subcommand};
 use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Verify};
-use neardup::keys::{HotKeys, OnError, Progress};
+use neardup::keys::{HotKeys, KeysError, OnError, Progress};
 use neardup::sketch::{BandKeyScheme, HashScheme, LshParams};
-use neardup::{Config, Error, FieldsModeSetting, Pipeline, Report, Tokenize};
+use neardup::{Config, Error, FieldsModeSetting, Pipeline, Report, RunPaths, Tokenize};
 
 /// Near-duplicate detection for large text corpora (MinHash + LSH in two streaming stages).
 #[derive(Parser, Debug)]
@@ -54,17 +54,15 @@ enum Command {
         #[arg(required = true)]
         inputs: Vec<String>,
         /// Key-table file to write.
-        #[arg(long = "out")]
-        out: PathBuf,
+        #[arg(long = "output", short = 'o', visible_alias = "out")]
+        output: PathBuf,
         /// This shard's number: global row order follows shard numbers.
         #[arg(long, default_value_t = 0)]
         shard: u32,
         /// Stage-1 report of this shard (JSON: records, samples, skipped records and why, speed).
         #[arg(long)]
         report: Option<PathBuf>,
-        // Stage-2 outputs, accepted only to say where they belong instead of an unknown-flag error.
-        #[arg(long, short = 'o', hide = true)]
-        output: Option<PathBuf>,
+        // A stage-2 output, accepted only to say where it belongs instead of an unknown-flag error.
         #[arg(long, hide = true)]
         decisions: Option<PathBuf>,
         #[command(flatten)]
@@ -78,33 +76,37 @@ enum Command {
         #[arg(required = true)]
         tables: Vec<PathBuf>,
         /// Hot-key file to write.
-        #[arg(long = "out")]
-        out: PathBuf,
+        #[arg(long = "output", short = 'o', visible_alias = "out")]
+        output: PathBuf,
         /// A key is hot when seen more than this many times.
         #[arg(long, default_value_t = 1)]
         min_key_count: u32,
         /// When all tables' keys exceed this (e.g. 4GiB), count them from spill files
-        /// partition by partition instead of in memory; tables are never loaded whole.
+        /// partition by partition instead of in memory; tables are never loaded whole
+        /// [default: no limit].
         #[arg(long, value_parser = parse_size)]
         memory_limit: Option<u64>,
-        /// Directory for spill files.
+        /// Directory for spill files, created if missing [default: the system temp directory].
         #[arg(long)]
         spill_dir: Option<PathBuf>,
-        /// Counting threads (default: all cores).
+        /// Counting threads, at most 1024 [default: 0 = all cores].
         #[arg(long, short = 'j')]
         threads: Option<usize>,
         /// Merge report (JSON: keys, distinct and hot keys, hot samples, time).
         #[arg(long)]
         report: Option<PathBuf>,
     },
-    /// Stage 2 given a hot-key file and the key tables of all shards.
+    /// Stage 2 given the key tables of all shards and their hot-key file.
     Apply {
+        /// Key tables from `neardup keys`, all shards (any order).
+        #[arg(required_unless_present = "keys")]
+        tables: Vec<PathBuf>,
         /// Hot-key file from `neardup hot`.
         #[arg(long)]
         hot: PathBuf,
-        /// Key tables from `neardup keys`, all shards.
-        #[arg(long = "keys", required = true)]
-        tables: Vec<PathBuf>,
+        /// More key tables (the earlier spelling; positional tables are the same).
+        #[arg(long = "keys", hide = true)]
+        keys: Vec<PathBuf>,
         #[command(flatten)]
         input: InputOpts,
         #[command(flatten)]
@@ -130,12 +132,15 @@ enum Command {
     },
     /// Check a run's decisions against exact Jaccard: precision of every drop, recall on a sample.
     Eval {
+        /// The run's inputs, in the same order.
+        #[arg(required_unless_present = "inputs_flag")]
+        inputs: Vec<String>,
         /// The run's decisions file.
         #[arg(long)]
         decisions: PathBuf,
-        /// The run's inputs, in the same order.
-        #[arg(long, required = true, num_args = 1..)]
-        inputs: Vec<String>,
+        /// The run's inputs (the earlier spelling; positional inputs are the same).
+        #[arg(long = "inputs", num_args = 1.., hide = true)]
+        inputs_flag: Vec<String>,
         /// Documents drawn for the recall estimate.
         #[arg(long, default_value_t = neardup::eval::DEFAULT_RECALL_SAMPLES)]
         samples: usize,
@@ -158,13 +163,14 @@ enum Command {
         /// Signature width.
         #[arg(long, default_value_t = 128)]
         num_perm: usize,
-        /// Explicit bands (with --rows) instead of the optimum.
+        /// Explicit bands (with --rows) instead of the optimum [default: optimal for --threshold
+        /// and --num-perm].
         #[arg(long, requires = "rows")]
         bands: Option<usize>,
-        /// Rows per band.
+        /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
         #[arg(long, requires = "bands")]
         rows: Option<usize>,
-        /// Points of the S-curve table.
+        /// Points of the S-curve table (2 to 10000).
         #[arg(long, default_value_t = 11)]
         points: usize,
     },
@@ -184,34 +190,34 @@ struct InputOpts {
     /// Preset reproducing another tool's decisions exactly.
     #[arg(long, value_parser = ["lshcurator"])]
     compat: Option<String>,
-    /// Force the input format.
+    /// Read files whose extension names no format as this format [default: by extension].
     #[arg(long)]
     format: Option<FormatArg>,
-    /// Text field (repeatable; dotted paths reach into objects).
+    /// Text field (repeatable; dotted paths reach into objects) [default: text].
     #[arg(long = "field")]
     fields: Vec<String>,
-    /// Several fields: join into one text per record, or one sample per field.
+    /// Several fields: join into one text per record, or one sample per field [default: join].
     #[arg(long)]
     fields_mode: Option<FieldsModeSetting>,
     /// Field carried into every decision as the id.
     #[arg(long)]
     id_field: Option<String>,
-    /// Skip bad records (counted, quoted in the report) or stop at the first.
+    /// Skip bad records (counted, quoted in the report) or stop at the first [default: skip].
     #[arg(long)]
     on_error: Option<OnErrorArg>,
-    /// Worker threads (default: all cores).
+    /// Worker threads, at most 1024 [default: 0 = all cores].
     #[arg(long, short = 'j')]
     threads: Option<usize>,
 }
 
-/// Text normalisation before shingling and content hashing.
+/// Text normalisation before texts are compared (and hashed); outputs keep the original text.
 #[derive(Args, Debug, Default)]
 #[command(next_help_heading = "Normalisation")]
 struct NormalizeOpts {
-    /// Lowercase before shingling.
+    /// Lowercase texts before comparing them.
     #[arg(long)]
     lowercase: bool,
-    /// Unicode NFKC before shingling.
+    /// Unicode NFKC before comparing.
     #[arg(long)]
     nfkc: bool,
     /// Collapse whitespace runs.
@@ -220,10 +226,10 @@ struct NormalizeOpts {
     /// Remove punctuation.
     #[arg(long)]
     strip_punctuation: bool,
-    /// Keep only these characters (e.g. '0-9a-zA-Z가-힣').
+    /// Keep only these characters (e.g. '0-9a-zA-Z가-힣') [default: all].
     #[arg(long)]
     keep_chars: Option<String>,
-    /// Do not trim leading/trailing whitespace.
+    /// Do not trim leading/trailing whitespace (trimmed by default).
     #[arg(long)]
     no_trim: bool,
 }
@@ -233,35 +239,36 @@ struct NormalizeOpts {
 #[derive(Args, Debug, Default)]
 #[command(next_help_heading = "Sketch")]
 struct SketchOpts {
-    /// Similarity threshold.
+    /// Similarity threshold, 0 to 1 [default: 0.8].
     #[arg(long)]
     threshold: Option<f64>,
-    /// Signature width.
+    /// Signature width, 1 to 16384 [default: 128].
     #[arg(long)]
     num_perm: Option<usize>,
-    /// LSH bands (with --rows; default: optimal for the threshold).
+    /// LSH bands (with --rows; bands × rows at most --num-perm) [default: optimal for
+    /// --threshold and --num-perm].
     #[arg(long, requires = "rows")]
     bands: Option<usize>,
-    /// Rows per band.
+    /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
     #[arg(long, requires = "bands")]
     rows: Option<usize>,
-    /// Shingle unit.
+    /// Shingle unit [default: char].
     #[arg(long)]
     tokenize: Option<Tokenize>,
-    /// Shingle size.
+    /// Shingle size [default: 5].
     #[arg(long)]
     shingle: Option<usize>,
-    /// Shingle window step.
+    /// Shingle window step [default: 1].
     #[arg(long)]
     step: Option<usize>,
-    /// MinHash hash scheme (default oph: one-permutation hashing; fast: k-permutation SIMD;
-    /// datasketch: bit-exact datasketch 1.9).
+    /// MinHash hash scheme: oph (one-permutation hashing), fast (k-permutation SIMD),
+    /// datasketch (bit-exact datasketch 1.9) [default: oph].
     #[arg(long)]
     hash: Option<HashArg>,
-    /// Band-key encoding.
+    /// Band-key encoding [default: fast].
     #[arg(long)]
     band_keys: Option<BandKeysArg>,
-    /// Permutation seed.
+    /// Permutation seed [default: 1].
     #[arg(long)]
     seed: Option<u64>,
     /// Do not count content hashes (no exact-copy shortcut).
@@ -276,10 +283,10 @@ struct SketchOpts {
 #[derive(Args, Debug, Default)]
 #[command(next_help_heading = "Counting")]
 struct CountOpts {
-    /// A key is hot when seen more than this many times.
+    /// A key is hot when seen more than this many times [default: 1].
     #[arg(long)]
     min_key_count: Option<u32>,
-    /// Key-table memory before stage 1 spills to disk (e.g. 4GiB).
+    /// Key-table memory before stage 1 spills to disk (e.g. 4GiB) [default: no limit].
     #[arg(long, value_parser = parse_size)]
     memory_limit: Option<u64>,
 }
@@ -288,10 +295,11 @@ struct CountOpts {
 #[derive(Args, Debug, Default)]
 #[command(next_help_heading = "Decisions")]
 struct DecideOpts {
-    /// Representatives per hot bucket (0: unbounded).
+    /// Representatives per hot bucket (0: unbounded) [default: 64].
     #[arg(long)]
     max_reps: Option<usize>,
-    /// Confirm candidates with the true Jaccard of the shingle sets.
+    /// Confirm candidates with the true Jaccard of the shingle sets (exact) or by the
+    /// signatures' estimate [default: exact].
     #[arg(long)]
     verify: Option<VerifyArg>,
 }
@@ -312,13 +320,13 @@ struct OutputOpts {
     /// Replace an existing output directory.
     #[arg(long)]
     overwrite: bool,
-    /// Split outputs into parts of at most this size (e.g. 512MiB).
+    /// Split outputs into parts of at most this size (e.g. 512MiB) [default: no split].
     #[arg(long, value_parser = parse_size)]
     max_output_bytes: Option<u64>,
-    /// Keep or drop empty / whitespace-only texts.
+    /// Keep or drop empty / whitespace-only texts [default: keep].
     #[arg(long)]
     empty: Option<EmptyArg>,
-    /// Directory for spill files (stage 1's key partitions, stage 2's verification sets).
+    /// Directory for spill files, created if missing [default: the system temp directory].
     #[arg(long)]
     spill_dir: Option<PathBuf>,
 }
@@ -620,9 +628,22 @@ fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error> {
     pipeline.run()
 }
 
-fn finish(report: &Report, quiet: bool) {
+/// A line for the user on stderr. A closed stderr is no reason to fail a run that succeeded.
+fn note(quiet: bool, line: impl std::fmt::Display) {
     if !quiet {
-        eprintln!("{}", report.summary());
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+}
+
+/// Writes a command's answer to stdout. A reader that stopped early (`neardup params | head -1`)
+/// ends the command quietly; any other write error is one.
+fn answer(text: &str) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::Run(format!("cannot write to standard output: {e}")))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -662,7 +683,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             )?;
             require_outputs(&config)?;
             let report = run_pipeline(config, quiet)?;
-            finish(&report, quiet);
+            note(quiet, report.summary());
         }
         Command::Exact {
             inputs,
@@ -676,36 +697,44 @@ fn run(cli: Cli) -> Result<(), Error> {
             config.keys.exact = true;
             config.keys.near = false;
             let report = run_pipeline(config, quiet)?;
-            finish(&report, quiet);
+            note(quiet, report.summary());
         }
         Command::Keys {
             inputs,
-            out,
+            output,
             shard,
             report,
-            output,
             decisions,
             input,
             sketch,
         } => {
-            if output.is_some() || decisions.is_some() {
+            if decisions.is_some() {
                 return Err(Error::Usage(
-                    "`neardup keys` writes only the key table (--out); --output and --decisions \
-                     belong to `neardup apply`"
+                    "`neardup keys` writes only the key table (-o/--output); --decisions belongs \
+                     to `neardup apply`"
                         .into(),
                 ));
             }
             let config = build_config(&inputs, &input, &[&sketch], None)?;
-            let (files, problems) = neardup::discover_inputs(&config)?;
+            let mut keys = neardup::keys_config(&config)?;
+            let (found, problems) = neardup::discover_inputs_and_sources(&config)?;
+            let mut paths = RunPaths::new();
+            paths
+                .read_discovered(&found)
+                .write_file("the key table (--output)", &output);
+            if let Some(r) = &report {
+                paths.write_file("the report (--report)", r);
+            }
+            paths.check()?;
             for p in &problems {
                 tracing::warn!("input problem: {p}");
             }
-            let mut keys = neardup::keys_config(&config)?;
+            let files = found.files;
             let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
             keys.progress = Some(progress[0].clone());
             let stats = {
                 let _view = ProgressView::start(progress, quiet);
-                neardup::keys::write_keys(&files, shard, &keys, &out)?
+                neardup::keys::write_keys(&files, shard, &keys, &output)?
             };
             if let Some(path) = &report {
                 save_json(
@@ -713,27 +742,28 @@ fn run(cli: Cli) -> Result<(), Error> {
                     &serde_json::json!({
                         "neardup": env!("CARGO_PKG_VERSION"),
                         "shard": shard,
-                        "table": out,
+                        "table": output,
                         "inputs": files.iter().map(|f| &f.path).collect::<Vec<_>>(),
                         "input_problems": problems,
                         "stage1": stats,
                     }),
                 )?;
             }
-            if !quiet {
-                eprintln!(
+            note(
+                quiet,
+                format_args!(
                     "shard {shard}: {} records, {} samples, {} bytes/sample, {:.1} MB/s -> {}",
                     stats.records,
                     stats.samples,
                     stats.bytes_per_sample,
                     stats.mb_per_second,
-                    out.display()
-                );
-            }
+                    output.display()
+                ),
+            );
         }
         Command::Hot {
             tables,
-            out,
+            output,
             min_key_count,
             memory_limit,
             spill_dir,
@@ -745,16 +775,29 @@ fn run(cli: Cli) -> Result<(), Error> {
             config.keys.memory_limit = memory_limit;
             config.keys.spill_dir = spill_dir;
             config.run.threads = threads.unwrap_or(0);
+            config.validate_run()?;
+            let mut paths = RunPaths::new();
+            for t in &tables {
+                paths.read_file("the key table", t);
+            }
+            paths.write_file("the hot-key file (--output)", &output);
+            if let Some(r) = &report {
+                paths.write_file("the report (--report)", r);
+            }
+            if let Some(dir) = &config.keys.spill_dir {
+                paths.spill_dir(dir);
+            }
+            paths.check()?;
             let started = Instant::now();
             let (hot, mask, stats) = neardup::merge_hot_key_files(&config, &tables)?;
-            hot.save(&out)?;
+            hot.save(&output)?;
             if let Some(path) = &report {
                 save_json(
                     path,
                     &serde_json::json!({
                         "neardup": env!("CARGO_PKG_VERSION"),
                         "tables": tables,
-                        "hot_keys_file": out,
+                        "hot_keys_file": output,
                         "min_key_count": min_key_count,
                         "count": stats,
                         "samples": mask.rows(),
@@ -763,8 +806,9 @@ fn run(cli: Cli) -> Result<(), Error> {
                     }),
                 )?;
             }
-            if !quiet {
-                eprintln!(
+            note(
+                quiet,
+                format_args!(
                     "{} tables, {} keys, {} distinct, {} hot keys, {} hot samples of {}{} -> {}",
                     tables.len(),
                     stats.keys,
@@ -773,40 +817,67 @@ fn run(cli: Cli) -> Result<(), Error> {
                     mask.hot_rows(),
                     mask.rows(),
                     if stats.spilled { " (spilled)" } else { "" },
-                    out.display()
-                );
-            }
+                    output.display()
+                ),
+            );
         }
         Command::Apply {
+            mut tables,
             hot,
-            tables,
+            keys,
             input,
             sketch,
             decide,
             output,
         } => {
+            tables.extend(keys);
             let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
             require_outputs(&config)?;
-            let hot = HotKeys::load(&hot)?;
+            config.validate()?;
+            // The tables' input files are checked too, by the library, once their headers are read.
+            let mut paths = RunPaths::new();
+            paths.read_file("the hot-key file (--hot)", &hot);
+            for t in &tables {
+                paths.read_file("the key table", t);
+            }
+            paths.write_config_outputs(&config, &[]);
+            paths.check()?;
+            // The file is an argument of this step: a wrong one is not a failure of stage 1.
+            let hot = HotKeys::load(&hot).map_err(|e| match e {
+                KeysError::Config(m) => Error::Usage(m),
+                other => Error::Run(other.to_string()),
+            })?;
             let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
             let stage2 = Some(progress[1].clone());
             let report = {
                 let _view = ProgressView::start(progress, quiet);
                 neardup::apply_files_with_progress(&config, &hot, &tables, stage2, &mut |_| {})?
             };
-            finish(&report, quiet);
+            note(quiet, report.summary());
         }
         Command::Eval {
+            mut inputs,
             decisions,
-            inputs,
+            inputs_flag,
             samples,
             sample_seed,
             eval_report,
             input,
             sketch,
         } => {
+            inputs.extend(inputs_flag);
             let config = build_config(&inputs, &input, &[&sketch], None)?;
             let sketch = config.sketch_config()?;
+            config.validate_run()?;
+            let (found, _) = neardup::discover_inputs_and_sources(&config)?;
+            let mut paths = RunPaths::new();
+            paths
+                .read_discovered(&found)
+                .read_file("the decisions file (--decisions)", &decisions);
+            if let Some(p) = &eval_report {
+                paths.write_file("the evaluation report (--eval-report)", p);
+            }
+            paths.check()?;
             let report = neardup::eval::evaluate(&neardup::eval::EvalOptions {
                 decisions,
                 inputs,
@@ -823,7 +894,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             if let Some(path) = eval_report {
                 save_json(&path, &report)?;
             }
-            println!("{}", report.summary());
+            answer(&format!("{}\n", report.summary()))?;
         }
         Command::Params {
             threshold,
@@ -832,21 +903,29 @@ fn run(cli: Cli) -> Result<(), Error> {
             rows,
             points,
         } => {
-            let params = match (bands, rows) {
-                (Some(b), Some(r)) => LshParams::new(b, r),
-                _ => {
-                    LshParams::optimal(threshold, num_perm, neardup::FP_WEIGHT, neardup::FN_WEIGHT)
-                }
+            if !(2..=MAX_POINTS).contains(&points) {
+                return Err(Error::Usage(format!(
+                    "--points must be between 2 and {MAX_POINTS}, got {points}"
+                )));
             }
-            .map_err(|e| Error::Usage(e.to_string()))?;
-            println!(
-                "{}",
-                params_table(&params, threshold, num_perm, points.max(2))
-            );
+            // The same checks and the same choice as a run with these settings.
+            let mut config = Config::default();
+            config.dedup.threshold = threshold;
+            config.sketch.num_perm = num_perm;
+            config.sketch.bands = bands;
+            config.sketch.rows = rows;
+            let params = config.lsh_params()?;
+            answer(&format!(
+                "{}\n",
+                params_table(&params, threshold, num_perm, points)
+            ))?;
         }
     }
     Ok(())
 }
+
+/// Most rows `neardup params` prints for the S-curve.
+const MAX_POINTS: usize = 10_000;
 
 fn params_table(p: &LshParams, threshold: f64, num_perm: usize, points: usize) -> String {
     let mut s = format!(
@@ -890,7 +969,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("neardup: error: {e}");
+            let _ = writeln!(std::io::stderr(), "neardup: error: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
     }
@@ -909,6 +988,109 @@ mod tests {
         assert_eq!(parse_size("1.5k").unwrap(), 1500);
         assert!(parse_size("lots").is_err());
         assert!(parse_size("3 parsecs").is_err());
+    }
+
+    /// The default an option's help states: clap's `[default: …]` for options parsed with one,
+    /// the same words in the help text for options a settings file may also set.
+    fn stated_default(arg: &clap::Arg) -> Option<String> {
+        if let Some(v) = arg.get_default_values().first() {
+            return Some(v.to_string_lossy().into_owned());
+        }
+        let help = arg.get_help()?.to_string();
+        let start = help.find("[default: ")? + "[default: ".len();
+        Some(help[start..start + help[start..].find(']')?].to_string())
+    }
+
+    #[test]
+    fn every_option_with_a_default_states_it_in_help() {
+        use clap::CommandFactory;
+        // Options whose absence means "not written" or "not used": they have no default.
+        let without_default = [
+            "config",
+            "compat",
+            "id-field",
+            "output",
+            "decisions",
+            "report",
+            "eval-report",
+            "hot",
+        ];
+        let cli = Cli::command();
+        for cmd in cli.get_subcommands() {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if arg.is_hide_set()
+                    || arg.is_required_set()
+                    || !arg.get_action().takes_values()
+                    || without_default.contains(&long)
+                {
+                    continue;
+                }
+                assert!(
+                    stated_default(arg).is_some(),
+                    "`neardup {} --{long}` does not state its default",
+                    cmd.get_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn stated_defaults_are_the_settings_defaults() {
+        use clap::CommandFactory;
+        let defaults = serde_json::to_value(Config::default()).unwrap();
+        let text = |pointer: &str| match &defaults[pointer.split('/').nth(1).unwrap()]
+            [pointer.split('/').nth(2).unwrap()]
+        {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(a) => a[0].as_str().unwrap().to_string(),
+            other => other.to_string(),
+        };
+        let expected = [
+            ("threshold", text("/dedup/threshold")),
+            ("num-perm", text("/sketch/num_perm")),
+            ("tokenize", text("/sketch/tokenize")),
+            ("shingle", text("/sketch/shingle")),
+            ("step", text("/sketch/step")),
+            ("hash", text("/sketch/hash")),
+            ("band-keys", text("/sketch/band_keys")),
+            ("seed", text("/sketch/seed")),
+            ("min-key-count", text("/keys/min_key_count")),
+            ("max-reps", text("/dedup/max_reps")),
+            ("verify", text("/dedup/verify")),
+            ("empty", text("/dedup/empty")),
+            ("on-error", text("/run/on_error")),
+            ("field", text("/input/fields")),
+            ("fields-mode", text("/input/fields_mode")),
+            ("threads", format!("{} = all cores", text("/run/threads"))),
+        ];
+        let cli = Cli::command();
+        let mut seen = 0;
+        for cmd in cli.get_subcommands() {
+            // `params` explains one setting on its own defaults, which are the run's too.
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if let Some((_, want)) = expected.iter().find(|(flag, _)| *flag == long) {
+                    assert_eq!(
+                        stated_default(arg).as_deref(),
+                        Some(want.as_str()),
+                        "`neardup {} --{long}`",
+                        cmd.get_name()
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= expected.len(), "{seen}");
+    }
+
+    #[test]
+    fn exact_help_speaks_of_comparing_texts_not_of_shingles() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let exact = cli.find_subcommand_mut("exact").unwrap();
+        let help = exact.render_long_help().to_string();
+        assert!(!help.to_lowercase().contains("shingl"), "{help}");
     }
 
     #[test]

@@ -2,10 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use neardup_corpus::{AtomicFile, DiscoverOptions, InputFile, OutputOptions, discover};
+use neardup_corpus::{AtomicFile, DiscoverOptions, Discovery, InputFile, OutputOptions, discover};
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
 use neardup_keys::{
-    CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysOutput, KeysStats,
+    CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
     ShardTables, UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys,
     write_keys,
 };
@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::error::Error;
+use crate::paths::RunPaths;
 
 /// Everything a run did, as written to `--report`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -221,9 +222,19 @@ impl Report {
     }
 }
 
-/// Discovers the configured inputs; fails when nothing usable is found or, with `on_error = fail`,
-/// when any input is unusable.
+/// Discovers the configured inputs; fails when an argument cannot be used as given (a missing
+/// path, a glob without a match, a file named explicitly whose format is unknown, standard input
+/// or a pipe, a name that is not UTF-8: see [`neardup_corpus::InputProblem::fatal`]), when nothing
+/// usable is found, or, with `on_error = fail`, when any input is unusable. Returns the files and
+/// the problems met while walking directories (reported, and left out).
 pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>), Error> {
+    let (found, problems) = discover_inputs_and_sources(config)?;
+    Ok((found.files, problems))
+}
+
+/// [`discover_inputs`], keeping the whole [`Discovery`]: where each argument reads from is what
+/// [`RunPaths::read_discovered`] keeps outputs out of.
+pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<String>), Error> {
     if config.input.inputs.is_empty() {
         return Err(Error::Usage("no inputs given".into()));
     }
@@ -233,13 +244,23 @@ pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>),
             format: config.input.format,
         },
     );
+    let errors: Vec<String> = found
+        .errors()
+        .map(|p| format!("input {}: {}", p.input, p.message))
+        .collect();
+    if !errors.is_empty() {
+        return Err(Error::Run(errors.join("\n")));
+    }
     let problems: Vec<String> = found
         .problems
         .iter()
         .map(|p| format!("{}: {}", p.input, p.message))
         .collect();
     if !problems.is_empty() && config.run.on_error == neardup_keys::OnError::Fail {
-        return Err(Error::Run(problems.join("; ")));
+        return Err(Error::Run(format!(
+            "{} (--on-error fail stops at the first unusable input)",
+            problems.join("; ")
+        )));
     }
     if found.files.is_empty() {
         return Err(Error::Run(format!(
@@ -251,7 +272,7 @@ pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>),
             }
         )));
     }
-    Ok((found.files, problems))
+    Ok((found, problems))
 }
 
 /// Stage-1 settings from a config.
@@ -343,7 +364,12 @@ pub fn write_shard_keys(
     shard: u32,
     path: &Path,
 ) -> Result<KeysStats, Error> {
-    Ok(write_keys(files, shard, &keys_config(config)?, path)?)
+    let keys = keys_config(config)?;
+    RunPaths::new()
+        .read_inputs(files)
+        .write_file("the key table (--output)", path)
+        .check()?;
+    Ok(write_keys(files, shard, &keys, path)?)
 }
 
 /// Merges shards' tables into the hot-key set (and the mask of all their rows, in shard order).
@@ -358,11 +384,22 @@ pub fn merge_hot_keys(
 /// on files): rows stream from each file in shard order, and when the keys of all shards exceed
 /// `config.keys.memory_limit` they are counted partition by partition from spill files under
 /// `config.keys.spill_dir`. Counts on `config.run.threads` threads (0: the current rayon pool,
-/// all cores by default). Same result as [`merge_hot_keys`] on the loaded tables.
+/// all cores by default). Same result as [`merge_hot_keys`] on the loaded tables. A missing
+/// spill directory is created.
 pub fn merge_hot_key_files(
     config: &Config,
     tables: &[PathBuf],
 ) -> Result<(HotKeys, HotMask, CountStats), Error> {
+    config.validate_run()?;
+    let mut paths = RunPaths::new();
+    for t in tables {
+        paths.read_file("the key table", t);
+    }
+    if let Some(dir) = &config.keys.spill_dir {
+        paths.spill_dir(dir);
+    }
+    paths.check()?;
+    paths.prepare()?;
     let merge = || {
         Ok(merge_table_files(
             &ShardTables::open(tables)?,
@@ -391,11 +428,12 @@ pub fn apply(
     check_hot_layout(config, hot)?;
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
-    let mask = HotMask::from_tables(&ordered, hot)?;
     let files: Vec<FileRows> = ordered
         .iter()
         .flat_map(|t| t.files().iter().cloned())
         .collect();
+    check_apply_paths(config, &files, &[])?;
+    let mask = HotMask::from_tables(&ordered, hot).map_err(wrong_tables)?;
     apply_with_mask(config, &files, &mask, None, observe)
 }
 
@@ -420,17 +458,47 @@ pub fn apply_files_with_progress(
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
     check_hot_layout(config, hot)?;
-    let (mask, files) = HotMask::from_table_files(&ShardTables::open(tables)?, hot)?;
+    let shards = ShardTables::open(tables).map_err(wrong_tables)?;
+    hot.check_tables(&shards.identities, Some(&shards.paths))
+        .map_err(wrong_tables)?;
+    check_apply_paths(config, &shards.files, tables)?;
+    let (mask, files) = HotMask::from_table_files(&shards, hot)?;
     apply_with_mask(config, &files, &mask, progress, observe)
+}
+
+/// Tables that are not the ones the hot keys were counted from, or that cannot go together, are
+/// a mistake in the arguments, not a failure of stage 1.
+fn wrong_tables(e: KeysError) -> Error {
+    match e {
+        KeysError::Config(m) | KeysError::Incompatible(m) => Error::Usage(m),
+        other => Error::Keys(other),
+    }
+}
+
+/// The path checks of stage 2 run apart: outputs against the inputs the tables list and the
+/// tables themselves.
+fn check_apply_paths(config: &Config, files: &[FileRows], tables: &[PathBuf]) -> Result<(), Error> {
+    let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
+    let mut paths = RunPaths::new();
+    paths.read_inputs(&inputs);
+    for t in tables {
+        paths.read_file("the key table", t);
+    }
+    paths.write_config_outputs(config, &inputs);
+    paths.check()?;
+    paths.prepare()
 }
 
 fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
     let layout = keys_config(config)?.layout();
-    hot.layout().check_compatible(&layout).map_err(|e| {
-        Error::Usage(format!(
-            "the hot keys do not match these settings (pass the same sketch options): {e}"
-        ))
-    })
+    if *hot.layout() == layout {
+        return Ok(());
+    }
+    Err(Error::Usage(format!(
+        "the hot keys do not match these settings (pass `apply` the sketch and field options \
+         given to `keys`): {} (the hot keys' value first)",
+        hot.layout().differences(&layout).join("; ")
+    )))
 }
 
 fn apply_with_mask(
@@ -490,7 +558,14 @@ impl Pipeline {
     /// Like [`Pipeline::run`], handing every decision to `observe` in input order (for callers who
     /// filter in their own process).
     pub fn run_with(&self, observe: &mut dyn FnMut(&Decision)) -> Result<Report, Error> {
-        let (files, problems) = discover_inputs(&self.config)?;
+        let (found, problems) = discover_inputs_and_sources(&self.config)?;
+        let mut paths = RunPaths::new();
+        paths
+            .read_discovered(&found)
+            .write_config_outputs(&self.config, &found.files);
+        paths.check()?;
+        paths.prepare()?;
+        let files = found.files;
         let mut keys = keys_config(&self.config)?;
         keys.progress = self.progress[0].clone();
         let KeysOutput {

@@ -1,6 +1,7 @@
 //! Turning command-line input arguments (files, directories, globs) into a deterministic file list.
 
 use std::collections::HashSet;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 
 use crate::format::{Format, InputFile};
@@ -19,8 +20,19 @@ pub struct DiscoverOptions {
 pub struct Discovery {
     /// Usable input files, in processing order; their index is the file index of every address.
     pub files: Vec<InputFile>,
-    /// Arguments or walked entries that could not be used.
+    /// Arguments or walked entries that could not be used, in the order met. Those marked
+    /// [`InputProblem::fatal`] are errors whatever the caller's error policy.
     pub problems: Vec<InputProblem>,
+    /// Where each usable argument reads from, in argument order: what a later run with the same
+    /// arguments would read, so that outputs can be kept out of it.
+    pub sources: Vec<InputSource>,
+}
+
+impl Discovery {
+    /// The problems that make the arguments unusable as given ([`InputProblem::fatal`]).
+    pub fn errors(&self) -> impl Iterator<Item = &InputProblem> {
+        self.problems.iter().filter(|p| p.fatal)
+    }
 }
 
 /// An input argument (or a file under one) that was not turned into an [`InputFile`].
@@ -30,6 +42,82 @@ pub struct InputProblem {
     pub input: String,
     /// Why it could not be used.
     pub message: String,
+    /// True when the run cannot go on as asked: an argument that names nothing (a missing path, a
+    /// glob without a match), a file named explicitly whose format is unknown, something that
+    /// cannot be read twice (standard input, a pipe, a device), or a file name that is not UTF-8.
+    /// False for entries met while walking a directory or expanding a glob (unknown extension,
+    /// unreadable subdirectory), which are reported and left out.
+    pub fatal: bool,
+}
+
+/// Where one input argument reads from.
+#[derive(Clone, Debug)]
+pub struct InputSource {
+    /// The argument as given.
+    pub arg: String,
+    /// What it names.
+    pub kind: SourceKind,
+}
+
+/// What an input argument names; see [`InputSource`].
+#[derive(Clone, Debug)]
+pub enum SourceKind {
+    /// One file.
+    File(PathBuf),
+    /// A directory: every file below it is read.
+    Dir(PathBuf),
+    /// A glob: files below `base` (its literal directory prefix, `.` when it has none) whose path
+    /// matches, at most `depth` levels down.
+    Glob {
+        /// The literal directory prefix the walk starts from.
+        base: PathBuf,
+        /// The pattern's literal prefix as written (empty when the pattern starts with a wildcard);
+        /// walked paths are matched as `prefix/<path below base>`.
+        prefix: PathBuf,
+        /// The compiled pattern.
+        matcher: globset::GlobMatcher,
+        /// Levels below `base` the walk descends (`usize::MAX` with `**`).
+        depth: usize,
+    },
+}
+
+impl InputSource {
+    /// The file or directory the argument starts from (for a glob, its literal directory prefix).
+    pub fn root(&self) -> &Path {
+        match &self.kind {
+            SourceKind::File(p) | SourceKind::Dir(p) => p,
+            SourceKind::Glob { base, .. } => base,
+        }
+    }
+
+    /// Whether a file at `below` (a relative path under [`InputSource::root`]; empty for the
+    /// root itself) would be read by this argument.
+    pub fn reads_file(&self, below: &Path) -> bool {
+        match &self.kind {
+            SourceKind::File(_) => below.as_os_str().is_empty(),
+            SourceKind::Dir(_) => !below.as_os_str().is_empty(),
+            SourceKind::Glob {
+                prefix,
+                matcher,
+                depth,
+                ..
+            } => {
+                let levels = below.components().count();
+                levels >= 1 && levels <= *depth && matcher.is_match(prefix.join(below))
+            }
+        }
+    }
+
+    /// Whether some file inside the directory at `below` (a relative path under
+    /// [`InputSource::root`]; empty for the root itself) could be read by this argument, whatever
+    /// its name: for a directory always, for a glob when its walk reaches that deep.
+    pub fn may_read_inside(&self, below: &Path) -> bool {
+        match &self.kind {
+            SourceKind::File(_) => false,
+            SourceKind::Dir(_) => true,
+            SourceKind::Glob { depth, .. } => below.components().count() < *depth,
+        }
+    }
 }
 
 /// Expands input arguments into files. Never fails as a whole: every argument either contributes
@@ -56,38 +144,66 @@ struct Discoverer<'o> {
 }
 
 impl Discoverer<'_> {
+    /// An entry met while walking: reported, and the run goes on.
     fn problem(&mut self, input: impl Into<String>, message: impl Into<String>) {
+        self.push_problem(input.into(), message.into(), false);
+    }
+
+    /// An argument that cannot be used as given.
+    fn error(&mut self, input: impl Into<String>, message: impl Into<String>) {
+        self.push_problem(input.into(), message.into(), true);
+    }
+
+    fn push_problem(&mut self, input: String, message: String, fatal: bool) {
         self.out.problems.push(InputProblem {
-            input: input.into(),
-            message: message.into(),
+            input,
+            message,
+            fatal,
         });
     }
 
     fn input(&mut self, arg: &str) {
+        if arg == "-" {
+            return self.error(
+                arg,
+                format!("standard input cannot be an input: {READ_TWICE}"),
+            );
+        }
         let path = Path::new(arg);
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => {
                 let mut entries = Vec::new();
                 let mut visited = HashSet::new();
                 if let Err(e) = walk(path, Path::new(""), usize::MAX, &mut visited, &mut entries) {
-                    self.problem(arg, format!("cannot read directory: {e}"));
-                    return;
+                    return self.error(arg, format!("cannot read directory: {e}"));
                 }
+                self.source(arg, SourceKind::Dir(path.to_path_buf()));
                 self.add_walked(arg, entries);
             }
-            Ok(_) => {
+            Ok(meta) => {
                 let name = path
                     .file_name()
                     .map(PathBuf::from)
                     .unwrap_or_else(|| path.to_path_buf());
+                if let Some(kind) = not_a_file(&meta) {
+                    return self.error(arg, format!("is {kind}, not a file: {READ_TWICE}"));
+                }
+                self.source(arg, SourceKind::File(path.to_path_buf()));
                 self.add_file(arg, path, &name);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && is_glob(arg) => self.glob(arg),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                self.problem(arg, "no such file or directory")
+                self.error(arg, "no such file or directory")
             }
-            Err(e) => self.problem(arg, format!("cannot access: {e}")),
+            Err(e) => self.error(arg, format!("cannot access: {e}")),
         }
+    }
+
+    fn source(&mut self, arg: &str, kind: SourceKind) {
+        self.out.sources.push(InputSource {
+            arg: arg.to_string(),
+            kind,
+        });
     }
 
     fn add_walked(&mut self, arg: &str, mut entries: Vec<Walked>) {
@@ -101,26 +217,40 @@ impl Discoverer<'_> {
     }
 
     fn add_file(&mut self, arg: &str, path: &Path, relative: &Path) {
+        let named = path == Path::new(arg);
+        let shown = if named {
+            arg.to_string()
+        } else {
+            path.display().to_string()
+        };
+        // Decisions and reports name files as text, so a name that is not UTF-8 could not be
+        // written or matched back; refuse it before anything is read.
+        if path.to_str().is_none() {
+            return self.error(
+                shown,
+                "the file name is not valid UTF-8 (decisions and reports name files as text): \
+                 rename it",
+            );
+        }
         let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         if self.seen.contains(&key) {
             return;
+        }
+        if let Some(kind) = std::fs::metadata(path).ok().as_ref().and_then(not_a_file) {
+            return self.error(shown, format!("is {kind}, not a file: {READ_TWICE}"));
         }
         match InputFile::detect(path, relative, self.opts.format) {
             Some(f) => {
                 self.seen.insert(key);
                 self.out.files.push(f);
             }
-            None => {
-                let shown = if path == Path::new(arg) {
-                    arg.to_string()
-                } else {
-                    path.display().to_string()
-                };
-                self.problem(
-                    shown,
-                    "unknown extension (expected .jsonl, .json, .ndjson, optionally .gz/.zst, or .parquet; or pass a format)",
-                );
-            }
+            // Named on purpose, it must be read: an error. Met while walking a directory, it is
+            // one of the files a dataset directory often holds besides its data (a README).
+            None if named => self.error(
+                shown,
+                format!("{UNKNOWN_EXTENSION}; to read it anyway, name its format with --format"),
+            ),
+            None => self.problem(shown, format!("{UNKNOWN_EXTENSION}: left out")),
         }
     }
 
@@ -131,7 +261,7 @@ impl Discoverer<'_> {
             .build()
         {
             Ok(g) => g.compile_matcher(),
-            Err(e) => return self.problem(arg, format!("invalid glob: {e}")),
+            Err(e) => return self.error(arg, format!("invalid glob: {e}")),
         };
         let depth = if rest.contains("**") {
             usize::MAX
@@ -146,16 +276,51 @@ impl Discoverer<'_> {
         let mut entries = Vec::new();
         let mut visited = HashSet::new();
         if let Err(e) = walk(&root, Path::new(""), depth, &mut visited, &mut entries) {
-            return self.problem(
+            return self.error(
                 arg,
-                format!("cannot read glob base {}: {e}", root.display()),
+                format!("glob matched no file: cannot read {}: {e}", root.display()),
             );
         }
         entries.retain(|w| matcher.is_match(prefix.join(&w.relative)));
         if entries.is_empty() {
-            return self.problem(arg, "glob matched no file");
+            return self.error(arg, "glob matched no file");
         }
+        self.source(
+            arg,
+            SourceKind::Glob {
+                base: root,
+                prefix,
+                matcher,
+                depth,
+            },
+        );
         self.add_walked(arg, entries);
+    }
+}
+
+const UNKNOWN_EXTENSION: &str =
+    "unknown extension (expected .jsonl, .json, .ndjson, optionally .gz/.zst, or .parquet)";
+
+/// Why inputs must be files: both stages read every input, so a stream would be consumed by the
+/// first. Spooling it to a temporary file would hide a copy of the whole input on disk and leave
+/// its outputs and decisions without a file name to carry.
+const READ_TWICE: &str = "neardup reads every input twice (once per stage), which standard \
+                          input, a pipe or a device cannot give; save the data to a file first \
+                          and pass that file";
+
+/// What a non-regular file is, for the message refusing it.
+fn not_a_file(meta: &std::fs::Metadata) -> Option<&'static str> {
+    let t = meta.file_type();
+    if t.is_file() || t.is_dir() {
+        None
+    } else if t.is_fifo() {
+        Some("a pipe (FIFO)")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else {
+        Some("a special file")
     }
 }
 
@@ -240,6 +405,108 @@ fn walk(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn touch(p: &Path) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"{}\n").unwrap();
+    }
+
+    fn s(p: &Path) -> String {
+        p.to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn arguments_that_name_nothing_usable_are_fatal_entries_met_walking_are_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        touch(&r.join("d/a.jsonl"));
+        touch(&r.join("d/README.md"));
+        touch(&r.join("notes.txt"));
+        let d = discover(
+            &[
+                s(&r.join("d")),
+                s(&r.join("typo.jsonl")),
+                format!("{}/*.parquet", r.display()),
+                s(&r.join("notes.txt")),
+                "-".to_string(),
+            ],
+            &DiscoverOptions::default(),
+        );
+        assert_eq!(d.files.len(), 1);
+        let got: Vec<(bool, &str)> = d
+            .problems
+            .iter()
+            .map(|p| (p.fatal, p.message.as_str()))
+            .collect();
+        assert_eq!(got.len(), 5, "{:?}", d.problems);
+        assert!(
+            !got[0].0 && got[0].1.contains("unknown extension"),
+            "{got:?}"
+        );
+        assert!(got[1].0 && got[1].1.contains("no such file"), "{got:?}");
+        assert!(got[2].0 && got[2].1.contains("matched no file"), "{got:?}");
+        assert!(got[3].0 && got[3].1.contains("--format"), "{got:?}");
+        assert!(got[4].0 && got[4].1.contains("standard input"), "{got:?}");
+        assert_eq!(d.errors().count(), 4);
+    }
+
+    #[test]
+    fn pipes_are_refused_wherever_they_are_met() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fifo = tmp.path().join("d/stream.jsonl");
+        std::fs::create_dir_all(fifo.parent().unwrap()).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success(), "mkfifo");
+        for arg in [s(&fifo), s(&tmp.path().join("d"))] {
+            let d = discover(&[arg], &DiscoverOptions::default());
+            assert!(d.files.is_empty());
+            let e: Vec<_> = d.errors().collect();
+            assert_eq!(e.len(), 1, "{:?}", d.problems);
+            assert!(e[0].message.contains("pipe") && e[0].message.contains("twice"));
+        }
+    }
+
+    #[test]
+    fn file_names_that_are_not_utf8_are_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"caf\xe9.jsonl");
+        touch(&tmp.path().join("d").join(name));
+        let d = discover(&[s(&tmp.path().join("d"))], &DiscoverOptions::default());
+        assert!(d.files.is_empty());
+        let e: Vec<_> = d.errors().collect();
+        assert_eq!(e.len(), 1);
+        assert!(e[0].input.contains("caf\u{fffd}.jsonl") && e[0].message.contains("UTF-8"));
+    }
+
+    #[test]
+    fn sources_tell_what_a_later_run_would_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = tmp.path();
+        touch(&r.join("dir/a.jsonl"));
+        touch(&r.join("g/b.jsonl"));
+        let d = discover(
+            &[
+                s(&r.join("dir")),
+                format!("{}/g/*.jsonl", r.display()),
+                format!("{}/g/**/*.jsonl", r.display()),
+            ],
+            &DiscoverOptions::default(),
+        );
+        assert_eq!(d.sources.len(), 3);
+        let (dir, flat, deep) = (&d.sources[0], &d.sources[1], &d.sources[2]);
+        assert_eq!(dir.root(), r.join("dir"));
+        assert!(dir.reads_file(Path::new("x/anything.txt")));
+        assert!(dir.may_read_inside(Path::new("out")));
+        assert_eq!(flat.root(), r.join("g"));
+        assert!(flat.reads_file(Path::new("c.jsonl")));
+        assert!(!flat.reads_file(Path::new("c.parquet")));
+        assert!(!flat.reads_file(Path::new("out/c.jsonl")));
+        assert!(!flat.may_read_inside(Path::new("out")));
+        assert!(flat.may_read_inside(Path::new("")));
+        assert!(deep.reads_file(Path::new("out/c.jsonl")));
+        assert!(deep.may_read_inside(Path::new("out/deeper")));
+    }
 
     #[test]
     fn glob_prefix() {

@@ -37,7 +37,7 @@ mod write;
 
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
-pub use discover::{DiscoverOptions, Discovery, InputProblem, discover};
+pub use discover::{DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, discover};
 pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile};
 pub use read::{

@@ -11,8 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
 use crate::table::{
-    ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableLayout, TableReader,
-    read_framed_header, read_u64s, truncated, verify_trailer, write_framed_header, write_u64s,
+    ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity, TableLayout,
+    TableReader, read_framed_header, read_u64s, truncated, verify_trailer, write_framed_header,
+    write_u64s,
 };
 
 /// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
@@ -53,16 +54,23 @@ impl MaskMarker {
     }
 }
 
-/// The keys seen more than `min_count` times, sorted ascending, with the settings they came from.
+/// The keys seen more than `min_count` times, sorted ascending, with the settings and the key
+/// tables they were counted from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HotKeys {
     layout: TableLayout,
     min_count: u32,
     keys: Vec<u64>,
+    /// The saved tables counted, or `None` for keys counted within one run from the rows at hand
+    /// (`run_keys`), which belong to that run only.
+    tables: Option<Vec<TableIdentity>>,
 }
 
 const HOT_MAGIC: &[u8; 8] = b"NDHOTK\x00\x01";
 const HOT_END: &[u8; 8] = b"NDHOTEND";
+/// Version 2 records the tables the keys were counted from (version 1 did not, so a table could
+/// be left out of `apply` unnoticed).
+const HOT_FORMAT_VERSION: u32 = 2;
 
 #[derive(Serialize, Deserialize)]
 struct HotHeader {
@@ -70,16 +78,94 @@ struct HotHeader {
     layout: TableLayout,
     min_count: u32,
     keys: u64,
+    #[serde(default)]
+    tables: Vec<TableIdentity>,
 }
 
 impl HotKeys {
-    /// Wraps an ascending, duplicate-free key list.
+    /// Wraps an ascending, duplicate-free key list counted within one run from the rows at hand:
+    /// such keys belong to that run and cannot be saved for `apply` (see
+    /// [`HotKeys::counted_from`]).
     pub fn new(layout: TableLayout, min_count: u32, keys: Vec<u64>) -> HotKeys {
         debug_assert!(keys.windows(2).all(|w| w[0] < w[1]));
         HotKeys {
             layout,
             min_count,
             keys,
+            tables: None,
+        }
+    }
+
+    /// These keys as counted from `tables` (in shard order): the tables `apply` must be given.
+    pub fn counted_from(mut self, tables: Vec<TableIdentity>) -> HotKeys {
+        self.tables = Some(tables);
+        self
+    }
+
+    /// The tables the keys were counted from, in shard order; `None` for keys counted within one
+    /// run.
+    pub fn tables(&self) -> Option<&[TableIdentity]> {
+        self.tables.as_deref()
+    }
+
+    /// Errors unless `given` are exactly the tables the keys were counted from (in any order),
+    /// naming what is missing, extra or changed. `names` gives each table's file when known. Keys
+    /// counted within one run record no tables and are taken to go with the tables at hand.
+    pub fn check_tables(
+        &self,
+        given: &[TableIdentity],
+        names: Option<&[std::path::PathBuf]>,
+    ) -> Result<(), KeysError> {
+        let Some(counted) = &self.tables else {
+            return Ok(());
+        };
+        let name = |i: usize| match names.and_then(|n| n.get(i)) {
+            Some(p) => format!("{} (shard {})", p.display(), given[i].shard),
+            None => format!("the table of shard {}", given[i].shard),
+        };
+        let counted_from = || {
+            let shards: Vec<String> = counted.iter().map(|t| t.shard.to_string()).collect();
+            let plural = if counted.len() == 1 { "" } else { "s" };
+            format!(
+                "the hot keys were counted from {} key table{plural} (shard{plural} {})",
+                counted.len(),
+                shards.join(", ")
+            )
+        };
+        const FIX: &str = "pass `neardup apply` exactly the tables given to `neardup hot`";
+        let mut problems = Vec::new();
+        for (i, t) in given.iter().enumerate() {
+            match counted.iter().find(|c| c.shard == t.shard) {
+                None => problems.push(format!("{} was not counted in them", name(i))),
+                Some(c) if c.rows != t.rows => problems.push(format!(
+                    "{} holds {} rows, the table counted held {}: it was made again after \
+                     `neardup hot` ran; run `neardup hot` again over the current tables",
+                    name(i),
+                    t.rows,
+                    c.rows
+                )),
+                Some(c) if c.checksum != t.checksum => problems.push(format!(
+                    "{} is not the table that was counted (its checksum differs): it was made \
+                     again after `neardup hot` ran; run `neardup hot` again over the current \
+                     tables",
+                    name(i)
+                )),
+                Some(_) => {}
+            }
+        }
+        for c in counted {
+            if !given.iter().any(|t| t.shard == c.shard) {
+                problems.push(format!("shard {} ({} rows) is missing", c.shard, c.rows));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(KeysError::Config(format!(
+                "{}, but {}: {FIX}",
+                counted_from(),
+                problems.join("; ")
+            )))
         }
     }
     /// The settings of the tables the keys were counted from.
@@ -111,15 +197,25 @@ impl HotKeys {
         self.keys.iter().copied().collect()
     }
 
-    /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file").
+    /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file"). Keys counted
+    /// within one run are refused: a file must say which tables `apply` needs.
     pub fn save(&self, path: &Path) -> Result<(), KeysError> {
+        let Some(tables) = &self.tables else {
+            return Err(KeysError::Config(format!(
+                "{}: these hot keys were counted within one run and record no key tables, so \
+                 they cannot be saved for `apply`; count the saved tables (neardup hot, \
+                 merge_table_files) instead",
+                path.display()
+            )));
+        };
         let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
         let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
         let header = HotHeader {
-            format_version: 1,
+            format_version: HOT_FORMAT_VERSION,
             layout: self.layout.clone(),
             min_count: self.min_count,
             keys: self.keys.len() as u64,
+            tables: tables.clone(),
         };
         write_framed_header(&mut out, HOT_MAGIC, &header).map_err(|e| KeysError::io(path, e))?;
         write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
@@ -138,9 +234,18 @@ impl HotKeys {
         let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
         let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
         let header: HotHeader = read_framed_header(&mut input, HOT_MAGIC, path)?;
-        if header.format_version != 1 {
+        if header.format_version == 1 {
+            return Err(KeysError::Config(format!(
+                "{}: this hot-key file was written by an older neardup (format version 1), which \
+                 did not record the key tables it was counted from; run `neardup hot` again to \
+                 rewrite it",
+                path.display()
+            )));
+        }
+        if header.format_version != HOT_FORMAT_VERSION {
             return Err(KeysError::Corrupt(format!(
-                "{}: hot-key format version {} is not supported (this build reads version 1)",
+                "{}: hot-key format version {} is not supported (this build reads version \
+                 {HOT_FORMAT_VERSION})",
                 path.display(),
                 header.format_version
             )));
@@ -157,6 +262,7 @@ impl HotKeys {
             layout: header.layout,
             min_count: header.min_count,
             keys,
+            tables: Some(header.tables),
         })
     }
 }
@@ -200,14 +306,17 @@ impl HotMask {
     }
 
     /// The mask of the rows of `tables` (consecutive shards, in order) under `hot`: what stage 2
-    /// needs when it runs apart from stage 1, given a hot-key file and the shards' tables.
+    /// needs when it runs apart from stage 1, given a hot-key file and the shards' tables, which
+    /// must be exactly the tables the keys were counted from ([`HotKeys::check_tables`]).
     pub fn from_tables(tables: &[&KeyTable], hot: &HotKeys) -> Result<HotMask, KeysError> {
-        let Some(first) = tables.first() else {
-            return Ok(HotMask::new(0, 0));
-        };
         for t in tables {
             t.layout().check_compatible(hot.layout())?;
         }
+        let identities: Vec<TableIdentity> = tables.iter().map(|t| t.identity()).collect();
+        hot.check_tables(&identities, None)?;
+        let Some(first) = tables.first() else {
+            return Ok(HotMask::new(0, 0));
+        };
         let rows = tables.iter().map(|t| t.rows()).sum();
         let mut marker = MaskMarker::new(hot, rows, first.columns());
         for t in tables {
@@ -223,6 +332,7 @@ impl HotMask {
         hot: &HotKeys,
     ) -> Result<(HotMask, Vec<FileRows>), KeysError> {
         tables.layout.check_compatible(hot.layout())?;
+        hot.check_tables(&tables.identities, Some(&tables.paths))?;
         let rows = tables.rows.iter().sum::<u64>() as usize;
         let mut marker = MaskMarker::new(hot, rows, tables.layout.columns());
         let mut files = Vec::new();
@@ -282,5 +392,180 @@ impl HotMask {
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.bits.len() * 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::{RowRule, ShortTextPolicy};
+    use crate::stage::merge_tables;
+    use neardup_corpus::{Compression, FieldPath, Format, InputFile, TextSelector};
+    use std::path::PathBuf;
+
+    fn layout(description: &str) -> TableLayout {
+        TableLayout {
+            sketch_fingerprint: 7,
+            sketch_description: description.to_string(),
+            bands: 2,
+            rule: RowRule {
+                band_keys: true,
+                exact_key: false,
+                short_texts: ShortTextPolicy::ExactOnly,
+            },
+            selector: TextSelector::single(FieldPath::top("text")),
+        }
+    }
+
+    const DESCRIPTION: &str = "Oph num_perm=128 seed=1 shingles=char:5:1 bands=2x64 band_keys=Fast";
+
+    fn table(shard: u32, keys: Vec<u64>) -> KeyTable {
+        let rows = keys.len() as u64 / 2;
+        let files = vec![FileRows {
+            input: InputFile {
+                path: PathBuf::from(format!("in/{shard}.jsonl")),
+                relative: PathBuf::from(format!("{shard}.jsonl")),
+                format: Format::Jsonl,
+                compression: Compression::None,
+                size: 0,
+            },
+            records: rows,
+            rows,
+            chunks: Vec::new(),
+        }];
+        KeyTable::new(layout(DESCRIPTION), shard, files, keys).unwrap()
+    }
+
+    fn tables() -> Vec<KeyTable> {
+        vec![
+            table(0, vec![1, 2, 3, 4]),
+            table(1, vec![1, 5, 6, 7]),
+            table(2, vec![3, 8, 9, 2]),
+        ]
+    }
+
+    #[test]
+    fn the_mask_needs_exactly_the_tables_the_keys_were_counted_from() {
+        let tables = tables();
+        let (hot, mask, _) = merge_tables(&tables, 1).unwrap();
+        assert_eq!(hot.tables().map(<[_]>::len), Some(3));
+        let all: Vec<&KeyTable> = tables.iter().collect();
+        assert_eq!(HotMask::from_tables(&all, &hot).unwrap(), mask);
+
+        let missing = [&tables[0], &tables[2]];
+        let err = HotMask::from_tables(&missing, &hot)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shards 0, 1, 2") && err.contains("shard 1 (2 rows) is missing"),
+            "{err}"
+        );
+        let changed = table(1, vec![1, 5, 6, 8]);
+        let err = HotMask::from_tables(&[&tables[0], &changed, &tables[2]], &hot)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shard 1") && err.contains("checksum differs"),
+            "{err}"
+        );
+        let extra = table(3, vec![1, 1, 1, 1]);
+        let err = HotMask::from_tables(&[&tables[0], &tables[1], &tables[2], &extra], &hot)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("shard 3") && err.contains("was not counted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn saved_tables_and_hot_files_keep_the_identities() {
+        let tmp = tempfile::tempdir().unwrap();
+        let tables = tables();
+        let paths: Vec<PathBuf> = tables
+            .iter()
+            .map(|t| {
+                let p = tmp.path().join(format!("keys-{}.ndk", t.shard()));
+                t.save(&p).unwrap();
+                p
+            })
+            .collect();
+        let (hot, _, _) = merge_tables(&tables, 1).unwrap();
+        let hot_path = tmp.path().join("hot.ndh");
+        hot.save(&hot_path).unwrap();
+        let loaded = HotKeys::load(&hot_path).unwrap();
+        assert_eq!(loaded, hot);
+        let opened = ShardTables::open(&paths).unwrap();
+        assert_eq!(Some(opened.identities.as_slice()), hot.tables());
+        HotMask::from_table_files(&opened, &loaded).unwrap();
+        let two = ShardTables::open(&paths[..2]).unwrap();
+        let err = HotMask::from_table_files(&two, &loaded)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("shard 2 (2 rows) is missing"), "{err}");
+        // Keys counted within one run say nothing of saved tables: they are not saved.
+        let in_run = HotKeys::new(layout(DESCRIPTION), 1, hot.keys().to_vec());
+        let err = in_run
+            .save(&tmp.path().join("run.ndh"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("within one run"), "{err}");
+        assert!(!tmp.path().join("run.ndh").exists());
+    }
+
+    #[test]
+    fn a_version_1_hot_file_is_refused_with_what_to_do() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("old.ndh");
+        let mut out = ChecksumWriter::new(Vec::new());
+        let header = serde_json::json!({
+            "format_version": 1,
+            "layout": layout(DESCRIPTION),
+            "min_count": 1,
+            "keys": 0,
+        });
+        write_framed_header(&mut out, HOT_MAGIC, &header).unwrap();
+        let (mut bytes, sum) = out.finish();
+        bytes.extend_from_slice(&sum.to_le_bytes());
+        bytes.extend_from_slice(HOT_END);
+        std::fs::write(&path, bytes).unwrap();
+        let err = HotKeys::load(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("old.ndh") && err.contains("version 1") && err.contains("neardup hot"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn layout_differences_name_each_setting_and_both_values() {
+        let a = layout(DESCRIPTION);
+        let mut b = layout("Fast num_perm=64 seed=1 shingles=char:7:1 bands=2x32 band_keys=Fast");
+        b.rule.short_texts = ShortTextPolicy::EmptySignature;
+        b.selector.id_field = Some(FieldPath::top("id"));
+        b.selector.mode = neardup_corpus::FieldsMode::Join {
+            separator: " ".into(),
+        };
+        let d = a.differences(&b);
+        for expected in [
+            "--hash: oph vs fast",
+            "--num-perm: 128 vs 64",
+            ":--step): char:5:1 vs char:7:1",
+            "2 × 64 vs 2 × 32",
+            "short texts: exact_only vs empty_signature",
+            "--id-field: none vs id",
+            r#"separator of joined fields (input.separator): "\n" vs " ""#,
+        ] {
+            assert!(d.iter().any(|l| l.contains(expected)), "{expected}: {d:?}");
+        }
+        for debug in ["Some(", "{", "ExactOnly", "Join"] {
+            assert!(d.iter().all(|l| !l.contains(debug)), "{debug}: {d:?}");
+        }
+        // Only the fingerprint differs: what the description does not show.
+        let mut c = layout(DESCRIPTION);
+        c.sketch_fingerprint = 8;
+        let d = a.differences(&c);
+        assert_eq!(d.len(), 1);
+        assert!(d[0].contains("normalisation"), "{d:?}");
+        assert!(a.differences(&a).is_empty() && a.check_compatible(&a).is_ok());
     }
 }

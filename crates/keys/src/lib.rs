@@ -44,6 +44,6 @@ pub use stage::{
     UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
 };
 pub use table::{
-    ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableParts,
-    TableReader,
+    ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableIdentity, TableLayout,
+    TableParts, TableReader,
 };

@@ -1000,7 +1000,8 @@ pub fn merge_table_files(
         }
     };
     Ok((
-        HotKeys::new(tables.layout.clone(), min_count, counted.hot_keys),
+        HotKeys::new(tables.layout.clone(), min_count, counted.hot_keys)
+            .counted_from(tables.identities.clone()),
         counted.mask,
         counted.stats,
     ))
@@ -1012,7 +1013,7 @@ pub fn merge_tables(
     tables: &[KeyTable],
     min_count: u32,
 ) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
-    let layout = check_shards(tables.iter().map(|t| (t.shard(), t.layout())))?;
+    let layout = check_shards(tables.iter().map(|t| (t.shard(), t.layout(), None)))?;
     let mut ordered: Vec<&KeyTable> = tables.iter().collect();
     ordered.sort_by_key(|t| t.shard());
     let mut all = Vec::with_capacity(ordered.iter().map(|t| t.keys().len()).sum());
@@ -1022,8 +1023,9 @@ pub fn merge_tables(
     let columns = layout.columns();
     let content_col = layout.rule.exact_key.then(|| columns - 1);
     let counted = count_in_memory(&all, columns, min_count, content_col);
+    let identities = ordered.iter().map(|t| t.identity()).collect();
     Ok((
-        HotKeys::new(layout.clone(), min_count, counted.hot_keys),
+        HotKeys::new(layout.clone(), min_count, counted.hot_keys).counted_from(identities),
         counted.mask,
         counted.stats,
     ))

@@ -4,12 +4,12 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use neardup_corpus::{AtomicFile, ChunkRange, InputFile, TextSelector, Unreadable};
+use neardup_corpus::{AtomicFile, ChunkRange, FieldsMode, InputFile, TextSelector, Unreadable};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::KeysError;
-use crate::row::RowRule;
+use crate::row::{RowRule, ShortTextPolicy};
 
 /// Rows of one input file, in the order the file's samples were read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +56,20 @@ impl ChunkRows {
     }
 }
 
+/// Which table a hot-key file was counted from: its shard, its rows and the checksum its file
+/// ends with (the same for a table saved with [`KeyTable::save`] or streamed by
+/// [`KeyTableWriter`], and computed for an in-memory table by [`KeyTable::identity`]). `apply`
+/// must be given exactly the tables the hot keys were counted from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableIdentity {
+    /// The table's shard number.
+    pub shard: u32,
+    /// Its rows.
+    pub rows: u64,
+    /// The xxh3-64 checksum of its file.
+    pub checksum: u64,
+}
+
 /// Everything a table's keys depend on; two tables can be merged only when their layouts match.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableLayout {
@@ -77,33 +91,133 @@ impl TableLayout {
         self.bands + usize::from(self.rule.exact_key)
     }
 
-    /// Errors when `other` was made with different settings.
+    /// Errors when `other` was made with different settings, naming each setting that differs
+    /// with this layout's value first.
     pub fn check_compatible(&self, other: &TableLayout) -> Result<(), KeysError> {
         if self == other {
             return Ok(());
         }
         Err(KeysError::Incompatible(format!(
-            "key tables were made with different settings: [{}] vs [{}]",
-            self.describe(),
-            other.describe()
+            "made with different settings: {}",
+            self.differences(other).join("; ")
         )))
     }
 
-    fn describe(&self) -> String {
-        format!(
-            "{} bands={} exact_key={} short_texts={:?} fields={:?} mode={:?} fingerprint={:016x}",
-            self.sketch_description,
-            self.bands,
-            self.rule.exact_key,
-            self.rule.short_texts,
-            self.selector
-                .fields
+    /// The settings that differ between two layouts, each as `setting: this value vs other
+    /// value`, settings named by their flags. Empty when the layouts are equal.
+    pub fn differences(&self, other: &TableLayout) -> Vec<String> {
+        let mut out = Vec::new();
+        if self == other {
+            return out;
+        }
+        let mut differ = |setting: &str, a: String, b: String| {
+            if a != b {
+                out.push(format!("{setting}: {a} vs {b}"));
+            }
+        };
+        let (a, b) = (
+            SketchDescription::parse(&self.sketch_description),
+            SketchDescription::parse(&other.sketch_description),
+        );
+        differ("--hash", a.get("scheme"), b.get("scheme"));
+        differ("--num-perm", a.get("num_perm"), b.get("num_perm"));
+        differ("--seed", a.get("seed"), b.get("seed"));
+        differ(
+            "shingles (--tokenize:--shingle:--step)",
+            a.get("shingles"),
+            b.get("shingles"),
+        );
+        differ(
+            "bands × rows (--bands/--rows, or chosen from --threshold and --num-perm)",
+            a.get("bands").replace('x', " × "),
+            b.get("bands").replace('x', " × "),
+        );
+        differ("--band-keys", a.get("band_keys"), b.get("band_keys"));
+        let on_off = |v: bool| if v { "on" } else { "off" }.to_string();
+        differ(
+            "near-duplicate band keys (off in `neardup exact`)",
+            on_off(self.rule.band_keys),
+            on_off(other.rule.band_keys),
+        );
+        differ(
+            "content key (--no-exact turns it off)",
+            on_off(self.rule.exact_key),
+            on_off(other.rule.exact_key),
+        );
+        let short = |p: ShortTextPolicy| match p {
+            ShortTextPolicy::ExactOnly => "exact_only".to_string(),
+            ShortTextPolicy::EmptySignature => "empty_signature (--compat lshcurator)".to_string(),
+        };
+        differ(
+            "short texts",
+            short(self.rule.short_texts),
+            short(other.rule.short_texts),
+        );
+        let fields = |s: &TextSelector| {
+            s.fields
                 .iter()
                 .map(|f| f.to_string())
-                .collect::<Vec<_>>(),
-            self.selector.mode,
-            self.sketch_fingerprint
-        )
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        differ("--field", fields(&self.selector), fields(&other.selector));
+        let mode = |s: &TextSelector| match &s.mode {
+            FieldsMode::Join { .. } => "join".to_string(),
+            FieldsMode::Expand => "expand".to_string(),
+        };
+        differ("--fields-mode", mode(&self.selector), mode(&other.selector));
+        let separator = |s: &TextSelector| match &s.mode {
+            FieldsMode::Join { separator } => {
+                serde_json::to_string(separator).expect("a string serialises")
+            }
+            FieldsMode::Expand => "none".to_string(),
+        };
+        if mode(&self.selector) == mode(&other.selector) {
+            differ(
+                "the separator of joined fields (input.separator)",
+                separator(&self.selector),
+                separator(&other.selector),
+            );
+        }
+        let id = |s: &TextSelector| s.id_field.as_ref().map_or("none".into(), |f| f.to_string());
+        differ("--id-field", id(&self.selector), id(&other.selector));
+        if out.is_empty() && self.sketch_fingerprint != other.sketch_fingerprint {
+            // Everything the description shows is equal, so the fingerprint differs by what it
+            // does not show: the normalisation.
+            out.push(format!(
+                "text normalisation (--lowercase, --nfkc, --strip-punctuation, --keep-chars, \
+                 --collapse-whitespace, --no-trim): settings fingerprints {:016x} vs {:016x}",
+                self.sketch_fingerprint, other.sketch_fingerprint
+            ));
+        }
+        if out.is_empty() {
+            out.push("the layouts differ in a way this build cannot name".to_string());
+        }
+        out
+    }
+}
+
+/// The parts of [`TableLayout::sketch_description`] (`Oph num_perm=128 seed=1 shingles=char:5:1
+/// bands=16x8 band_keys=Fast`), whose format is frozen in saved tables.
+struct SketchDescription<'a> {
+    parts: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> SketchDescription<'a> {
+    fn parse(description: &'a str) -> SketchDescription<'a> {
+        let mut words = description.split_whitespace();
+        let mut parts: Vec<(&str, &str)> =
+            words.next().map(|s| ("scheme", s)).into_iter().collect();
+        parts.extend(words.filter_map(|w| w.split_once('=')));
+        SketchDescription { parts }
+    }
+
+    /// The value of `key` as a user writes it (`Oph` → `oph`), or `?` when absent.
+    fn get(&self, key: &str) -> String {
+        self.parts
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map_or_else(|| "?".to_string(), |(_, v)| v.to_ascii_lowercase())
     }
 }
 
@@ -181,6 +295,27 @@ impl KeyTable {
     /// Bytes of key storage per row (8 × columns).
     pub fn bytes_per_row(&self) -> usize {
         8 * self.columns()
+    }
+
+    /// Which table this is, as a hot-key file records it: shard, rows, and the checksum
+    /// [`KeyTable::save`] would end the file with (computed by hashing the file's bytes without
+    /// writing them).
+    pub fn identity(&self) -> TableIdentity {
+        let mut out = ChecksumWriter::new(io::sink());
+        let header = TableHeader {
+            format_version: 1,
+            layout: self.layout.clone(),
+            shard: self.shard,
+            files: self.files.clone(),
+            rows: self.rows() as u64,
+        };
+        write_framed_header(&mut out, MAGIC, &header).expect("writing to a sink cannot fail");
+        write_u64s(&mut out, &self.keys).expect("writing to a sink cannot fail");
+        TableIdentity {
+            shard: self.shard,
+            rows: self.rows() as u64,
+            checksum: out.finish().1,
+        }
     }
 
     /// Writes the table atomically (see `docs/formats.md`, "Key table file").
@@ -432,30 +567,46 @@ impl TableReader {
 }
 
 /// Checks that tables share one layout and that no shard number repeats; returns the layout.
+/// Tables are named by their file when they have one.
 pub(crate) fn check_shards<'a>(
-    tables: impl IntoIterator<Item = (u32, &'a TableLayout)>,
+    tables: impl IntoIterator<Item = (u32, &'a TableLayout, Option<&'a Path>)>,
 ) -> Result<&'a TableLayout, KeysError> {
-    let mut layout: Option<&TableLayout> = None;
-    let mut shards = Vec::new();
-    for (shard, l) in tables {
-        match layout {
-            Some(first) => first.check_compatible(l)?,
-            None => layout = Some(l),
+    let name = |shard: u32, path: Option<&Path>| match path {
+        Some(p) => format!("{} (shard {shard})", p.display()),
+        None => format!("the table of shard {shard}"),
+    };
+    let mut first: Option<(u32, &TableLayout, Option<&Path>)> = None;
+    let mut shards: Vec<(u32, Option<&Path>)> = Vec::new();
+    for (shard, l, path) in tables {
+        match first {
+            Some((first_shard, first_layout, first_path)) if first_layout != l => {
+                return Err(KeysError::Incompatible(format!(
+                    "key tables were made with different settings: {} and {}: {}; make every \
+                     table with the same settings",
+                    name(first_shard, first_path),
+                    name(shard, path),
+                    first_layout.differences(l).join("; ")
+                )));
+            }
+            Some(_) => {}
+            None => first = Some((shard, l, path)),
         }
-        shards.push(shard);
+        if let Some((_, other)) = shards.iter().find(|(s, _)| *s == shard) {
+            return Err(KeysError::Config(format!(
+                "{} and {} claim the same shard number: give each shard its own --shard",
+                name(shard, *other),
+                name(shard, path)
+            )));
+        }
+        shards.push((shard, path));
     }
-    let layout = layout.ok_or_else(|| KeysError::Config("no key tables to merge".into()))?;
-    shards.sort_unstable();
-    if shards.windows(2).any(|w| w[0] == w[1]) {
-        return Err(KeysError::Config(
-            "two key tables claim the same shard number".into(),
-        ));
-    }
-    Ok(layout)
+    first
+        .map(|(_, layout, _)| layout)
+        .ok_or_else(|| KeysError::Config("no key tables to merge".into()))
 }
 
-/// The saved tables of all shards of a run, from their headers only (nothing is loaded): in
-/// shard order, checked to share one layout and to have distinct shard numbers.
+/// The saved tables of all shards of a run, from their headers and trailers only (nothing is
+/// loaded): in shard order, checked to share one layout and to have distinct shard numbers.
 pub struct ShardTables {
     /// The layout all tables share.
     pub layout: TableLayout,
@@ -463,6 +614,11 @@ pub struct ShardTables {
     pub paths: Vec<PathBuf>,
     /// Rows of each table, in the same order.
     pub rows: Vec<u64>,
+    /// Each table's identity, in the same order: the checksum is the one the file ends with,
+    /// verified when the table is read through.
+    pub identities: Vec<TableIdentity>,
+    /// The input files of all tables, in row order.
+    pub files: Vec<FileRows>,
 }
 
 impl ShardTables {
@@ -471,22 +627,58 @@ impl ShardTables {
         let mut headers = Vec::with_capacity(paths.len());
         for p in paths {
             let r = TableReader::open(p)?;
-            headers.push((r.shard(), r.header.layout, p.clone(), r.header.rows));
+            let identity = TableIdentity {
+                shard: r.shard(),
+                rows: r.rows(),
+                checksum: stored_checksum(p)?,
+            };
+            headers.push((identity, r.header.layout, p.clone(), r.header.files));
         }
-        let layout = check_shards(headers.iter().map(|(s, l, ..)| (*s, l)))?.clone();
-        headers.sort_by_key(|(s, ..)| *s);
-        let (paths, rows) = headers.into_iter().map(|(_, _, p, r)| (p, r)).unzip();
-        Ok(ShardTables {
+        let layout = check_shards(
+            headers
+                .iter()
+                .map(|(id, layout, path, _)| (id.shard, layout, Some(path.as_path()))),
+        )?
+        .clone();
+        headers.sort_by_key(|(id, ..)| id.shard);
+        let mut tables = ShardTables {
             layout,
-            paths,
-            rows,
-        })
+            paths: Vec::with_capacity(headers.len()),
+            rows: Vec::with_capacity(headers.len()),
+            identities: Vec::with_capacity(headers.len()),
+            files: Vec::new(),
+        };
+        for (identity, _, path, files) in headers {
+            tables.paths.push(path);
+            tables.rows.push(identity.rows);
+            tables.identities.push(identity);
+            tables.files.extend(files);
+        }
+        Ok(tables)
     }
 
     /// Keys in all tables together.
     pub fn total_keys(&self) -> u64 {
         self.rows.iter().sum::<u64>() * self.layout.columns() as u64
     }
+}
+
+/// The checksum a table file ends with (before its end marker), read without reading the rest.
+fn stored_checksum(path: &Path) -> Result<u64, KeysError> {
+    let mut file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+    let mut trailer = [0u8; 16];
+    file.seek(SeekFrom::End(-16))
+        .and_then(|_| file.read_exact(&mut trailer))
+        .map_err(|e| truncated(path, e))?;
+    if &trailer[8..] != END_MAGIC {
+        return Err(KeysError::Corrupt(format!(
+            "{}: missing end marker (truncated?)",
+            path.display()
+        )));
+    }
+    Ok(u64::from_le_bytes(
+        trailer[..8].try_into().expect("8 bytes"),
+    ))
 }
 
 /// The header of a table read with [`TableReader`], once its checksum was verified.

@@ -1,0 +1,932 @@
+//! Checks of a run's paths, made before any work starts: no output may be, or sit inside, or
+//! contain an input; no output may be read back by a later run over the same arguments; outputs
+//! may not collide with one another; two inputs may not map to the same output file; every output
+//! must be writable. Paths are compared after resolving relative paths and symbolic links (a path
+//! that does not exist yet is resolved through its nearest existing ancestor), and two names of
+//! one file (hard links, same device and inode) are the same file.
+//!
+//! The CLI and the library call the same checks: [`crate::Pipeline::run`], [`crate::apply`],
+//! [`crate::apply_files`], [`crate::write_shard_keys`] and [`crate::merge_hot_key_files`] refuse
+//! what the commands refuse, with the same messages.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! let mut paths = neardup::RunPaths::new();
+//! paths.read_file("the key table", Path::new("keys-0.ndk"));
+//! paths.write_file("the hot-key file (--output)", Path::new("hot.ndh"));
+//! paths.check()?;
+//! # Ok::<(), neardup::Error>(())
+//! ```
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+use neardup_corpus::{Discovery, InputFile, InputSource, SourceKind};
+
+use crate::config::Config;
+use crate::error::Error;
+
+/// What one run reads and writes, to be checked together by [`RunPaths::check`] before the run
+/// starts. Each path comes with what it is for the user ("the decisions file (--decisions)"),
+/// which messages repeat.
+#[derive(Debug, Default)]
+pub struct RunPaths {
+    sources: Vec<InputSource>,
+    /// Input files, with what each is (`"the input file"`, `"the key table"`, …).
+    inputs: Vec<(Cow<'static, str>, PathBuf)>,
+    outputs: Vec<Output>,
+}
+
+#[derive(Debug)]
+struct Output {
+    what: String,
+    path: PathBuf,
+    kind: OutputKind,
+}
+
+#[derive(Debug)]
+enum OutputKind {
+    /// One file, written under a temporary name beside it and renamed.
+    File,
+    /// The filtered dataset's directory and the files it will hold: it holds nothing else.
+    Dataset { files: Vec<DatasetFile> },
+    /// A directory in which spill files are made in private subdirectories: other files may sit
+    /// beside them.
+    SpillDir,
+}
+
+/// One file of a dataset directory: the input's output, at the input's relative path.
+#[derive(Debug)]
+struct DatasetFile {
+    relative: PathBuf,
+    input: PathBuf,
+}
+
+/// Input files by device and inode, to find an output that is an input under another name.
+type InputIds = HashMap<(u64, u64), usize>;
+
+/// A path made absolute with every symbolic link of its existing part resolved; the part that
+/// does not exist yet is appended as written (`.` dropped, `..` taken lexically).
+#[derive(Debug)]
+struct Resolved {
+    path: PathBuf,
+    exists: bool,
+}
+
+impl RunPaths {
+    /// Nothing read or written yet.
+    pub fn new() -> RunPaths {
+        RunPaths::default()
+    }
+
+    /// The input arguments as discovered: their files and the directories and globs they came
+    /// from (outputs are kept out of these trees, so a later run does not read them back).
+    pub fn read_discovered(&mut self, discovery: &Discovery) -> &mut Self {
+        self.sources.extend(discovery.sources.iter().cloned());
+        self.read_inputs(&discovery.files)
+    }
+
+    /// Input files known without their arguments (the inputs recorded in key tables).
+    pub fn read_inputs(&mut self, files: &[InputFile]) -> &mut Self {
+        self.inputs.extend(
+            files
+                .iter()
+                .map(|f| (Cow::Borrowed("the input file"), f.path.clone())),
+        );
+        self
+    }
+
+    /// One more file the run reads: `what` names it for messages (`"the key table"`).
+    pub fn read_file(&mut self, what: &str, path: &Path) -> &mut Self {
+        self.inputs
+            .push((Cow::Owned(what.to_string()), path.to_path_buf()));
+        self
+    }
+
+    /// A file the run writes: `what` names it for messages, flag included
+    /// (`"the decisions file (--decisions)"`).
+    pub fn write_file(&mut self, what: &str, path: &Path) -> &mut Self {
+        self.outputs.push(Output {
+            what: what.to_string(),
+            path: path.to_path_buf(),
+            kind: OutputKind::File,
+        });
+        self
+    }
+
+    /// The filtered dataset's directory, which will hold one output per input file at
+    /// `dir/<relative>`.
+    pub fn write_dataset(&mut self, what: &str, dir: &Path, files: &[InputFile]) -> &mut Self {
+        self.outputs.push(Output {
+            what: what.to_string(),
+            path: dir.to_path_buf(),
+            kind: OutputKind::Dataset {
+                files: files
+                    .iter()
+                    .map(|f| DatasetFile {
+                        relative: f.relative.clone(),
+                        input: f.path.clone(),
+                    })
+                    .collect(),
+            },
+        });
+        self
+    }
+
+    /// The directory spill files go to (created by [`RunPaths::prepare`] when missing).
+    pub fn spill_dir(&mut self, dir: &Path) -> &mut Self {
+        self.outputs.push(Output {
+            what: "the spill directory (--spill-dir)".to_string(),
+            path: dir.to_path_buf(),
+            kind: OutputKind::SpillDir,
+        });
+        self
+    }
+
+    /// Everything a run configured by `config` writes: the dataset directory (holding an output
+    /// for each of `files`), the decisions file, the report and the spill directory.
+    pub fn write_config_outputs(&mut self, config: &Config, files: &[InputFile]) -> &mut Self {
+        if let Some(dir) = &config.output.dir {
+            self.write_dataset("the output directory (--output)", dir, files);
+        }
+        if let Some(p) = &config.output.decisions {
+            self.write_file("the decisions file (--decisions)", p);
+        }
+        if let Some(p) = &config.output.report {
+            self.write_file("the report (--report)", p);
+        }
+        if let Some(dir) = &config.keys.spill_dir {
+            self.spill_dir(dir);
+        }
+        self
+    }
+
+    /// Checks every output against every input and every other output, and that each can be
+    /// written; nothing is created. A refusal (exit code 2 in the CLI) names both paths of each
+    /// conflict, one conflict per line.
+    pub fn check(&self) -> Result<(), Error> {
+        let mut refusals = Refusals::default();
+        let outputs = self.resolve_outputs(&mut refusals);
+        // Only an output that exists already can be an input under another name: a fresh run
+        // does not look at every input's inode.
+        let ids = if outputs.iter().any(|(_, r)| r.exists) {
+            self.input_ids()
+        } else {
+            InputIds::new()
+        };
+        // The gravest conflict of an output first (it would destroy an input), then one reason
+        // per output is enough.
+        self.check_against_input_files(&outputs, &ids, &mut refusals, false);
+        self.check_against_sources(&outputs, &mut refusals);
+        self.check_datasets_around_inputs(&outputs, &mut refusals);
+        self.check_against_input_files(&outputs, &ids, &mut refusals, true);
+        check_between_outputs(&outputs, &mut refusals);
+        check_dataset_names(&outputs, &mut refusals);
+        for (out, resolved) in &outputs {
+            if let Err(e) = writable(out, resolved) {
+                refusals.push(out, e);
+            }
+        }
+        refusals.into_result()
+    }
+
+    /// Makes what the run needs before it starts and after [`RunPaths::check`] passed: a missing
+    /// spill directory is created (with its parents).
+    pub fn prepare(&self) -> Result<(), Error> {
+        for out in &self.outputs {
+            if let OutputKind::SpillDir = out.kind {
+                std::fs::create_dir_all(&out.path).map_err(|e| {
+                    Error::Run(format!(
+                        "cannot create {} {}: {e}",
+                        out.what,
+                        out.path.display()
+                    ))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resolve_outputs(&self, refusals: &mut Refusals) -> Vec<(&Output, Resolved)> {
+        let mut resolved = Vec::new();
+        for out in &self.outputs {
+            // Reports and decisions record paths as text.
+            if out.path.to_str().is_none() {
+                refusals.push(
+                    out,
+                    format!(
+                        "{} {} is not a valid UTF-8 path (reports record paths as text): choose \
+                         another name",
+                        out.what,
+                        out.path.display()
+                    ),
+                );
+                continue;
+            }
+            match resolve(&out.path) {
+                Ok(r) => resolved.push((out, r)),
+                Err(e) => refusals.push(
+                    out,
+                    format!("cannot resolve {} {}: {e}", out.what, out.path.display()),
+                ),
+            }
+        }
+        resolved
+    }
+
+    /// Outputs inside the trees that directory and glob arguments read, and output directories
+    /// containing an argument. (A file argument is an input file: see
+    /// [`RunPaths::check_against_input_files`].)
+    fn check_against_sources(&self, outputs: &[(&Output, Resolved)], refusals: &mut Refusals) {
+        for source in &self.sources {
+            let what_source = match source.kind {
+                SourceKind::File(_) => continue,
+                SourceKind::Dir(_) => format!("the input directory {}", source.arg),
+                SourceKind::Glob { .. } => format!("the input glob {}", source.arg),
+            };
+            let Ok(root) = std::fs::canonicalize(source.root()) else {
+                continue;
+            };
+            for (out, r) in outputs {
+                if refusals.refused(out) {
+                    continue;
+                }
+                let (what, shown) = (&out.what, out.path.display());
+                if matches!(out.kind, OutputKind::Dataset { .. }) && root.starts_with(&r.path) {
+                    let relation = match (&source.kind, root == r.path) {
+                        (_, false) => "contains",
+                        (SourceKind::Glob { .. }, true) => "is the directory of",
+                        _ => "is",
+                    };
+                    refusals.push(
+                        out,
+                        format!(
+                            "{what} {shown} {relation} {what_source}: the outputs would replace \
+                             or mix with the inputs; choose an output directory outside the \
+                             input tree"
+                        ),
+                    );
+                    continue;
+                }
+                let Ok(below) = r.path.strip_prefix(&root) else {
+                    continue;
+                };
+                let read_back = match out.kind {
+                    OutputKind::File => source.reads_file(below),
+                    OutputKind::Dataset { .. } | OutputKind::SpillDir => {
+                        source.may_read_inside(below)
+                    }
+                };
+                if read_back {
+                    refusals.push(
+                        out,
+                        format!(
+                            "{what} {shown} is within {what_source}: a later run over it would \
+                             read the outputs back as input; choose a path outside the input \
+                             tree"
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    fn input_ids(&self) -> InputIds {
+        let mut ids = InputIds::new();
+        for (i, (_, path)) in self.inputs.iter().enumerate() {
+            if let Ok(m) = std::fs::metadata(path) {
+                ids.entry((m.dev(), m.ino())).or_insert(i);
+            }
+        }
+        ids
+    }
+
+    /// Output files that are an input file (by path, link or inode), or with `datasets` the files
+    /// of dataset directories not refused yet.
+    fn check_against_input_files(
+        &self,
+        outputs: &[(&Output, Resolved)],
+        ids: &InputIds,
+        refusals: &mut Refusals,
+        datasets: bool,
+    ) {
+        let input_at = |path: &Path| -> Option<&(Cow<'static, str>, PathBuf)> {
+            let m = std::fs::metadata(path).ok()?;
+            ids.get(&(m.dev(), m.ino())).map(|&i| &self.inputs[i])
+        };
+        for (out, r) in outputs {
+            let is_dataset = matches!(out.kind, OutputKind::Dataset { .. });
+            if !r.exists || is_dataset != datasets || refusals.refused(out) {
+                continue;
+            }
+            let (what, shown) = (&out.what, out.path.display());
+            match &out.kind {
+                OutputKind::File => {
+                    if let Some((input_what, input)) = input_at(&r.path) {
+                        refusals.push(
+                            out,
+                            format!(
+                                "{what} {shown} is {input_what} {}{}: writing it would destroy \
+                                 the input; choose another path",
+                                input.display(),
+                                if out.path == *input {
+                                    ""
+                                } else {
+                                    " (the same file)"
+                                }
+                            ),
+                        );
+                    }
+                }
+                OutputKind::Dataset { files } => {
+                    for DatasetFile {
+                        relative,
+                        input: from,
+                    } in files
+                    {
+                        let target = r.path.join(relative);
+                        if let Some((input_what, input)) = input_at(&target) {
+                            refusals.push(
+                                out,
+                                format!(
+                                    "the output of {} would be written to {}, which is \
+                                     {input_what} {}{}: choose an output directory outside the \
+                                     inputs",
+                                    from.display(),
+                                    target.display(),
+                                    input.display(),
+                                    if target == *input {
+                                        ""
+                                    } else {
+                                        " (the same file)"
+                                    }
+                                ),
+                            );
+                        }
+                    }
+                }
+                OutputKind::SpillDir => {}
+            }
+        }
+    }
+
+    /// Dataset directories holding an input file (found through its resolved directory).
+    fn check_datasets_around_inputs(
+        &self,
+        outputs: &[(&Output, Resolved)],
+        refusals: &mut Refusals,
+    ) {
+        let mut parents = CanonicalParents::default();
+        for (out, r) in outputs {
+            // A directory that does not exist yet holds no input.
+            if !matches!(out.kind, OutputKind::Dataset { .. }) || !r.exists || refusals.refused(out)
+            {
+                continue;
+            }
+            for (input_what, input) in &self.inputs {
+                if parents
+                    .resolve(input)
+                    .is_some_and(|p| p.starts_with(&r.path))
+                {
+                    refusals.push(
+                        out,
+                        format!(
+                            "{} {} contains {input_what} {}: the outputs would replace or mix \
+                             with the inputs; choose an output directory outside the inputs",
+                            out.what,
+                            out.path.display(),
+                            input.display()
+                        ),
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Refusals in the order found, a few per output: one mistake (an output directory over a whole
+/// input tree) can conflict with thousands of inputs, and the first ones say it.
+#[derive(Default)]
+struct Refusals {
+    lines: Vec<String>,
+    per_output: HashMap<String, usize>,
+}
+
+/// Lines shown per output; the rest are counted.
+const SHOWN_PER_OUTPUT: usize = 3;
+
+impl Refusals {
+    fn push(&mut self, output: &Output, line: String) {
+        let n = self.per_output.entry(output.what.clone()).or_default();
+        *n += 1;
+        if *n <= SHOWN_PER_OUTPUT && !self.lines.contains(&line) {
+            self.lines.push(line);
+        }
+    }
+
+    fn refused(&self, output: &Output) -> bool {
+        self.per_output.contains_key(&output.what)
+    }
+
+    fn into_result(mut self) -> Result<(), Error> {
+        let hidden: usize = self
+            .per_output
+            .values()
+            .map(|n| n.saturating_sub(SHOWN_PER_OUTPUT))
+            .sum();
+        if hidden > 0 {
+            self.lines
+                .push(format!("… and {hidden} more conflicts like these"));
+        }
+        if self.lines.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Usage(self.lines.join("\n")))
+        }
+    }
+}
+
+/// Outputs that are one another, or one inside a directory that holds only its own files.
+fn check_between_outputs(outputs: &[(&Output, Resolved)], refusals: &mut Refusals) {
+    let same_inode = |a: &Path, b: &Path| match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    };
+    for (i, (a, ra)) in outputs.iter().enumerate() {
+        for (b, rb) in &outputs[i + 1..] {
+            if ra.path == rb.path || (ra.exists && rb.exists && same_inode(&ra.path, &rb.path)) {
+                refusals.push(
+                    a,
+                    format!(
+                        "{} {} and {} {} are the same path: give each its own",
+                        a.what,
+                        a.path.display(),
+                        b.what,
+                        b.path.display()
+                    ),
+                );
+                continue;
+            }
+            for ((outer, router), (inner, rinner)) in [((a, ra), (b, rb)), ((b, rb), (a, ra))] {
+                if !rinner.path.starts_with(&router.path) {
+                    continue;
+                }
+                match outer.kind {
+                    // Spill files live in private subdirectories of it: other outputs may too.
+                    OutputKind::SpillDir => {}
+                    OutputKind::Dataset { .. } => refusals.push(inner, format!(
+                        "{} {} is inside {} {}, which holds only the filtered dataset: choose a \
+                         path outside it",
+                        inner.what,
+                        inner.path.display(),
+                        outer.what,
+                        outer.path.display()
+                    )),
+                    OutputKind::File => refusals.push(inner, format!(
+                        "{} {} is inside {} {}, which is to be a file: give each its own path",
+                        inner.what,
+                        inner.path.display(),
+                        outer.what,
+                        outer.path.display()
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// Two inputs whose outputs would be the same file of the dataset directory.
+fn check_dataset_names(outputs: &[(&Output, Resolved)], refusals: &mut Refusals) {
+    for (out, _) in outputs {
+        let OutputKind::Dataset { files } = &out.kind else {
+            continue;
+        };
+        let mut claimed: HashMap<PathBuf, &Path> = HashMap::new();
+        for DatasetFile {
+            relative,
+            input: from,
+        } in files
+        {
+            let key: PathBuf = relative
+                .components()
+                .filter(|c| !matches!(c, Component::CurDir))
+                .collect();
+            if let Some(first) = claimed.insert(key, from) {
+                refusals.push(
+                    out,
+                    format!(
+                        "the inputs {} and {} would both be written to {}: outputs keep the \
+                     inputs' paths below their arguments, so pass inputs whose paths differ \
+                     there (e.g. their parent directories instead of the files)",
+                        first.display(),
+                        from.display(),
+                        out.path.join(relative).display()
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Whether the output can be made: a file's directory, or a directory itself, must exist or be
+/// creatable in a writable directory; a file must not be a directory and vice versa.
+fn writable(out: &Output, r: &Resolved) -> Result<(), String> {
+    let (what, shown) = (&out.what, out.path.display());
+    match (&out.kind, std::fs::metadata(&r.path).map(|m| m.is_dir())) {
+        (OutputKind::File, Ok(true)) => {
+            return Err(format!("{what} {shown} is a directory: name a file"));
+        }
+        (OutputKind::Dataset { .. } | OutputKind::SpillDir, Ok(false)) => {
+            return Err(format!("{what} {shown} exists and is not a directory"));
+        }
+        _ => {}
+    }
+    // The directory that must take new entries: a file's parent, or the directory itself; when
+    // that does not exist yet, its nearest existing ancestor, in which it will be created.
+    let mut dir = match out.kind {
+        OutputKind::File => r.path.parent().unwrap_or(&r.path),
+        _ => &r.path,
+    };
+    let meta = loop {
+        match std::fs::metadata(dir) {
+            Ok(m) => break m,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) && dir.parent().is_some() =>
+            {
+                dir = dir.parent().expect("checked");
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot write {what} {shown}: {}: {e}",
+                    dir.display()
+                ));
+            }
+        }
+    };
+    if !meta.is_dir() {
+        return Err(format!(
+            "cannot write {what} {shown}: {} is not a directory",
+            dir.display()
+        ));
+    }
+    access_write(dir).map_err(|e| {
+        format!(
+            "cannot write {what} {shown}: {} does not accept new files ({e})",
+            dir.display()
+        )
+    })
+}
+
+/// `access(2)` for writing and searching a directory: honours permissions, ACLs and read-only
+/// mounts without creating anything.
+fn access_write(dir: &Path) -> io::Result<()> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Resolves input files through their parent directories, each resolved once: many inputs share
+/// a few directories.
+#[derive(Default)]
+struct CanonicalParents {
+    parents: HashMap<PathBuf, Option<PathBuf>>,
+}
+
+impl CanonicalParents {
+    fn resolve(&mut self, file: &Path) -> Option<PathBuf> {
+        // A file that is itself a symbolic link resolves wherever it points.
+        if std::fs::symlink_metadata(file).is_ok_and(|m| m.file_type().is_symlink()) {
+            return std::fs::canonicalize(file).ok();
+        }
+        let name = file.file_name()?;
+        let parent = match file.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        self.parents
+            .entry(parent.to_path_buf())
+            .or_insert_with(|| std::fs::canonicalize(parent).ok())
+            .as_ref()
+            .map(|p| p.join(name))
+    }
+}
+
+/// Resolves `path`: its longest existing ancestor through `canonicalize`, the rest lexically.
+fn resolve(path: &Path) -> io::Result<Resolved> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    if let Ok(c) = std::fs::canonicalize(&absolute) {
+        return Ok(Resolved {
+            path: c,
+            exists: true,
+        });
+    }
+    let components: Vec<Component<'_>> = absolute.components().collect();
+    for split in (1..components.len()).rev() {
+        let head: PathBuf = components[..split].iter().collect();
+        let Ok(existing) = std::fs::canonicalize(&head) else {
+            continue;
+        };
+        let mut path = existing;
+        for c in &components[split..] {
+            match c {
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    path.pop();
+                }
+                other => path.push(other.as_os_str()),
+            }
+        }
+        // `made/../a.jsonl` names `a.jsonl` once `made` exists (the run creates directories
+        // before it writes): what the lexical path names now is what would be written.
+        if let Ok(c) = std::fs::canonicalize(&path) {
+            return Ok(Resolved {
+                path: c,
+                exists: true,
+            });
+        }
+        return Ok(Resolved {
+            path,
+            exists: false,
+        });
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        "no part of the path exists",
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup_corpus::{DiscoverOptions, discover};
+
+    fn touch(p: &Path) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"{\"text\":\"x\"}\n").unwrap();
+    }
+
+    fn refusal(paths: &RunPaths) -> String {
+        match paths.check() {
+            Err(Error::Usage(m)) => m,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    fn discovered(args: &[String]) -> Discovery {
+        let d = discover(args, &DiscoverOptions::default());
+        assert!(d.errors().next().is_none(), "{:?}", d.problems);
+        d
+    }
+
+    fn s(p: &Path) -> String {
+        p.to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn resolves_missing_tails_through_the_existing_ancestor() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, tmp.path().join("link")).unwrap();
+        let r = resolve(&tmp.path().join("link/new/./x/../y.jsonl")).unwrap();
+        let canon = std::fs::canonicalize(&real).unwrap();
+        assert_eq!(r.path, canon.join("new/y.jsonl"));
+        assert!(!r.exists);
+        // Through a directory that does not exist yet, back to one that does.
+        std::fs::write(real.join("a.jsonl"), b"").unwrap();
+        let r = resolve(&tmp.path().join("link/made/../a.jsonl")).unwrap();
+        assert_eq!(r.path, canon.join("a.jsonl"));
+        assert!(r.exists);
+        let r = resolve(&tmp.path().join("link")).unwrap();
+        assert!(r.exists);
+        assert_eq!(r.path, canon);
+    }
+
+    #[test]
+    fn an_output_file_that_is_an_input_by_any_name_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let input = tmp.path().join("in/a.jsonl");
+        touch(&input);
+        std::os::unix::fs::symlink(&input, tmp.path().join("link.jsonl")).unwrap();
+        std::fs::hard_link(&input, tmp.path().join("hard.jsonl")).unwrap();
+        let d = discovered(&[s(&input)]);
+        for out in [
+            input.clone(),
+            tmp.path().join("in/../in/a.jsonl"),
+            tmp.path().join("link.jsonl"),
+            tmp.path().join("hard.jsonl"),
+        ] {
+            let mut paths = RunPaths::new();
+            paths
+                .read_discovered(&d)
+                .write_file("the decisions file (--decisions)", &out);
+            let m = refusal(&paths);
+            assert!(m.contains("--decisions"), "{m}");
+            assert!(m.contains(&*out.to_string_lossy()), "{m}");
+            assert!(m.contains("a.jsonl"), "{m}");
+        }
+        // Beside the input is fine.
+        let mut paths = RunPaths::new();
+        paths.read_discovered(&d).write_file(
+            "the decisions file (--decisions)",
+            &tmp.path().join("d.jsonl"),
+        );
+        paths.check().unwrap();
+    }
+
+    #[test]
+    fn outputs_inside_an_input_directory_or_containing_inputs_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("crawl");
+        touch(&dir.join("a.jsonl"));
+        let d = discovered(&[s(&dir)]);
+        let cases = [
+            ("dataset", dir.join("out"), "within the input directory"),
+            ("dataset", dir.clone(), "is the input directory"),
+            (
+                "dataset",
+                tmp.path().to_path_buf(),
+                "contains the input directory",
+            ),
+            (
+                "file",
+                dir.join("report.json"),
+                "within the input directory",
+            ),
+            ("spill", dir.join("spill"), "within the input directory"),
+        ];
+        for (kind, out, expected) in cases {
+            let mut paths = RunPaths::new();
+            paths.read_discovered(&d);
+            match kind {
+                "dataset" => paths.write_dataset("the output directory (--output)", &out, &d.files),
+                "file" => paths.write_file("the report (--report)", &out),
+                _ => paths.spill_dir(&out),
+            };
+            let m = refusal(&paths);
+            assert!(m.contains(expected), "{kind} {}: {m}", out.display());
+        }
+        // A spill directory may contain the inputs: spill files go to a private subdirectory.
+        let mut paths = RunPaths::new();
+        paths.read_discovered(&d).spill_dir(tmp.path());
+        paths.check().unwrap();
+    }
+
+    #[test]
+    fn globs_refuse_only_what_they_could_read_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        touch(&data.join("a.jsonl"));
+        let flat = discovered(&[format!("{}/*.jsonl", data.display())]);
+        let deep = discovered(&[format!("{}/**/*.jsonl", data.display())]);
+        let check = |d: &Discovery, decisions: &str, dir: &str| {
+            let mut paths = RunPaths::new();
+            paths
+                .read_discovered(d)
+                .write_file("the decisions file (--decisions)", &data.join(decisions))
+                .write_dataset("the output directory (--output)", &data.join(dir), &d.files);
+            paths.check()
+        };
+        // `*.jsonl` reads neither data/d.parquet nor anything in data/out/.
+        check(&flat, "d.parquet", "out").unwrap();
+        let m = match check(&flat, "d.jsonl", "out") {
+            Err(Error::Usage(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(m.contains("input glob") && m.contains("d.jsonl"), "{m}");
+        // `**/*.jsonl` would read data/out/a.jsonl.
+        let m = match check(&deep, "d.parquet", "out") {
+            Err(Error::Usage(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert!(m.contains("input glob") && m.contains("out"), "{m}");
+    }
+
+    #[test]
+    fn outputs_may_not_collide_or_nest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let input = tmp.path().join("in/a.jsonl");
+        touch(&input);
+        let d = discovered(&[s(&input)]);
+        let out = tmp.path().join("out");
+        let base = || {
+            let mut p = RunPaths::new();
+            p.read_discovered(&d)
+                .write_dataset("the output directory (--output)", &out, &d.files);
+            p
+        };
+        let mut p = base();
+        p.write_file("the decisions file (--decisions)", &out.join("a.jsonl"));
+        assert!(refusal(&p).contains("holds only the filtered dataset"));
+        let mut p = base();
+        p.write_file(
+            "the decisions file (--decisions)",
+            &tmp.path().join("x.json"),
+        )
+        .write_file("the report (--report)", &tmp.path().join("./x.json"));
+        assert!(refusal(&p).contains("are the same path"));
+        let mut p = base();
+        p.spill_dir(&out.join("spill"));
+        assert!(refusal(&p).contains("holds only the filtered dataset"));
+        let mut p = base();
+        p.spill_dir(tmp.path()).write_file(
+            "the decisions file (--decisions)",
+            &tmp.path().join("d.jsonl"),
+        );
+        p.check().unwrap();
+    }
+
+    #[test]
+    fn two_inputs_with_one_output_name_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let a = tmp.path().join("a/x.jsonl");
+        let b = tmp.path().join("b/x.jsonl");
+        touch(&a);
+        touch(&b);
+        let d = discovered(&[s(&a), s(&b)]);
+        let mut p = RunPaths::new();
+        p.read_discovered(&d).write_dataset(
+            "the output directory (--output)",
+            &tmp.path().join("out"),
+            &d.files,
+        );
+        let m = refusal(&p);
+        assert!(
+            m.contains("would both be written to") && m.contains("x.jsonl"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn unwritable_places_are_refused_and_nothing_is_created() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("plain");
+        std::fs::write(&file, b"").unwrap();
+        let mut p = RunPaths::new();
+        p.write_file("the report (--report)", &file.join("sub/r.json"));
+        assert!(refusal(&p).contains("is not a directory"));
+        let mut p = RunPaths::new();
+        p.write_file("the report (--report)", tmp.path());
+        assert!(refusal(&p).contains("is a directory"));
+        let mut p = RunPaths::new();
+        p.spill_dir(&file);
+        assert!(refusal(&p).contains("not a directory"));
+        // Missing parents that can be created are fine; nothing is created by the check.
+        let mut p = RunPaths::new();
+        p.write_file(
+            "the report (--report)",
+            &tmp.path().join("new/deeper/r.json"),
+        )
+        .spill_dir(&tmp.path().join("spill/here"));
+        p.check().unwrap();
+        assert!(!tmp.path().join("new").exists() && !tmp.path().join("spill").exists());
+        p.prepare().unwrap();
+        assert!(tmp.path().join("spill/here").is_dir());
+        assert!(!tmp.path().join("new").exists());
+    }
+
+    #[test]
+    fn a_read_only_directory_is_refused_unless_privileges_ignore_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let locked = tmp.path().join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let privileged = std::fs::write(locked.join("probe"), b"").is_ok();
+        let mut p = RunPaths::new();
+        p.write_file("the report (--report)", &locked.join("r.json"));
+        if privileged {
+            p.check().unwrap();
+        } else {
+            assert!(refusal(&p).contains("does not accept new files"));
+        }
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn non_utf8_output_paths_are_refused() {
+        use std::os::unix::ffi::OsStrExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let name = std::ffi::OsStr::from_bytes(b"r\xff.json");
+        let mut p = RunPaths::new();
+        p.write_file("the report (--report)", &tmp.path().join(name));
+        assert!(refusal(&p).contains("UTF-8"));
+    }
+}
