@@ -9,7 +9,13 @@
 //!   every bad record turned into a typed [`SkipReason`] and every unreadable region into a
 //!   [`ReadError`] ([`read_chunk`]);
 //! - **writing** filtered copies of the inputs ([`OutputDir`], [`FileWriter`]), atomic files
-//!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]).
+//!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]);
+//! - **publishing** a run's outputs all or nothing ([`Publication`]): staging under hidden,
+//!   locked names carrying a [`RunId`], one commit with a journal (finished by the next run if
+//!   this one dies inside it), the output directory's manifest ([`Manifest`], `_SUCCESS`),
+//!   `overwrite` replacing only files an earlier manifest lists; the life of scratch files and
+//!   spill directories ([`ScratchFile`], [`ScratchDir`]) and the removal of what dead runs left;
+//!   the [`CancelToken`] that stops a run.
 //!
 //! It does not own hashing, sketching, deduplication, threading or reporting policy: callers
 //! decide what an empty text means, whether an error stops the run, and how chunks are scheduled.
@@ -27,6 +33,7 @@ mod format;
 mod json;
 mod jsonl;
 mod parquet_read;
+mod publish;
 mod read;
 mod select;
 mod share;
@@ -37,12 +44,16 @@ pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_
 pub use discover::{DiscoverOptions, Discovery, InputProblem, discover};
 pub use error::{ReadError, WriteError};
 pub use format::{Compression, Format, InputFile};
+pub use publish::{
+    AtomicFile, CancelToken, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
+    PublishOptions, Published, RunId, ScratchDir, ScratchFile, read_manifest,
+};
 pub use read::{
     Block, ChunkReader, Projection, ReadOptions, Sample, SampleText, SkipReason, read_chunk,
 };
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use share::{BlockQueue, Relay};
-pub use write::{AtomicFile, FileWriter, OutputDir, OutputOptions, WrittenFile};
+pub use write::{FileWriter, OutputDir, OutputOptions, WrittenFile};
 
 #[cfg(test)]
 mod tests {
@@ -58,6 +69,8 @@ mod tests {
         send::<crate::DecisionWriter>();
         send::<crate::AtomicFile>();
         sync::<crate::OutputDir>();
+        sync::<crate::Publication>();
+        send::<crate::Publication>();
         send::<crate::ReadError>();
         send::<crate::WriteError>();
     }

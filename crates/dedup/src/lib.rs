@@ -13,7 +13,8 @@
 //!   stage 1 recorded, so each worker knows the table row of every sample) and sign only hot
 //!   samples; one thread decides in input order, so the decisions are identical for any thread
 //!   count; the filtered dataset (through `neardup-corpus` writers, on their own thread) and the
-//!   decisions file come out of the same pass;
+//!   decisions file come out of the same pass, into a `neardup_corpus::Publication` that
+//!   publishes them all or nothing; a cancel token stops the pass between blocks;
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys or count them (stage 1, `neardup-keys`), parse inputs or format
@@ -30,4 +31,6 @@ pub use deduper::{
     Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
 };
 pub use error::DedupError;
-pub use stage::{ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup};
+pub use stage::{
+    ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup, run_dedup_into,
+};

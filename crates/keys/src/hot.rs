@@ -113,7 +113,13 @@ impl HotKeys {
 
     /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file").
     pub fn save(&self, path: &Path) -> Result<(), KeysError> {
-        let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
+        self.save_to(AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?)
+    }
+
+    /// Writes the hot-key file into `file` and commits it (for a file of a
+    /// [`neardup_corpus::Publication`]: marks it ready to be published with the run's report).
+    pub fn save_to(&self, file: AtomicFile) -> Result<(), KeysError> {
+        let path = &file.path().to_path_buf();
         let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
         let header = HotHeader {
             format_version: 1,

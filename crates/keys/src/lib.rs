@@ -37,7 +37,7 @@ pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
     KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore, collect_keys,
-    merge_table_files, merge_tables, run_keys, write_keys,
+    merge_table_files, merge_tables, run_keys, write_keys, write_keys_to,
 };
 pub use table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableParts,
