@@ -653,6 +653,17 @@ impl Publication {
         self.committed = true;
         if let Some(d) = &self.dataset {
             let _ = fs::remove_dir_all(&d.staging);
+            // Subdirectories that only held an earlier run's files, now removed, go too.
+            let dir = absolute(d.out.path())?;
+            for gone in &asides {
+                let mut at = gone.parent();
+                while let Some(sub) = at.filter(|p| p.starts_with(&dir) && *p != dir) {
+                    if fs::remove_dir(sub).is_err() {
+                        break;
+                    }
+                    at = sub.parent();
+                }
+            }
         }
         Ok(Published {
             run_id: run,
@@ -709,13 +720,14 @@ impl Publication {
 
 impl Drop for Publication {
     fn drop(&mut self) {
-        if !self.committed {
-            if let Some(d) = &self.dataset {
-                let _ = fs::remove_dir_all(&d.staging);
-            }
-            for s in self.shared.files().iter() {
-                let _ = fs::remove_file(&s.temp);
-            }
+        if self.committed {
+            return;
+        }
+        if let Some(d) = &self.dataset {
+            let _ = fs::remove_dir_all(&d.staging);
+        }
+        for s in self.shared.files().iter() {
+            let _ = fs::remove_file(&s.temp);
         }
         for dir in lock_ignoring_poison(&self.created).iter().rev() {
             let _ = fs::remove_dir(dir);

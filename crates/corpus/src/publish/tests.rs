@@ -454,3 +454,35 @@ fn dates_are_rfc3339() {
     let t = UNIX_EPOCH + std::time::Duration::from_secs(4_107_542_399); // 2100-02-28 23:59:59
     assert_eq!(rfc3339_utc(t), "2100-02-28T23:59:59.000Z");
 }
+
+#[test]
+fn an_earlier_runs_files_in_subdirectories_go_with_their_emptied_directories() {
+    let s = Setup::new("one");
+    let mut nested = s.inputs[0].clone();
+    nested.relative = PathBuf::from("sub/deeper/a.jsonl");
+    let options = |overwrite, outputs: Vec<PathBuf>| PublishOptions {
+        output: Some(OutputOptions {
+            dir: s.out(),
+            overwrite,
+            max_output_bytes: None,
+        }),
+        outputs,
+        ..PublishOptions::default()
+    };
+    let p = Publication::begin(&options(false, vec![nested.relative.clone()])).unwrap();
+    copy_all(&p, &nested);
+    p.commit().unwrap();
+    assert_eq!(
+        tree(&s.out()),
+        ["_SUCCESS", "sub/", "sub/deeper/", "sub/deeper/a.jsonl"]
+    );
+    fs::create_dir(s.out().join("sub/mine")).unwrap();
+    let p = Publication::begin(&options(true, vec![s.inputs[1].relative.clone()])).unwrap();
+    copy_all(&p, &s.inputs[1]);
+    p.commit().unwrap();
+    assert_eq!(
+        tree(&s.out()),
+        ["_SUCCESS", "a-1.jsonl", "sub/", "sub/mine/"],
+        "sub/deeper emptied and removed, the user's sub/mine kept"
+    );
+}
