@@ -100,6 +100,11 @@ impl WriteError {
         &self.path
     }
 
+    /// What went wrong, without the path.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// Stable snake_case class: `"io"` (the message is the system's error), `"exists"` (output
     /// directory not empty, no overwrite), `"in_use"` (another live run writes to the output
     /// directory), `"not_ours"` (an output would replace a file no manifest lists),

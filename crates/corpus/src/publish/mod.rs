@@ -857,8 +857,8 @@ impl AtomicFile {
             files: vec![path.to_path_buf()],
             ..PublishOptions::default()
         })
-        .map_err(io::Error::other)?;
-        let mut f = p.file(path).map_err(io::Error::other)?;
+        .map_err(without_path)?;
+        let mut f = p.file(path).map_err(without_path)?;
         f.owner = Owner::Alone(Box::new(p));
         Ok(f)
     }
@@ -877,7 +877,7 @@ impl AtomicFile {
         match self.owner {
             Owner::Alone(p) => {
                 p.shared.files()[0].state = State::Ready { bytes };
-                p.commit().map(|_| ()).map_err(io::Error::other)
+                p.commit().map(|_| ()).map_err(without_path)
             }
             Owner::Shared(shared, index) => {
                 shared.files()[index].state = State::Ready { bytes };
@@ -885,6 +885,11 @@ impl AtomicFile {
             }
         }
     }
+}
+
+/// An error of a file's own publication, for callers who name the file themselves.
+fn without_path(e: WriteError) -> io::Error {
+    io::Error::other(e.message().to_string())
 }
 
 impl Write for AtomicFile {
