@@ -92,6 +92,8 @@ fn estimate_only_mode_stays_close_to_the_ideal_set() {
     assert_eq!(report.stage2.deduper.verifications, 0);
 }
 
+/// The data files of an output directory with their bytes; the manifest (which names its run)
+/// is checked to list exactly them.
 fn read_dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
         .unwrap()
@@ -102,8 +104,23 @@ fn read_dir_bytes(dir: &Path) -> Vec<(String, Vec<u8>)> {
                 std::fs::read(e.path()).unwrap(),
             )
         })
+        .filter(|(name, _)| name != neardup::corpus::MANIFEST)
         .collect();
     out.sort();
+    let manifest = neardup::corpus::read_manifest(dir, neardup::corpus::MANIFEST)
+        .unwrap()
+        .expect("a published directory has its manifest");
+    let mut listed: Vec<(String, u64)> = manifest
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), f.bytes))
+        .collect();
+    listed.sort();
+    let on_disk: Vec<(String, u64)> = out
+        .iter()
+        .map(|(n, b)| (n.clone(), b.len() as u64))
+        .collect();
+    assert_eq!(listed, on_disk, "the manifest lists the files");
     out
 }
 

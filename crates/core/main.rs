@@ -3,18 +3,20 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use clap::{Args, Parser, Subcommand};
-use neardup::corpus::Format;
+use neardup::corpus::{AtomicFile, Format, Publication, PublishOptions, WriteError};
 use neardup::dedup::{EmptyPolicy, Verify};
 use neardup::keys::{HotKeys, KeysError, OnError, Progress};
 use neardup::sketch::{BandKeyScheme, HashScheme, LshParams};
-use neardup::{Config, Error, FieldsModeSetting, Pipeline, Report, RunPaths, Tokenize};
+use neardup::{
+    CancelToken, Config, Error, FieldsModeSetting, Pipeline, Report, RunControl, RunPaths, Tokenize,
+};
 
 /// Near-duplicate detection for large text corpora (MinHash + LSH in two streaming stages).
 #[derive(Parser, Debug)]
@@ -621,9 +623,78 @@ impl Drop for ProgressView {
     }
 }
 
+/// The first of SIGINT, SIGTERM and SIGHUP that arrived (0: none).
+static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// The running command's cancel token, set before the signal handlers are installed.
+static CANCEL: OnceLock<CancelToken> = OnceLock::new();
+
+/// Only async-signal-safe work: atomics, write(2) and _exit(2).
+extern "C" fn on_signal(signal: libc::c_int) {
+    if SIGNAL
+        .compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        const MSG: &[u8] =
+            b"\nneardup: second signal: exiting at once; the next run removes what is left\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(128 + signal);
+        }
+    }
+    if let Some(cancel) = CANCEL.get() {
+        cancel.cancel();
+    }
+}
+
+/// Makes SIGINT, SIGTERM and SIGHUP stop the run cleanly: the first cancels the returned token
+/// (the run stops at its next block, removes what it wrote and exits with 128 + the signal's
+/// number), a second exits at once. A signal ignored when neardup started (`nohup`, a
+/// background job) stays ignored.
+fn handle_signals() -> CancelToken {
+    let cancel = CANCEL.get_or_init(CancelToken::new).clone();
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: sigaction with a zeroed, then filled, action; the handler only touches atomics.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_IGN
+            {
+                continue;
+            }
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+    cancel
+}
+
+fn signal_name(signal: i32) -> String {
+    match signal {
+        libc::SIGINT => "SIGINT".into(),
+        libc::SIGTERM => "SIGTERM".into(),
+        libc::SIGHUP => "SIGHUP".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+fn publish_error(e: WriteError) -> Error {
+    if e.kind() == "interrupted" {
+        Error::Interrupted
+    } else {
+        Error::Run(e.to_string())
+    }
+}
+
 fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error> {
+    let cancel = handle_signals();
     let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-    let pipeline = Pipeline::new(config)?.with_progress(stages[0].clone(), stages[1].clone());
+    let pipeline = Pipeline::new(config)?
+        .with_progress(stages[0].clone(), stages[1].clone())
+        .with_cancel(cancel);
     let _view = ProgressView::start(stages, quiet);
     pipeline.run()
 }
@@ -658,10 +729,20 @@ fn require_outputs(config: &Config) -> Result<(), Error> {
 
 /// Writes `value` as pretty JSON, atomically.
 fn save_json(path: &std::path::Path, value: &impl serde::Serialize) -> Result<(), Error> {
-    let fail = |e: &dyn std::fmt::Display| Error::Run(format!("{}: {e}", path.display()));
-    let mut f = neardup::corpus::AtomicFile::create(path).map_err(|e| fail(&e))?;
-    serde_json::to_writer_pretty(&mut f, value).map_err(|e| fail(&e))?;
-    f.commit().map_err(|e| fail(&e))
+    save_json_to(
+        AtomicFile::create(path)
+            .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
+        value,
+    )
+}
+
+/// Writes `value` as pretty JSON into `file` and commits it.
+fn save_json_to(mut file: AtomicFile, value: &impl serde::Serialize) -> Result<(), Error> {
+    let path = file.path().to_path_buf();
+    let fail =
+        |e: &dyn std::fmt::Display| Error::Run(format!("cannot write {}: {e}", path.display()));
+    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(&e))?;
+    file.commit().map_err(|e| fail(&e))
 }
 
 fn run(cli: Cli) -> Result<(), Error> {
@@ -730,15 +811,27 @@ fn run(cli: Cli) -> Result<(), Error> {
                 tracing::warn!("input problem: {p}");
             }
             let files = found.files;
+            let cancel = handle_signals();
+            // The table and its report are published together when the shard is done.
+            let publication = Publication::begin(&PublishOptions {
+                files: std::iter::once(output.clone())
+                    .chain(report.clone())
+                    .collect(),
+                cancel: cancel.clone(),
+                ..PublishOptions::default()
+            })
+            .map_err(publish_error)?;
             let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
             keys.progress = Some(progress[0].clone());
+            keys.cancel = cancel;
             let stats = {
                 let _view = ProgressView::start(progress, quiet);
-                neardup::keys::write_keys(&files, shard, &keys, &output)?
+                let table = publication.file(&output).map_err(publish_error)?;
+                neardup::keys::write_keys_to(&files, shard, &keys, table)?
             };
             if let Some(path) = &report {
-                save_json(
-                    path,
+                save_json_to(
+                    publication.file(path).map_err(publish_error)?,
                     &serde_json::json!({
                         "neardup": env!("CARGO_PKG_VERSION"),
                         "shard": shard,
@@ -749,6 +842,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     }),
                 )?;
             }
+            publication.commit().map_err(publish_error)?;
             note(
                 quiet,
                 format_args!(
@@ -789,11 +883,25 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
             paths.check()?;
             let started = Instant::now();
-            let (hot, mask, stats) = neardup::merge_hot_key_files(&config, &tables)?;
-            hot.save(&output)?;
+            let control = RunControl {
+                cancel: handle_signals(),
+                ..RunControl::default()
+            };
+            // The hot-key file and its report are published together at the end.
+            let publication = Publication::begin(&PublishOptions {
+                files: std::iter::once(output.clone())
+                    .chain(report.clone())
+                    .collect(),
+                scratch_dirs: config.keys.spill_dir.iter().cloned().collect(),
+                cancel: control.cancel.clone(),
+                ..PublishOptions::default()
+            })
+            .map_err(publish_error)?;
+            let (hot, mask, stats) = neardup::merge_hot_key_files_with(&config, &tables, &control)?;
+            hot.save_to(publication.file(&output).map_err(publish_error)?)?;
             if let Some(path) = &report {
-                save_json(
-                    path,
+                save_json_to(
+                    publication.file(path).map_err(publish_error)?,
                     &serde_json::json!({
                         "neardup": env!("CARGO_PKG_VERSION"),
                         "tables": tables,
@@ -806,6 +914,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                     }),
                 )?;
             }
+            publication.commit().map_err(publish_error)?;
             note(
                 quiet,
                 format_args!(
@@ -848,10 +957,14 @@ fn run(cli: Cli) -> Result<(), Error> {
                 other => Error::Run(other.to_string()),
             })?;
             let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-            let stage2 = Some(progress[1].clone());
+            let control = RunControl {
+                stage2: Some(progress[1].clone()),
+                cancel: handle_signals(),
+                ..RunControl::default()
+            };
             let report = {
                 let _view = ProgressView::start(progress, quiet);
-                neardup::apply_files_with_progress(&config, &hot, &tables, stage2, &mut |_| {})?
+                neardup::apply_files_with(&config, &hot, &tables, &control, &mut |_| {})?
             };
             note(quiet, report.summary());
         }
@@ -966,7 +1079,24 @@ fn params_table(p: &LshParams, threshold: f64, num_perm: usize, points: usize) -
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.quiet, cli.verbose);
-    match run(cli) {
+    let result = run(cli);
+    let signal = SIGNAL.load(Ordering::SeqCst);
+    if signal != 0 {
+        let name = signal_name(signal);
+        match &result {
+            Ok(()) => eprintln!(
+                "neardup: {name} arrived while the outputs were being published; they are \
+                 published whole"
+            ),
+            Err(Error::Interrupted) => eprintln!(
+                "neardup: interrupted by {name}; nothing was published and the files this run had \
+                 written were removed"
+            ),
+            Err(e) => eprintln!("neardup: error: {e}\nneardup: interrupted by {name}"),
+        }
+        return ExitCode::from((128 + signal) as u8);
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "neardup: error: {e}");

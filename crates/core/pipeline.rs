@@ -1,13 +1,17 @@
 //! The two stages wired together, and the stage-level steps a custom scheduler runs apart.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use neardup_corpus::{AtomicFile, DiscoverOptions, Discovery, InputFile, OutputOptions, discover};
-use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup};
+use neardup_corpus::{
+    AtomicFile, CancelToken, DiscoverOptions, Discovery, InputFile, OutputOptions, Publication,
+    PublishOptions, WriteError, discover,
+};
+use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup_into};
 use neardup_keys::{
     CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
-    ShardTables, UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys,
-    write_keys,
+    Progress, ShardTables, UnreadableRange, collect_keys, merge_table_files, merge_tables,
+    run_keys, write_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -211,15 +215,85 @@ impl Report {
 
     /// Writes the report as JSON, atomically.
     pub fn save(&self, path: &Path) -> Result<(), Error> {
-        let mut f =
-            AtomicFile::create(path).map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
-        serde_json::to_writer_pretty(&mut f, self)
-            .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
-        std::io::Write::write_all(&mut f, b"\n")
-            .map_err(|e| Error::Run(format!("{}: {e}", path.display())))?;
-        f.commit()
-            .map_err(|e| Error::Run(format!("{}: {e}", path.display())))
+        self.save_to(
+            AtomicFile::create(path)
+                .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
+        )
     }
+
+    /// Writes the report as JSON into `file` and commits it (for a file of a [`Publication`]:
+    /// marks it ready to be published with the run's other outputs).
+    pub fn save_to(&self, file: AtomicFile) -> Result<(), Error> {
+        save_json_to(file, self)
+    }
+}
+
+/// Writes `value` as pretty JSON (and a newline) into `file` and commits it.
+pub(crate) fn save_json_to(mut file: AtomicFile, value: &impl Serialize) -> Result<(), Error> {
+    let path = file.path().to_path_buf();
+    let fail =
+        |e: &dyn std::fmt::Display| Error::Run(format!("cannot write {}: {e}", path.display()));
+    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(&e))?;
+    std::io::Write::write_all(&mut file, b"\n").map_err(|e| fail(&e))?;
+    file.commit().map_err(|e| fail(&e))
+}
+
+/// What a caller watches a run by and stops it with.
+#[derive(Clone, Debug, Default)]
+pub struct RunControl {
+    /// Counters of stage 1 (bytes and samples read), updated as blocks finish.
+    pub stage1: Option<Arc<Progress>>,
+    /// Counters of stage 2.
+    pub stage2: Option<Arc<Progress>>,
+    /// Set it (from any thread, or a signal handler) to stop the run at its next block or
+    /// partition: the run then fails with [`Error::Interrupted`], and nothing it would have
+    /// written is published.
+    pub cancel: CancelToken,
+}
+
+/// A publication error as the facade reports it.
+pub(crate) fn publish_error(e: WriteError) -> Error {
+    if e.kind() == "interrupted" {
+        Error::Interrupted
+    } else {
+        Error::Run(e.to_string())
+    }
+}
+
+/// Begins publishing a deduplicating run's outputs (dataset, decisions, report), before any work:
+/// the checks of [`Publication::begin`] run here.
+fn begin_publication(
+    config: &Config,
+    inputs: &[InputFile],
+    cancel: &CancelToken,
+) -> Result<Publication, Error> {
+    Publication::begin(&PublishOptions {
+        output: config.output.dir.as_ref().map(|dir| OutputOptions {
+            dir: dir.clone(),
+            overwrite: config.output.overwrite,
+            max_output_bytes: config.output.max_output_bytes,
+        }),
+        outputs: inputs.iter().map(|f| f.relative.clone()).collect(),
+        decisions: config.output.decisions.clone(),
+        report: config.output.report.clone(),
+        scratch_dirs: config.keys.spill_dir.iter().cloned().collect(),
+        cancel: cancel.clone(),
+        ..PublishOptions::default()
+    })
+    .map_err(publish_error)
+}
+
+/// Adds the report to the run's outputs and publishes them all.
+fn publish_with_report(
+    publication: Publication,
+    config: &Config,
+    report: &Report,
+) -> Result<(), Error> {
+    if let Some(p) = &config.output.report {
+        report.save_to(publication.file(p).map_err(publish_error)?)?;
+    }
+    publication.commit().map_err(publish_error)?;
+    Ok(())
 }
 
 /// Discovers the configured inputs; fails when an argument cannot be used as given (a missing
@@ -310,6 +384,7 @@ pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
         }),
         decisions: config.output.decisions.clone(),
         progress: None,
+        cancel: CancelToken::new(),
     })
 }
 
@@ -390,6 +465,16 @@ pub fn merge_hot_key_files(
     config: &Config,
     tables: &[PathBuf],
 ) -> Result<(HotKeys, HotMask, CountStats), Error> {
+    merge_hot_key_files_with(config, tables, &RunControl::default())
+}
+
+/// [`merge_hot_key_files`], stopped by `control.cancel` between blocks of keys read and between
+/// partitions counted.
+pub fn merge_hot_key_files_with(
+    config: &Config,
+    tables: &[PathBuf],
+    control: &RunControl,
+) -> Result<(HotKeys, HotMask, CountStats), Error> {
     config.validate_run()?;
     let mut paths = RunPaths::new();
     for t in tables {
@@ -406,6 +491,7 @@ pub fn merge_hot_key_files(
             config.keys.min_key_count,
             config.keys.memory_limit,
             config.keys.spill_dir.as_deref(),
+            &control.cancel,
         )?)
     };
     match config.run.threads {
@@ -433,8 +519,11 @@ pub fn apply(
         .flat_map(|t| t.files().iter().cloned())
         .collect();
     check_apply_paths(config, &files, &[])?;
+    let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
+    let control = RunControl::default();
+    let publication = begin_publication(config, &inputs, &control.cancel)?;
     let mask = HotMask::from_tables(&ordered, hot).map_err(wrong_tables)?;
-    apply_with_mask(config, &files, &mask, None, observe)
+    apply_with_mask(config, &files, &mask, publication, &control, observe)
 }
 
 /// [`apply`] given the shards' saved tables: only their headers and the hot mask (two bits per
@@ -454,7 +543,22 @@ pub fn apply_files_with_progress(
     config: &Config,
     hot: &HotKeys,
     tables: &[PathBuf],
-    progress: Option<std::sync::Arc<neardup_keys::Progress>>,
+    progress: Option<Arc<Progress>>,
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<Report, Error> {
+    let control = RunControl {
+        stage2: progress,
+        ..RunControl::default()
+    };
+    apply_files_with(config, hot, tables, &control, observe)
+}
+
+/// [`apply_files`], watched by `control.stage2` and stopped by `control.cancel`.
+pub fn apply_files_with(
+    config: &Config,
+    hot: &HotKeys,
+    tables: &[PathBuf],
+    control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
     check_hot_layout(config, hot)?;
@@ -462,8 +566,10 @@ pub fn apply_files_with_progress(
     hot.check_tables(&shards.identities, Some(&shards.paths))
         .map_err(wrong_tables)?;
     check_apply_paths(config, &shards.files, tables)?;
+    let inputs: Vec<InputFile> = shards.files.iter().map(|f| f.input.clone()).collect();
+    let publication = begin_publication(config, &inputs, &control.cancel)?;
     let (mask, files) = HotMask::from_table_files(&shards, hot)?;
-    apply_with_mask(config, &files, &mask, progress, observe)
+    apply_with_mask(config, &files, &mask, publication, control, observe)
 }
 
 /// Tables that are not the ones the hot keys were counted from, or that cannot go together, are
@@ -505,24 +611,25 @@ fn apply_with_mask(
     config: &Config,
     files: &[FileRows],
     mask: &HotMask,
-    progress: Option<std::sync::Arc<neardup_keys::Progress>>,
+    publication: Publication,
+    control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
     let mut cfg = apply_config(config)?;
-    cfg.progress = progress;
+    cfg.progress = control.stage2.clone();
+    cfg.cancel = control.cancel.clone();
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    let stage2 = run_dedup(files, mask, &cfg, observe)?;
+    let stage2 = run_dedup_into(files, mask, &cfg, &publication, observe)?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);
-    if let Some(p) = &config.output.report {
-        report.save(p)?;
-    }
+    publish_with_report(publication, config, &report)?;
     Ok(report)
 }
 
-/// A whole run: both stages end to end.
+/// A whole run: both stages end to end. Its outputs (dataset, decisions, report) are published
+/// together when it ends, all or nothing (see `docs/formats.md`, "How outputs are published").
 pub struct Pipeline {
     config: Config,
-    progress: [Option<std::sync::Arc<neardup_keys::Progress>>; 2],
+    control: RunControl,
 }
 
 impl Pipeline {
@@ -531,17 +638,23 @@ impl Pipeline {
         config.validate()?;
         Ok(Pipeline {
             config,
-            progress: [None, None],
+            control: RunControl::default(),
         })
     }
 
     /// Counters to watch stage 1 and stage 2 by, while [`Pipeline::run`] goes.
-    pub fn with_progress(
-        mut self,
-        stage1: std::sync::Arc<neardup_keys::Progress>,
-        stage2: std::sync::Arc<neardup_keys::Progress>,
-    ) -> Pipeline {
-        self.progress = [Some(stage1), Some(stage2)];
+    pub fn with_progress(mut self, stage1: Arc<Progress>, stage2: Arc<Progress>) -> Pipeline {
+        self.control.stage1 = Some(stage1);
+        self.control.stage2 = Some(stage2);
+        self
+    }
+
+    /// A token that stops the run when cancelled (e.g. on Ctrl-C): both stages stop at their
+    /// next block or partition, the run fails with [`Error::Interrupted`], and nothing is
+    /// published; what it wrote is removed. Cancelled after the commit has begun, it no longer
+    /// stops anything: the run's outputs are then published whole.
+    pub fn with_cancel(mut self, cancel: CancelToken) -> Pipeline {
+        self.control.cancel = cancel;
         self
     }
 
@@ -566,8 +679,10 @@ impl Pipeline {
         paths.check()?;
         paths.prepare()?;
         let files = found.files;
+        let publication = begin_publication(&self.config, &files, &self.control.cancel)?;
         let mut keys = keys_config(&self.config)?;
-        keys.progress = self.progress[0].clone();
+        keys.progress = self.control.stage1.clone();
+        keys.cancel = self.control.cancel.clone();
         let KeysOutput {
             files: rows,
             mask,
@@ -575,12 +690,11 @@ impl Pipeline {
             ..
         } = run_keys(&files, 0, &keys)?;
         let mut cfg = apply_config(&self.config)?;
-        cfg.progress = self.progress[1].clone();
-        let stage2 = run_dedup(&rows, &mask, &cfg, observe)?;
+        cfg.progress = self.control.stage2.clone();
+        cfg.cancel = self.control.cancel.clone();
+        let stage2 = run_dedup_into(&rows, &mask, &cfg, &publication, observe)?;
         let report = Report::new(&self.config, &files, problems, Some(stats), stage2);
-        if let Some(p) = &self.config.output.report {
-            report.save(p)?;
-        }
+        publish_with_report(publication, &self.config, &report)?;
         Ok(report)
     }
 

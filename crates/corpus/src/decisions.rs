@@ -1,9 +1,12 @@
-//! The per-sample decisions file (JSONL or Parquet), written atomically and read back.
+//! The per-sample decisions file (JSONL or Parquet), written atomically (alone or as one output
+//! of a [`crate::Publication`]) and read back.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::error::{ReadError, WriteError};
+use crate::publish::AtomicFile;
 use arrow_array::builder::{
     BooleanBuilder, Float64Builder, StringBuilder, UInt32Builder, UInt64Builder,
 };
@@ -15,10 +18,6 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use tempfile::NamedTempFile;
-
-use crate::error::{ReadError, WriteError};
-use crate::write::{AtomicFile, sync_dir, temp_beside};
 
 /// Rows buffered before a Parquet decisions batch is encoded.
 const BATCH_ROWS: usize = 65536;
@@ -199,14 +198,16 @@ impl Builders {
 enum Sink {
     Jsonl(AtomicFile),
     Parquet {
-        writer: Box<ArrowWriter<NamedTempFile>>,
+        writer: Box<ArrowWriter<AtomicFile>>,
         builders: Box<Builders>,
         schema: SchemaRef,
     },
 }
 
 /// JSONL or Parquet chosen by the path's extension (`.parquet` -> Parquet, anything else ->
-/// JSONL); atomic like [`crate::FileWriter`]. JSONL lines have exactly the keys file, record,
+/// JSONL), written through an [`AtomicFile`]: nothing appears under the final name before
+/// [`DecisionWriter::finish`] (or, for a publication's file, before the publication's commit).
+/// JSONL lines have exactly the keys file, record,
 /// field, id, keep, reason, dup_of_file, dup_of_record, dup_of_id, similarity (null when absent),
 /// in that order.
 pub struct DecisionWriter {
@@ -230,26 +231,32 @@ impl std::fmt::Debug for DecisionWriter {
 }
 
 impl DecisionWriter {
-    /// Starts writing `path` (its directory must exist).
+    /// Starts writing `path` on its own: [`DecisionWriter::finish`] publishes it.
     pub fn create(path: &Path) -> Result<DecisionWriter, WriteError> {
-        let sink = if is_parquet(path) {
+        DecisionWriter::to_file(AtomicFile::create(path).map_err(|e| WriteError::io(path, e))?)
+    }
+
+    /// Starts writing into `file` (e.g. [`crate::Publication::file`]); the format follows its
+    /// path.
+    pub fn to_file(file: AtomicFile) -> Result<DecisionWriter, WriteError> {
+        let path = file.path().to_path_buf();
+        let sink = if is_parquet(&path) {
             let schema = decision_schema();
             let props = WriterProperties::builder()
                 .set_compression(Compression::ZSTD(ZstdLevel::default()))
                 .build();
-            let f = temp_beside(path).map_err(|e| WriteError::io(path, e))?;
-            let writer = ArrowWriter::try_new(f, schema.clone(), Some(props))
-                .map_err(|e| WriteError::new(path, "parquet", e.to_string()))?;
+            let writer = ArrowWriter::try_new(file, schema.clone(), Some(props))
+                .map_err(|e| WriteError::new(&path, "parquet", e.to_string()))?;
             Sink::Parquet {
                 writer: Box::new(writer),
                 builders: Box::default(),
                 schema,
             }
         } else {
-            Sink::Jsonl(AtomicFile::create(path).map_err(|e| WriteError::io(path, e))?)
+            Sink::Jsonl(file)
         };
         Ok(DecisionWriter {
-            path: path.to_path_buf(),
+            path,
             sink,
             rows: 0,
         })
@@ -281,7 +288,8 @@ impl DecisionWriter {
         Ok(())
     }
 
-    /// Flushes, fsyncs and renames; returns the number of rows written.
+    /// Flushes and fsyncs, and publishes the file (or marks it ready, for a publication's file);
+    /// returns the number of rows written.
     pub fn finish(self) -> Result<u64, WriteError> {
         let path = &self.path;
         match self.sink {
@@ -298,11 +306,7 @@ impl DecisionWriter {
                     writer.write(&builders.batch(&schema)).map_err(perr)?;
                 }
                 let f = writer.into_inner().map_err(perr)?;
-                f.as_file()
-                    .sync_all()
-                    .map_err(|e| WriteError::io(path, e))?;
-                f.persist(path).map_err(|e| WriteError::io(path, e.error))?;
-                sync_dir(path);
+                f.commit().map_err(|e| WriteError::io(path, e))?;
             }
         }
         Ok(self.rows)

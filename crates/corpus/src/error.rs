@@ -195,10 +195,20 @@ impl WriteError {
         &self.path
     }
 
-    /// Stable snake_case class: `"io"`, `"exists"` (output directory not empty, no overwrite),
-    /// `"duplicate_output"` (two inputs map to the same output path), `"invalid_block"` (block
-    /// not read with full records, wrong mask length, schema differs), `"parquet"` (encoder
-    /// error), `"read_input"` (input metadata needed for the output could not be read).
+    /// What went wrong, without the path.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Stable snake_case class: `"io"` (the message is the system's error), `"exists"` (output
+    /// directory not empty, no overwrite), `"in_use"` (another live run writes to the output
+    /// directory), `"not_ours"` (an output would replace a file no manifest lists),
+    /// `"changed"` (a listed file changed since it was written), `"foreign_manifest"`,
+    /// `"interrupted"` (cancelled before the commit), `"unfinished"` (an output was not
+    /// finished), `"duplicate_output"` (two inputs map to the same output path),
+    /// `"invalid_block"` (block not read with full records, wrong mask length, schema differs),
+    /// `"parquet"` (encoder error), `"read_input"` (input metadata needed for the output could
+    /// not be read).
     pub fn kind(&self) -> &'static str {
         self.kind
     }
@@ -206,13 +216,10 @@ impl WriteError {
 
 impl fmt::Display for WriteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}: {} ({})",
-            self.path.display(),
-            self.message,
-            self.kind
-        )
+        match self.kind {
+            "io" => write!(f, "cannot write {}: {}", self.path.display(), self.message),
+            _ => write!(f, "{}: {}", self.path.display(), self.message),
+        }
     }
 }
 

@@ -12,7 +12,13 @@
 //!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
 //!   [`record_fields`]);
 //! - **writing** filtered copies of the inputs ([`OutputDir`], [`FileWriter`]), atomic files
-//!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]).
+//!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]);
+//! - **publishing** a run's outputs all or nothing ([`Publication`]): staging under hidden,
+//!   locked names carrying a [`RunId`], one commit with a journal (finished by the next run if
+//!   this one dies inside it), the output directory's manifest ([`Manifest`], `_SUCCESS`),
+//!   `overwrite` replacing only files an earlier manifest lists; the life of scratch files and
+//!   spill directories ([`ScratchFile`], [`ScratchDir`]) and the removal of what dead runs left;
+//!   the [`CancelToken`] that stops a run.
 //!
 //! It does not own hashing, sketching, deduplication, threading or reporting policy: callers
 //! decide what an empty text means, whether an error stops the run, and how chunks are scheduled.
@@ -30,6 +36,7 @@ mod format;
 mod json;
 mod jsonl;
 mod parquet_read;
+mod publish;
 mod read;
 mod select;
 mod share;
@@ -40,13 +47,17 @@ pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_
 pub use discover::{DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, discover};
 pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile};
+pub use publish::{
+    AtomicFile, CancelToken, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
+    PublishOptions, Published, RunId, ScratchDir, ScratchFile, read_manifest,
+};
 pub use read::{
     Block, ChunkReader, FieldsSeen, Projection, ReadOptions, Sample, SampleText, SkipReason,
     read_chunk, record_fields, reread_chunk,
 };
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use share::{BlockQueue, Relay};
-pub use write::{AtomicFile, FileWriter, OutputDir, OutputOptions, WrittenFile};
+pub use write::{FileWriter, OutputDir, OutputOptions, WrittenFile};
 
 #[cfg(test)]
 mod tests {
@@ -62,6 +73,8 @@ mod tests {
         send::<crate::DecisionWriter>();
         send::<crate::AtomicFile>();
         sync::<crate::OutputDir>();
+        sync::<crate::Publication>();
+        send::<crate::Publication>();
         send::<crate::ReadError>();
         send::<crate::WriteError>();
     }

@@ -1,17 +1,18 @@
-//! Writing filtered copies of input files, atomically, optionally split into size-bounded parts.
+//! Writing filtered copies of input files into a run's staging directory, optionally split into
+//! size-bounded parts; [`crate::Publication`] publishes them.
 
 use std::collections::HashSet;
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterVersion};
-use tempfile::{NamedTempFile, TempPath};
 
 use crate::error::WriteError;
 use crate::format::{Compression, Format, InputFile, format_suffix_len};
@@ -27,53 +28,62 @@ const SPLIT_SLICE_ROWS: usize = 1024;
 pub struct OutputOptions {
     /// Output directory; outputs go to `<dir>/<input.relative>`.
     pub dir: PathBuf,
-    /// Allow an existing non-empty directory (see [`OutputDir::create`]).
+    /// Allow an existing non-empty directory, replacing the files an earlier run's manifest lists
+    /// (see [`crate::Publication::begin`]).
     pub overwrite: bool,
     /// Split each output into parts of at most this many bytes (see [`FileWriter`]).
     pub max_output_bytes: Option<u64>,
 }
 
-/// An output directory that hands out one [`FileWriter`] per input file. Sync: share it between
-/// threads by reference.
+/// One finished output file in the staging directory.
+#[derive(Clone, Debug)]
+pub(crate) struct FinishedPart {
+    /// Which claimed output it belongs to.
+    pub file: usize,
+    /// Path relative to the output directory.
+    pub rel: PathBuf,
+    pub bytes: u64,
+    pub records: u64,
+}
+
+/// A run's dataset directory: hands out one [`FileWriter`] per input file, writing under the
+/// run's staging directory; [`crate::Publication::commit`] moves the finished files into place.
+/// Get it from [`crate::Publication::dataset`]. Sync: share it between threads by reference.
 #[derive(Debug)]
 pub struct OutputDir {
     dir: PathBuf,
+    staging: PathBuf,
     max_output_bytes: Option<u64>,
     claimed: Mutex<HashSet<PathBuf>>,
+    finished: Arc<Mutex<Vec<FinishedPart>>>,
 }
 
 impl OutputDir {
-    /// Creates the directory (and parents). An existing non-empty directory is refused
-    /// (`"exists"`) unless `overwrite`; with `overwrite` nothing is deleted up front — each output
-    /// atomically replaces its own files when finished (and removes stale split parts of the same
-    /// output left by an earlier run), while unrelated files are left alone.
-    pub fn create(opts: &OutputOptions) -> Result<OutputDir, WriteError> {
-        let dir = &opts.dir;
-        match std::fs::read_dir(dir) {
-            Ok(mut entries) => {
-                if entries.next().is_some() && !opts.overwrite {
-                    return Err(WriteError::new(
-                        dir,
-                        "exists",
-                        "output directory exists and is not empty (use overwrite)",
-                    ));
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                std::fs::create_dir_all(dir).map_err(|e| WriteError::io(dir, e))?
-            }
-            Err(e) => return Err(WriteError::io(dir, e)),
-        }
-        Ok(OutputDir {
-            dir: dir.clone(),
-            max_output_bytes: opts.max_output_bytes,
+    /// The directory `dir` (as the caller named it), written through `staging`.
+    pub(crate) fn staged(dir: PathBuf, staging: PathBuf, max_output_bytes: Option<u64>) -> Self {
+        OutputDir {
+            dir,
+            staging,
+            max_output_bytes,
             claimed: Mutex::new(HashSet::new()),
-        })
+            finished: Arc::new(Mutex::new(Vec::new())),
+        }
     }
 
-    /// The directory.
+    /// The output directory (where the files will be published).
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// The number of outputs claimed, and the finished files, in the order they finished.
+    pub(crate) fn finished(&self) -> (usize, Vec<FinishedPart>) {
+        let claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let parts = self
+            .finished
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        (claimed, parts)
     }
 
     /// Writer for the output of one input file: `<dir>/<input.relative>`, same format and
@@ -93,22 +103,19 @@ impl OutputDir {
                 "relative output path must be a plain relative path",
             ));
         }
-        let base = self.dir.join(rel);
-        if !self
-            .claimed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(base.clone())
-        {
-            return Err(WriteError::new(
-                &base,
-                "duplicate_output",
-                "two inputs map to the same output path",
-            ));
-        }
-        if let Some(parent) = base.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| WriteError::io(parent, e))?;
-        }
+        let rel: PathBuf = rel.components().collect();
+        let claim = {
+            let mut claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
+            if !claimed.insert(rel.clone()) {
+                return Err(WriteError::new(
+                    &self.dir.join(&rel),
+                    "duplicate_output",
+                    "two inputs map to the same output path",
+                ));
+            }
+            claimed.len() - 1
+        };
+        let base = self.dir.join(&rel);
         let sink = match input.format {
             Format::Jsonl => Sink::Jsonl(Box::new(JsonlSink {
                 compression: input.compression,
@@ -118,8 +125,12 @@ impl OutputDir {
             Format::Parquet => Sink::Parquet(Box::new(ParquetSink::for_input(input, &base)?)),
         };
         Ok(FileWriter {
-            base,
+            rel,
+            dir: self.dir.clone(),
+            staging: self.staging.clone(),
             max: self.max_output_bytes,
+            claim,
+            finished: self.finished.clone(),
             parts: Vec::new(),
             sink,
             records: 0,
@@ -128,45 +139,33 @@ impl OutputDir {
     }
 }
 
-/// Creates a temp file next to `target` (same directory, so the final rename is atomic).
-pub(crate) fn temp_beside(target: &Path) -> io::Result<NamedTempFile> {
-    let dir = target.parent().filter(|p| !p.as_os_str().is_empty());
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // Outputs are data files for other tools, not secrets: the usual rw-r--r-- (less the umask),
-    // not the 0600 a temporary file gets by default.
-    use std::os::unix::fs::PermissionsExt;
-    tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".tmp")
-        .permissions(std::fs::Permissions::from_mode(0o644))
-        .tempfile_in(dir.unwrap_or(Path::new(".")))
-}
-
-/// Makes a rename durable.
-pub(crate) fn sync_dir(path: &Path) {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty());
-    if let Ok(d) = File::open(dir.unwrap_or(Path::new("."))) {
-        // Some filesystems refuse fsync on directories; the rename itself already happened.
-        let _ = d.sync_all();
+/// Name of part `k` of the output with relative path `rel`. Unsplit (`split` false), the output
+/// keeps the input's name. Split, every part — the first too — is `<stem>.part-<k><suffix>`
+/// with `k` in at least five digits and `suffix` the format extension (`a.jsonl.gz` ->
+/// `a.part-00000.jsonl.gz`, `a.part-00001.jsonl.gz`): no part name is ever another input's
+/// output name (see `docs/formats.md`, "Split parts").
+pub(crate) fn part_name(rel: &Path, k: usize, split: bool) -> PathBuf {
+    if !split {
+        return rel.to_path_buf();
     }
-}
-
-/// Name of split part `k` of `base`: part 0 is `base` itself, part k ≥ 1 is
-/// `<stem>-<k><suffix>` where suffix is the format extension (`part-00000.jsonl.gz` ->
-/// `part-00000-1.jsonl.gz`).
-pub(crate) fn part_path(base: &Path, k: usize) -> PathBuf {
-    if k == 0 {
-        return base.to_path_buf();
-    }
-    let name = base
+    let name = rel
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let cut = name.len() - format_suffix_len(&name);
-    base.with_file_name(format!("{}-{k}{}", &name[..cut], &name[cut..]))
+    rel.with_file_name(format!("{}.part-{k:05}{}", &name[..cut], &name[cut..]))
+}
+
+/// Creates a new output file (0644 less the umask, like any data file; never an existing one).
+fn create_output(path: &Path) -> io::Result<File> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
 }
 
 /// Counts bytes passed to the file.
@@ -186,7 +185,7 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
-type Out = Counting<BufWriter<NamedTempFile>>;
+type Out = Counting<BufWriter<File>>;
 
 enum Enc {
     Plain(Out),
@@ -195,7 +194,7 @@ enum Enc {
 }
 
 impl Enc {
-    fn new(compression: Compression, f: NamedTempFile) -> io::Result<Enc> {
+    fn new(compression: Compression, f: File) -> io::Result<Enc> {
         let out = Counting {
             inner: BufWriter::with_capacity(WRITE_BUF, f),
             n: 0,
@@ -227,7 +226,7 @@ impl Enc {
         }
     }
 
-    fn finish(self) -> io::Result<NamedTempFile> {
+    fn finish(self) -> io::Result<File> {
         let out = match self {
             Enc::Plain(w) => w,
             Enc::Gzip(w) => w.finish()?,
@@ -272,7 +271,7 @@ impl JsonlSink {
 struct ParquetSink {
     schema: SchemaRef,
     props: WriterProperties,
-    writer: Option<ArrowWriter<NamedTempFile>>,
+    writer: Option<ArrowWriter<File>>,
     /// In-memory bytes given to the current part's writer, to estimate its encoded ratio.
     mem_in: u64,
     /// Footer size estimate: a fixed part (schema, key-value metadata) plus a part per row group
@@ -334,16 +333,16 @@ impl ParquetSink {
         })
     }
 
+    /// The current part's writer, creating the part at `staged` (reported as `shown`).
     fn writer(
         &mut self,
-        base: &Path,
-        part: usize,
-    ) -> Result<&mut ArrowWriter<NamedTempFile>, WriteError> {
+        staged: &Path,
+        shown: &Path,
+    ) -> Result<&mut ArrowWriter<File>, WriteError> {
         if self.writer.is_none() {
-            let path = part_path(base, part);
-            let f = temp_beside(&path).map_err(|e| WriteError::io(&path, e))?;
+            let f = create_output(staged).map_err(|e| WriteError::io(shown, e))?;
             let w = ArrowWriter::try_new(f, self.schema.clone(), Some(self.props.clone()))
-                .map_err(|e| WriteError::new(&path, "parquet", e.to_string()))?;
+                .map_err(|e| WriteError::new(shown, "parquet", e.to_string()))?;
             self.writer = Some(w);
             self.mem_in = 0;
         }
@@ -370,22 +369,29 @@ enum Sink {
     Parquet(Box<ParquetSink>),
 }
 
-/// Writes the output of one input file. Parts are written under temporary names in the output
-/// directory; `finish` flushes, fsyncs and renames them all. Dropped without finish -> the temp
-/// files are removed; never a final-named partial file. Send.
+/// Writes the output of one input file into the run's staging directory; `finish` flushes and
+/// fsyncs it, and the publication's commit moves it into place with the run's other outputs.
+/// Nothing is ever written under a final name before then. Send.
 ///
 /// Splitting (`max_output_bytes`): a new part starts before a record that would push the current
-/// part over the limit; a single record larger than the limit gets a part of its own. Parts are
-/// `part-00000.jsonl`, `part-00000-1.jsonl`, `part-00000-2.jsonl`, … (see the suffix rule in
+/// part over the limit; a single record larger than the limit gets a part of its own. Every
+/// output is then named by part: `a.part-00000.jsonl`, `a.part-00001.jsonl`, … (see
 /// `docs/formats.md`). JSONL limits are exact for plain files and a guaranteed upper bound for
 /// gzip/zstd (the encoder is flushed near the limit to learn its real size); Parquet sizes are
 /// estimated from the encoder's buffered size, so a Parquet part can exceed the limit by about
 /// one 1024-row slice.
 pub struct FileWriter {
-    base: PathBuf,
+    /// The input's relative path.
+    rel: PathBuf,
+    /// The output directory, as named by the caller (messages and returned paths).
+    dir: PathBuf,
+    staging: PathBuf,
     max: Option<u64>,
-    /// Finished (fsynced, closed) temp files of earlier parts.
-    parts: Vec<TempPath>,
+    /// Which claimed output this is.
+    claim: usize,
+    finished: Arc<Mutex<Vec<FinishedPart>>>,
+    /// Finished (fsynced, closed) earlier parts.
+    parts: Vec<FinishedPart>,
     sink: Sink,
     records: u64,
     part_records: u64,
@@ -394,7 +400,7 @@ pub struct FileWriter {
 impl std::fmt::Debug for FileWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FileWriter")
-            .field("base", &self.base)
+            .field("output", &self.dir.join(&self.rel))
             .field("parts_done", &self.parts.len())
             .field("records", &self.records)
             .finish_non_exhaustive()
@@ -404,7 +410,8 @@ impl std::fmt::Debug for FileWriter {
 /// What [`FileWriter::finish`] produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WrittenFile {
-    /// Final paths, in order (more than one if split by max_output_bytes).
+    /// Paths the output will have once published, in order (more than one if split by
+    /// max_output_bytes).
     pub paths: Vec<PathBuf>,
     /// Records written.
     pub records: u64,
@@ -413,13 +420,34 @@ pub struct WrittenFile {
 }
 
 impl FileWriter {
+    /// The relative path of part `k`.
+    fn part_rel(&self, k: usize) -> PathBuf {
+        part_name(&self.rel, k, self.max.is_some())
+    }
+
+    /// The published path of part `k`, as messages name it.
+    fn shown(&self, k: usize) -> PathBuf {
+        self.dir.join(self.part_rel(k))
+    }
+
+    /// Creates the file of part `k` in the staging directory.
+    fn create_part(&self, k: usize) -> Result<File, WriteError> {
+        create_output(&self.staging.join(self.part_rel(k)))
+            .map_err(|e| WriteError::io(&self.shown(k), e))
+    }
+
+    /// The output as messages name it.
+    fn base(&self) -> PathBuf {
+        self.shown(0)
+    }
+
     /// Blocks must come in record order. `keep.len() == block.num_records()`. JSONL: kept lines
     /// copied byte for byte (blank lines are passed through when keep is true). Parquet: arrow
     /// filter kernel. The block must have been read with Projection::FullRecords.
     pub fn write_block(&mut self, block: &Block, keep: &[bool]) -> Result<(), WriteError> {
         if keep.len() != block.num_records() {
             return Err(WriteError::new(
-                &self.base,
+                &self.base(),
                 "invalid_block",
                 format!(
                     "mask has {} entries for a block of {} records",
@@ -435,7 +463,7 @@ impl FileWriter {
             (Sink::Parquet(_), BlockData::Parquet { batch, full, .. }) => {
                 if !full {
                     return Err(WriteError::new(
-                        &self.base,
+                        &self.base(),
                         "invalid_block",
                         "block was read with Projection::TextOnly; writing needs FullRecords",
                     ));
@@ -443,7 +471,7 @@ impl FileWriter {
                 self.write_batch(batch, keep)
             }
             _ => Err(WriteError::new(
-                &self.base,
+                &self.base(),
                 "invalid_block",
                 "block format differs from the output format",
             )),
@@ -451,7 +479,7 @@ impl FileWriter {
     }
 
     fn io<T>(&self, r: io::Result<T>) -> Result<T, WriteError> {
-        r.map_err(|e| WriteError::io(&part_path(&self.base, self.parts.len()), e))
+        r.map_err(|e| WriteError::io(&self.shown(self.parts.len()), e))
     }
 
     fn write_lines(
@@ -494,13 +522,18 @@ impl FileWriter {
             }
         }
         let part = self.parts.len();
+        let needs_file = matches!(&self.sink, Sink::Jsonl(s) if s.enc.is_none());
+        let file = if needs_file {
+            Some(self.create_part(part)?)
+        } else {
+            None
+        };
+        let shown = self.shown(part);
         let Sink::Jsonl(sink) = &mut self.sink else {
             unreachable!("checked above");
         };
-        if sink.enc.is_none() {
-            let path = part_path(&self.base, part);
-            let f = temp_beside(&path).map_err(|e| WriteError::io(&path, e))?;
-            let enc = Enc::new(sink.compression, f).map_err(|e| WriteError::io(&path, e))?;
+        if let Some(f) = file {
+            let enc = Enc::new(sink.compression, f).map_err(|e| WriteError::io(&shown, e))?;
             sink.enc = Some(enc);
         }
         let enc = sink.enc.as_mut().expect("just created");
@@ -508,19 +541,20 @@ impl FileWriter {
         if !matches!(enc, Enc::Plain(_)) {
             sink.since_flush += run.len() as u64;
         }
-        self.io(r)?;
+        r.map_err(|e| WriteError::io(&shown, e))?;
         self.records += lines;
         self.part_records += lines;
         Ok(())
     }
 
     fn write_batch(&mut self, batch: &RecordBatch, keep: &[bool]) -> Result<(), WriteError> {
+        let base = self.base();
         let Sink::Parquet(sink) = &mut self.sink else {
             unreachable!("write_batch is only called for Parquet sinks");
         };
         if batch.schema().fields() != sink.schema.fields() {
             return Err(WriteError::new(
-                &self.base,
+                &base,
                 "invalid_block",
                 "block schema differs from the input file's schema",
             ));
@@ -529,12 +563,12 @@ impl FileWriter {
             batch.clone()
         } else {
             arrow_select::filter::filter_record_batch(batch, &BooleanArray::from(keep.to_vec()))
-                .map_err(|e| WriteError::new(&self.base, "parquet", e.to_string()))?
+                .map_err(|e| WriteError::new(&base, "parquet", e.to_string()))?
         };
         // The writer must use the file's schema (with its metadata), not the batch's.
         let filtered = filtered
             .with_schema(sink.schema.clone())
-            .map_err(|e| WriteError::new(&self.base, "invalid_block", e.to_string()))?;
+            .map_err(|e| WriteError::new(&base, "invalid_block", e.to_string()))?;
         let step = if self.max.is_some() {
             SPLIT_SLICE_ROWS
         } else {
@@ -556,13 +590,13 @@ impl FileWriter {
                 }
             }
             let part = self.parts.len();
+            let (staged, shown) = (self.staging.join(self.part_rel(part)), self.shown(part));
             let Sink::Parquet(sink) = &mut self.sink else {
                 unreachable!("checked above");
             };
-            let w = sink.writer(&self.base, part)?;
-            w.write(&slice).map_err(|e| {
-                WriteError::new(&part_path(&self.base, part), "parquet", e.to_string())
-            })?;
+            let w = sink.writer(&staged, &shown)?;
+            w.write(&slice)
+                .map_err(|e| WriteError::new(&shown, "parquet", e.to_string()))?;
             sink.mem_in += mem;
             self.records += slice.num_rows() as u64;
             self.part_records += slice.num_rows() as u64;
@@ -570,9 +604,10 @@ impl FileWriter {
         Ok(())
     }
 
-    /// Finishes the current part's encoder, fsyncs it and keeps it as a temp path.
+    /// Finishes the current part's encoder and fsyncs it.
     fn close_part(&mut self) -> Result<(), WriteError> {
-        let path = part_path(&self.base, self.parts.len());
+        let k = self.parts.len();
+        let path = self.shown(k);
         let file = match &mut self.sink {
             Sink::Jsonl(s) => {
                 s.since_flush = 0;
@@ -588,17 +623,20 @@ impl FileWriter {
                 None => return Ok(()),
             },
         };
-        file.as_file()
-            .sync_all()
-            .map_err(|e| WriteError::io(&path, e))?;
-        self.parts.push(file.into_temp_path());
+        file.sync_all().map_err(|e| WriteError::io(&path, e))?;
+        let bytes = file.metadata().map_err(|e| WriteError::io(&path, e))?.len();
+        self.parts.push(FinishedPart {
+            file: self.claim,
+            rel: self.part_rel(k),
+            bytes,
+            records: self.part_records,
+        });
         self.part_records = 0;
         Ok(())
     }
 
-    /// Flushes, fsyncs and renames every part to its final name; an input with no kept record
-    /// still gets one (empty, valid) output file. Stale split parts of the same output from an
-    /// earlier run are removed.
+    /// Flushes and fsyncs every part, ready to be published; an input with no kept record still
+    /// gets one (empty, valid) output file.
     pub fn finish(mut self) -> Result<WrittenFile, WriteError> {
         let has_open = match &self.sink {
             Sink::Jsonl(s) => s.enc.is_some(),
@@ -606,93 +644,29 @@ impl FileWriter {
         };
         if !has_open && self.parts.is_empty() {
             // Create an empty part so the output exists with the right format.
+            let (staged, shown) = (self.staging.join(self.part_rel(0)), self.shown(0));
             match &mut self.sink {
                 Sink::Jsonl(s) => {
-                    let f = temp_beside(&self.base).map_err(|e| WriteError::io(&self.base, e))?;
-                    s.enc = Some(
-                        Enc::new(s.compression, f).map_err(|e| WriteError::io(&self.base, e))?,
-                    );
+                    let f = create_output(&staged).map_err(|e| WriteError::io(&shown, e))?;
+                    s.enc =
+                        Some(Enc::new(s.compression, f).map_err(|e| WriteError::io(&shown, e))?);
                 }
                 Sink::Parquet(s) => {
-                    s.writer(&self.base, 0)?;
+                    s.writer(&staged, &shown)?;
                 }
             }
         }
         self.close_part()?;
-        let mut paths = Vec::with_capacity(self.parts.len());
-        let mut bytes = 0;
-        for (k, tmp) in std::mem::take(&mut self.parts).into_iter().enumerate() {
-            let path = part_path(&self.base, k);
-            tmp.persist(&path)
-                .map_err(|e| WriteError::io(&path, e.error))?;
-            bytes += std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            paths.push(path);
-        }
-        let mut k = paths.len();
-        loop {
-            let stale = part_path(&self.base, k);
-            if std::fs::remove_file(&stale).is_err() {
-                break;
-            }
-            k += 1;
-        }
-        sync_dir(&self.base);
-        Ok(WrittenFile {
-            paths,
+        let written = WrittenFile {
+            paths: self.parts.iter().map(|p| self.dir.join(&p.rel)).collect(),
             records: self.records,
-            bytes,
-        })
-    }
-}
-
-/// Generic atomic file (temp in same dir + fsync + rename), used for reports, key tables, etc.
-/// Dropped without `commit`, the temp file is removed and the target is untouched.
-pub struct AtomicFile {
-    path: PathBuf,
-    out: BufWriter<NamedTempFile>,
-}
-
-impl std::fmt::Debug for AtomicFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AtomicFile")
-            .field("path", &self.path)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AtomicFile {
-    /// Starts writing `path` (its directory must exist).
-    pub fn create(path: &Path) -> io::Result<AtomicFile> {
-        Ok(AtomicFile {
-            path: path.to_path_buf(),
-            out: BufWriter::with_capacity(WRITE_BUF, temp_beside(path)?),
-        })
-    }
-
-    /// The final path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Flushes, fsyncs and renames to the final path.
-    pub fn commit(self) -> io::Result<()> {
-        let f = self.out.into_inner().map_err(|e| e.into_error())?;
-        f.as_file().sync_all()?;
-        f.persist(&self.path).map_err(|e| e.error)?;
-        sync_dir(&self.path);
-        Ok(())
-    }
-}
-
-impl Write for AtomicFile {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.out.write(buf)
-    }
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.out.write_all(buf)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.out.flush()
+            bytes: self.parts.iter().map(|p| p.bytes).sum(),
+        };
+        self.finished
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(self.parts.drain(..));
+        Ok(written)
     }
 }
 
@@ -702,13 +676,69 @@ mod tests {
 
     #[test]
     fn part_names() {
-        let b = Path::new("/o/sub/part-00000.jsonl.gz");
-        assert_eq!(part_path(b, 0), b);
-        assert_eq!(part_path(b, 1), Path::new("/o/sub/part-00000-1.jsonl.gz"));
+        let b = Path::new("sub/part-00000.jsonl.gz");
+        assert_eq!(part_name(b, 0, false), b);
         assert_eq!(
-            part_path(Path::new("x.parquet"), 12),
-            Path::new("x-12.parquet")
+            part_name(b, 0, true),
+            Path::new("sub/part-00000.part-00000.jsonl.gz")
         );
-        assert_eq!(part_path(Path::new("noext"), 2), Path::new("noext-2"));
+        assert_eq!(
+            part_name(Path::new("x.parquet"), 12, true),
+            Path::new("x.part-00012.parquet")
+        );
+        assert_eq!(
+            part_name(Path::new("x.jsonl"), 123_456, true),
+            Path::new("x.part-123456.jsonl")
+        );
+        assert_eq!(
+            part_name(Path::new("noext"), 2, true),
+            Path::new("noext.part-00002")
+        );
+    }
+
+    /// Split names of different inputs (or parts) never coincide, and no split name is an input
+    /// name of the same directory that a second input could also map to: checked over
+    /// adversarial names, including ones that already look like parts.
+    #[test]
+    fn split_names_are_injective() {
+        let stems = [
+            "a",
+            "a.part-00001",
+            "a.part-00000",
+            "a-1",
+            "a.part",
+            ".hidden",
+            "x.part-00003.part-00007",
+            "2024",
+            "a.2024",
+            "a.part-1",
+        ];
+        let exts = [
+            "",
+            ".jsonl",
+            ".jsonl.gz",
+            ".gz",
+            ".zst",
+            ".zstd",
+            ".parquet",
+            ".json.zst",
+        ];
+        let mut inputs = Vec::new();
+        for s in stems {
+            for e in exts {
+                inputs.push(format!("{s}{e}"));
+            }
+        }
+        inputs.sort();
+        inputs.dedup();
+        let mut seen = std::collections::HashMap::new();
+        for input in &inputs {
+            for k in [0, 1, 3, 7, 99_999, 100_000] {
+                let name = part_name(Path::new(input), k, true);
+                if let Some(other) = seen.insert(name.clone(), (input.clone(), k)) {
+                    panic!("{name:?} is both {other:?} and {:?}", (input, k));
+                }
+            }
+        }
     }
 }

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use arrow_array::RecordBatch;
 use common::*;
 use neardup_corpus::{
-    AtomicFile, Block, DecisionRow, DecisionWriter, InputFile, OutputDir, OutputOptions,
-    Projection, Reason, WrittenFile, read_chunk, read_decisions,
+    AtomicFile, Block, DecisionRow, DecisionWriter, InputFile, OutputOptions, Projection,
+    Publication, PublishOptions, Reason, WrittenFile, read_chunk, read_decisions,
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -46,7 +46,20 @@ fn blocks(f: &InputFile, block_bytes: usize) -> Vec<Block> {
     .collect()
 }
 
-/// Writes `f` through a FileWriter with `keep(file_record)` as the mask.
+/// A publication of a dataset directory only.
+fn begin(out: &Path, overwrite: bool, max: Option<u64>) -> Publication {
+    Publication::begin(&PublishOptions {
+        output: Some(OutputOptions {
+            dir: out.to_path_buf(),
+            overwrite,
+            max_output_bytes: max,
+        }),
+        ..PublishOptions::default()
+    })
+    .unwrap()
+}
+
+/// Writes `f` through a FileWriter with `keep(file_record)` as the mask, and publishes it.
 fn copy(
     f: &InputFile,
     out: &Path,
@@ -54,20 +67,17 @@ fn copy(
     block_bytes: usize,
     keep: impl Fn(u64) -> bool,
 ) -> WrittenFile {
-    let dir = OutputDir::create(&OutputOptions {
-        dir: out.to_path_buf(),
-        overwrite: true,
-        max_output_bytes: max,
-    })
-    .unwrap();
-    let mut w = dir.file_writer(f).unwrap();
+    let p = begin(out, true, max);
+    let mut w = p.dataset().unwrap().file_writer(f).unwrap();
     for b in blocks(f, block_bytes) {
         let mask: Vec<bool> = (0..b.num_records() as u64)
             .map(|i| keep(b.first_record + i))
             .collect();
         w.write_block(&b, &mask).unwrap();
     }
-    w.finish().unwrap()
+    let written = w.finish().unwrap();
+    p.commit().unwrap();
+    written
 }
 
 /// The input's lines (record i = line i, newline included).
@@ -173,13 +183,8 @@ fn parquet_roundtrip_same_schema_values_codec() {
 fn text_only_parquet_blocks_cannot_be_written() {
     let f = input(&data("corpus").join("sample.parquet"));
     let tmp = tempfile::tempdir().unwrap();
-    let dir = OutputDir::create(&OutputOptions {
-        dir: tmp.path().join("o"),
-        overwrite: false,
-        max_output_bytes: None,
-    })
-    .unwrap();
-    let mut w = dir.file_writer(&f).unwrap();
+    let p = begin(&tmp.path().join("o"), false, None);
+    let mut w = p.dataset().unwrap().file_writer(&f).unwrap();
     let b = read_chunk(
         &f,
         &whole(0),
@@ -211,11 +216,8 @@ fn max_output_bytes_splits_into_bounded_parts() {
         let stem = name.split('.').next().unwrap();
         let ext = &name[stem.len()..];
         for (k, p) in w.paths.iter().enumerate() {
-            let expect = if k == 0 {
-                name.to_string()
-            } else {
-                format!("{stem}-{k}{ext}")
-            };
+            // Every part is named by its number, the first too.
+            let expect = format!("{stem}.part-{k:05}{ext}");
             assert_eq!(p.file_name().unwrap().to_str().unwrap(), expect);
             let len = std::fs::metadata(p).unwrap().len();
             assert!(len <= max, "{name} part {k} has {len} bytes > {max}");
@@ -230,11 +232,15 @@ fn max_output_bytes_splits_into_bounded_parts() {
                 .sum::<u64>()
         );
 
-        // A rerun with a larger limit removes the now stale parts.
+        // A rerun with overwrite and no limit removes the earlier run's parts (its manifest
+        // lists them).
         let w2 = copy(&f, &tmp.path().join(name), None, 1000, |_| true);
         assert_eq!(w2.paths.len(), 1);
-        let left = std::fs::read_dir(tmp.path().join(name)).unwrap().count();
-        assert_eq!(left, 1, "{name}: stale parts removed");
+        assert_eq!(
+            names(&tmp.path().join(name)),
+            ["_SUCCESS".to_string(), name.to_string()],
+            "{name}: earlier parts removed"
+        );
     }
 
     let f = input(&data("corpus").join("sample.parquet"));
@@ -245,7 +251,7 @@ fn max_output_bytes_splits_into_bounded_parts() {
         let len = std::fs::metadata(p).unwrap().len();
         assert!(len <= max, "{} has {len} bytes > {max}", p.display());
     }
-    assert_eq!(w.paths[1].file_name().unwrap(), "sample-1.parquet");
+    assert_eq!(w.paths[1].file_name().unwrap(), "sample.part-00001.parquet");
     let mut rows = 0;
     for p in &w.paths {
         let (_, batches, _) = read_parquet(p);
@@ -257,19 +263,35 @@ fn max_output_bytes_splits_into_bounded_parts() {
 #[test]
 fn output_dir_refuses_non_empty_without_overwrite() {
     let tmp = tempfile::tempdir().unwrap();
-    let o = |overwrite| OutputOptions {
-        dir: tmp.path().to_path_buf(),
-        overwrite,
-        max_output_bytes: None,
+    let o = |overwrite| PublishOptions {
+        output: Some(OutputOptions {
+            dir: tmp.path().to_path_buf(),
+            overwrite,
+            max_output_bytes: None,
+        }),
+        ..PublishOptions::default()
     };
-    OutputDir::create(&o(false)).expect("empty existing dir is fine");
+    drop(Publication::begin(&o(false)).expect("empty existing dir is fine"));
     std::fs::write(tmp.path().join("unrelated.txt"), b"keep me").unwrap();
-    assert_eq!(OutputDir::create(&o(false)).unwrap_err().kind(), "exists");
-    let dir = OutputDir::create(&o(true)).unwrap();
+    assert_eq!(Publication::begin(&o(false)).unwrap_err().kind(), "exists");
+    let p = Publication::begin(&o(true)).unwrap();
+    let dir = p.dataset().unwrap();
     let f = input(&data("corpus").join("sample.jsonl"));
     let w = dir.file_writer(&f).unwrap();
     assert_eq!(dir.file_writer(&f).unwrap_err().kind(), "duplicate_output");
     w.finish().unwrap();
+    assert!(
+        !tmp.path().join("sample.jsonl").exists(),
+        "published at the commit"
+    );
+
+    let mut escape = f.clone();
+    escape.relative = PathBuf::from("../x.jsonl");
+    assert_eq!(
+        dir.file_writer(&escape).unwrap_err().kind(),
+        "invalid_output"
+    );
+    p.commit().unwrap();
     assert_eq!(
         std::fs::read(tmp.path().join("unrelated.txt")).unwrap(),
         b"keep me"
@@ -278,13 +300,6 @@ fn output_dir_refuses_non_empty_without_overwrite() {
         std::fs::read(tmp.path().join("sample.jsonl")).unwrap(),
         b"",
         "no block: empty output"
-    );
-
-    let mut escape = f.clone();
-    escape.relative = PathBuf::from("../x.jsonl");
-    assert_eq!(
-        dir.file_writer(&escape).unwrap_err().kind(),
-        "invalid_output"
     );
 }
 
@@ -300,27 +315,24 @@ fn names(dir: &Path) -> Vec<String> {
 #[test]
 fn dropped_writers_leave_no_final_named_file() {
     let tmp = tempfile::tempdir().unwrap();
-    let dir = OutputDir::create(&OutputOptions {
-        dir: tmp.path().join("out"),
-        overwrite: false,
-        max_output_bytes: Some(500),
-    })
-    .unwrap();
+    let out = tmp.path().join("out");
+    let p = begin(&out, false, Some(500));
     for name in ["sample.jsonl", "sample.jsonl.zst", "sample.parquet"] {
         let f = input(&data("corpus").join(name));
-        let mut w = dir.file_writer(&f).unwrap();
+        let mut w = p.dataset().unwrap().file_writer(&f).unwrap();
         for b in blocks(&f, 1000) {
             w.write_block(&b, &vec![true; b.num_records()]).unwrap();
         }
-        // Mid-write, only temporary names exist.
+        // Mid-write, only the hidden staging directory exists.
+        let seen = names(&out);
         assert!(
-            names(dir.path())
-                .iter()
-                .all(|n| n.starts_with('.') && n.ends_with(".tmp"))
+            seen.len() == 1 && seen[0].starts_with(".neardup-"),
+            "{seen:?}"
         );
         drop(w);
     }
-    assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
+    drop(p);
+    assert!(!out.exists(), "the unpublished run's directory is gone");
 
     let target = tmp.path().join("report.json");
     let mut a = AtomicFile::create(&target).unwrap();
@@ -328,7 +340,7 @@ fn dropped_writers_leave_no_final_named_file() {
     assert!(!target.exists());
     drop(a);
     assert!(!target.exists());
-    assert_eq!(names(tmp.path()), vec!["out".to_string()]);
+    assert!(names(tmp.path()).is_empty(), "{:?}", names(tmp.path()));
     let mut a = AtomicFile::create(&target).unwrap();
     std::io::Write::write_all(&mut a, b"{\"ok\":1}").unwrap();
     a.commit().unwrap();

@@ -245,13 +245,17 @@ fn whole_records_that_fail_in_another_column_come_as_texts_only() {
         .find(|b| b.texts_only())
         .unwrap();
     let out = tempfile::tempdir().unwrap();
-    let dir = neardup_corpus::OutputDir::create(&neardup_corpus::OutputOptions {
-        dir: out.path().join("o"),
-        overwrite: false,
-        max_output_bytes: None,
+    let publication = neardup_corpus::Publication::begin(&neardup_corpus::PublishOptions {
+        output: Some(neardup_corpus::OutputOptions {
+            dir: out.path().join("o"),
+            overwrite: false,
+            max_output_bytes: None,
+        }),
+        outputs: vec![f.relative.clone()],
+        ..Default::default()
     })
     .unwrap();
-    let mut w = dir.file_writer(&f).unwrap();
+    let mut w = publication.dataset().unwrap().file_writer(&f).unwrap();
     let keep = vec![true; block.num_records()];
     assert_eq!(
         w.write_block(&block, &keep).unwrap_err().kind(),

@@ -15,6 +15,8 @@ pub enum DedupError {
     Output(String),
     /// The exact-verification spill file could not be written or read.
     Spill(String),
+    /// The run's [`neardup_corpus::CancelToken`] was cancelled; nothing was published.
+    Interrupted,
 }
 
 impl fmt::Display for DedupError {
@@ -25,6 +27,7 @@ impl fmt::Display for DedupError {
             DedupError::Mismatch(m) => write!(f, "inputs changed since stage 1: {m}"),
             DedupError::Output(m) => write!(f, "output error: {m}"),
             DedupError::Spill(m) => write!(f, "spill error: {m}"),
+            DedupError::Interrupted => f.write_str("interrupted"),
         }
     }
 }

@@ -13,10 +13,11 @@
 //!   stage 1 recorded, so each worker knows the table row of every sample) and sign only hot
 //!   samples; one thread decides in input order, so the decisions are identical for any thread
 //!   count; the filtered dataset (through `neardup-corpus` writers, on their own thread) and the
-//!   decisions file come out of the same pass. Stage 2 reads each chunk up to where stage 1 lost
-//!   records and reports every loss itself ([`DedupStats::unreadable`]), so its statistics
-//!   account for every record without stage 1's; an input of which nothing could be read gets no
-//!   output file;
+//!   decisions file come out of the same pass, into a `neardup_corpus::Publication` that
+//!   publishes them all or nothing; a cancel token stops the pass between blocks. Stage 2 reads
+//!   each chunk up to where stage 1 lost records and reports every loss itself
+//!   ([`DedupStats::unreadable`]), so its statistics account for every record without stage 1's;
+//!   an input of which nothing could be read gets no output file;
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys or count them (stage 1, `neardup-keys`), parse inputs or format
@@ -38,4 +39,6 @@ pub use handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedSample, SignedShape, decode_decided,
     decode_signed, encode_decided, encode_signed,
 };
-pub use stage::{ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup};
+pub use stage::{
+    ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup, run_dedup_into,
+};

@@ -10,9 +10,9 @@ use std::time::Instant;
 
 use hashbrown::HashMap;
 use neardup_corpus::{
-    Block, BlockQueue, Chunk, ChunkRange, DecisionRow, DecisionWriter, FileWriter, OutputDir,
-    OutputOptions, Projection, ReadOptions, Reason, Relay, SampleText, TextSelector, Unreadable,
-    WrittenFile, reread_chunk,
+    Block, BlockQueue, CancelToken, Chunk, ChunkRange, DecisionRow, DecisionWriter, FileWriter,
+    OutputDir, OutputOptions, Projection, Publication, PublishOptions, ReadOptions, Reason, Relay,
+    SampleText, TextSelector, Unreadable, WriteError, WrittenFile, reread_chunk,
 };
 use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
@@ -57,6 +57,20 @@ pub struct ApplyConfig {
     pub decisions: Option<PathBuf>,
     /// Counters to watch the run by.
     pub progress: Option<std::sync::Arc<neardup_keys::Progress>>,
+    /// Stops the run between blocks with [`DedupError::Interrupted`]; nothing is published then.
+    pub cancel: CancelToken,
+}
+
+/// How often the deciding thread, waiting for a block, looks at the cancel token.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// A write error as stage 2 reports it.
+fn output_error(e: WriteError) -> DedupError {
+    if e.kind() == "interrupted" {
+        DedupError::Interrupted
+    } else {
+        DedupError::Output(e.to_string())
+    }
 }
 
 /// One decision, as handed to an observer.
@@ -295,7 +309,7 @@ fn for_each_block(
         &job.expect.unreadable,
     );
     for block in reader {
-        if prep.stop.load(Ordering::Relaxed) {
+        if prep.stop.load(Ordering::Relaxed) || prep.cfg.cancel.is_cancelled() {
             return None;
         }
         let item = match block {
@@ -552,14 +566,42 @@ fn prepare_chunk_shared(
 }
 
 /// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
-/// mask of their rows. Calls `observe` with every decision in input order.
+/// mask of their rows. Calls `observe` with every decision in input order. The filtered dataset
+/// (`cfg.output`) and the decisions (`cfg.decisions`) are published together at the end, all or
+/// nothing (see [`Publication`]).
 pub fn run_dedup(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &ApplyConfig,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
+    let publication = Publication::begin(&PublishOptions {
+        output: cfg.output.clone(),
+        outputs: files.iter().map(|f| f.input.relative.clone()).collect(),
+        decisions: cfg.decisions.clone(),
+        cancel: cfg.cancel.clone(),
+        ..PublishOptions::default()
+    })
+    .map_err(output_error)?;
+    let stats = run_dedup_into(files, mask, cfg, &publication, observe)?;
+    publication.commit().map_err(output_error)?;
+    Ok(stats)
+}
+
+/// [`run_dedup`] writing into `publication`, for a caller that publishes more with it (the run
+/// report): the dataset goes to the publication's dataset directory (`cfg.output` is not looked
+/// at) and the decisions to its file `cfg.decisions`; the caller commits.
+pub fn run_dedup_into(
+    files: &[FileRows],
+    mask: &HotMask,
+    cfg: &ApplyConfig,
+    publication: &Publication,
+    observe: &mut dyn FnMut(&Decision),
+) -> Result<DedupStats, DedupError> {
     let started = Instant::now();
+    if cfg.cancel.is_cancelled() {
+        return Err(DedupError::Interrupted);
+    }
     let total_rows: u64 = files.iter().map(|f| f.rows).sum();
     if total_rows != mask.rows() as u64 {
         return Err(DedupError::Mismatch(format!(
@@ -612,12 +654,14 @@ pub fn run_dedup(
         p.set_total(inputs.iter().map(|f| f.size).sum());
     }
 
-    let output = match &cfg.output {
-        Some(o) => Some(OutputDir::create(o).map_err(|e| DedupError::Output(e.to_string()))?),
-        None => None,
-    };
+    let output: Option<&OutputDir> = publication.dataset();
     let mut decisions = match &cfg.decisions {
-        Some(p) => Some(DecisionWriter::create(p).map_err(|e| DedupError::Output(e.to_string()))?),
+        Some(p) => Some(
+            publication
+                .file(p)
+                .and_then(DecisionWriter::to_file)
+                .map_err(output_error)?,
+        ),
         None => None,
     };
     let file_names: Vec<String> = inputs
@@ -649,8 +693,10 @@ pub fn run_dedup(
         stop: &stop,
         shared: &shared,
     };
+    // Set when the writer thread has ended early: its own error says why.
+    let mut writer_gone = false;
     let written = std::thread::scope(|scope| {
-        let writer = output.as_ref().map(|out| {
+        let writer = output.map(|out| {
             let inputs = &inputs;
             scope.spawn(move || write_outputs(out, inputs, wrx))
         });
@@ -704,7 +750,20 @@ pub fn run_dedup(
         let mut file_lost = vec![false; inputs.len()];
         let mut file_done = vec![false; inputs.len()];
         let writer_stopped = || DedupError::Output("the output writer stopped".into());
-        'recv: for (i, s, m) in rx.iter() {
+        'recv: loop {
+            // Timed, so that a cancel is seen while the workers are busy with long blocks.
+            let received = rx.recv_timeout(CANCEL_POLL);
+            if cfg.cancel.is_cancelled() {
+                failure = Some(DedupError::Interrupted);
+                stop.store(true, Ordering::Relaxed);
+                progress.notify_all();
+                break 'recv;
+            }
+            let (i, s, m) = match received {
+                Ok(m) => m,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            };
             pending.insert((i, s), m);
             while let Some(m) = pending.remove(&(job, seq)) {
                 if failure.is_some() {
@@ -721,6 +780,7 @@ pub fn run_dedup(
                         if !file_started[fi] {
                             file_started[fi] = true;
                             if output.is_some() && wtx.send(WriterMsg::Start(fi)).is_err() {
+                                writer_gone = true;
                                 failure = Some(writer_stopped());
                             }
                         }
@@ -751,6 +811,7 @@ pub fn run_dedup(
                                     && failure.is_none()
                                     && wtx.send(WriterMsg::Block(work.block, keep)).is_err()
                                 {
+                                    writer_gone = true;
                                     failure = Some(writer_stopped());
                                 }
                             }
@@ -788,6 +849,7 @@ pub fn run_dedup(
                                 && ((!file_started[fi] && wtx.send(WriterMsg::Start(fi)).is_err())
                                     || wtx.send(WriterMsg::End).is_err())
                             {
+                                writer_gone = true;
                                 failure = Some(writer_stopped());
                             }
                         }
@@ -808,6 +870,7 @@ pub fn run_dedup(
         if failure.is_none() && output.is_some() {
             for fi in (0..inputs.len()).filter(|&fi| !file_done[fi]) {
                 if wtx.send(WriterMsg::Start(fi)).is_err() || wtx.send(WriterMsg::End).is_err() {
+                    writer_gone = true;
                     failure = Some(writer_stopped());
                 }
             }
@@ -822,13 +885,17 @@ pub fn run_dedup(
         writer.map(|w| w.join().expect("output writer panicked"))
     });
     if let Some(e) = failure {
-        return Err(e);
+        // A writer that stopped says why (the file and the system's error, e.g. disk full).
+        return Err(match written {
+            Some(Err(writer_error)) if writer_gone => writer_error,
+            _ => e,
+        });
     }
     if let Some(w) = written {
         stats.outputs = w?.into_iter().map(OutputFile::from).collect();
     }
     if let Some(d) = decisions {
-        d.finish().map_err(|e| DedupError::Output(e.to_string()))?;
+        d.finish().map_err(output_error)?;
     }
     stats.deduper = deduper.stats();
     stats.seconds = started.elapsed().as_secs_f64();
@@ -853,21 +920,18 @@ fn write_outputs(
     for msg in rx {
         match msg {
             WriterMsg::Start(fi) => {
-                current = Some(
-                    out.file_writer(&inputs[fi])
-                        .map_err(|e| DedupError::Output(e.to_string()))?,
-                );
+                current = Some(out.file_writer(&inputs[fi]).map_err(output_error)?);
             }
             WriterMsg::Block(block, keep) => {
                 let w = current.as_mut().expect("block before file start");
-                w.write_block(&block, &keep)
-                    .map_err(|e| DedupError::Output(e.to_string()))?;
+                w.write_block(&block, &keep).map_err(output_error)?;
             }
             WriterMsg::End => {
                 let w = current.take().expect("file end before start");
-                written.push(w.finish().map_err(|e| DedupError::Output(e.to_string()))?);
+                written.push(w.finish().map_err(output_error)?);
             }
-            // Dropping the writer removes its temporary file: nothing half-written is left.
+            // What was written stays in the staging directory, which is removed with the
+            // unpublished run.
             WriterMsg::Abort => return Ok(written),
         }
     }

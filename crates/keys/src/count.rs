@@ -14,6 +14,7 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use neardup_corpus::{CancelToken, ScratchDir};
 use neardup_sketch::NO_KEY;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -248,6 +249,18 @@ pub fn count_in_memory(
     min_count: u32,
     content_col: Option<usize>,
 ) -> Counted {
+    count_in_memory_until(keys, columns, min_count, content_col, &CancelToken::new())
+        .expect("never cancelled")
+}
+
+/// [`count_in_memory`], giving up between partitions (`None`) once `cancel` is set.
+pub(crate) fn count_in_memory_until(
+    keys: &[u64],
+    columns: usize,
+    min_count: u32,
+    content_col: Option<usize>,
+    cancel: &CancelToken,
+) -> Option<Counted> {
     assert!(columns > 0 && keys.len().is_multiple_of(columns));
     let rows = keys.len() / columns;
     let bits = partition_bits_for(keys.len());
@@ -304,6 +317,9 @@ pub fn count_in_memory(
     let results: Vec<(Vec<u64>, u64, u64)> = (0..parts)
         .into_par_iter()
         .map(|p| {
+            if cancel.is_cancelled() {
+                return (Vec::new(), 0, 0);
+            }
             let slot = rayon::current_thread_index().unwrap_or(0) % threads;
             let mut guard = local[slot].lock().unwrap_or_else(|e| e.into_inner());
             let LocalMarks {
@@ -331,6 +347,9 @@ pub fn count_in_memory(
         })
         .collect();
     drop(scattered);
+    if cancel.is_cancelled() {
+        return None;
+    }
     let local: Vec<LocalMarks> = local
         .into_iter()
         .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
@@ -365,20 +384,21 @@ pub fn count_in_memory(
         hot_keys.extend_from_slice(&hot);
     }
     stats.hot_keys = hot_keys.len() as u64;
-    Counted {
+    Some(Counted {
         hot_keys,
         mask: HotMask::from_bits(rows, columns, bits_vec, copies),
         stats,
-    }
+    })
 }
 
 const SPILL_FANOUT_BITS: u32 = 8;
 
 /// Counts keys streamed row block by row block, spilling (key, position) pairs into partition
-/// files under a temporary directory so that memory stays within `budget_bytes` (plus the hot
-/// mask, one bit per key slot).
+/// files under a spill directory (`neardup-spill-<id>`, removed when the counter is dropped, and
+/// by the next run if this process dies) so that memory stays within `budget_bytes` (plus the
+/// hot mask, one bit per key slot).
 pub struct SpillCounter {
-    dir: tempfile::TempDir,
+    dir: ScratchDir,
     columns: usize,
     content_col: Option<usize>,
     rows: u64,
@@ -387,21 +407,20 @@ pub struct SpillCounter {
 }
 
 impl SpillCounter {
-    /// Starts a counter spilling under `parent` (the system temp dir when `None`); `content_col`
-    /// as for [`count_in_memory`].
+    /// Starts a counter spilling under `parent` (the system temp dir when `None`; created when
+    /// missing); `content_col` as for [`count_in_memory`].
     pub fn new(
         parent: Option<&Path>,
         columns: usize,
         content_col: Option<usize>,
         budget_bytes: u64,
     ) -> Result<SpillCounter, KeysError> {
-        let dir = match parent {
-            Some(p) => tempfile::Builder::new()
-                .prefix("neardup-spill-")
-                .tempdir_in(p),
-            None => tempfile::Builder::new().prefix("neardup-spill-").tempdir(),
-        }
-        .map_err(|e| KeysError::io(parent.unwrap_or(Path::new("<tmp>")), e))?;
+        let dir = ScratchDir::create(parent).map_err(|e| {
+            KeysError::io(
+                &parent.map_or_else(std::env::temp_dir, Path::to_path_buf),
+                e,
+            )
+        })?;
         let writers = (0..1usize << SPILL_FANOUT_BITS)
             .map(|p| {
                 let path = part_path(dir.path(), &[p]);
@@ -444,8 +463,9 @@ impl SpillCounter {
         self.rows
     }
 
-    /// Counts partition by partition.
-    pub fn finish(self, min_count: u32) -> Result<Counted, KeysError> {
+    /// Counts partition by partition; stops between partitions with
+    /// [`KeysError::Interrupted`] once `cancel` is set.
+    pub fn finish(self, min_count: u32, cancel: &CancelToken) -> Result<Counted, KeysError> {
         let SpillCounter {
             dir,
             columns,
@@ -466,6 +486,9 @@ impl SpillCounter {
             ..CountStats::default()
         };
         for p in 0..1usize << SPILL_FANOUT_BITS {
+            if cancel.is_cancelled() {
+                return Err(KeysError::Interrupted);
+            }
             let part = PartCount {
                 dir: dir.path(),
                 budget: budget_bytes,
@@ -713,7 +736,7 @@ mod tests {
         for block in keys.chunks(9 * 1000) {
             sc.push_rows(block).unwrap();
         }
-        let spilled = sc.finish(1).unwrap();
+        let spilled = sc.finish(1, &CancelToken::new()).unwrap();
         assert_eq!(spilled.hot_keys, mem.hot_keys);
         assert_eq!(spilled.mask, mem.mask);
         assert_eq!(spilled.stats.distinct_keys, mem.stats.distinct_keys);

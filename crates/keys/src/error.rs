@@ -22,6 +22,8 @@ pub enum KeysError {
     Config(String),
     /// Bad input with `on_error = fail`: the first problem, naming the file and record.
     Input(String),
+    /// The run's [`neardup_corpus::CancelToken`] was cancelled.
+    Interrupted,
 }
 
 impl KeysError {
@@ -41,6 +43,7 @@ impl fmt::Display for KeysError {
             | KeysError::Incompatible(m)
             | KeysError::Config(m)
             | KeysError::Input(m) => f.write_str(m),
+            KeysError::Interrupted => f.write_str("interrupted"),
         }
     }
 }

@@ -200,15 +200,28 @@ impl HotKeys {
     /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file"). Keys counted
     /// within one run are refused: a file must say which tables `apply` needs.
     pub fn save(&self, path: &Path) -> Result<(), KeysError> {
-        let Some(tables) = &self.tables else {
-            return Err(KeysError::Config(format!(
+        self.saved_tables(path)?;
+        self.save_to(AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?)
+    }
+
+    /// The tables a saved file names; keys counted within one run record none and cannot be saved.
+    fn saved_tables(&self, path: &Path) -> Result<&Vec<TableIdentity>, KeysError> {
+        self.tables.as_ref().ok_or_else(|| {
+            KeysError::Config(format!(
                 "{}: these hot keys were counted within one run and record no key tables, so \
                  they cannot be saved for `apply`; count the saved tables (neardup hot, \
                  merge_table_files) instead",
                 path.display()
-            )));
-        };
-        let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
+            ))
+        })
+    }
+
+    /// Writes the hot-key file into `file` and commits it (for a file of a
+    /// [`neardup_corpus::Publication`]: marks it ready to be published with the run's report).
+    /// Keys counted within one run are refused, as by [`HotKeys::save`].
+    pub fn save_to(&self, file: AtomicFile) -> Result<(), KeysError> {
+        let path = &file.path().to_path_buf();
+        let tables = self.saved_tables(path)?;
         let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
         let header = HotHeader {
             format_version: HOT_FORMAT_VERSION,

@@ -42,6 +42,7 @@ pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
     KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore,
     UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
+    write_keys_to,
 };
 pub use table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableIdentity, TableLayout,

@@ -8,14 +8,14 @@ use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use neardup_corpus::{
-    Block, BlockQueue, Chunk, ChunkRange, FieldsSeen, InputFile, Projection, ReadOptions,
-    SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks, read_chunk,
-    record_fields,
+    AtomicFile, Block, BlockQueue, CancelToken, Chunk, ChunkRange, FieldsSeen, InputFile,
+    Projection, ReadOptions, SampleText, TextSelector, Unreadable, balanced_chunk_bytes,
+    plan_chunks, read_chunk, record_fields,
 };
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
-use crate::count::{CountStats, Counted, SpillCounter, count_in_memory};
+use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
 use crate::error::KeysError;
 use crate::hot::{HotKeys, HotMask};
 use crate::row::{RowKind, RowRule};
@@ -61,7 +61,13 @@ pub struct KeysConfig {
     pub on_error: OnError,
     /// Counters to watch the run by.
     pub progress: Option<std::sync::Arc<crate::Progress>>,
+    /// Stops the run (between blocks while reading, between partitions while counting) with
+    /// [`KeysError::Interrupted`].
+    pub cancel: CancelToken,
 }
+
+/// How often a collector waiting for a chunk looks at the cancel token.
+const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl KeysConfig {
     /// Defaults for everything but the sketcher and the selector.
@@ -78,6 +84,7 @@ impl KeysConfig {
             spill_dir: None,
             on_error: OnError::Skip,
             progress: None,
+            cancel: CancelToken::new(),
         }
     }
 
@@ -394,7 +401,7 @@ fn for_each_block(
     mut each: impl FnMut(Block),
 ) {
     for block in read_chunk(file, chunk, &read_options(cfg)) {
-        if stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) || cfg.cancel.is_cancelled() {
             break;
         }
         match block {
@@ -561,12 +568,18 @@ pub fn run_keys(
             let counted = if keys.is_empty() {
                 count_in_memory(&[], columns, cfg.min_count, content_col)
             } else {
-                pool.install(|| count_in_memory(&keys, columns, cfg.min_count, content_col))
+                pool.install(|| {
+                    count_in_memory_until(&keys, columns, cfg.min_count, content_col, &cfg.cancel)
+                })
+                .ok_or(KeysError::Interrupted)?
             };
             let table = KeyTable::new(layout.clone(), shard, file_rows.clone(), keys)?;
             (counted, TableStore::Memory(table))
         }
-        Sink::Spill(counter) => (counter.finish(cfg.min_count)?, TableStore::Spilled),
+        Sink::Spill(counter) => (
+            counter.finish(cfg.min_count, &cfg.cancel)?,
+            TableStore::Spilled,
+        ),
         Sink::File(_) => unreachable!("run_keys keeps its rows in memory or spills them"),
     };
     stats.count_seconds = count_started.elapsed().as_secs_f64();
@@ -603,8 +616,24 @@ pub fn write_keys(
     cfg: &KeysConfig,
     path: &std::path::Path,
 ) -> Result<KeysStats, KeysError> {
+    write_keys_to(
+        files,
+        shard,
+        cfg,
+        AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?,
+    )
+}
+
+/// [`write_keys`] into `target`, e.g. one output of a [`neardup_corpus::Publication`] that
+/// publishes the table with the shard's report.
+pub fn write_keys_to(
+    files: &[InputFile],
+    shard: u32,
+    cfg: &KeysConfig,
+    target: AtomicFile,
+) -> Result<KeysStats, KeysError> {
     let layout = cfg.layout();
-    let writer = KeyTableWriter::create(path, layout.columns())?;
+    let writer = KeyTableWriter::to_file(target, layout.columns())?;
     let Sketched {
         stats,
         files: file_rows,
@@ -735,7 +764,19 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
 
         let mut pending: BTreeMap<usize, ChunkOutput> = BTreeMap::new();
         let mut next = 0usize;
-        for (i, out) in rx.iter() {
+        loop {
+            // Timed, so that a cancel is seen while every worker is busy with a long chunk.
+            let received = rx.recv_timeout(CANCEL_POLL);
+            if cfg.cancel.is_cancelled() && first_error.is_none() {
+                first_error = Some(KeysError::Interrupted);
+                stop.store(true, Ordering::Relaxed);
+                progress.notify_all();
+            }
+            let (i, out) = match received {
+                Ok(m) => m,
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+            };
             pending.insert(i, out);
             while let Some(out) = pending.remove(&next) {
                 let chunk = &chunks[next];
@@ -967,7 +1008,15 @@ pub fn merge_table_files(
     min_count: u32,
     memory_limit: Option<u64>,
     spill_dir: Option<&std::path::Path>,
+    cancel: &CancelToken,
 ) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
+    let check = || {
+        if cancel.is_cancelled() {
+            Err(KeysError::Interrupted)
+        } else {
+            Ok(())
+        }
+    };
     let columns = tables.layout.columns();
     let content_col = tables.layout.rule.exact_key.then(|| columns - 1);
     let total_keys = tables.total_keys();
@@ -979,6 +1028,7 @@ pub fn merge_table_files(
             for p in &tables.paths {
                 let mut reader = TableReader::open(p)?;
                 loop {
+                    check()?;
                     block.clear();
                     if reader.read_keys(rows_per_block, &mut block)? == 0 {
                         break;
@@ -987,16 +1037,22 @@ pub fn merge_table_files(
                 }
                 reader.finish()?;
             }
-            counter.finish(min_count)?
+            counter.finish(min_count, cancel)?
         }
         None => {
             let mut all = Vec::with_capacity(total_keys as usize);
             for p in &tables.paths {
                 let mut reader = TableReader::open(p)?;
-                reader.read_keys(usize::MAX, &mut all)?;
+                loop {
+                    check()?;
+                    if reader.read_keys(1 << 20, &mut all)? == 0 {
+                        break;
+                    }
+                }
                 reader.finish()?;
             }
-            count_in_memory(&all, columns, min_count, content_col)
+            count_in_memory_until(&all, columns, min_count, content_col, cancel)
+                .ok_or(KeysError::Interrupted)?
         }
     };
     Ok((

@@ -4,7 +4,9 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use neardup_corpus::{AtomicFile, ChunkRange, FieldsMode, InputFile, TextSelector, Unreadable};
+use neardup_corpus::{
+    AtomicFile, ChunkRange, FieldsMode, InputFile, ScratchFile, TextSelector, Unreadable,
+};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
@@ -355,33 +357,44 @@ impl KeyTable {
 }
 
 /// Writes a key table file as its rows are produced, holding none of them: for a shard whose table
-/// would not fit in memory (`neardup keys`). The rows go to a temporary file beside `path`; when
-/// the header (which lists every file's row counts) is known, [`KeyTableWriter::finish`] writes
-/// the table file — the same bytes [`KeyTable::save`] writes for the same table — atomically,
-/// and removes the temporary file. Dropped unfinished, it leaves nothing behind.
+/// would not fit in memory (`neardup keys`). The rows go to a scratch file beside the table
+/// (`.neardup-<id>.rows`, see [`neardup_corpus::ScratchFile`]); when the header (which lists
+/// every file's row counts) is known, [`KeyTableWriter::finish`] writes the table — the same
+/// bytes [`KeyTable::save`] writes for the same table — into its [`AtomicFile`] and removes the
+/// scratch file. Dropped unfinished, it leaves nothing behind.
 pub struct KeyTableWriter {
-    path: PathBuf,
+    target: AtomicFile,
     columns: usize,
-    body: BufWriter<tempfile::NamedTempFile>,
+    rows_file: ScratchFile,
+    body: BufWriter<File>,
     keys: u64,
     buf: Vec<u8>,
 }
 
 impl KeyTableWriter {
-    /// Starts a table of `columns` keys per row, to be written at `path`.
+    /// Starts a table of `columns` keys per row, to be written at `path` on its own.
     pub fn create(path: &Path, columns: usize) -> Result<KeyTableWriter, KeysError> {
+        let target = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
+        KeyTableWriter::to_file(target, columns)
+    }
+
+    /// Starts a table of `columns` keys per row, written into `target` (e.g. one output of a
+    /// [`neardup_corpus::Publication`], published with the run's report).
+    pub fn to_file(target: AtomicFile, columns: usize) -> Result<KeyTableWriter, KeysError> {
+        let path = target.path().to_path_buf();
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
-        let body = tempfile::Builder::new()
-            .prefix(".neardup-keys-")
-            .suffix(".rows")
-            .tempfile_in(dir)
-            .map_err(|e| KeysError::io(dir, e))?;
+        let rows_file = ScratchFile::create(dir, "rows").map_err(|e| KeysError::io(dir, e))?;
+        let body = rows_file
+            .file()
+            .try_clone()
+            .map_err(|e| KeysError::io(rows_file.path(), e))?;
         Ok(KeyTableWriter {
-            path: path.to_path_buf(),
+            target,
             columns: columns.max(1),
+            rows_file,
             body: BufWriter::with_capacity(1 << 20, body),
             keys: 0,
             buf: Vec::new(),
@@ -401,7 +414,7 @@ impl KeyTableWriter {
         }
         self.body
             .write_all(&self.buf)
-            .map_err(|e| KeysError::io(&self.path, e))?;
+            .map_err(|e| KeysError::io(self.rows_file.path(), e))?;
         self.keys += keys.len() as u64;
         Ok(())
     }
@@ -418,7 +431,7 @@ impl KeyTableWriter {
         shard: u32,
         files: Vec<FileRows>,
     ) -> Result<(), KeysError> {
-        let path = self.path;
+        let path = self.target.path().to_path_buf();
         let io_err = |e: io::Error| KeysError::io(&path, e);
         let rows: u64 = files.iter().map(|f| f.rows).sum();
         if layout.columns() != self.columns || rows * self.columns as u64 != self.keys {
@@ -429,12 +442,14 @@ impl KeyTableWriter {
                 layout.columns()
             )));
         }
-        let mut body = self.body.into_inner().map_err(|e| io_err(e.into_error()))?;
-        body.as_file_mut()
-            .seek(SeekFrom::Start(0))
-            .map_err(io_err)?;
-        let file = AtomicFile::create(&path).map_err(io_err)?;
-        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let scratch = self.rows_file.path().to_path_buf();
+        let mut body = self
+            .body
+            .into_inner()
+            .map_err(|e| KeysError::io(&scratch, e.into_error()))?;
+        body.seek(SeekFrom::Start(0))
+            .map_err(|e| KeysError::io(&scratch, e))?;
+        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, self.target));
         let header = TableHeader {
             format_version: 1,
             layout,
@@ -443,11 +458,10 @@ impl KeyTableWriter {
             rows,
         };
         write_framed_header(&mut out, MAGIC, &header).map_err(io_err)?;
-        let copied =
-            io::copy(&mut body.as_file_mut().take(self.keys * 8), &mut out).map_err(io_err)?;
+        let copied = io::copy(&mut (&mut body).take(self.keys * 8), &mut out).map_err(io_err)?;
         if copied != self.keys * 8 {
             return Err(KeysError::Corrupt(format!(
-                "{}: the temporary rows file holds {copied} bytes, {} were written",
+                "{}: the scratch file of its rows holds {copied} bytes, {} were written",
                 path.display(),
                 self.keys * 8
             )));
@@ -456,6 +470,8 @@ impl KeyTableWriter {
         buf.write_all(&sum.to_le_bytes()).map_err(io_err)?;
         buf.write_all(END_MAGIC).map_err(io_err)?;
         let file = buf.into_inner().map_err(|e| io_err(e.into_error()))?;
+        drop(body);
+        drop(self.rows_file);
         file.commit().map_err(io_err)
     }
 }

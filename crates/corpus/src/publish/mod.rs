@@ -1,0 +1,908 @@
+//! All-or-nothing publication of a run's outputs, and the life of everything a run writes before
+//! that (see `docs/formats.md`, "How outputs are published").
+//!
+//! A [`Publication`] is begun before any work: it checks the output directory (an existing
+//! non-empty directory needs `overwrite`, and even then only files an earlier run's manifest
+//! lists are replaced), removes what dead runs left where this run writes, and reserves hidden,
+//! locked names carrying a random [`RunId`]: a staging directory `OUT/.neardup-<id>/` for the
+//! dataset (its [`OutputDir`]) and `.<name>.neardup-<id>.tmp` beside each single-file output
+//! (decisions, report, key table, …; see [`Publication::file`]). Everything is written, flushed
+//! and fsynced under those names. [`Publication::commit`] then publishes all of it in one step:
+//! a journal listing every rename is written where the commit touches, the renames run back to
+//! back (never replacing a file: what is replaced was moved aside first), the manifest
+//! (`OUT/_SUCCESS`, JSON listing every data file with its size and records) comes last, and the
+//! journal is removed. A run that dies inside this step is finished by the next one from the
+//! journal. A publication dropped without commit removes everything it created.
+//!
+//! Scratch files and spill directories ([`ScratchFile`], [`ScratchDir`]) follow the same
+//! liveness rule: a run holds a lock on each as long as it lives, and a later run that can take
+//! the lock removes them.
+
+mod journal;
+mod liveness;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::WriteError;
+use crate::write::{OutputDir, OutputOptions, part_name};
+use journal::{Applied, Journal, Op, make_dirs, sync_dir};
+pub use liveness::{RunId, ScratchDir, ScratchFile};
+use liveness::{aside_name, create_locked, create_locked_dir, sweep, temp_name};
+
+/// The default name of an output directory's manifest (Hadoop's and Spark's success marker;
+/// dataset readers such as `pyarrow.dataset` and Spark skip names starting with `_` or `.`).
+pub const MANIFEST: &str = "_SUCCESS";
+
+/// Buffer between writers and a single-file output.
+const WRITE_BUF: usize = 1 << 20;
+
+/// Asks a running stage to stop: set it from any thread (or a signal handler — [`cancel`] only
+/// stores a flag, which is async-signal-safe), and the stages end at their next block, partition
+/// or file with an "interrupted" error; a [`Publication`] not yet committed then removes what it
+/// wrote. Cloning shares the flag.
+///
+/// [`cancel`]: CancelToken::cancel
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    /// A token not cancelled yet.
+    pub fn new() -> CancelToken {
+        CancelToken::default()
+    }
+
+    /// Asks every stage holding this token to stop.
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether [`CancelToken::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Everything a run will publish, known before it starts.
+#[derive(Clone, Debug)]
+pub struct PublishOptions {
+    /// The dataset directory, if the run writes one.
+    pub output: Option<OutputOptions>,
+    /// The name of the dataset directory's manifest (default [`MANIFEST`]). Several writers
+    /// sharing one directory give each its own name; `overwrite` replaces only the files listed
+    /// in the manifest of this name.
+    pub manifest: String,
+    /// Relative output paths of the inputs (their [`crate::InputFile::relative`]): checked against
+    /// the directory's files before any work.
+    pub outputs: Vec<PathBuf>,
+    /// The decisions file, if any (named in the manifest).
+    pub decisions: Option<PathBuf>,
+    /// The run report, if any (named in the manifest).
+    pub report: Option<PathBuf>,
+    /// Other single-file outputs (a key table, a hot-key file, a stage report).
+    pub files: Vec<PathBuf>,
+    /// Further directories the run writes scratch files to (its spill directory): what dead runs
+    /// left there is removed at the start.
+    pub scratch_dirs: Vec<PathBuf>,
+    /// Checked a last time when the commit starts.
+    pub cancel: CancelToken,
+}
+
+impl Default for PublishOptions {
+    fn default() -> Self {
+        PublishOptions {
+            output: None,
+            manifest: MANIFEST.to_string(),
+            outputs: Vec::new(),
+            decisions: None,
+            report: None,
+            files: Vec::new(),
+            scratch_dirs: Vec::new(),
+            cancel: CancelToken::new(),
+        }
+    }
+}
+
+/// The manifest of a published output directory, written last by a commit (`OUT/_SUCCESS`): the
+/// run, and every data file with its size and records. A reader may trust a directory holding it:
+/// the files it lists are complete and are all the run wrote there.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `"neardup-manifest"`.
+    pub format: String,
+    /// Format version (1).
+    pub format_version: u32,
+    /// The run that wrote the files.
+    pub run_id: String,
+    /// The version of neardup that wrote them.
+    pub neardup_version: String,
+    /// When the commit happened (RFC 3339, UTC).
+    pub committed_at: String,
+    /// Data files, relative to the directory (`/`-separated), in input order.
+    pub files: Vec<ManifestFile>,
+    /// The decisions file of the run, if any.
+    pub decisions: Option<ManifestEntry>,
+    /// The report of the run, if any.
+    pub report: Option<ManifestEntry>,
+}
+
+/// A data file listed in a [`Manifest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestFile {
+    /// Path relative to the output directory, `/`-separated.
+    pub path: String,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Records (JSONL lines, Parquet rows) it holds.
+    pub records: u64,
+}
+
+/// A single-file output named in a [`Manifest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    /// Its absolute path.
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub bytes: u64,
+}
+
+const MANIFEST_FORMAT: &str = "neardup-manifest";
+
+/// Reads the manifest `name` of directory `dir`: `None` when there is none; an error
+/// (`"foreign_manifest"`) when the file is not a neardup manifest or lists a path outside `dir`.
+pub fn read_manifest(dir: &Path, name: &str) -> Result<Option<Manifest>, WriteError> {
+    let path = dir.join(name);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(WriteError::io(&path, e)),
+    };
+    let foreign = |why: &str| {
+        WriteError::new(
+            &path,
+            "foreign_manifest",
+            format!(
+                "not a neardup manifest ({why}); neardup replaces only files listed in its own \
+                 manifest: move it away or choose another output directory"
+            ),
+        )
+    };
+    let m: Manifest =
+        serde_json::from_slice(&bytes).map_err(|_| foreign("not a neardup manifest's JSON"))?;
+    if m.format != MANIFEST_FORMAT || m.format_version != 1 {
+        return Err(foreign("unknown format"));
+    }
+    for f in &m.files {
+        if !plain_relative(Path::new(&f.path)) {
+            return Err(foreign(&format!(
+                "it lists {:?}, outside the directory",
+                f.path
+            )));
+        }
+    }
+    Ok(Some(m))
+}
+
+/// A relative path of normal components only (no `..`, no root).
+fn plain_relative(p: &Path) -> bool {
+    !p.as_os_str().is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+/// What a commit published.
+#[derive(Clone, Debug)]
+pub struct Published {
+    /// The run.
+    pub run_id: RunId,
+    /// The output directory's manifest, when the run wrote a dataset.
+    pub manifest: Option<Manifest>,
+}
+
+/// One run's outputs on their way to being published together; see the module docs. Sync: the
+/// dataset's writers and the single-file writers may work on several threads.
+pub struct Publication {
+    shared: Arc<Shared>,
+    dataset: Option<Dataset>,
+    cancel: CancelToken,
+    decisions: Option<PathBuf>,
+    report: Option<PathBuf>,
+    /// Directories this run created (output directory, parents of single-file outputs), removed
+    /// again if it publishes nothing and they are empty.
+    created: Mutex<Vec<PathBuf>>,
+    /// Directories whose dead runs' leftovers were removed already.
+    swept: Mutex<BTreeSet<PathBuf>>,
+    committed: bool,
+    /// Tests: the commit stops after this many operations as if the process died there.
+    #[cfg(test)]
+    die_after_ops: Option<usize>,
+}
+
+impl std::fmt::Debug for Publication {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publication")
+            .field("run", &self.shared.run)
+            .field("dataset", &self.dataset.as_ref().map(|d| d.out.path()))
+            .finish_non_exhaustive()
+    }
+}
+
+struct Dataset {
+    out: OutputDir,
+    staging: PathBuf,
+    _lock: File,
+    manifest: String,
+    overwrite: bool,
+}
+
+struct Shared {
+    run: RunId,
+    files: Mutex<Vec<Staged>>,
+}
+
+impl Shared {
+    fn files(&self) -> MutexGuard<'_, Vec<Staged>> {
+        lock_ignoring_poison(&self.files)
+    }
+}
+
+/// The lists behind these locks stay valid whatever a panicking holder was doing.
+fn lock_ignoring_poison<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A single-file output: its final path, its temporary name and that file's lock.
+struct Staged {
+    target: PathBuf,
+    temp: PathBuf,
+    lock: File,
+    state: State,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Reserved,
+    Writing,
+    Ready { bytes: u64 },
+}
+
+impl Publication {
+    /// Checks where the run will write and reserves its names, before any work: creates the
+    /// output directory (and single files' directories) when missing; removes what dead runs
+    /// left there and in `scratch_dirs`; refuses an output directory another live run writes to
+    /// (`"in_use"`), a non-empty one without overwrite (`"exists"`), one whose manifest is not
+    /// neardup's (`"foreign_manifest"`), and, with overwrite, an input's output name taken by a
+    /// file no manifest lists (`"not_ours"`) or a listed file changed since (`"changed"`).
+    pub fn begin(opts: &PublishOptions) -> Result<Publication, WriteError> {
+        let mut p = Publication {
+            shared: Arc::new(Shared {
+                run: RunId::new(),
+                files: Mutex::new(Vec::new()),
+            }),
+            dataset: None,
+            cancel: opts.cancel.clone(),
+            decisions: opts.decisions.as_deref().map(absolute).transpose()?,
+            report: opts.report.as_deref().map(absolute).transpose()?,
+            created: Mutex::new(Vec::new()),
+            swept: Mutex::new(BTreeSet::new()),
+            committed: false,
+            #[cfg(test)]
+            die_after_ops: None,
+        };
+        if let Some(out) = &opts.output {
+            p.dataset = Some(p.begin_dataset(out, &opts.manifest, &opts.outputs)?);
+        }
+        let singles = opts.decisions.iter().chain(&opts.report).chain(&opts.files);
+        for target in singles {
+            p.reserve(target)?;
+        }
+        for dir in &opts.scratch_dirs {
+            p.sweep_once(&absolute(dir)?)?;
+        }
+        Ok(p)
+    }
+
+    fn begin_dataset(
+        &mut self,
+        opts: &OutputOptions,
+        manifest: &str,
+        outputs: &[PathBuf],
+    ) -> Result<Dataset, WriteError> {
+        let dir = absolute(&opts.dir)?;
+        match fs::metadata(&dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(WriteError::new(
+                    &opts.dir,
+                    "not_a_directory",
+                    "the output path exists and is not a directory",
+                ));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                make_dirs(&dir, &mut lock_ignoring_poison(&self.created))
+                    .map_err(|e| WriteError::io(&opts.dir, e))?
+            }
+            Err(e) => return Err(WriteError::io(&opts.dir, e)),
+        }
+        let live = self.sweep_once(&dir)?;
+        if let Some(other) = live.first() {
+            return Err(WriteError::new(
+                &opts.dir,
+                "in_use",
+                format!(
+                    "another neardup run is writing to this directory ({} is in use); wait for it \
+                     to finish or choose another output directory",
+                    other.display()
+                ),
+            ));
+        }
+        let mut held: Vec<String> = fs::read_dir(&dir)
+            .map_err(|e| WriteError::io(&opts.dir, e))?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        held.sort();
+        if !opts.overwrite && !held.is_empty() {
+            let more = match held.len() {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            };
+            return Err(WriteError::new(
+                &opts.dir,
+                "exists",
+                format!(
+                    "the output directory is not empty (it holds {}{more}); pass --overwrite to \
+                     replace the files an earlier neardup run wrote there, or choose another \
+                     directory",
+                    held[0]
+                ),
+            ));
+        }
+        if opts.overwrite {
+            let previous = read_manifest(&dir, manifest)?;
+            let listed = previous.as_ref().map(listed_files).unwrap_or_default();
+            check_unchanged(&dir, &listed)?;
+            let split = opts.max_output_bytes.is_some();
+            for rel in outputs {
+                let name = part_name(rel, 0, split);
+                let path = dir.join(&name);
+                if fs::symlink_metadata(&path).is_ok() && !listed.contains_key(&name) {
+                    return Err(not_ours(&path, manifest));
+                }
+            }
+        }
+        let (staging, lock, run) = create_locked_dir(
+            |id| dir.join(format!("{}{id}", liveness::HIDDEN_PREFIX)),
+            self.shared.run,
+        )
+        .map_err(|e| WriteError::io(&opts.dir, e))?;
+        if run != self.shared.run {
+            // Nothing carries the first id yet: the dataset is reserved before any single file.
+            self.shared = Arc::new(Shared {
+                run,
+                files: Mutex::new(Vec::new()),
+            });
+        }
+        Ok(Dataset {
+            out: OutputDir::staged(opts.dir.clone(), staging.clone(), opts.max_output_bytes),
+            staging,
+            _lock: lock,
+            manifest: manifest.to_string(),
+            overwrite: opts.overwrite,
+        })
+    }
+
+    /// Removes dead runs' leftovers from `dir` once per publication; returns live artefacts.
+    fn sweep_once(&self, dir: &Path) -> Result<Vec<PathBuf>, WriteError> {
+        let mut swept = lock_ignoring_poison(&self.swept);
+        if !swept.insert(dir.to_path_buf()) {
+            return Ok(Vec::new());
+        }
+        Ok(sweep(dir).map_err(|e| WriteError::io(dir, e))?.live)
+    }
+
+    /// Reserves the temporary name of single-file output `target` (creating its directory).
+    fn reserve(&self, target: &Path) -> Result<(), WriteError> {
+        let abs = absolute(target)?;
+        if self.shared.files().iter().any(|s| s.target == abs) {
+            return Ok(());
+        }
+        if fs::metadata(&abs).is_ok_and(|m| m.is_dir()) {
+            return Err(WriteError::new(
+                target,
+                "not_a_file",
+                "a directory has this name; name a file",
+            ));
+        }
+        let dir = abs.parent().unwrap_or(Path::new("/")).to_path_buf();
+        make_dirs(&dir, &mut lock_ignoring_poison(&self.created))
+            .map_err(|e| WriteError::io(target, e))?;
+        self.sweep_once(&dir)?;
+        let temp = temp_name(&abs, self.shared.run);
+        let lock = create_locked(&temp).map_err(|e| WriteError::io(target, e))?;
+        self.shared.files().push(Staged {
+            target: abs,
+            temp,
+            lock,
+            state: State::Reserved,
+        });
+        Ok(())
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> RunId {
+        self.shared.run
+    }
+
+    /// The token checked when the commit starts.
+    pub fn cancel_token(&self) -> &CancelToken {
+        &self.cancel
+    }
+
+    /// The dataset directory's writer, when the run writes one.
+    pub fn dataset(&self) -> Option<&OutputDir> {
+        self.dataset.as_ref().map(|d| &d.out)
+    }
+
+    /// A writer for single-file output `path`, published with the rest: its [`AtomicFile::commit`]
+    /// only marks it complete; [`Publication::commit`] renames it into place. Each path can be
+    /// written once.
+    pub fn file(&self, path: &Path) -> Result<AtomicFile, WriteError> {
+        self.reserve(path)?;
+        let abs = absolute(path)?;
+        let mut files = self.shared.files();
+        let (index, staged) = files
+            .iter_mut()
+            .enumerate()
+            .find(|(_, s)| s.target == abs)
+            .expect("reserved above");
+        if staged.state != State::Reserved {
+            return Err(WriteError::new(
+                path,
+                "duplicate_output",
+                "this file is already written by this run",
+            ));
+        }
+        let file = staged
+            .lock
+            .try_clone()
+            .map_err(|e| WriteError::io(path, e))?;
+        staged.state = State::Writing;
+        Ok(AtomicFile {
+            path: path.to_path_buf(),
+            out: BufWriter::with_capacity(WRITE_BUF, file),
+            owner: Owner::Shared(self.shared.clone(), index),
+        })
+    }
+
+    /// Publishes everything at once; see the module docs. Fails (and publishes nothing) when the
+    /// token was cancelled (`"interrupted"`), when an output was not finished, or when a file
+    /// appeared where an output goes (`"not_ours"`); from its start on, the token is no longer
+    /// looked at.
+    pub fn commit(mut self) -> Result<Published, WriteError> {
+        let run = self.shared.run;
+        let first_output = || {
+            self.dataset
+                .as_ref()
+                .map(|d| d.out.path().to_path_buf())
+                .or_else(|| self.shared.files().first().map(|s| s.target.clone()))
+                .unwrap_or_default()
+        };
+        if self.cancel.is_cancelled() {
+            return Err(WriteError::new(
+                &first_output(),
+                "interrupted",
+                "interrupted before the outputs were published",
+            ));
+        }
+        let files: Vec<(PathBuf, PathBuf, u64)> = {
+            let files = self.shared.files();
+            let mut ready = Vec::new();
+            for s in files.iter() {
+                match s.state {
+                    State::Ready { bytes } => ready.push((s.target.clone(), s.temp.clone(), bytes)),
+                    _ => {
+                        return Err(WriteError::new(
+                            &s.target,
+                            "unfinished",
+                            "this output was not finished; nothing was published",
+                        ));
+                    }
+                }
+            }
+            ready
+        };
+        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        if let Some(d) = &self.dataset {
+            dirs.insert(absolute(d.out.path())?);
+        }
+        for (target, ..) in &files {
+            dirs.insert(target.parent().unwrap_or(Path::new("/")).to_path_buf());
+        }
+        // Interrupted commits of dead runs in these directories are settled first, so this one
+        // starts from one whole state.
+        for dir in &dirs {
+            sweep(dir).map_err(|e| WriteError::io(dir, e))?;
+        }
+
+        let mut asides = Vec::new();
+        let mut renames = Vec::new();
+        let mut manifest = None;
+        let mut manifest_temp = None;
+        if let Some(d) = &self.dataset {
+            let dir = absolute(d.out.path())?;
+            let (claimed, parts) = d.out.finished();
+            if claimed != parts.iter().map(|p| p.file).collect::<BTreeSet<_>>().len() {
+                return Err(WriteError::new(
+                    d.out.path(),
+                    "unfinished",
+                    "an output file was not finished; nothing was published",
+                ));
+            }
+            let listed = if d.overwrite {
+                read_manifest(&dir, &d.manifest)?
+                    .as_ref()
+                    .map(listed_files)
+                    .unwrap_or_default()
+            } else {
+                BTreeMap::new()
+            };
+            check_unchanged(&dir, &listed)?;
+            let manifest_path = dir.join(&d.manifest);
+            if d.overwrite && fs::symlink_metadata(&manifest_path).is_ok() {
+                asides.push(manifest_path.clone());
+            }
+            for rel in listed.keys() {
+                if fs::symlink_metadata(dir.join(rel)).is_ok() {
+                    asides.push(dir.join(rel));
+                }
+            }
+            let mut listing = Vec::with_capacity(parts.len());
+            for part in &parts {
+                let to = dir.join(&part.rel);
+                if fs::symlink_metadata(&to).is_ok() && !listed.contains_key(&part.rel) {
+                    return Err(not_ours(&to, &d.manifest));
+                }
+                renames.push((d.staging.join(&part.rel), to));
+                listing.push(ManifestFile {
+                    path: utf8(&part.rel, d.out.path())?,
+                    bytes: part.bytes,
+                    records: part.records,
+                });
+            }
+            let entry = |target: &Option<PathBuf>| {
+                target.as_ref().and_then(|t| {
+                    files.iter().find(|f| &f.0 == t).map(|f| ManifestEntry {
+                        path: f.0.clone(),
+                        bytes: f.2,
+                    })
+                })
+            };
+            let now = SystemTime::now();
+            let m = Manifest {
+                format: MANIFEST_FORMAT.to_string(),
+                format_version: 1,
+                run_id: run.to_string(),
+                neardup_version: env!("CARGO_PKG_VERSION").to_string(),
+                committed_at: rfc3339_utc(now),
+                files: listing,
+                decisions: entry(&self.decisions),
+                report: entry(&self.report),
+            };
+            let temp = temp_name(&manifest_path, run);
+            write_manifest(&temp, &m).map_err(|e| {
+                let _ = fs::remove_file(&temp);
+                WriteError::io(&manifest_path, e)
+            })?;
+            manifest_temp = Some((temp, manifest_path));
+            manifest = Some(m);
+        }
+        for (target, temp, _) in &files {
+            if fs::symlink_metadata(target).is_ok() {
+                asides.push(target.clone());
+            }
+            renames.push((temp.clone(), target.clone()));
+        }
+
+        let result = if self.dataset.is_none() && files.len() == 1 && asides.len() <= 1 {
+            // One file: a plain rename replaces it atomically; no journal is needed.
+            let (target, temp, _) = &files[0];
+            fs::rename(temp, target)
+                .map(|()| sync_dir(target))
+                .map_err(|e| WriteError::io(target, e))
+        } else {
+            let mut ops: Vec<Op> = asides
+                .iter()
+                .map(|p| Op::Aside {
+                    path: p.clone(),
+                    aside: aside_name(p, run),
+                })
+                .collect();
+            ops.extend(renames.iter().map(|(from, to)| Op::Rename {
+                from: from.clone(),
+                to: to.clone(),
+            }));
+            if let Some((temp, path)) = &manifest_temp {
+                ops.push(Op::Rename {
+                    from: temp.clone(),
+                    to: path.clone(),
+                });
+            }
+            ops.extend(asides.iter().map(|p| Op::Remove {
+                path: aside_name(p, run),
+            }));
+            self.run_journal(dirs.iter().cloned().collect(), ops, &first_output())
+        };
+        if let Err(e) = result {
+            #[cfg(test)]
+            if e.kind() == "died" {
+                // A dead process cleans nothing up.
+                self.committed = true;
+                return Err(e);
+            }
+            if let Some((temp, _)) = &manifest_temp {
+                let _ = fs::remove_file(temp);
+            }
+            return Err(e);
+        }
+        self.committed = true;
+        if let Some(d) = &self.dataset {
+            let _ = fs::remove_dir_all(&d.staging);
+            // Subdirectories that only held an earlier run's files, now removed, go too.
+            let dir = absolute(d.out.path())?;
+            for gone in &asides {
+                let mut at = gone.parent();
+                while let Some(sub) = at.filter(|p| p.starts_with(&dir) && *p != dir) {
+                    if fs::remove_dir(sub).is_err() {
+                        break;
+                    }
+                    at = sub.parent();
+                }
+            }
+        }
+        Ok(Published {
+            run_id: run,
+            manifest,
+        })
+    }
+
+    /// Writes the journal, applies its operations and removes it.
+    fn run_journal(&self, dirs: Vec<PathBuf>, ops: Vec<Op>, at: &Path) -> Result<(), WriteError> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let journal = Journal::new(self.shared.run, dirs.clone(), ops);
+        let locks = journal.write().map_err(|e| WriteError::io(at, e))?;
+        #[cfg(test)]
+        if let Some(n) = self.die_after_ops {
+            let n = n.min(journal.ops.len());
+            assert_eq!(
+                journal::apply(&journal.ops[..n], false).unwrap(),
+                Applied::Done
+            );
+            drop(locks);
+            return Err(WriteError::new(at, "died", "the process died here"));
+        }
+        let applied = journal::apply(&journal.ops, false);
+        if let Ok(Applied::Done) = applied {
+            let mut synced = BTreeSet::new();
+            for op in &journal.ops {
+                if let Op::Rename { from, to } = op {
+                    for p in [from, to] {
+                        if let Some(parent) = p.parent()
+                            && synced.insert(parent.to_path_buf())
+                        {
+                            sync_dir(p);
+                        }
+                    }
+                }
+            }
+        }
+        journal.remove();
+        drop(locks);
+        match applied {
+            Ok(Applied::Done) => Ok(()),
+            Ok(Applied::Conflict(path)) => Err(WriteError::new(
+                &path,
+                "not_ours",
+                "a file appeared here while the outputs were being published; nothing was \
+                 published, move it away and run again",
+            )),
+            Err(e) => Err(WriteError::io(at, e)),
+        }
+    }
+}
+
+impl Drop for Publication {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        if let Some(d) = &self.dataset {
+            let _ = fs::remove_dir_all(&d.staging);
+        }
+        for s in self.shared.files().iter() {
+            let _ = fs::remove_file(&s.temp);
+        }
+        for dir in lock_ignoring_poison(&self.created).iter().rev() {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+/// The files a manifest lists, by relative path, with their sizes.
+fn listed_files(m: &Manifest) -> BTreeMap<PathBuf, u64> {
+    m.files
+        .iter()
+        .map(|f| (PathBuf::from(&f.path), f.bytes))
+        .collect()
+}
+
+/// Refuses to replace a listed file that changed size since the manifest was written.
+fn check_unchanged(dir: &Path, listed: &BTreeMap<PathBuf, u64>) -> Result<(), WriteError> {
+    for (rel, bytes) in listed {
+        let path = dir.join(rel);
+        if let Ok(m) = fs::symlink_metadata(&path)
+            && (!m.is_file() || m.len() != *bytes)
+        {
+            return Err(WriteError::new(
+                &path,
+                "changed",
+                format!(
+                    "this file changed since neardup wrote it ({} bytes now, {bytes} then), so \
+                     --overwrite will not replace it; move it away or choose another output \
+                     directory",
+                    m.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn not_ours(path: &Path, manifest: &str) -> WriteError {
+    WriteError::new(
+        path,
+        "not_ours",
+        format!(
+            "an output would replace this file, which no neardup run wrote here (the directory's \
+             {manifest} does not list it); move it away or choose another output directory"
+        ),
+    )
+}
+
+fn utf8(rel: &Path, dir: &Path) -> Result<String, WriteError> {
+    rel.to_str().map(str::to_string).ok_or_else(|| {
+        WriteError::new(
+            &dir.join(rel),
+            "invalid_output",
+            "output names must be UTF-8 to be listed in the manifest",
+        )
+    })
+}
+
+fn absolute(path: &Path) -> Result<PathBuf, WriteError> {
+    std::path::absolute(path).map_err(|e| WriteError::io(path, e))
+}
+
+fn write_manifest(path: &Path, m: &Manifest) -> io::Result<()> {
+    let mut f = create_locked(path)?;
+    let mut bytes = serde_json::to_vec_pretty(m).map_err(io::Error::other)?;
+    bytes.push(b'\n');
+    f.write_all(&bytes)?;
+    f.sync_all()
+}
+
+/// `2024-05-01T12:34:56.789Z`.
+fn rfc3339_utc(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = d.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        d.subsec_millis()
+    )
+}
+
+enum Owner {
+    /// A file of its own: committing it publishes it.
+    Alone(Box<Publication>),
+    /// One output of a [`Publication`]: committing it marks it ready.
+    Shared(Arc<Shared>, usize),
+}
+
+/// One file written atomically: the bytes go to a hidden, locked temporary file beside `path`
+/// (`.<name>.neardup-<id>.tmp`), and [`AtomicFile::commit`] flushes, fsyncs and renames it into
+/// place — or, for a file of a [`Publication`] ([`Publication::file`]), marks it ready for the
+/// publication's commit. Dropped without commit, it leaves the target untouched (and a file of
+/// its own removes its temporary file; one of a publication keeps the publication from
+/// committing).
+pub struct AtomicFile {
+    path: PathBuf,
+    out: BufWriter<File>,
+    owner: Owner,
+}
+
+impl std::fmt::Debug for AtomicFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AtomicFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AtomicFile {
+    /// Starts writing `path` (a missing directory is created), first removing what dead runs
+    /// left in its directory.
+    pub fn create(path: &Path) -> io::Result<AtomicFile> {
+        let p = Publication::begin(&PublishOptions {
+            files: vec![path.to_path_buf()],
+            ..PublishOptions::default()
+        })
+        .map_err(without_path)?;
+        let mut f = p.file(path).map_err(without_path)?;
+        f.owner = Owner::Alone(Box::new(p));
+        Ok(f)
+    }
+
+    /// The final path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Flushes and fsyncs; then renames to the final path, or, for a file of a publication,
+    /// marks it ready to be published.
+    pub fn commit(self) -> io::Result<()> {
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        let bytes = file.metadata()?.len();
+        match self.owner {
+            Owner::Alone(p) => {
+                p.shared.files()[0].state = State::Ready { bytes };
+                p.commit().map(|_| ()).map_err(without_path)
+            }
+            Owner::Shared(shared, index) => {
+                shared.files()[index].state = State::Ready { bytes };
+                Ok(())
+            }
+        }
+    }
+}
+
+/// An error of a file's own publication, for callers who name the file themselves.
+fn without_path(e: WriteError) -> io::Error {
+    io::Error::other(e.message().to_string())
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.write(buf)
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.out.write_all(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests;
