@@ -85,7 +85,7 @@ def _tqdm_class(progress: Optional[bool]):
     if progress is False:
         return None
     try:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
     except ImportError:
         if progress:
             raise ImportError("progress=True needs tqdm: pip install tqdm") from None
@@ -99,7 +99,7 @@ class _Bars:
     def __init__(self, tqdm, show_at: float):
         self._tqdm = tqdm
         self._show_at = show_at
-        self._bar = None
+        self._bar: Any = None
         self._stage = 0
 
     def update(self, run) -> None:

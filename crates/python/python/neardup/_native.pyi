@@ -2,7 +2,7 @@
 which re-exports the classes and wraps the functions."""
 
 from os import PathLike
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, final
 
 import numpy
 import numpy.typing
@@ -14,6 +14,27 @@ _Inputs = Union[_Path, Iterable[_Path]]
 _Texts = Union[Sequence[str], Any]
 
 __version__: str
+__all__ = [
+    "__version__",
+    "InputError",
+    "CorruptFileError",
+    "Sketcher",
+    "Decision",
+    "Deduper",
+    "KeyTable",
+    "HotKeys",
+    "Run",
+    "DecisionStream",
+    "CorpusStream",
+    "settings",
+    "defaults",
+    "start_dedup",
+    "stream",
+    "compute_keys",
+    "hot_keys",
+    "process_corpus",
+    "compute_bucket_keys",
+]
 
 class InputError(ValueError):
     """A bad record or unreadable input with on_error="fail", or inputs that changed between the
@@ -22,6 +43,7 @@ class InputError(ValueError):
 class CorruptFileError(OSError):
     """A key-table or hot-key file (or its bytes) is damaged, truncated or not neardup's."""
 
+@final
 class Decision:
     """One decision about one sample: the row of a decisions file."""
 
@@ -61,8 +83,10 @@ class Decision:
     def to_dict(self) -> Dict[str, Any]:
         """The decision as a decisions file's row (keys file, record, field, id, keep, reason,
         dup_of_file, dup_of_record, dup_of_id, similarity)."""
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
+@final
 class DecisionStream(Iterator[Decision]):
     """Decisions of a running pipeline in input order (see neardup.stream)."""
 
@@ -72,10 +96,11 @@ class DecisionStream(Iterator[Decision]):
     def report(self) -> Optional[Dict[str, Any]]:
         """The run report once every decision was taken; None before."""
 
+@final
 class Sketcher:
     """Texts → MinHash signatures and LSH band keys, as stage 1 computes them."""
 
-    def __init__(self, **settings: Any) -> None:
+    def __new__(cls, **settings: Any) -> "Sketcher":
         """Sketch settings by name (num_perm, threshold or bands + rows, hash, tokenize,
         shingle, step, normalisation, band_keys, seed, short_texts, threads)."""
     def signatures(self, texts: _Texts) -> numpy.typing.NDArray[numpy.uint32]:
@@ -97,16 +122,17 @@ class Sketcher:
     def settings(self) -> Dict[str, Any]:
         """The sketch settings in force (a settings file's [sketch] section)."""
 
+@final
 class Deduper:
     """In-memory deduplication of texts given one by one (first seen kept)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         *,
         hot_keys: Union["HotKeys", numpy.typing.ArrayLike, None] = None,
         sign_blank: bool = False,
         **settings: Any,
-    ) -> None:
+    ) -> "Deduper":
         """Settings by name (sketch settings, threshold, max_reps, verify, exact, empty, …);
         hot_keys restricts the buckets to those keys; sign_blank signs whitespace-only texts
         instead of deciding them "empty"."""
@@ -125,6 +151,7 @@ class Deduper:
         """The decision core's counters (checked, comparisons, near, exact, representatives,
         buckets, bytes)."""
 
+@final
 class KeyTable:
     """Stage 1's product for one shard: a row of uint64 keys per sample, and its files."""
 
@@ -160,8 +187,9 @@ class KeyTable:
     def from_bytes(data: bytes) -> "KeyTable":
         """Reads a table from to_bytes()'s bytes."""
     def __len__(self) -> int: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class HotKeys:
     """The keys seen more than min_key_count times across all shards, sorted."""
 
@@ -185,9 +213,10 @@ class HotKeys:
     def from_bytes(data: bytes) -> "HotKeys":
         """Reads hot keys from to_bytes()'s bytes."""
     def __len__(self) -> int: ...
-    def __contains__(self, key: int) -> bool: ...
-    def __eq__(self, other: object) -> bool: ...
+    def __contains__(self, key: int, /) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
 
+@final
 class Run:
     """A neardup.dedup run on a background thread."""
 
@@ -198,6 +227,7 @@ class Run:
     def result(self) -> str:
         """The report as JSON once the run has ended; raises the run's error."""
 
+@final
 class CorpusStream(Iterator[Tuple[str, bool]]):
     """lshcurator's process_corpus pairs (text, keep)."""
 

@@ -28,7 +28,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterator, List, Literal, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Literal, Optional, Tuple, Union
 
 import numpy
 
@@ -215,13 +215,13 @@ def _first_record_fields(path: Path) -> List[str]:
     name = path.name.lower()
     if name.endswith(".parquet"):
         try:
-            import pyarrow.parquet
+            import pyarrow.parquet  # type: ignore[import-untyped]
         except ImportError:
             raise ImportError(
                 "fields=None on Parquet needs pyarrow to read the columns: pip install pyarrow"
             ) from None
         return list(pyarrow.parquet.read_schema(path).names)
-    opener = open
+    opener: Any = open
     if name.endswith(".gz"):
         import gzip
 
@@ -257,7 +257,8 @@ class Curator:
                 rows_per_band=self.config.rows_per_band,
                 shingle_k=self.config.shingle_k,
                 shingle_step=self.config.shingle_step,
-                similarity_threshold=self.config.similarity_threshold,
+                # None fails in Deduper, as in lshcurator.
+                similarity_threshold=self.config.similarity_threshold,  # type: ignore[arg-type]
                 compute_mode=self.config.compute_mode,
                 max_representatives_per_bucket=self.config.max_representatives_per_bucket,
             ),
@@ -283,7 +284,8 @@ class Curator:
             raise ValueError(f"filter_freq must be a non-negative integer, but got {filter_freq}.")
         unique_keys, key_counts = numpy.unique(bucket_keys, return_counts=True)
         hot = unique_keys[key_counts > filter_freq].astype(numpy.uint64, copy=False)
-        return hot, numpy.isin(bucket_keys, hot).any(axis=-1)
+        mask = numpy.asarray(numpy.isin(bucket_keys, hot).any(axis=-1))
+        return hot, mask
 
     def _settings(
         self,
