@@ -72,7 +72,7 @@ impl Scope {
                 }
             }
             Scope::Deduper => {
-                if section == "sketch" || DEDUPER_EXTRA.contains(&name) || name == "threads" {
+                if section == "sketch" || DEDUPER_EXTRA.contains(&name) {
                     Ok(())
                 } else {
                     Err("not a setting of an in-memory deduper".into())

@@ -134,5 +134,6 @@ def test_deduper_basics():
         d(b"bytes")
     with pytest.raises(ValueError, match="different settings"):
         neardup.Deduper(hot_keys=neardup.hot_keys([neardup.compute_keys(SAMPLE)]), threshold=0.5)
-    with pytest.raises(TypeError, match="not a setting of an in-memory deduper"):
-        neardup.Deduper(fields=["x"])
+    for name in ["fields", "threads", "overwrite"]:
+        with pytest.raises(TypeError, match=f"{name} is not taken here: not a setting of an in-memory deduper"):
+            neardup.Deduper(**{name: None})
