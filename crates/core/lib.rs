@@ -45,8 +45,8 @@ pub use error::Error;
 pub use neardup_corpus::CancelToken;
 pub use paths::RunPaths;
 pub use pipeline::{
-    DecisionStream, Pipeline, Report, RunControl, Totals, apply, apply_config, apply_files,
-    apply_files_with, apply_files_with_progress, compute_keys, discover_inputs,
+    DecisionStream, NextDecision, Pipeline, Report, RunControl, Totals, apply, apply_config,
+    apply_files, apply_files_with, apply_files_with_progress, compute_keys, discover_inputs,
     discover_inputs_and_sources, keys_config, merge_hot_key_files, merge_hot_key_files_with,
     merge_hot_keys, write_shard_keys,
 };

@@ -724,6 +724,7 @@ impl Pipeline {
     /// ```
     pub fn stream(self) -> DecisionStream {
         let (tx, rx) = crossbeam_channel::bounded(4096);
+        let cancel = self.control.cancel.clone();
         let handle = std::thread::spawn(move || {
             // A dropped receiver only means the caller stopped listening; the run still completes.
             self.run_with(&mut |d| {
@@ -733,6 +734,7 @@ impl Pipeline {
         DecisionStream {
             rx,
             handle: Some(handle),
+            cancel,
         }
     }
 }
@@ -741,6 +743,18 @@ impl Pipeline {
 pub struct DecisionStream {
     rx: crossbeam_channel::Receiver<Decision>,
     handle: Option<std::thread::JoinHandle<Result<Report, Error>>>,
+    cancel: CancelToken,
+}
+
+/// What [`DecisionStream::next_within`] found.
+#[derive(Debug)]
+pub enum NextDecision {
+    /// The next decision.
+    Decision(Decision),
+    /// None came within the time given; the run goes on.
+    Pending,
+    /// The decisions have ended; [`DecisionStream::finish`] has the report or the error.
+    Ended,
 }
 
 impl Iterator for DecisionStream {
@@ -751,6 +765,23 @@ impl Iterator for DecisionStream {
 }
 
 impl DecisionStream {
+    /// The next decision if one comes within `timeout`, for callers that must look at something
+    /// else while they wait (a Python binding checking for Ctrl-C).
+    pub fn next_within(&mut self, timeout: std::time::Duration) -> NextDecision {
+        match self.rx.recv_timeout(timeout) {
+            Ok(d) => NextDecision::Decision(d),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => NextDecision::Pending,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => NextDecision::Ended,
+        }
+    }
+
+    /// Stops the run at its next block, as a cancelled [`Pipeline::with_cancel`] token does:
+    /// [`DecisionStream::finish`] then returns [`Error::Interrupted`] (unless the run had already
+    /// begun publishing), and nothing is published.
+    pub fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
     /// Waits for the run to end (draining decisions not yet taken) and returns its report.
     pub fn finish(mut self) -> Result<Report, Error> {
         for _ in self.rx.iter() {}

@@ -1,7 +1,7 @@
 //! The key-frequency filter's products: the hot-key set and the per-row hot mask.
 
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
 use hashbrown::HashSet;
@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
 use crate::table::{
-    ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity, TableLayout,
-    TableReader, read_framed_header, read_u64s, truncated, verify_trailer, write_framed_header,
-    write_u64s,
+    BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
+    TableLayout, TableReader, read_framed_header, read_u64s, truncated, verify_trailer,
+    write_framed_header, write_u64s,
 };
 
 /// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
@@ -205,8 +205,8 @@ impl HotKeys {
     }
 
     /// The tables a saved file names; keys counted within one run record none and cannot be saved.
-    fn saved_tables(&self, path: &Path) -> Result<&Vec<TableIdentity>, KeysError> {
-        self.tables.as_ref().ok_or_else(|| {
+    fn saved_tables(&self, path: &Path) -> Result<&[TableIdentity], KeysError> {
+        self.tables.as_deref().ok_or_else(|| {
             KeysError::Config(format!(
                 "{}: these hot keys were counted within one run and record no key tables, so \
                  they cannot be saved for `apply`; count the saved tables (neardup hot, \
@@ -222,30 +222,56 @@ impl HotKeys {
     pub fn save_to(&self, file: AtomicFile) -> Result<(), KeysError> {
         let path = &file.path().to_path_buf();
         let tables = self.saved_tables(path)?;
-        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
-        let header = HotHeader {
-            format_version: HOT_FORMAT_VERSION,
-            layout: self.layout.clone(),
-            min_count: self.min_count,
-            keys: self.keys.len() as u64,
-            tables: tables.clone(),
-        };
-        write_framed_header(&mut out, HOT_MAGIC, &header).map_err(|e| KeysError::io(path, e))?;
-        write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
-        let (mut buf, sum) = out.finish();
-        buf.write_all(&sum.to_le_bytes())
+        let mut buf = BufWriter::with_capacity(1 << 20, file);
+        self.write_to(&mut buf, tables)
             .map_err(|e| KeysError::io(path, e))?;
-        buf.write_all(HOT_END).map_err(|e| KeysError::io(path, e))?;
         let file = buf
             .into_inner()
             .map_err(|e| KeysError::io(path, e.into_error()))?;
         file.commit().map_err(|e| KeysError::io(path, e))
     }
 
+    /// The bytes [`HotKeys::save`] writes, in memory (for schedulers that pass them as values).
+    /// Keys counted within one run are refused, as by [`HotKeys::save`].
+    pub fn to_bytes(&self) -> Result<Vec<u8>, KeysError> {
+        let tables = self.saved_tables(Path::new(BYTES_NAME))?;
+        let mut bytes = Vec::with_capacity(self.keys.len() * 8 + 4096);
+        self.write_to(&mut bytes, tables)
+            .expect("writing to memory cannot fail");
+        Ok(bytes)
+    }
+
+    fn write_to<W: Write>(&self, out: W, tables: &[TableIdentity]) -> std::io::Result<()> {
+        let mut out = ChecksumWriter::new(out);
+        let header = HotHeader {
+            format_version: HOT_FORMAT_VERSION,
+            layout: self.layout.clone(),
+            min_count: self.min_count,
+            keys: self.keys.len() as u64,
+            tables: tables.to_vec(),
+        };
+        write_framed_header(&mut out, HOT_MAGIC, &header)?;
+        write_u64s(&mut out, &self.keys)?;
+        let (mut out, sum) = out.finish();
+        out.write_all(&sum.to_le_bytes())?;
+        out.write_all(HOT_END)
+    }
+
     /// Reads a hot-key file, verifying its checksum and order.
     pub fn load(path: &Path) -> Result<HotKeys, KeysError> {
         let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
-        let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
+        Self::read_from(BufReader::with_capacity(1 << 20, file), path, u64::MAX)
+    }
+
+    /// Reads hot keys from the bytes of [`HotKeys::to_bytes`] (or of a hot-key file), verifying
+    /// their checksum and order.
+    pub fn from_bytes(bytes: &[u8]) -> Result<HotKeys, KeysError> {
+        Self::read_from(bytes, Path::new(BYTES_NAME), bytes.len() as u64)
+    }
+
+    /// Reads a hot-key file's contents from `input`; `size` bounds the keys it can hold.
+    fn read_from<R: Read>(input: R, path: &Path, size: u64) -> Result<HotKeys, KeysError> {
+        let mut input = ChecksumReader::new(input);
         let header: HotHeader = read_framed_header(&mut input, HOT_MAGIC, path)?;
         if header.format_version == 1 {
             return Err(KeysError::Config(format!(
@@ -262,6 +288,9 @@ impl HotKeys {
                 path.display(),
                 header.format_version
             )));
+        }
+        if header.keys.saturating_mul(8) > size {
+            return Err(truncated(path, std::io::ErrorKind::UnexpectedEof.into()));
         }
         let keys = read_u64s(&mut input, header.keys as usize).map_err(|e| truncated(path, e))?;
         verify_trailer(input, path, HOT_END)?;

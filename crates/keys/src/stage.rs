@@ -1065,12 +1065,19 @@ pub fn merge_table_files(
 
 /// Counts several shards' tables together (the `hot` step of a distributed run): the hot keys of
 /// the union, and each table's rows' hot mask, concatenated in shard order.
-pub fn merge_tables(
-    tables: &[KeyTable],
+///
+/// Takes the tables themselves or references to them (`&[KeyTable]`, `&[&KeyTable]`), so callers
+/// holding tables elsewhere need not copy them.
+pub fn merge_tables<T: std::borrow::Borrow<KeyTable>>(
+    tables: &[T],
     min_count: u32,
 ) -> Result<(HotKeys, HotMask, CountStats), KeysError> {
-    let layout = check_shards(tables.iter().map(|t| (t.shard(), t.layout(), None)))?;
-    let mut ordered: Vec<&KeyTable> = tables.iter().collect();
+    let layout = check_shards(
+        tables
+            .iter()
+            .map(|t| (t.borrow().shard(), t.borrow().layout(), None)),
+    )?;
+    let mut ordered: Vec<&KeyTable> = tables.iter().map(|t| t.borrow()).collect();
     ordered.sort_by_key(|t| t.shard());
     let mut all = Vec::with_capacity(ordered.iter().map(|t| t.keys().len()).sum());
     for t in &ordered {

@@ -323,7 +323,25 @@ impl KeyTable {
     /// Writes the table atomically (see `docs/formats.md`, "Key table file").
     pub fn save(&self, path: &Path) -> Result<(), KeysError> {
         let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;
-        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, file));
+        let mut buf = BufWriter::with_capacity(1 << 20, file);
+        self.write_to(&mut buf)
+            .map_err(|e| KeysError::io(path, e))?;
+        let file = buf
+            .into_inner()
+            .map_err(|e| KeysError::io(path, e.into_error()))?;
+        file.commit().map_err(|e| KeysError::io(path, e))
+    }
+
+    /// The bytes [`KeyTable::save`] writes, in memory (for schedulers that pass tables as values).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(self.keys.len() * 8 + 4096);
+        self.write_to(&mut bytes)
+            .expect("writing to memory cannot fail");
+        bytes
+    }
+
+    fn write_to<W: Write>(&self, out: W) -> io::Result<()> {
+        let mut out = ChecksumWriter::new(out);
         let header = TableHeader {
             format_version: 1,
             layout: self.layout.clone(),
@@ -331,18 +349,11 @@ impl KeyTable {
             files: self.files.clone(),
             rows: self.rows() as u64,
         };
-        write_framed_header(&mut out, MAGIC, &header).map_err(|e| KeysError::io(path, e))?;
-        write_u64s(&mut out, &self.keys).map_err(|e| KeysError::io(path, e))?;
-        let (buf, sum) = out.finish();
-        let mut buf = buf;
-        buf.write_all(&sum.to_le_bytes())
-            .map_err(|e| KeysError::io(path, e))?;
-        buf.write_all(END_MAGIC)
-            .map_err(|e| KeysError::io(path, e))?;
-        let file = buf
-            .into_inner()
-            .map_err(|e| KeysError::io(path, e.into_error()))?;
-        file.commit().map_err(|e| KeysError::io(path, e))
+        write_framed_header(&mut out, MAGIC, &header)?;
+        write_u64s(&mut out, &self.keys)?;
+        let (mut out, sum) = out.finish();
+        out.write_all(&sum.to_le_bytes())?;
+        out.write_all(END_MAGIC)
     }
 
     /// Reads a table written by [`KeyTable::save`], verifying its checksum.
@@ -354,6 +365,48 @@ impl KeyTable {
         KeyTable::new(header.layout, header.shard, header.files, keys)
             .map_err(|e| KeysError::Corrupt(format!("{}: {e}", path.display())))
     }
+
+    /// Reads a table from the bytes of [`KeyTable::to_bytes`] (or of a table file), verifying
+    /// its checksum.
+    pub fn from_bytes(bytes: &[u8]) -> Result<KeyTable, KeysError> {
+        let name = Path::new(BYTES_NAME);
+        let mut input = ChecksumReader::new(bytes);
+        let header: TableHeader = read_framed_header(&mut input, MAGIC, name)?;
+        let keys_left = check_header(&header, name)?;
+        if keys_left.saturating_mul(8) > bytes.len() as u64 {
+            return Err(truncated(name, io::ErrorKind::UnexpectedEof.into()));
+        }
+        let keys = read_u64s(&mut input, keys_left as usize).map_err(|e| truncated(name, e))?;
+        verify_trailer(input, name, END_MAGIC)?;
+        KeyTable::new(header.layout, header.shard, header.files, keys)
+            .map_err(|e| KeysError::Corrupt(format!("{BYTES_NAME}: {e}")))
+    }
+}
+
+/// How messages name a table or hot-key set read from bytes rather than a file.
+pub(crate) const BYTES_NAME: &str = "<bytes>";
+
+/// Checks a table header's version and row counts; returns the number of keys that follow.
+fn check_header(header: &TableHeader, path: &Path) -> Result<u64, KeysError> {
+    if header.format_version != 1 {
+        return Err(KeysError::Corrupt(format!(
+            "{}: key table format version {} is not supported (this build reads version 1)",
+            path.display(),
+            header.format_version
+        )));
+    }
+    let files_rows: u64 = header.files.iter().map(|f| f.rows).sum();
+    if files_rows != header.rows {
+        return Err(KeysError::Corrupt(format!(
+            "{}: the header's files hold {files_rows} rows but it declares {}",
+            path.display(),
+            header.rows
+        )));
+    }
+    header
+        .rows
+        .checked_mul(header.layout.columns() as u64)
+        .ok_or_else(|| KeysError::Corrupt(format!("{}: implausible size", path.display())))
 }
 
 /// Writes a key table file as its rows are produced, holding none of them: for a shard whose table
@@ -494,25 +547,7 @@ impl TableReader {
         let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
         let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
         let header: TableHeader = read_framed_header(&mut input, MAGIC, path)?;
-        if header.format_version != 1 {
-            return Err(KeysError::Corrupt(format!(
-                "{}: key table format version {} is not supported (this build reads version 1)",
-                path.display(),
-                header.format_version
-            )));
-        }
-        let files_rows: u64 = header.files.iter().map(|f| f.rows).sum();
-        if files_rows != header.rows {
-            return Err(KeysError::Corrupt(format!(
-                "{}: the header's files hold {files_rows} rows but it declares {}",
-                path.display(),
-                header.rows
-            )));
-        }
-        let keys_left = header
-            .rows
-            .checked_mul(header.layout.columns() as u64)
-            .ok_or_else(|| KeysError::Corrupt(format!("{}: implausible size", path.display())))?;
+        let keys_left = check_header(&header, path)?;
         Ok(TableReader {
             path: path.to_path_buf(),
             header,
@@ -878,5 +913,104 @@ pub(crate) fn truncated(path: &Path, e: io::Error) -> KeysError {
         KeysError::Corrupt(format!("{}: file is truncated", path.display()))
     } else {
         KeysError::io(path, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hot::HotKeys;
+    use neardup_corpus::{Compression, FieldPath, FieldsMode, Format};
+
+    fn table() -> KeyTable {
+        let layout = TableLayout {
+            sketch_fingerprint: 0x5eed,
+            sketch_description: "test".into(),
+            bands: 2,
+            rule: RowRule::default(),
+            selector: TextSelector {
+                fields: vec![FieldPath::top("text")],
+                mode: FieldsMode::Expand,
+                id_field: None,
+            },
+        };
+        let file = |name: &str, rows: u64| FileRows {
+            input: InputFile {
+                path: name.into(),
+                relative: name.into(),
+                format: Format::Jsonl,
+                compression: Compression::None,
+                size: 10,
+            },
+            records: rows + 1,
+            rows,
+            chunks: Vec::new(),
+        };
+        let keys = (1..=9u64)
+            .map(|k| k.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        KeyTable::new(
+            layout,
+            3,
+            vec![file("a.jsonl", 1), file("b.jsonl", 2)],
+            keys,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn table_bytes_are_the_saved_file_and_read_back() {
+        let t = table();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ndk");
+        t.save(&path).unwrap();
+        let bytes = t.to_bytes();
+        assert_eq!(bytes, std::fs::read(&path).unwrap());
+        assert_eq!(KeyTable::from_bytes(&bytes).unwrap(), t);
+        assert_eq!(KeyTable::load(&path).unwrap(), t);
+    }
+
+    #[test]
+    fn damaged_table_bytes_are_refused() {
+        let bytes = table().to_bytes();
+        let err = |b: &[u8]| KeyTable::from_bytes(b).unwrap_err().to_string();
+        assert!(err(&bytes[..bytes.len() - 1]).contains("truncated"));
+        assert!(err(&bytes[..40]).contains("truncated"));
+        let mut flipped = bytes.clone();
+        let at = bytes.len() - 30;
+        flipped[at] ^= 1;
+        assert!(err(&flipped).contains("checksum mismatch"));
+        assert!(err(b"NDHOTK\x00\x01rest").contains("bad magic"));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert!(err(&longer).contains("trailing bytes"));
+    }
+
+    #[test]
+    fn hot_key_bytes_are_the_saved_file_and_read_back() {
+        let t = table();
+        let in_run = HotKeys::new(t.layout().clone(), 1, vec![3, 17, 99]);
+        assert!(in_run.to_bytes().is_err(), "in-run keys name no tables");
+        let hot = in_run.counted_from(vec![t.identity()]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.ndh");
+        hot.save(&path).unwrap();
+        let bytes = hot.to_bytes().unwrap();
+        assert_eq!(bytes, std::fs::read(&path).unwrap());
+        assert_eq!(HotKeys::from_bytes(&bytes).unwrap(), hot);
+        assert_eq!(HotKeys::load(&path).unwrap(), hot);
+        let err = HotKeys::from_bytes(&bytes[..bytes.len() - 9]).unwrap_err();
+        assert!(err.to_string().starts_with("<bytes>: "), "{err}");
+        assert!(HotKeys::from_bytes(&t.to_bytes()).is_err());
+    }
+
+    #[test]
+    fn merging_borrowed_tables_equals_merging_owned_ones() {
+        let t = table();
+        let owned = crate::merge_tables(std::slice::from_ref(&t), 0).unwrap();
+        let borrowed = crate::merge_tables(&[&t], 0).unwrap();
+        assert_eq!(owned.0, borrowed.0);
+        assert_eq!(owned.1, borrowed.1);
+        assert_eq!(owned.0.len(), 9);
     }
 }

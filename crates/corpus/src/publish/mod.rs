@@ -889,7 +889,13 @@ impl AtomicFile {
 
 /// An error of a file's own publication, for callers who name the file themselves.
 fn without_path(e: WriteError) -> io::Error {
-    io::Error::other(e.message().to_string())
+    let kind = match e.kind() {
+        "not_a_file" => io::ErrorKind::IsADirectory,
+        "not_a_directory" => io::ErrorKind::NotADirectory,
+        "interrupted" => io::ErrorKind::Interrupted,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e.message().to_string())
 }
 
 impl Write for AtomicFile {

@@ -1,0 +1,229 @@
+"""neardup: find and remove near-duplicate documents in large text corpora.
+
+MinHash + LSH in two streaming stages (stage 1: every sample's bucket keys and the exact count of
+the hot ones; stage 2: only samples with a hot key are compared), in Rust, with the GIL released.
+Three levels:
+
+- **Whole runs.** :func:`dedup` is the CLI's ``neardup dedup``: it writes the filtered dataset, the
+  decisions and the report, and returns the report. :func:`stream` yields every
+  :class:`Decision` as it is made and writes nothing.
+- **Stage steps**, for schedulers of their own: :func:`compute_keys` (stage 1 of one shard, a
+  :class:`KeyTable`) and :func:`hot_keys` (the counts of all shards, a :class:`HotKeys`), values
+  that save to files or bytes.
+- **Texts in memory.** :class:`Sketcher` turns texts into signatures and band keys (numpy);
+  :class:`Deduper` decides texts one by one (first seen kept).
+
+:mod:`neardup.lshcurator` is a drop-in replacement for lshcurator 0.2.3.
+
+Settings are keyword arguments named as in a settings file (``docs/tuning.md``):
+``threshold=0.85``, ``num_perm=256``, ``fields=["title", "body"]``, ``id_field="url"``,
+``threads=4``, … plus ``config="neardup.toml"`` (a settings file, applied first) and
+``compat="lshcurator"`` (a preset, applied last). An unknown name is a ``TypeError`` that lists
+the valid ones; a bad value a ``ValueError``. I/O errors are ``OSError`` subclasses
+(``FileNotFoundError``, ``PermissionError``, …) carrying the CLI's messages.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
+
+from . import _native
+from ._native import (
+    CorruptFileError,
+    Decision,
+    DecisionStream,
+    Deduper,
+    HotKeys,
+    InputError,
+    KeyTable,
+    Sketcher,
+)
+
+__version__: str = _native.__version__
+
+__all__ = [
+    "CorruptFileError",
+    "Decision",
+    "DecisionStream",
+    "Deduper",
+    "HotKeys",
+    "InputError",
+    "KeyTable",
+    "Sketcher",
+    "compute_keys",
+    "dedup",
+    "defaults",
+    "hot_keys",
+    "settings",
+    "stream",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Inputs = Union[PathLike, Iterable[PathLike]]
+
+#: Seconds a run goes before a progress bar appears (a shorter run stays silent).
+PROGRESS_AFTER_SECONDS = 2.0
+#: Seconds between progress bar updates.
+_POLL_SECONDS = 0.2
+
+
+def settings() -> Dict[str, List[str]]:
+    """Every setting's name, by section of the settings file: ``{"sketch": ["tokenize", …], …}``."""
+    return _native.settings()
+
+
+def defaults() -> Dict[str, Any]:
+    """Every setting's default value, by name: ``{"threshold": 0.8, "num_perm": 128, …}``."""
+    return _native.defaults()
+
+
+def _tqdm_class(progress: Optional[bool]):
+    """tqdm's bar class when bars are wanted and tqdm is installed, else None."""
+    if progress is False:
+        return None
+    try:
+        from tqdm.auto import tqdm  # type: ignore[import-untyped]
+    except ImportError:
+        if progress:
+            raise ImportError("progress=True needs tqdm: pip install tqdm") from None
+        return None
+    return tqdm
+
+
+class _Bars:
+    """tqdm bars for the two stages of a run, shown once it has gone on for a while."""
+
+    def __init__(self, tqdm, show_at: float):
+        self._tqdm = tqdm
+        self._show_at = show_at
+        self._bar: Any = None
+        self._stage = 0
+
+    def update(self, run) -> None:
+        if self._tqdm is None or time.monotonic() < self._show_at:
+            return
+        stage, done, total, samples = run.progress()
+        if stage != self._stage:
+            self.close()
+            self._stage = stage
+            self._bar = self._tqdm(
+                total=total or None,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                desc="stage 1 keys " if stage == 1 else "stage 2 dedup",
+                leave=False,
+            )
+        bar = self._bar
+        if total and done > total:
+            bar.total = done
+        bar.n = done
+        bar.set_postfix_str(f"{samples} samples", refresh=False)
+        bar.refresh()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def dedup(
+    inputs: Inputs,
+    output: Optional[PathLike] = None,
+    decisions: Optional[PathLike] = None,
+    report: Optional[PathLike] = None,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Any,
+) -> Dict[str, Any]:
+    """Removes near duplicates from a corpus: the CLI's ``neardup dedup``.
+
+    Args:
+        inputs: files, directories (read recursively) and glob patterns; JSONL (plain, ``.gz``,
+            ``.zst``) and Parquet.
+        output: directory for the filtered dataset (same relative paths and formats as the
+            inputs); it must not exist unless ``overwrite=True``.
+        decisions: decisions file, one row per sample (``.jsonl`` or ``.parquet``).
+        report: run report (JSON) to write.
+        progress: tqdm bars on stderr when the run goes on for more than a couple of seconds
+            (None: when tqdm is installed; True: always, tqdm required; False: never).
+        **settings: settings by name (``threshold``, ``fields``, ``id_field``, ``num_perm``,
+            ``threads``, ``overwrite``, ``max_output_bytes``, …; see ``docs/tuning.md``), and
+            ``config=`` / ``compat=``.
+
+    Returns:
+        The run report: the JSON ``--report`` writes, as a dict (``totals``, ``stage1``,
+        ``stage2``, ``files``, ``config``, …).
+
+    Raises:
+        TypeError: an unknown setting.
+        ValueError: a bad setting value.
+        FileNotFoundError: no input found.
+        OSError: reading or writing failed (the message names the file).
+        InputError: a bad record with ``on_error="fail"``.
+    """
+    tqdm = _tqdm_class(progress)
+    run = _native.start_dedup(inputs, output, decisions, report, settings)
+    show_at = time.monotonic() + (0.0 if progress else PROGRESS_AFTER_SECONDS)
+    bars = _Bars(tqdm, show_at)
+    try:
+        while not run.wait(_POLL_SECONDS):
+            bars.update(run)
+    except KeyboardInterrupt:
+        # The run stops at its next block and removes what it wrote (as the CLI does on SIGINT);
+        # wait for that, so that nothing of it is left when the interrupt reaches the caller.
+        run.cancel()
+        while not run.wait(_POLL_SECONDS):
+            pass
+        raise
+    finally:
+        bars.close()
+    import json
+
+    return json.loads(run.result())
+
+
+def stream(inputs: Inputs, **settings: Any) -> DecisionStream:
+    """Runs both stages and yields every :class:`Decision` in input order as it is made.
+
+    Nothing is written; memory stays bounded (decisions wait in a bounded queue, so a slow
+    consumer slows the run). After the last decision, the stream's ``report`` holds the run
+    report; an error of the run is raised when the decisions end.
+
+    Args:
+        inputs: files, directories and glob patterns, as for :func:`dedup`.
+        **settings: settings by name, as for :func:`dedup` (none of the output ones).
+
+    Example:
+        >>> for d in neardup.stream("crawl/", threshold=0.9):   # doctest: +SKIP
+        ...     if not d.keep:
+        ...         print(d.file, d.record, "duplicates", d.dup_of_file, d.dup_of_record)
+    """
+    return _native.stream(inputs, settings)
+
+
+def compute_keys(inputs: Inputs, shard: int = 0, **settings: Any) -> KeyTable:
+    """Stage 1 over one shard of inputs: its :class:`KeyTable` (in memory), nothing counted.
+
+    Run it per shard (shards numbered from 0 in input order), merge the tables with
+    :func:`hot_keys`; every shard must use the same settings.
+
+    Args:
+        inputs: this shard's files, directories and glob patterns.
+        shard: the shard's number; the rows of all shards are counted in shard order.
+        **settings: settings by name, as for :func:`dedup` (none of the output ones).
+    """
+    return _native.compute_keys(inputs, shard, **settings)
+
+
+def hot_keys(tables: Iterable[KeyTable], min_key_count: int = 1) -> HotKeys:
+    """Counts the keys of all shards' tables together: the keys seen more than ``min_key_count``
+    times (the ``neardup hot`` step).
+
+    Raises:
+        ValueError: tables made with different settings, or two with the same shard number.
+    """
+    return _native.hot_keys(list(tables), min_key_count)

@@ -1,0 +1,271 @@
+"""Type stubs of neardup's compiled module (``crates/python/src``). Use the ``neardup`` package,
+which re-exports the classes and wraps the functions."""
+
+from os import PathLike
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, final
+
+import numpy
+import numpy.typing
+
+_Path = Union[str, PathLike[str]]
+_Inputs = Union[_Path, Iterable[_Path]]
+# A list of str, a pyarrow Array / ChunkedArray of strings, or any object with the Arrow
+# PyCapsule interface (__arrow_c_array__ / __arrow_c_stream__) holding strings.
+_Texts = Union[Sequence[str], Any]
+
+__version__: str
+__all__ = [
+    "__version__",
+    "InputError",
+    "CorruptFileError",
+    "Sketcher",
+    "Decision",
+    "Deduper",
+    "KeyTable",
+    "HotKeys",
+    "Run",
+    "DecisionStream",
+    "CorpusStream",
+    "settings",
+    "defaults",
+    "start_dedup",
+    "stream",
+    "compute_keys",
+    "hot_keys",
+    "process_corpus",
+    "compute_bucket_keys",
+]
+
+class InputError(ValueError):
+    """A bad record or unreadable input with on_error="fail", or inputs that changed between the
+    stages; the message names the file and the record."""
+
+class CorruptFileError(OSError):
+    """A key-table or hot-key file (or its bytes) is damaged, truncated or not neardup's."""
+
+@final
+class Decision:
+    """One decision about one sample: the row of a decisions file."""
+
+    @property
+    def file(self) -> Optional[str]:
+        """Input file of the sample, as discovered (None for texts given to a Deduper)."""
+    @property
+    def record(self) -> int:
+        """Record within the file, from 0; for a Deduper, the text's position."""
+    @property
+    def field(self) -> int:
+        """Field slot within the record (0 unless fields_mode="expand")."""
+    @property
+    def id(self) -> Optional[str]:
+        """The record's id, when id_field is set and the record has one."""
+    @property
+    def keep(self) -> bool:
+        """Whether the sample (its record) is kept."""
+    @property
+    def reason(self) -> str:
+        """"unique", "near", "exact", "empty" or "error"."""
+    @property
+    def dup_of_file(self) -> Optional[str]:
+        """File of the sample this one duplicates."""
+    @property
+    def dup_of_record(self) -> Optional[int]:
+        """Record of the sample this one duplicates."""
+    @property
+    def dup_of_field(self) -> Optional[int]:
+        """Field slot of the sample this one duplicates."""
+    @property
+    def dup_of_id(self) -> Optional[str]:
+        """Id of the sample this one duplicates."""
+    @property
+    def similarity(self) -> Optional[float]:
+        """Similarity that decided (1.0 for exact copies; None when kept)."""
+    def to_dict(self) -> Dict[str, Any]:
+        """The decision as a decisions file's row (keys file, record, field, id, keep, reason,
+        dup_of_file, dup_of_record, dup_of_id, similarity)."""
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+@final
+class DecisionStream(Iterator[Decision]):
+    """Decisions of a running pipeline in input order (see neardup.stream)."""
+
+    def __iter__(self) -> "DecisionStream": ...
+    def __next__(self) -> Decision: ...
+    @property
+    def report(self) -> Optional[Dict[str, Any]]:
+        """The run report once every decision was taken; None before."""
+
+@final
+class Sketcher:
+    """Texts → MinHash signatures and LSH band keys, as stage 1 computes them."""
+
+    def __new__(cls, **settings: Any) -> "Sketcher":
+        """Sketch settings by name (num_perm, threshold or bands + rows, hash, tokenize,
+        shingle, step, normalisation, band_keys, seed, short_texts, threads)."""
+    def signatures(self, texts: _Texts) -> numpy.typing.NDArray[numpy.uint32]:
+        """MinHash signatures, shape (len(texts), num_perm); a text without shingles gets
+        2**32 - 1 in every position."""
+    def band_keys(self, texts: _Texts) -> numpy.typing.NDArray[numpy.uint64]:
+        """Band keys, shape (len(texts), bands), equal to a key table's band columns; an empty
+        text gets a row of zeros."""
+    @property
+    def num_perm(self) -> int:
+        """Signature width."""
+    @property
+    def bands(self) -> int:
+        """LSH bands."""
+    @property
+    def rows(self) -> int:
+        """Signature positions per band."""
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """The sketch settings in force (a settings file's [sketch] section)."""
+
+@final
+class Deduper:
+    """In-memory deduplication of texts given one by one (first seen kept)."""
+
+    def __new__(
+        cls,
+        *,
+        hot_keys: Union["HotKeys", numpy.typing.ArrayLike, None] = None,
+        sign_blank: bool = False,
+        **settings: Any,
+    ) -> "Deduper":
+        """Settings by name (sketch settings, threshold, max_reps, verify, exact, empty, …);
+        hot_keys restricts the buckets to those keys; sign_blank signs whitespace-only texts
+        instead of deciding them "empty"."""
+    def __call__(self, text: str) -> bool:
+        """Decides the next text: True when kept."""
+    def decide(self, text: str) -> Decision:
+        """Decides the next text and returns the whole Decision."""
+    @property
+    def seen(self) -> int:
+        """Texts decided so far."""
+    @property
+    def num_bucket_keys(self) -> Optional[int]:
+        """Number of hot_keys given (None when every key counts)."""
+    @property
+    def stats(self) -> Dict[str, int]:
+        """The decision core's counters (checked, comparisons, near, exact, representatives,
+        buckets, bytes)."""
+
+@final
+class KeyTable:
+    """Stage 1's product for one shard: a row of uint64 keys per sample, and its files."""
+
+    @property
+    def keys(self) -> numpy.typing.NDArray[numpy.uint64]:
+        """The rows, shape (rows, columns), a read-only view of the table's memory."""
+    @property
+    def rows(self) -> int:
+        """Number of rows."""
+    @property
+    def columns(self) -> int:
+        """Keys per row (bands, plus the content key unless exact=False)."""
+    @property
+    def bands(self) -> int:
+        """Band-key columns."""
+    @property
+    def shard(self) -> int:
+        """This table's shard number."""
+    @property
+    def files(self) -> List[Dict[str, Any]]:
+        """The input files in row order: path, records, rows."""
+    @property
+    def stats(self) -> Optional[Dict[str, Any]]:
+        """Stage 1's statistics for a computed table; None for one read back."""
+    def save(self, path: _Path) -> None:
+        """Writes the table file atomically (the format of `neardup keys --out`)."""
+    @staticmethod
+    def load(path: _Path) -> "KeyTable":
+        """Reads a table file, verifying its checksum."""
+    def to_bytes(self) -> bytes:
+        """The bytes save() writes."""
+    @staticmethod
+    def from_bytes(data: bytes) -> "KeyTable":
+        """Reads a table from to_bytes()'s bytes."""
+    def __len__(self) -> int: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class HotKeys:
+    """The keys seen more than min_key_count times across all shards, sorted."""
+
+    @property
+    def keys(self) -> numpy.typing.NDArray[numpy.uint64]:
+        """The hot keys, ascending, a read-only view."""
+    @property
+    def min_key_count(self) -> int:
+        """A key is hot when seen more than this many times."""
+    @property
+    def stats(self) -> Optional[Dict[str, Any]]:
+        """The merge's counts for computed hot keys; None for ones read back."""
+    def save(self, path: _Path) -> None:
+        """Writes the hot-key file atomically (the format of `neardup hot --out`)."""
+    @staticmethod
+    def load(path: _Path) -> "HotKeys":
+        """Reads a hot-key file, verifying its checksum and order."""
+    def to_bytes(self) -> bytes:
+        """The bytes save() writes."""
+    @staticmethod
+    def from_bytes(data: bytes) -> "HotKeys":
+        """Reads hot keys from to_bytes()'s bytes."""
+    def __len__(self) -> int: ...
+    def __contains__(self, key: int, /) -> bool: ...
+    def __eq__(self, other: object, /) -> bool: ...
+
+@final
+class Run:
+    """A neardup.dedup run on a background thread."""
+
+    def wait(self, timeout: float) -> bool:
+        """Waits up to timeout seconds; True once the run has ended."""
+    def cancel(self) -> None:
+        """Stops the run at its next block; nothing is published, what it wrote is removed."""
+    def progress(self) -> Tuple[int, int, int, int]:
+        """(stage, bytes done, bytes expected, samples done) of the stage running now."""
+    def result(self) -> str:
+        """The report as JSON once the run has ended; raises the run's error."""
+
+@final
+class CorpusStream(Iterator[Tuple[str, bool]]):
+    """lshcurator's process_corpus pairs (text, keep)."""
+
+    def has_hot_keys(self) -> bool:
+        """Waits for stage 1; False when no bucket key is hot."""
+    def __iter__(self) -> "CorpusStream": ...
+    def __next__(self) -> Tuple[str, bool]: ...
+
+def settings() -> Dict[str, List[str]]:
+    """Every setting's name, by section."""
+
+def defaults() -> Dict[str, Any]:
+    """Every setting's default value, by name."""
+
+def start_dedup(
+    inputs: _Inputs,
+    output: Optional[_Path] = None,
+    decisions: Optional[_Path] = None,
+    report: Optional[_Path] = None,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Run:
+    """Starts neardup.dedup on a background thread."""
+
+def stream(inputs: _Inputs, settings: Optional[Dict[str, Any]] = None) -> DecisionStream:
+    """Starts neardup.stream."""
+
+def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Any) -> KeyTable:
+    """Stage 1 over one shard of inputs."""
+
+def hot_keys(tables: Iterable[KeyTable], min_key_count: int = 1) -> HotKeys:
+    """Merges shards' tables into the hot keys."""
+
+def process_corpus(settings: Dict[str, Any]) -> CorpusStream:
+    """lshcurator's Curator.process_corpus on the compat preset."""
+
+def compute_bucket_keys(
+    settings: Dict[str, Any],
+) -> Tuple[numpy.typing.NDArray[numpy.uint64], List[Tuple[str, int]]]:
+    """lshcurator's Curator.compute_bucket_keys: keys (samples, bands) and rows per file."""

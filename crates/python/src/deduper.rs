@@ -1,0 +1,442 @@
+//! `neardup.Decision` and the in-memory `neardup.Deduper`.
+
+use std::sync::{Arc, Mutex};
+
+use hashbrown::HashSet;
+use numpy::PyReadonlyArray1;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use neardup::corpus::Reason;
+use neardup::dedup::{Candidate, Deduper as Core, SampleAddr, Verdict};
+use neardup::keys::{RowKind, RowRule};
+use neardup::sketch::{NO_KEY, Scratch, Sketcher};
+
+use crate::settings::{Scope, config_from};
+use crate::tables::HotKeys;
+use crate::texts::str_of;
+
+/// One decision about one sample: the row of a decisions file.
+///
+/// ``file``, ``record`` and ``field`` give the sample's address (``file`` is the input path as
+/// discovered, ``None`` for texts given to a :class:`Deduper`, whose ``record`` is the text's
+/// position in the sequence it was given); ``keep`` and ``reason`` (``"unique"``, ``"near"``,
+/// ``"exact"``, ``"empty"``, ``"error"``) what was decided; ``dup_of_*`` the sample it
+/// duplicates and ``similarity`` the similarity that decided.
+#[pyclass(frozen, module = "neardup", eq)]
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    pub file: Option<Arc<str>>,
+    pub record: u64,
+    pub field: u32,
+    pub id: Option<String>,
+    pub keep: bool,
+    pub reason: Reason,
+    pub dup_of_file: Option<Arc<str>>,
+    pub dup_of_record: Option<u64>,
+    pub dup_of_field: Option<u32>,
+    pub dup_of_id: Option<String>,
+    pub similarity: Option<f64>,
+}
+
+impl Decision {
+    /// A decision of the pipeline, naming files by `names` (the discovered inputs, in order).
+    pub fn from_pipeline(d: &neardup::dedup::Decision, names: &[Arc<str>]) -> Decision {
+        let name = |a: &SampleAddr| names.get(a.file as usize).cloned();
+        Decision {
+            file: name(&d.addr),
+            record: d.addr.record,
+            field: d.addr.field,
+            id: d.id.clone(),
+            keep: d.keep,
+            reason: d.reason,
+            dup_of_file: d.dup_of.as_ref().and_then(name),
+            dup_of_record: d.dup_of.map(|a| a.record),
+            dup_of_field: d.dup_of.map(|a| a.field),
+            dup_of_id: d.dup_of_id.clone(),
+            similarity: d.similarity,
+        }
+    }
+}
+
+#[pymethods]
+impl Decision {
+    /// Input file of the sample, as discovered (None for texts given to a Deduper).
+    #[getter]
+    fn file(&self) -> Option<&str> {
+        self.file.as_deref()
+    }
+    /// Record (JSONL line or Parquet row) within the file, from 0; for a Deduper, the text's
+    /// position in the sequence it was given.
+    #[getter]
+    fn record(&self) -> u64 {
+        self.record
+    }
+    /// Field slot within the record (0 unless fields_mode="expand").
+    #[getter]
+    fn field(&self) -> u32 {
+        self.field
+    }
+    /// The record's id, when id_field is set and the record has one.
+    #[getter]
+    fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+    /// Whether the sample (its record) is kept.
+    #[getter]
+    fn keep(&self) -> bool {
+        self.keep
+    }
+    /// Why: "unique", "near", "exact", "empty" or "error".
+    #[getter]
+    fn reason(&self) -> &'static str {
+        self.reason.as_str()
+    }
+    /// File of the sample this one duplicates.
+    #[getter]
+    fn dup_of_file(&self) -> Option<&str> {
+        self.dup_of_file.as_deref()
+    }
+    /// Record of the sample this one duplicates.
+    #[getter]
+    fn dup_of_record(&self) -> Option<u64> {
+        self.dup_of_record
+    }
+    /// Field slot of the sample this one duplicates.
+    #[getter]
+    fn dup_of_field(&self) -> Option<u32> {
+        self.dup_of_field
+    }
+    /// Id of the sample this one duplicates.
+    #[getter]
+    fn dup_of_id(&self) -> Option<&str> {
+        self.dup_of_id.as_deref()
+    }
+    /// Similarity that decided (1.0 for exact copies; None when kept).
+    #[getter]
+    fn similarity(&self) -> Option<f64> {
+        self.similarity
+    }
+
+    /// The decision as a decisions file's row: a dict with the keys ``file``, ``record``,
+    /// ``field``, ``id``, ``keep``, ``reason``, ``dup_of_file``, ``dup_of_record``,
+    /// ``dup_of_id`` and ``similarity``, in that order.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("file", self.file.as_deref())?;
+        d.set_item("record", self.record)?;
+        d.set_item("field", self.field)?;
+        d.set_item("id", &self.id)?;
+        d.set_item("keep", self.keep)?;
+        d.set_item("reason", self.reason.as_str())?;
+        d.set_item("dup_of_file", self.dup_of_file.as_deref())?;
+        d.set_item("dup_of_record", self.dup_of_record)?;
+        d.set_item("dup_of_id", &self.dup_of_id)?;
+        d.set_item("similarity", self.similarity)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        let file = |f: &Option<Arc<str>>| match f {
+            Some(f) => format!("{:?}", f),
+            None => "None".into(),
+        };
+        let mut s = format!(
+            "Decision(file={}, record={}, field={}, keep={}, reason={:?}",
+            file(&self.file),
+            self.record,
+            self.field,
+            if self.keep { "True" } else { "False" },
+            self.reason.as_str()
+        );
+        if let Some(r) = self.dup_of_record {
+            s += &format!(
+                ", dup_of_file={}, dup_of_record={r}",
+                file(&self.dup_of_file)
+            );
+        }
+        if let Some(sim) = self.similarity {
+            s += &format!(", similarity={sim:?}");
+        }
+        s + ")"
+    }
+}
+
+/// The decision state of an in-memory deduper.
+struct State {
+    sketcher: Sketcher,
+    rule: RowRule,
+    core: Core,
+    /// Only these keys count; every key when `None`.
+    hot: Option<HashSet<u64>>,
+    keep_empty: bool,
+    sign_blank: bool,
+    scratch: Scratch,
+    sig: Vec<u32>,
+    row: Vec<u64>,
+    hot_columns: Vec<bool>,
+    shingles: Vec<u32>,
+    next: u64,
+}
+
+impl State {
+    /// Sketches `text` into `self.row` and `self.sig`.
+    fn sketch(&mut self, text: &str) -> (RowKind, u128) {
+        if !self.sign_blank || !self.rule.is_blank(&self.sketcher, text) {
+            let r = self.rule.sketch(
+                &self.sketcher,
+                text,
+                &mut self.scratch,
+                &mut self.sig,
+                &mut self.row,
+            );
+            return (r.kind, r.content_hash);
+        }
+        // lshcurator's Deduper signs whitespace-only texts like any other (band keys are on:
+        // checked when the deduper is made).
+        let bands = self.sketcher.bands();
+        let (band_columns, rest) = self.row.split_at_mut(bands);
+        let info = self
+            .sketcher
+            .sketch(text, &mut self.scratch, &mut self.sig, band_columns);
+        if info.shingles == 0 && self.rule.short_texts == neardup::keys::ShortTextPolicy::ExactOnly
+        {
+            band_columns.fill(NO_KEY);
+        }
+        if let Some(slot) = rest.first_mut() {
+            *slot = neardup::keys::content_key(info.content_hash);
+        }
+        let kind = if info.shingles == 0 {
+            RowKind::Short
+        } else {
+            RowKind::Normal
+        };
+        (kind, info.content_hash)
+    }
+
+    fn decide(&mut self, text: &str) -> Result<Decision, std::io::Error> {
+        let addr = SampleAddr {
+            file: 0,
+            record: self.next,
+            field: 0,
+        };
+        self.next += 1;
+        let decision = |keep: bool, reason: Reason| Decision {
+            file: None,
+            record: addr.record,
+            field: 0,
+            id: None,
+            keep,
+            reason,
+            dup_of_file: None,
+            dup_of_record: None,
+            dup_of_field: None,
+            dup_of_id: None,
+            similarity: None,
+        };
+        let (kind, content_hash) = self.sketch(text);
+        if kind == RowKind::Blank {
+            return Ok(decision(self.keep_empty, Reason::Empty));
+        }
+        for (hot, key) in self.hot_columns.iter_mut().zip(&self.row) {
+            *hot = *key != NO_KEY && self.hot.as_ref().is_none_or(|h| h.contains(key));
+        }
+        if !self.hot_columns.iter().any(|h| *h) {
+            return Ok(decision(true, Reason::Unique));
+        }
+        let shingles = if self.core.needs_shingles() {
+            self.shingles.clear();
+            self.sketcher
+                .last_shingle_set(&mut self.scratch, &mut self.shingles);
+            Some(self.shingles.as_slice())
+        } else {
+            None
+        };
+        let verdict = self.core.decide(&Candidate {
+            addr,
+            signature: &self.sig,
+            row: &self.row,
+            hot: &self.hot_columns,
+            content_hash,
+            shingles,
+        });
+        if let Some(e) = self.core.take_io_error() {
+            return Err(e);
+        }
+        Ok(match verdict {
+            Verdict::Unique => decision(true, Reason::Unique),
+            Verdict::Exact { of } => Decision {
+                dup_of_record: Some(of.record),
+                dup_of_field: Some(of.field),
+                similarity: Some(1.0),
+                ..decision(false, Reason::Exact)
+            },
+            Verdict::Near { of, similarity } => Decision {
+                dup_of_record: Some(of.record),
+                dup_of_field: Some(of.field),
+                similarity: Some(similarity),
+                ..decision(false, Reason::Near)
+            },
+        })
+    }
+}
+
+/// An in-memory deduplicator: give it texts one by one, the first seen of a group of near
+/// duplicates is kept, every later one dropped — the decisions of a run over the same texts in
+/// the same order. Built on the decision core of stage 2; it holds the signature of every kept
+/// text that shares a bucket with another (with ``verify="exact"``, its shingle set too).
+///
+/// Settings are keyword arguments as for :func:`neardup.dedup` (the sketch settings and
+/// ``threshold``, ``max_reps``, ``verify``, ``exact``, ``empty``, …). ``hot_keys`` (a
+/// :class:`HotKeys` or an array of ``uint64`` keys) restricts the buckets to those keys, as
+/// stage 2 does with a run's hot keys; without it every key counts. ``sign_blank=True`` signs
+/// whitespace-only texts like any other instead of deciding them ``"empty"`` (lshcurator's
+/// ``Deduper`` does that).
+///
+/// ``deduper(text)`` returns whether the text is kept; ``deduper.decide(text)`` the whole
+/// :class:`Decision` (``record`` is the text's position, ``dup_of_record`` that of the text it
+/// duplicates).
+#[pyclass(frozen, module = "neardup")]
+pub struct Deduper {
+    state: Mutex<State>,
+    hot_len: Option<usize>,
+}
+
+/// Reads the `hot_keys` argument: a HotKeys object, or any array or sequence of u64 keys.
+fn hot_set(hot: &Bound<'_, PyAny>, sketcher: &Sketcher, rule: RowRule) -> PyResult<HashSet<u64>> {
+    if let Ok(table) = hot.cast::<HotKeys>() {
+        let layout = table.get().inner.layout();
+        if layout.sketch_fingerprint != sketcher.config().fingerprint() || layout.rule != rule {
+            return Err(PyValueError::new_err(
+                "the hot keys were made with different settings than this deduper's: pass the \
+                 settings of the run that counted them",
+            ));
+        }
+        return Ok(table.get().inner.lookup());
+    }
+    if let Ok(array) = hot.extract::<PyReadonlyArray1<'_, u64>>() {
+        return match array.as_slice() {
+            Ok(keys) => Ok(keys.iter().copied().collect()),
+            Err(_) => Ok(array.as_array().iter().copied().collect()),
+        };
+    }
+    if hot.hasattr("ndim")? && hot.getattr("ndim")?.extract::<usize>()? != 1 {
+        let shape: Vec<usize> = hot.getattr("shape")?.extract()?;
+        return Err(PyValueError::new_err(format!(
+            "hot_keys must be one-dimensional, got shape {shape:?}"
+        )));
+    }
+    let keys: Vec<u64> = hot.extract().map_err(|_| {
+        PyTypeError::new_err("hot_keys must be a HotKeys object or a sequence of uint64 keys")
+    })?;
+    Ok(keys.into_iter().collect())
+}
+
+#[pymethods]
+impl Deduper {
+    #[new]
+    #[pyo3(signature = (*, hot_keys = None, sign_blank = false, **settings))]
+    fn new(
+        hot_keys: Option<&Bound<'_, PyAny>>,
+        sign_blank: bool,
+        settings: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let config = config_from(settings, Scope::Deduper)?;
+        let sketcher = Sketcher::new(config.sketch_config().map_err(crate::errors::to_py)?)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let rule = config.row_rule();
+        if sign_blank && !rule.band_keys {
+            return Err(PyValueError::new_err(
+                "sign_blank=True needs near-duplicate detection (near=True)",
+            ));
+        }
+        let hot = hot_keys.map(|h| hot_set(h, &sketcher, rule)).transpose()?;
+        let core = Core::new(
+            config.dedup_config(),
+            sketcher.num_perm(),
+            sketcher.bands(),
+            rule,
+        )
+        .map_err(PyValueError::new_err)?;
+        let scratch = if core.needs_shingles() {
+            Scratch::collecting_shingle_sets()
+        } else {
+            Scratch::default()
+        };
+        let columns = rule.columns(sketcher.bands());
+        Ok(Deduper {
+            hot_len: hot.as_ref().map(|h| h.len()),
+            state: Mutex::new(State {
+                sig: vec![0; sketcher.num_perm()],
+                row: vec![0; columns],
+                hot_columns: vec![false; columns],
+                shingles: Vec::new(),
+                sketcher,
+                rule,
+                core,
+                hot,
+                keep_empty: config.dedup.empty == neardup::dedup::EmptyPolicy::Keep,
+                sign_blank,
+                scratch,
+                next: 0,
+            }),
+        })
+    }
+
+    /// Decides the next text: True when it is kept (no earlier text is a near duplicate).
+    fn __call__(&self, py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.decide(py, text)?.keep)
+    }
+
+    /// Decides the next text and returns the whole :class:`Decision`.
+    fn decide(&self, py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Decision> {
+        let text = text.cast::<pyo3::types::PyString>().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "a text must be a str, not {}",
+                text.get_type()
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            ))
+        })?;
+        let text = str_of(text)?;
+        let text: &str = &text;
+        let result = py.detach(|| {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            state.decide(text)
+        });
+        result.map_err(|e| {
+            crate::errors::os_error(
+                py,
+                &e,
+                format!("exact verification's spill file failed: {e}"),
+            )
+        })
+    }
+
+    /// Texts decided so far.
+    #[getter]
+    fn seen(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).next
+    }
+
+    /// Number of keys given as ``hot_keys`` (None when every key counts).
+    #[getter]
+    fn num_bucket_keys(&self) -> Option<usize> {
+        self.hot_len
+    }
+
+    /// The decision core's counters: texts checked, comparisons, near and exact duplicates,
+    /// representatives and buckets held, and their bytes.
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let stats = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .core
+            .stats();
+        crate::json_to_py(py, &serde_json::to_value(stats).expect("stats serialise"))
+    }
+}

@@ -1,0 +1,99 @@
+//! neardup's errors as Python exceptions, with the CLI's messages.
+//!
+//! | Rust error | Python exception |
+//! | --- | --- |
+//! | invalid settings (`Error::Usage`, `Config` of either stage, tables made with other settings) | `ValueError` |
+//! | bad input with `on_error="fail"`, inputs changed between the stages | `neardup.InputError` (a `ValueError`) |
+//! | no input found | `FileNotFoundError` |
+//! | an I/O error on a named file | the `OSError` subclass of its kind (`FileNotFoundError`, `PermissionError`, …), `errno` set |
+//! | a damaged key-table or hot-key file | `neardup.CorruptFileError` (an `OSError`) |
+//! | writing outputs, decisions, the report or spill files failed | `OSError` |
+//! | the run was cancelled (Ctrl-C) | `KeyboardInterrupt` |
+
+use pyo3::create_exception;
+use pyo3::exceptions::{
+    PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError, PyKeyboardInterrupt,
+    PyNotADirectoryError, PyOSError, PyPermissionError, PyValueError,
+};
+use pyo3::prelude::*;
+
+use neardup::Error;
+use neardup::dedup::DedupError;
+use neardup::keys::KeysError;
+
+create_exception!(
+    neardup,
+    InputError,
+    PyValueError,
+    "An input record or file could not be read with on_error=\"fail\", or the inputs changed \
+     between the two stages. The message names the file and the record."
+);
+create_exception!(
+    neardup,
+    CorruptFileError,
+    PyOSError,
+    "A key-table or hot-key file (or its bytes) is damaged, truncated or not neardup's."
+);
+
+/// The exception for an I/O error of kind `kind`, carrying `message` (and `errno` when known).
+pub fn os_error(py: Python<'_>, source: &std::io::Error, message: String) -> PyErr {
+    use std::io::ErrorKind;
+    let err = match source.kind() {
+        ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
+        ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
+        ErrorKind::AlreadyExists => PyFileExistsError::new_err(message),
+        ErrorKind::IsADirectory => PyIsADirectoryError::new_err(message),
+        ErrorKind::NotADirectory => PyNotADirectoryError::new_err(message),
+        _ => PyOSError::new_err(message),
+    };
+    if let Some(code) = source.raw_os_error() {
+        // Only `errno`: with `filename` set too, str(exc) would become "[Errno N] …" instead of
+        // the CLI's message.
+        let _ = err.value(py).setattr("errno", code);
+    }
+    err
+}
+
+/// Converts a neardup error into the Python exception of its kind (see the module docs).
+pub fn to_py(e: Error) -> PyErr {
+    let message = e.to_string();
+    match e {
+        Error::Usage(_) => PyValueError::new_err(message),
+        Error::Run(_) => PyOSError::new_err(message),
+        Error::Interrupted => PyKeyboardInterrupt::new_err(message),
+        Error::Keys(k) => match k {
+            KeysError::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
+            KeysError::Corrupt(_) => CorruptFileError::new_err(message),
+            KeysError::Incompatible(_) | KeysError::Config(_) => PyValueError::new_err(message),
+            KeysError::Input(_) => InputError::new_err(message),
+            KeysError::Interrupted => PyKeyboardInterrupt::new_err(message),
+        },
+        Error::Dedup(d) => match d {
+            DedupError::Config(_) => PyValueError::new_err(message),
+            DedupError::Input(_) | DedupError::Mismatch(_) => InputError::new_err(message),
+            DedupError::Output(_) | DedupError::Spill(_) => PyOSError::new_err(message),
+            DedupError::Interrupted => PyKeyboardInterrupt::new_err(message),
+        },
+    }
+}
+
+/// Converts an error of a key-table or hot-key value like [`to_py`], with the error's own
+/// message (it names the file; there is no stage to name).
+pub fn keys_to_py(e: KeysError) -> PyErr {
+    let message = e.to_string();
+    match e {
+        KeysError::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
+        KeysError::Corrupt(_) => CorruptFileError::new_err(message),
+        KeysError::Incompatible(_) | KeysError::Config(_) => PyValueError::new_err(message),
+        KeysError::Input(_) => InputError::new_err(message),
+        KeysError::Interrupted => PyKeyboardInterrupt::new_err(message),
+    }
+}
+
+/// The error of finding no usable input: `FileNotFoundError`, with the CLI's message.
+pub fn discovery_to_py(e: Error) -> PyErr {
+    match e {
+        Error::Run(m) => PyFileNotFoundError::new_err(m),
+        other => to_py(other),
+    }
+}

@@ -1,0 +1,60 @@
+//! `neardup._native`: the compiled half of the `neardup` Python package (`pip install
+//! ./crates/python`; the Python half is `crates/python/python/neardup/`).
+//!
+//! This crate owns the bindings only: Python values in (settings as keyword arguments, texts as
+//! `str` lists or Arrow arrays, paths), neardup's library calls with the GIL released, and Python
+//! values out (numpy arrays, dicts, `Decision` objects, exceptions with the CLI's messages). It
+//! owns no algorithm: signing, keys, counting and decisions are the library crates', so Python and
+//! the CLI decide alike. Tested from Python (`crates/python/tests/`, run by `tests/run`).
+
+mod deduper;
+mod errors;
+mod lshcurator;
+mod run;
+mod settings;
+mod sketcher;
+mod tables;
+mod texts;
+
+use pyo3::prelude::*;
+
+/// A JSON value as the Python object `json.loads` makes of it.
+pub(crate) fn json_to_py<'py>(
+    py: Python<'py>,
+    value: &serde_json::Value,
+) -> PyResult<Bound<'py, PyAny>> {
+    json_str_to_py(py, &value.to_string())
+}
+
+/// `json.loads(text)`.
+pub(crate) fn json_str_to_py<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (text,))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("InputError", py.get_type::<errors::InputError>())?;
+    m.add(
+        "CorruptFileError",
+        py.get_type::<errors::CorruptFileError>(),
+    )?;
+    m.add_class::<sketcher::Sketcher>()?;
+    m.add_class::<deduper::Decision>()?;
+    m.add_class::<deduper::Deduper>()?;
+    m.add_class::<tables::KeyTable>()?;
+    m.add_class::<tables::HotKeys>()?;
+    m.add_class::<run::Run>()?;
+    m.add_class::<run::DecisionStream>()?;
+    m.add_class::<lshcurator::CorpusStream>()?;
+    m.add_function(wrap_pyfunction!(settings::settings, m)?)?;
+    m.add_function(wrap_pyfunction!(settings::defaults, m)?)?;
+    m.add_function(wrap_pyfunction!(run::start_dedup, m)?)?;
+    m.add_function(wrap_pyfunction!(run::stream, m)?)?;
+    m.add_function(wrap_pyfunction!(tables::compute_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(tables::hot_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(lshcurator::process_corpus, m)?)?;
+    m.add_function(wrap_pyfunction!(lshcurator::compute_bucket_keys, m)?)?;
+    Ok(())
+}

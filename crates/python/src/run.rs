@@ -1,0 +1,263 @@
+//! Whole runs: `dedup` (both stages, outputs written, the report returned) and `stream`
+//! (decisions as they are made, nothing written).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, bounded};
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use neardup::keys::Progress;
+use neardup::{CancelToken, Config, Error, NextDecision, Pipeline, Report};
+
+use crate::deduper::Decision;
+use crate::errors::{discovery_to_py, to_py};
+use crate::settings::{Scope, config_from, inputs_from};
+
+/// The report as the JSON `--report` writes.
+fn report_json(report: &Report) -> String {
+    serde_json::to_string(report).expect("reports serialise")
+}
+
+/// The discovered inputs' names as decisions print them (`Path::display`, as the decisions file
+/// does), checked up front so that a missing input is a FileNotFoundError before any work.
+fn input_names(config: &Config) -> PyResult<Vec<Arc<str>>> {
+    let (files, _problems) = neardup::discover_inputs(config).map_err(discovery_to_py)?;
+    Ok(files
+        .iter()
+        .map(|f| Arc::from(f.path.display().to_string()))
+        .collect())
+}
+
+/// A `neardup.dedup` run going on a background thread; see `neardup.dedup`.
+#[pyclass(frozen, module = "neardup._native")]
+pub struct Run {
+    done: Receiver<Result<Report, Error>>,
+    result: std::sync::Mutex<Option<Result<Report, Error>>>,
+    thread: std::sync::Mutex<Option<JoinHandle<()>>>,
+    stages: [Arc<Progress>; 2],
+    cancel: CancelToken,
+}
+
+/// How long a wait for the next decision lasts before Python's signal handlers get to run.
+const SIGNAL_POLL: Duration = Duration::from_millis(100);
+
+impl Run {
+    fn finished(&self) -> bool {
+        self.result
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+}
+
+#[pymethods]
+impl Run {
+    /// Waits up to `timeout` seconds (GIL released); True once the run has ended.
+    fn wait(&self, py: Python<'_>, timeout: f64) -> bool {
+        if self.finished() {
+            return true;
+        }
+        // No lock is held while the GIL is released: another thread waiting for the lock while
+        // holding the GIL would keep this one from taking the GIL back.
+        let got = py.detach(|| {
+            self.done
+                .recv_timeout(Duration::from_secs_f64(timeout.max(0.0)))
+        });
+        let outcome = match got {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => return false,
+            Err(RecvTimeoutError::Disconnected) => {
+                // Another thread took the result first, or the run's thread died without one.
+                if self.finished() {
+                    return true;
+                }
+                Err(Error::Run(
+                    "the run's thread stopped without a result".into(),
+                ))
+            }
+        };
+        *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+        true
+    }
+
+    /// Stops the run at its next block (Ctrl-C): nothing is published and what it wrote is
+    /// removed, unless it had already begun publishing (then its outputs are published whole).
+    fn cancel(&self) {
+        self.cancel.cancel();
+    }
+
+    /// `(stage, bytes done, bytes expected, samples done)` of the stage running now (1 or 2).
+    fn progress(&self) -> (u8, u64, u64, u64) {
+        let stage = usize::from(self.stages[1].bytes() > 0);
+        let p = &self.stages[stage];
+        (stage as u8 + 1, p.bytes(), p.total(), p.samples())
+    }
+
+    /// The report as JSON once the run has ended; raises its error otherwise.
+    fn result(&self, py: Python<'_>) -> PyResult<String> {
+        while !self.wait(py, 3600.0) {}
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = py.detach(|| t.join());
+        }
+        match self.result.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(Ok(report)) => Ok(report_json(&report)),
+            Some(Err(e)) => Err(to_py(e)),
+            None => Err(PyRuntimeError::new_err(
+                "the run's result was already taken",
+            )),
+        }
+    }
+}
+
+/// Starts `neardup.dedup`: both stages on a background thread.
+#[pyfunction]
+#[pyo3(signature = (inputs, output = None, decisions = None, report = None, settings = None))]
+pub fn start_dedup(
+    inputs: &Bound<'_, PyAny>,
+    output: Option<PathBuf>,
+    decisions: Option<PathBuf>,
+    report: Option<PathBuf>,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Run> {
+    let mut config = config_from(settings, Scope::Run)?;
+    config.input.inputs = inputs_from(inputs)?;
+    config.output.dir = output;
+    config.output.decisions = decisions;
+    config.output.report = report;
+    input_names(&config)?;
+    let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let cancel = CancelToken::new();
+    let pipeline = Pipeline::new(config)
+        .map_err(to_py)?
+        .with_progress(stages[0].clone(), stages[1].clone())
+        .with_cancel(cancel.clone());
+    let (tx, rx) = bounded(1);
+    let thread = std::thread::Builder::new()
+        .name("neardup-dedup".into())
+        .spawn(move || {
+            let _ = tx.send(pipeline.run());
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the run's thread: {e}")))?;
+    Ok(Run {
+        done: rx,
+        result: std::sync::Mutex::new(None),
+        thread: std::sync::Mutex::new(Some(thread)),
+        stages,
+        cancel,
+    })
+}
+
+/// Decisions of a running pipeline, in input order; see `neardup.stream`.
+#[pyclass(frozen, module = "neardup")]
+pub struct DecisionStream {
+    state: std::sync::Mutex<StreamState>,
+    names: Vec<Arc<str>>,
+}
+
+enum StreamState {
+    Running(neardup::DecisionStream),
+    /// Taken by a thread reading the next decision.
+    Busy,
+    Finished(String),
+    Failed,
+}
+
+#[pymethods]
+impl DecisionStream {
+    fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Decision>> {
+        // The stream is taken out of the lock while the GIL is released (see Run::wait).
+        let taken = std::mem::replace(
+            &mut *self.state.lock().unwrap_or_else(|e| e.into_inner()),
+            StreamState::Busy,
+        );
+        let mut stream = match taken {
+            StreamState::Running(stream) => stream,
+            StreamState::Busy => {
+                return Err(PyRuntimeError::new_err(
+                    "this stream is being read by another thread",
+                ));
+            }
+            done => {
+                *self.state.lock().unwrap_or_else(|e| e.into_inner()) = done;
+                return Ok(None);
+            }
+        };
+        loop {
+            match py.detach(|| stream.next_within(SIGNAL_POLL)) {
+                NextDecision::Decision(d) => {
+                    *self.state.lock().unwrap_or_else(|e| e.into_inner()) =
+                        StreamState::Running(stream);
+                    return Ok(Some(Decision::from_pipeline(&d, &self.names)));
+                }
+                NextDecision::Pending => {
+                    if let Err(interrupt) = py.check_signals() {
+                        // Ctrl-C: the run stops at its next block and removes what it wrote.
+                        stream.cancel();
+                        let _ = py.detach(|| stream.finish());
+                        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = StreamState::Failed;
+                        return Err(interrupt);
+                    }
+                }
+                NextDecision::Ended => break,
+            }
+        }
+        let finished = py.detach(|| stream.finish());
+        let outcome = finished.map_err(to_py).and_then(|report| {
+            let discovered = report.files.iter().map(|f| f.display().to_string());
+            if discovered.ne(self.names.iter().map(|n| n.to_string())) {
+                return Err(PyRuntimeError::new_err(
+                    "the inputs changed while the run was starting (files appeared or \
+                     vanished): the decisions' file names may be wrong",
+                ));
+            }
+            Ok(report_json(&report))
+        });
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(json) => {
+                *state = StreamState::Finished(json);
+                Ok(None)
+            }
+            Err(e) => {
+                *state = StreamState::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    /// The run report (the JSON of ``--report``, as a dict) once every decision was taken;
+    /// None before.
+    #[getter]
+    fn report<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+            StreamState::Finished(json) => Ok(Some(crate::json_str_to_py(py, json)?)),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Starts `neardup.stream`.
+#[pyfunction]
+#[pyo3(signature = (inputs, settings = None))]
+pub fn stream(
+    inputs: &Bound<'_, PyAny>,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<DecisionStream> {
+    let mut config = config_from(settings, Scope::NoOutputs)?;
+    config.input.inputs = inputs_from(inputs)?;
+    let names = input_names(&config)?;
+    let stream = Pipeline::new(config).map_err(to_py)?.stream();
+    Ok(DecisionStream {
+        state: std::sync::Mutex::new(StreamState::Running(stream)),
+        names,
+    })
+}

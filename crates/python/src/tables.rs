@@ -1,0 +1,290 @@
+//! Stage-level values: `KeyTable` (stage 1 of one shard) and `HotKeys` (the merged counts), with
+//! their files and bytes, and the steps that make them.
+
+use std::path::PathBuf;
+
+use numpy::ndarray::ArrayView2;
+use numpy::{PyArray1, PyArray2};
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+
+use crate::errors::{discovery_to_py, keys_to_py, to_py};
+use crate::settings::{Scope, config_from, inputs_from};
+
+/// Makes a numpy view read-only: the memory belongs to an immutable value.
+fn read_only<'py, T>(array: Bound<'py, T>) -> PyResult<Bound<'py, T>> {
+    array
+        .as_any()
+        .getattr("flags")?
+        .setattr("writeable", false)?;
+    Ok(array)
+}
+
+/// Stage 1's product for one shard: one row of ``uint64`` keys per sample (a bucket key per LSH
+/// band, then the content key unless ``exact=False``; 0 is "no key"), and the input files the
+/// rows come from.
+///
+/// ``table.keys`` is a read-only numpy view of the rows, shape ``(rows, columns)``, sharing the
+/// table's memory (no copy). Save it with :meth:`save` / :meth:`to_bytes` (the format of
+/// ``neardup keys --out``, ``docs/formats.md``) and read it back with :meth:`load` /
+/// :meth:`from_bytes`.
+#[pyclass(frozen, module = "neardup")]
+pub struct KeyTable {
+    pub inner: neardup::keys::KeyTable,
+    /// Stage 1's statistics, for a table just computed.
+    stats: Option<serde_json::Value>,
+}
+
+#[pymethods]
+impl KeyTable {
+    /// The rows as a read-only ``numpy.uint64`` array of shape ``(rows, columns)`` that shares
+    /// the table's memory.
+    #[getter]
+    fn keys<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyArray2<u64>>> {
+        let table = &slf.get().inner;
+        let view = ArrayView2::from_shape((table.rows(), table.columns()), table.keys())
+            .expect("a table's keys are rows x columns");
+        // SAFETY: the keys live in the frozen table, which the array keeps alive as its base and
+        // which never changes them.
+        let array = unsafe { PyArray2::borrow_from_array(&view, slf.clone().into_any()) };
+        read_only(array)
+    }
+
+    /// Number of rows (samples with a text).
+    #[getter]
+    fn rows(&self) -> usize {
+        self.inner.rows()
+    }
+
+    /// Keys per row: ``bands``, plus one content-key column unless ``exact=False``.
+    #[getter]
+    fn columns(&self) -> usize {
+        self.inner.columns()
+    }
+
+    /// Band-key columns (the first columns of every row).
+    #[getter]
+    fn bands(&self) -> usize {
+        self.inner.layout().bands
+    }
+
+    /// This table's shard number: the rows of all shards are counted in shard order.
+    #[getter]
+    fn shard(&self) -> u32 {
+        self.inner.shard()
+    }
+
+    /// The input files, in row order: a list of dicts with ``path``, ``records`` (records read)
+    /// and ``rows`` (rows contributed).
+    #[getter]
+    fn files<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for f in self.inner.files() {
+            let d = PyDict::new(py);
+            d.set_item("path", f.input.path.to_string_lossy())?;
+            d.set_item("records", f.records)?;
+            d.set_item("rows", f.rows)?;
+            list.append(d)?;
+        }
+        Ok(list)
+    }
+
+    /// Stage 1's statistics (as in a run report's ``stage1``) for a table made by
+    /// :func:`compute_keys`; None for a table read back.
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.stats
+            .as_ref()
+            .map(|s| crate::json_to_py(py, s))
+            .transpose()
+    }
+
+    /// Writes the table file atomically (the format of ``neardup keys --out``).
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path)).map_err(keys_to_py)
+    }
+
+    /// Reads a table file, verifying its checksum.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<KeyTable> {
+        let inner = py
+            .detach(|| neardup::keys::KeyTable::load(&path))
+            .map_err(keys_to_py)?;
+        Ok(KeyTable { inner, stats: None })
+    }
+
+    /// The bytes :meth:`save` writes.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        let bytes = py.detach(|| self.inner.to_bytes());
+        PyBytes::new(py, &bytes)
+    }
+
+    /// Reads a table from the bytes of :meth:`to_bytes` (or of a table file).
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<KeyTable> {
+        let inner = py
+            .detach(|| neardup::keys::KeyTable::from_bytes(data))
+            .map_err(keys_to_py)?;
+        Ok(KeyTable { inner, stats: None })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.rows()
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<KeyTable>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "KeyTable(shard={}, rows={}, columns={}, files={})",
+            self.inner.shard(),
+            self.inner.rows(),
+            self.inner.columns(),
+            self.inner.files().len()
+        )
+    }
+}
+
+/// The hot keys of a run: the keys seen more than ``min_key_count`` times across all shards'
+/// tables, sorted, with the settings they were counted under.
+///
+/// ``hot.keys`` is a read-only ``numpy.uint64`` view (no copy). Save it with :meth:`save` /
+/// :meth:`to_bytes` (the format of ``neardup hot --out``) and read it back with :meth:`load` /
+/// :meth:`from_bytes`.
+#[pyclass(frozen, module = "neardup")]
+pub struct HotKeys {
+    pub inner: neardup::keys::HotKeys,
+    /// The merge's counts, for hot keys just computed.
+    stats: Option<serde_json::Value>,
+}
+
+#[pymethods]
+impl HotKeys {
+    /// The hot keys, ascending, as a read-only ``numpy.uint64`` array sharing their memory.
+    #[getter]
+    fn keys<'py>(slf: Bound<'py, Self>) -> PyResult<Bound<'py, PyArray1<u64>>> {
+        let keys = numpy::ndarray::ArrayView1::from(slf.get().inner.keys());
+        // SAFETY: as for KeyTable.keys: the frozen value owns the keys and outlives the view.
+        let array = unsafe { PyArray1::borrow_from_array(&keys, slf.clone().into_any()) };
+        read_only(array)
+    }
+
+    /// A key is hot when seen more than this many times.
+    #[getter]
+    fn min_key_count(&self) -> u32 {
+        self.inner.min_count()
+    }
+
+    /// The merge's counts (keys, distinct keys, hot keys, …) for hot keys made by
+    /// :func:`hot_keys`; None for hot keys read back.
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.stats
+            .as_ref()
+            .map(|s| crate::json_to_py(py, s))
+            .transpose()
+    }
+
+    /// Writes the hot-key file atomically (the format of ``neardup hot --out``).
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.inner.save(&path)).map_err(keys_to_py)
+    }
+
+    /// Reads a hot-key file, verifying its checksum and order.
+    #[staticmethod]
+    fn load(py: Python<'_>, path: PathBuf) -> PyResult<HotKeys> {
+        let inner = py
+            .detach(|| neardup::keys::HotKeys::load(&path))
+            .map_err(keys_to_py)?;
+        Ok(HotKeys { inner, stats: None })
+    }
+
+    /// The bytes :meth:`save` writes.
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = py.detach(|| self.inner.to_bytes()).map_err(keys_to_py)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Reads hot keys from the bytes of :meth:`to_bytes` (or of a hot-key file).
+    #[staticmethod]
+    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<HotKeys> {
+        let inner = py
+            .detach(|| neardup::keys::HotKeys::from_bytes(data))
+            .map_err(keys_to_py)?;
+        Ok(HotKeys { inner, stats: None })
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn __contains__(&self, key: u64) -> bool {
+        self.inner.contains(key)
+    }
+
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<HotKeys>()
+            .is_ok_and(|o| o.get().inner == self.inner)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "HotKeys(keys={}, min_key_count={})",
+            self.inner.len(),
+            self.inner.min_count()
+        )
+    }
+}
+
+/// Stage 1 over one shard of inputs: its :class:`KeyTable`, in memory. See
+/// ``neardup.compute_keys`` for the arguments.
+#[pyfunction]
+#[pyo3(signature = (inputs, shard = 0, **settings))]
+pub fn compute_keys(
+    py: Python<'_>,
+    inputs: &Bound<'_, PyAny>,
+    shard: u32,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<KeyTable> {
+    let mut config = config_from(settings, Scope::NoOutputs)?;
+    config.input.inputs = inputs_from(inputs)?;
+    let (files, _problems) = neardup::discover_inputs(&config).map_err(discovery_to_py)?;
+    let (inner, stats) = py
+        .detach(|| neardup::compute_keys(&config, &files, shard))
+        .map_err(to_py)?;
+    Ok(KeyTable {
+        inner,
+        stats: Some(serde_json::to_value(stats).expect("stats serialise")),
+    })
+}
+
+/// Merges shards' tables into the hot keys. See ``neardup.hot_keys`` for the arguments.
+#[pyfunction]
+#[pyo3(signature = (tables, min_key_count = 1))]
+pub fn hot_keys(
+    py: Python<'_>,
+    tables: &Bound<'_, PyAny>,
+    min_key_count: u32,
+) -> PyResult<HotKeys> {
+    let tables: Vec<Bound<'_, KeyTable>> = tables
+        .try_iter()?
+        .map(|t| {
+            t?.cast_into::<KeyTable>()
+                .map_err(|_| PyTypeError::new_err("tables must be KeyTable objects"))
+        })
+        .collect::<PyResult<_>>()?;
+    let refs: Vec<&neardup::keys::KeyTable> = tables.iter().map(|t| &t.get().inner).collect();
+    let (inner, _mask, stats) = py
+        .detach(|| neardup::keys::merge_tables(&refs, min_key_count))
+        .map_err(keys_to_py)?;
+    Ok(HotKeys {
+        inner,
+        stats: Some(serde_json::to_value(stats).expect("stats serialise")),
+    })
+}
