@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod config;
+mod distributed;
 mod error;
 pub mod eval;
 mod paths;
@@ -40,6 +41,10 @@ mod pipeline;
 pub use config::{
     Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
     MAX_NUM_PERM, MAX_THREADS, OutputSettings, RunSettings, SketchSettings, Tokenize,
+};
+pub use distributed::{
+    DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
+    decide_group_dirs, sign_shard, write_manifest_name, write_shard,
 };
 pub use error::Error;
 pub use neardup_corpus::CancelToken;

@@ -94,9 +94,79 @@ enum Command {
         /// Counting threads, at most 1024 [default: 0 = all cores].
         #[arg(long, short = 'j')]
         threads: Option<usize>,
-        /// Merge report (JSON: keys, distinct and hot keys, hot samples, time).
+        /// Merge report (JSON: keys, distinct and hot keys, hot samples, the plan, time).
         #[arg(long)]
         report: Option<PathBuf>,
+        /// Plan stage 2 for this many `decide` groups: the connected components of hot rows,
+        /// packed into G groups of balanced size (stored in the hot-key file).
+        #[arg(long, default_value_t = 1)]
+        groups: u32,
+    },
+    /// Distributed stage 2, per shard: re-read one shard and write what deciding its hot
+    /// samples needs, split by group (a directory).
+    Sign {
+        /// The shard's key table from `neardup keys`.
+        table: PathBuf,
+        /// Hot-key file from `neardup hot`.
+        #[arg(long)]
+        hot: PathBuf,
+        /// Output directory (one stream per group and a manifest).
+        #[arg(long = "output", short = 'o')]
+        output: PathBuf,
+        /// Report (JSON: what was signed, per group).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[command(flatten)]
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
+        #[command(flatten)]
+        decide: DecideOpts,
+    },
+    /// Distributed stage 2, per group: decide one group's hot samples from every shard's sign
+    /// output, in global order. Opens no input file.
+    Decide {
+        /// Sign outputs of every shard (any order).
+        #[arg(required = true)]
+        signed: Vec<PathBuf>,
+        /// Hot-key file from `neardup hot`.
+        #[arg(long)]
+        hot: PathBuf,
+        /// The group to decide (0 to G-1).
+        #[arg(long)]
+        group: u32,
+        /// Output directory (one stream per shard and a manifest).
+        #[arg(long = "output", short = 'o')]
+        output: PathBuf,
+        /// Report (JSON: decisions per shard, the decision core's counters).
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[command(flatten)]
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
+        #[command(flatten)]
+        decide: DecideOpts,
+    },
+    /// Distributed stage 2, per shard: re-read one shard and write its filtered dataset and
+    /// decisions, the hot samples decided by `decide`.
+    Write {
+        /// The shard's key table from `neardup keys`.
+        table: PathBuf,
+        /// Hot-key file from `neardup hot`.
+        #[arg(long)]
+        hot: PathBuf,
+        /// Decide outputs of every group (any order).
+        #[arg(long, required = true, num_args = 1..)]
+        decided: Vec<PathBuf>,
+        #[command(flatten)]
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
+        #[command(flatten)]
+        decide: DecideOpts,
+        #[command(flatten)]
+        output: OutputOpts,
     },
     /// Stage 2 given the key tables of all shards and their hot-key file.
     Apply {
@@ -718,6 +788,15 @@ fn answer(text: &str) -> Result<(), Error> {
     }
 }
 
+/// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
+/// failure of stage 1.
+fn load_hot_argument(path: &std::path::Path) -> Result<HotKeys, Error> {
+    HotKeys::load(path).map_err(|e| match e {
+        KeysError::Config(m) => Error::Usage(m),
+        other => Error::Run(other.to_string()),
+    })
+}
+
 fn require_outputs(config: &Config) -> Result<(), Error> {
     if config.output.dir.is_none() && config.output.decisions.is_none() {
         return Err(Error::Usage(
@@ -863,7 +942,11 @@ fn run(cli: Cli) -> Result<(), Error> {
             spill_dir,
             threads,
             report,
+            groups,
         } => {
+            if groups == 0 {
+                return Err(Error::Usage("--groups must be at least 1".into()));
+            }
             let mut config = Config::default();
             config.keys.min_key_count = min_key_count;
             config.keys.memory_limit = memory_limit;
@@ -897,7 +980,15 @@ fn run(cli: Cli) -> Result<(), Error> {
                 ..PublishOptions::default()
             })
             .map_err(publish_error)?;
-            let (hot, mask, stats) = neardup::merge_hot_key_files_with(&config, &tables, &control)?;
+            let (mut hot, mask, stats) =
+                neardup::merge_hot_key_files_with(&config, &tables, &control)?;
+            if groups > 1 {
+                let shards = neardup::keys::ShardTables::open(&tables)?;
+                let plan = neardup::keys::plan_from_tables(&shards, &hot, groups, &|| {
+                    control.cancel.is_cancelled()
+                })?;
+                hot = hot.with_plan(plan)?;
+            }
             hot.save_to(publication.file(&output).map_err(publish_error)?)?;
             if let Some(path) = &report {
                 save_json_to(
@@ -910,6 +1001,13 @@ fn run(cli: Cli) -> Result<(), Error> {
                         "count": stats,
                         "samples": mask.rows(),
                         "hot_samples": mask.hot_rows(),
+                        "plan": hot.plan().map(|p| serde_json::json!({
+                            "groups": p.groups,
+                            "group_rows": p.group_rows,
+                            "components": p.components,
+                            "largest_component": p.largest_component,
+                            "hot_rows": p.hot_rows,
+                        })),
                         "seconds": started.elapsed().as_secs_f64(),
                     }),
                 )?;
@@ -965,6 +1063,131 @@ fn run(cli: Cli) -> Result<(), Error> {
             let report = {
                 let _view = ProgressView::start(progress, quiet);
                 neardup::apply_files_with(&config, &hot, &tables, &control, &mut |_| {})?
+            };
+            note(quiet, report.summary());
+        }
+        Command::Sign {
+            table,
+            hot,
+            output,
+            report,
+            input,
+            sketch,
+            decide,
+        } => {
+            let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+            config.validate()?;
+            let mut paths = RunPaths::new();
+            paths
+                .read_file("the hot-key file (--hot)", &hot)
+                .read_file("the key table", &table);
+            if let Some(r) = &report {
+                paths.write_file("the report (--report)", r);
+            }
+            paths.check()?;
+            let hot = load_hot_argument(&hot)?;
+            let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+            let control = RunControl {
+                stage2: Some(progress[1].clone()),
+                cancel: handle_signals(),
+                ..RunControl::default()
+            };
+            let signed = {
+                let _view = ProgressView::start(progress, quiet);
+                neardup::sign_shard(&config, &table, &hot, &output, &control)?
+            };
+            if let Some(path) = &report {
+                save_json(path, &signed)?;
+            }
+            let m = &signed.manifest;
+            note(
+                quiet,
+                format_args!(
+                    "shard {}: {} records, {} hot samples signed ({} as exact copies by hash) \
+                     into {} group{}, {} bytes -> {}",
+                    m.place.shard,
+                    signed.stage2.records,
+                    m.signed.samples.iter().sum::<u64>(),
+                    m.signed.copies_by_hash,
+                    m.groups,
+                    if m.groups == 1 { "" } else { "s" },
+                    m.bytes.iter().sum::<u64>(),
+                    output.display()
+                ),
+            );
+        }
+        Command::Decide {
+            signed,
+            hot,
+            group,
+            output,
+            report,
+            input,
+            sketch,
+            decide,
+        } => {
+            let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+            config.validate()?;
+            let mut paths = RunPaths::new();
+            paths.read_file("the hot-key file (--hot)", &hot);
+            if let Some(r) = &report {
+                paths.write_file("the report (--report)", r);
+            }
+            paths.check()?;
+            let hot = load_hot_argument(&hot)?;
+            let control = RunControl {
+                cancel: handle_signals(),
+                ..RunControl::default()
+            };
+            let decided =
+                neardup::decide_group_dirs(&config, &signed, &hot, group, &output, &control)?;
+            if let Some(path) = &report {
+                save_json(path, &decided)?;
+            }
+            let m = &decided.manifest;
+            note(
+                quiet,
+                format_args!(
+                    "group {} of {}: {} hot samples of {} shard{} decided ({} near, {} exact) -> {}",
+                    m.group,
+                    m.groups,
+                    m.decided.iter().sum::<u64>(),
+                    m.shards,
+                    if m.shards == 1 { "" } else { "s" },
+                    m.deduper.near,
+                    m.deduper.exact,
+                    output.display()
+                ),
+            );
+        }
+        Command::Write {
+            table,
+            hot,
+            decided,
+            input,
+            sketch,
+            decide,
+            output,
+        } => {
+            let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
+            require_outputs(&config)?;
+            config.validate()?;
+            let mut paths = RunPaths::new();
+            paths
+                .read_file("the hot-key file (--hot)", &hot)
+                .read_file("the key table", &table);
+            paths.write_config_outputs(&config, &[]);
+            paths.check()?;
+            let hot = load_hot_argument(&hot)?;
+            let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+            let control = RunControl {
+                stage2: Some(progress[1].clone()),
+                cancel: handle_signals(),
+                ..RunControl::default()
+            };
+            let report = {
+                let _view = ProgressView::start(progress, quiet);
+                neardup::write_shard(&config, &table, &hot, &decided, &control)?
             };
             note(quiet, report.summary());
         }

@@ -84,7 +84,7 @@ pub struct Totals {
 }
 
 impl Report {
-    fn new(
+    pub(crate) fn new(
         config: &Config,
         files: &[InputFile],
         problems: Vec<String>,
@@ -595,7 +595,7 @@ fn check_apply_paths(config: &Config, files: &[FileRows], tables: &[PathBuf]) ->
     paths.prepare()
 }
 
-fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
+pub(crate) fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
     let layout = keys_config(config)?.layout();
     if *hot.layout() == layout {
         return Ok(());

@@ -17,6 +17,9 @@ pub enum DedupError {
     Spill(String),
     /// The run's [`neardup_corpus::CancelToken`] was cancelled; nothing was published.
     Interrupted,
+    /// The outputs of an earlier distributed step given to this one are damaged, missing, or
+    /// belong to another run (another hot-key file, group or shard).
+    Step(String),
 }
 
 impl fmt::Display for DedupError {
@@ -28,6 +31,7 @@ impl fmt::Display for DedupError {
             DedupError::Output(m) => write!(f, "output error: {m}"),
             DedupError::Spill(m) => write!(f, "spill error: {m}"),
             DedupError::Interrupted => f.write_str("interrupted"),
+            DedupError::Step(m) => f.write_str(m),
         }
     }
 }

@@ -33,6 +33,9 @@ pub struct SignedSample {
     /// False when the sample is an exact copy of an earlier hot sample of its own shard (same
     /// full content hash, hot content key): the hash alone decides it, and nothing below is set.
     pub full: bool,
+    /// Stage 1 marked it a later exact copy (its hot content key was seen in an earlier row):
+    /// its hash is looked up first, as in a one-process run. Always true when `full` is false.
+    pub later_copy: bool,
     /// Its MinHash signature.
     pub signature: Vec<u32>,
     /// Its row of keys.
@@ -101,7 +104,14 @@ pub fn encode_signed(s: &SignedSample, shape: SignedShape, out: &mut Vec<u8>) {
     put_addr(out, s.addr);
     put_str(out, s.id.as_deref());
     out.extend_from_slice(&s.content_hash.to_le_bytes());
-    out.push(u8::from(s.full));
+    // 0: copy-only; 1: full; 2: full, and a later copy.
+    out.push(if !s.full {
+        0
+    } else if s.later_copy {
+        2
+    } else {
+        1
+    });
     if !s.full {
         return;
     }
@@ -226,9 +236,10 @@ pub fn decode_signed(bytes: &[u8], shape: SignedShape, s: &mut SignedSample) -> 
     s.addr = c.addr()?;
     s.id = c.string()?;
     s.content_hash = c.u128()?;
-    s.full = match c.u8()? {
-        0 => false,
-        1 => true,
+    (s.full, s.later_copy) = match c.u8()? {
+        0 => (false, true),
+        1 => (true, false),
+        2 => (true, true),
         _ => return Err(corrupt("bad sample kind")),
     };
     s.signature.clear();
@@ -496,14 +507,24 @@ mod tests {
             (any::<u32>(), any::<u64>(), any::<u32>()),
             prop::option::of("[a-zé]{0,12}"),
             any::<u128>(),
-            any::<bool>(),
+            (any::<bool>(), any::<bool>()),
             prop::collection::vec(any::<u32>(), 8),
             prop::collection::vec(any::<u64>(), 3),
             prop::collection::vec(any::<bool>(), 3),
             prop::collection::btree_set(any::<u32>(), 0..200),
         )
             .prop_map(
-                |(row, (file, record, field), id, content_hash, full, sig, keys, hot, set)| {
+                |(
+                    row,
+                    (file, record, field),
+                    id,
+                    content_hash,
+                    (full, copy),
+                    sig,
+                    keys,
+                    hot,
+                    set,
+                )| {
                     let mut s = SignedSample {
                         row,
                         addr: SampleAddr {
@@ -514,6 +535,7 @@ mod tests {
                         id,
                         content_hash,
                         full,
+                        later_copy: copy || !full,
                         ..SignedSample::default()
                     };
                     if full {

@@ -25,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod deduper;
+mod distributed;
 mod error;
 mod handoff;
 mod reps;
@@ -33,6 +34,10 @@ mod verify;
 
 pub use deduper::{
     Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
+};
+pub use distributed::{
+    DecideShape, DecidedMerge, SignedCounts, Signer, StepSink, decide_group, run_sign, run_write,
+    signed_shape,
 };
 pub use error::DedupError;
 pub use handoff::{

@@ -18,7 +18,8 @@ use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule, UnreadableRange
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
-use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict};
+use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict, Verify};
+use crate::distributed::{DecidedMerge, Signer};
 use crate::error::DedupError;
 
 /// What happens to samples whose text is empty or whitespace only.
@@ -171,12 +172,39 @@ enum Kind {
         content_hash: u128,
         sig: u32,
         shingles: (u32, u32),
+        /// Its table row.
+        row: u64,
     },
     /// A later exact copy by stage 1's count: only its content hash was computed.
     Copy {
         content_hash: u128,
         row: u64,
     },
+    /// A hot sample of a `write` step: decided elsewhere, nothing computed.
+    Decided {
+        row: u64,
+    },
+}
+
+/// Where the hot samples' verdicts come from, and what the deciding thread does with the rest.
+pub(crate) enum Route<'r> {
+    /// The decision core, here and now (one-process stage 2).
+    Decide(Box<Deduper>),
+    /// Nothing is decided: hot samples go to the signer (the `sign` step).
+    Sign(Box<Signer<'r>>),
+    /// Hot samples' verdicts come from the decided streams (the `write` step).
+    Write(DecidedMerge<Box<dyn std::io::Read + Send>>),
+}
+
+/// How a shard's files and rows are numbered among all shards of a distributed run (the
+/// one-process run is its only shard).
+pub(crate) struct Addressing<'a> {
+    /// The number of the shard's first file.
+    pub file_base: u32,
+    /// The number of the shard's first row.
+    pub row_base: u64,
+    /// Every file's name as decisions print it, in global order.
+    pub names: &'a [String],
 }
 
 struct SampleWork {
@@ -252,6 +280,8 @@ struct Prep<'a> {
     mask: &'a HotMask,
     cfg: &'a ApplyConfig,
     needs_shingles: bool,
+    /// False in a `write` step: hot samples were decided elsewhere and are not signed.
+    sign_hot: bool,
     spares: &'a crossbeam_channel::Receiver<Spare>,
     /// Set when the run stops early.
     stop: &'a AtomicBool,
@@ -372,6 +402,7 @@ fn prepare_block(
         mask,
         cfg,
         needs_shingles,
+        sign_hot,
         spares,
         ..
     } = *prep;
@@ -422,6 +453,8 @@ fn prepare_block(
                     } else {
                         Kind::Cold
                     }
+                } else if !sign_hot {
+                    Kind::Decided { row: this_row }
                 } else if mask.is_later_copy(this_row as usize) {
                     Kind::Copy {
                         content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
@@ -446,6 +479,7 @@ fn prepare_block(
                             content_hash: r.content_hash,
                             sig: sig_at,
                             shingles: (sh_start, shingles.len() as u32),
+                            row: this_row,
                         }
                     }
                 }
@@ -598,6 +632,53 @@ pub fn run_dedup_into(
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
+    let deduper = Deduper::new(
+        cfg.dedup.clone(),
+        cfg.sketcher.num_perm(),
+        cfg.sketcher.bands(),
+        cfg.rule,
+    )
+    .map_err(DedupError::Config)?;
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.input.path.display().to_string())
+        .collect();
+    let addressing = Addressing {
+        file_base: 0,
+        row_base: 0,
+        names: &names,
+    };
+    let (stats, _) = run_stage2(
+        files,
+        mask,
+        cfg,
+        publication,
+        observe,
+        Route::Decide(Box::new(deduper)),
+        &addressing,
+    )?;
+    Ok(stats)
+}
+
+/// Whether hot samples carry their shingle sets: under exact verification, when rows have band
+/// keys (an exact-only run never compares sets).
+pub(crate) fn needs_shingles(cfg: &ApplyConfig) -> bool {
+    cfg.dedup.verify == Verify::Exact && cfg.rule.band_keys
+}
+
+/// The stage-2 pass over `files` (one shard of a distributed run, or the whole input): reads
+/// and prepares blocks on worker threads, and on this thread hands them in order to `route`,
+/// the decisions file, `observe` and the writer. Returns the statistics and the route (to be
+/// finished by the caller).
+pub(crate) fn run_stage2<'r>(
+    files: &[FileRows],
+    mask: &HotMask,
+    cfg: &ApplyConfig,
+    publication: &Publication,
+    observe: &mut dyn FnMut(&Decision),
+    mut route: Route<'r>,
+    addressing: &Addressing<'_>,
+) -> Result<(DedupStats, Route<'r>), DedupError> {
     let started = Instant::now();
     if cfg.cancel.is_cancelled() {
         return Err(DedupError::Interrupted);
@@ -609,16 +690,9 @@ pub fn run_dedup_into(
             mask.rows()
         )));
     }
-    let mut deduper = Deduper::new(
-        cfg.dedup.clone(),
-        cfg.sketcher.num_perm(),
-        cfg.sketcher.bands(),
-        cfg.rule,
-    )
-    .map_err(DedupError::Config)?;
     // Only band-keyed rows are signed (and leave their shingle hashes in the scratch); an
     // exact-only run never compares sets.
-    let needs_shingles = deduper.needs_shingles() && cfg.rule.band_keys;
+    let needs_shingles = needs_shingles(cfg) && !matches!(route, Route::Write(_));
     let threads = if cfg.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -664,10 +738,6 @@ pub fn run_dedup_into(
         ),
         None => None,
     };
-    let file_names: Vec<String> = inputs
-        .iter()
-        .map(|f| f.path.display().to_string())
-        .collect();
 
     let window = threads * 2;
     let next_job = AtomicUsize::new(0);
@@ -689,6 +759,7 @@ pub fn run_dedup_into(
         mask,
         cfg,
         needs_shingles,
+        sign_hot: !matches!(route, Route::Write(_)),
         spares: &spare_rx,
         stop: &stop,
         shared: &shared,
@@ -787,19 +858,25 @@ pub fn run_dedup_into(
                         let keep = decide_block(
                             &work,
                             mask,
-                            fi as u32,
-                            record_bases[job],
+                            BlockPlace {
+                                file: fi as u32,
+                                record_base: record_bases[job],
+                            },
                             cfg,
-                            &mut deduper,
+                            &mut route,
+                            addressing,
                             &mut stats,
                             &mut ids,
-                            &file_names,
                             decisions.as_mut(),
                             observe,
                         );
                         // Full means the workers hold enough spares: this one is dropped.
                         let _ = spare_tx.try_send(Spare::from_work(&mut work));
-                        let keep = keep.and_then(|k| match deduper.take_io_error() {
+                        let io_error = match &mut route {
+                            Route::Decide(deduper) => deduper.take_io_error(),
+                            _ => None,
+                        };
+                        let keep = keep.and_then(|k| match io_error {
                             Some(e) => Err(DedupError::Spill(e.to_string())),
                             None => Ok(k),
                         });
@@ -897,10 +974,12 @@ pub fn run_dedup_into(
     if let Some(d) = decisions {
         d.finish().map_err(output_error)?;
     }
-    stats.deduper = deduper.stats();
+    if let Route::Decide(deduper) = &route {
+        stats.deduper = deduper.stats();
+    }
     stats.seconds = started.elapsed().as_secs_f64();
     stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.seconds.max(1e-9);
-    Ok(stats)
+    Ok((stats, route))
 }
 
 enum WriterMsg {
@@ -954,23 +1033,23 @@ fn tally_verdict(v: Verdict, stats: &mut DedupStats) -> (bool, Reason, Option<Ve
 }
 
 /// The rare path of a later copy whose full content hash matched no earlier sample: sketch it
-/// here from the block's text and decide it like any hot sample.
-fn decide_from_block(
+/// here from the block's text and hand its candidate to `use_it` (which decides or signs it).
+fn sketch_from_block(
     w: &BlockWork,
     target: &SampleWork,
     row: u64,
     cfg: &ApplyConfig,
     mask: &HotMask,
-    deduper: &mut Deduper,
     addr: SampleAddr,
-) -> Verdict {
+    mut use_it: impl FnMut(&Candidate<'_>),
+) {
     let columns = cfg.rule.columns(cfg.sketcher.bands());
     let mut scratch = Scratch::default();
     let mut sig = vec![0u32; cfg.sketcher.num_perm()];
     let mut keys = vec![0u64; columns];
     let mut shingles = Vec::new();
+    let with_shingles = needs_shingles(cfg);
     let hot: Vec<bool> = (0..columns).map(|c| mask.is_hot(row as usize, c)).collect();
-    let mut verdict = Verdict::Unique;
     w.block.for_each_sample(&cfg.selector, |s| {
         if s.record as u32 != target.record || s.field != target.field {
             return;
@@ -979,35 +1058,52 @@ fn decide_from_block(
             let r = cfg
                 .rule
                 .sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut keys);
-            if deduper.needs_shingles() {
+            if with_shingles {
                 cfg.sketcher.last_shingle_set(&mut scratch, &mut shingles);
             }
-            let c = Candidate {
+            use_it(&Candidate {
                 addr,
                 signature: &sig,
                 row: &keys,
                 hot: &hot,
                 content_hash: r.content_hash,
-                shingles: deduper.needs_shingles().then_some(shingles.as_slice()),
-            };
-            verdict = deduper.decide(&c);
+                shingles: with_shingles.then_some(shingles.as_slice()),
+            });
         }
     });
-    verdict
 }
 
-/// Decides every sample of one block in order; returns the keep flag of each record.
+/// Where a block's samples are: its file (within the shard) and the file's first record before
+/// the block's chunk.
+struct BlockPlace {
+    file: u32,
+    record_base: u64,
+}
+
+fn sign_error(e: std::io::Error) -> DedupError {
+    DedupError::Output(format!("writing the signed samples: {e}"))
+}
+
+/// A hot sample met by a route that cannot take it: the inputs are not what the plan of the
+/// route expects.
+fn wrong_route(what: &str) -> DedupError {
+    DedupError::Mismatch(format!(
+        "{what}: the inputs, key table and hot-key file do not go together"
+    ))
+}
+
+/// Decides every sample of one block in order (or, in a `sign` step, hands the hot ones to the
+/// signer); returns the keep flag of each record.
 #[allow(clippy::too_many_arguments)]
 fn decide_block(
     w: &BlockWork,
     mask: &HotMask,
-    file: u32,
-    record_base: u64,
+    place: BlockPlace,
     cfg: &ApplyConfig,
-    deduper: &mut Deduper,
+    route: &mut Route<'_>,
+    addressing: &Addressing<'_>,
     stats: &mut DedupStats,
     ids: &mut HashMap<SampleAddr, Box<str>>,
-    file_names: &[String],
     mut decisions: Option<&mut DecisionWriter>,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Vec<bool>, DedupError> {
@@ -1016,7 +1112,9 @@ fn decide_block(
     let mut tally = vec![(0u32, 0u32); n];
     let columns = cfg.rule.columns(cfg.sketcher.bands());
     let num_perm = cfg.sketcher.num_perm();
-    let first = record_base + w.block.first_record;
+    let first = place.record_base + w.block.first_record;
+    let file = addressing.file_base + place.file;
+    let file_names = addressing.names;
     for s in &w.samples {
         let addr = SampleAddr {
             file,
@@ -1024,6 +1122,7 @@ fn decide_block(
             field: s.field,
         };
         let id = s.id.map(|(a, b)| &w.ids[a as usize..b as usize]);
+        let mut decided_dup_of_id: Option<Option<String>> = None;
         let (keep, reason, verdict) = match s.kind {
             Kind::Skipped(why) => {
                 stats.errors += 1;
@@ -1045,9 +1144,42 @@ fn decide_block(
                 (true, Reason::Unique, None)
             }
             Kind::Copy { content_hash, row } => {
-                let verdict = match deduper.decide_copy(content_hash) {
-                    Some(v) => v,
-                    None => decide_from_block(w, s, row, cfg, mask, deduper, addr),
+                let verdict = match route {
+                    Route::Decide(deduper) => match deduper.decide_copy(content_hash) {
+                        Some(v) => v,
+                        None => {
+                            let mut verdict = Verdict::Unique;
+                            sketch_from_block(w, s, row, cfg, mask, addr, |c| {
+                                verdict = deduper.decide(c);
+                            });
+                            verdict
+                        }
+                    },
+                    Route::Sign(signer) => {
+                        let global = addressing.row_base + row;
+                        if !signer
+                            .push_copy(global, addr, id, content_hash)
+                            .map_err(sign_error)?
+                        {
+                            let mut pushed = Ok(());
+                            sketch_from_block(w, s, row, cfg, mask, addr, |c| {
+                                pushed = signer.push_full(
+                                    global,
+                                    addr,
+                                    id,
+                                    c.content_hash,
+                                    true,
+                                    c.signature,
+                                    c.row,
+                                    c.hot,
+                                    c.shingles.unwrap_or(&[]),
+                                );
+                            });
+                            pushed.map_err(sign_error)?;
+                        }
+                        Verdict::Unique
+                    }
+                    Route::Write(_) => return Err(wrong_route("a later copy to sign")),
                 };
                 if let Some(id) = id {
                     ids.insert(addr, id.into());
@@ -1058,25 +1190,57 @@ fn decide_block(
                 content_hash,
                 sig,
                 shingles,
+                row,
             } => {
                 let sig_i = sig as usize;
                 let hot_i = sig_i;
-                let c = Candidate {
-                    addr,
-                    signature: &w.signatures[sig_i * num_perm..(sig_i + 1) * num_perm],
-                    row: &w.rows[hot_i * columns..(hot_i + 1) * columns],
-                    hot: &w.hot[hot_i * columns..(hot_i + 1) * columns],
-                    content_hash,
-                    shingles: deduper
-                        .needs_shingles()
-                        .then(|| &w.shingles[shingles.0 as usize..shingles.1 as usize]),
+                let signature = &w.signatures[sig_i * num_perm..(sig_i + 1) * num_perm];
+                let keys = &w.rows[hot_i * columns..(hot_i + 1) * columns];
+                let hot = &w.hot[hot_i * columns..(hot_i + 1) * columns];
+                let shingles = &w.shingles[shingles.0 as usize..shingles.1 as usize];
+                let v = match route {
+                    Route::Decide(deduper) => {
+                        let c = Candidate {
+                            addr,
+                            signature,
+                            row: keys,
+                            hot,
+                            content_hash,
+                            shingles: deduper.needs_shingles().then_some(shingles),
+                        };
+                        deduper.decide(&c)
+                    }
+                    Route::Sign(signer) => {
+                        signer
+                            .push_full(
+                                addressing.row_base + row,
+                                addr,
+                                id,
+                                content_hash,
+                                false,
+                                signature,
+                                keys,
+                                hot,
+                                shingles,
+                            )
+                            .map_err(sign_error)?;
+                        Verdict::Unique
+                    }
+                    Route::Write(_) => return Err(wrong_route("a hot sample to sign")),
                 };
-                let v = deduper.decide(&c);
                 // Any hot sample may be named as the original of a later one.
                 if let Some(id) = id {
                     ids.insert(addr, id.into());
                 }
                 tally_verdict(v, stats)
+            }
+            Kind::Decided { row } => {
+                let Route::Write(merge) = route else {
+                    return Err(wrong_route("a hot sample without its signature"));
+                };
+                let d = merge.take(addressing.row_base + row)?;
+                decided_dup_of_id = Some(d.dup_of_id);
+                tally_verdict(d.verdict, stats)
             }
         };
         stats.samples += 1;
@@ -1093,7 +1257,10 @@ fn decide_block(
             Some(Verdict::Exact { of }) => (Some(of), Some(1.0)),
             _ => (None, None),
         };
-        let dup_of_id = dup_of.and_then(|a| ids.get(&a)).map(|s| s.to_string());
+        let dup_of_id = match decided_dup_of_id {
+            Some(from_decide) => from_decide,
+            None => dup_of.and_then(|a| ids.get(&a)).map(|s| s.to_string()),
+        };
         if let Some(d) = decisions.as_deref_mut() {
             d.write(&DecisionRow {
                 file: &file_names[file as usize],

@@ -10,6 +10,7 @@ use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
+use crate::plan::Plan;
 use crate::table::{
     BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
     TableLayout, TableReader, read_framed_header, read_u64s, truncated, verify_trailer,
@@ -64,6 +65,8 @@ pub struct HotKeys {
     /// The saved tables counted, or `None` for keys counted within one run from the rows at hand
     /// (`run_keys`), which belong to that run only.
     tables: Option<Vec<TableIdentity>>,
+    /// Which group decides each hot key's rows (`neardup hot --groups`); `None`: one group.
+    plan: Option<Plan>,
 }
 
 const HOT_MAGIC: &[u8; 8] = b"NDHOTK\x00\x01";
@@ -80,6 +83,20 @@ struct HotHeader {
     keys: u64,
     #[serde(default)]
     tables: Vec<TableIdentity>,
+    /// The plan without its per-key groups, which follow the keys (one `u32` per key) when this
+    /// is present.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    plan: Option<PlanSummary>,
+}
+
+/// A [`Plan`] without `group_of_key`.
+#[derive(Serialize, Deserialize)]
+struct PlanSummary {
+    groups: u32,
+    group_rows: Vec<u64>,
+    components: u64,
+    largest_component: u64,
+    hot_rows: u64,
 }
 
 impl HotKeys {
@@ -93,7 +110,51 @@ impl HotKeys {
             min_count,
             keys,
             tables: None,
+            plan: None,
         }
+    }
+
+    /// These keys with the plan of a distributed stage 2 (see [`crate::plan`]): which group
+    /// decides the rows of each key. Errors when the plan is not one for these keys.
+    pub fn with_plan(mut self, plan: Plan) -> Result<HotKeys, KeysError> {
+        if plan.group_of_key.len() != self.keys.len()
+            || plan.group_of_key.iter().any(|g| *g >= plan.groups)
+        {
+            return Err(KeysError::Config(format!(
+                "a plan for {} hot keys in {} groups does not fit {} hot keys",
+                plan.group_of_key.len(),
+                plan.groups,
+                self.keys.len()
+            )));
+        }
+        self.plan = Some(plan);
+        Ok(self)
+    }
+
+    /// The plan, when the keys were counted with `--groups` (`None`: every hot row in group 0).
+    pub fn plan(&self) -> Option<&Plan> {
+        self.plan.as_ref()
+    }
+
+    /// The number of groups the hot rows are decided in (1 without a plan).
+    pub fn groups(&self) -> u32 {
+        self.plan.as_ref().map_or(1, |p| p.groups)
+    }
+
+    /// The group that decides a row with these keys: the group of any of its hot keys (all of a
+    /// row's hot keys are in one component, so in one group); `None` for a cold row.
+    pub fn group_of_row(&self, keys: &[u64]) -> Option<u32> {
+        keys.iter()
+            .filter(|k| **k != NO_KEY)
+            .find_map(|k| self.keys.binary_search(k).ok())
+            .map(|i| self.plan.as_ref().map_or(0, |p| p.group_of_key[i]))
+    }
+
+    /// A checksum of the file these keys save as (keys, plan and tables), so that the outputs of
+    /// the distributed steps can be tied to the hot-key file they were made with. Keys counted
+    /// within one run are refused, as by [`HotKeys::save`].
+    pub fn fingerprint(&self) -> Result<u64, KeysError> {
+        Ok(xxhash_rust::xxh3::xxh3_64(&self.to_bytes()?))
     }
 
     /// These keys as counted from `tables` (in shard order): the tables `apply` must be given.
@@ -249,9 +310,23 @@ impl HotKeys {
             min_count: self.min_count,
             keys: self.keys.len() as u64,
             tables: tables.to_vec(),
+            plan: self.plan.as_ref().map(|p| PlanSummary {
+                groups: p.groups,
+                group_rows: p.group_rows.clone(),
+                components: p.components,
+                largest_component: p.largest_component,
+                hot_rows: p.hot_rows,
+            }),
         };
         write_framed_header(&mut out, HOT_MAGIC, &header)?;
         write_u64s(&mut out, &self.keys)?;
+        if let Some(plan) = &self.plan {
+            let mut bytes = Vec::with_capacity(plan.group_of_key.len() * 4);
+            for g in &plan.group_of_key {
+                bytes.extend_from_slice(&g.to_le_bytes());
+            }
+            out.write_all(&bytes)?;
+        }
         let (mut out, sum) = out.finish();
         out.write_all(&sum.to_le_bytes())?;
         out.write_all(HOT_END)
@@ -293,6 +368,34 @@ impl HotKeys {
             return Err(truncated(path, std::io::ErrorKind::UnexpectedEof.into()));
         }
         let keys = read_u64s(&mut input, header.keys as usize).map_err(|e| truncated(path, e))?;
+        let plan = match header.plan {
+            None => None,
+            Some(summary) => {
+                let mut bytes = vec![0u8; keys.len() * 4];
+                input
+                    .read_exact(&mut bytes)
+                    .map_err(|e| truncated(path, e))?;
+                let group_of_key: Vec<u32> = bytes
+                    .chunks_exact(4)
+                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+                    .collect();
+                if summary.groups == 0 || group_of_key.iter().any(|g| *g >= summary.groups) {
+                    return Err(KeysError::Corrupt(format!(
+                        "{}: the plan names a group outside its {} groups",
+                        path.display(),
+                        summary.groups
+                    )));
+                }
+                Some(Plan {
+                    groups: summary.groups,
+                    group_of_key,
+                    group_rows: summary.group_rows,
+                    components: summary.components,
+                    largest_component: summary.largest_component,
+                    hot_rows: summary.hot_rows,
+                })
+            }
+        };
         verify_trailer(input, path, HOT_END)?;
         if !keys.windows(2).all(|w| w[0] < w[1]) {
             return Err(KeysError::Corrupt(format!(
@@ -305,8 +408,28 @@ impl HotKeys {
             min_count: header.min_count,
             keys,
             tables: Some(header.tables),
+            plan,
         })
     }
+}
+
+/// Where one shard's table sits among the tables the hot keys were counted from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardPlace {
+    /// Its shard number.
+    pub shard: u32,
+    /// Its place in shard order (0 for the lowest shard number counted).
+    pub index: u32,
+    /// How many tables were counted.
+    pub shards: u32,
+    /// Rows of the tables before it: its first row's number in the global row order.
+    pub row_base: u64,
+    /// Input files of the tables before it: its first file's number in the global file order.
+    pub file_base: u64,
+    /// Its rows.
+    pub rows: u64,
+    /// Its input files.
+    pub files: u64,
 }
 
 /// One bit per (row, column): set when that key of that row is hot. A row with no bit set is
@@ -391,6 +514,59 @@ impl HotMask {
             files.extend(reader.finish()?.files);
         }
         Ok((marker.mask, files))
+    }
+
+    /// The mask of one shard's saved table alone, for the per-shard steps of a distributed
+    /// stage 2 (`sign`, `write`): the table must be one the hot keys were counted from (same
+    /// shard, rows and checksum). Rows count from the shard's first row; a row that repeats a
+    /// content key first seen in an earlier shard is not marked as a later copy (only this
+    /// shard's rows are seen), which costs it a signature but changes no decision. Also returns
+    /// the shard's files and where it sits among all shards.
+    pub fn for_shard(
+        table: &Path,
+        hot: &HotKeys,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
+        shards.layout.check_compatible(hot.layout())?;
+        let identity = shards.identities[0];
+        let Some(counted) = hot.tables() else {
+            return Err(KeysError::Config(
+                "these hot keys were counted within one run and name no key tables".into(),
+            ));
+        };
+        let place = counted.iter().position(|t| *t == identity).ok_or_else(|| {
+            let shards: Vec<String> = counted.iter().map(|t| t.shard.to_string()).collect();
+            KeysError::Config(format!(
+                "{} (shard {}) is not one of the key tables the hot keys were counted from \
+                     (shards {}): give the table `neardup hot` counted, or run `neardup hot` \
+                     again over the current tables",
+                table.display(),
+                identity.shard,
+                shards.join(", ")
+            ))
+        })?;
+        let before = &counted[..place];
+        let place = ShardPlace {
+            shard: identity.shard,
+            index: place as u32,
+            shards: counted.len() as u32,
+            row_base: before.iter().map(|t| t.rows).sum(),
+            file_base: before.iter().map(|t| t.files).sum(),
+            rows: identity.rows,
+            files: identity.files,
+        };
+        let mut marker = MaskMarker::new(hot, identity.rows as usize, shards.layout.columns());
+        let mut reader = TableReader::open(table)?;
+        let mut block = Vec::new();
+        loop {
+            block.clear();
+            if reader.read_keys(1 << 20, &mut block)? == 0 {
+                break;
+            }
+            marker.mark(&block);
+        }
+        let files = reader.finish()?.files;
+        Ok((marker.mask, files, place))
     }
 
     pub(crate) fn set_later_copy(&mut self, row: usize) {

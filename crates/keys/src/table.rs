@@ -70,6 +70,10 @@ pub struct TableIdentity {
     pub rows: u64,
     /// The xxh3-64 checksum of its file.
     pub checksum: u64,
+    /// Its input files: the files of the shards before it number a distributed run's files
+    /// (a sample's file in the decisions is its shard's file count offset plus its own index).
+    #[serde(default)]
+    pub files: u64,
 }
 
 /// Everything a table's keys depend on; two tables can be merged only when their layouts match.
@@ -317,6 +321,7 @@ impl KeyTable {
             shard: self.shard,
             rows: self.rows() as u64,
             checksum: out.finish().1,
+            files: self.files.len() as u64,
         }
     }
 
@@ -682,6 +687,7 @@ impl ShardTables {
                 shard: r.shard(),
                 rows: r.rows(),
                 checksum: stored_checksum(p)?,
+                files: r.files().len() as u64,
             };
             headers.push((identity, r.header.layout, p.clone(), r.header.files));
         }

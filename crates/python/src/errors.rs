@@ -69,7 +69,7 @@ pub fn to_py(e: Error) -> PyErr {
             KeysError::Interrupted => PyKeyboardInterrupt::new_err(message),
         },
         Error::Dedup(d) => match d {
-            DedupError::Config(_) => PyValueError::new_err(message),
+            DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),
             DedupError::Input(_) | DedupError::Mismatch(_) => InputError::new_err(message),
             DedupError::Output(_) | DedupError::Spill(_) => PyOSError::new_err(message),
             DedupError::Interrupted => PyKeyboardInterrupt::new_err(message),

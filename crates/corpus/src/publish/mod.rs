@@ -93,6 +93,11 @@ pub struct PublishOptions {
     pub scratch_dirs: Vec<PathBuf>,
     /// Checked a last time when the commit starts.
     pub cancel: CancelToken,
+    /// The dataset directory is shared with other writers (the per-shard `write` steps of one
+    /// distributed run, each with its own `manifest`): files of others, and other live runs'
+    /// staging directories, are allowed there; only this run's own output names must be free
+    /// (or, with `overwrite`, listed in this run's manifest).
+    pub shared_output: bool,
 }
 
 impl Default for PublishOptions {
@@ -106,6 +111,7 @@ impl Default for PublishOptions {
             files: Vec::new(),
             scratch_dirs: Vec::new(),
             cancel: CancelToken::new(),
+            shared_output: false,
         }
     }
 }
@@ -295,7 +301,8 @@ impl Publication {
             die_after_ops: None,
         };
         if let Some(out) = &opts.output {
-            p.dataset = Some(p.begin_dataset(out, &opts.manifest, &opts.outputs)?);
+            p.dataset =
+                Some(p.begin_dataset(out, &opts.manifest, &opts.outputs, opts.shared_output)?);
         }
         let singles = opts.decisions.iter().chain(&opts.report).chain(&opts.files);
         for target in singles {
@@ -312,6 +319,7 @@ impl Publication {
         opts: &OutputOptions,
         manifest: &str,
         outputs: &[PathBuf],
+        shared: bool,
     ) -> Result<Dataset, WriteError> {
         let dir = absolute(&opts.dir)?;
         match fs::metadata(&dir) {
@@ -330,7 +338,7 @@ impl Publication {
             Err(e) => return Err(WriteError::io(&opts.dir, e)),
         }
         let live = self.sweep_once(&dir)?;
-        if let Some(other) = live.first() {
+        if let Some(other) = live.first().filter(|_| !shared) {
             return Err(WriteError::new(
                 &opts.dir,
                 "in_use",
@@ -347,7 +355,34 @@ impl Publication {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         held.sort();
-        if !opts.overwrite && !held.is_empty() {
+        if shared {
+            let previous = read_manifest(&dir, manifest)?;
+            let listed = previous.as_ref().map(listed_files).unwrap_or_default();
+            if opts.overwrite {
+                check_unchanged(&dir, &listed)?;
+            }
+            let split = opts.max_output_bytes.is_some();
+            for rel in outputs {
+                let name = part_name(rel, 0, split);
+                let path = dir.join(&name);
+                if fs::symlink_metadata(&path).is_ok() {
+                    if !opts.overwrite {
+                        return Err(WriteError::new(
+                            &path,
+                            "exists",
+                            format!(
+                                "an output of this run already exists in the shared output \
+                                 directory; pass --overwrite to replace what an earlier run with \
+                                 the manifest {manifest} wrote, or choose another directory"
+                            ),
+                        ));
+                    }
+                    if !listed.contains_key(&name) {
+                        return Err(not_ours(&path, manifest));
+                    }
+                }
+            }
+        } else if !opts.overwrite && !held.is_empty() {
             let more = match held.len() {
                 1 => String::new(),
                 n => format!(" and {} more", n - 1),
@@ -363,7 +398,7 @@ impl Publication {
                 ),
             ));
         }
-        if opts.overwrite {
+        if opts.overwrite && !shared {
             let previous = read_manifest(&dir, manifest)?;
             let listed = previous.as_ref().map(listed_files).unwrap_or_default();
             check_unchanged(&dir, &listed)?;
