@@ -601,8 +601,8 @@ pub(crate) fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Err
         return Ok(());
     }
     Err(Error::Usage(format!(
-        "the hot keys do not match these settings (pass `apply` the sketch and field options \
-         given to `keys`): {} (the hot keys' value first)",
+        "the hot keys do not match these settings (pass `apply`, `sign`, `decide` and `write` \
+         the sketch and field options given to `keys`): {} (the hot keys' value first)",
         hot.layout().differences(&layout).join("; ")
     )))
 }

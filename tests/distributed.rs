@@ -1,0 +1,657 @@
+//! Stage 2 on many machines, run as separate processes of the built binary exactly as the
+//! issue's acceptance check runs it:
+//!
+//! ```text
+//! neardup keys SHARD_INPUTS... --shard I -o keys-I.ndk
+//! neardup hot keys-*.ndk --groups G -o hot.ndh
+//! neardup sign keys-I.ndk --hot hot.ndh -o sig-I
+//! neardup decide sig-0 sig-1 ... --hot hot.ndh --group g -o decided-g
+//! neardup write keys-I.ndk --hot hot.ndh --decided decided-0 ... -o OUT --decisions d-I.jsonl
+//! ```
+//!
+//! The concatenated decisions must be byte-identical to one `neardup dedup` over the same inputs
+//! in shard order, and the data files identical to its outputs, for any number of groups and
+//! shards; mismatched step outputs are refused.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use proptest::prelude::*;
+
+fn neardup() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_neardup"))
+}
+
+fn exec(cmd: &mut Command) -> Output {
+    cmd.arg("-q");
+    let out = cmd.output().expect("run neardup");
+    if !out.status.success() {
+        eprintln!("{cmd:?}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    out
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = exec(cmd);
+    assert!(out.status.success(), "{cmd:?} failed: {:?}", out.status);
+    out
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A small deterministic generator (xorshift), so corpora are the same on every machine.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Texts with many near and exact duplicates across files: most records are a base text with a
+/// few words changed; `bases` sets how many distinct bases there are (1 base: one component
+/// holding nearly every hot row).
+fn texts(rng: &mut Rng, n: usize, bases: u64) -> Vec<String> {
+    let word = |rng: &mut Rng| format!("w{}", rng.below(300));
+    let base_texts: Vec<Vec<String>> = (0..bases)
+        .map(|b| {
+            let mut r = Rng(0x9e37_79b9_7f4a_7c15 ^ (b + 1));
+            (0..48).map(|_| word(&mut r)).collect()
+        })
+        .collect();
+    (0..n)
+        .map(|_| match rng.below(10) {
+            0 => String::new(),
+            1 | 2 => (0..40).map(|_| word(rng)).collect::<Vec<_>>().join(" "),
+            3 => base_texts[rng.below(bases) as usize].join(" "),
+            _ => {
+                let mut t = base_texts[rng.below(bases) as usize].clone();
+                for _ in 0..rng.below(5) {
+                    let i = rng.below(t.len() as u64) as usize;
+                    t[i] = word(rng);
+                }
+                t.join(" ")
+            }
+        })
+        .collect()
+}
+
+fn jsonl_lines(prefix: &str, texts: &[String], titles: &[String]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, (t, title)) in texts.iter().zip(titles).enumerate() {
+        let record = serde_json::json!({"id": format!("{prefix}-{i}"), "text": t, "title": title});
+        writeln!(out, "{record}").unwrap();
+    }
+    out
+}
+
+fn write_parquet(path: &Path, prefix: &str, texts: &[String], titles: &[String]) {
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    let ids: Vec<String> = (0..texts.len()).map(|i| format!("{prefix}-{i}")).collect();
+    let batch = RecordBatch::try_from_iter([
+        ("id", Arc::new(StringArray::from(ids)) as ArrayRef),
+        (
+            "text",
+            Arc::new(StringArray::from(texts.to_vec())) as ArrayRef,
+        ),
+        (
+            "title",
+            Arc::new(StringArray::from(titles.to_vec())) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(64))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+/// Four inputs in three formats (plain JSONL, zstd JSONL, Parquet); returns their paths in order.
+fn corpus(dir: &Path, seed: u64, records: usize, bases: u64) -> Vec<PathBuf> {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut rng = Rng(seed | 1);
+    let mut part = |n: usize| {
+        let t = texts(&mut rng, n, bases);
+        let titles = texts(&mut rng, n, bases);
+        (t, titles)
+    };
+    let per = records / 4;
+    let a = dir.join("a.jsonl");
+    let (t, ti) = part(per);
+    std::fs::write(&a, jsonl_lines("a", &t, &ti)).unwrap();
+    let b = dir.join("b.jsonl.zst");
+    let (t, ti) = part(per);
+    std::fs::write(
+        &b,
+        zstd::encode_all(&jsonl_lines("b", &t, &ti)[..], 3).unwrap(),
+    )
+    .unwrap();
+    let c = dir.join("c.parquet");
+    let (t, ti) = part(per);
+    write_parquet(&c, "c", &t, &ti);
+    let d = dir.join("d.jsonl");
+    let (t, ti) = part(records - 3 * per);
+    std::fs::write(&d, jsonl_lines("d", &t, &ti)).unwrap();
+    vec![a, b, c, d]
+}
+
+/// `files` cut into `shards` contiguous non-empty shards.
+fn split(files: &[PathBuf], shards: usize) -> Vec<Vec<PathBuf>> {
+    let per = files.len().div_ceil(shards);
+    files.chunks(per).map(|c| c.to_vec()).collect()
+}
+
+/// Data files under `dir` (manifests, which name their run, left out).
+fn data_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("_SUCCESS") {
+            out.insert(PathBuf::from(name), std::fs::read(&path).unwrap());
+        }
+    }
+    out
+}
+
+struct Run<'a> {
+    work: &'a Path,
+    /// Stage-1 flags (also given to every later step).
+    keys_flags: &'a [&'a str],
+    /// Decision flags (`dedup`, `sign`, `decide`, `write`).
+    decide_flags: &'a [&'a str],
+}
+
+impl Run<'_> {
+    /// One process: decisions and outputs.
+    fn single(&self, files: &[PathBuf]) -> (Vec<u8>, BTreeMap<PathBuf, Vec<u8>>) {
+        let out = self.work.join("one");
+        let dec = self.work.join("one.jsonl");
+        run_ok(
+            neardup()
+                .arg("dedup")
+                .args(files)
+                .arg("-o")
+                .arg(&out)
+                .arg("--decisions")
+                .arg(&dec)
+                .args(self.keys_flags)
+                .args(self.decide_flags),
+        );
+        (std::fs::read(&dec).unwrap(), data_files(&out))
+    }
+
+    fn keys_and_hot(&self, shards: &[Vec<PathBuf>], groups: u32) -> (Vec<PathBuf>, PathBuf) {
+        let tables: Vec<PathBuf> = shards
+            .iter()
+            .enumerate()
+            .map(|(i, files)| {
+                let table = self.work.join(format!("keys-{i}.ndk"));
+                run_ok(
+                    neardup()
+                        .arg("keys")
+                        .args(files)
+                        .arg("--shard")
+                        .arg(i.to_string())
+                        .arg("-o")
+                        .arg(&table)
+                        .args(self.keys_flags),
+                );
+                table
+            })
+            .collect();
+        let hot = self.work.join("hot.ndh");
+        run_ok(
+            neardup()
+                .arg("hot")
+                .args(&tables)
+                .arg("--groups")
+                .arg(groups.to_string())
+                .arg("-o")
+                .arg(&hot)
+                .arg("--report")
+                .arg(self.work.join("hot.json")),
+        );
+        (tables, hot)
+    }
+
+    fn sign(&self, tables: &[PathBuf], hot: &Path) -> Vec<PathBuf> {
+        tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let sig = self.work.join(format!("sig-{i}"));
+                run_ok(
+                    neardup()
+                        .arg("sign")
+                        .arg(t)
+                        .arg("--hot")
+                        .arg(hot)
+                        .arg("-o")
+                        .arg(&sig)
+                        .args(self.keys_flags)
+                        .args(self.decide_flags),
+                );
+                sig
+            })
+            .collect()
+    }
+
+    fn decide(&self, sigs: &[PathBuf], hot: &Path, groups: u32) -> Vec<PathBuf> {
+        (0..groups)
+            .map(|g| {
+                let decided = self.work.join(format!("decided-{g}"));
+                run_ok(
+                    neardup()
+                        .arg("decide")
+                        .args(sigs)
+                        .arg("--hot")
+                        .arg(hot)
+                        .arg("--group")
+                        .arg(g.to_string())
+                        .arg("-o")
+                        .arg(&decided)
+                        .args(self.keys_flags)
+                        .args(self.decide_flags),
+                );
+                decided
+            })
+            .collect()
+    }
+
+    fn write(
+        &self,
+        tables: &[PathBuf],
+        hot: &Path,
+        decided: &[PathBuf],
+    ) -> (Vec<u8>, BTreeMap<PathBuf, Vec<u8>>) {
+        let out = self.work.join("OUT");
+        let mut all = Vec::new();
+        for (i, t) in tables.iter().enumerate() {
+            let dec = self.work.join(format!("d-{i}.jsonl"));
+            run_ok(
+                neardup()
+                    .arg("write")
+                    .arg(t)
+                    .arg("--hot")
+                    .arg(hot)
+                    .arg("--decided")
+                    .args(decided)
+                    .arg("-o")
+                    .arg(&out)
+                    .arg("--decisions")
+                    .arg(&dec)
+                    .args(self.keys_flags)
+                    .args(self.decide_flags),
+            );
+            all.extend(std::fs::read(&dec).unwrap());
+        }
+        (all, data_files(&out))
+    }
+
+    /// The whole distributed run; asserts it equals the single run.
+    fn check(&self, files: &[PathBuf], shards: usize, groups: u32) {
+        let (one_decisions, one_outputs) = self.single(files);
+        let shards = split(files, shards);
+        let (tables, hot) = self.keys_and_hot(&shards, groups);
+        let sigs = self.sign(&tables, &hot);
+        let decided = self.decide(&sigs, &hot, groups);
+        let (decisions, outputs) = self.write(&tables, &hot, &decided);
+        assert!(
+            decisions == one_decisions,
+            "decisions differ from the single run ({} shards, {groups} groups, {:?} {:?})",
+            shards.len(),
+            self.keys_flags,
+            self.decide_flags
+        );
+        assert_eq!(
+            outputs.keys().collect::<Vec<_>>(),
+            one_outputs.keys().collect::<Vec<_>>()
+        );
+        assert!(outputs == one_outputs, "outputs differ from the single run");
+        // The decisions hold real work: near and exact drops.
+        let text = String::from_utf8(one_decisions).unwrap();
+        assert!(
+            text.contains("\"reason\":\"near\""),
+            "no near duplicate in the corpus"
+        );
+        assert!(
+            text.contains("\"reason\":\"exact\""),
+            "no exact duplicate in the corpus"
+        );
+    }
+}
+
+fn as_args(files: &[PathBuf]) -> Vec<PathBuf> {
+    files.to_vec()
+}
+
+#[test]
+fn distributed_runs_equal_one_process_for_any_groups_and_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = corpus(&tmp.path().join("in"), 11, 800, 40);
+    let cases: &[(&[&str], &[&str], usize, u32)] = &[
+        (&["--id-field", "id"], &[], 1, 1),
+        (&["--id-field", "id"], &[], 2, 2),
+        (&["--id-field", "id"], &[], 3, 3),
+        (&["--id-field", "id"], &[], 4, 8),
+        (&[], &["--verify", "estimate", "--max-reps", "2"], 2, 3),
+        (&["--id-field", "id"], &["--max-reps", "1"], 4, 2),
+        (&[], &["--max-reps", "0"], 3, 8),
+        (
+            &[
+                "--field",
+                "text",
+                "--field",
+                "title",
+                "--fields-mode",
+                "expand",
+                "--id-field",
+                "id",
+            ],
+            &[],
+            3,
+            3,
+        ),
+    ];
+    for (n, (keys_flags, decide_flags, shards, groups)) in cases.iter().enumerate() {
+        let work = tmp.path().join(format!("case-{n}"));
+        std::fs::create_dir_all(&work).unwrap();
+        Run {
+            work: &work,
+            keys_flags,
+            decide_flags,
+        }
+        .check(&as_args(&files), *shards, *groups);
+    }
+}
+
+#[test]
+fn one_component_holding_most_hot_rows_is_decided_by_one_group() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Two bases only: nearly every record is in one of two components.
+    let files = corpus(&tmp.path().join("in"), 5, 600, 2);
+    let work = tmp.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = Run {
+        work: &work,
+        keys_flags: &["--id-field", "id"],
+        decide_flags: &[],
+    };
+    run.check(&files, 4, 4);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(work.join("hot.json")).unwrap()).unwrap();
+    let plan = &report["plan"];
+    let largest = plan["largest_component"].as_u64().unwrap();
+    let hot_rows = plan["hot_rows"].as_u64().unwrap();
+    assert!(
+        largest * 3 > hot_rows,
+        "one component holds a large share of the hot rows: {plan}"
+    );
+    let rows: Vec<u64> = plan["group_rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert_eq!(rows.iter().sum::<u64>(), hot_rows);
+    assert!(rows.contains(&largest) || rows.iter().any(|r| *r >= largest));
+    // Groups left without a component decide nothing, and still work.
+    assert!(rows.len() == 4);
+}
+
+#[test]
+fn decide_opens_no_input_and_mismatched_step_outputs_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    let files = corpus(&input, 23, 400, 20);
+    let work = tmp.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = Run {
+        work: &work,
+        keys_flags: &[],
+        decide_flags: &[],
+    };
+    let (one_decisions, _) = run.single(&files);
+    let shards = split(&files, 2);
+    let (tables, hot) = run.keys_and_hot(&shards, 3);
+    let sigs = run.sign(&tables, &hot);
+
+    // Decide works with the inputs moved away.
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&input, &moved).unwrap();
+    let decided = run.decide(&sigs, &hot, 3);
+    std::fs::rename(&moved, &input).unwrap();
+
+    // A group out of range.
+    let o = exec(
+        neardup()
+            .arg("decide")
+            .args(&sigs)
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--group")
+            .arg("3")
+            .arg("-o")
+            .arg(work.join("bad")),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--group 3 is out of range"),
+        "{}",
+        stderr(&o)
+    );
+    // A missing shard's sign output.
+    let o = exec(
+        neardup()
+            .arg("decide")
+            .arg(&sigs[0])
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--group")
+            .arg("0")
+            .arg("-o")
+            .arg(work.join("bad")),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("shard 1 are missing"), "{}", stderr(&o));
+    // The same shard twice.
+    let o = exec(
+        neardup()
+            .arg("decide")
+            .arg(&sigs[0])
+            .arg(&sigs[0])
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--group")
+            .arg("0")
+            .arg("-o")
+            .arg(work.join("bad")),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("both the sign output of shard 0"),
+        "{}",
+        stderr(&o)
+    );
+    // Sign outputs of another hot-key file (other groups).
+    let other_hot = work.join("other.ndh");
+    run_ok(
+        neardup()
+            .arg("hot")
+            .args(&tables)
+            .arg("--groups")
+            .arg("2")
+            .arg("-o")
+            .arg(&other_hot),
+    );
+    let o = exec(
+        neardup()
+            .arg("decide")
+            .args(&sigs)
+            .arg("--hot")
+            .arg(&other_hot)
+            .arg("--group")
+            .arg("0")
+            .arg("-o")
+            .arg(work.join("bad")),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("another hot-key file"),
+        "{}",
+        stderr(&o)
+    );
+    // Other decision settings than sign's.
+    let o = exec(
+        neardup()
+            .arg("decide")
+            .args(&sigs)
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--group")
+            .arg("0")
+            .arg("--max-reps")
+            .arg("3")
+            .arg("-o")
+            .arg(work.join("bad")),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--max-reps: 3 here, 64 there"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!work.join("bad").exists(), "a refused step writes nothing");
+    // Write without every group's decisions.
+    let o = exec(
+        neardup()
+            .arg("write")
+            .arg(&tables[0])
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--decided")
+            .arg(&decided[0])
+            .arg(&decided[2])
+            .arg("--decisions")
+            .arg(work.join("bad.jsonl")),
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("group 1 are missing"), "{}", stderr(&o));
+    assert!(!work.join("bad.jsonl").exists());
+    // A damaged decided stream is refused, and nothing is published.
+    let stream = decided[1].join("shard-00000.bin");
+    let mut bytes = std::fs::read(&stream).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x55;
+    let damaged = work.join("damaged");
+    std::fs::create_dir_all(&damaged).unwrap();
+    for entry in std::fs::read_dir(&decided[1]).unwrap() {
+        let p = entry.unwrap().path();
+        std::fs::copy(&p, damaged.join(p.file_name().unwrap())).unwrap();
+    }
+    std::fs::write(damaged.join("shard-00000.bin"), &bytes).unwrap();
+    let o = exec(
+        neardup()
+            .arg("write")
+            .arg(&tables[0])
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--decided")
+            .arg(&decided[0])
+            .arg(&damaged)
+            .arg(&decided[2])
+            .arg("--decisions")
+            .arg(work.join("bad.jsonl")),
+    );
+    assert!(!o.status.success());
+    assert!(!work.join("bad.jsonl").exists());
+
+    // The good steps still give the single run's decisions.
+    let (decisions, _) = run.write(&tables, &hot, &decided);
+    assert!(decisions == one_decisions);
+}
+
+#[test]
+fn write_steps_share_one_output_directory_safely() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = corpus(&tmp.path().join("in"), 31, 400, 20);
+    let work = tmp.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = Run {
+        work: &work,
+        keys_flags: &[],
+        decide_flags: &[],
+    };
+    let shards = split(&files, 2);
+    let (tables, hot) = run.keys_and_hot(&shards, 2);
+    let sigs = run.sign(&tables, &hot);
+    let decided = run.decide(&sigs, &hot, 2);
+    run.write(&tables, &hot, &decided);
+    let out = work.join("OUT");
+    assert!(out.join("_SUCCESS.shard-00000").is_file());
+    assert!(out.join("_SUCCESS.shard-00001").is_file());
+    // Writing shard 0 again into the same directory is refused without --overwrite (its files
+    // are there), and replaces only its own files with it.
+    let write0 = |extra: &[&str]| {
+        exec(
+            neardup()
+                .arg("write")
+                .arg(&tables[0])
+                .arg("--hot")
+                .arg(&hot)
+                .arg("--decided")
+                .args(&decided)
+                .arg("-o")
+                .arg(&out)
+                .args(extra),
+        )
+    };
+    let before = data_files(&out);
+    let o = write0(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("already exists"), "{}", stderr(&o));
+    let o = write0(&["--overwrite"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(data_files(&out), before);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    /// Generated corpora with many colliding keys: any number of groups, any shard split, the
+    /// same decisions as one process.
+    #[test]
+    fn any_groups_and_split_give_the_single_runs_decisions(
+        seed in 1u64..u64::MAX,
+        bases in 1u64..12,
+        shards in 1usize..=4,
+        groups in 1u32..=6,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let files = corpus(&tmp.path().join("in"), seed, 240, bases);
+        let work = tmp.path().join("w");
+        std::fs::create_dir_all(&work).unwrap();
+        let run = Run { work: &work, keys_flags: &["--id-field", "id"], decide_flags: &[] };
+        let (one, _) = run.single(&files);
+        let split = split(&files, shards);
+        let (tables, hot) = run.keys_and_hot(&split, groups);
+        let sigs = run.sign(&tables, &hot);
+        let decided = run.decide(&sigs, &hot, groups);
+        let (decisions, _) = run.write(&tables, &hot, &decided);
+        prop_assert!(decisions == one);
+    }
+}
