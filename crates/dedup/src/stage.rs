@@ -74,8 +74,9 @@ fn output_error(e: WriteError) -> DedupError {
     }
 }
 
-/// One decision, as handed to an observer.
-#[derive(Clone, Debug, PartialEq)]
+/// One decision, as handed to an observer (serialisable, for schedulers that pass decisions as
+/// values; addresses number files in input order).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// The sample.
     pub addr: SampleAddr,
