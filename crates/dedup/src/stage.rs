@@ -4,15 +4,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use hashbrown::HashMap;
 use neardup_corpus::{
-    Block, BlockQueue, CancelToken, Chunk, ChunkRange, DecisionRow, DecisionWriter, FileWriter,
-    OutputDir, OutputOptions, Projection, Publication, PublishOptions, ReadOptions, Reason, Relay,
-    SampleText, TextSelector, Unreadable, WriteError, WrittenFile, reread_chunk,
+    Block, CancelToken, Chunk, ChunkRange, DecisionRow, DecisionWriter, FileWriter, OutputDir,
+    OutputOptions, Projection, Publication, PublishOptions, ReadOptions, Reason, SampleText,
+    TextSelector, Unreadable, WriteError, WrittenFile, reread_chunk,
 };
 use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
@@ -61,9 +59,6 @@ pub struct ApplyConfig {
     /// Stops the run between blocks with [`DedupError::Interrupted`]; nothing is published then.
     pub cancel: CancelToken,
 }
-
-/// How often the deciding thread, waiting for a block, looks at the cancel token.
-const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// A write error as stage 2 reports it.
 fn output_error(e: WriteError) -> DedupError {
@@ -218,6 +213,8 @@ struct SampleWork {
 /// One block, read and prepared by a worker.
 struct BlockWork {
     block: Block,
+    /// Table rows the block covers (its samples with a text).
+    texts: u64,
     samples: Vec<SampleWork>,
     signatures: Vec<u32>,
     rows: Vec<u64>,
@@ -259,16 +256,6 @@ impl Spare {
     }
 }
 
-enum Msg {
-    Block(Box<BlockWork>),
-    /// Records the reader could not deliver (chunk-local).
-    Lost(Unreadable),
-    End {
-        records: u64,
-        rows: u64,
-    },
-}
-
 struct ChunkJob<'a> {
     file: usize,
     chunk: Chunk,
@@ -276,7 +263,8 @@ struct ChunkJob<'a> {
     expect: &'a neardup_keys::ChunkRows,
 }
 
-/// What every thread shares while preparing blocks.
+/// What every thread shares while preparing blocks: the stage-2 pass as a step of the executor
+/// (`neardup_exec`).
 struct Prep<'a> {
     mask: &'a HotMask,
     cfg: &'a ApplyConfig,
@@ -284,10 +272,8 @@ struct Prep<'a> {
     /// False in a `write` step: hot samples were decided elsewhere and are not signed.
     sign_hot: bool,
     spares: &'a crossbeam_channel::Receiver<Spare>,
-    /// Set when the run stops early.
-    stop: &'a AtomicBool,
-    /// Blocks of whole-file chunks, for any thread to prepare.
-    shared: &'a BlockQueue<PrepJob>,
+    /// The inputs the jobs read.
+    inputs: &'a [neardup_corpus::InputFile],
 }
 
 /// Per-thread preparing buffers.
@@ -319,67 +305,6 @@ fn read_options(cfg: &ApplyConfig) -> ReadOptions {
         projection: Projection::FullRecords,
         block_bytes: cfg.block_bytes,
     }
-}
-
-/// Hands a chunk's blocks, and the records the reader could not deliver, to `each` in order.
-/// The chunk is read up to where stage 1 lost records (see [`reread_chunk`]), so both stages see
-/// the same records. Returns the records of the blocks (texts-only blocks included: stage 1 read
-/// them); `None` when `stop` was set or `each` returned false (the collector is gone), and the
-/// chunk's end must not be sent.
-fn for_each_block(
-    job: &ChunkJob<'_>,
-    input: &neardup_corpus::InputFile,
-    prep: &Prep<'_>,
-    mut each: impl FnMut(Result<Block, Unreadable>) -> bool,
-) -> Option<u64> {
-    let mut records = 0u64;
-    let reader = reread_chunk(
-        input,
-        &job.chunk,
-        &read_options(prep.cfg),
-        &job.expect.unreadable,
-    );
-    for block in reader {
-        if prep.stop.load(Ordering::Relaxed) || prep.cfg.cancel.is_cancelled() {
-            return None;
-        }
-        let item = match block {
-            Ok(block) => {
-                records += block.num_records() as u64;
-                Ok(block)
-            }
-            Err(e) => Err(e.unreadable()),
-        };
-        if !each(item) {
-            return None;
-        }
-    }
-    Some(records)
-}
-
-/// Reads one chunk block by block on this thread, sending each prepared block and then the
-/// chunk's end.
-fn prepare_chunk(
-    job: &ChunkJob<'_>,
-    input: &neardup_corpus::InputFile,
-    prep: &Prep<'_>,
-    worker: &mut PrepWorker,
-    mut send: impl FnMut(Msg) -> bool,
-) {
-    let mut row = job.row_base;
-    let Some(records) = for_each_block(job, input, prep, |item| match item {
-        Ok(block) => {
-            let w = prepare_block(prep, block, &mut row, worker);
-            send(Msg::Block(Box::new(w)))
-        }
-        Err(lost) => send(Msg::Lost(lost)),
-    }) else {
-        return;
-    };
-    send(Msg::End {
-        records,
-        rows: row - job.row_base,
-    });
 }
 
 /// Samples with a text in `block` (the table rows it covers).
@@ -415,9 +340,11 @@ fn prepare_block(
     if block.texts_only() {
         // Records stage 1 sketched but stage 2 cannot read whole: their table rows are passed
         // over, and they are neither decided nor written (the loss before them reports them).
-        *row += count_texts(&block, &cfg.selector);
+        let texts = count_texts(&block, &cfg.selector);
+        *row += texts;
         return BlockWork {
             block,
+            texts,
             samples: Vec::new(),
             signatures: Vec::new(),
             rows: Vec::new(),
@@ -493,12 +420,14 @@ fn prepare_block(
             id,
         });
     });
+    let texts = next_row - *row;
     *row = next_row;
     if let Some(p) = &cfg.progress {
         p.add(block.input_bytes(), samples.len() as u64);
     }
     BlockWork {
         block,
+        texts,
         samples,
         signatures,
         rows,
@@ -508,96 +437,56 @@ fn prepare_block(
     }
 }
 
-/// The prepared-block message of chunk job `job`, block `seq`, for the collector.
-type Sent = (usize, usize, Msg);
+impl<'a> neardup_exec::ChunkWork for Prep<'a> {
+    type Job = ChunkJob<'a>;
+    type Block = Block;
+    type ReadError = Unreadable;
+    type Worker = PrepWorker;
+    type Out = Box<BlockWork>;
+    // Signing needs each sample's table row (the hot mask is by row).
+    const RELAYS_POSITION: bool = true;
 
-/// A block of a whole-file chunk, waiting for any thread to prepare it.
-struct PrepJob {
-    block: Block,
-    job: usize,
-    /// Its place among the chunk's messages (blocks and losses).
-    seq: usize,
-    /// Its place among the chunk's blocks.
-    nth: usize,
-    /// The table row each block of the chunk starts at: this block's is known once the block
-    /// before it has been parsed.
-    starts: Arc<Relay>,
-}
-
-impl PrepJob {
-    fn run(self, prep: &Prep<'_>, worker: &mut PrepWorker, tx: &crossbeam_channel::Sender<Sent>) {
-        // Counting the block's texts costs a parse, but lets the next block start before this
-        // one is signed; signing needs the row numbers (the hot mask is by row).
-        let texts = count_texts(&self.block, &prep.cfg.selector);
-        let Some(first) = self.starts.wait(self.nth, prep.stop) else {
-            return;
-        };
-        self.starts.set(self.nth + 1, first + texts);
-        let mut row = first;
-        let w = prepare_block(prep, self.block, &mut row, worker);
-        debug_assert_eq!(row, first + texts);
-        // Fails only when the collector has stopped.
-        let _ = tx.send((self.job, self.seq, Msg::Block(Box::new(w))));
+    fn worker(&self) -> PrepWorker {
+        PrepWorker::new(self)
     }
-}
 
-/// Reads one whole-file chunk on this thread and hands its blocks to a [`BlockQueue`], where this
-/// thread and the threads without a chunk prepare them; the collector puts blocks in order, and
-/// the chunk's end follows once its last block has been counted.
-fn prepare_chunk_shared(
-    index: usize,
-    job: &ChunkJob<'_>,
-    input: &neardup_corpus::InputFile,
-    prep: &Prep<'_>,
-    worker: &mut PrepWorker,
-    tx: &crossbeam_channel::Sender<Sent>,
-) {
-    let starts = Arc::new(Relay::new(job.row_base));
-    let (mut blocks, mut messages) = (0usize, 0usize);
-    let Some(records) = for_each_block(job, input, prep, |item| {
-        messages += 1;
-        let block = match item {
-            Ok(block) => block,
-            // A loss takes no table rows: it goes straight to the collector, in its place.
-            Err(lost) => return tx.send((index, messages - 1, Msg::Lost(lost))).is_ok(),
-        };
-        let queued = PrepJob {
-            block,
-            job: index,
-            seq: messages - 1,
-            nth: blocks,
-            starts: starts.clone(),
-        };
-        blocks += 1;
-        if let Some(oldest) = prep.shared.push(queued) {
-            oldest.run(prep, worker, tx);
-        }
-        true
-    }) else {
-        return;
-    };
-    // Queued blocks (this chunk's or another's) are prepared here while any are left; once none
-    // is queued, this chunk's remaining blocks are with other threads, which count them.
-    let end = loop {
-        if let Some(end) = starts.get(blocks) {
-            break end;
-        }
-        match prep.shared.try_pop() {
-            Some(queued) => queued.run(prep, worker, tx),
-            None => match starts.wait(blocks, prep.stop) {
-                Some(end) => break end,
-                None => return,
-            },
-        }
-    };
-    let _ = tx.send((
-        index,
-        messages,
-        Msg::End {
-            records,
-            rows: end - job.row_base,
-        },
-    ));
+    /// The chunk is read up to where stage 1 lost records (see [`reread_chunk`]), so both stages
+    /// see the same records.
+    fn read(&self, job: &ChunkJob<'a>) -> impl Iterator<Item = Result<Block, Unreadable>> {
+        reread_chunk(
+            &self.inputs[job.file],
+            &job.chunk,
+            &read_options(self.cfg),
+            &job.expect.unreadable,
+        )
+        .map(|r| r.map_err(|e| e.unreadable()))
+    }
+
+    fn shares_blocks(&self, job: &ChunkJob<'a>) -> bool {
+        job.chunk.range == ChunkRange::Whole
+    }
+
+    fn first_position(&self, job: &ChunkJob<'a>) -> u64 {
+        job.row_base
+    }
+
+    /// Counting a shared block's texts costs a parse, but lets the next block start before this
+    /// one is signed.
+    fn advance(&self, block: &Block) -> u64 {
+        count_texts(block, &self.cfg.selector)
+    }
+
+    fn prepare(
+        &self,
+        worker: &mut PrepWorker,
+        _job: &ChunkJob<'a>,
+        block: Block,
+        position: u64,
+    ) -> (Box<BlockWork>, u64) {
+        let mut row = position;
+        let work = prepare_block(self, block, &mut row, worker);
+        (Box::new(work), row)
+    }
 }
 
 /// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
@@ -741,120 +630,62 @@ pub(crate) fn run_stage2<'r>(
     };
 
     let window = threads * 2;
-    let next_job = AtomicUsize::new(0);
-    let collected = Mutex::new(0usize);
-    let progress = Condvar::new();
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = crossbeam_channel::bounded::<(usize, usize, Msg)>(window * 4);
     let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(8);
     let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Spare>(window);
 
     let mut stats = DedupStats::default();
-    let mut failure: Option<DedupError> = None;
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
-
-    // Blocks of whole-file chunks (compressed JSONL, small files) are prepared by every
-    // thread without a chunk of its own (neardup_corpus::BlockQueue).
-    let shared = BlockQueue::<PrepJob>::new(jobs.len(), threads);
     let prep = Prep {
         mask,
         cfg,
         needs_shingles,
         sign_hot: !matches!(route, Route::Write(_)),
         spares: &spare_rx,
-        stop: &stop,
-        shared: &shared,
+        inputs: &inputs,
     };
+    // An input's output is started by its first block: an input of which nothing could be read
+    // gets no output file (a Parquet file without a readable footer has no schema to write one
+    // with), while one that holds no records gets an empty one.
+    let mut file_started = vec![false; inputs.len()];
+    let mut file_lost = vec![false; inputs.len()];
+    let mut file_done = vec![false; inputs.len()];
+    // What the current job's blocks held, checked against stage 1's counts at its end.
+    let (mut job_records, mut job_rows) = (0u64, 0u64);
     // Set when the writer thread has ended early: its own error says why.
     let mut writer_gone = false;
-    let written = std::thread::scope(|scope| {
+    let writer_stopped = || DedupError::Output("the output writer stopped".into());
+    let cancelled = || cfg.cancel.is_cancelled();
+    let (ran, written) = std::thread::scope(|scope| {
         let writer = output.map(|out| {
             let inputs = &inputs;
             scope.spawn(move || write_outputs(out, inputs, wrx))
         });
-        for _ in 0..threads {
-            let tx = tx.clone();
-            let (next_job, collected, progress, stop, jobs, inputs, prep) = (
-                &next_job, &collected, &progress, &stop, &jobs, &inputs, &prep,
-            );
-            scope.spawn(move || {
-                let mut worker = PrepWorker::new(prep);
-                loop {
-                    let i = next_job.fetch_add(1, Ordering::Relaxed);
-                    if i >= jobs.len() {
-                        // No chunk left to claim: prepare other threads' whole-file blocks.
-                        prep.shared
-                            .help(stop, |queued| queued.run(prep, &mut worker, &tx));
-                        break;
-                    }
-                    {
-                        let mut done = collected.lock().expect("collector lock");
-                        while i >= *done + window && !stop.load(Ordering::Relaxed) {
-                            done = progress.wait(done).expect("collector lock");
-                        }
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let job = &jobs[i];
-                    let input = &inputs[job.file];
-                    if threads > 1 && job.chunk.range == ChunkRange::Whole {
-                        prepare_chunk_shared(i, job, input, prep, &mut worker, &tx);
-                    } else {
-                        let mut seq = 0;
-                        prepare_chunk(job, input, prep, &mut worker, |m| {
-                            seq += 1;
-                            tx.send((i, seq - 1, m)).is_ok()
-                        });
-                    }
-                    prep.shared.chunk_finished();
-                }
-            });
-        }
-        drop(tx);
-
-        let mut pending: BTreeMap<(usize, usize), Msg> = BTreeMap::new();
-        let (mut job, mut seq) = (0usize, 0usize);
-        // An input's output is started by its first block: an input of which nothing could be
-        // read gets no output file (a Parquet file without a readable footer has no schema to
-        // write one with), while one that holds no records gets an empty one.
-        let mut file_started = vec![false; inputs.len()];
-        let mut file_lost = vec![false; inputs.len()];
-        let mut file_done = vec![false; inputs.len()];
-        let writer_stopped = || DedupError::Output("the output writer stopped".into());
-        'recv: loop {
-            // Timed, so that a cancel is seen while the workers are busy with long blocks.
-            let received = rx.recv_timeout(CANCEL_POLL);
-            if cfg.cancel.is_cancelled() {
-                failure = Some(DedupError::Interrupted);
-                stop.store(true, Ordering::Relaxed);
-                progress.notify_all();
-                break 'recv;
+        let send = |msg: WriterMsg, writer_gone: &mut bool| {
+            if output.is_some() && wtx.send(msg).is_err() {
+                *writer_gone = true;
+                return Err(writer_stopped());
             }
-            let (i, s, m) = match received {
-                Ok(m) => m,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            };
-            pending.insert((i, s), m);
-            while let Some(m) = pending.remove(&(job, seq)) {
-                if failure.is_some() {
-                    break 'recv;
-                }
-                let fi = jobs[job].file;
-                match m {
-                    Msg::Block(mut work) if work.block.texts_only() => {
-                        // Counted with the loss before it; only its table rows mattered.
-                        let _ = spare_tx.try_send(Spare::from_work(&mut work));
-                        seq += 1;
-                    }
-                    Msg::Block(mut work) => {
+            Ok(())
+        };
+        let ran = neardup_exec::run_ordered(
+            &prep,
+            &jobs,
+            neardup_exec::ExecOptions { threads, window },
+            &cancelled,
+            |event| -> Result<(), DedupError> {
+                match event {
+                    neardup_exec::Event::Block { job, out: mut work } => {
+                        let fi = jobs[job].file;
+                        job_records += work.block.num_records() as u64;
+                        job_rows += work.texts;
+                        if work.block.texts_only() {
+                            // Counted with the loss before it; only its table rows mattered.
+                            let _ = spare_tx.try_send(Spare::from_work(&mut work));
+                            return Ok(());
+                        }
                         if !file_started[fi] {
                             file_started[fi] = true;
-                            if output.is_some() && wtx.send(WriterMsg::Start(fi)).is_err() {
-                                writer_gone = true;
-                                failure = Some(writer_stopped());
-                            }
+                            send(WriterMsg::Start(fi), &mut writer_gone)?;
                         }
                         let keep = decide_block(
                             &work,
@@ -873,46 +704,37 @@ pub(crate) fn run_stage2<'r>(
                         );
                         // Full means the workers hold enough spares: this one is dropped.
                         let _ = spare_tx.try_send(Spare::from_work(&mut work));
-                        let io_error = match &mut route {
-                            Route::Decide(deduper) => deduper.take_io_error(),
-                            _ => None,
-                        };
-                        let keep = keep.and_then(|k| match io_error {
-                            Some(e) => Err(DedupError::Spill(e.to_string())),
-                            None => Ok(k),
-                        });
-                        match keep {
-                            Err(e) => failure = Some(e),
-                            Ok(keep) => {
-                                stats.bytes += work.block.input_bytes();
-                                if output.is_some()
-                                    && failure.is_none()
-                                    && wtx.send(WriterMsg::Block(work.block, keep)).is_err()
-                                {
-                                    writer_gone = true;
-                                    failure = Some(writer_stopped());
-                                }
-                            }
+                        let keep = keep?;
+                        if let Route::Decide(deduper) = &mut route
+                            && let Some(e) = deduper.take_io_error()
+                        {
+                            return Err(DedupError::Spill(e.to_string()));
                         }
-                        seq += 1;
+                        stats.bytes += work.block.input_bytes();
+                        send(WriterMsg::Block(work.block, keep), &mut writer_gone)
                     }
-                    Msg::Lost(lost) => {
+                    neardup_exec::Event::ReadError { job, error: lost } => {
+                        let fi = jobs[job].file;
                         let range =
                             UnreadableRange::new(&inputs[fi].path, record_bases[job], &lost);
                         if cfg.on_error == OnError::Fail {
-                            failure = Some(DedupError::Input(range.to_string()));
+                            return Err(DedupError::Input(range.to_string()));
                         }
                         file_lost[fi] = true;
                         stats.records_unreadable += range.records.unwrap_or(0);
                         stats.unreadable.push(range);
-                        seq += 1;
+                        Ok(())
                     }
-                    Msg::End { records, rows } => {
+                    neardup_exec::Event::JobEnd { job } => {
+                        let fi = jobs[job].file;
                         let expect = jobs[job].expect;
+                        let (records, rows) = (job_records, job_rows);
+                        (job_records, job_rows) = (0, 0);
                         if records != expect.records || rows != expect.rows {
-                            failure = Some(DedupError::Mismatch(format!(
-                                "{}: stage 1 read {} records / {} samples from this part of the file, stage 2 \
-                                 read {records} / {rows}; did the input change between the stages?",
+                            return Err(DedupError::Mismatch(format!(
+                                "{}: stage 1 read {} records / {} samples from this part of the \
+                                 file, stage 2 read {records} / {rows}; did the input change \
+                                 between the stages?",
                                 inputs[fi].path.display(),
                                 expect.records,
                                 expect.rows
@@ -923,45 +745,45 @@ pub(crate) fn run_stage2<'r>(
                             file_done[fi] = true;
                             if !file_started[fi] && file_lost[fi] {
                                 stats.files_unreadable.push(inputs[fi].path.clone());
-                            } else if output.is_some()
-                                && ((!file_started[fi] && wtx.send(WriterMsg::Start(fi)).is_err())
-                                    || wtx.send(WriterMsg::End).is_err())
-                            {
-                                writer_gone = true;
-                                failure = Some(writer_stopped());
+                            } else {
+                                if !file_started[fi] {
+                                    send(WriterMsg::Start(fi), &mut writer_gone)?;
+                                }
+                                send(WriterMsg::End, &mut writer_gone)?;
                             }
                         }
-                        job += 1;
-                        seq = 0;
-                        *collected.lock().expect("collector lock") = job;
-                        progress.notify_all();
+                        Ok(())
                     }
                 }
-                if failure.is_some() {
-                    stop.store(true, Ordering::Relaxed);
-                    progress.notify_all();
-                    break 'recv;
+            },
+        );
+        let ran = match ran {
+            Ok(neardup_exec::Completion::Finished) => {
+                // Files without any chunk (nothing to read) still get their (empty) output.
+                let mut result = Ok(());
+                for fi in (0..inputs.len()).filter(|&fi| !file_done[fi]) {
+                    if let Err(e) = send(WriterMsg::Start(fi), &mut writer_gone)
+                        .and_then(|()| send(WriterMsg::End, &mut writer_gone))
+                    {
+                        result = Err(e);
+                        break;
+                    }
                 }
+                result
             }
-        }
-        // Files without any chunk (nothing to read) still get their (empty) output.
-        if failure.is_none() && output.is_some() {
-            for fi in (0..inputs.len()).filter(|&fi| !file_done[fi]) {
-                if wtx.send(WriterMsg::Start(fi)).is_err() || wtx.send(WriterMsg::End).is_err() {
-                    writer_gone = true;
-                    failure = Some(writer_stopped());
-                }
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        progress.notify_all();
-        drop(rx);
-        if failure.is_some() {
+            Ok(neardup_exec::Completion::Cancelled) => Err(DedupError::Interrupted),
+            Err(e) => Err(e),
+        };
+        if ran.is_err() {
             let _ = wtx.send(WriterMsg::Abort);
         }
         drop(wtx);
-        writer.map(|w| w.join().expect("output writer panicked"))
+        (
+            ran,
+            writer.map(|w| w.join().expect("output writer panicked")),
+        )
     });
+    let failure = ran.err();
     if let Some(e) = failure {
         // A writer that stopped says why (the file and the system's error, e.g. disk full).
         return Err(match written {
