@@ -349,6 +349,67 @@ fn stage1_tables_are_identical_across_threads_and_chunk_sizes() {
 }
 
 #[test]
+fn a_cancel_stops_stage1_between_blocks() {
+    // Before the run, nothing is read; during the run, the workers stop at the next block, long
+    // before the inputs end (many small blocks in plain and compressed files).
+    let tmp = tempfile::tempdir().unwrap();
+    let body = std::fs::read(sample_dir().join("part-0.jsonl")).unwrap();
+    let mut inputs = Vec::new();
+    for i in 0..8 {
+        let plain = tmp.path().join(format!("copy-{i}.jsonl"));
+        std::fs::write(&plain, body.repeat(10)).unwrap();
+        let gz = tmp.path().join(format!("copy-{i}.jsonl.gz"));
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, &body.repeat(10)).unwrap();
+        std::fs::write(&gz, e.finish().unwrap()).unwrap();
+        inputs.extend([plain.display().to_string(), gz.display().to_string()]);
+    }
+    for threads in [1, 2, 3] {
+        for before in [true, false] {
+            let case = format!("{threads} threads, cancelled before: {before}");
+            let mut c = Config::default();
+            c.input.inputs = inputs.clone();
+            c.run.threads = threads;
+            let (files, _) = neardup::discover_inputs(&c).unwrap();
+            let mut keys = neardup::keys_config(&c).unwrap();
+            keys.block_bytes = 2000;
+            keys.chunk_bytes = 256 << 10;
+            let progress = std::sync::Arc::new(neardup::keys::Progress::default());
+            keys.progress = Some(progress.clone());
+            let cancel = keys.cancel.clone();
+            if before {
+                cancel.cancel();
+            }
+            let result = std::thread::scope(|s| {
+                if !before {
+                    s.spawn(|| {
+                        while progress.bytes() == 0 {
+                            std::thread::yield_now();
+                        }
+                        cancel.cancel();
+                    });
+                }
+                neardup::keys::collect_keys(&files, 0, &keys)
+            });
+            assert!(
+                matches!(result, Err(neardup::keys::KeysError::Interrupted)),
+                "{case}"
+            );
+            let read = progress.bytes();
+            if before {
+                assert_eq!(read, 0, "{case}");
+            } else {
+                let all = 16 * 10 * body.len() as u64;
+                assert!(
+                    read > 0 && read < all / 2,
+                    "{case}: {read} of {all} bytes read"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
     // Stage 2 on whole-file chunks in tiny blocks: each block's rows start where the block
     // before it ended, whichever thread parsed it; outputs and decisions must not depend on the
