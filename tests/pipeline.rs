@@ -238,6 +238,177 @@ fn whole_file_blocks_sketched_by_all_threads_give_the_same_rows() {
     }
 }
 
+/// A Parquet file of the texts of `source` (a JSONL file), `group_rows` rows per row group, so
+/// that small chunks split it by row groups.
+fn write_grouped_parquet(path: &Path, source: &Path, group_rows: usize) {
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    let texts: Vec<String> = std::fs::read_to_string(source)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["text"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let texts: ArrayRef = std::sync::Arc::new(StringArray::from(texts));
+    let batch = RecordBatch::try_from_iter([("text", texts)]).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+#[test]
+fn stage1_tables_are_identical_across_threads_and_chunk_sizes() {
+    // Whole-file chunks (gzip, zstd, a broken gzip stream) whose blocks every free thread
+    // sketches, and files split into many chunks at small chunk sizes (plain JSONL by bytes,
+    // Parquet by row groups): the rows, the per-file counts and the accounting must not depend
+    // on the thread count or the chunking, and the table file not on the thread count.
+    let tmp = tempfile::tempdir().unwrap();
+    let grouped = tmp.path().join("grouped.parquet");
+    write_grouped_parquet(&grouped, &sample_dir().join("part-1.jsonl"), 40);
+    let mut inputs = test_data(&[
+        "corpus/sample.jsonl.gz",
+        "sample/part-0.jsonl",
+        "bad/truncated.jsonl.gz",
+        "bad/malformed.jsonl",
+        "corpus/sample.jsonl.zst",
+        "sample/part-2.parquet",
+    ]);
+    inputs.insert(3, grouped.display().to_string());
+    let split = |files: &[neardup::keys::FileRows], name: &str| {
+        let f = files.iter().find(|f| f.input.path.ends_with(name)).unwrap();
+        f.chunks.len()
+    };
+    let mut across_chunkings = None;
+    for chunk_bytes in [8u64 << 10, 48 << 10, 32 << 20] {
+        let mut across_threads = None;
+        for threads in [1, 2, 3, 8] {
+            let case = format!("chunks of {chunk_bytes} bytes, {threads} threads");
+            let mut c = Config::default();
+            c.input.inputs = inputs.clone();
+            c.run.threads = threads;
+            let (files, _) = neardup::discover_inputs(&c).unwrap();
+            let mut keys = neardup::keys_config(&c).unwrap();
+            keys.chunk_bytes = chunk_bytes;
+            keys.block_bytes = 3000;
+            let path = tmp.path().join(format!("{chunk_bytes}-{threads}.ndk"));
+            let written = neardup::keys::write_keys(&files, 0, &keys, &path).unwrap();
+            let file = std::fs::read(&path).unwrap();
+            let (table, stats) = neardup::keys::collect_keys(&files, 0, &keys).unwrap();
+            assert_eq!(table.to_bytes(), file, "{case}");
+            let out = run_keys(&files, 0, &keys).unwrap();
+            let TableStore::Memory(counted) = &out.table else {
+                panic!("{case}: in memory")
+            };
+            assert_eq!(counted.to_bytes(), file, "{case}");
+            if chunk_bytes == 8 << 10 {
+                assert!(split(table.files(), "part-0.jsonl") > 10, "{case}");
+                assert!(split(table.files(), "grouped.parquet") > 2, "{case}");
+            }
+            assert_eq!(split(table.files(), "sample.jsonl.gz"), 1, "{case}");
+            let accounting = |s: &neardup::keys::KeysStats| {
+                (
+                    s.records,
+                    s.records_unreadable,
+                    format!("{:?}", s.unreadable),
+                    s.samples,
+                    s.blank_samples,
+                    s.short_samples,
+                    s.skipped.clone(),
+                    s.read_errors.clone(),
+                    format!("{:?}", s.problems),
+                    s.bytes,
+                )
+            };
+            assert!(
+                !stats.unreadable.is_empty() && !stats.skipped.is_empty(),
+                "{case}"
+            );
+            assert_eq!(accounting(&written), accounting(&stats), "{case}");
+            assert_eq!(accounting(&out.stats), accounting(&stats), "{case}");
+            match &across_threads {
+                None => across_threads = Some(file),
+                Some(first) => assert!(first == &file, "{case}: another table file"),
+            }
+            let per_file: Vec<(PathBuf, u64, u64)> = table
+                .files()
+                .iter()
+                .map(|f| (f.input.path.clone(), f.records, f.rows))
+                .collect();
+            let got = (table.keys().to_vec(), per_file, accounting(&stats));
+            match &across_chunkings {
+                None => across_chunkings = Some(got),
+                Some(first) => assert!(first == &got, "{case}: other rows"),
+            }
+        }
+    }
+}
+
+#[test]
+fn a_cancel_stops_stage1_between_blocks() {
+    // Before the run, nothing is read; during the run, the workers stop at the next block, long
+    // before the inputs end (many small blocks in plain and compressed files).
+    let tmp = tempfile::tempdir().unwrap();
+    let body = std::fs::read(sample_dir().join("part-0.jsonl")).unwrap();
+    let mut inputs = Vec::new();
+    for i in 0..8 {
+        let plain = tmp.path().join(format!("copy-{i}.jsonl"));
+        std::fs::write(&plain, body.repeat(10)).unwrap();
+        let gz = tmp.path().join(format!("copy-{i}.jsonl.gz"));
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, &body.repeat(10)).unwrap();
+        std::fs::write(&gz, e.finish().unwrap()).unwrap();
+        inputs.extend([plain.display().to_string(), gz.display().to_string()]);
+    }
+    for threads in [1, 2, 3] {
+        for before in [true, false] {
+            let case = format!("{threads} threads, cancelled before: {before}");
+            let mut c = Config::default();
+            c.input.inputs = inputs.clone();
+            c.run.threads = threads;
+            let (files, _) = neardup::discover_inputs(&c).unwrap();
+            let mut keys = neardup::keys_config(&c).unwrap();
+            keys.block_bytes = 2000;
+            keys.chunk_bytes = 256 << 10;
+            let progress = std::sync::Arc::new(neardup::keys::Progress::default());
+            keys.progress = Some(progress.clone());
+            let cancel = keys.cancel.clone();
+            if before {
+                cancel.cancel();
+            }
+            let result = std::thread::scope(|s| {
+                if !before {
+                    s.spawn(|| {
+                        while progress.bytes() == 0 {
+                            std::thread::yield_now();
+                        }
+                        cancel.cancel();
+                    });
+                }
+                neardup::keys::collect_keys(&files, 0, &keys)
+            });
+            assert!(
+                matches!(result, Err(neardup::keys::KeysError::Interrupted)),
+                "{case}"
+            );
+            let read = progress.bytes();
+            if before {
+                assert_eq!(read, 0, "{case}");
+            } else {
+                let all = 16 * 10 * body.len() as u64;
+                assert!(
+                    read > 0 && read < all / 2,
+                    "{case}: {read} of {all} bytes read"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
     // Stage 2 on whole-file chunks in tiny blocks: each block's rows start where the block

@@ -7,8 +7,9 @@
 //! - the **key table** ([`KeyTable`]): `rows × columns` keys, row-major, plus the per-file row counts
 //!   that map rows back to sample addresses, and its versioned, checksummed file format;
 //! - the **pipeline** ([`run_keys`]): worker threads read input chunks (from `neardup-corpus`) and
-//!   sketch them (with `neardup-sketch`); rows are assembled in input order whatever the thread
-//!   count, with bounded look-ahead. Every record is accounted for: read, or in a listed
+//!   sketch them block by block (with `neardup-sketch`) on the ordered executor of
+//!   `neardup-exec`, which hands the blocks back in input order whatever the thread count, with
+//!   bounded look-ahead; the rows are assembled chunk by chunk. Every record is accounted for: read, or in a listed
 //!   [`UnreadableRange`]; a run that could read no text at all (or a selected field that no record
 //!   has) fails before anything is written. For one shard of a distributed run, [`write_keys`] streams
 //!   the rows straight into a table file ([`KeyTableWriter`]) and [`collect_keys`] keeps them as a
@@ -21,7 +22,8 @@
 //! - merging the tables of several shards ([`merge_tables`]) and the hot-key file format.
 //!
 //! It does not read or parse files itself (that is `neardup-corpus`), compute hashes (that is
-//! `neardup-sketch`), or decide duplicates (that is stage 2, `neardup-dedup`).
+//! `neardup-sketch`), schedule threads (that is `neardup-exec`), or decide duplicates (that is
+//! stage 2, `neardup-dedup`).
 #![warn(missing_docs)]
 
 mod count;

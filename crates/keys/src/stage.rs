@@ -1,17 +1,18 @@
 //! The stage-1 pipeline: read every input chunk with worker threads, sketch each sample into a
-//! row of keys, assemble the rows in input order, and count them.
+//! row of keys, assemble the rows in input order, and count them. The threads, their order and
+//! their look-ahead are `neardup_exec::run_ordered`'s; this module says what a block becomes
+//! ([`SketchWork`]) and folds each chunk's blocks into the run ([`absorb`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use neardup_corpus::{
-    AtomicFile, Block, BlockQueue, CancelToken, Chunk, ChunkRange, FieldsSeen, InputFile,
-    Projection, ReadOptions, SampleText, TextSelector, Unreadable, balanced_chunk_bytes,
-    plan_chunks, read_chunk, record_fields,
+    AtomicFile, Block, CancelToken, Chunk, ChunkRange, FieldsSeen, InputFile, Projection,
+    ReadOptions, SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks,
+    read_chunk, record_fields,
 };
+use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
@@ -65,9 +66,6 @@ pub struct KeysConfig {
     /// [`KeysError::Interrupted`].
     pub cancel: CancelToken,
 }
-
-/// How often a collector waiting for a chunk looks at the cancel token.
-const CANCEL_POLL: std::time::Duration = std::time::Duration::from_millis(50);
 
 impl KeysConfig {
     /// Defaults for everything but the sketcher and the selector.
@@ -292,7 +290,8 @@ pub struct KeysOutput {
     pub stats: KeysStats,
 }
 
-struct ChunkOutput {
+/// The rows and counts of one block, sketched by a worker.
+struct BlockRows {
     keys: Vec<u64>,
     records: u64,
     rows: u64,
@@ -300,50 +299,46 @@ struct ChunkOutput {
     blank: u64,
     short: u64,
     skipped: HashMap<&'static str, u64>,
-    /// (chunk-local record, field, kind, message)
+    /// (chunk-local record, field, kind, message), the first [`QUOTED_PROBLEMS`] of the block.
     problems: Vec<(Option<u64>, Option<u32>, String, String)>,
-    /// The records the reader could not deliver, in order.
-    unreadable: Vec<Unreadable>,
-    /// Which selected fields the records have.
+    /// Which selected fields the block's records have.
     fields: FieldsSeen,
 }
 
-impl ChunkOutput {
-    fn new(cfg: &KeysConfig) -> ChunkOutput {
-        ChunkOutput {
-            keys: Vec::new(),
-            records: 0,
-            rows: 0,
-            bytes: 0,
-            blank: 0,
-            short: 0,
-            skipped: HashMap::new(),
-            problems: Vec::new(),
-            unreadable: Vec::new(),
-            fields: FieldsSeen::new(&cfg.selector),
-        }
-    }
+/// One chunk's blocks, assembled in order by the collector until the chunk ends.
+#[derive(Default)]
+struct ChunkOutput {
+    /// Each block's keys, in block order (kept apart so that no block's keys are copied
+    /// before they reach the sink).
+    keys: Vec<Vec<u64>>,
+    records: u64,
+    rows: u64,
+    bytes: u64,
+    blank: u64,
+    short: u64,
+    skipped: HashMap<&'static str, u64>,
+    /// (chunk-local record, field, kind, message), the chunk's first [`QUOTED_PROBLEMS`].
+    problems: Vec<(Option<u64>, Option<u32>, String, String)>,
+    /// The records the reader could not deliver, in order.
+    unreadable: Vec<Unreadable>,
+}
 
-    /// Appends the output of the blocks that follow this output's in the chunk, as if they had
-    /// been sketched into it (the first problems quoted; record numbers are the blocks' own).
-    fn append(&mut self, next: ChunkOutput) {
-        if self.keys.is_empty() {
-            self.keys = next.keys;
-        } else {
-            self.keys.extend_from_slice(&next.keys);
+impl ChunkOutput {
+    /// Appends the chunk's next block (record numbers are the reader's, already chunk-local).
+    fn append(&mut self, block: BlockRows) {
+        if !block.keys.is_empty() {
+            self.keys.push(block.keys);
         }
-        self.records += next.records;
-        self.rows += next.rows;
-        self.bytes += next.bytes;
-        self.blank += next.blank;
-        self.short += next.short;
-        for (kind, n) in next.skipped {
+        self.records += block.records;
+        self.rows += block.rows;
+        self.bytes += block.bytes;
+        self.blank += block.blank;
+        self.short += block.short;
+        for (kind, n) in block.skipped {
             *self.skipped.entry(kind).or_default() += n;
         }
         let room = QUOTED_PROBLEMS.saturating_sub(self.problems.len());
-        self.problems.extend(next.problems.into_iter().take(room));
-        self.unreadable.extend(next.unreadable);
-        self.fields.merge(&next.fields);
+        self.problems.extend(block.problems.into_iter().take(room));
     }
 }
 
@@ -373,165 +368,90 @@ fn read_options(cfg: &KeysConfig) -> ReadOptions {
     }
 }
 
-/// Reads and sketches one chunk into rows, block by block on this thread.
-fn sketch_chunk(
-    file: &InputFile,
-    chunk: &Chunk,
-    cfg: &KeysConfig,
-    stop: &AtomicBool,
-    worker: &mut Worker,
-) -> ChunkOutput {
-    let mut out = ChunkOutput::new(cfg);
-    let mut unreadable = Vec::new();
-    for_each_block(file, chunk, cfg, stop, &mut unreadable, |block| {
-        sketch_block(&block, cfg, worker, &mut out)
-    });
-    out.unreadable = unreadable;
-    out
+/// Stage 1's work on the executor: read the chunks of `files` and sketch every block into rows.
+struct SketchWork<'a> {
+    files: &'a [InputFile],
+    cfg: &'a KeysConfig,
+    read: ReadOptions,
+    /// Columns per row.
+    columns: usize,
 }
 
-/// Hands a chunk's blocks to `each` in order until the chunk ends or `stop` is set; what the
-/// reader could not read goes to `unreadable` (reading goes on where the format allows).
-fn for_each_block(
-    file: &InputFile,
-    chunk: &Chunk,
-    cfg: &KeysConfig,
-    stop: &AtomicBool,
-    unreadable: &mut Vec<Unreadable>,
-    mut each: impl FnMut(Block),
-) {
-    for block in read_chunk(file, chunk, &read_options(cfg)) {
-        if stop.load(Ordering::Relaxed) || cfg.cancel.is_cancelled() {
-            break;
-        }
-        match block {
-            Ok(block) => each(block),
-            Err(e) => unreadable.push(e.unreadable()),
-        }
+impl ChunkWork for SketchWork<'_> {
+    type Job = Chunk;
+    type Block = Block;
+    type ReadError = Unreadable;
+    type Worker = Worker;
+    type Out = BlockRows;
+
+    fn worker(&self) -> Worker {
+        Worker::new(self.cfg)
+    }
+
+    fn read(&self, chunk: &Chunk) -> impl Iterator<Item = Result<Block, Unreadable>> {
+        read_chunk(&self.files[chunk.file], chunk, &self.read)
+            .map(|b| b.map_err(|e| e.unreadable()))
+    }
+
+    /// Blocks of whole-file chunks (compressed JSONL, small files, Parquet files of one row
+    /// group) are sketched by every thread without a chunk of its own.
+    fn shares_blocks(&self, chunk: &Chunk) -> bool {
+        chunk.range == ChunkRange::Whole
+    }
+
+    fn prepare(&self, worker: &mut Worker, _: &Chunk, block: Block, _: u64) -> (BlockRows, u64) {
+        (self.sketch_block(&block, worker), 0)
     }
 }
 
-/// Sketches one block's samples into `out`.
-fn sketch_block(block: &Block, cfg: &KeysConfig, worker: &mut Worker, out: &mut ChunkOutput) {
-    let columns = cfg.rule.columns(cfg.sketcher.bands());
-    let Worker { scratch, sig } = worker;
-    out.bytes += block.input_bytes();
-    let first = block.first_record;
-    let rows_before = out.rows;
-    block.for_each_sample_noting(&cfg.selector, &mut out.fields, |sample| match sample.text {
-        SampleText::Text(text) => {
-            let start = out.keys.len();
-            out.keys.resize(start + columns, 0);
-            let r = cfg
-                .rule
-                .sketch(&cfg.sketcher, &text, scratch, sig, &mut out.keys[start..]);
-            out.rows += 1;
-            match r.kind {
-                RowKind::Blank => out.blank += 1,
-                RowKind::Short => out.short += 1,
-                RowKind::Normal => {}
-            }
-        }
-        SampleText::Skipped(reason) => {
-            *out.skipped.entry(reason.kind()).or_default() += 1;
-            if out.problems.len() < QUOTED_PROBLEMS {
-                out.problems.push((
-                    Some(first + sample.record as u64),
-                    Some(sample.field),
-                    reason.kind().to_string(),
-                    reason.describe(&cfg.selector, sample.field),
-                ));
-            }
-        }
-    });
-    out.records += block.num_records() as u64;
-    if let Some(p) = &cfg.progress {
-        p.add(block.input_bytes(), out.rows - rows_before);
-    }
-}
-
-/// A block of a whole-file chunk, waiting for any thread to sketch it.
-struct BlockJob {
-    block: Block,
-    /// Its place in the chunk.
-    seq: usize,
-    /// Where its output goes: the thread reading its chunk.
-    results: crossbeam_channel::Sender<(usize, ChunkOutput)>,
-}
-
-impl BlockJob {
-    fn run(self, cfg: &KeysConfig, worker: &mut Worker) {
-        let mut out = ChunkOutput::new(cfg);
-        sketch_block(&self.block, cfg, worker, &mut out);
-        drop(self.block);
-        // The reader waits for every block it handed out, so it is still listening.
-        let _ = self.results.send((self.seq, out));
-    }
-}
-
-/// Reads one whole-file chunk on this thread and hands its blocks to a [`BlockQueue`], where this
-/// thread and the threads without a chunk sketch them; the outputs are put back in block order,
-/// so the chunk's rows are exactly those of [`sketch_chunk`].
-fn sketch_chunk_shared(
-    file: &InputFile,
-    chunk: &Chunk,
-    cfg: &KeysConfig,
-    stop: &AtomicBool,
-    worker: &mut Worker,
-    shared: &BlockQueue<BlockJob>,
-) -> ChunkOutput {
-    /// Block outputs put back in order.
-    struct InOrder {
-        out: ChunkOutput,
-        pending: BTreeMap<usize, ChunkOutput>,
-        next: usize,
-    }
-    impl InOrder {
-        fn take(&mut self, (seq, o): (usize, ChunkOutput)) {
-            self.pending.insert(seq, o);
-            while let Some(o) = self.pending.remove(&self.next) {
-                self.out.append(o);
-                self.next += 1;
-            }
-        }
-    }
-    let (tx, rx) = crossbeam_channel::unbounded::<(usize, ChunkOutput)>();
-    let mut done = InOrder {
-        out: ChunkOutput::new(cfg),
-        pending: BTreeMap::new(),
-        next: 0,
-    };
-    let mut handed_out = 0usize;
-    let mut unreadable = Vec::new();
-    for_each_block(file, chunk, cfg, stop, &mut unreadable, |block| {
-        let job = BlockJob {
-            block,
-            seq: handed_out,
-            results: tx.clone(),
+impl SketchWork<'_> {
+    /// Sketches one block's samples into rows.
+    fn sketch_block(&self, block: &Block, worker: &mut Worker) -> BlockRows {
+        let (cfg, columns) = (self.cfg, self.columns);
+        let Worker { scratch, sig } = worker;
+        let mut out = BlockRows {
+            keys: Vec::new(),
+            records: block.num_records() as u64,
+            rows: 0,
+            bytes: block.input_bytes(),
+            blank: 0,
+            short: 0,
+            skipped: HashMap::new(),
+            problems: Vec::new(),
+            fields: FieldsSeen::new(&cfg.selector),
         };
-        handed_out += 1;
-        if let Some(oldest) = shared.push(job) {
-            oldest.run(cfg, worker);
+        let first = block.first_record;
+        block.for_each_sample_noting(&cfg.selector, &mut out.fields, |sample| match sample.text {
+            SampleText::Text(text) => {
+                let start = out.keys.len();
+                out.keys.resize(start + columns, 0);
+                let r = cfg
+                    .rule
+                    .sketch(&cfg.sketcher, &text, scratch, sig, &mut out.keys[start..]);
+                out.rows += 1;
+                match r.kind {
+                    RowKind::Blank => out.blank += 1,
+                    RowKind::Short => out.short += 1,
+                    RowKind::Normal => {}
+                }
+            }
+            SampleText::Skipped(reason) => {
+                *out.skipped.entry(reason.kind()).or_default() += 1;
+                if out.problems.len() < QUOTED_PROBLEMS {
+                    out.problems.push((
+                        Some(first + sample.record as u64),
+                        Some(sample.field),
+                        reason.kind().to_string(),
+                        reason.describe(&cfg.selector, sample.field),
+                    ));
+                }
+            }
+        });
+        if let Some(p) = &cfg.progress {
+            p.add(out.bytes, out.rows);
         }
-        while let Ok(result) = rx.try_recv() {
-            done.take(result);
-        }
-    });
-    drop(tx);
-    while done.next < handed_out {
-        // Queued blocks (this chunk's or another's) are sketched here while any are left; once
-        // none is queued, this chunk's missing blocks are being sketched by other threads.
-        match shared.try_pop() {
-            Some(job) => job.run(cfg, worker),
-            None => done.take(rx.recv().expect("every handed-out block sends its output")),
-        }
-        while let Ok(result) = rx.try_recv() {
-            done.take(result);
-        }
+        out
     }
-    let mut out = done.out;
-    out.unreadable = unreadable;
-    out
 }
 
 /// Where assembled rows go.
@@ -707,83 +627,34 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
         .collect();
     let mut sink = sink;
     let budget = cfg.memory_limit;
-    let mut first_error: Option<KeysError> = None;
     let mut fields = FieldsSeen::new(&cfg.selector);
 
-    // Workers claim chunks in order but may run at most `window` chunks ahead of the collector,
-    // which bounds the memory held by finished-but-not-yet-assembled chunks.
-    let window = threads * 2;
-    let next_chunk = AtomicUsize::new(0);
-    let collected = Mutex::new(0usize);
-    let progress = Condvar::new();
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = crossbeam_channel::bounded::<(usize, ChunkOutput)>(window);
-
-    // Blocks of whole-file chunks (compressed JSONL, small files, Parquet files of one row group)
-    // are sketched by every thread without a chunk of its own (neardup_corpus::BlockQueue).
-    let shared = BlockQueue::<BlockJob>::new(chunks.len(), threads);
-
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            let tx = tx.clone();
-            let (next_chunk, collected, progress, stop, chunks, shared) =
-                (&next_chunk, &collected, &progress, &stop, &chunks, &shared);
-            scope.spawn(move || {
-                let mut worker = Worker::new(cfg);
-                loop {
-                    let i = next_chunk.fetch_add(1, Ordering::Relaxed);
-                    if i >= chunks.len() {
-                        // No chunk left to claim: sketch other threads' whole-file blocks.
-                        shared.help(stop, |job| job.run(cfg, &mut worker));
-                        break;
-                    }
-                    {
-                        let mut done = collected.lock().expect("collector lock");
-                        while i >= *done + window && !stop.load(Ordering::Relaxed) {
-                            done = progress.wait(done).expect("collector lock");
-                        }
-                    }
-                    if stop.load(Ordering::Relaxed) {
-                        break;
-                    }
-                    let chunk = &chunks[i];
-                    let file = &files[chunk.file];
-                    let out = if threads > 1 && chunk.range == ChunkRange::Whole {
-                        sketch_chunk_shared(file, chunk, cfg, stop, &mut worker, shared)
-                    } else {
-                        sketch_chunk(file, chunk, cfg, stop, &mut worker)
-                    };
-                    shared.chunk_finished();
-                    if tx.send((i, out)).is_err() {
-                        break;
-                    }
+    let work = SketchWork {
+        files,
+        cfg,
+        read: read_options(cfg),
+        columns,
+    };
+    // The executor bounds the look-ahead (the memory held by sketched blocks waiting for their
+    // turn) and hands the blocks over in input order; a chunk is folded into the run once all
+    // its blocks and read errors are in.
+    let mut chunk = ChunkOutput::default();
+    let completion = run_ordered(
+        &work,
+        &chunks,
+        ExecOptions::threads(threads),
+        &|| cfg.cancel.is_cancelled(),
+        |event| {
+            match event {
+                Event::Block { out, .. } => {
+                    fields.merge(&out.fields);
+                    chunk.append(out);
                 }
-            });
-        }
-        drop(tx);
-
-        let mut pending: BTreeMap<usize, ChunkOutput> = BTreeMap::new();
-        let mut next = 0usize;
-        loop {
-            // Timed, so that a cancel is seen while every worker is busy with a long chunk.
-            let received = rx.recv_timeout(CANCEL_POLL);
-            if cfg.cancel.is_cancelled() && first_error.is_none() {
-                first_error = Some(KeysError::Interrupted);
-                stop.store(true, Ordering::Relaxed);
-                progress.notify_all();
-            }
-            let (i, out) = match received {
-                Ok(m) => m,
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-            };
-            pending.insert(i, out);
-            while let Some(out) = pending.remove(&next) {
-                let chunk = &chunks[next];
-                fields.merge(&out.fields);
-                if first_error.is_none()
-                    && let Err(e) = absorb(
-                        chunk,
+                Event::ReadError { error, .. } => chunk.unreadable.push(error),
+                Event::JobEnd { job } => {
+                    let out = std::mem::take(&mut chunk);
+                    absorb(
+                        &chunks[job],
                         out,
                         files,
                         cfg,
@@ -792,19 +663,14 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
                         &mut sink,
                         columns,
                         budget,
-                    )
-                {
-                    first_error = Some(e);
-                    stop.store(true, Ordering::Relaxed);
+                    )?;
                 }
-                next += 1;
-                *collected.lock().expect("collector lock") = next;
-                progress.notify_all();
             }
-        }
-    });
-    if let Some(e) = first_error {
-        return Err(e);
+            Ok(())
+        },
+    )?;
+    if completion == Completion::Cancelled {
+        return Err(KeysError::Interrupted);
     }
     check_something_read(files, cfg, &stats, &fields)?;
     stats.sketch_seconds = started.elapsed().as_secs_f64();
@@ -886,7 +752,8 @@ fn absorb(
     stats.bytes += out.bytes;
 
     if let Sink::Memory(keys) = sink {
-        let would_hold = (keys.len() + out.keys.len()) as u64 * 8;
+        let chunk_keys: usize = out.keys.iter().map(Vec::len).sum();
+        let would_hold = (keys.len() + chunk_keys) as u64 * 8;
         if let Some(limit) = budget
             && would_hold > limit / 2
         {
@@ -899,10 +766,12 @@ fn absorb(
             *sink = Sink::Spill(counter);
         }
     }
-    match sink {
-        Sink::Memory(keys) => keys.extend_from_slice(&out.keys),
-        Sink::Spill(counter) => counter.push_rows(&out.keys)?,
-        Sink::File(writer) => writer.push_rows(&out.keys)?,
+    for block in &out.keys {
+        match sink {
+            Sink::Memory(keys) => keys.extend_from_slice(block),
+            Sink::Spill(counter) => counter.push_rows(block)?,
+            Sink::File(writer) => writer.push_rows(block)?,
+        }
     }
     Ok(())
 }
