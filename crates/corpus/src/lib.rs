@@ -39,7 +39,6 @@ mod parquet_read;
 mod publish;
 mod read;
 mod select;
-mod share;
 mod write;
 
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
@@ -56,7 +55,6 @@ pub use read::{
     read_chunk, record_fields, reread_chunk,
 };
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
-pub use share::{BlockQueue, Relay};
 pub use write::{FileWriter, OutputDir, OutputOptions, WrittenFile};
 
 #[cfg(test)]

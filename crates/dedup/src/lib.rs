@@ -9,8 +9,9 @@
 //!   (`max_reps`). Representatives' signatures live once in a contiguous arena; buckets hold small
 //!   indices ([`DeduperStats`] reports the bytes). Optional exact verification ([`Verify::Exact`])
 //!   confirms each candidate with the true Jaccard of the shingle sets;
-//! - the **pipeline** ([`run_dedup`]): worker threads re-read the inputs chunk by chunk (the chunks
-//!   stage 1 recorded, so each worker knows the table row of every sample) and sign only hot
+//! - the **pipeline** ([`run_dedup`]), a step of the one executor (`neardup_exec`): worker threads
+//!   re-read the inputs chunk by chunk (the chunks stage 1 recorded, so each worker knows the
+//!   table row of every sample) and sign only hot
 //!   samples; one thread decides in input order, so the decisions are identical for any thread
 //!   count; the filtered dataset (through `neardup-corpus` writers, on their own thread) and the
 //!   decisions file come out of the same pass, into a `neardup_corpus::Publication` that
@@ -18,10 +19,14 @@
 //!   each chunk up to where stage 1 lost records and reports every loss itself
 //!   ([`DedupStats::unreadable`]), so its statistics account for every record without stage 1's;
 //!   an input of which nothing could be read gets no output file;
+//! - the **distributed steps** ([`run_sign`], [`decide_group`], [`run_write`]): stage 2 split
+//!   into sign per shard, decide per group of connected components, write per shard, with the
+//!   values between them ([`SignedSample`], [`DecidedSample`], framed streams); the same
+//!   pipeline with another consumer, and the same decision core;
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
-//! It does not compute keys or count them (stage 1, `neardup-keys`), parse inputs or format
-//! outputs (`neardup-corpus`).
+//! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse
+//! inputs or format outputs (`neardup-corpus`), or run threads (`neardup-exec`).
 #![warn(missing_docs)]
 
 mod deduper;
