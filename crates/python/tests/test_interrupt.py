@@ -114,8 +114,9 @@ print("finished")
 def test_ctrl_c_while_waiting_for_a_decision_interrupts_the_stream(corpus):
     proc = start(STREAM, str(corpus))
     assert proc.stdout.readline().strip() == "iterating"
-    # Stage 1 runs before the first decision: the interrupt arrives while __next__ waits.
-    time.sleep(0.3)
+    # Stage 1 runs before the first decision (tens of megabytes on one thread: far longer than
+    # this), so the interrupt arrives while the first __next__ waits.
+    time.sleep(0.05)
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
