@@ -30,6 +30,7 @@ use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
     Report, RunControl, apply_config, check_hot_layout, keys_config, publish_error, save_json_to,
+    wrong_tables,
 };
 
 /// The name of the manifest in a `sign` or `decide` output directory.
@@ -220,7 +221,7 @@ pub fn sign_shard(
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = HotMask::for_shard(table, hot).map_err(shard_error)?;
+    let (mask, files, place) = HotMask::for_shard(table, hot).map_err(wrong_tables)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let stream_paths: Vec<PathBuf> = (0..groups).map(|g| group_file(out, g)).collect();
@@ -281,15 +282,6 @@ pub fn sign_shard(
     )?;
     publication.commit().map_err(publish_error)?;
     Ok(SignReport { manifest, stage2 })
-}
-
-fn shard_error(e: neardup_keys::KeysError) -> Error {
-    match e {
-        neardup_keys::KeysError::Config(m) | neardup_keys::KeysError::Incompatible(m) => {
-            Error::Usage(m)
-        }
-        other => Error::Keys(other),
-    }
 }
 
 /// The `decide` step: reads group `group`'s streams from the `sign` outputs of every shard
@@ -477,7 +469,7 @@ pub fn write_shard(
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = HotMask::for_shard(table, hot).map_err(shard_error)?;
+    let (mask, files, place) = HotMask::for_shard(table, hot).map_err(wrong_tables)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config);

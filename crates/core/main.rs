@@ -1049,11 +1049,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             }
             paths.write_config_outputs(&config, &[]);
             paths.check()?;
-            // The file is an argument of this step: a wrong one is not a failure of stage 1.
-            let hot = HotKeys::load(&hot).map_err(|e| match e {
-                KeysError::Config(m) => Error::Usage(m),
-                other => Error::Run(other.to_string()),
-            })?;
+            let hot = load_hot_argument(&hot)?;
             let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
             let control = RunControl {
                 stage2: Some(progress[1].clone()),

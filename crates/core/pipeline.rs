@@ -574,7 +574,7 @@ pub fn apply_files_with(
 
 /// Tables that are not the ones the hot keys were counted from, or that cannot go together, are
 /// a mistake in the arguments, not a failure of stage 1.
-fn wrong_tables(e: KeysError) -> Error {
+pub(crate) fn wrong_tables(e: KeysError) -> Error {
     match e {
         KeysError::Config(m) | KeysError::Incompatible(m) => Error::Usage(m),
         other => Error::Keys(other),

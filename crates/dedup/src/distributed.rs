@@ -176,11 +176,9 @@ impl<'a> Signer<'a> {
         hot: &[bool],
         shingles: &[u32],
     ) -> io::Result<()> {
-        let group = keys
-            .iter()
-            .zip(hot)
-            .filter(|(_, h)| **h)
-            .find_map(|(k, _)| self.hot.group_of_row(std::slice::from_ref(k)))
+        let group = self
+            .hot
+            .group_of_row(keys)
             .ok_or_else(|| io::Error::other(format!("row {row} is signed but has no hot key")))?;
         self.seen.insert(content_hash);
         let s = &mut self.sample;

@@ -591,11 +591,9 @@ pub(crate) fn run_stage2<'r>(
 
     // Jobs: every chunk of every file, with the row its first sample has in the table.
     let mut jobs = Vec::new();
-    let mut file_first_job = Vec::new();
     let mut row_base = 0u64;
     let mut record_bases = Vec::new();
     for (fi, f) in files.iter().enumerate() {
-        file_first_job.push(jobs.len());
         let mut record_base = 0;
         for (seq, c) in f.chunks.iter().enumerate() {
             jobs.push(ChunkJob {
