@@ -192,6 +192,92 @@ fn read_manifest<T: for<'de> Deserialize<'de>>(dir: &Path, what: &str) -> Result
     })
 }
 
+/// What the manifests of the `sign` and `decide` outputs have in common, checked by the next step.
+trait StepManifest: for<'de> Deserialize<'de> {
+    fn format(&self) -> (&str, u32);
+    fn hot(&self) -> u64;
+    fn settings(&self) -> &DecideSettings;
+}
+
+impl StepManifest for SignManifest {
+    fn format(&self) -> (&str, u32) {
+        (&self.format, self.format_version)
+    }
+    fn hot(&self) -> u64 {
+        self.hot
+    }
+    fn settings(&self) -> &DecideSettings {
+        &self.settings
+    }
+}
+
+impl StepManifest for DecideManifest {
+    fn format(&self) -> (&str, u32) {
+        (&self.format, self.format_version)
+    }
+    fn hot(&self) -> u64 {
+        self.hot
+    }
+    fn settings(&self) -> &DecideSettings {
+        &self.settings
+    }
+}
+
+/// How a step's outputs are named in messages, and who reads them next.
+struct StepNames {
+    command: &'static str,
+    format: &'static str,
+    made: &'static str,
+    reader: &'static str,
+    hot_from: &'static str,
+}
+
+const SIGN_STEP: StepNames = StepNames {
+    command: "neardup sign",
+    format: "neardup-sign",
+    made: "signed",
+    reader: "decide",
+    hot_from: "`sign`",
+};
+
+const DECIDE_STEP: StepNames = StepNames {
+    command: "neardup decide",
+    format: "neardup-decide",
+    made: "decided",
+    reader: "write",
+    hot_from: "`sign` and `decide`",
+};
+
+/// Reads the manifest of a step's output directory and checks that it is that step's, made with
+/// this hot-key file and these decision settings.
+fn read_step_manifest<T: StepManifest>(
+    dir: &Path,
+    step: &StepNames,
+    fingerprint: u64,
+    settings: &DecideSettings,
+) -> Result<T, Error> {
+    let m: T = read_manifest(dir, &format!("a `{}` output", step.command))?;
+    if m.format() != (step.format, 1) {
+        return Err(Error::Usage(format!(
+            "{}: not a `{}` output of this version",
+            dir.display(),
+            step.command
+        )));
+    }
+    if m.hot() != fingerprint {
+        return Err(Error::Usage(format!(
+            "{} was {} with another hot-key file than the one given (--hot): give `{}` the \
+             hot-key file {} used",
+            dir.display(),
+            step.made,
+            step.reader,
+            step.hot_from
+        )));
+    }
+    settings.check(m.settings(), step.command, dir)?;
+    Ok(m)
+}
+
 fn open_stream(path: &Path) -> Result<RecordReader<Box<dyn Read + Send>>, Error> {
     let file =
         File::open(path).map_err(|e| Error::Run(format!("cannot read {}: {e}", path.display())))?;
@@ -312,21 +398,7 @@ pub fn decide_group_dirs(
     let settings = DecideSettings::of(config);
     let mut manifests: Vec<(PathBuf, SignManifest)> = Vec::new();
     for dir in sig_dirs {
-        let m: SignManifest = read_manifest(dir, "a `neardup sign` output")?;
-        if m.format != "neardup-sign" || m.format_version != 1 {
-            return Err(Error::Usage(format!(
-                "{}: not a `neardup sign` output of this version",
-                dir.display()
-            )));
-        }
-        if m.hot != fingerprint {
-            return Err(Error::Usage(format!(
-                "{} was signed with another hot-key file than the one given (--hot): give \
-                 `decide` the hot-key file `sign` used",
-                dir.display()
-            )));
-        }
-        settings.check(&m.settings, "neardup sign", dir)?;
+        let m: SignManifest = read_step_manifest(dir, &SIGN_STEP, fingerprint, &settings)?;
         if let Some((other, _)) = manifests
             .iter()
             .find(|(_, o)| o.place.index == m.place.index)
@@ -475,21 +547,7 @@ pub fn write_shard(
     let settings = DecideSettings::of(config);
     let mut manifests: Vec<(PathBuf, DecideManifest)> = Vec::new();
     for dir in decided_dirs {
-        let m: DecideManifest = read_manifest(dir, "a `neardup decide` output")?;
-        if m.format != "neardup-decide" || m.format_version != 1 {
-            return Err(Error::Usage(format!(
-                "{}: not a `neardup decide` output of this version",
-                dir.display()
-            )));
-        }
-        if m.hot != fingerprint {
-            return Err(Error::Usage(format!(
-                "{} was decided with another hot-key file than the one given (--hot): give \
-                 `write` the hot-key file `sign` and `decide` used",
-                dir.display()
-            )));
-        }
-        settings.check(&m.settings, "neardup decide", dir)?;
+        let m: DecideManifest = read_step_manifest(dir, &DECIDE_STEP, fingerprint, &settings)?;
         if let Some((other, _)) = manifests.iter().find(|(_, o)| o.group == m.group) {
             return Err(Error::Usage(format!(
                 "{} and {} both decided group {}: give each group's decide output once",
