@@ -630,11 +630,11 @@ impl Publication {
                 report: entry(&self.report),
             };
             let temp = temp_name(&manifest_path, run);
-            write_manifest(&temp, &m).map_err(|e| {
+            let lock = write_manifest(&temp, &m).map_err(|e| {
                 let _ = fs::remove_file(&temp);
                 WriteError::io(&manifest_path, e)
             })?;
-            manifest_temp = Some((temp, manifest_path));
+            manifest_temp = Some((temp, manifest_path, lock));
             manifest = Some(m);
         }
         for (target, temp, _) in &files {
@@ -662,7 +662,7 @@ impl Publication {
                 from: from.clone(),
                 to: to.clone(),
             }));
-            if let Some((temp, path)) = &manifest_temp {
+            if let Some((temp, path, _)) = &manifest_temp {
                 ops.push(Op::Rename {
                     from: temp.clone(),
                     to: path.clone(),
@@ -680,7 +680,7 @@ impl Publication {
                 self.committed = true;
                 return Err(e);
             }
-            if let Some((temp, _)) = &manifest_temp {
+            if let Some((temp, ..)) = &manifest_temp {
                 let _ = fs::remove_file(temp);
             }
             return Err(e);
@@ -825,12 +825,16 @@ fn absolute(path: &Path) -> Result<PathBuf, WriteError> {
     std::path::absolute(path).map_err(|e| WriteError::io(path, e))
 }
 
-fn write_manifest(path: &Path, m: &Manifest) -> io::Result<()> {
+/// Writes the manifest's temporary file and returns it still open: its lock tells a concurrent
+/// sweep (another run publishing into the same shared directory) that it belongs to a live run
+/// until the commit has renamed it.
+fn write_manifest(path: &Path, m: &Manifest) -> io::Result<File> {
     let mut f = create_locked(path)?;
     let mut bytes = serde_json::to_vec_pretty(m).map_err(io::Error::other)?;
     bytes.push(b'\n');
     f.write_all(&bytes)?;
-    f.sync_all()
+    f.sync_all()?;
+    Ok(f)
 }
 
 /// `2024-05-01T12:34:56.789Z`.

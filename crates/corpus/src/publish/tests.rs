@@ -486,3 +486,29 @@ fn an_earlier_runs_files_in_subdirectories_go_with_their_emptied_directories() {
         "sub/deeper emptied and removed, the user's sub/mine kept"
     );
 }
+
+/// A run publishing into a shared output directory sweeps it when it starts; the manifest another
+/// run is committing there is still its temporary file, which must look live to that sweep
+/// (its lock held until the commit renames it), or the other run's commit fails.
+#[test]
+fn a_manifest_being_committed_survives_another_runs_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let temp = liveness::temp_name(&dir.path().join("_SUCCESS.shard-00001"), RunId::new());
+    let m = Manifest {
+        format: MANIFEST_FORMAT.to_string(),
+        format_version: 1,
+        run_id: "0".into(),
+        neardup_version: "0".into(),
+        committed_at: "1970-01-01T00:00:00.000Z".into(),
+        files: Vec::new(),
+        decisions: None,
+        report: None,
+    };
+    let held = write_manifest(&temp, &m).unwrap();
+    let swept = sweep(dir.path()).unwrap();
+    assert!(temp.exists(), "a live run's manifest was swept");
+    assert_eq!(swept.live, vec![temp.clone()]);
+    drop(held);
+    sweep(dir.path()).unwrap();
+    assert!(!temp.exists(), "a dead run's manifest is swept");
+}
