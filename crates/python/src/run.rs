@@ -184,7 +184,9 @@ impl Run {
         cancel: CancelToken,
         work: impl FnOnce() -> Result<String, Error> + Send + 'static,
     ) -> PyResult<Run> {
-        Run::spawn_output(name, stages, cancel, to_py, move || work().map(Output::Json))
+        Run::spawn_output(name, stages, cancel, to_py, move || {
+            work().map(Output::Json)
+        })
     }
 
     /// Runs `work`, a merge of key tables, like [`Run::spawn`]; its errors keep the key tables'
@@ -205,10 +207,7 @@ impl Run {
         }
         Run::spawn_output(name, stages, cancel, hot_error, move || {
             work().map(|(hot, stats)| {
-                Output::Hot(
-                    hot,
-                    serde_json::to_value(stats).expect("counts serialise"),
-                )
+                Output::Hot(hot, serde_json::to_value(stats).expect("counts serialise"))
             })
         })
     }

@@ -316,7 +316,8 @@ pub fn hot_keys(
             .collect();
         let stop = cancel.clone();
         return Run::spawn_hot("neardup-hot", stages, cancel, move || {
-            let refs: Vec<&neardup::keys::KeyTable> = owned.iter().map(|t| &t.get().inner).collect();
+            let refs: Vec<&neardup::keys::KeyTable> =
+                owned.iter().map(|t| &t.get().inner).collect();
             let (hot, _mask, stats) =
                 neardup::keys::merge_tables(&refs, min_key_count).map_err(keys_error)?;
             let hot = if groups > 1 {
