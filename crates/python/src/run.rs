@@ -51,7 +51,7 @@ pub(crate) enum Output {
     /// The JSON of its report.
     Json(String),
     /// Hot keys (and the merge's counts, as JSON).
-    Hot(neardup::keys::HotKeys, serde_json::Value),
+    Hot(Box<neardup::keys::HotKeys>, serde_json::Value),
 }
 
 /// How long a wait for the next decision lasts before Python's signal handlers get to run.
@@ -142,7 +142,7 @@ impl Run {
         py: Python<'_>,
     ) -> PyResult<(neardup::keys::HotKeys, serde_json::Value)> {
         match self.take(py)? {
-            Output::Hot(hot, stats) => Ok((hot, stats)),
+            Output::Hot(hot, stats) => Ok((*hot, stats)),
             Output::Json(_) => Err(PyRuntimeError::new_err("this run made no hot keys")),
         }
     }
@@ -207,7 +207,10 @@ impl Run {
         }
         Run::spawn_output(name, stages, cancel, hot_error, move || {
             work().map(|(hot, stats)| {
-                Output::Hot(hot, serde_json::to_value(stats).expect("counts serialise"))
+                Output::Hot(
+                    Box::new(hot),
+                    serde_json::to_value(stats).expect("counts serialise"),
+                )
             })
         })
     }

@@ -291,7 +291,6 @@ pub fn compute_keys(
 #[pyfunction]
 #[pyo3(signature = (tables, min_key_count = 1, groups = 1, memory_limit = None, spill_dir = None, threads = 0))]
 pub fn hot_keys(
-    py: Python<'_>,
     tables: &Bound<'_, PyAny>,
     min_key_count: u32,
     groups: u32,
