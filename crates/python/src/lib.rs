@@ -13,6 +13,7 @@ mod lshcurator;
 mod run;
 mod settings;
 mod sketcher;
+mod steps;
 mod tables;
 mod texts;
 
@@ -54,6 +55,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run::stream, m)?)?;
     m.add_function(wrap_pyfunction!(tables::compute_keys, m)?)?;
     m.add_function(wrap_pyfunction!(tables::hot_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(tables::hot_keys_result, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::start_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::start_sign, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::start_decide, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::start_write, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::process_corpus, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::compute_bucket_keys, m)?)?;
     Ok(())

@@ -19,7 +19,7 @@ use crate::errors::{discovery_to_py, to_py};
 use crate::settings::{Scope, config_from, inputs_from};
 
 /// The report as the JSON `--report` writes.
-fn report_json(report: &Report) -> String {
+pub(crate) fn report_json(report: &Report) -> String {
     serde_json::to_string(report).expect("reports serialise")
 }
 
@@ -33,14 +33,25 @@ fn input_names(config: &Config) -> PyResult<Vec<Arc<str>>> {
         .collect())
 }
 
-/// A `neardup.dedup` run going on a background thread; see `neardup.dedup`.
+/// A run going on a background thread (`neardup.dedup`, or a step of the middle level): its
+/// result is the JSON of its report.
 #[pyclass(frozen, module = "neardup._native")]
 pub struct Run {
-    done: Receiver<Result<Report, Error>>,
-    result: std::sync::Mutex<Option<Result<Report, Error>>>,
+    done: Receiver<Result<Output, Error>>,
+    result: std::sync::Mutex<Option<Result<Output, Error>>>,
     thread: std::sync::Mutex<Option<JoinHandle<()>>>,
     stages: [Arc<Progress>; 2],
     cancel: CancelToken,
+    /// How the run's error becomes a Python exception.
+    error: fn(Error) -> PyErr,
+}
+
+/// What a run made.
+pub(crate) enum Output {
+    /// The JSON of its report.
+    Json(String),
+    /// Hot keys (and the merge's counts, as JSON).
+    Hot(Box<neardup::keys::HotKeys>, serde_json::Value),
 }
 
 /// How long a wait for the next decision lasts before Python's signal handlers get to run.
@@ -100,16 +111,39 @@ impl Run {
 
     /// The report as JSON once the run has ended; raises its error otherwise.
     fn result(&self, py: Python<'_>) -> PyResult<String> {
+        match self.take(py)? {
+            Output::Json(json) => Ok(json),
+            Output::Hot(..) => Err(PyRuntimeError::new_err(
+                "this run made hot keys: take them with hot_keys_result",
+            )),
+        }
+    }
+}
+
+impl Run {
+    /// Waits for the end of the run and takes what it made, or its error.
+    fn take(&self, py: Python<'_>) -> PyResult<Output> {
         while !self.wait(py, 3600.0) {}
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = py.detach(|| t.join());
         }
         match self.result.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            Some(Ok(report)) => Ok(report_json(&report)),
-            Some(Err(e)) => Err(to_py(e)),
+            Some(Ok(output)) => Ok(output),
+            Some(Err(e)) => Err((self.error)(e)),
             None => Err(PyRuntimeError::new_err(
                 "the run's result was already taken",
             )),
+        }
+    }
+
+    /// The hot keys a run of `neardup.hot_keys` made, and the merge's counts.
+    pub(crate) fn take_hot(
+        &self,
+        py: Python<'_>,
+    ) -> PyResult<(neardup::keys::HotKeys, serde_json::Value)> {
+        match self.take(py)? {
+            Output::Hot(hot, stats) => Ok((*hot, stats)),
+            Output::Json(_) => Err(PyRuntimeError::new_err("this run made no hot keys")),
         }
     }
 }
@@ -136,20 +170,74 @@ pub fn start_dedup(
         .map_err(to_py)?
         .with_progress(stages[0].clone(), stages[1].clone())
         .with_cancel(cancel.clone());
-    let (tx, rx) = bounded(1);
-    let thread = std::thread::Builder::new()
-        .name("neardup-dedup".into())
-        .spawn(move || {
-            let _ = tx.send(pipeline.run());
-        })
-        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the run's thread: {e}")))?;
-    Ok(Run {
-        done: rx,
-        result: std::sync::Mutex::new(None),
-        thread: std::sync::Mutex::new(Some(thread)),
-        stages,
-        cancel,
+    Run::spawn("neardup-dedup", stages, cancel, move || {
+        pipeline.run().map(|r| report_json(&r))
     })
+}
+
+impl Run {
+    /// Runs `work` on a thread of its own; `stages` are the progress counters it updates and
+    /// `cancel` stops it. `work` returns the JSON of its report.
+    pub(crate) fn spawn(
+        name: &str,
+        stages: [Arc<Progress>; 2],
+        cancel: CancelToken,
+        work: impl FnOnce() -> Result<String, Error> + Send + 'static,
+    ) -> PyResult<Run> {
+        Run::spawn_output(name, stages, cancel, to_py, move || {
+            work().map(Output::Json)
+        })
+    }
+
+    /// Runs `work`, a merge of key tables, like [`Run::spawn`]; its errors keep the key tables'
+    /// own messages.
+    pub(crate) fn spawn_hot(
+        name: &str,
+        stages: [Arc<Progress>; 2],
+        cancel: CancelToken,
+        work: impl FnOnce() -> Result<(neardup::keys::HotKeys, neardup::keys::CountStats), Error>
+        + Send
+        + 'static,
+    ) -> PyResult<Run> {
+        fn hot_error(e: Error) -> PyErr {
+            match e {
+                Error::Keys(k) => crate::errors::keys_to_py(k),
+                other => to_py(other),
+            }
+        }
+        Run::spawn_output(name, stages, cancel, hot_error, move || {
+            work().map(|(hot, stats)| {
+                Output::Hot(
+                    Box::new(hot),
+                    serde_json::to_value(stats).expect("counts serialise"),
+                )
+            })
+        })
+    }
+
+    fn spawn_output(
+        name: &str,
+        stages: [Arc<Progress>; 2],
+        cancel: CancelToken,
+        error: fn(Error) -> PyErr,
+        work: impl FnOnce() -> Result<Output, Error> + Send + 'static,
+    ) -> PyResult<Run> {
+        let (tx, rx) = bounded(1);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _ = tx.send(work());
+            })
+            .map_err(|e| PyRuntimeError::new_err(format!("cannot start the run's thread: {e}")))?;
+        Ok(Run {
+            done: rx,
+            result: std::sync::Mutex::new(None),
+            thread: std::sync::Mutex::new(Some(thread)),
+            stages,
+            cancel,
+            error,
+        })
+    }
 }
 
 /// Decisions of a running pipeline, in input order; see `neardup.stream`.

@@ -9,7 +9,14 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
+use std::sync::Arc;
+
+use neardup::CancelToken;
+use neardup::keys::{PlanBuilder, Progress};
+use pyo3::exceptions::PyValueError;
+
 use crate::errors::{discovery_to_py, keys_to_py, to_py};
+use crate::run::Run;
 use crate::settings::{Scope, config_from, inputs_from};
 
 /// Makes a numpy view read-only: the memory belongs to an immutable value.
@@ -174,6 +181,20 @@ impl HotKeys {
         read_only(array)
     }
 
+    /// The groups stage 2 is planned in (``neardup.decide`` runs once per group): 1 without a
+    /// plan.
+    #[getter]
+    fn groups(&self) -> u32 {
+        self.inner.groups()
+    }
+
+    /// A checksum of the file's bytes: the steps of a distributed stage 2 record it in their
+    /// manifests, and each refuses outputs made with another hot-key file.
+    #[getter]
+    fn fingerprint(&self) -> PyResult<u64> {
+        self.inner.fingerprint().map_err(keys_to_py)
+    }
+
     /// A key is hot when seen more than this many times.
     #[getter]
     fn min_key_count(&self) -> u32 {
@@ -235,9 +256,10 @@ impl HotKeys {
 
     fn __repr__(&self) -> String {
         format!(
-            "HotKeys(keys={}, min_key_count={})",
+            "HotKeys(keys={}, min_key_count={}, groups={})",
             self.inner.len(),
-            self.inner.min_count()
+            self.inner.min_count(),
+            self.inner.groups()
         )
     }
 }
@@ -264,27 +286,105 @@ pub fn compute_keys(
     })
 }
 
-/// Merges shards' tables into the hot keys. See ``neardup.hot_keys`` for the arguments.
+/// Merges shards' tables into the hot keys, and plans stage 2 in `groups` groups when more than
+/// one. See ``neardup.hot_keys`` for the arguments.
 #[pyfunction]
-#[pyo3(signature = (tables, min_key_count = 1))]
+#[pyo3(signature = (tables, min_key_count = 1, groups = 1, memory_limit = None, spill_dir = None, threads = 0))]
 pub fn hot_keys(
-    py: Python<'_>,
     tables: &Bound<'_, PyAny>,
     min_key_count: u32,
-) -> PyResult<HotKeys> {
-    let tables: Vec<Bound<'_, KeyTable>> = tables
-        .try_iter()?
+    groups: u32,
+    memory_limit: Option<u64>,
+    spill_dir: Option<PathBuf>,
+    threads: usize,
+) -> PyResult<Run> {
+    if groups == 0 {
+        return Err(PyValueError::new_err("groups must be at least 1"));
+    }
+    let items: Vec<Bound<'_, PyAny>> = tables.try_iter()?.collect::<PyResult<_>>()?;
+    if items.is_empty() {
+        return Err(PyValueError::new_err("no key tables given"));
+    }
+    let cancel = CancelToken::new();
+    let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    if items.iter().all(|t| t.cast::<KeyTable>().is_ok()) {
+        // In memory: the frozen tables are read on the run's thread without the GIL (no copy).
+        let owned: Vec<Py<KeyTable>> = items
+            .iter()
+            .map(|t| t.cast::<KeyTable>().expect("checked").clone().unbind())
+            .collect();
+        let stop = cancel.clone();
+        return Run::spawn_hot("neardup-hot", stages, cancel, move || {
+            let refs: Vec<&neardup::keys::KeyTable> =
+                owned.iter().map(|t| &t.get().inner).collect();
+            let (hot, _mask, stats) =
+                neardup::keys::merge_tables(&refs, min_key_count).map_err(keys_error)?;
+            let hot = if groups > 1 {
+                let mut ordered = refs.clone();
+                ordered.sort_by_key(|t| t.shard());
+                let mut builder = PlanBuilder::new(hot.keys()).map_err(keys_error)?;
+                for table in ordered {
+                    if stop.is_cancelled() {
+                        return Err(neardup::Error::Interrupted);
+                    }
+                    for row in table.keys().chunks_exact(table.columns().max(1)) {
+                        builder.add_row(row, |c| row[c] != neardup::sketch::NO_KEY);
+                    }
+                }
+                hot.with_plan(builder.finish(groups).map_err(keys_error)?)
+                    .map_err(keys_error)?
+            } else {
+                hot
+            };
+            Ok((hot, stats))
+        });
+    }
+    let paths: Vec<PathBuf> = items
+        .iter()
         .map(|t| {
-            t?.cast_into::<KeyTable>()
-                .map_err(|_| PyTypeError::new_err("tables must be KeyTable objects"))
+            t.extract::<PathBuf>().map_err(|_| {
+                PyTypeError::new_err(
+                    "tables must be KeyTable objects or paths of key-table files (not a mix)",
+                )
+            })
         })
         .collect::<PyResult<_>>()?;
-    let refs: Vec<&neardup::keys::KeyTable> = tables.iter().map(|t| &t.get().inner).collect();
-    let (inner, _mask, stats) = py
-        .detach(|| neardup::keys::merge_tables(&refs, min_key_count))
-        .map_err(keys_to_py)?;
+    let mut config = neardup::Config::default();
+    config.keys.min_key_count = min_key_count;
+    config.keys.memory_limit = memory_limit;
+    config.keys.spill_dir = spill_dir;
+    config.run.threads = threads;
+    config.validate_run().map_err(to_py)?;
+    let control = neardup::RunControl {
+        cancel: cancel.clone(),
+        ..neardup::RunControl::default()
+    };
+    Run::spawn_hot("neardup-hot", stages, cancel, move || {
+        let (hot, _mask, stats) = neardup::merge_hot_key_files_with(&config, &paths, &control)?;
+        let hot = if groups > 1 {
+            let shards = neardup::keys::ShardTables::open(&paths)?;
+            let plan = neardup::keys::plan_from_tables(&shards, &hot, groups, &|| {
+                control.cancel.is_cancelled()
+            })?;
+            hot.with_plan(plan)?
+        } else {
+            hot
+        };
+        Ok((hot, stats))
+    })
+}
+
+/// A key-table error of a merge as the facade's error (so that it maps like a run's).
+fn keys_error(e: neardup::keys::KeysError) -> neardup::Error {
+    neardup::Error::Keys(e)
+}
+
+/// The `HotKeys` a hot-key [`Run`] made.
+#[pyfunction]
+pub fn hot_keys_result(py: Python<'_>, run: &Bound<'_, Run>) -> PyResult<HotKeys> {
+    let (inner, stats) = run.get().take_hot(py)?;
     Ok(HotKeys {
         inner,
-        stats: Some(serde_json::to_value(stats).expect("stats serialise")),
+        stats: Some(stats),
     })
 }

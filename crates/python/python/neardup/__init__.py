@@ -8,8 +8,11 @@ Three levels:
   decisions and the report, and returns the report. :func:`stream` yields every
   :class:`Decision` as it is made and writes nothing.
 - **Stage steps**, for schedulers of their own: :func:`compute_keys` (stage 1 of one shard, a
-  :class:`KeyTable`) and :func:`hot_keys` (the counts of all shards, a :class:`HotKeys`), values
-  that save to files or bytes.
+  :class:`KeyTable`) and :func:`hot_keys` (the counts of all shards and the plan, a
+  :class:`HotKeys`), values that save to files or bytes; and the steps of a distributed stage 2
+  over files, as the CLI's commands of the same names: :func:`keys` (per shard), :func:`sign`
+  (per shard), :func:`decide` (per group), :func:`write` (per shard). :mod:`neardup.ray` runs
+  them all as Ray tasks.
 - **Texts in memory.** :class:`Sketcher` turns texts into signatures and band keys (numpy);
   :class:`Deduper` decides texts one by one (first seen kept).
 
@@ -54,11 +57,15 @@ __all__ = [
     "KeyTable",
     "Sketcher",
     "compute_keys",
+    "decide",
     "dedup",
     "defaults",
     "hot_keys",
+    "keys",
     "settings",
+    "sign",
     "stream",
+    "write",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -165,8 +172,14 @@ def dedup(
         OSError: reading or writing failed (the message names the file).
         InputError: a bad record with ``on_error="fail"``.
     """
-    tqdm = _tqdm_class(progress)
     run = _native.start_dedup(inputs, output, decisions, report, settings)
+    return _report(run, progress)
+
+
+def _finish(run, progress: Optional[bool] = None) -> None:
+    """Waits for a native run with the GIL released, showing bars when it goes on; on Ctrl-C,
+    cancels it and waits until it has removed what it wrote, then lets the interrupt through."""
+    tqdm = _tqdm_class(progress)
     show_at = time.monotonic() + (0.0 if progress else PROGRESS_AFTER_SECONDS)
     bars = _Bars(tqdm, show_at)
     try:
@@ -181,8 +194,13 @@ def dedup(
         raise
     finally:
         bars.close()
+
+
+def _report(run, progress: Optional[bool] = None) -> Dict[str, Any]:
+    """The report (a dict) of a native run, once it has ended; its error otherwise."""
     import json
 
+    _finish(run, progress)
     return json.loads(run.result())
 
 
@@ -219,11 +237,152 @@ def compute_keys(inputs: Inputs, shard: int = 0, **settings: Any) -> KeyTable:
     return _native.compute_keys(inputs, shard, **settings)
 
 
-def hot_keys(tables: Iterable[KeyTable], min_key_count: int = 1) -> HotKeys:
+def hot_keys(
+    tables: Iterable[Union[KeyTable, PathLike]],
+    min_key_count: int = 1,
+    groups: int = 1,
+    *,
+    memory_limit: Optional[int] = None,
+    spill_dir: Optional[PathLike] = None,
+    threads: int = 0,
+) -> HotKeys:
     """Counts the keys of all shards' tables together: the keys seen more than ``min_key_count``
-    times (the ``neardup hot`` step).
+    times (the ``neardup hot`` step), and with ``groups`` > 1 the plan of a distributed stage 2
+    (``neardup hot --groups``): the connected components of hot rows packed into ``groups``
+    groups, one :func:`decide` each. Save the result with :meth:`HotKeys.save` for
+    :func:`sign`, :func:`decide` and :func:`write`.
+
+    Args:
+        tables: :class:`KeyTable` objects (in memory), or the paths of key-table files (read as
+            streams, never loaded whole), in any order.
+        min_key_count: a key is hot when seen more than this many times.
+        groups: groups of the plan (1: no plan, one ``decide``).
+        memory_limit: table files only: when all tables' keys exceed this many bytes, count them
+            from spill files partition by partition (``--memory-limit``).
+        spill_dir: table files only: directory for spill files (``--spill-dir``).
+        threads: counting threads (0: all cores).
 
     Raises:
         ValueError: tables made with different settings, or two with the same shard number.
+        OSError: a table file cannot be read (:class:`CorruptFileError` when damaged).
     """
-    return _native.hot_keys(list(tables), min_key_count)
+    run = _native.hot_keys(list(tables), min_key_count, groups, memory_limit, spill_dir, threads)
+    _finish(run, False)
+    return _native.hot_keys_result(run)
+
+
+def keys(
+    inputs: Inputs,
+    shard: int,
+    output: PathLike,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Any,
+) -> Dict[str, Any]:
+    """Stage 1 over one shard of inputs, streamed into a key-table file (``neardup keys INPUTS
+    --shard I -o OUTPUT``): memory stays bounded however large the shard. The file is written
+    atomically: it is there whole or not at all.
+
+    Args:
+        inputs: this shard's files, directories and glob patterns. Decisions name the files as
+            given here (a relative path stays relative to the working directory).
+        shard: the shard's number (from 0; rows of all shards are counted in shard order).
+        output: the key-table file to write.
+        progress: tqdm bars, as for :func:`dedup`.
+        **settings: settings by name, as for :func:`dedup` (none of the output ones); every
+            step of a run must get the same.
+
+    Returns:
+        The shard's report: ``shard``, ``table``, ``inputs``, ``input_problems`` and ``stage1``
+        (records, samples, speed), as ``neardup keys --report`` writes it.
+    """
+    return _report(_native.start_keys(inputs, shard, output, settings), progress)
+
+
+def sign(
+    table: PathLike,
+    hot: PathLike,
+    output: PathLike,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Any,
+) -> Dict[str, Any]:
+    """Distributed stage 2, per shard (``neardup sign TABLE --hot HOT -o OUTPUT``): re-reads
+    the shard's inputs and writes, for each of its hot samples, what deciding it needs, one
+    stream per group of the plan, into the directory ``output`` (published whole at the end,
+    with a ``manifest.json``).
+
+    Args:
+        table: the shard's key-table file (from :func:`keys`).
+        hot: the hot-key file (a :class:`HotKeys` saved with :meth:`HotKeys.save`).
+        output: the directory to write.
+        progress: tqdm bars, as for :func:`dedup`.
+        **settings: the settings :func:`keys` used, and the decision settings (``threshold``,
+            ``max_reps``, ``verify``), the same for every step.
+
+    Returns:
+        The sign report (``manifest``: what was signed per group; ``stage2``: records read).
+    """
+    return _report(_native.start_sign(table, hot, output, settings), progress)
+
+
+def decide(
+    signed: Iterable[PathLike],
+    hot: PathLike,
+    group: int,
+    output: PathLike,
+    **settings: Any,
+) -> Dict[str, Any]:
+    """Distributed stage 2, per group (``neardup decide SIG... --hot HOT --group G -o OUTPUT``):
+    reads group ``group``'s streams from every shard's :func:`sign` output and decides them in
+    global row order, exactly as one ``neardup dedup`` would. Opens no input file. Memory: the
+    group's representatives (bounded by ``max_reps``) and its shards' streams.
+
+    Args:
+        signed: the sign output directories of every shard (any order, each once).
+        hot: the hot-key file the sign outputs were made with.
+        group: the group to decide (0 to ``HotKeys.groups`` − 1).
+        output: the directory to write (one stream per shard and a ``manifest.json``).
+        **settings: the same settings as every other step.
+
+    Returns:
+        The decide report (``manifest``: decisions per shard and the decision counters).
+    """
+    return _report(_native.start_decide([os.fspath(s) for s in signed], hot, group, output, settings), False)
+
+
+def write(
+    table: PathLike,
+    hot: PathLike,
+    decided: Iterable[PathLike],
+    output: Optional[PathLike] = None,
+    decisions: Optional[PathLike] = None,
+    report: Optional[PathLike] = None,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Any,
+) -> Dict[str, Any]:
+    """Distributed stage 2, per shard (``neardup write TABLE --hot HOT --decided DEC... -o
+    OUTPUT --decisions FILE``): re-reads the shard's inputs and writes its part of the filtered
+    dataset into ``output`` (a directory the shards share, each publishing its own files under
+    its own manifest) and its decisions. The shards' decisions files, concatenated in shard
+    order, are byte for byte those of one :func:`dedup` over the same inputs.
+
+    Args:
+        table: the shard's key-table file.
+        hot: the hot-key file.
+        decided: the :func:`decide` output directories of every group (any order).
+        output: the shared output directory.
+        decisions: this shard's decisions file.
+        report: this shard's run report (JSON).
+        progress: tqdm bars, as for :func:`dedup`.
+        **settings: the same settings as every other step, and the output ones (``overwrite``,
+            ``max_output_bytes``, …).
+
+    Returns:
+        The shard's run report (as ``--report`` writes it).
+    """
+    run = _native.start_write(
+        table, hot, [os.fspath(d) for d in decided], output, decisions, report, settings
+    )
+    return _report(run, progress)

@@ -32,6 +32,11 @@ __all__ = [
     "stream",
     "compute_keys",
     "hot_keys",
+    "hot_keys_result",
+    "start_keys",
+    "start_sign",
+    "start_decide",
+    "start_write",
     "process_corpus",
     "compute_bucket_keys",
 ]
@@ -197,6 +202,12 @@ class HotKeys:
     def keys(self) -> numpy.typing.NDArray[numpy.uint64]:
         """The hot keys, ascending, a read-only view."""
     @property
+    def fingerprint(self) -> int:
+        """Checksum of the hot-key file's bytes, recorded in the manifests of sign and decide."""
+    @property
+    def groups(self) -> int:
+        """Groups of the plan of a distributed stage 2 (one decide each); 1 without a plan."""
+    @property
     def min_key_count(self) -> int:
         """A key is hot when seen more than this many times."""
     @property
@@ -259,8 +270,49 @@ def stream(inputs: _Inputs, settings: Optional[Dict[str, Any]] = None) -> Decisi
 def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Any) -> KeyTable:
     """Stage 1 over one shard of inputs."""
 
-def hot_keys(tables: Iterable[KeyTable], min_key_count: int = 1) -> HotKeys:
-    """Merges shards' tables into the hot keys."""
+def hot_keys(
+    tables: Sequence[Union[KeyTable, _Path]],
+    min_key_count: int = 1,
+    groups: int = 1,
+    memory_limit: Optional[int] = None,
+    spill_dir: Optional[_Path] = None,
+    threads: int = 0,
+) -> Run:
+    """Starts merging shards' tables (objects or files) into the hot keys, planned in `groups`
+    groups when more than one; take them with hot_keys_result."""
+
+def hot_keys_result(run: Run) -> HotKeys:
+    """The hot keys a run of hot_keys made (waits for it); its error otherwise."""
+
+def start_keys(
+    inputs: _Inputs, shard: int, output: _Path, settings: Optional[Dict[str, Any]] = None
+) -> Run:
+    """Starts neardup.keys: one shard's key-table file."""
+
+def start_sign(
+    table: _Path, hot: _Path, output: _Path, settings: Optional[Dict[str, Any]] = None
+) -> Run:
+    """Starts neardup.sign: one shard's sign output directory."""
+
+def start_decide(
+    signed: List[_Path],
+    hot: _Path,
+    group: int,
+    output: _Path,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Run:
+    """Starts neardup.decide: one group's decide output directory."""
+
+def start_write(
+    table: _Path,
+    hot: _Path,
+    decided: List[_Path],
+    output: Optional[_Path] = None,
+    decisions: Optional[_Path] = None,
+    report: Optional[_Path] = None,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Run:
+    """Starts neardup.write: one shard's part of the dataset and its decisions."""
 
 def process_corpus(settings: Dict[str, Any]) -> CorpusStream:
     """lshcurator's Curator.process_corpus on the compat preset."""

@@ -1,0 +1,373 @@
+"""neardup on a Ray cluster: :func:`dedup` runs the steps of a distributed run as Ray tasks.
+
+::
+
+    keys (per shard) → hot + plan (once) → sign (per shard) → decide (per group) → write (per shard)
+
+The decisions and outputs are byte for byte those of one ``neardup dedup`` over the same inputs
+(shards in order). Every value between the steps is a file in ``work_dir``, which must be shared
+storage that the driver and every node see at the same path (NFS, a parallel file system, or one
+machine's disk for a one-machine cluster); the inputs and ``output`` must be too. Relative paths
+are read from the driver's working directory, on every node, so decisions name the files as
+given.
+
+**Resumable.** A task whose output is complete in ``work_dir`` (published whole, and made with
+this run's hot-key file and settings) is not run again: a driver killed after hours loses only
+the tasks that were running. ``work_dir`` records the run's settings and shards
+(``run.json``) and refuses to serve another run.
+
+**Memory per task.** ``keys``, ``sign`` and ``write`` hold one shard's blocks in flight (as
+``neardup dedup`` does, bounded by ``threads`` × the block size, not by the shard's size);
+``decide`` holds one group's representatives (bounded by ``max_reps`` per bucket) and streams its
+inputs; ``hot`` counts the keys of all shards, from spill files beyond ``memory_limit``.
+
+Install Ray with ``pip install "neardup[ray]"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import neardup
+
+__all__ = ["dedup"]
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Settings the hot-key step takes (the rest go to the other steps).
+_HOT_SETTINGS = ("min_key_count", "memory_limit", "spill_dir", "threads")
+
+
+def _table(work: Path, shard: int) -> Path:
+    return work / "keys" / f"keys-{shard:05d}.ndk"
+
+
+def _sign_dir(work: Path, shard: int) -> Path:
+    return work / "sign" / f"sig-{shard:05d}"
+
+
+def _decide_dir(work: Path, group: int) -> Path:
+    return work / "decide" / f"decided-{group:05d}"
+
+
+def _shard_decisions(work: Path, shard: int) -> Path:
+    return work / "write" / f"decisions-{shard:05d}.jsonl"
+
+
+def _shard_report(work: Path, shard: int) -> Path:
+    return work / "write" / f"report-{shard:05d}.json"
+
+
+def _node() -> str:
+    import ray
+
+    return ray.get_runtime_context().get_node_id()
+
+
+def _made_with(directory: Path, fingerprint: int) -> bool:
+    """Whether a sign or decide output is complete (its manifest, published last, is there) and
+    was made with the hot-key file of this fingerprint."""
+    try:
+        with open(directory / "manifest.json", encoding="utf-8") as f:
+            return json.load(f).get("hot") == fingerprint
+    except (OSError, ValueError):
+        return False
+
+
+def _keys_task(cwd: str, work: str, shard: int, inputs: List[str], settings: Dict[str, Any]):
+    os.chdir(cwd)
+    table = _table(Path(work), shard)
+    if table.exists():
+        return {"reused": True, "node": _node()}
+    table.parent.mkdir(parents=True, exist_ok=True)
+    neardup.keys(inputs, shard, table, progress=False, **settings)
+    return {"reused": False, "node": _node()}
+
+
+def _hot_task(cwd: str, work: str, shards: int, groups: int, hot_settings: Dict[str, Any], *_keys):
+    os.chdir(cwd)
+    path = Path(work) / "hot.ndh"
+    reused = path.exists()
+    if reused:
+        hot = neardup.HotKeys.load(path)
+    else:
+        tables = [_table(Path(work), s) for s in range(shards)]
+        hot = neardup.hot_keys(tables, groups=groups, **hot_settings)
+        hot.save(path)
+    return {
+        "reused": reused,
+        "node": _node(),
+        "fingerprint": hot.fingerprint,
+        "groups": hot.groups,
+        "hot_keys": len(hot),
+    }
+
+
+def _sign_task(cwd: str, work: str, shard: int, settings: Dict[str, Any], hot: Dict[str, Any]):
+    os.chdir(cwd)
+    out = _sign_dir(Path(work), shard)
+    if _made_with(out, hot["fingerprint"]):
+        return {"reused": True, "node": _node()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    neardup.sign(_table(Path(work), shard), Path(work) / "hot.ndh", out, progress=False, **settings)
+    return {"reused": False, "node": _node()}
+
+
+def _decide_task(
+    cwd: str, work: str, group: int, shards: int, settings: Dict[str, Any], hot: Dict[str, Any], *_signed
+):
+    os.chdir(cwd)
+    out = _decide_dir(Path(work), group)
+    if _made_with(out, hot["fingerprint"]):
+        return {"reused": True, "node": _node()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    signed = [_sign_dir(Path(work), s) for s in range(shards)]
+    neardup.decide(signed, Path(work) / "hot.ndh", group, out, **settings)
+    return {"reused": False, "node": _node()}
+
+
+def _write_task(
+    cwd: str,
+    work: str,
+    shard: int,
+    groups: int,
+    output: Optional[str],
+    settings: Dict[str, Any],
+    hot: Dict[str, Any],
+    *_decided,
+):
+    os.chdir(cwd)
+    report = _shard_report(Path(work), shard)
+    # The report is published with the shard's outputs and decisions, all or nothing.
+    if report.exists():
+        with open(report, encoding="utf-8") as f:
+            return {"reused": True, "node": _node(), "report": json.load(f)}
+    report.parent.mkdir(parents=True, exist_ok=True)
+    decided = [_decide_dir(Path(work), g) for g in range(groups)]
+    result = neardup.write(
+        _table(Path(work), shard),
+        Path(work) / "hot.ndh",
+        decided,
+        output=output,
+        decisions=_shard_decisions(Path(work), shard),
+        report=report,
+        progress=False,
+        **settings,
+    )
+    return {"reused": False, "node": _node(), "report": result}
+
+
+def _shards_of(inputs: Any, shards: Optional[Sequence[Sequence[PathLike]]]) -> List[List[str]]:
+    if shards is not None:
+        split = [[os.fspath(p) for p in shard] for shard in shards]
+        if not split or any(not s for s in split):
+            raise ValueError("shards= must be a non-empty list of non-empty lists of paths")
+        if inputs is not None:
+            given = [os.fspath(inputs)] if isinstance(inputs, (str, os.PathLike)) else [
+                os.fspath(p) for p in inputs
+            ]
+            if given != [p for s in split for p in s]:
+                raise ValueError(
+                    "shards= must list the inputs in their order (or give inputs=None): "
+                    f"inputs {given}, shards {split}"
+                )
+        return split
+    if inputs is None:
+        raise ValueError("give inputs, or shards= (lists of paths)")
+    if isinstance(inputs, (str, os.PathLike)):
+        return [[os.fspath(inputs)]]
+    split = [[os.fspath(p)] for p in inputs]
+    if not split:
+        raise ValueError("no inputs given")
+    return split
+
+
+def _claim_work_dir(work: Path, identity: Dict[str, Any]) -> None:
+    """Records the run in ``work_dir/run.json``, or checks that the one recorded is this one."""
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "run.json"
+    if path.exists():
+        with open(path, encoding="utf-8") as f:
+            recorded = json.load(f)
+        if recorded != identity:
+            differ = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
+            raise ValueError(
+                f"{work} holds the intermediate files of another run (its {', '.join(differ)} "
+                f"differ, see {path}): give this run a work_dir of its own, or remove that one"
+            )
+        return
+    tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(identity, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def _concatenate(parts: List[Path], target: Path) -> None:
+    """Writes the parts one after the other into ``target``, atomically (a temporary file beside
+    it, renamed)."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as f:
+                    while True:
+                        block = f.read(1 << 20)
+                        if not block:
+                            break
+                        out.write(block)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _sum_totals(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
+    totals: Dict[str, Any] = {}
+    for r in reports:
+        for k, v in (r.get("totals") or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                totals[k] = totals.get(k, 0) + v
+    return totals
+
+
+def dedup(
+    inputs: Any,
+    output: Optional[PathLike],
+    decisions: Optional[PathLike],
+    work_dir: PathLike,
+    shards: Optional[Sequence[Sequence[PathLike]]] = None,
+    groups: Optional[int] = None,
+    address: Optional[str] = None,
+    *,
+    max_retries: int = 3,
+    task_cpus: float = 1,
+    **settings: Any,
+) -> Dict[str, Any]:
+    """Removes near duplicates with Ray tasks: ``neardup dedup`` on a cluster.
+
+    Args:
+        inputs: the input paths (files, directories, globs); each one a shard unless
+            ``shards=`` is given. Decisions name files as given (relative paths are taken from
+            the driver's working directory on every node).
+        output: the directory of the filtered dataset (shared storage), or None.
+        decisions: the decisions file (JSONL), the shards' decisions concatenated in order; or
+            None.
+        work_dir: the directory of the intermediate files (shared storage; see the module's
+            docs). Give the same one again to resume a run.
+        shards: lists of paths, one list per shard, in order (then ``inputs`` is None or the same
+            paths in the same order).
+        groups: ``decide`` tasks (the plan's groups) [default: the number of shards].
+        address: the Ray cluster to connect to (``ray.init(address=…)``) when Ray is not
+            initialised yet; None: ``RAY_ADDRESS`` or a local cluster.
+        max_retries: times Ray runs a task again when its worker or node dies.
+        task_cpus: CPUs each task reserves (and the threads it uses, unless ``threads=`` is
+            given).
+        **settings: settings by name, as for :func:`neardup.dedup` (``threshold``, ``fields``,
+            ``overwrite``, …).
+
+    Returns:
+        A report: ``shards``, ``groups``, ``tasks``, ``tasks_reused`` (tasks whose output was
+        found complete in ``work_dir``), ``nodes`` (ids of the nodes tasks ran on), ``totals``
+        (summed over the shards' reports) and ``shard_reports`` (each shard's run report).
+    """
+    import ray
+
+    if output is None and decisions is None:
+        raise ValueError("give output and/or decisions")
+    if decisions is not None and os.fspath(decisions).endswith(".parquet"):
+        raise ValueError(
+            f"{os.fspath(decisions)}: the Ray runner writes JSONL decisions (the shards' files "
+            "concatenated); give a name not ending in .parquet"
+        )
+    split = _shards_of(inputs, shards)
+    groups = len(split) if groups is None else int(groups)
+    if groups < 1:
+        raise ValueError("groups must be at least 1")
+    cwd = os.getcwd()
+    work = Path(os.path.abspath(os.fspath(work_dir)))
+    out = None if output is None else os.path.abspath(os.fspath(output))
+    output_names = set(neardup.settings().get("output", []))
+    step_settings = {k: v for k, v in settings.items() if k not in output_names}
+    hot_settings = {k: settings[k] for k in _HOT_SETTINGS if k in settings}
+    hot_settings.setdefault("threads", 0)
+    if "threads" not in settings:
+        step_settings["threads"] = max(1, int(task_cpus))
+    write_settings = {**settings, "threads": step_settings["threads"]}
+    identity = {
+        "neardup": neardup.__version__,
+        "cwd": cwd,
+        "shards": split,
+        "groups": groups,
+        "output": out,
+        "settings": json.loads(json.dumps(settings, sort_keys=True, default=os.fspath)),
+    }
+    _claim_work_dir(work, identity)
+
+    started_ray = False
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+        started_ray = True
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # Tasks go round the nodes (shard i's first task on node i mod N, …), softly: a node
+        # that is busy, gone or too small passes the task to Ray's default placement. Left to
+        # itself, Ray runs short tasks of one kind one after the other on the first worker it
+        # leased, on one node.
+        nodes = sorted(
+            n["NodeID"]
+            for n in ray.nodes()
+            if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) >= task_cpus
+        )
+        placed = [0]
+        remotes: Dict[Any, Any] = {}
+
+        def remote(f):
+            if f not in remotes:
+                remotes[f] = ray.remote(f)
+            options: Dict[str, Any] = dict(num_cpus=task_cpus, max_retries=max_retries)
+            if nodes:
+                node = nodes[placed[0] % len(nodes)]
+                placed[0] += 1
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
+            return remotes[f].options(**options)
+
+        w = str(work)
+        keys = [
+            remote(_keys_task).remote(cwd, w, i, paths, step_settings) for i, paths in enumerate(split)
+        ]
+        hot = remote(_hot_task).remote(cwd, w, len(split), groups, hot_settings, *keys)
+        signs = [remote(_sign_task).remote(cwd, w, i, step_settings, hot) for i in range(len(split))]
+        decides = [
+            remote(_decide_task).remote(cwd, w, g, len(split), step_settings, hot, *signs)
+            for g in range(groups)
+        ]
+        writes = [
+            remote(_write_task).remote(cwd, w, i, groups, out, write_settings, hot, *decides)
+            for i in range(len(split))
+        ]
+        results = ray.get(keys + [hot] + signs + decides + writes)
+    finally:
+        if started_ray:
+            ray.shutdown()
+
+    if decisions is not None:
+        _concatenate([_shard_decisions(work, i) for i in range(len(split))], Path(decisions))
+    shard_reports = [r["report"] for r in results[-len(split):]]
+    hot_info = results[len(split)]
+    return {
+        "shards": len(split),
+        "groups": hot_info["groups"],
+        "hot_keys": hot_info["hot_keys"],
+        "tasks": len(results),
+        "tasks_reused": sum(1 for r in results if r["reused"]),
+        "nodes": sorted({r["node"] for r in results}),
+        "work_dir": str(work),
+        "output": out,
+        "decisions": None if decisions is None else os.fspath(decisions),
+        "totals": _sum_totals(shard_reports),
+        "shard_reports": shard_reports,
+    }
