@@ -8,127 +8,17 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, SAMPLE
+from local_ray import RAY_ENV, LocalCluster, kill_session
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'neardup[ray]')")
-
-RAY = Path(sys.executable).parent / "ray"
-# Node failures are noticed within a few seconds rather than the default half minute.
-RAY_ENV = {
-    "RAY_health_check_period_ms": "500",
-    "RAY_health_check_failure_threshold": "4",
-    "RAY_USAGE_STATS_ENABLED": "0",
-}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def session_pids(sid: int) -> list:
-    """Pids of every live process whose session id is `sid` (field 6 of /proc/PID/stat)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command name (field 2) may hold spaces: split after its closing parenthesis.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        # fields[0] is the state: a zombie is already dead, waiting for its parent to reap it.
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(entry))
-    return pids
-
-
-def kill_session(sid: int) -> None:
-    """Kills every process of session `sid`, by pid: SIGTERM, then SIGKILL for what remains."""
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
-        for pid in session_pids(sid):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + wait
-        while session_pids(sid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not session_pids(sid):
-            return
-
-
-def start_node(*args: str) -> int:
-    """Runs `ray start ARGS` in a new session; returns the session id (its daemons stay in it)."""
-    proc = subprocess.Popen(
-        [str(RAY), "start", "--node-ip-address=127.0.0.1", "--num-cpus=1", "--disable-usage-stats", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, **RAY_ENV},
-    )
-    out, _ = proc.communicate(timeout=180)
-    if proc.returncode != 0:
-        kill_session(proc.pid)
-        pytest.fail(f"ray start {' '.join(args)} failed:\n{out}")
-    return proc.pid
-
-
-class Cluster:
-    def __init__(self):
-        # A short temporary directory: Ray's socket paths must stay under 107 bytes.
-        self.temp = Path(tempfile.mkdtemp(prefix="ndray-", dir="/tmp"))
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.sessions = {}
-
-    def start(self):
-        self.sessions["head"] = start_node(
-            "--head", f"--port={self.port}", f"--temp-dir={self.temp}", "--include-dashboard=false"
-        )
-        for name in ("worker-1", "worker-2"):
-            self.sessions[name] = start_node(f"--address={self.address}")
-        deadline = time.monotonic() + 120
-        while self.alive_nodes() < 3:
-            if time.monotonic() > deadline:
-                pytest.fail("the cluster's three nodes never all came up")
-            time.sleep(0.5)
-
-    def alive_nodes(self) -> int:
-        out = subprocess.run(
-            [sys.executable, "-c", NODES, self.address], capture_output=True, text=True, timeout=120,
-            env={**os.environ, **RAY_ENV},
-        )
-        return int(out.stdout.strip() or 0)
-
-    def kill(self, name: str) -> None:
-        kill_session(self.sessions.pop(name))
-
-    def stop(self):
-        for name in list(self.sessions):
-            self.kill(name)
-        shutil.rmtree(self.temp, ignore_errors=True)
-
-
-NODES = """
-import sys, ray
-ray.init(address=sys.argv[1], log_to_driver=False)
-print(sum(1 for n in ray.nodes() if n["Alive"]))
-"""
 
 DRIVER = """
 import json, sys, neardup.ray
@@ -140,9 +30,13 @@ print(json.dumps(report))
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = Cluster()
+    c = LocalCluster(workers=2)
     try:
         c.start()
+    except RuntimeError as e:
+        c.stop()
+        pytest.fail(str(e))
+    try:
         yield c
     finally:
         c.stop()
