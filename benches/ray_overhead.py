@@ -9,8 +9,9 @@ the corpus (all cores), and a driver process running ``neardup.ray.dedup`` over 
 one shard per file, with a fresh ``work_dir``. Prints each run's wall seconds, the median ratio
 Ray / CLI, and checks that the decisions and data files are identical. While the Ray runs go,
 it samples the resident memory of the cluster's task workers (Ray names a worker process
-``ray::TASK`` while it runs TASK), so it prints each step's peak RSS per task, and the RSS of an
-idle worker (what Ray itself costs per worker process).
+``ray::TASK`` while it runs TASK), so it prints each step's peak RSS per task (workers are reused:
+a figure includes what earlier tasks on that worker left allocated), and, first, the RSS of a
+worker that has imported neardup and run nothing (what Ray itself costs per worker process).
 
 The neardup package (with its Ray extra) must be installed in the Python that runs this.
 """
@@ -33,6 +34,19 @@ from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crates" / "python" / "tests"))
 from local_ray import RAY_ENV, LocalCluster, kill_session  # noqa: E402
+
+BASELINE = """
+import json, sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+
+@ray.remote(num_cpus=1)
+def idle_worker_rss():
+    import neardup
+    with open("/proc/self/status", encoding="utf-8") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+print(json.dumps(ray.get(idle_worker_rss.remote())))
+"""
 
 DRIVER = """
 import json, sys, neardup.ray
@@ -101,6 +115,10 @@ def main() -> None:
         with LocalCluster(workers=2) as cluster:
             print(f"cluster: 3 nodes of 1 CPU on 127.0.0.1:{cluster.port}; {len(inputs)} shards, "
                   f"{args.groups} groups; machine: {os.cpu_count()} cores", flush=True)
+            baseline = subprocess.run([sys.executable, "-c", BASELINE, cluster.address], check=True,
+                                      capture_output=True, text=True, env=env, timeout=300)
+            print(f"a Ray worker with neardup imported, before any task: "
+                  f"{int(baseline.stdout.strip().splitlines()[-1]) / 1024:.0f} MB RSS", flush=True)
             reference = None
             for r in range(args.rounds):
                 out, dec = work / "cli", work / "cli.jsonl"
@@ -137,6 +155,8 @@ def main() -> None:
                       f"{len(report['nodes'])} nodes   identical: {same}", flush=True)
                 if not same:
                     sys.exit("the Ray run's decisions or data files differ from the CLI's")
+                print("    task seconds (sum / longest): " + ", ".join(
+                    f"{k} {v['seconds']:.2f} / {v['longest_seconds']:.2f}" for k, v in report["steps"].items()))
                 if r == 0:
                     print("peak RSS per task (MB, includes the worker's own):",
                           ", ".join(f"{k} {v / 1024:.0f}" for k, v in sorted(sampler.peak.items())))

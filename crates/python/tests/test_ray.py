@@ -92,12 +92,17 @@ def test_ray_runs_are_the_clis_and_resume(tmp_path, cluster, cli, monkeypatch):
     assert json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])["file"] == inputs[0]
     assert report["shards"] == 3 and report["groups"] == 2
     assert report["tasks"] == 3 + 1 + 3 + 2 + 3 and report["tasks_reused"] == 0
+    assert {k: (v["tasks"], v["reused"]) for k, v in report["steps"].items()} == {
+        "keys": (3, 0), "hot": (1, 0), "sign": (3, 0), "decide": (2, 0), "write": (3, 0)
+    }
+    assert all(v["seconds"] >= v["longest_seconds"] > 0 for v in report["steps"].values())
     assert len(report["nodes"]) >= 2, report["nodes"]
 
     # Everything found complete: nothing runs again, the result is the same.
     (tmp_path / "d.jsonl").unlink()
     again = finish(drive(cluster, REPO, **args))
     assert again["tasks_reused"] == again["tasks"]
+    assert all(v["seconds"] == 0 for v in again["steps"].values())
     assert (tmp_path / "d.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
 
     # Lost intermediate outputs (a sign and a decide step's) are made again; the rest is reused.
@@ -105,6 +110,7 @@ def test_ray_runs_are_the_clis_and_resume(tmp_path, cluster, cli, monkeypatch):
     shutil.rmtree(tmp_path / "work" / "decide" / "decided-00000")
     partial = finish(drive(cluster, REPO, **args))
     assert partial["tasks_reused"] == partial["tasks"] - 2
+    assert partial["steps"]["sign"]["reused"] == 2 and partial["steps"]["decide"]["reused"] == 1
     assert (tmp_path / "d.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     assert data_files(tmp_path / "out") == data_files(tmp_path / "one")
 

@@ -14,7 +14,10 @@ given.
 **Resumable.** A task whose output is complete in ``work_dir`` (published whole, and made with
 this run's hot-key file and settings) is not run again: a driver killed after hours loses only
 the tasks that were running. ``work_dir`` records the run's settings and shards
-(``run.json``) and refuses to serve another run.
+(``run.json``) and refuses to serve another run. A task retried after its node died during the
+commit of its outputs finds them settled by its own start (a dead run's interrupted commit is
+rolled forward or back before anything else happens there): whole and reused, or absent and made
+again.
 
 **Memory per task.** ``keys``, ``sign`` and ``write`` hold one shard's blocks in flight (as
 ``neardup dedup`` does, bounded by ``threads`` × the block size, not by the shard's size);
@@ -26,8 +29,10 @@ Install Ray with ``pip install "neardup[ray]"``.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
@@ -77,16 +82,37 @@ def _made_with(directory: Path, fingerprint: int) -> bool:
         return False
 
 
+def _timed(task):
+    """Adds the task's own time (``seconds``) to its result, for the report's ``steps``."""
+
+    @functools.wraps(task)
+    def timed(*args: Any) -> Dict[str, Any]:
+        started = time.perf_counter()
+        result = task(*args)
+        result["seconds"] = time.perf_counter() - started
+        return result
+
+    return timed
+
+
+@_timed
 def _keys_task(cwd: str, work: str, shard: int, inputs: List[str], settings: Dict[str, Any]):
     os.chdir(cwd)
     table = _table(Path(work), shard)
     if table.exists():
         return {"reused": True, "node": _node()}
     table.parent.mkdir(parents=True, exist_ok=True)
-    neardup.keys(inputs, shard, table, progress=False, **settings)
+    try:
+        neardup.keys(inputs, shard, table, progress=False, **settings)
+    except Exception:
+        # The retry of a task whose node died while renaming the table into place.
+        if table.exists():
+            return {"reused": True, "node": _node()}
+        raise
     return {"reused": False, "node": _node()}
 
 
+@_timed
 def _hot_task(cwd: str, work: str, shards: int, groups: int, hot_settings: Dict[str, Any], *_keys):
     os.chdir(cwd)
     path = Path(work) / "hot.ndh"
@@ -106,16 +132,23 @@ def _hot_task(cwd: str, work: str, shards: int, groups: int, hot_settings: Dict[
     }
 
 
+@_timed
 def _sign_task(cwd: str, work: str, shard: int, settings: Dict[str, Any], hot: Dict[str, Any]):
     os.chdir(cwd)
     out = _sign_dir(Path(work), shard)
     if _made_with(out, hot["fingerprint"]):
         return {"reused": True, "node": _node()}
     out.parent.mkdir(parents=True, exist_ok=True)
-    neardup.sign(_table(Path(work), shard), Path(work) / "hot.ndh", out, progress=False, **settings)
+    try:
+        neardup.sign(_table(Path(work), shard), Path(work) / "hot.ndh", out, progress=False, **settings)
+    except Exception:
+        if _made_with(out, hot["fingerprint"]):
+            return {"reused": True, "node": _node()}
+        raise
     return {"reused": False, "node": _node()}
 
 
+@_timed
 def _decide_task(
     cwd: str, work: str, group: int, shards: int, settings: Dict[str, Any], hot: Dict[str, Any], *_signed
 ):
@@ -125,10 +158,16 @@ def _decide_task(
         return {"reused": True, "node": _node()}
     out.parent.mkdir(parents=True, exist_ok=True)
     signed = [_sign_dir(Path(work), s) for s in range(shards)]
-    neardup.decide(signed, Path(work) / "hot.ndh", group, out, **settings)
+    try:
+        neardup.decide(signed, Path(work) / "hot.ndh", group, out, **settings)
+    except Exception:
+        if _made_with(out, hot["fingerprint"]):
+            return {"reused": True, "node": _node()}
+        raise
     return {"reused": False, "node": _node()}
 
 
+@_timed
 def _write_task(
     cwd: str,
     work: str,
@@ -147,16 +186,22 @@ def _write_task(
             return {"reused": True, "node": _node(), "report": json.load(f)}
     report.parent.mkdir(parents=True, exist_ok=True)
     decided = [_decide_dir(Path(work), g) for g in range(groups)]
-    result = neardup.write(
-        _table(Path(work), shard),
-        Path(work) / "hot.ndh",
-        decided,
-        output=output,
-        decisions=_shard_decisions(Path(work), shard),
-        report=report,
-        progress=False,
-        **settings,
-    )
+    try:
+        result = neardup.write(
+            _table(Path(work), shard),
+            Path(work) / "hot.ndh",
+            decided,
+            output=output,
+            decisions=_shard_decisions(Path(work), shard),
+            report=report,
+            progress=False,
+            **settings,
+        )
+    except Exception:
+        if report.exists():
+            with open(report, encoding="utf-8") as f:
+                return {"reused": True, "node": _node(), "report": json.load(f)}
+        raise
     return {"reused": False, "node": _node(), "report": result}
 
 
@@ -270,7 +315,9 @@ def dedup(
 
     Returns:
         A report: ``shards``, ``groups``, ``tasks``, ``tasks_reused`` (tasks whose output was
-        found complete in ``work_dir``), ``nodes`` (ids of the nodes tasks ran on), ``totals``
+        found complete in ``work_dir``), ``nodes`` (ids of the nodes tasks ran on), ``steps``
+        (per step: ``tasks``, ``reused``, and the ``seconds`` and ``longest_seconds`` of the
+        tasks that ran, measured inside them, so Ray's scheduling is not included), ``totals``
         (summed over the shards' reports) and ``shard_reports`` (each shard's run report).
     """
     import ray
@@ -358,6 +405,18 @@ def dedup(
         _concatenate([_shard_decisions(work, i) for i in range(len(split))], Path(decisions))
     shard_reports = [r["report"] for r in results[-len(split):]]
     hot_info = results[len(split)]
+    kinds = [("keys", len(split)), ("hot", 1), ("sign", len(split)), ("decide", groups), ("write", len(split))]
+    steps: Dict[str, Dict[str, Any]] = {}
+    at = 0
+    for kind, n in kinds:
+        ran = [r for r in results[at : at + n] if not r["reused"]]
+        steps[kind] = {
+            "tasks": n,
+            "reused": n - len(ran),
+            "seconds": sum(r["seconds"] for r in ran),
+            "longest_seconds": max((r["seconds"] for r in ran), default=0.0),
+        }
+        at += n
     return {
         "shards": len(split),
         "groups": hot_info["groups"],
@@ -365,6 +424,7 @@ def dedup(
         "tasks": len(results),
         "tasks_reused": sum(1 for r in results if r["reused"]),
         "nodes": sorted({r["node"] for r in results}),
+        "steps": steps,
         "work_dir": str(work),
         "output": out,
         "decisions": None if decisions is None else os.fspath(decisions),
