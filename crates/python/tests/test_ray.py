@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SAMPLE
-from local_ray import RAY_ENV, LocalCluster, kill_session
+from local_ray import RAY_ENV, LocalCluster, kill_session, session_pids
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'neardup[ray]')")
 
@@ -141,6 +141,19 @@ def synthetic_corpus(root: Path, shards: int, docs: int) -> list:
     return paths
 
 
+def running_task(cluster, node: str):
+    """The neardup task a node's worker is running now (by its process title), or None."""
+    for pid in session_pids(cluster.sessions[node]):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                title = f.read().split(b"\0")[0].decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith("ray::_") and title.split()[0].endswith("_task"):
+            return title.split()[0]
+    return None
+
+
 def test_a_worker_node_killed_mid_run_changes_nothing(tmp_path, cluster, cli):
     corpus = tmp_path / "in"
     corpus.mkdir()
@@ -157,14 +170,17 @@ def test_a_worker_node_killed_mid_run_changes_nothing(tmp_path, cluster, cli):
         groups=3,
         max_retries=5,
     )
-    # Kill a worker node while the keys tasks run (the first table is out, more are going).
+    # Kill a worker node while it runs one of the run's tasks (Ray titles a worker process
+    # `ray::TASK` while it runs TASK), so that a task is interrupted in the middle.
     deadline = time.monotonic() + 180
-    while not (work / "keys").exists() or not any((work / "keys").glob("*.ndk")):
+    interrupted = None
+    while interrupted is None:
         assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no task finished"
-        time.sleep(0.02)
+        assert time.monotonic() < deadline, "worker-1 never ran a task"
+        time.sleep(0.005)
+        interrupted = running_task(cluster, "worker-1")
     cluster.kill("worker-1")
     report = finish(proc)
     assert (tmp_path / "d.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     assert data_files(tmp_path / "out") == data_files(tmp_path / "one")
-    assert report["tasks_reused"] == 0
+    assert report["tasks_reused"] == 0, interrupted
