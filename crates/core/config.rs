@@ -82,7 +82,7 @@ impl Default for InputSettings {
 }
 
 /// How several text fields make samples.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldsModeSetting {
     /// One sample per record, the fields newline-joined.
@@ -92,7 +92,7 @@ pub enum FieldsModeSetting {
 }
 
 /// Shingle units.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Tokenize {
     /// Unicode characters.

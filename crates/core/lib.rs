@@ -37,6 +37,7 @@ mod error;
 pub mod eval;
 mod paths;
 mod pipeline;
+mod steps;
 
 pub use config::{
     Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
@@ -55,6 +56,7 @@ pub use pipeline::{
     discover_inputs_and_sources, keys_config, merge_hot_key_files, merge_hot_key_files_with,
     merge_hot_keys, write_shard_keys,
 };
+pub use steps::{HotReport, KeysReport, PlanSummary, hot_file, keys_shard};
 
 pub use neardup_corpus as corpus;
 pub use neardup_dedup as dedup;

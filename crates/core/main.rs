@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use clap::{Args, Parser, Subcommand};
-use neardup::corpus::{AtomicFile, Format, Publication, PublishOptions, WriteError};
+use neardup::corpus::{AtomicFile, Format};
 use neardup::dedup::{EmptyPolicy, Verify};
 use neardup::keys::{HotKeys, KeysError, OnError, Progress};
 use neardup::sketch::{BandKeyScheme, HashScheme, LshParams};
@@ -270,7 +270,7 @@ struct InputOpts {
     fields: Vec<String>,
     /// Several fields: join into one text per record, or one sample per field [default: join].
     #[arg(long)]
-    fields_mode: Option<FieldsModeSetting>,
+    fields_mode: Option<FieldsModeArg>,
     /// Field carried into every decision as the id.
     #[arg(long)]
     id_field: Option<String>,
@@ -326,7 +326,7 @@ struct SketchOpts {
     rows: Option<usize>,
     /// Shingle unit [default: char].
     #[arg(long)]
-    tokenize: Option<Tokenize>,
+    tokenize: Option<TokenizeArg>,
     /// Shingle size [default: 5].
     #[arg(long)]
     shingle: Option<usize>,
@@ -404,9 +404,9 @@ struct OutputOpts {
 }
 
 macro_rules! value_enum {
-    ($name:ident => $target:ty { $($variant:ident => $value:expr),+ $(,)? }) => {
+    ($name:ident => $target:ty { $($(#[doc = $doc:literal])* $variant:ident => $value:expr),+ $(,)? }) => {
         #[derive(Clone, Copy, Debug, clap::ValueEnum)]
-        enum $name { $($variant),+ }
+        enum $name { $($(#[doc = $doc])* $variant),+ }
         impl From<$name> for $target {
             fn from(v: $name) -> $target { match v { $($name::$variant => $value),+ } }
         }
@@ -418,6 +418,20 @@ value_enum!(BandKeysArg => BandKeyScheme { Fast => BandKeyScheme::Fast, Lshcurat
 value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Exact });
 value_enum!(OnErrorArg => OnError { Skip => OnError::Skip, Fail => OnError::Fail });
 value_enum!(EmptyArg => EmptyPolicy { Keep => EmptyPolicy::Keep, Drop => EmptyPolicy::Drop });
+value_enum!(FieldsModeArg => FieldsModeSetting {
+    /// One sample per record, the fields newline-joined.
+    Join => FieldsModeSetting::Join,
+    /// One sample per field (lshcurator's semantics).
+    Expand => FieldsModeSetting::Expand,
+});
+value_enum!(TokenizeArg => Tokenize {
+    /// Unicode characters.
+    Char => Tokenize::Char,
+    /// UTF-8 bytes.
+    Byte => Tokenize::Byte,
+    /// Words (Unicode word boundaries).
+    Word => Tokenize::Word,
+});
 
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -490,7 +504,7 @@ impl Overrides for InputOpts {
             c.input.fields = self.fields.clone();
         }
         if let Some(v) = self.fields_mode {
-            c.input.fields_mode = v;
+            c.input.fields_mode = v.into();
         }
         if self.id_field.is_some() {
             c.input.id_field = self.id_field.clone();
@@ -533,7 +547,7 @@ impl Overrides for SketchOpts {
             c.sketch.rows = self.rows;
         }
         if let Some(v) = self.tokenize {
-            c.sketch.tokenize = v;
+            c.sketch.tokenize = v.into();
         }
         if let Some(v) = self.shingle {
             c.sketch.shingle = v;
@@ -751,14 +765,6 @@ fn signal_name(signal: i32) -> String {
     }
 }
 
-fn publish_error(e: WriteError) -> Error {
-    if e.kind() == "interrupted" {
-        Error::Interrupted
-    } else {
-        Error::Run(e.to_string())
-    }
-}
-
 fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error> {
     let cancel = handle_signals();
     let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
@@ -876,52 +882,17 @@ fn run(cli: Cli) -> Result<(), Error> {
                 ));
             }
             let config = build_config(&inputs, &input, &[&sketch], None)?;
-            let mut keys = neardup::keys_config(&config)?;
-            let (found, problems) = neardup::discover_inputs_and_sources(&config)?;
-            let mut paths = RunPaths::new();
-            paths
-                .read_discovered(&found)
-                .write_file("the key table (--output)", &output);
-            if let Some(r) = &report {
-                paths.write_file("the report (--report)", r);
-            }
-            paths.check()?;
-            for p in &problems {
-                tracing::warn!("input problem: {p}");
-            }
-            let files = found.files;
-            let cancel = handle_signals();
-            // The table and its report are published together when the shard is done.
-            let publication = Publication::begin(&PublishOptions {
-                files: std::iter::once(output.clone())
-                    .chain(report.clone())
-                    .collect(),
-                cancel: cancel.clone(),
-                ..PublishOptions::default()
-            })
-            .map_err(publish_error)?;
             let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-            keys.progress = Some(progress[0].clone());
-            keys.cancel = cancel;
-            let stats = {
-                let _view = ProgressView::start(progress, quiet);
-                let table = publication.file(&output).map_err(publish_error)?;
-                neardup::keys::write_keys_to(&files, shard, &keys, table)?
+            let control = RunControl {
+                stage1: Some(progress[0].clone()),
+                cancel: handle_signals(),
+                ..RunControl::default()
             };
-            if let Some(path) = &report {
-                save_json_to(
-                    publication.file(path).map_err(publish_error)?,
-                    &serde_json::json!({
-                        "neardup": env!("CARGO_PKG_VERSION"),
-                        "shard": shard,
-                        "table": output,
-                        "inputs": files.iter().map(|f| &f.path).collect::<Vec<_>>(),
-                        "input_problems": problems,
-                        "stage1": stats,
-                    }),
-                )?;
-            }
-            publication.commit().map_err(publish_error)?;
+            let made = {
+                let _view = ProgressView::start(progress, quiet);
+                neardup::keys_shard(&config, shard, &output, report.as_deref(), &control)?
+            };
+            let stats = &made.stage1;
             note(
                 quiet,
                 format_args!(
@@ -944,75 +915,24 @@ fn run(cli: Cli) -> Result<(), Error> {
             report,
             groups,
         } => {
-            if groups == 0 {
-                return Err(Error::Usage("--groups must be at least 1".into()));
-            }
             let mut config = Config::default();
             config.keys.min_key_count = min_key_count;
             config.keys.memory_limit = memory_limit;
             config.keys.spill_dir = spill_dir;
             config.run.threads = threads.unwrap_or(0);
-            config.validate_run()?;
-            let mut paths = RunPaths::new();
-            for t in &tables {
-                paths.read_file("the key table", t);
-            }
-            paths.write_file("the hot-key file (--output)", &output);
-            if let Some(r) = &report {
-                paths.write_file("the report (--report)", r);
-            }
-            if let Some(dir) = &config.keys.spill_dir {
-                paths.spill_dir(dir);
-            }
-            paths.check()?;
-            let started = Instant::now();
             let control = RunControl {
                 cancel: handle_signals(),
                 ..RunControl::default()
             };
-            // The hot-key file and its report are published together at the end.
-            let publication = Publication::begin(&PublishOptions {
-                files: std::iter::once(output.clone())
-                    .chain(report.clone())
-                    .collect(),
-                scratch_dirs: config.keys.spill_dir.iter().cloned().collect(),
-                cancel: control.cancel.clone(),
-                ..PublishOptions::default()
-            })
-            .map_err(publish_error)?;
-            let (mut hot, mask, stats) =
-                neardup::merge_hot_key_files_with(&config, &tables, &control)?;
-            if groups > 1 {
-                let shards = neardup::keys::ShardTables::open(&tables)?;
-                let plan = neardup::keys::plan_from_tables(&shards, &hot, groups, &|| {
-                    control.cancel.is_cancelled()
-                })?;
-                hot = hot.with_plan(plan)?;
-            }
-            hot.save_to(publication.file(&output).map_err(publish_error)?)?;
-            if let Some(path) = &report {
-                save_json_to(
-                    publication.file(path).map_err(publish_error)?,
-                    &serde_json::json!({
-                        "neardup": env!("CARGO_PKG_VERSION"),
-                        "tables": tables,
-                        "hot_keys_file": output,
-                        "min_key_count": min_key_count,
-                        "count": stats,
-                        "samples": mask.rows(),
-                        "hot_samples": mask.hot_rows(),
-                        "plan": hot.plan().map(|p| serde_json::json!({
-                            "groups": p.groups,
-                            "group_rows": p.group_rows,
-                            "components": p.components,
-                            "largest_component": p.largest_component,
-                            "hot_rows": p.hot_rows,
-                        })),
-                        "seconds": started.elapsed().as_secs_f64(),
-                    }),
-                )?;
-            }
-            publication.commit().map_err(publish_error)?;
+            let (_, made) = neardup::hot_file(
+                &config,
+                &tables,
+                groups,
+                &output,
+                report.as_deref(),
+                &control,
+            )?;
+            let stats = &made.count;
             note(
                 quiet,
                 format_args!(
@@ -1021,8 +941,8 @@ fn run(cli: Cli) -> Result<(), Error> {
                     stats.keys,
                     stats.distinct_keys,
                     stats.hot_keys,
-                    mask.hot_rows(),
-                    mask.rows(),
+                    made.hot_samples,
+                    made.samples,
                     if stats.spilled { " (spilled)" } else { "" },
                     output.display()
                 ),
@@ -1453,7 +1373,7 @@ mod tests {
             rows: Some(4),
             shingle: Some(3),
             step: Some(2),
-            tokenize: Some(Tokenize::Byte),
+            tokenize: Some(TokenizeArg::Byte),
             ..SketchOpts::default()
         };
         let c = build_config(&["x.jsonl".into()], &input, &[&sketch], None).unwrap();

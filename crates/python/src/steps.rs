@@ -40,30 +40,18 @@ pub fn start_keys(
 ) -> PyResult<Run> {
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
-    let mut keys = neardup::keys_config(&config).map_err(crate::errors::to_py)?;
-    let (found, problems) =
-        neardup::discover_inputs_and_sources(&config).map_err(discovery_to_py)?;
-    RunPaths::new()
-        .read_discovered(&found)
-        .write_file("the key table", &output)
-        .check()
-        .map_err(crate::errors::to_py)?;
+    // Inputs that do not exist are FileNotFoundError at the call (the step lists them again).
+    neardup::discover_inputs_and_sources(&config).map_err(discovery_to_py)?;
     let stages = progress();
-    let cancel = CancelToken::new();
-    keys.progress = Some(stages[0].clone());
-    keys.cancel = cancel.clone();
+    let control = RunControl {
+        stage1: Some(stages[0].clone()),
+        cancel: CancelToken::new(),
+        ..RunControl::default()
+    };
+    let cancel = control.cancel.clone();
     Run::spawn("neardup-keys", stages, cancel, move || {
-        let files = found.files;
-        let stats = neardup::keys::write_keys(&files, shard, &keys, &output)?;
-        Ok(serde_json::json!({
-            "neardup": env!("CARGO_PKG_VERSION"),
-            "shard": shard,
-            "table": output,
-            "inputs": files.iter().map(|f| &f.path).collect::<Vec<_>>(),
-            "input_problems": problems,
-            "stage1": stats,
-        })
-        .to_string())
+        let made = neardup::keys_shard(&config, shard, &output, None, &control)?;
+        Ok(serde_json::to_string(&made).expect("a report serialises"))
     })
 }
 
