@@ -1,0 +1,797 @@
+//! The command line's arguments (clap) and how they become a [`Config`]: defaults, then the
+//! settings file (`--config`), then the flags.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use neardup::corpus::Format;
+use neardup::dedup::{EmptyPolicy, Verify};
+use neardup::keys::OnError;
+use neardup::sketch::{BandKeyScheme, HashScheme};
+use neardup::{Config, Error, FieldsModeSetting, Tokenize};
+
+/// Near-duplicate detection for large text corpora (MinHash + LSH in two streaming stages).
+#[derive(Parser, Debug)]
+#[command(name = "neardup", version, about, long_about = None, propagate_version = true)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+    /// More log output (-v: debug, -vv: trace). RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Both stages end to end: filtered dataset, decisions and run report.
+    Dedup(DedupArgs),
+    /// Stage 1 on some inputs: write their key table.
+    Keys(KeysArgs),
+    /// Merge key tables into the hot-key file.
+    Hot(HotArgs),
+    /// Distributed stage 2, per shard: re-read one shard and write what deciding its hot
+    /// samples needs, split by group (a directory).
+    Sign(SignArgs),
+    /// Distributed stage 2, per group: decide one group's hot samples from every shard's sign
+    /// output, in global order. Opens no input file.
+    Decide(DecideArgs),
+    /// Distributed stage 2, per shard: re-read one shard and write its filtered dataset and
+    /// decisions, the hot samples decided by `decide`.
+    Write(WriteArgs),
+    /// Stage 2 given the key tables of all shards and their hot-key file.
+    Apply(ApplyArgs),
+    /// Exact deduplication by content hash of the normalised text.
+    Exact(ExactArgs),
+    /// Check a run's decisions against exact Jaccard: precision of every drop, recall on a sample.
+    Eval(EvalArgs),
+    /// Show the LSH setting chosen for a threshold and width, its error areas and S-curve.
+    Params(ParamsArgs),
+}
+
+/// The arguments of `neardup dedup`.
+#[derive(Args, Debug)]
+pub(crate) struct DedupArgs {
+    /// Input files, directories and glob patterns.
+    #[arg(required = true)]
+    pub(crate) inputs: Vec<String>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+    #[command(flatten)]
+    pub(crate) count: CountOpts,
+    #[command(flatten)]
+    pub(crate) decide: DecideOpts,
+    #[command(flatten)]
+    pub(crate) output: OutputOpts,
+}
+
+/// The arguments of `neardup keys`.
+#[derive(Args, Debug)]
+pub(crate) struct KeysArgs {
+    /// Input files, directories and glob patterns of this shard.
+    #[arg(required = true)]
+    pub(crate) inputs: Vec<String>,
+    /// Key-table file to write.
+    #[arg(long = "output", short = 'o', visible_alias = "out")]
+    pub(crate) output: PathBuf,
+    /// This shard's number: global row order follows shard numbers.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) shard: u32,
+    /// Stage-1 report of this shard (JSON: records, samples, skipped records and why, speed).
+    #[arg(long)]
+    pub(crate) report: Option<PathBuf>,
+    // A stage-2 output, accepted only to say where it belongs instead of an unknown-flag error.
+    #[arg(long, hide = true)]
+    pub(crate) decisions: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+}
+
+/// The arguments of `neardup hot`.
+#[derive(Args, Debug)]
+pub(crate) struct HotArgs {
+    /// Key tables of all shards.
+    #[arg(required = true)]
+    pub(crate) tables: Vec<PathBuf>,
+    /// Hot-key file to write.
+    #[arg(long = "output", short = 'o', visible_alias = "out")]
+    pub(crate) output: PathBuf,
+    /// A key is hot when seen more than this many times.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) min_key_count: u32,
+    /// When all tables' keys exceed this (e.g. 4GiB), count them from spill files
+    /// partition by partition instead of in memory; tables are never loaded whole
+    /// [default: no limit].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) memory_limit: Option<u64>,
+    /// Directory for spill files, created if missing [default: the system temp directory].
+    #[arg(long)]
+    pub(crate) spill_dir: Option<PathBuf>,
+    /// Counting threads, at most 1024 [default: 0 = all cores].
+    #[arg(long, short = 'j')]
+    pub(crate) threads: Option<usize>,
+    /// Merge report (JSON: keys, distinct and hot keys, hot samples, the plan, time).
+    #[arg(long)]
+    pub(crate) report: Option<PathBuf>,
+    /// Plan stage 2 for this many `decide` groups: the connected components of hot rows,
+    /// packed into G groups of balanced size (stored in the hot-key file).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) groups: u32,
+}
+
+/// The arguments of `neardup sign`.
+#[derive(Args, Debug)]
+pub(crate) struct SignArgs {
+    /// The shard's key table from `neardup keys`.
+    pub(crate) table: PathBuf,
+    /// Hot-key file from `neardup hot`.
+    #[arg(long)]
+    pub(crate) hot: PathBuf,
+    /// Output directory (one stream per group and a manifest).
+    #[arg(long = "output", short = 'o')]
+    pub(crate) output: PathBuf,
+    /// Report (JSON: what was signed, per group).
+    #[arg(long)]
+    pub(crate) report: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+    #[command(flatten)]
+    pub(crate) decide: DecideOpts,
+}
+
+/// The arguments of `neardup decide`.
+#[derive(Args, Debug)]
+pub(crate) struct DecideArgs {
+    /// Sign outputs of every shard (any order).
+    #[arg(required = true)]
+    pub(crate) signed: Vec<PathBuf>,
+    /// Hot-key file from `neardup hot`.
+    #[arg(long)]
+    pub(crate) hot: PathBuf,
+    /// The group to decide (0 to G-1).
+    #[arg(long)]
+    pub(crate) group: u32,
+    /// Output directory (one stream per shard and a manifest).
+    #[arg(long = "output", short = 'o')]
+    pub(crate) output: PathBuf,
+    /// Report (JSON: decisions per shard, the decision core's counters).
+    #[arg(long)]
+    pub(crate) report: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+    #[command(flatten)]
+    pub(crate) decide: DecideOpts,
+}
+
+/// The arguments of `neardup write`.
+#[derive(Args, Debug)]
+pub(crate) struct WriteArgs {
+    /// The shard's key table from `neardup keys`.
+    pub(crate) table: PathBuf,
+    /// Hot-key file from `neardup hot`.
+    #[arg(long)]
+    pub(crate) hot: PathBuf,
+    /// Decide outputs of every group (any order).
+    #[arg(long, required = true, num_args = 1..)]
+    pub(crate) decided: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+    #[command(flatten)]
+    pub(crate) decide: DecideOpts,
+    #[command(flatten)]
+    pub(crate) output: OutputOpts,
+}
+
+/// The arguments of `neardup apply`.
+#[derive(Args, Debug)]
+pub(crate) struct ApplyArgs {
+    /// Key tables from `neardup keys`, all shards (any order).
+    #[arg(required_unless_present = "keys")]
+    pub(crate) tables: Vec<PathBuf>,
+    /// Hot-key file from `neardup hot`.
+    #[arg(long)]
+    pub(crate) hot: PathBuf,
+    /// More key tables (the earlier spelling; positional tables are the same).
+    #[arg(long = "keys", hide = true)]
+    pub(crate) keys: Vec<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+    #[command(flatten)]
+    pub(crate) decide: DecideOpts,
+    #[command(flatten)]
+    pub(crate) output: OutputOpts,
+}
+
+/// The arguments of `neardup exact`.
+#[derive(Args, Debug)]
+pub(crate) struct ExactArgs {
+    /// Input files, directories and glob patterns.
+    #[arg(required = true)]
+    pub(crate) inputs: Vec<String>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) normalize: NormalizeOpts,
+    #[command(flatten)]
+    pub(crate) count: CountOpts,
+    #[command(flatten)]
+    pub(crate) output: OutputOpts,
+}
+
+/// The arguments of `neardup eval`.
+#[derive(Args, Debug)]
+pub(crate) struct EvalArgs {
+    /// The run's inputs, in the same order.
+    #[arg(required_unless_present = "inputs_flag")]
+    pub(crate) inputs: Vec<String>,
+    /// The run's decisions file.
+    #[arg(long)]
+    pub(crate) decisions: PathBuf,
+    /// The run's inputs (the earlier spelling; positional inputs are the same).
+    #[arg(long = "inputs", num_args = 1.., hide = true)]
+    pub(crate) inputs_flag: Vec<String>,
+    /// Documents drawn for the recall estimate.
+    #[arg(long, default_value_t = neardup::eval::DEFAULT_RECALL_SAMPLES)]
+    pub(crate) samples: usize,
+    /// Seed of the draw.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) sample_seed: u64,
+    /// Write the full evaluation as JSON here.
+    #[arg(long = "eval-report")]
+    pub(crate) eval_report: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+}
+
+/// The arguments of `neardup params`.
+#[derive(Args, Debug)]
+pub(crate) struct ParamsArgs {
+    /// Similarity threshold.
+    #[arg(long, default_value_t = 0.8)]
+    pub(crate) threshold: f64,
+    /// Signature width.
+    #[arg(long, default_value_t = 128)]
+    pub(crate) num_perm: usize,
+    /// Explicit bands (with --rows) instead of the optimum [default: optimal for --threshold
+    /// and --num-perm].
+    #[arg(long, requires = "rows")]
+    pub(crate) bands: Option<usize>,
+    /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
+    #[arg(long, requires = "bands")]
+    pub(crate) rows: Option<usize>,
+    /// Points of the S-curve table (2 to 10000).
+    #[arg(long, default_value_t = 11)]
+    pub(crate) points: usize,
+}
+
+// Each command takes only the option groups it uses, so its help lists nothing it would ignore.
+// A settings file (--config) may still name any setting: a file shared by the staged commands
+// holds them all.
+
+/// Settings file, preset, how inputs are read, and threads.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Input")]
+pub(crate) struct InputOpts {
+    /// Settings file (TOML or JSON, see docs/tuning.md); flags override it.
+    #[arg(long)]
+    pub(crate) config: Option<PathBuf>,
+    /// Preset reproducing another tool's decisions exactly.
+    #[arg(long, value_parser = ["lshcurator"])]
+    pub(crate) compat: Option<String>,
+    /// Read files whose extension names no format as this format [default: by extension].
+    #[arg(long)]
+    pub(crate) format: Option<FormatArg>,
+    /// Text field (repeatable; dotted paths reach into objects) [default: text].
+    #[arg(long = "field")]
+    pub(crate) fields: Vec<String>,
+    /// Several fields: join into one text per record, or one sample per field [default: join].
+    #[arg(long)]
+    pub(crate) fields_mode: Option<FieldsModeArg>,
+    /// Field carried into every decision as the id.
+    #[arg(long)]
+    pub(crate) id_field: Option<String>,
+    /// Skip bad records (counted, quoted in the report) or stop at the first [default: skip].
+    #[arg(long)]
+    pub(crate) on_error: Option<OnErrorArg>,
+    /// Worker threads, at most 1024 [default: 0 = all cores].
+    #[arg(long, short = 'j')]
+    pub(crate) threads: Option<usize>,
+}
+
+/// Text normalisation before texts are compared (and hashed); outputs keep the original text.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Normalisation")]
+pub(crate) struct NormalizeOpts {
+    /// Lowercase texts before comparing them.
+    #[arg(long)]
+    pub(crate) lowercase: bool,
+    /// Unicode NFKC before comparing.
+    #[arg(long)]
+    pub(crate) nfkc: bool,
+    /// Collapse whitespace runs.
+    #[arg(long)]
+    pub(crate) collapse_whitespace: bool,
+    /// Remove punctuation.
+    #[arg(long)]
+    pub(crate) strip_punctuation: bool,
+    /// Keep only these characters (e.g. '0-9a-zA-Z가-힣') [default: all].
+    #[arg(long)]
+    pub(crate) keep_chars: Option<String>,
+    /// Do not trim leading/trailing whitespace (trimmed by default).
+    #[arg(long)]
+    pub(crate) no_trim: bool,
+}
+
+/// What the key table holds: shingling, signature, bands. Stage 1 and stage 2 must agree on
+/// these (the staged commands check it).
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Sketch")]
+pub(crate) struct SketchOpts {
+    /// Similarity threshold, 0 to 1 [default: 0.8].
+    #[arg(long)]
+    pub(crate) threshold: Option<f64>,
+    /// Signature width, 1 to 16384 [default: 128].
+    #[arg(long)]
+    pub(crate) num_perm: Option<usize>,
+    /// LSH bands (with --rows; bands × rows at most --num-perm) [default: optimal for
+    /// --threshold and --num-perm].
+    #[arg(long, requires = "rows")]
+    pub(crate) bands: Option<usize>,
+    /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
+    #[arg(long, requires = "bands")]
+    pub(crate) rows: Option<usize>,
+    /// Shingle unit [default: char].
+    #[arg(long)]
+    pub(crate) tokenize: Option<TokenizeArg>,
+    /// Shingle size [default: 5].
+    #[arg(long)]
+    pub(crate) shingle: Option<usize>,
+    /// Shingle window step [default: 1].
+    #[arg(long)]
+    pub(crate) step: Option<usize>,
+    /// MinHash hash scheme: oph (one-permutation hashing), fast (k-permutation SIMD),
+    /// datasketch (bit-exact datasketch 1.9) [default: oph].
+    #[arg(long)]
+    pub(crate) hash: Option<HashArg>,
+    /// Band-key encoding [default: fast].
+    #[arg(long)]
+    pub(crate) band_keys: Option<BandKeysArg>,
+    /// Permutation seed [default: 1].
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Do not count content hashes (no exact-copy shortcut).
+    #[arg(long)]
+    pub(crate) no_exact: bool,
+    // Last: a flattened group's heading stays in force for the fields after it.
+    #[command(flatten)]
+    pub(crate) normalize: NormalizeOpts,
+}
+
+/// Stage 1's frequency filter.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Counting")]
+pub(crate) struct CountOpts {
+    /// A key is hot when seen more than this many times [default: 1].
+    #[arg(long)]
+    pub(crate) min_key_count: Option<u32>,
+    /// Key-table memory before stage 1 spills to disk (e.g. 4GiB) [default: no limit].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) memory_limit: Option<u64>,
+}
+
+/// Stage 2's decisions.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Decisions")]
+pub(crate) struct DecideOpts {
+    /// Representatives per hot bucket (0: unbounded) [default: 64].
+    #[arg(long)]
+    pub(crate) max_reps: Option<usize>,
+    /// Confirm candidates with the true Jaccard of the shingle sets (exact) or by the
+    /// signatures' estimate [default: exact].
+    #[arg(long)]
+    pub(crate) verify: Option<VerifyArg>,
+}
+
+/// What a deduplicating run writes, and where it spills.
+#[derive(Args, Debug, Default)]
+#[command(next_help_heading = "Output")]
+pub(crate) struct OutputOpts {
+    /// Directory for the filtered dataset (same relative paths and formats as the inputs).
+    #[arg(long, short = 'o')]
+    pub(crate) output: Option<PathBuf>,
+    /// Decisions file, one row per sample (.jsonl or .parquet).
+    #[arg(long)]
+    pub(crate) decisions: Option<PathBuf>,
+    /// Run report (JSON).
+    #[arg(long)]
+    pub(crate) report: Option<PathBuf>,
+    /// Replace an existing output directory.
+    #[arg(long)]
+    pub(crate) overwrite: bool,
+    /// Split outputs into parts of at most this size (e.g. 512MiB) [default: no split].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) max_output_bytes: Option<u64>,
+    /// Keep or drop empty / whitespace-only texts [default: keep].
+    #[arg(long)]
+    pub(crate) empty: Option<EmptyArg>,
+    /// Directory for spill files, created if missing [default: the system temp directory].
+    #[arg(long)]
+    pub(crate) spill_dir: Option<PathBuf>,
+}
+
+macro_rules! value_enum {
+    ($name:ident => $target:ty { $($(#[doc = $doc:literal])* $variant:ident => $value:expr),+ $(,)? }) => {
+        #[derive(Clone, Copy, Debug, clap::ValueEnum)]
+        pub(crate) enum $name { $($(#[doc = $doc])* $variant),+ }
+        impl From<$name> for $target {
+            fn from(v: $name) -> $target { match v { $($name::$variant => $value),+ } }
+        }
+    };
+}
+value_enum!(FormatArg => Format { Jsonl => Format::Jsonl, Parquet => Format::Parquet });
+value_enum!(HashArg => HashScheme { Fast => HashScheme::Fast, Datasketch => HashScheme::Datasketch, Oph => HashScheme::Oph });
+value_enum!(BandKeysArg => BandKeyScheme { Fast => BandKeyScheme::Fast, Lshcurator => BandKeyScheme::Lshcurator });
+value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Exact });
+value_enum!(OnErrorArg => OnError { Skip => OnError::Skip, Fail => OnError::Fail });
+value_enum!(EmptyArg => EmptyPolicy { Keep => EmptyPolicy::Keep, Drop => EmptyPolicy::Drop });
+value_enum!(FieldsModeArg => FieldsModeSetting {
+    /// One sample per record, the fields newline-joined.
+    Join => FieldsModeSetting::Join,
+    /// One sample per field (lshcurator's semantics).
+    Expand => FieldsModeSetting::Expand,
+});
+value_enum!(TokenizeArg => Tokenize {
+    /// Unicode characters.
+    Char => Tokenize::Char,
+    /// UTF-8 bytes.
+    Byte => Tokenize::Byte,
+    /// Words (Unicode word boundaries).
+    Word => Tokenize::Word,
+});
+
+pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("not a size: {s:?} (e.g. 4GiB, 500MB, 1048576)"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0f64.powi(4),
+        other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+    };
+    Ok((n * mult) as u64)
+}
+
+/// Builds the settings: defaults, then the settings file, then each group's flags, then the
+/// compatibility preset (which keeps an explicit --max-reps).
+pub(crate) fn build_config(
+    inputs: &[String],
+    input: &InputOpts,
+    groups: &[&dyn Overrides],
+    max_reps: Option<usize>,
+) -> Result<Config, Error> {
+    let mut c = match &input.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if !inputs.is_empty() {
+        c.input.inputs = inputs.to_vec();
+    }
+    input.apply(&mut c);
+    for g in groups {
+        g.apply(&mut c);
+    }
+    if let Some(preset) = &input.compat {
+        match preset.as_str() {
+            "lshcurator" => {
+                c = c.lshcurator();
+                if let Some(v) = max_reps {
+                    c.dedup.max_reps = (v > 0).then_some(v);
+                }
+            }
+            other => return Err(Error::Usage(format!("unknown --compat preset {other:?}"))),
+        }
+    }
+    Ok(c)
+}
+
+/// An option group's flags written over the settings.
+pub(crate) trait Overrides {
+    fn apply(&self, c: &mut Config);
+}
+
+impl Overrides for InputOpts {
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = self.format {
+            c.input.format = Some(v.into());
+        }
+        if !self.fields.is_empty() {
+            c.input.fields = self.fields.clone();
+        }
+        if let Some(v) = self.fields_mode {
+            c.input.fields_mode = v.into();
+        }
+        if self.id_field.is_some() {
+            c.input.id_field = self.id_field.clone();
+        }
+        if let Some(v) = self.on_error {
+            c.run.on_error = v.into();
+        }
+        if let Some(v) = self.threads {
+            c.run.threads = v;
+        }
+    }
+}
+
+impl Overrides for NormalizeOpts {
+    fn apply(&self, c: &mut Config) {
+        c.sketch.lowercase |= self.lowercase;
+        c.sketch.nfkc |= self.nfkc;
+        c.sketch.collapse_whitespace |= self.collapse_whitespace;
+        c.sketch.strip_punctuation |= self.strip_punctuation;
+        if self.keep_chars.is_some() {
+            c.sketch.keep_chars = self.keep_chars.clone();
+        }
+        if self.no_trim {
+            c.sketch.trim = false;
+        }
+    }
+}
+
+impl Overrides for SketchOpts {
+    fn apply(&self, c: &mut Config) {
+        self.normalize.apply(c);
+        if let Some(v) = self.threshold {
+            c.dedup.threshold = v;
+        }
+        if let Some(v) = self.num_perm {
+            c.sketch.num_perm = v;
+        }
+        if self.bands.is_some() {
+            c.sketch.bands = self.bands;
+            c.sketch.rows = self.rows;
+        }
+        if let Some(v) = self.tokenize {
+            c.sketch.tokenize = v.into();
+        }
+        if let Some(v) = self.shingle {
+            c.sketch.shingle = v;
+        }
+        if let Some(v) = self.step {
+            c.sketch.step = v;
+        }
+        if let Some(v) = self.hash {
+            c.sketch.hash = v.into();
+        }
+        if let Some(v) = self.band_keys {
+            c.sketch.band_keys = v.into();
+        }
+        if let Some(v) = self.seed {
+            c.sketch.seed = v;
+        }
+        if self.no_exact {
+            c.keys.exact = false;
+        }
+    }
+}
+
+impl Overrides for CountOpts {
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = self.min_key_count {
+            c.keys.min_key_count = v;
+        }
+        if self.memory_limit.is_some() {
+            c.keys.memory_limit = self.memory_limit;
+        }
+    }
+}
+
+impl Overrides for DecideOpts {
+    fn apply(&self, c: &mut Config) {
+        if let Some(v) = self.max_reps {
+            c.dedup.max_reps = (v > 0).then_some(v);
+        }
+        if let Some(v) = self.verify {
+            c.dedup.verify = v.into();
+        }
+    }
+}
+
+impl Overrides for OutputOpts {
+    fn apply(&self, c: &mut Config) {
+        if self.output.is_some() {
+            c.output.dir = self.output.clone();
+        }
+        if self.decisions.is_some() {
+            c.output.decisions = self.decisions.clone();
+        }
+        if self.report.is_some() {
+            c.output.report = self.report.clone();
+        }
+        c.output.overwrite |= self.overwrite;
+        if self.max_output_bytes.is_some() {
+            c.output.max_output_bytes = self.max_output_bytes;
+        }
+        if let Some(v) = self.empty {
+            c.dedup.empty = v.into();
+        }
+        if self.spill_dir.is_some() {
+            c.keys.spill_dir = self.spill_dir.clone();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup::keys::ShortTextPolicy;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert_eq!(parse_size("500MB").unwrap(), 500_000_000);
+        assert_eq!(parse_size("1.5k").unwrap(), 1500);
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("3 parsecs").is_err());
+    }
+
+    /// The default an option's help states: clap's `[default: …]` for options parsed with one,
+    /// the same words in the help text for options a settings file may also set.
+    fn stated_default(arg: &clap::Arg) -> Option<String> {
+        if let Some(v) = arg.get_default_values().first() {
+            return Some(v.to_string_lossy().into_owned());
+        }
+        let help = arg.get_help()?.to_string();
+        let start = help.find("[default: ")? + "[default: ".len();
+        Some(help[start..start + help[start..].find(']')?].to_string())
+    }
+
+    #[test]
+    fn every_option_with_a_default_states_it_in_help() {
+        use clap::CommandFactory;
+        // Options whose absence means "not written" or "not used": they have no default.
+        let without_default = [
+            "config",
+            "compat",
+            "id-field",
+            "output",
+            "decisions",
+            "report",
+            "eval-report",
+            "hot",
+        ];
+        let cli = Cli::command();
+        for cmd in cli.get_subcommands() {
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if arg.is_hide_set()
+                    || arg.is_required_set()
+                    || !arg.get_action().takes_values()
+                    || without_default.contains(&long)
+                {
+                    continue;
+                }
+                assert!(
+                    stated_default(arg).is_some(),
+                    "`neardup {} --{long}` does not state its default",
+                    cmd.get_name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn stated_defaults_are_the_settings_defaults() {
+        use clap::CommandFactory;
+        let defaults = serde_json::to_value(Config::default()).unwrap();
+        let text = |pointer: &str| match &defaults[pointer.split('/').nth(1).unwrap()]
+            [pointer.split('/').nth(2).unwrap()]
+        {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(a) => a[0].as_str().unwrap().to_string(),
+            other => other.to_string(),
+        };
+        let expected = [
+            ("threshold", text("/dedup/threshold")),
+            ("num-perm", text("/sketch/num_perm")),
+            ("tokenize", text("/sketch/tokenize")),
+            ("shingle", text("/sketch/shingle")),
+            ("step", text("/sketch/step")),
+            ("hash", text("/sketch/hash")),
+            ("band-keys", text("/sketch/band_keys")),
+            ("seed", text("/sketch/seed")),
+            ("min-key-count", text("/keys/min_key_count")),
+            ("max-reps", text("/dedup/max_reps")),
+            ("verify", text("/dedup/verify")),
+            ("empty", text("/dedup/empty")),
+            ("on-error", text("/run/on_error")),
+            ("field", text("/input/fields")),
+            ("fields-mode", text("/input/fields_mode")),
+            ("threads", format!("{} = all cores", text("/run/threads"))),
+        ];
+        let cli = Cli::command();
+        let mut seen = 0;
+        for cmd in cli.get_subcommands() {
+            // `params` explains one setting on its own defaults, which are the run's too.
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if let Some((_, want)) = expected.iter().find(|(flag, _)| *flag == long) {
+                    assert_eq!(
+                        stated_default(arg).as_deref(),
+                        Some(want.as_str()),
+                        "`neardup {} --{long}`",
+                        cmd.get_name()
+                    );
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen >= expected.len(), "{seen}");
+    }
+
+    #[test]
+    fn exact_help_speaks_of_comparing_texts_not_of_shingles() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let exact = cli.find_subcommand_mut("exact").unwrap();
+        let help = exact.render_long_help().to_string();
+        assert!(!help.to_lowercase().contains("shingl"), "{help}");
+    }
+
+    #[test]
+    fn lshcurator_preset_overrides_hashing_but_keeps_shingles() {
+        let input = InputOpts {
+            compat: Some("lshcurator".into()),
+            ..InputOpts::default()
+        };
+        let sketch = SketchOpts {
+            bands: Some(8),
+            rows: Some(4),
+            shingle: Some(3),
+            step: Some(2),
+            tokenize: Some(TokenizeArg::Byte),
+            ..SketchOpts::default()
+        };
+        let c = build_config(&["x.jsonl".into()], &input, &[&sketch], None).unwrap();
+        assert_eq!(c.sketch.hash, HashScheme::Datasketch);
+        assert_eq!(c.sketch.band_keys, BandKeyScheme::Lshcurator);
+        assert_eq!(c.sketch.seed, 36);
+        assert_eq!(c.sketch.num_perm, 32);
+        assert_eq!(
+            (c.sketch.shingle, c.sketch.step, c.sketch.tokenize),
+            (3, 2, Tokenize::Byte)
+        );
+        assert_eq!(c.keys.short_texts, ShortTextPolicy::EmptySignature);
+        assert!(!c.keys.exact);
+        assert_eq!(c.dedup.max_reps, None);
+        assert_eq!(c.input.fields_mode, FieldsModeSetting::Expand);
+    }
+}

@@ -1,0 +1,505 @@
+//! One function per command: each builds its settings, checks, runs the library's step with a
+//! progress view and the signal handlers, and says what it did.
+
+use std::sync::Arc;
+
+use neardup::corpus::AtomicFile;
+use neardup::keys::{HotKeys, KeysError, Progress};
+use neardup::sketch::LshParams;
+use neardup::{Config, Error, Pipeline, Report, RunControl, RunPaths};
+
+use super::args::*;
+use super::signals::handle_signals;
+use super::view::{ProgressView, answer, note};
+
+/// Both stages (`dedup`, `exact`) with a progress view, stopped by the signal handlers.
+pub(crate) fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error> {
+    let cancel = handle_signals();
+    let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let pipeline = Pipeline::new(config)?
+        .with_progress(stages[0].clone(), stages[1].clone())
+        .with_cancel(cancel);
+    let _view = ProgressView::start(stages, quiet);
+    pipeline.run()
+}
+
+/// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
+/// failure of stage 1.
+pub(crate) fn load_hot_argument(path: &std::path::Path) -> Result<HotKeys, Error> {
+    HotKeys::load(path).map_err(|e| match e {
+        KeysError::Config(m) => Error::Usage(m),
+        other => Error::Run(other.to_string()),
+    })
+}
+
+/// A run that writes nothing would throw its work away: refused before any.
+pub(crate) fn require_outputs(config: &Config) -> Result<(), Error> {
+    if config.output.dir.is_none() && config.output.decisions.is_none() {
+        return Err(Error::Usage(
+            "give --output DIR and/or --decisions FILE".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `value` as pretty JSON, atomically.
+pub(crate) fn save_json(
+    path: &std::path::Path,
+    value: &impl serde::Serialize,
+) -> Result<(), Error> {
+    save_json_to(
+        AtomicFile::create(path)
+            .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
+        value,
+    )
+}
+
+/// Writes `value` as pretty JSON into `file` and commits it.
+pub(crate) fn save_json_to(
+    mut file: AtomicFile,
+    value: &impl serde::Serialize,
+) -> Result<(), Error> {
+    let path = file.path().to_path_buf();
+    let fail =
+        |e: &dyn std::fmt::Display| Error::Run(format!("cannot write {}: {e}", path.display()));
+    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(&e))?;
+    file.commit().map_err(|e| fail(&e))
+}
+
+/// Runs the command line's command.
+pub(crate) fn run(command: Command, quiet: bool) -> Result<(), Error> {
+    match command {
+        Command::Dedup(args) => dedup(args, quiet),
+        Command::Keys(args) => keys(args, quiet),
+        Command::Hot(args) => hot(args, quiet),
+        Command::Sign(args) => sign(args, quiet),
+        Command::Decide(args) => decide(args, quiet),
+        Command::Write(args) => write(args, quiet),
+        Command::Apply(args) => apply(args, quiet),
+        Command::Exact(args) => exact(args, quiet),
+        Command::Eval(args) => eval(args),
+        Command::Params(args) => params(args),
+    }
+}
+
+/// `neardup dedup`.
+pub(crate) fn dedup(args: DedupArgs, quiet: bool) -> Result<(), Error> {
+    let DedupArgs {
+        inputs,
+        input,
+        sketch,
+        count,
+        decide,
+        output,
+    } = args;
+    let config = build_config(
+        &inputs,
+        &input,
+        &[&sketch, &count, &decide, &output],
+        decide.max_reps,
+    )?;
+    require_outputs(&config)?;
+    let report = run_pipeline(config, quiet)?;
+    note(quiet, report.summary());
+    Ok(())
+}
+
+/// `neardup keys`.
+pub(crate) fn keys(args: KeysArgs, quiet: bool) -> Result<(), Error> {
+    let KeysArgs {
+        inputs,
+        output,
+        shard,
+        report,
+        decisions,
+        input,
+        sketch,
+    } = args;
+    if decisions.is_some() {
+        return Err(Error::Usage(
+            "`neardup keys` writes only the key table (-o/--output); --decisions belongs \
+             to `neardup apply`"
+                .into(),
+        ));
+    }
+    let config = build_config(&inputs, &input, &[&sketch], None)?;
+    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let control = RunControl {
+        stage1: Some(progress[0].clone()),
+        cancel: handle_signals(),
+        ..RunControl::default()
+    };
+    let made = {
+        let _view = ProgressView::start(progress, quiet);
+        neardup::keys_shard(&config, shard, &output, report.as_deref(), &control)?
+    };
+    let stats = &made.stage1;
+    note(
+        quiet,
+        format_args!(
+            "shard {shard}: {} records, {} samples, {} bytes/sample, {:.1} MB/s -> {}",
+            stats.records,
+            stats.samples,
+            stats.bytes_per_sample,
+            stats.mb_per_second,
+            output.display()
+        ),
+    );
+    Ok(())
+}
+
+/// `neardup hot`.
+pub(crate) fn hot(args: HotArgs, quiet: bool) -> Result<(), Error> {
+    let HotArgs {
+        tables,
+        output,
+        min_key_count,
+        memory_limit,
+        spill_dir,
+        threads,
+        report,
+        groups,
+    } = args;
+    let mut config = Config::default();
+    config.keys.min_key_count = min_key_count;
+    config.keys.memory_limit = memory_limit;
+    config.keys.spill_dir = spill_dir;
+    config.run.threads = threads.unwrap_or(0);
+    let control = RunControl {
+        cancel: handle_signals(),
+        ..RunControl::default()
+    };
+    let (_, made) = neardup::hot_file(
+        &config,
+        &tables,
+        groups,
+        &output,
+        report.as_deref(),
+        &control,
+    )?;
+    let stats = &made.count;
+    note(
+        quiet,
+        format_args!(
+            "{} tables, {} keys, {} distinct, {} hot keys, {} hot samples of {}{} -> {}",
+            tables.len(),
+            stats.keys,
+            stats.distinct_keys,
+            stats.hot_keys,
+            made.hot_samples,
+            made.samples,
+            if stats.spilled { " (spilled)" } else { "" },
+            output.display()
+        ),
+    );
+    Ok(())
+}
+
+/// `neardup sign`.
+pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
+    let SignArgs {
+        table,
+        hot,
+        output,
+        report,
+        input,
+        sketch,
+        decide,
+    } = args;
+    let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+    config.validate()?;
+    let mut paths = RunPaths::new();
+    paths
+        .read_file("the hot-key file (--hot)", &hot)
+        .read_file("the key table", &table);
+    if let Some(r) = &report {
+        paths.write_file("the report (--report)", r);
+    }
+    paths.check()?;
+    let hot = load_hot_argument(&hot)?;
+    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let control = RunControl {
+        stage2: Some(progress[1].clone()),
+        cancel: handle_signals(),
+        ..RunControl::default()
+    };
+    let signed = {
+        let _view = ProgressView::start(progress, quiet);
+        neardup::sign_shard(&config, &table, &hot, &output, &control)?
+    };
+    if let Some(path) = &report {
+        save_json(path, &signed)?;
+    }
+    let m = &signed.manifest;
+    note(
+        quiet,
+        format_args!(
+            "shard {}: {} records, {} hot samples signed ({} as exact copies by hash) \
+             into {} group{}, {} bytes -> {}",
+            m.place.shard,
+            signed.stage2.records,
+            m.signed.samples.iter().sum::<u64>(),
+            m.signed.copies_by_hash,
+            m.groups,
+            if m.groups == 1 { "" } else { "s" },
+            m.bytes.iter().sum::<u64>(),
+            output.display()
+        ),
+    );
+    Ok(())
+}
+
+/// `neardup decide`.
+pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
+    let DecideArgs {
+        signed,
+        hot,
+        group,
+        output,
+        report,
+        input,
+        sketch,
+        decide,
+    } = args;
+    let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+    config.validate()?;
+    let mut paths = RunPaths::new();
+    paths.read_file("the hot-key file (--hot)", &hot);
+    if let Some(r) = &report {
+        paths.write_file("the report (--report)", r);
+    }
+    paths.check()?;
+    let hot = load_hot_argument(&hot)?;
+    let control = RunControl {
+        cancel: handle_signals(),
+        ..RunControl::default()
+    };
+    let decided = neardup::decide_group_dirs(&config, &signed, &hot, group, &output, &control)?;
+    if let Some(path) = &report {
+        save_json(path, &decided)?;
+    }
+    let m = &decided.manifest;
+    note(
+        quiet,
+        format_args!(
+            "group {} of {}: {} hot samples of {} shard{} decided ({} near, {} exact) -> {}",
+            m.group,
+            m.groups,
+            m.decided.iter().sum::<u64>(),
+            m.shards,
+            if m.shards == 1 { "" } else { "s" },
+            m.deduper.near,
+            m.deduper.exact,
+            output.display()
+        ),
+    );
+    Ok(())
+}
+
+/// `neardup write`.
+pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
+    let WriteArgs {
+        table,
+        hot,
+        decided,
+        input,
+        sketch,
+        decide,
+        output,
+    } = args;
+    let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
+    require_outputs(&config)?;
+    config.validate()?;
+    let mut paths = RunPaths::new();
+    paths
+        .read_file("the hot-key file (--hot)", &hot)
+        .read_file("the key table", &table);
+    paths.write_config_outputs(&config, &[]);
+    paths.check()?;
+    let hot = load_hot_argument(&hot)?;
+    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let control = RunControl {
+        stage2: Some(progress[1].clone()),
+        cancel: handle_signals(),
+        ..RunControl::default()
+    };
+    let report = {
+        let _view = ProgressView::start(progress, quiet);
+        neardup::write_shard(&config, &table, &hot, &decided, &control)?
+    };
+    note(quiet, report.summary());
+    Ok(())
+}
+
+/// `neardup apply`.
+pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
+    let ApplyArgs {
+        mut tables,
+        hot,
+        keys,
+        input,
+        sketch,
+        decide,
+        output,
+    } = args;
+    tables.extend(keys);
+    let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
+    require_outputs(&config)?;
+    config.validate()?;
+    // The tables' input files are checked too, by the library, once their headers are read.
+    let mut paths = RunPaths::new();
+    paths.read_file("the hot-key file (--hot)", &hot);
+    for t in &tables {
+        paths.read_file("the key table", t);
+    }
+    paths.write_config_outputs(&config, &[]);
+    paths.check()?;
+    let hot = load_hot_argument(&hot)?;
+    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let control = RunControl {
+        stage2: Some(progress[1].clone()),
+        cancel: handle_signals(),
+        ..RunControl::default()
+    };
+    let report = {
+        let _view = ProgressView::start(progress, quiet);
+        neardup::apply_files_with(&config, &hot, &tables, &control, &mut |_| {})?
+    };
+    note(quiet, report.summary());
+    Ok(())
+}
+
+/// `neardup exact`.
+pub(crate) fn exact(args: ExactArgs, quiet: bool) -> Result<(), Error> {
+    let ExactArgs {
+        inputs,
+        input,
+        normalize,
+        count,
+        output,
+    } = args;
+    let mut config = build_config(&inputs, &input, &[&normalize, &count, &output], None)?;
+    require_outputs(&config)?;
+    config.keys.exact = true;
+    config.keys.near = false;
+    let report = run_pipeline(config, quiet)?;
+    note(quiet, report.summary());
+    Ok(())
+}
+
+/// `neardup eval`.
+pub(crate) fn eval(args: EvalArgs) -> Result<(), Error> {
+    let EvalArgs {
+        mut inputs,
+        decisions,
+        inputs_flag,
+        samples,
+        sample_seed,
+        eval_report,
+        input,
+        sketch,
+    } = args;
+    inputs.extend(inputs_flag);
+    let config = build_config(&inputs, &input, &[&sketch], None)?;
+    let sketch = config.sketch_config()?;
+    config.validate_run()?;
+    let (found, _) = neardup::discover_inputs_and_sources(&config)?;
+    let mut paths = RunPaths::new();
+    paths
+        .read_discovered(&found)
+        .read_file("the decisions file (--decisions)", &decisions);
+    if let Some(p) = &eval_report {
+        paths.write_file("the evaluation report (--eval-report)", p);
+    }
+    paths.check()?;
+    let report = neardup::eval::evaluate(&neardup::eval::EvalOptions {
+        decisions,
+        inputs,
+        format: config.input.format,
+        selector: config.selector()?,
+        normalizer: sketch.normalizer,
+        shingler: sketch.shingler,
+        threshold: config.dedup.threshold,
+        recall_samples: samples,
+        seed: sample_seed,
+        threads: config.run.threads,
+    })
+    .map_err(Error::Run)?;
+    if let Some(path) = eval_report {
+        save_json(&path, &report)?;
+    }
+    answer(&format!("{}\n", report.summary()))?;
+    Ok(())
+}
+
+/// `neardup params`.
+pub(crate) fn params(args: ParamsArgs) -> Result<(), Error> {
+    let ParamsArgs {
+        threshold,
+        num_perm,
+        bands,
+        rows,
+        points,
+    } = args;
+    if !(2..=MAX_POINTS).contains(&points) {
+        return Err(Error::Usage(format!(
+            "--points must be between 2 and {MAX_POINTS}, got {points}"
+        )));
+    }
+    // The same checks and the same choice as a run with these settings.
+    let mut config = Config::default();
+    config.dedup.threshold = threshold;
+    config.sketch.num_perm = num_perm;
+    config.sketch.bands = bands;
+    config.sketch.rows = rows;
+    let params = config.lsh_params()?;
+    answer(&format!(
+        "{}\n",
+        params_table(&params, threshold, num_perm, points)
+    ))?;
+    Ok(())
+}
+
+/// Most rows `neardup params` prints for the S-curve.
+pub(crate) const MAX_POINTS: usize = 10_000;
+
+pub(crate) fn params_table(
+    p: &LshParams,
+    threshold: f64,
+    num_perm: usize,
+    points: usize,
+) -> String {
+    let mut s = format!(
+        "threshold {threshold}, num_perm {num_perm}: bands = {}, rows = {} (uses {} of {num_perm} permutations)\n",
+        p.bands,
+        p.rows,
+        p.num_perm_used()
+    );
+    s += &format!(
+        "false-positive area (pairs below the threshold that become candidates): {:.5}\n",
+        p.false_positive_area(threshold)
+    );
+    s += &format!(
+        "false-negative area (pairs above the threshold that are missed):        {:.5}\n",
+        p.false_negative_area(threshold)
+    );
+    // P(s) rises monotonically from 0 to 1: bisect for P(s) = 1/2.
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (lo + hi);
+        if p.collision_probability(mid) < 0.5 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    s += &format!(
+        "the S-curve crosses 1/2 at similarity {:.3}\n\n",
+        0.5 * (lo + hi)
+    );
+    s += "similarity  P(candidate)\n";
+    for (x, y) in p.s_curve(points) {
+        s += &format!("{x:>10.3}  {y:>12.5}\n");
+    }
+    s
+}

@@ -1,0 +1,9 @@
+//! The `neardup` command line, apart from the library: arguments ([`args`]), one function per
+//! command ([`commands`]), what is shown ([`view`]) and the signal handlers ([`signals`]). The
+//! library (`crates/core/lib.rs` and the crates under it) knows nothing of flags, terminals or
+//! exit codes.
+
+pub(crate) mod args;
+pub(crate) mod commands;
+pub(crate) mod signals;
+pub(crate) mod view;

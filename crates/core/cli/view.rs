@@ -1,0 +1,121 @@
+//! What the command line shows: log output, progress bars on a terminal, and its lines on
+//! stderr and answers on stdout.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use neardup::Error;
+use neardup::keys::Progress;
+
+pub(crate) fn init_logging(quiet: bool, verbose: u8) {
+    let default = if quiet {
+        "error"
+    } else {
+        match verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+/// Shows the stages' progress on stderr until dropped: bars on a terminal, a log line every
+/// ten seconds otherwise.
+pub(crate) struct ProgressView {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ProgressView {
+    pub(crate) fn start(stages: [Arc<Progress>; 2], quiet: bool) -> ProgressView {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = (!quiet).then(|| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let terminal = std::io::stderr().is_terminal();
+                let started = Instant::now();
+                let mut last_log = Instant::now();
+                let mut bar: Option<(usize, ProgressBar)> = None;
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let stage = if stages[1].bytes() > 0 { 1 } else { 0 };
+                    let p = &stages[stage];
+                    if terminal {
+                        if bar.as_ref().is_none_or(|(s, _)| *s != stage) {
+                            if let Some((_, b)) = bar.take() {
+                                b.finish_and_clear();
+                            }
+                            let b = ProgressBar::new(p.total().max(1));
+                            b.set_style(
+                                ProgressStyle::with_template(
+                                    "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
+                                )
+                                .expect("progress template")
+                                .progress_chars("=> "),
+                            );
+                            b.set_prefix(if stage == 0 { "stage 1 keys " } else { "stage 2 dedup" });
+                            bar = Some((stage, b));
+                        }
+                        let (_, b) = bar.as_ref().expect("bar");
+                        b.set_length(p.total().max(p.bytes()).max(1));
+                        b.set_position(p.bytes());
+                        b.set_message(format!("{} samples", p.samples()));
+                    } else if last_log.elapsed() >= Duration::from_secs(10) {
+                        last_log = Instant::now();
+                        let secs = started.elapsed().as_secs_f64();
+                        tracing::info!(
+                            "stage {}: {:.0} MB of ~{:.0} MB, {} samples ({:.0} s elapsed)",
+                            stage + 1,
+                            p.bytes() as f64 / 1e6,
+                            p.total() as f64 / 1e6,
+                            p.samples(),
+                            secs
+                        );
+                    }
+                }
+                if let Some((_, b)) = bar {
+                    b.finish_and_clear();
+                }
+            })
+        });
+        ProgressView { stop, thread }
+    }
+}
+
+impl Drop for ProgressView {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A line for the user on stderr. A closed stderr is no reason to fail a run that succeeded.
+pub(crate) fn note(quiet: bool, line: impl std::fmt::Display) {
+    if !quiet {
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+}
+
+/// Writes a command's answer to stdout. A reader that stopped early (`neardup params | head -1`)
+/// ends the command quietly; any other write error is one.
+pub(crate) fn answer(text: &str) -> Result<(), Error> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::Run(format!("cannot write to standard output: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
