@@ -57,6 +57,29 @@ pub(crate) enum Output {
 /// How long a wait for the next decision lasts before Python's signal handlers get to run.
 const SIGNAL_POLL: Duration = Duration::from_millis(100);
 
+/// A run nobody waits for any more — its Python object dropped, e.g. by a Ctrl-C that arrived
+/// between the start of the run and the wait for it — is stopped, and its thread is waited for
+/// (without the GIL), so that it removes what it wrote before the interpreter goes on or exits.
+impl Drop for Run {
+    fn drop(&mut self) {
+        let thread = self
+            .thread
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(thread) = thread {
+            if !thread.is_finished() {
+                self.cancel.cancel();
+            }
+            Python::attach(|py| {
+                py.detach(|| {
+                    let _ = thread.join();
+                })
+            });
+        }
+    }
+}
+
 impl Run {
     fn finished(&self) -> bool {
         self.result

@@ -123,3 +123,18 @@ def test_ctrl_c_while_waiting_for_a_decision_interrupts_the_stream(corpus):
     assert proc.returncode == 3, (stdout, stderr)
     assert stdout.strip() == "KeyboardInterrupt"
     assert time.monotonic() - started < 20
+
+
+def test_a_run_dropped_unwaited_stops_and_removes_what_it_wrote(tmp_path, corpus):
+    # A Ctrl-C between the start of a run and the wait for it drops the run object without
+    # cancelling it: dropping it must stop the run and wait until it has removed what it wrote.
+    from neardup import _native
+
+    out, decisions = tmp_path / "out", tmp_path / "d.jsonl"
+    run = _native.start_dedup([str(corpus)], str(out), str(decisions), None, {"threads": 1})
+    wait_for(lambda: out.exists() and any(p.name.startswith(".neardup-") for p in out.iterdir()))
+    started = time.monotonic()
+    del run
+    assert time.monotonic() - started < 20, "dropping the run did not stop it promptly"
+    assert not out.exists(), sorted(os.listdir(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], sorted(tmp_path.iterdir())

@@ -179,10 +179,11 @@ def dedup(
 def _finish(run, progress: Optional[bool] = None) -> None:
     """Waits for a native run with the GIL released, showing bars when it goes on; on Ctrl-C,
     cancels it and waits until it has removed what it wrote, then lets the interrupt through."""
-    tqdm = _tqdm_class(progress)
-    show_at = time.monotonic() + (0.0 if progress else PROGRESS_AFTER_SECONDS)
-    bars = _Bars(tqdm, show_at)
+    bars = None
     try:
+        tqdm = _tqdm_class(progress)
+        show_at = time.monotonic() + (0.0 if progress else PROGRESS_AFTER_SECONDS)
+        bars = _Bars(tqdm, show_at)
         while not run.wait(_POLL_SECONDS):
             bars.update(run)
     except KeyboardInterrupt:
@@ -193,7 +194,8 @@ def _finish(run, progress: Optional[bool] = None) -> None:
             pass
         raise
     finally:
-        bars.close()
+        if bars is not None:
+            bars.close()
 
 
 def _report(run, progress: Optional[bool] = None) -> Dict[str, Any]:
