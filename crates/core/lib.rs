@@ -37,6 +37,7 @@ mod error;
 pub mod eval;
 mod paths;
 mod pipeline;
+mod step_values;
 
 pub use config::{
     Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
@@ -44,7 +45,7 @@ pub use config::{
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
-    decide_group_dirs, sign_shard, write_manifest_name, write_shard,
+    TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
 };
 pub use error::Error;
 pub use neardup_corpus::CancelToken;
@@ -55,6 +56,7 @@ pub use pipeline::{
     discover_inputs_and_sources, keys_config, merge_hot_key_files, merge_hot_key_files_with,
     merge_hot_keys, write_shard_keys,
 };
+pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};
 
 pub use neardup_corpus as corpus;
 pub use neardup_dedup as dedup;

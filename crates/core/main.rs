@@ -1135,6 +1135,7 @@ fn run(cli: Cli) -> Result<(), Error> {
                 cancel: handle_signals(),
                 ..RunControl::default()
             };
+            let signed: Vec<neardup::SignedInput> = signed.iter().map(Into::into).collect();
             let decided =
                 neardup::decide_group_dirs(&config, &signed, &hot, group, &output, &control)?;
             if let Some(path) = &report {
@@ -1183,6 +1184,7 @@ fn run(cli: Cli) -> Result<(), Error> {
             };
             let report = {
                 let _view = ProgressView::start(progress, quiet);
+                let decided: Vec<neardup::DecidedInput> = decided.iter().map(Into::into).collect();
                 neardup::write_shard(&config, &table, &hot, &decided, &control)?
             };
             note(quiet, report.summary());
