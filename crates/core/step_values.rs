@@ -391,21 +391,28 @@ impl<M: StepManifest> StepValue<M> {
                  begin with its marker"
             )));
         }
-        let mut r = Reader {
-            bytes: &bytes[MAGIC.len()..],
+        let trailer = 8 + END_MAGIC.len();
+        let truncated = || {
+            Error::Corrupt(format!(
+                "these {value} bytes are truncated: they do not end with the value's end marker"
+            ))
         };
-        let version = r.u32("the format version")?;
+        if bytes.len() < MAGIC.len() + 4 + 1 + trailer {
+            return Err(truncated());
+        }
+        let version = u32::from_le_bytes(
+            bytes[MAGIC.len()..MAGIC.len() + 4]
+                .try_into()
+                .expect("4 bytes"),
+        );
         if version != VERSION {
             return Err(Error::Corrupt(format!(
                 "these bytes are a step value of format version {version}; this build reads \
                  version {VERSION}"
             )));
         }
-        let trailer = 8 + END_MAGIC.len();
-        if bytes.len() < MAGIC.len() + 4 + trailer || !bytes.ends_with(END_MAGIC) {
-            return Err(Error::Corrupt(format!(
-                "these {value} bytes are truncated: they do not end with the value's end marker"
-            )));
+        if !bytes.ends_with(END_MAGIC) {
+            return Err(truncated());
         }
         let body = &bytes[..bytes.len() - trailer];
         let stored = u64::from_le_bytes(
