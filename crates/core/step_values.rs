@@ -222,8 +222,8 @@ impl<M: StepManifest> PartialEq for StepValue<M> {
     }
 }
 
-const MAGIC: &[u8; 8] = b"NDSTEPV\x00";
-const END_MAGIC: &[u8; 8] = b"NDSTEPV$";
+const MAGIC: &[u8; 8] = b"NDVALUE\x00";
+const END_MAGIC: &[u8; 8] = b"NDVALEND";
 const VERSION: u32 = 1;
 
 /// Reads the parts of a value's bytes, refusing (never panicking on) short input.
