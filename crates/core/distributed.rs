@@ -1,6 +1,12 @@
-//! Stage 2 on many machines: the `sign`, `decide` and `write` steps over files, for schedulers
-//! and the CLI (see `neardup_dedup`'s `distributed` module for the design, and
-//! `docs/formats.md` for the directories they write).
+//! Stage 2 on many machines: the `sign`, `decide` and `write` steps, for schedulers and the CLI
+//! (see `neardup_dedup`'s `distributed` module for the design, and `docs/formats.md` for the
+//! directories and bytes they write).
+//!
+//! Each step has one implementation, whose output goes to a directory (the CLI's form:
+//! [`sign_shard`], [`decide_group_dirs`]) or to memory ([`sign`] → [`SignedShard`], [`decide`] →
+//! [`DecidedGroup`]); its inputs are directories or values, mixed ([`StepInput`]), checked alike
+//! and named in messages by their path or as the value they are. `sign` and `write` take the
+//! shard's key table as a file or in memory ([`TableInput`]).
 //!
 //! ```text
 //! neardup keys SHARD_INPUTS... --shard I -o keys-I.ndk
@@ -29,6 +35,8 @@ use crate::paths::RunPaths;
 use crate::pipeline::{
     Report, RunControl, apply_config, check_hot_layout, keys_config, publish_error, wrong_tables,
 };
+#[cfg(doc)]
+use crate::step_values::StepInput;
 use crate::step_values::{
     DecidedGroup, DecidedInput, Given, SignedInput, SignedShard, StepFiles, StepOutput, StepValue,
 };

@@ -14,7 +14,10 @@
 //! [`CancelToken`] stops it and removes what it wrote), the [`Report`], the checks of a run's
 //! paths before any work ([`RunPaths`]: no output over, inside or around an input, none read back
 //! by a later run, none colliding with another, all writable), and stage-level steps ([`compute_keys`],
-//! [`merge_hot_keys`], [`apply`]) for schedulers that run the stages on different machines. The building blocks are re-exported:
+//! [`merge_hot_keys`], [`apply`]) for schedulers that run the stages on different machines, with
+//! stage 2 itself split over machines: [`sign`] per shard, [`decide`] per group and
+//! [`write_shard`] per shard, passing values ([`SignedShard`], [`DecidedGroup`]: bytes for object
+//! stores) or the CLI's directories ([`sign_shard`], [`decide_group_dirs`]), mixed freely. The building blocks are re-exported:
 //! [`sketch`] (text → signature → keys), [`corpus`] (reading and writing datasets), [`keys`] and
 //! [`dedup`].
 //!

@@ -875,3 +875,125 @@ impl DecidedGroup {
         StepValue::load(dir).map(DecidedGroup)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup_dedup::SignedCounts;
+    use neardup_keys::ShardPlace;
+
+    fn manifest(bytes: Vec<u64>) -> SignManifest {
+        SignManifest {
+            format: "neardup-sign".into(),
+            format_version: 1,
+            hot: 7,
+            place: ShardPlace {
+                shard: 3,
+                index: 1,
+                shards: 2,
+                row_base: 10,
+                file_base: 1,
+                rows: 5,
+                files: 1,
+            },
+            files: vec!["a.jsonl".into()],
+            groups: bytes.len() as u32,
+            num_perm: 128,
+            columns: 9,
+            shingles: true,
+            settings: DecideSettings {
+                threshold: 0.8,
+                max_reps: Some(2),
+                verify: neardup_dedup::Verify::Exact,
+            },
+            signed: SignedCounts {
+                samples: vec![1; bytes.len()],
+                copies_by_hash: 0,
+            },
+            bytes,
+        }
+    }
+
+    /// Bytes of a value holding `streams`, framed and checksummed correctly whatever they hold:
+    /// what only a bug or a forger makes, which must still be refused cleanly.
+    fn framed(m: &SignManifest, streams: &[(u32, &[u8])]) -> Vec<u8> {
+        let manifest = serde_json::to_vec(m).unwrap();
+        let mut out = Vec::new();
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.push(SignManifest::KIND);
+        out.extend_from_slice(&(manifest.len() as u64).to_le_bytes());
+        out.extend_from_slice(&manifest);
+        out.extend_from_slice(&(streams.len() as u32).to_le_bytes());
+        for (i, s) in streams {
+            out.extend_from_slice(&i.to_le_bytes());
+            out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+        let sum = xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out.extend_from_slice(END_MAGIC);
+        out
+    }
+
+    fn refused(bytes: &[u8]) -> String {
+        match StepValue::<SignManifest>::from_bytes(bytes) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    #[test]
+    fn well_framed_bytes_that_disagree_with_their_manifest_are_refused() {
+        let m = manifest(vec![3, 2]);
+        let good = framed(&m, &[(0, b"abc"), (1, b"de")]);
+        let v = StepValue::<SignManifest>::from_bytes(&good).unwrap();
+        assert_eq!(v.to_bytes(), good);
+        assert_eq!(v.origin, "the signed value of shard 3");
+        let part = v.only(1).unwrap();
+        assert_eq!(part.held(), vec![1]);
+        assert!(StepValue::<SignManifest>::from_bytes(&part.to_bytes()).unwrap() == part);
+
+        let m2 = refused(&framed(&m, &[(0, b"abc"), (2, b"de")]));
+        assert!(m2.contains("holds a stream for group 2"), "{m2}");
+        let m2 = refused(&framed(&m, &[(1, b"de"), (0, b"abc")]));
+        assert!(m2.contains("each once"), "{m2}");
+        let m2 = refused(&framed(&m, &[(0, b"abc"), (0, b"abc")]));
+        assert!(m2.contains("each once"), "{m2}");
+        let m2 = refused(&framed(&m, &[(0, b"abcd"), (1, b"de")]));
+        assert!(
+            m2.contains("the stream of group 0 holds 4 bytes, and the manifest says 3"),
+            "{m2}"
+        );
+        let m2 = refused(&framed(&m, &[]));
+        assert!(m2.contains("holds none of its streams"), "{m2}");
+        let mut foreign = m.clone();
+        foreign.format = "neardup-decide".into();
+        let m2 = refused(&framed(&foreign, &[(0, b"abc")]));
+        assert!(m2.contains("not a `neardup sign` output"), "{m2}");
+
+        // A length running past the end, with a valid checksum: refused, no panic.
+        let mut long = framed(&m, &[(0, b"abc")]);
+        let body = long.len() - 16;
+        let at = body - 3 - 8;
+        long[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        let sum = xxh3_64(&long[..body]);
+        long[body..body + 8].copy_from_slice(&sum.to_le_bytes());
+        let m2 = refused(&long);
+        assert!(m2.contains("a stream runs past their end"), "{m2}");
+
+        // Bytes of the other kind, and of another version.
+        let mut other = good.clone();
+        other[12] = DecideManifest::KIND;
+        let body = other.len() - 16;
+        let sum = xxh3_64(&other[..body]);
+        other[body..body + 8].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(
+            refused(&other),
+            "these bytes are a DecidedGroup, not a SignedShard"
+        );
+        let mut newer = good.clone();
+        newer[8] = 2;
+        assert!(refused(&newer).contains("format version 2"));
+    }
+}

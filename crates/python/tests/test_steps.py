@@ -154,6 +154,8 @@ def test_a_cancelled_step_stops_and_removes_what_it_wrote(tmp_path):
     neardup.hot_keys([work / "keys.ndk"]).save(work / "hot.ndh")
     cancelled(_native.start_sign(work / "keys.ndk", work / "hot.ndh", work / "sig", {"threads": 1}))
     assert not (work / "sig").exists() or sorted((work / "sig").iterdir()) == []
+    # In memory too: a cancelled sign makes no value.
+    cancelled(_native.start_sign(neardup.KeyTable.load(work / "keys.ndk"), work / "hot.ndh", None, {"threads": 1}))
     neardup.sign(work / "keys.ndk", work / "hot.ndh", work / "sig")
     neardup.decide([work / "sig"], work / "hot.ndh", 0, work / "decided")
     out, decisions = tmp_path / "out", tmp_path / "d.jsonl"
