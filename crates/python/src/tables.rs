@@ -140,10 +140,7 @@ impl KeyTable {
         self.inner.rows()
     }
 
-    fn __reduce__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyAny>, (&'static str, Bound<'py, PyBytes>))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<crate::values::Reduced<'py>> {
         let bytes = py.detach(|| self.inner.to_bytes());
         crate::values::reduce(py, "KeyTable", &bytes)
     }
@@ -256,10 +253,7 @@ impl HotKeys {
         self.inner.contains(key)
     }
 
-    fn __reduce__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyAny>, (&'static str, Bound<'py, PyBytes>))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<crate::values::Reduced<'py>> {
         let bytes = py.detach(|| self.inner.to_bytes()).map_err(keys_to_py)?;
         crate::values::reduce(py, "HotKeys", &bytes)
     }

@@ -13,12 +13,16 @@ use neardup::{DecidedGroup, SignedShard};
 
 use crate::errors::to_py;
 
+/// What `__reduce__` returns: the function rebuilding a value, and its arguments (the value's
+/// type name and bytes).
+pub(crate) type Reduced<'py> = (Bound<'py, PyAny>, (&'static str, Bound<'py, PyBytes>));
+
 /// `__reduce__` of a step value: ``neardup._from_bytes(kind, bytes)`` rebuilds it.
 pub(crate) fn reduce<'py>(
     py: Python<'py>,
     kind: &'static str,
     bytes: &[u8],
-) -> PyResult<(Bound<'py, PyAny>, (&'static str, Bound<'py, PyBytes>))> {
+) -> PyResult<Reduced<'py>> {
     let rebuild = py.import("neardup")?.getattr("_from_bytes")?;
     Ok((rebuild, (kind, PyBytes::new(py, bytes))))
 }
@@ -160,10 +164,7 @@ impl Signed {
             .is_ok_and(|o| o.get().inner == self.inner)
     }
 
-    fn __reduce__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyAny>, (&'static str, Bound<'py, PyBytes>))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduced<'py>> {
         let bytes = py.detach(|| self.inner.to_bytes());
         reduce(py, "Signed", &bytes)
     }
@@ -286,10 +287,7 @@ impl Decided {
             .is_ok_and(|o| o.get().inner == self.inner)
     }
 
-    fn __reduce__<'py>(
-        &self,
-        py: Python<'py>,
-    ) -> PyResult<(Bound<'py, PyAny>, (&'static str, Bound<'py, PyBytes>))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduced<'py>> {
         let bytes = py.detach(|| self.inner.to_bytes());
         reduce(py, "Decided", &bytes)
     }
