@@ -331,7 +331,12 @@ fn bytes_round_trip_and_damage_is_refused() {
     assert_eq!(part.groups_held(), vec![1]);
     assert_eq!(part.stream(1), signed.stream(1));
     assert!(SignedShard::from_bytes(&part.to_bytes()).unwrap() == part);
-    assert!(part.group(2).is_err());
+    let e = part.group(2).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "the signed value of shard 0 holds no stream for group 2 (it is a part holding groups \
+         [1]): take the part from the whole value"
+    );
 
     // Every truncation and every single flipped byte is refused, without a panic.
     let step = (bytes.len() / 400).max(1);

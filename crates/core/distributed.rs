@@ -416,7 +416,12 @@ fn decide_into(
     let mut outs = output
         .sinks(shards as usize)?
         .into_iter()
-        .map(|sink| RecordWriter::new(sink).map_err(|e| Error::Run(format!("cannot write: {e}"))))
+        .map(|sink| {
+            RecordWriter::new(sink).map_err(|e| {
+                let to = out.map_or("the decisions".to_string(), |d| d.display().to_string());
+                Error::Run(format!("cannot write {to}: {e}"))
+            })
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let k = keys_config(config)?;
     let sketch = DecideShape {

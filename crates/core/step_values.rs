@@ -320,9 +320,18 @@ impl<M: StepManifest> StepValue<M> {
 
     /// This value with only stream `index` (shared, not copied).
     pub(crate) fn only(&self, index: u32) -> Result<StepValue<M>, Error> {
-        let stream = self
-            .stream(index)
-            .ok_or_else(|| self.not_held(index, "this part"))?;
+        let stream = self.stream(index).ok_or_else(|| {
+            if index >= self.manifest.streams() {
+                return self.not_held(index, "");
+            }
+            let unit = M::STEP.unit;
+            Error::Usage(format!(
+                "{} holds no stream for {unit} {index} (it is a part holding {unit}s {:?}): \
+                 take the part from the whole value",
+                self.origin,
+                self.held()
+            ))
+        })?;
         Ok(StepValue {
             manifest: self.manifest.clone(),
             streams: vec![(index, stream.clone())],
