@@ -1,6 +1,12 @@
-//! Stage 2 on many machines: the `sign`, `decide` and `write` steps over files, for schedulers
-//! and the CLI (see `neardup_dedup`'s `distributed` module for the design, and
-//! `docs/formats.md` for the directories they write).
+//! Stage 2 on many machines: the `sign`, `decide` and `write` steps, for schedulers and the CLI
+//! (see `neardup_dedup`'s `distributed` module for the design, and `docs/formats.md` for the
+//! directories and bytes they write).
+//!
+//! Each step has one implementation, whose output goes to a directory (the CLI's form:
+//! [`sign_shard`], [`decide_group_dirs`]) or to memory ([`sign`] → [`SignedShard`], [`decide`] →
+//! [`DecidedGroup`]); its inputs are directories or values, mixed ([`StepInput`]), checked alike
+//! and named in messages by their path or as the value they are. `sign` and `write` take the
+//! shard's key table as a file or in memory ([`TableInput`]).
 //!
 //! ```text
 //! neardup keys SHARD_INPUTS... --shard I -o keys-I.ndk
@@ -13,24 +19,26 @@
 //! The decisions of the `write` steps, concatenated in shard order, are byte-identical to those
 //! of one `neardup dedup` over the shards in order, and their data files to its outputs.
 
-use std::fs::File;
-use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use neardup_corpus::{InputFile, Publication, PublishOptions};
 use neardup_dedup::{
-    DecideShape, DecidedMerge, DedupStats, DeduperStats, RecordReader, RecordWriter, SignedCounts,
-    SignedShape, StepSink, decide_group, run_sign, run_write, signed_shape,
+    DecideShape, DecidedMerge, DedupStats, DeduperStats, RecordWriter, SignedCounts, SignedShape,
+    StepSink, decide_group, run_sign, run_write, signed_shape,
 };
-use neardup_keys::{HotKeys, HotMask, ShardPlace};
+use neardup_keys::{FileRows, HotKeys, HotMask, KeyTable, ShardPlace};
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
-    Report, RunControl, apply_config, check_hot_layout, keys_config, publish_error, save_json_to,
-    wrong_tables,
+    Report, RunControl, apply_config, check_hot_layout, keys_config, publish_error, wrong_tables,
+};
+#[cfg(doc)]
+use crate::step_values::StepInput;
+use crate::step_values::{
+    DecidedGroup, DecidedInput, Given, SignedInput, SignedShard, StepFiles, StepOutput, StepValue,
 };
 
 /// The name of the manifest in a `sign` or `decide` output directory.
@@ -59,7 +67,12 @@ impl DecideSettings {
     }
 
     /// Errors naming each setting that differs (`theirs` was recorded by `step`).
-    fn check(&self, theirs: &DecideSettings, step: &str, what: &Path) -> Result<(), Error> {
+    pub(crate) fn check(
+        &self,
+        theirs: &DecideSettings,
+        step: &str,
+        what: &str,
+    ) -> Result<(), Error> {
         let mut differ = Vec::new();
         if self.threshold != theirs.threshold {
             differ.push(format!(
@@ -88,9 +101,8 @@ impl DecideSettings {
             return Ok(());
         }
         Err(Error::Usage(format!(
-            "{} was made by `{step}` with other decision settings ({}): give every step the same \
-             --threshold, --max-reps and --verify",
-            what.display(),
+            "{what} was made by `{step}` with other decision settings ({}): give every step the \
+             same --threshold, --max-reps and --verify",
             differ.join("; ")
         )))
     }
@@ -166,123 +178,57 @@ pub struct DecideReport {
     pub manifest: DecideManifest,
 }
 
-fn group_file(dir: &Path, group: u32) -> PathBuf {
-    dir.join(format!("group-{group:05}.bin"))
+/// A shard's key table as `sign` and `write` take it: a key-table file, or a table in memory.
+#[derive(Clone, Copy, Debug)]
+pub enum TableInput<'a> {
+    /// A key-table file (`neardup keys -o`), read as a stream.
+    File(&'a Path),
+    /// A table in memory ([`crate::compute_keys`], or [`KeyTable::load`]).
+    Value(&'a KeyTable),
 }
 
-fn shard_file(dir: &Path, place: u32) -> PathBuf {
-    dir.join(format!("shard-{place:05}.bin"))
-}
-
-fn read_manifest<T: for<'de> Deserialize<'de>>(dir: &Path, what: &str) -> Result<T, Error> {
-    let path = dir.join(STEP_MANIFEST);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        Error::Usage(format!(
-            "{}: not {what} ({} cannot be read: {e})",
-            dir.display(),
-            path.display()
-        ))
-    })?;
-    serde_json::from_str(&text).map_err(|e| {
-        Error::Usage(format!(
-            "{}: not {what} ({} is not its manifest: {e})",
-            dir.display(),
-            path.display()
-        ))
-    })
-}
-
-/// What the manifests of the `sign` and `decide` outputs have in common, checked by the next step.
-trait StepManifest: for<'de> Deserialize<'de> {
-    fn format(&self) -> (&str, u32);
-    fn hot(&self) -> u64;
-    fn settings(&self) -> &DecideSettings;
-}
-
-impl StepManifest for SignManifest {
-    fn format(&self) -> (&str, u32) {
-        (&self.format, self.format_version)
-    }
-    fn hot(&self) -> u64 {
-        self.hot
-    }
-    fn settings(&self) -> &DecideSettings {
-        &self.settings
+impl<'a> From<&'a Path> for TableInput<'a> {
+    fn from(path: &'a Path) -> Self {
+        TableInput::File(path)
     }
 }
 
-impl StepManifest for DecideManifest {
-    fn format(&self) -> (&str, u32) {
-        (&self.format, self.format_version)
-    }
-    fn hot(&self) -> u64 {
-        self.hot
-    }
-    fn settings(&self) -> &DecideSettings {
-        &self.settings
+impl<'a> From<&'a PathBuf> for TableInput<'a> {
+    fn from(path: &'a PathBuf) -> Self {
+        TableInput::File(path)
     }
 }
 
-/// How a step's outputs are named in messages, and who reads them next.
-struct StepNames {
-    command: &'static str,
-    format: &'static str,
-    made: &'static str,
-    reader: &'static str,
-    hot_from: &'static str,
+impl<'a> From<&'a KeyTable> for TableInput<'a> {
+    fn from(table: &'a KeyTable) -> Self {
+        TableInput::Value(table)
+    }
 }
 
-const SIGN_STEP: StepNames = StepNames {
-    command: "neardup sign",
-    format: "neardup-sign",
-    made: "signed",
-    reader: "decide",
-    hot_from: "`sign`",
-};
-
-const DECIDE_STEP: StepNames = StepNames {
-    command: "neardup decide",
-    format: "neardup-decide",
-    made: "decided",
-    reader: "write",
-    hot_from: "`sign` and `decide`",
-};
-
-/// Reads the manifest of a step's output directory and checks that it is that step's, made with
-/// this hot-key file and these decision settings.
-fn read_step_manifest<T: StepManifest>(
-    dir: &Path,
-    step: &StepNames,
-    fingerprint: u64,
-    settings: &DecideSettings,
-) -> Result<T, Error> {
-    let m: T = read_manifest(dir, &format!("a `{}` output", step.command))?;
-    if m.format() != (step.format, 1) {
-        return Err(Error::Usage(format!(
-            "{}: not a `{}` output of this version",
-            dir.display(),
-            step.command
-        )));
+impl TableInput<'_> {
+    /// The shard's hot mask, files and place among the shards `hot` was counted from.
+    fn mask(&self, hot: &HotKeys) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
+        match self {
+            TableInput::File(path) => HotMask::for_shard(path, hot),
+            TableInput::Value(table) => HotMask::for_table(table, hot),
+        }
+        .map_err(wrong_tables)
     }
-    if m.hot() != fingerprint {
-        return Err(Error::Usage(format!(
-            "{} was {} with another hot-key file than the one given (--hot): give `{}` the \
-             hot-key file {} used",
-            dir.display(),
-            step.made,
-            step.reader,
-            step.hot_from
-        )));
-    }
-    settings.check(m.settings(), step.command, dir)?;
-    Ok(m)
-}
 
-fn open_stream(path: &Path) -> Result<RecordReader<Box<dyn Read + Send>>, Error> {
-    let file =
-        File::open(path).map_err(|e| Error::Run(format!("cannot read {}: {e}", path.display())))?;
-    let reader: Box<dyn Read + Send> = Box::new(BufReader::with_capacity(1 << 20, file));
-    RecordReader::new(reader).map_err(|e| Error::Run(format!("{}: {e}", path.display())))
+    /// How messages name the table.
+    fn name(&self) -> String {
+        match self {
+            TableInput::File(path) => path.display().to_string(),
+            TableInput::Value(table) => format!("the key table of shard {}", table.shard()),
+        }
+    }
+
+    /// Registers the table file as read (a file only).
+    fn read_paths(&self, paths: &mut RunPaths) {
+        if let TableInput::File(path) = self {
+            paths.read_file("the key table", path);
+        }
+    }
 }
 
 fn step_error(e: neardup_dedup::DedupError) -> Error {
@@ -292,59 +238,45 @@ fn step_error(e: neardup_dedup::DedupError) -> Error {
     }
 }
 
-/// The `sign` step: re-reads the inputs of the shard whose key table is `table` and writes, for
-/// each hot sample, what deciding it needs into `out` (a directory: one stream per group of
-/// `hot`'s plan and a manifest), published all together at the end. `config` carries the
-/// settings `keys` used and the decision settings (`--verify` decides whether shingle sets are
-/// carried).
-pub fn sign_shard(
+/// The `sign` step into a directory (`out`) or memory (`None`): the manifest, the streams (in
+/// memory only) and the pass's statistics.
+fn sign_into(
     config: &Config,
-    table: &Path,
+    table: TableInput<'_>,
     hot: &HotKeys,
-    out: &Path,
+    out: Option<&Path>,
     control: &RunControl,
-) -> Result<SignReport, Error> {
+) -> Result<(SignManifest, Vec<Vec<u8>>, DedupStats), Error> {
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = HotMask::for_shard(table, hot).map_err(wrong_tables)?;
+    let (mask, files, place) = table.mask(hot)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
-    let stream_paths: Vec<PathBuf> = (0..groups).map(|g| group_file(out, g)).collect();
-    let manifest_path = out.join(STEP_MANIFEST);
     let mut paths = RunPaths::new();
-    paths.read_inputs(&inputs).read_file("the key table", table);
-    for p in stream_paths.iter().chain([&manifest_path]) {
-        paths.write_file("the sign output (-o)", p);
-    }
+    paths.read_inputs(&inputs);
+    table.read_paths(&mut paths);
+    let all: Vec<u32> = (0..groups).collect();
+    let targets = out.map(|dir| StepFiles::plan::<SignManifest>(dir, &all, &mut paths));
     paths.check()?;
-    let publication = Publication::begin(&PublishOptions {
-        files: stream_paths
-            .iter()
-            .cloned()
-            .chain([manifest_path.clone()])
-            .collect(),
-        cancel: control.cancel.clone(),
-        ..PublishOptions::default()
-    })
-    .map_err(publish_error)?;
-    let sinks = stream_paths
-        .iter()
-        .map(|p| publication.file(p).map(StepSink::file))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(publish_error)?;
+    let output = StepOutput::begin(targets, &control.cancel)?;
+    let sinks = output.sinks(groups as usize)?;
     let mut cfg = apply_config(config)?;
     cfg.output = None;
     cfg.decisions = None;
     cfg.progress = control.stage2.clone();
     cfg.cancel = control.cancel.clone();
     let shape = signed_shape(&cfg);
-    let (sinks, signed, stage2) = run_sign(&files, &mask, &cfg, &place, hot, sinks, &publication)?;
+    let (sinks, signed, stage2) = run_sign(
+        &files,
+        &mask,
+        &cfg,
+        &place,
+        hot,
+        sinks,
+        output.publication(),
+    )?;
     let bytes = sinks.iter().map(StepSink::bytes).collect();
-    for sink in sinks {
-        sink.finish()
-            .map_err(|e| Error::Run(format!("cannot write {}: {e}", out.display())))?;
-    }
     let manifest = SignManifest {
         format: "neardup-sign".into(),
         format_version: 1,
@@ -362,26 +294,49 @@ pub fn sign_shard(
         signed,
         bytes,
     };
-    save_json_to(
-        publication.file(&manifest_path).map_err(publish_error)?,
-        &manifest,
-    )?;
-    publication.commit().map_err(publish_error)?;
+    let streams = output.finish(sinks, &manifest)?;
+    Ok((manifest, streams, stage2))
+}
+
+/// The `sign` step: re-reads the inputs of the shard whose key table is `table` (a file or a
+/// table in memory) and writes, for each hot sample, what deciding it needs into `out` (a
+/// directory: one stream per group of `hot`'s plan and a manifest), published all together at
+/// the end. `config` carries the settings `keys` used and the decision settings (`--verify`
+/// decides whether shingle sets are carried). [`sign`] makes the same as a value.
+pub fn sign_shard<'a>(
+    config: &Config,
+    table: impl Into<TableInput<'a>>,
+    hot: &HotKeys,
+    out: &Path,
+    control: &RunControl,
+) -> Result<SignReport, Error> {
+    let (manifest, _, stage2) = sign_into(config, table.into(), hot, Some(out), control)?;
     Ok(SignReport { manifest, stage2 })
 }
 
-/// The `decide` step: reads group `group`'s streams from the `sign` outputs of every shard
-/// (`sig_dirs`, in any order; each shard exactly once), decides them in global row order with
-/// the decision core of a one-process run, and writes the decisions into `out` (one stream per
-/// shard and a manifest). Opens no input file.
-pub fn decide_group_dirs(
+/// The `sign` step in memory: [`sign_shard`]'s output as a [`SignedShard`] value (its
+/// [`SignedShard::save`] writes the directory `sign_shard` writes), and the pass's statistics.
+/// Memory: the shard's signed samples (the size of its sign directory).
+pub fn sign<'a>(
     config: &Config,
-    sig_dirs: &[PathBuf],
+    table: impl Into<TableInput<'a>>,
+    hot: &HotKeys,
+    control: &RunControl,
+) -> Result<(SignedShard, DedupStats), Error> {
+    let (manifest, streams, stage2) = sign_into(config, table.into(), hot, None, control)?;
+    Ok((SignedShard(StepValue::made(manifest, streams)), stage2))
+}
+
+/// The `decide` step into a directory (`out`) or memory (`None`): the manifest and the streams
+/// (in memory only).
+fn decide_into(
+    config: &Config,
+    signed: &[SignedInput<'_>],
     hot: &HotKeys,
     group: u32,
-    out: &Path,
+    out: Option<&Path>,
     control: &RunControl,
-) -> Result<DecideReport, Error> {
+) -> Result<(DecideManifest, Vec<Vec<u8>>), Error> {
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
@@ -396,30 +351,28 @@ pub fn decide_group_dirs(
     }
     let shards = hot.tables().map_or(0, |t| t.len()) as u32;
     let settings = DecideSettings::of(config);
-    let mut manifests: Vec<(PathBuf, SignManifest)> = Vec::new();
-    for dir in sig_dirs {
-        let m: SignManifest = read_step_manifest(dir, &SIGN_STEP, fingerprint, &settings)?;
-        if let Some((other, _)) = manifests
+    let mut given: Vec<Given<'_, SignManifest>> = Vec::new();
+    for input in signed {
+        let g = Given::read(input, fingerprint, &settings)?;
+        if let Some(other) = given
             .iter()
-            .find(|(_, o)| o.place.index == m.place.index)
+            .find(|o| o.manifest.place.index == g.manifest.place.index)
         {
             return Err(Error::Usage(format!(
                 "{} and {} are both the sign output of shard {}: give each shard's once",
-                other.display(),
-                dir.display(),
-                m.place.shard
+                other.origin, g.origin, g.manifest.place.shard
             )));
         }
-        manifests.push((dir.clone(), m));
+        given.push(g);
     }
-    manifests.sort_by_key(|(_, m)| m.place.index);
-    if manifests.len() as u32 != shards {
-        let given: Vec<u32> = manifests.iter().map(|(_, m)| m.place.shard).collect();
+    given.sort_by_key(|g| g.manifest.place.index);
+    if given.len() as u32 != shards {
+        let have: Vec<u32> = given.iter().map(|g| g.manifest.place.shard).collect();
         let missing: Vec<String> = hot
             .tables()
             .unwrap_or(&[])
             .iter()
-            .filter(|t| !given.contains(&t.shard))
+            .filter(|t| !have.contains(&t.shard))
             .map(|t| t.shard.to_string())
             .collect();
         return Err(Error::Usage(format!(
@@ -429,56 +382,44 @@ pub fn decide_group_dirs(
             missing.join(", ")
         )));
     }
-    let first = &manifests[0].1;
+    let first = &given[0].manifest;
     let shape = SignedShape {
         num_perm: first.num_perm,
         columns: first.columns,
         shingles: first.shingles,
     };
+    let wanted_by = format!("`decide --group {group}`");
     let mut files = Vec::new();
-    for (dir, m) in &manifests {
+    for g in &given {
+        let m = &g.manifest;
         if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.shingles) {
             return Err(Error::Usage(format!(
                 "{}: signed with other settings than {}",
-                dir.display(),
-                manifests[0].0.display()
+                g.origin, given[0].origin
             )));
         }
+        g.check_holds(group, &wanted_by)?;
         files.extend(m.files.iter().cloned());
     }
-    let stream_paths: Vec<PathBuf> = (0..shards).map(|s| shard_file(out, s)).collect();
-    let manifest_path = out.join(STEP_MANIFEST);
     let mut paths = RunPaths::new();
-    for (dir, _) in &manifests {
-        paths.read_file("the sign output", &group_file(dir, group));
+    for g in &given {
+        g.read_paths(group, "the sign output", &mut paths);
     }
-    for p in stream_paths.iter().chain([&manifest_path]) {
-        paths.write_file("the decide output (-o)", p);
-    }
+    let all: Vec<u32> = (0..shards).collect();
+    let targets = out.map(|dir| StepFiles::plan::<DecideManifest>(dir, &all, &mut paths));
     paths.check()?;
-    let signed = manifests
+    let streams = given
         .iter()
-        .map(|(dir, _)| {
-            let path = group_file(dir, group);
-            open_stream(&path).map(|r| (path.display().to_string(), r))
-        })
+        .map(|g| g.open(group, &wanted_by))
         .collect::<Result<Vec<_>, _>>()?;
-    let publication = Publication::begin(&PublishOptions {
-        files: stream_paths
-            .iter()
-            .cloned()
-            .chain([manifest_path.clone()])
-            .collect(),
-        cancel: control.cancel.clone(),
-        ..PublishOptions::default()
-    })
-    .map_err(publish_error)?;
-    let mut outs = stream_paths
-        .iter()
-        .map(|p| {
-            publication.file(p).map_err(publish_error).and_then(|f| {
-                RecordWriter::new(StepSink::file(f))
-                    .map_err(|e| Error::Run(format!("cannot write {}: {e}", p.display())))
+    let output = StepOutput::begin(targets, &control.cancel)?;
+    let mut outs = output
+        .sinks(shards as usize)?
+        .into_iter()
+        .map(|sink| {
+            RecordWriter::new(sink).map_err(|e| {
+                let to = out.map_or("the decisions".to_string(), |d| d.display().to_string());
+                Error::Run(format!("cannot write {to}: {e}"))
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -489,7 +430,7 @@ pub fn decide_group_dirs(
         rule: k.rule,
     };
     let (deduper, decided) = decide_group(
-        signed,
+        streams,
         shape,
         &config.dedup_config(),
         sketch,
@@ -497,11 +438,11 @@ pub fn decide_group_dirs(
         &control.cancel,
     )
     .map_err(step_error)?;
-    for w in outs {
-        w.finish()
-            .and_then(StepSink::finish)
-            .map_err(|e| Error::Run(format!("cannot write {}: {e}", out.display())))?;
-    }
+    let sinks = outs
+        .into_iter()
+        .map(RecordWriter::finish)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Run(format!("cannot write the decisions: {e}")))?;
     let manifest = DecideManifest {
         format: "neardup-decide".into(),
         format_version: 1,
@@ -514,12 +455,39 @@ pub fn decide_group_dirs(
         decided,
         deduper,
     };
-    save_json_to(
-        publication.file(&manifest_path).map_err(publish_error)?,
-        &manifest,
-    )?;
-    publication.commit().map_err(publish_error)?;
+    let streams = output.finish(sinks, &manifest)?;
+    Ok((manifest, streams))
+}
+
+/// The `decide` step: reads group `group`'s streams from the `sign` outputs of every shard
+/// (`signed`: directories or values, in any order; each shard exactly once), decides them in
+/// global row order with the decision core of a one-process run, and writes the decisions into
+/// `out` (one stream per shard and a manifest). Opens no input file. [`decide`] makes the same
+/// as a value.
+pub fn decide_group_dirs(
+    config: &Config,
+    signed: &[SignedInput<'_>],
+    hot: &HotKeys,
+    group: u32,
+    out: &Path,
+    control: &RunControl,
+) -> Result<DecideReport, Error> {
+    let (manifest, _) = decide_into(config, signed, hot, group, Some(out), control)?;
     Ok(DecideReport { manifest })
+}
+
+/// The `decide` step in memory: [`decide_group_dirs`]'s output as a [`DecidedGroup`] value.
+/// Each input needs only group `group`'s stream ([`SignedShard::group`]). Memory: the
+/// group's representatives and its decisions.
+pub fn decide(
+    config: &Config,
+    signed: &[SignedInput<'_>],
+    hot: &HotKeys,
+    group: u32,
+    control: &RunControl,
+) -> Result<DecidedGroup, Error> {
+    let (manifest, streams) = decide_into(config, signed, hot, group, None, control)?;
+    Ok(DecidedGroup(StepValue::made(manifest, streams)))
 }
 
 /// The manifest name a `write` step publishes its files under in a shared output directory.
@@ -527,42 +495,43 @@ pub fn write_manifest_name(place: &ShardPlace) -> String {
     format!("_SUCCESS.shard-{:05}", place.index)
 }
 
-/// The `write` step: re-reads the inputs of the shard whose key table is `table`, and writes its
-/// part of the filtered dataset (into the shared directory `config.output.dir`, published under
-/// its own manifest) and its decisions (`config.output.decisions`), the hot samples' verdicts
-/// taken from `decided_dirs` (the `decide` outputs of every group, in any order).
-pub fn write_shard(
+/// The `write` step: re-reads the inputs of the shard whose key table is `table` (a file or a
+/// table in memory), and writes its part of the filtered dataset (into the shared directory
+/// `config.output.dir`, published under its own manifest) and its decisions
+/// (`config.output.decisions`), the hot samples' verdicts taken from `decided` (the `decide`
+/// outputs of every group, directories or values, in any order; each needs only this shard's
+/// stream, [`DecidedGroup::shard`]).
+pub fn write_shard<'a>(
     config: &Config,
-    table: &Path,
+    table: impl Into<TableInput<'a>>,
     hot: &HotKeys,
-    decided_dirs: &[PathBuf],
+    decided: &[DecidedInput<'_>],
     control: &RunControl,
 ) -> Result<Report, Error> {
+    let table = table.into();
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = HotMask::for_shard(table, hot).map_err(wrong_tables)?;
+    let (mask, files, place) = table.mask(hot)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config);
-    let mut manifests: Vec<(PathBuf, DecideManifest)> = Vec::new();
-    for dir in decided_dirs {
-        let m: DecideManifest = read_step_manifest(dir, &DECIDE_STEP, fingerprint, &settings)?;
-        if let Some((other, _)) = manifests.iter().find(|(_, o)| o.group == m.group) {
+    let mut given: Vec<Given<'_, DecideManifest>> = Vec::new();
+    for input in decided {
+        let g = Given::read(input, fingerprint, &settings)?;
+        if let Some(other) = given.iter().find(|o| o.manifest.group == g.manifest.group) {
             return Err(Error::Usage(format!(
                 "{} and {} both decided group {}: give each group's decide output once",
-                other.display(),
-                dir.display(),
-                m.group
+                other.origin, g.origin, g.manifest.group
             )));
         }
-        manifests.push((dir.clone(), m));
+        given.push(g);
     }
-    manifests.sort_by_key(|(_, m)| m.group);
-    if manifests.len() as u32 != groups {
+    given.sort_by_key(|g| g.manifest.group);
+    if given.len() as u32 != groups {
         let missing: Vec<String> = (0..groups)
-            .filter(|g| !manifests.iter().any(|(_, m)| m.group == *g))
-            .map(|g| g.to_string())
+            .filter(|n| !given.iter().any(|g| g.manifest.group == *n))
+            .map(|n| n.to_string())
             .collect();
         return Err(Error::Usage(format!(
             "the plan has {groups} group{}, and the decide outputs of group{} {} are missing: \
@@ -573,7 +542,7 @@ pub fn write_shard(
             groups - 1
         )));
     }
-    let names = manifests[0].1.files.clone();
+    let names = given[0].manifest.files.clone();
     let shard_names: Vec<String> = inputs
         .iter()
         .map(|f| f.path.display().to_string())
@@ -583,25 +552,27 @@ pub fn write_shard(
         return Err(Error::Usage(format!(
             "{}: the decided files name other input files for shard {} than its key table \
              {}: were the inputs moved or renamed after `sign`?",
-            manifests[0].0.display(),
+            given[0].origin,
             place.shard,
-            table.display()
+            table.name()
         )));
     }
+    let wanted_by = format!("`write` of shard {}", place.shard);
+    for g in &given {
+        g.check_holds(place.index, &wanted_by)?;
+    }
     let mut paths = RunPaths::new();
-    paths.read_inputs(&inputs).read_file("the key table", table);
-    for (dir, _) in &manifests {
-        paths.read_file("the decide output", &shard_file(dir, place.index));
+    paths.read_inputs(&inputs);
+    table.read_paths(&mut paths);
+    for g in &given {
+        g.read_paths(place.index, "the decide output", &mut paths);
     }
     paths.write_config_outputs(config, &inputs);
     paths.check()?;
     paths.prepare()?;
-    let streams = manifests
+    let streams = given
         .iter()
-        .map(|(dir, _)| {
-            let path = shard_file(dir, place.index);
-            open_stream(&path).map(|r| (path.display().to_string(), r))
-        })
+        .map(|g| g.open(place.index, &wanted_by))
         .collect::<Result<Vec<_>, _>>()?;
     let merge = DecidedMerge::new(streams).map_err(step_error)?;
     let publication = Publication::begin(&PublishOptions {

@@ -13,6 +13,8 @@ pub enum Error {
     Dedup(neardup_dedup::DedupError),
     /// Anything else that stopped the run (inputs missing, outputs unwritable).
     Run(String),
+    /// The bytes or files of a step's value are damaged, truncated or not neardup's.
+    Corrupt(String),
     /// The run was cancelled (its [`neardup_corpus::CancelToken`]; the CLI: a signal) before
     /// its outputs were published; nothing was published and what it wrote was removed
     /// (exit code 130).
@@ -35,7 +37,7 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Usage(m) | Error::Run(m) => f.write_str(m),
+            Error::Usage(m) | Error::Run(m) | Error::Corrupt(m) => f.write_str(m),
             Error::Interrupted => f.write_str(
                 "interrupted before the outputs were published; nothing was published and the \
                  files the run had written were removed",

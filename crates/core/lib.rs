@@ -14,7 +14,10 @@
 //! [`CancelToken`] stops it and removes what it wrote), the [`Report`], the checks of a run's
 //! paths before any work ([`RunPaths`]: no output over, inside or around an input, none read back
 //! by a later run, none colliding with another, all writable), and stage-level steps ([`compute_keys`],
-//! [`merge_hot_keys`], [`apply`]) for schedulers that run the stages on different machines. The building blocks are re-exported:
+//! [`merge_hot_keys`], [`apply`]) for schedulers that run the stages on different machines, with
+//! stage 2 itself split over machines: [`sign`] per shard, [`decide`] per group and
+//! [`write_shard`] per shard, passing values ([`SignedShard`], [`DecidedGroup`]: bytes for object
+//! stores) or the CLI's directories ([`sign_shard`], [`decide_group_dirs`]), mixed freely. The building blocks are re-exported:
 //! [`sketch`] (text → signature → keys), [`corpus`] (reading and writing datasets), [`keys`] and
 //! [`dedup`].
 //!
@@ -37,6 +40,7 @@ mod error;
 pub mod eval;
 mod paths;
 mod pipeline;
+mod step_values;
 mod steps;
 
 pub use config::{
@@ -45,7 +49,7 @@ pub use config::{
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
-    decide_group_dirs, sign_shard, write_manifest_name, write_shard,
+    TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
 };
 pub use error::Error;
 pub use neardup_corpus::CancelToken;
@@ -56,6 +60,7 @@ pub use pipeline::{
     discover_inputs_and_sources, keys_config, merge_hot_key_files, merge_hot_key_files_with,
     merge_hot_keys, write_shard_keys,
 };
+pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};
 pub use steps::{HotReport, KeysReport, PlanSummary, hot_file, keys_shard};
 
 pub use neardup_corpus as corpus;

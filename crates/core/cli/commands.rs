@@ -274,6 +274,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         cancel: handle_signals(),
         ..RunControl::default()
     };
+    let signed: Vec<neardup::SignedInput> = signed.iter().map(Into::into).collect();
     let decided = neardup::decide_group_dirs(&config, &signed, &hot, group, &output, &control)?;
     if let Some(path) = &report {
         save_json(path, &decided)?;
@@ -325,6 +326,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
     };
     let report = {
         let _view = ProgressView::start(progress, quiet);
+        let decided: Vec<neardup::DecidedInput> = decided.iter().map(Into::into).collect();
         neardup::write_shard(&config, &table, &hot, &decided, &control)?
     };
     note(quiet, report.summary());

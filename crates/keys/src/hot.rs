@@ -443,6 +443,40 @@ pub struct HotMask {
     copies: Vec<u64>,
 }
 
+/// Where the table `identity` (named `name` in messages) sits among the tables `hot` was
+/// counted from; an error when it is not one of them.
+fn shard_place(
+    identity: TableIdentity,
+    hot: &HotKeys,
+    name: &str,
+) -> Result<ShardPlace, KeysError> {
+    let Some(counted) = hot.tables() else {
+        return Err(KeysError::Config(
+            "these hot keys were counted within one run and name no key tables".into(),
+        ));
+    };
+    let place = counted.iter().position(|t| *t == identity).ok_or_else(|| {
+        let shards: Vec<String> = counted.iter().map(|t| t.shard.to_string()).collect();
+        KeysError::Config(format!(
+            "{name} (shard {}) is not one of the key tables the hot keys were counted from \
+             (shards {}): give the table `neardup hot` counted, or run `neardup hot` again over \
+             the current tables",
+            identity.shard,
+            shards.join(", ")
+        ))
+    })?;
+    let before = &counted[..place];
+    Ok(ShardPlace {
+        shard: identity.shard,
+        index: place as u32,
+        shards: counted.len() as u32,
+        row_base: before.iter().map(|t| t.rows).sum(),
+        file_base: before.iter().map(|t| t.files).sum(),
+        rows: identity.rows,
+        files: identity.files,
+    })
+}
+
 impl HotMask {
     /// An all-cold mask.
     pub fn new(rows: usize, columns: usize) -> HotMask {
@@ -529,32 +563,7 @@ impl HotMask {
         let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
         shards.layout.check_compatible(hot.layout())?;
         let identity = shards.identities[0];
-        let Some(counted) = hot.tables() else {
-            return Err(KeysError::Config(
-                "these hot keys were counted within one run and name no key tables".into(),
-            ));
-        };
-        let place = counted.iter().position(|t| *t == identity).ok_or_else(|| {
-            let shards: Vec<String> = counted.iter().map(|t| t.shard.to_string()).collect();
-            KeysError::Config(format!(
-                "{} (shard {}) is not one of the key tables the hot keys were counted from \
-                     (shards {}): give the table `neardup hot` counted, or run `neardup hot` \
-                     again over the current tables",
-                table.display(),
-                identity.shard,
-                shards.join(", ")
-            ))
-        })?;
-        let before = &counted[..place];
-        let place = ShardPlace {
-            shard: identity.shard,
-            index: place as u32,
-            shards: counted.len() as u32,
-            row_base: before.iter().map(|t| t.rows).sum(),
-            file_base: before.iter().map(|t| t.files).sum(),
-            rows: identity.rows,
-            files: identity.files,
-        };
+        let place = shard_place(identity, hot, &table.display().to_string())?;
         let mut marker = MaskMarker::new(hot, identity.rows as usize, shards.layout.columns());
         let mut reader = TableReader::open(table)?;
         let mut block = Vec::new();
@@ -567,6 +576,20 @@ impl HotMask {
         }
         let files = reader.finish()?.files;
         Ok((marker.mask, files, place))
+    }
+
+    /// [`HotMask::for_shard`] of a table in memory: the same checks and mask, the table's
+    /// identity computed from its keys (one pass, no file).
+    pub fn for_table(
+        table: &KeyTable,
+        hot: &HotKeys,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        table.layout().check_compatible(hot.layout())?;
+        let name = format!("the key table of shard {}", table.shard());
+        let place = shard_place(table.identity(), hot, &name)?;
+        let mut marker = MaskMarker::new(hot, table.rows(), table.columns());
+        marker.mark(table.keys());
+        Ok((marker.mask, table.files().to_vec(), place))
     }
 
     pub(crate) fn set_later_copy(&mut self, row: usize) {

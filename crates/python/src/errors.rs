@@ -6,7 +6,7 @@
 //! | bad input with `on_error="fail"`, inputs changed between the stages | `neardup.InputError` (a `ValueError`) |
 //! | no input found | `FileNotFoundError` |
 //! | an I/O error on a named file | the `OSError` subclass of its kind (`FileNotFoundError`, `PermissionError`, …), `errno` set |
-//! | a damaged key-table or hot-key file | `neardup.CorruptFileError` (an `OSError`) |
+//! | a damaged key-table or hot-key file, or damaged bytes of a step value | `neardup.CorruptFileError` (an `OSError`) |
 //! | writing outputs, decisions, the report or spill files failed | `OSError` |
 //! | the run was cancelled (Ctrl-C) | `KeyboardInterrupt` |
 
@@ -32,7 +32,8 @@ create_exception!(
     neardup,
     CorruptFileError,
     PyOSError,
-    "A key-table or hot-key file (or its bytes) is damaged, truncated or not neardup's."
+    "A key-table or hot-key file, or a step value's bytes, is damaged, truncated or not \
+     neardup's."
 );
 
 /// The exception for an I/O error of kind `kind`, carrying `message` (and `errno` when known).
@@ -60,6 +61,7 @@ pub fn to_py(e: Error) -> PyErr {
     match e {
         Error::Usage(_) => PyValueError::new_err(message),
         Error::Run(_) => PyOSError::new_err(message),
+        Error::Corrupt(_) => CorruptFileError::new_err(message),
         Error::Interrupted => PyKeyboardInterrupt::new_err(message),
         Error::Keys(k) => match k {
             KeysError::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),

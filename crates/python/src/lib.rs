@@ -16,6 +16,7 @@ mod sketcher;
 mod steps;
 mod tables;
 mod texts;
+mod values;
 
 use pyo3::prelude::*;
 
@@ -46,6 +47,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<deduper::Deduper>()?;
     m.add_class::<tables::KeyTable>()?;
     m.add_class::<tables::HotKeys>()?;
+    m.add_class::<values::Signed>()?;
+    m.add_class::<values::Decided>()?;
     m.add_class::<run::Run>()?;
     m.add_class::<run::DecisionStream>()?;
     m.add_class::<lshcurator::CorpusStream>()?;
@@ -58,7 +61,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tables::hot_keys_result, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_keys, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_sign, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::signed_result, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_decide, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::decided_result, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_write, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::process_corpus, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::compute_bucket_keys, m)?)?;

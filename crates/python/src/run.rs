@@ -52,6 +52,10 @@ pub(crate) enum Output {
     Json(String),
     /// Hot keys (and the merge's counts, as JSON).
     Hot(Box<neardup::keys::HotKeys>, serde_json::Value),
+    /// A shard's signed samples (and the pass's statistics, as JSON).
+    Signed(Box<neardup::SignedShard>, serde_json::Value),
+    /// A group's decisions.
+    Decided(Box<neardup::DecidedGroup>),
 }
 
 /// How long a wait for the next decision lasts before Python's signal handlers get to run.
@@ -136,8 +140,9 @@ impl Run {
     fn result(&self, py: Python<'_>) -> PyResult<String> {
         match self.take(py)? {
             Output::Json(json) => Ok(json),
-            Output::Hot(..) => Err(PyRuntimeError::new_err(
-                "this run made hot keys: take them with hot_keys_result",
+            _ => Err(PyRuntimeError::new_err(
+                "this run made a value: take it with hot_keys_result, signed_result or \
+                 decided_result",
             )),
         }
     }
@@ -145,7 +150,7 @@ impl Run {
 
 impl Run {
     /// Waits for the end of the run and takes what it made, or its error.
-    fn take(&self, py: Python<'_>) -> PyResult<Output> {
+    pub(crate) fn take(&self, py: Python<'_>) -> PyResult<Output> {
         while !self.wait(py, 3600.0) {}
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = py.detach(|| t.join());
@@ -166,7 +171,7 @@ impl Run {
     ) -> PyResult<(neardup::keys::HotKeys, serde_json::Value)> {
         match self.take(py)? {
             Output::Hot(hot, stats) => Ok((*hot, stats)),
-            Output::Json(_) => Err(PyRuntimeError::new_err("this run made no hot keys")),
+            _ => Err(PyRuntimeError::new_err("this run made no hot keys")),
         }
     }
 }
@@ -238,7 +243,7 @@ impl Run {
         })
     }
 
-    fn spawn_output(
+    pub(crate) fn spawn_output(
         name: &str,
         stages: [Arc<Progress>; 2],
         cancel: CancelToken,

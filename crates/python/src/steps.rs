@@ -1,20 +1,27 @@
-//! The staged steps over files, for schedulers (the Ray runner, Slurm arrays, …): `keys` (one
-//! shard's key-table file), `sign` (per shard), `decide` (per group) and `write` (per shard), as
-//! the CLI's commands of the same names run them. Each runs on a thread of its own (a [`Run`]),
+//! The staged steps, for schedulers (the Ray runner, Slurm arrays, …): `keys` (one shard's
+//! key-table file), `sign` (per shard), `decide` (per group) and `write` (per shard), as the
+//! CLI's commands of the same names run them, over files or values (`Signed`, `Decided`, and
+//! `KeyTable` / `HotKeys`) mixed freely. Each runs on a thread of its own (a [`Run`]),
 //! so that Python can wait with the GIL released and cancel it on Ctrl-C.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use neardup::keys::{HotKeys, KeysError, Progress};
-use neardup::{CancelToken, Config, Error, RunControl, RunPaths};
+use neardup::{
+    CancelToken, Config, DecidedInput, Error, RunControl, RunPaths, SignedInput, StepInput,
+    TableInput,
+};
 
 use crate::errors::discovery_to_py;
-use crate::run::{Run, report_json};
+use crate::run::{Output, Run, report_json};
 use crate::settings::{Scope, config_from, inputs_from};
+use crate::tables::KeyTable;
+use crate::values::{Decided, Signed, StepArg, step_args};
 
 /// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
 /// failure of stage 1 (as the CLI's steps load it).
@@ -62,21 +69,118 @@ fn step_config(settings: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
     Ok(config)
 }
 
-/// Starts `neardup.sign`: one shard's hot samples, signed into a directory of group streams.
+/// A key table given to `sign` or `write`: a `KeyTable` value or a key-table file.
+enum TableArg {
+    Value(Py<KeyTable>),
+    File(PathBuf),
+}
+
+impl TableArg {
+    fn from_py(table: &Bound<'_, PyAny>) -> PyResult<TableArg> {
+        if let Ok(t) = table.cast::<KeyTable>() {
+            return Ok(TableArg::Value(t.clone().unbind()));
+        }
+        table.extract::<PathBuf>().map(TableArg::File).map_err(|_| {
+            PyTypeError::new_err("table must be a KeyTable or the path of a key-table file")
+        })
+    }
+
+    fn input(&self) -> TableInput<'_> {
+        match self {
+            TableArg::Value(t) => TableInput::Value(&t.get().inner),
+            TableArg::File(p) => TableInput::File(p),
+        }
+    }
+
+    fn read_paths(&self, paths: &mut RunPaths) {
+        if let TableArg::File(p) = self {
+            paths.read_file("the key table", p);
+        }
+    }
+}
+
+/// The hot keys given to a step: a `HotKeys` value or a hot-key file (loaded on the run's
+/// thread).
+enum HotArg {
+    Value(Py<crate::tables::HotKeys>),
+    File(PathBuf),
+}
+
+/// Hot keys ready for a step: borrowed from a value, or loaded from a file.
+enum HotRef<'a> {
+    Borrowed(&'a HotKeys),
+    Loaded(Box<HotKeys>),
+}
+
+impl std::ops::Deref for HotRef<'_> {
+    type Target = HotKeys;
+    fn deref(&self) -> &HotKeys {
+        match self {
+            HotRef::Borrowed(h) => h,
+            HotRef::Loaded(h) => h,
+        }
+    }
+}
+
+impl HotArg {
+    fn from_py(hot: &Bound<'_, PyAny>) -> PyResult<HotArg> {
+        if let Ok(h) = hot.cast::<crate::tables::HotKeys>() {
+            return Ok(HotArg::Value(h.clone().unbind()));
+        }
+        hot.extract::<PathBuf>().map(HotArg::File).map_err(|_| {
+            PyTypeError::new_err("hot must be a HotKeys or the path of a hot-key file")
+        })
+    }
+
+    fn read_paths(&self, paths: &mut RunPaths) {
+        if let HotArg::File(p) = self {
+            paths.read_file("the hot-key file", p);
+        }
+    }
+
+    fn get(&self) -> Result<HotRef<'_>, Error> {
+        match self {
+            HotArg::Value(h) => Ok(HotRef::Borrowed(&h.get().inner)),
+            HotArg::File(p) => load_hot(p).map(|h| HotRef::Loaded(Box::new(h))),
+        }
+    }
+}
+
+fn signed_inputs(args: &[StepArg<Signed>]) -> Vec<SignedInput<'_>> {
+    args.iter()
+        .map(|a| match a {
+            StepArg::Value(v) => StepInput::Value(&v.get().inner),
+            StepArg::Dir(d) => StepInput::Dir(d),
+        })
+        .collect()
+}
+
+fn decided_inputs(args: &[StepArg<Decided>]) -> Vec<DecidedInput<'_>> {
+    args.iter()
+        .map(|a| match a {
+            StepArg::Value(v) => StepInput::Value(&v.get().inner),
+            StepArg::Dir(d) => StepInput::Dir(d),
+        })
+        .collect()
+}
+
+/// Starts `neardup.sign`: one shard's hot samples, signed into a directory of group streams
+/// (`output`), or into a `Signed` value (no `output`; take it with [`signed_result`]).
 #[pyfunction]
-#[pyo3(signature = (table, hot, output, settings = None))]
+#[pyo3(signature = (table, hot, output = None, settings = None))]
 pub fn start_sign(
-    table: PathBuf,
-    hot: PathBuf,
-    output: PathBuf,
+    table: &Bound<'_, PyAny>,
+    hot: &Bound<'_, PyAny>,
+    output: Option<PathBuf>,
     settings: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Run> {
     let config = step_config(settings)?;
-    RunPaths::new()
-        .read_file("the hot-key file", &hot)
-        .read_file("the key table", &table)
-        .check()
-        .map_err(crate::errors::to_py)?;
+    let table = TableArg::from_py(table)?;
+    let hot = HotArg::from_py(hot)?;
+    let mut paths = RunPaths::new();
+    hot.read_paths(&mut paths);
+    table.read_paths(&mut paths);
+    paths.check().map_err(crate::errors::to_py)?;
     let stages = progress();
     let cancel = CancelToken::new();
     let control = RunControl {
@@ -84,48 +188,106 @@ pub fn start_sign(
         cancel: cancel.clone(),
         ..RunControl::default()
     };
+    let Some(output) = output else {
+        return Run::spawn_output(
+            "neardup-sign",
+            stages,
+            cancel,
+            crate::errors::to_py,
+            move || {
+                let hot = hot.get()?;
+                let (signed, stats) = neardup::sign(&config, table.input(), &hot, &control)?;
+                let stats = serde_json::to_value(stats).expect("statistics serialise");
+                Ok(Output::Signed(Box::new(signed), stats))
+            },
+        );
+    };
     Run::spawn("neardup-sign", stages, cancel, move || {
-        let hot = load_hot(&hot)?;
-        let signed = neardup::sign_shard(&config, &table, &hot, &output, &control)?;
+        let hot = hot.get()?;
+        let signed = neardup::sign_shard(&config, table.input(), &hot, &output, &control)?;
         Ok(serde_json::to_string(&signed).expect("reports serialise"))
     })
 }
 
-/// Starts `neardup.decide`: one group's hot samples of every shard, decided.
+/// The `Signed` value a [`start_sign`] run without output made.
 #[pyfunction]
-#[pyo3(signature = (signed, hot, group, output, settings = None))]
+pub fn signed_result(py: Python<'_>, run: &Bound<'_, Run>) -> PyResult<Signed> {
+    match run.get().take(py)? {
+        Output::Signed(inner, stats) => Ok(Signed {
+            inner: *inner,
+            stats: Some(stats),
+        }),
+        _ => Err(PyRuntimeError::new_err("this run made no signed value")),
+    }
+}
+
+/// Starts `neardup.decide`: one group's hot samples of every shard (`Signed` values or sign
+/// directories), decided into a directory (`output`) or a `Decided` value (no `output`; take it
+/// with [`decided_result`]).
+#[pyfunction]
+#[pyo3(signature = (signed, hot, group, output = None, settings = None))]
 pub fn start_decide(
-    signed: Vec<PathBuf>,
-    hot: PathBuf,
+    signed: &Bound<'_, PyAny>,
+    hot: &Bound<'_, PyAny>,
     group: u32,
-    output: PathBuf,
+    output: Option<PathBuf>,
     settings: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<Run> {
     let config = step_config(settings)?;
-    RunPaths::new()
-        .read_file("the hot-key file", &hot)
-        .check()
-        .map_err(crate::errors::to_py)?;
+    let signed: Vec<StepArg<Signed>> = step_args(
+        signed,
+        "signed must hold Signed values or the paths of sign output directories",
+    )?;
+    let hot = HotArg::from_py(hot)?;
+    let mut paths = RunPaths::new();
+    hot.read_paths(&mut paths);
+    paths.check().map_err(crate::errors::to_py)?;
     let stages = progress();
     let cancel = CancelToken::new();
     let control = RunControl {
         cancel: cancel.clone(),
         ..RunControl::default()
     };
+    let Some(output) = output else {
+        return Run::spawn_output(
+            "neardup-decide",
+            stages,
+            cancel,
+            crate::errors::to_py,
+            move || {
+                let hot = hot.get()?;
+                let inputs = signed_inputs(&signed);
+                let decided = neardup::decide(&config, &inputs, &hot, group, &control)?;
+                Ok(Output::Decided(Box::new(decided)))
+            },
+        );
+    };
     Run::spawn("neardup-decide", stages, cancel, move || {
-        let hot = load_hot(&hot)?;
-        let decided = neardup::decide_group_dirs(&config, &signed, &hot, group, &output, &control)?;
+        let hot = hot.get()?;
+        let inputs = signed_inputs(&signed);
+        let decided = neardup::decide_group_dirs(&config, &inputs, &hot, group, &output, &control)?;
         Ok(serde_json::to_string(&decided).expect("reports serialise"))
     })
 }
 
-/// Starts `neardup.write`: one shard's filtered dataset and decisions.
+/// The `Decided` value a [`start_decide`] run without output made.
+#[pyfunction]
+pub fn decided_result(py: Python<'_>, run: &Bound<'_, Run>) -> PyResult<Decided> {
+    match run.get().take(py)? {
+        Output::Decided(inner) => Ok(Decided { inner: *inner }),
+        _ => Err(PyRuntimeError::new_err("this run made no decided value")),
+    }
+}
+
+/// Starts `neardup.write`: one shard's filtered dataset and decisions, the hot samples' verdicts
+/// from `Decided` values or decide directories.
 #[pyfunction]
 #[pyo3(signature = (table, hot, decided, output = None, decisions = None, report = None, settings = None))]
+#[allow(clippy::too_many_arguments)]
 pub fn start_write(
-    table: PathBuf,
-    hot: PathBuf,
-    decided: Vec<PathBuf>,
+    table: &Bound<'_, PyAny>,
+    hot: &Bound<'_, PyAny>,
+    decided: &Bound<'_, PyAny>,
     output: Option<PathBuf>,
     decisions: Option<PathBuf>,
     report: Option<PathBuf>,
@@ -141,10 +303,15 @@ pub fn start_write(
         ));
     }
     config.validate().map_err(crate::errors::to_py)?;
+    let table = TableArg::from_py(table)?;
+    let hot = HotArg::from_py(hot)?;
+    let decided: Vec<StepArg<Decided>> = step_args(
+        decided,
+        "decided must hold Decided values or the paths of decide output directories",
+    )?;
     let mut paths = RunPaths::new();
-    paths
-        .read_file("the hot-key file", &hot)
-        .read_file("the key table", &table);
+    hot.read_paths(&mut paths);
+    table.read_paths(&mut paths);
     paths.write_config_outputs(&config, &[]);
     paths.check().map_err(crate::errors::to_py)?;
     let stages = progress();
@@ -155,8 +322,9 @@ pub fn start_write(
         ..RunControl::default()
     };
     Run::spawn("neardup-write", stages, cancel, move || {
-        let hot = load_hot(&hot)?;
-        let report = neardup::write_shard(&config, &table, &hot, &decided, &control)?;
+        let hot = hot.get()?;
+        let inputs = decided_inputs(&decided);
+        let report = neardup::write_shard(&config, table.input(), &hot, &inputs, &control)?;
         Ok(report_json(&report))
     })
 }

@@ -140,6 +140,11 @@ impl KeyTable {
         self.inner.rows()
     }
 
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<crate::values::Reduced<'py>> {
+        let bytes = py.detach(|| self.inner.to_bytes());
+        crate::values::reduce(py, "KeyTable", &bytes)
+    }
+
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
         other
             .cast::<KeyTable>()
@@ -246,6 +251,11 @@ impl HotKeys {
 
     fn __contains__(&self, key: u64) -> bool {
         self.inner.contains(key)
+    }
+
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<crate::values::Reduced<'py>> {
+        let bytes = py.detach(|| self.inner.to_bytes()).map_err(keys_to_py)?;
+        crate::values::reduce(py, "HotKeys", &bytes)
     }
 
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {

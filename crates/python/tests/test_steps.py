@@ -154,6 +154,8 @@ def test_a_cancelled_step_stops_and_removes_what_it_wrote(tmp_path):
     neardup.hot_keys([work / "keys.ndk"]).save(work / "hot.ndh")
     cancelled(_native.start_sign(work / "keys.ndk", work / "hot.ndh", work / "sig", {"threads": 1}))
     assert not (work / "sig").exists() or sorted((work / "sig").iterdir()) == []
+    # In memory too: a cancelled sign makes no value.
+    cancelled(_native.start_sign(neardup.KeyTable.load(work / "keys.ndk"), work / "hot.ndh", None, {"threads": 1}))
     neardup.sign(work / "keys.ndk", work / "hot.ndh", work / "sig")
     neardup.decide([work / "sig"], work / "hot.ndh", 0, work / "decided")
     out, decisions = tmp_path / "out", tmp_path / "d.jsonl"
@@ -165,3 +167,130 @@ def test_a_cancelled_step_stops_and_removes_what_it_wrote(tmp_path):
     )
     assert not decisions.exists()
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*")), sorted(out.rglob("*"))
+
+
+# --- The same steps over values: no sign or decide directory anywhere. ---
+
+
+def _values_run(tmp: Path, groups: int, shards: list) -> tuple:
+    """compute_keys → hot_keys → sign → decide → write over values only (as a scheduler with an
+    object store runs them: each value through pickle, each task given only its part)."""
+    import pickle
+
+    tables = [neardup.compute_keys([s], shard=i, **SETTINGS) for i, s in enumerate(shards)]
+    tables = [pickle.loads(pickle.dumps(t)) for t in tables]
+    hot = pickle.loads(pickle.dumps(neardup.hot_keys(tables, groups=groups)))
+    signed = [pickle.loads(pickle.dumps(neardup.sign(t, hot, **SETTINGS))) for t in tables]
+    for i, s in enumerate(signed):
+        assert isinstance(s, neardup.Signed)
+        assert (s.shard, s.place, s.shards, s.groups) == (i, i, len(shards), groups)
+        assert s.groups_held == list(range(groups))
+        assert s.stats is None  # pickling carries the value, not the pass's statistics
+    decided = []
+    for g in range(groups):
+        parts = [s.group(g) for s in reversed(signed)]
+        assert all(p.groups_held == [g] for p in parts)
+        d = neardup.decide(parts, hot, g, **SETTINGS)
+        assert isinstance(d, neardup.Decided)
+        assert (d.group, d.groups, d.shards, d.shards_held) == (g, groups, len(shards), list(range(len(shards))))
+        decided.append(pickle.loads(pickle.dumps(d)))
+    out = tmp / "out"
+    decisions = b""
+    for i, t in enumerate(tables):
+        d = tmp / f"d-{i}.jsonl"
+        neardup.write(t, hot, [x.shard(i) for x in decided], output=out, decisions=d, **SETTINGS)
+        decisions += d.read_bytes()
+    return decisions, data_files(out), signed, decided
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+def test_the_steps_over_values_alone_make_one_runs_decisions(tmp_path, cli, groups):
+    expected_decisions, expected_outputs = one_run(cli, tmp_path)
+    decisions, outputs, signed, decided = _values_run(tmp_path, groups, SHARDS)
+    assert decisions == expected_decisions
+    assert outputs == expected_outputs
+    assert sum(sum(s.samples) for s in signed) == sum(sum(d.decided) for d in decided) > 0
+    # No step directory was written: only the dataset and the decisions.
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["one", "one.jsonl", "out"] + [f"d-{i}.jsonl" for i in range(len(SHARDS))]
+    )
+
+
+def test_values_are_the_clis_directories_as_bytes(tmp_path, cli):
+    import pickle
+
+    sh = tmp_path / "cli"
+    sh.mkdir()
+    for i, shard in enumerate(SHARDS):
+        cli("keys", shard, "--shard", i, "-o", sh / f"keys-{i}.ndk", "--threshold", "0.7")
+    tables = [sh / f"keys-{i}.ndk" for i in range(len(SHARDS))]
+    cli("hot", *tables, "--groups", 2, "-o", sh / "hot.ndh")
+    hot = neardup.HotKeys.load(sh / "hot.ndh")
+    for i, table in enumerate(tables):
+        cli("sign", table, "--hot", sh / "hot.ndh", "-o", sh / f"sig-{i}", *FLAGS)
+    signed = []
+    for i, table in enumerate(tables):
+        # From the table file and the hot-key path, or from the values: the same value.
+        value = neardup.sign(table, sh / "hot.ndh", **SETTINGS)
+        assert value == neardup.sign(neardup.KeyTable.load(table), hot, **SETTINGS)
+        loaded = neardup.Signed.load(sh / f"sig-{i}")
+        assert loaded == value and loaded.to_bytes() == value.to_bytes()
+        assert neardup.Signed.from_bytes(value.to_bytes()) == value
+        assert pickle.loads(pickle.dumps(value)) == value
+        assert value.manifest == json.loads((sh / f"sig-{i}" / "manifest.json").read_text())
+        assert value.stats["records"] > 0 and value.stream_bytes == sum(value.manifest["bytes"])
+        # save writes the CLI's directory, byte for byte.
+        value.save(tmp_path / f"saved-{i}")
+        assert {p.name: p.read_bytes() for p in (tmp_path / f"saved-{i}").iterdir()} == {
+            p.name: p.read_bytes() for p in (sh / f"sig-{i}").iterdir()
+        }
+        signed.append(value)
+    # decide over a mix of values and the CLI's directories, into a value and a directory.
+    mixed = [signed[0], sh / "sig-1", str(sh / "sig-2")]
+    cli("decide", *[sh / f"sig-{i}" for i in range(3)], "--hot", sh / "hot.ndh", "--group", 1,
+        "-o", sh / "decided-1", *FLAGS)
+    d1 = neardup.decide(mixed, hot, 1, **SETTINGS)
+    assert d1.to_bytes() == neardup.Decided.load(sh / "decided-1").to_bytes()
+    assert pickle.loads(pickle.dumps(d1)) == d1 == neardup.Decided.from_bytes(d1.to_bytes())
+    report = neardup.decide(mixed, sh / "hot.ndh", 1, tmp_path / "decided-1", **SETTINGS)
+    assert report["manifest"] == d1.manifest
+    # Pickling of the stage-1 values too.
+    table = neardup.KeyTable.load(tables[0])
+    assert pickle.loads(pickle.dumps(table)) == table
+    assert pickle.loads(pickle.dumps(hot)) == hot
+
+
+def test_values_are_refused_as_directories_are(tmp_path):
+    tables = [neardup.compute_keys([s], shard=i) for i, s in enumerate(SHARDS[:2])]
+    hot = neardup.hot_keys(tables, groups=2)
+    other = neardup.hot_keys(tables, groups=3)
+    signed = [neardup.sign(t, hot) for t in tables]
+    foreign = neardup.sign(tables[0], other)
+    with pytest.raises(ValueError, match="the signed value of shard 0 was signed with another hot-key file"):
+        neardup.decide([foreign, signed[1]], hot, 0)
+    with pytest.raises(ValueError, match="other decision settings"):
+        neardup.decide(signed, hot, 0, max_reps=1)
+    with pytest.raises(ValueError, match="the sign outputs of shard 1 are missing"):
+        neardup.decide(signed[:1], hot, 0)
+    with pytest.raises(ValueError, match="holds the stream of group 0 only, and `decide --group 1` needs group 1's"):
+        neardup.decide([s.group(0) for s in signed], hot, 1)
+    with pytest.raises(ValueError, match="group 5 is out of range"):
+        signed[0].group(5)
+    with pytest.raises(TypeError, match="Signed values or the paths"):
+        neardup.decide([signed[0], 3], hot, 0)
+    decided = [neardup.decide(signed, hot, g) for g in range(2)]
+    with pytest.raises(ValueError, match="the decided value of group 1 holds the stream of shard 1 only"):
+        neardup.write(tables[0], hot, [decided[0], decided[1].shard(1)], decisions=tmp_path / "d.jsonl")
+    with pytest.raises(ValueError, match="the decide outputs of group 1 are missing"):
+        neardup.write(tables[0], hot, decided[:1], decisions=tmp_path / "d.jsonl")
+    assert not (tmp_path / "d.jsonl").exists()
+    # Damaged bytes are refused, not misread.
+    data = signed[0].to_bytes()
+    with pytest.raises(neardup.CorruptFileError, match="truncated"):
+        neardup.Signed.from_bytes(data[:-3])
+    damaged = bytearray(data)
+    damaged[len(data) // 2] ^= 1
+    with pytest.raises(neardup.CorruptFileError, match="checksum does not match"):
+        neardup.Signed.from_bytes(bytes(damaged))
+    with pytest.raises(ValueError, match="a SignedShard, not a DecidedGroup"):
+        neardup.Decided.from_bytes(data)

@@ -7,12 +7,13 @@ Three levels:
 - **Whole runs.** :func:`dedup` is the CLI's ``neardup dedup``: it writes the filtered dataset, the
   decisions and the report, and returns the report. :func:`stream` yields every
   :class:`Decision` as it is made and writes nothing.
-- **Stage steps**, for schedulers of their own: :func:`compute_keys` (stage 1 of one shard, a
-  :class:`KeyTable`) and :func:`hot_keys` (the counts of all shards and the plan, a
-  :class:`HotKeys`), values that save to files or bytes; and the steps of a distributed stage 2
-  over files, as the CLI's commands of the same names: :func:`keys` (per shard), :func:`sign`
-  (per shard), :func:`decide` (per group), :func:`write` (per shard). :mod:`neardup.ray` runs
-  them all as Ray tasks.
+- **Stage steps**, for schedulers of their own, as the CLI's commands of the same names, over
+  values or files: :func:`compute_keys` (stage 1 of one shard, a :class:`KeyTable`; or
+  :func:`keys` into a file), :func:`hot_keys` (the counts of all shards and the plan, a
+  :class:`HotKeys`), then the distributed stage 2: :func:`sign` (per shard, a :class:`Signed`),
+  :func:`decide` (per group, a :class:`Decided`) and :func:`write` (per shard: the dataset and
+  decisions). Every value saves to and loads from a file or directory, turns into bytes and back,
+  and pickles (Ray's object store carries it). :mod:`neardup.ray` runs the steps as Ray tasks.
 - **Texts in memory.** :class:`Sketcher` turns texts into signatures and band keys (numpy);
   :class:`Deduper` decides texts one by one (first seen kept).
 
@@ -36,12 +37,14 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 from . import _native
 from ._native import (
     CorruptFileError,
+    Decided,
     Decision,
     DecisionStream,
     Deduper,
     HotKeys,
     InputError,
     KeyTable,
+    Signed,
     Sketcher,
 )
 
@@ -49,12 +52,14 @@ __version__: str = _native.__version__
 
 __all__ = [
     "CorruptFileError",
+    "Decided",
     "Decision",
     "DecisionStream",
     "Deduper",
     "HotKeys",
     "InputError",
     "KeyTable",
+    "Signed",
     "Sketcher",
     "compute_keys",
     "decide",
@@ -70,6 +75,12 @@ __all__ = [
 
 PathLike = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathLike, Iterable[PathLike]]
+
+
+def _from_bytes(kind: str, data: bytes) -> Any:
+    """Rebuilds a pickled value (``KeyTable``, ``HotKeys``, ``Signed``, ``Decided``): their
+    ``__reduce__`` names this function and the value's :meth:`to_bytes`."""
+    return getattr(_native, kind).from_bytes(data)
 
 #: Seconds a run goes before a progress bar appears (a shorter run stays silent).
 PROGRESS_AFTER_SECONDS = 2.0
@@ -302,61 +313,92 @@ def keys(
 
 
 def sign(
-    table: PathLike,
-    hot: PathLike,
-    output: PathLike,
+    table: Union[KeyTable, PathLike],
+    hot: Union[HotKeys, PathLike],
+    output: Optional[PathLike] = None,
     *,
     progress: Optional[bool] = None,
     **settings: Any,
-) -> Dict[str, Any]:
+) -> Union[Signed, Dict[str, Any]]:
     """Distributed stage 2, per shard (``neardup sign TABLE --hot HOT -o OUTPUT``): re-reads
-    the shard's inputs and writes, for each of its hot samples, what deciding it needs, one
-    stream per group of the plan, into the directory ``output`` (published whole at the end,
-    with a ``manifest.json``).
+    the shard's inputs and signs each of its hot samples: what deciding it needs, one stream per
+    group of the plan.
+
+    Without ``output``, returns the result as a :class:`Signed` value (in memory: about the size
+    of the sign directory); give each :func:`decide` task only its group's part,
+    ``signed.group(g)``. With ``output``, writes the directory (published whole at the end, with
+    a ``manifest.json``) and returns the report.
 
     Args:
-        table: the shard's key-table file (from :func:`keys`).
-        hot: the hot-key file (a :class:`HotKeys` saved with :meth:`HotKeys.save`).
-        output: the directory to write.
+        table: the shard's :class:`KeyTable`, or its key-table file (from :func:`keys`).
+        hot: the :class:`HotKeys` (with the plan), or the hot-key file.
+        output: the directory to write; None for a value.
         progress: tqdm bars, as for :func:`dedup`.
         **settings: the settings :func:`keys` used, and the decision settings (``threshold``,
             ``max_reps``, ``verify``), the same for every step.
 
     Returns:
-        The sign report (``manifest``: what was signed per group; ``stage2``: records read).
+        A :class:`Signed` value; with ``output``, the sign report (``manifest``: what was signed
+        per group; ``stage2``: records read).
     """
-    return _report(_native.start_sign(table, hot, output, settings), progress)
+    run = _native.start_sign(table, hot, None if output is None else os.fspath(output), settings)
+    if output is None:
+        _finish(run, progress)
+        return _native.signed_result(run)
+    return _report(run, progress)
 
 
 def decide(
-    signed: Iterable[PathLike],
-    hot: PathLike,
+    signed: Iterable[Union[Signed, PathLike]],
+    hot: Union[HotKeys, PathLike],
     group: int,
-    output: PathLike,
+    output: Optional[PathLike] = None,
     **settings: Any,
-) -> Dict[str, Any]:
+) -> Union[Decided, Dict[str, Any]]:
     """Distributed stage 2, per group (``neardup decide SIG... --hot HOT --group G -o OUTPUT``):
-    reads group ``group``'s streams from every shard's :func:`sign` output and decides them in
-    global row order, exactly as one ``neardup dedup`` would. Opens no input file. Memory: the
-    group's representatives (bounded by ``max_reps``) and its shards' streams.
+    takes group ``group``'s signed samples from every shard and decides them in global row
+    order, exactly as one ``neardup dedup`` would. Opens no input file. Memory: the group's
+    representatives (bounded by ``max_reps``) and its decisions.
+
+    Without ``output``, returns the decisions as a :class:`Decided` value; give each
+    :func:`write` task only its shard's part, ``decided.shard(i)``. With ``output``, writes the
+    directory (one stream per shard and a ``manifest.json``) and returns the report.
 
     Args:
-        signed: the sign output directories of every shard (any order, each once).
-        hot: the hot-key file the sign outputs were made with.
+        signed: every shard's :func:`sign` output, in any order, each once: :class:`Signed`
+            values (whole, or their part for this group) or sign output directories, mixed
+            freely.
+        hot: the :class:`HotKeys` or hot-key file the sign outputs were made with.
         group: the group to decide (0 to ``HotKeys.groups`` − 1).
-        output: the directory to write (one stream per shard and a ``manifest.json``).
+        output: the directory to write; None for a value.
         **settings: the same settings as every other step.
 
     Returns:
-        The decide report (``manifest``: decisions per shard and the decision counters).
+        A :class:`Decided` value; with ``output``, the decide report (``manifest``: decisions per
+        shard and the decision counters).
+
+    Raises:
+        ValueError: a sign output made with another hot-key file or other settings, a shard
+            missing or given twice, a part without this group (the message names the value or
+            directory).
     """
-    return _report(_native.start_decide([os.fspath(s) for s in signed], hot, group, output, settings), False)
+    run = _native.start_decide(
+        list(signed),
+        hot,
+        group,
+        None if output is None else os.fspath(output),
+        settings,
+    )
+    if output is None:
+        _finish(run, False)
+        return _native.decided_result(run)
+    return _report(run, False)
 
 
 def write(
-    table: PathLike,
-    hot: PathLike,
-    decided: Iterable[PathLike],
+    table: Union[KeyTable, PathLike],
+    hot: Union[HotKeys, PathLike],
+    decided: Iterable[Union[Decided, PathLike]],
     output: Optional[PathLike] = None,
     decisions: Optional[PathLike] = None,
     report: Optional[PathLike] = None,
@@ -371,9 +413,10 @@ def write(
     order, are byte for byte those of one :func:`dedup` over the same inputs.
 
     Args:
-        table: the shard's key-table file.
-        hot: the hot-key file.
-        decided: the :func:`decide` output directories of every group (any order).
+        table: the shard's :class:`KeyTable` or key-table file.
+        hot: the :class:`HotKeys` or hot-key file.
+        decided: every group's :func:`decide` output, in any order: :class:`Decided` values
+            (whole, or their part for this shard) or decide output directories, mixed freely.
         output: the shared output directory.
         decisions: this shard's decisions file.
         report: this shard's run report (JSON).
@@ -385,6 +428,12 @@ def write(
         The shard's run report (as ``--report`` writes it).
     """
     run = _native.start_write(
-        table, hot, [os.fspath(d) for d in decided], output, decisions, report, settings
+        table,
+        hot,
+        list(decided),
+        output,
+        decisions,
+        report,
+        settings,
     )
     return _report(run, progress)

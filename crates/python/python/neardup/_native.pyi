@@ -23,6 +23,8 @@ __all__ = [
     "Deduper",
     "KeyTable",
     "HotKeys",
+    "Signed",
+    "Decided",
     "Run",
     "DecisionStream",
     "CorpusStream",
@@ -35,7 +37,9 @@ __all__ = [
     "hot_keys_result",
     "start_keys",
     "start_sign",
+    "signed_result",
     "start_decide",
+    "decided_result",
     "start_write",
     "process_corpus",
     "compute_bucket_keys",
@@ -46,7 +50,8 @@ class InputError(ValueError):
     stages; the message names the file and the record."""
 
 class CorruptFileError(OSError):
-    """A key-table or hot-key file (or its bytes) is damaged, truncated or not neardup's."""
+    """A key-table or hot-key file, or a step value's bytes, is damaged, truncated or not
+    neardup's."""
 
 @final
 class Decision:
@@ -193,6 +198,8 @@ class KeyTable:
         """Reads a table from to_bytes()'s bytes."""
     def __len__(self) -> int: ...
     def __eq__(self, other: object, /) -> bool: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[str, bytes]]:
+        """Pickles through to_bytes() (stats are not carried)."""
 
 @final
 class HotKeys:
@@ -226,6 +233,110 @@ class HotKeys:
     def __len__(self) -> int: ...
     def __contains__(self, key: int, /) -> bool: ...
     def __eq__(self, other: object, /) -> bool: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[str, bytes]]:
+        """Pickles through to_bytes() (stats are not carried)."""
+
+@final
+class Signed:
+    """One shard's sign output: what deciding each hot sample needs, one stream per group of
+    the plan (or one group's only, for a part made by group())."""
+
+    @property
+    def shard(self) -> int:
+        """The shard's number."""
+    @property
+    def place(self) -> int:
+        """The shard's place in shard order."""
+    @property
+    def shards(self) -> int:
+        """Shards the hot keys were counted from."""
+    @property
+    def groups(self) -> int:
+        """Groups of the plan."""
+    @property
+    def groups_held(self) -> List[int]:
+        """Groups whose streams this value holds (all, or one for a part)."""
+    @property
+    def samples(self) -> List[int]:
+        """Hot samples signed, per group."""
+    @property
+    def copies_by_hash(self) -> int:
+        """Of those, later exact copies sent as their content hash alone."""
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of the streams held."""
+    @property
+    def files(self) -> List[str]:
+        """The shard's input files, as decisions name them."""
+    @property
+    def fingerprint(self) -> int:
+        """HotKeys.fingerprint of the hot keys it was signed with."""
+    @property
+    def manifest(self) -> Dict[str, Any]:
+        """The manifest (manifest.json of the directory)."""
+    @property
+    def stats(self) -> Optional[Dict[str, Any]]:
+        """The pass's statistics for a value just signed; None for one read back."""
+    def group(self, group: int) -> "Signed":
+        """This shard's part for one group: what decide of that group needs."""
+    def save(self, path: _Path) -> None:
+        """Writes the directory `neardup sign -o` writes, all or nothing."""
+    @staticmethod
+    def load(path: _Path) -> "Signed":
+        """Reads a sign output directory."""
+    def to_bytes(self) -> bytes:
+        """The value as one checksummed buffer (docs/formats.md, "Step values")."""
+    @staticmethod
+    def from_bytes(data: bytes) -> "Signed":
+        """Reads to_bytes()'s bytes; CorruptFileError when damaged or truncated."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[str, bytes]]:
+        """Pickles through to_bytes() (stats are not carried)."""
+
+@final
+class Decided:
+    """One group's decide output: the decisions of its hot samples, one stream per shard (or
+    one shard's only, for a part made by shard())."""
+
+    @property
+    def group(self) -> int:
+        """The group decided."""
+    @property
+    def groups(self) -> int:
+        """Groups of the plan."""
+    @property
+    def shards(self) -> int:
+        """Shards."""
+    @property
+    def shards_held(self) -> List[int]:
+        """Shards (by place) whose streams this value holds (all, or one for a part)."""
+    @property
+    def decided(self) -> List[int]:
+        """Decisions per shard."""
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of the streams held."""
+    @property
+    def fingerprint(self) -> int:
+        """HotKeys.fingerprint of the hot keys it was decided with."""
+    @property
+    def manifest(self) -> Dict[str, Any]:
+        """The manifest (manifest.json of the directory)."""
+    def shard(self, place: int) -> "Decided":
+        """This group's part for the shard at place `place`: what write of that shard needs."""
+    def save(self, path: _Path) -> None:
+        """Writes the directory `neardup decide -o` writes, all or nothing."""
+    @staticmethod
+    def load(path: _Path) -> "Decided":
+        """Reads a decide output directory."""
+    def to_bytes(self) -> bytes:
+        """The value as one checksummed buffer."""
+    @staticmethod
+    def from_bytes(data: bytes) -> "Decided":
+        """Reads to_bytes()'s bytes; CorruptFileError when damaged or truncated."""
+    def __eq__(self, other: object, /) -> bool: ...
+    def __reduce__(self) -> Tuple[Any, Tuple[str, bytes]]:
+        """Pickles through to_bytes()."""
 
 @final
 class Run:
@@ -290,23 +401,32 @@ def start_keys(
     """Starts neardup.keys: one shard's key-table file."""
 
 def start_sign(
-    table: _Path, hot: _Path, output: _Path, settings: Optional[Dict[str, Any]] = None
-) -> Run:
-    """Starts neardup.sign: one shard's sign output directory."""
-
-def start_decide(
-    signed: List[_Path],
-    hot: _Path,
-    group: int,
-    output: _Path,
+    table: Union[KeyTable, _Path],
+    hot: Union[HotKeys, _Path],
+    output: Optional[_Path] = None,
     settings: Optional[Dict[str, Any]] = None,
 ) -> Run:
-    """Starts neardup.decide: one group's decide output directory."""
+    """Starts neardup.sign: one shard's sign output directory, or a Signed value (no output)."""
+
+def signed_result(run: Run) -> Signed:
+    """The Signed value a start_sign run without output made (waits for it)."""
+
+def start_decide(
+    signed: List[Union[Signed, _Path]],
+    hot: Union[HotKeys, _Path],
+    group: int,
+    output: Optional[_Path] = None,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Run:
+    """Starts neardup.decide: one group's decide output directory, or a Decided value."""
+
+def decided_result(run: Run) -> Decided:
+    """The Decided value a start_decide run without output made (waits for it)."""
 
 def start_write(
-    table: _Path,
-    hot: _Path,
-    decided: List[_Path],
+    table: Union[KeyTable, _Path],
+    hot: Union[HotKeys, _Path],
+    decided: List[Union[Decided, _Path]],
     output: Optional[_Path] = None,
     decisions: Optional[_Path] = None,
     report: Optional[_Path] = None,
