@@ -505,6 +505,7 @@ fn jsonl_samples<F: FnMut(Sample<'_>)>(
     let plan = json::build_plan(selector.fields.iter().chain(selector.id_field.as_ref()));
     let mut slots = vec![Slot::Missing; nfields + usize::from(selector.id_field.is_some())];
     let mut scratch = Vec::new();
+    let string_paths = json::StringPaths::detected();
     let mut join_buf = String::new();
     let mut values_buf: Vec<FieldValue<'static>> = Vec::with_capacity(nfields);
     let slots_per_record = selector.samples_per_record();
@@ -525,7 +526,7 @@ fn jsonl_samples<F: FnMut(Sample<'_>)>(
             emit_bad(record, slots_per_record, SkipReason::InvalidUtf8, f);
             continue;
         };
-        if let Err(msg) = json::parse_line(line, &plan, &mut slots, &mut scratch) {
+        if let Err(msg) = json::parse_line(line, &plan, &mut slots, &mut scratch, string_paths) {
             emit_bad(record, slots_per_record, SkipReason::MalformedJson(msg), f);
             continue;
         }

@@ -12,6 +12,8 @@
 
 use std::arch::x86_64::*;
 
+use neardup_cpu::{Feature, Features};
+
 /// The longest message that fits one block with its padding (0x80 and the 8-byte length).
 pub(crate) const MAX_LEN: usize = 55;
 
@@ -73,8 +75,7 @@ impl Batch {
 
     /// Whether [`Batch::first_words`] can run on this CPU.
     pub(crate) fn supported() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
+        Features::detected().has_all(&[Feature::Avx512F, Feature::Avx512Bw])
     }
 
     /// The first state word of each lane's SHA-1 digest (lanes past [`Batch::len`] hold

@@ -1,23 +1,35 @@
 //! Comparing signatures and exact shingle sets.
+//!
+//! Each public function picks its kernel from [`Features::detected`]; the `*_on` functions below
+//! take the features explicitly, so that tests run every kernel this CPU has (and the portable
+//! code) on the same inputs.
+
+use neardup_cpu::{Feature, Features};
 
 /// Number of equal positions (runtime-dispatched SIMD).
 ///
 /// # Panics
 /// When the lengths differ.
 pub fn count_equal(a: &[u32], b: &[u32]) -> usize {
+    count_equal_on(Features::detected(), a, b)
+}
+
+/// [`count_equal`] with the kernel for `features`.
+#[inline]
+fn count_equal_on(features: Features, a: &[u32], b: &[u32]) -> usize {
     assert_eq!(a.len(), b.len(), "signatures of different lengths");
     #[cfg(target_arch = "x86_64")]
     {
-        // std caches feature detection in an atomic, so these checks cost a load each.
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the feature was just detected.
+        if features.has(Feature::Avx512F) {
+            // SAFETY: `Features` only ever holds features this CPU has.
             return unsafe { count_equal_avx512(a, b) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was just detected.
+        if features.has(Feature::Avx2) {
+            // SAFETY: as above.
             return unsafe { count_equal_avx2(a, b) };
         }
     }
+    let _ = features;
     count_equal_portable(a, b)
 }
 
@@ -90,26 +102,27 @@ pub fn jaccard_at_least(a: &[u32], b: &[u32], threshold: f64) -> Option<f64> {
     // J >= t  <=>  inter >= t * (|a| + |b|) / (1 + t); one less than the rounded-up bound is
     // still a safe stopping point, as the final comparison is on the exact value.
     let needed = ((threshold * (a.len() + b.len()) as f64) / (1.0 + threshold)).floor() as usize;
-    let inter = intersection_len(a, b, needed.saturating_sub(1));
+    let inter = intersection_len(Features::detected(), a, b, needed.saturating_sub(1));
     let j = inter as f64 / (a.len() + b.len() - inter) as f64;
     (j >= threshold).then_some(j)
 }
 
-/// Whether the AVX-512 set kernels of [`simd`] can run (std caches the detection).
+/// Whether the AVX-512 set kernels of [`simd`] can run with `features`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn has_avx512_sets() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("popcnt")
+fn has_avx512_sets(features: Features) -> bool {
+    features.has_all(&[Feature::Avx512F, Feature::Popcnt])
 }
 
-/// `|a ∩ b|` of sorted deduplicated sets; when `needed > 0` it may stop early, returning a
-/// smaller count, once `needed` can no longer be reached.
-fn intersection_len(a: &[u32], b: &[u32], needed: usize) -> usize {
+/// `|a ∩ b|` of sorted deduplicated sets, with the kernel for `features`; when `needed > 0` it
+/// may stop early, returning a smaller count, once `needed` can no longer be reached.
+fn intersection_len(features: Features, a: &[u32], b: &[u32], needed: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if has_avx512_sets() {
-        // SAFETY: `has_avx512_sets` checked the features.
+    if has_avx512_sets(features) {
+        // SAFETY: `Features` only ever holds features this CPU has.
         return unsafe { simd::intersection_len_avx512(a, b, needed) };
     }
+    let _ = features;
     merge_intersection_len(a, b, needed)
 }
 
@@ -171,6 +184,16 @@ pub fn fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut SetScra
 
 /// [`fingerprint_set`] appending to `out` instead of replacing it (many sets in one buffer).
 pub fn append_fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut SetScratch) {
+    append_fingerprint_set_on(Features::detected(), hashes, out, scratch)
+}
+
+/// [`append_fingerprint_set`] with the kernel for `features`.
+fn append_fingerprint_set_on(
+    features: Features,
+    hashes: &[u64],
+    out: &mut Vec<u32>,
+    scratch: &mut SetScratch,
+) {
     let n = hashes.len();
     if n < 64 {
         let base = out.len();
@@ -181,11 +204,12 @@ pub fn append_fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut 
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx512_sets() {
-        // SAFETY: `has_avx512_sets` checked the features.
+    if has_avx512_sets(features) {
+        // SAFETY: `Features` only ever holds features this CPU has.
         unsafe { simd::append_set_avx512(hashes, out, scratch) };
         return;
     }
+    let _ = features;
     append_set_portable(hashes, out, scratch);
 }
 
@@ -608,8 +632,10 @@ mod tests {
             }
             // The SIMD intersection counts what the merge counts, early exit or not.
             let full = merge_intersection_len(&sa, &sb, 0);
-            assert_eq!(intersection_len(&sa, &sb, 0), full, "case {case}");
-            assert_eq!(intersection_len(&sb, &sa, 0), full, "case {case}");
+            for features in Features::detected().levels() {
+                assert_eq!(intersection_len(features, &sa, &sb, 0), full, "case {case}");
+                assert_eq!(intersection_len(features, &sb, &sa, 0), full, "case {case}");
+            }
         }
         assert_eq!(jaccard_at_least(&[], &[], 0.8), Some(1.0));
         assert_eq!(jaccard_at_least(&[], &[1], 0.8), None);

@@ -84,6 +84,7 @@ mod oph;
 
 use std::sync::Arc;
 
+use neardup_cpu::{Feature, Features};
 use serde::{Deserialize, Serialize};
 
 use crate::SketchError;
@@ -139,26 +140,30 @@ pub enum Kernel {
 impl Kernel {
     /// Whether this CPU can run the kernel.
     pub fn is_supported(self) -> bool {
+        self.runs_on(Features::detected())
+    }
+
+    /// Whether a CPU with `features` can run the kernel.
+    pub fn runs_on(self, features: Features) -> bool {
         match self {
             Kernel::Reference | Kernel::Portable => true,
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
-            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => features.has(Feature::Avx2),
             Kernel::Avx512 => {
-                std::arch::is_x86_feature_detected!("avx512f")
-                    && std::arch::is_x86_feature_detected!("avx512dq")
-                    && std::arch::is_x86_feature_detected!("avx512bw")
+                features.has_all(&[Feature::Avx512F, Feature::Avx512Dq, Feature::Avx512Bw])
             }
-            #[cfg(not(target_arch = "x86_64"))]
-            Kernel::Avx2 | Kernel::Avx512 => false,
         }
     }
 
     /// The fastest kernel this CPU supports.
     pub fn best() -> Kernel {
+        Kernel::best_for(Features::detected())
+    }
+
+    /// The fastest kernel a CPU with `features` can run.
+    pub fn best_for(features: Features) -> Kernel {
         [Kernel::Avx512, Kernel::Avx2]
             .into_iter()
-            .find(|k| k.is_supported())
+            .find(|k| k.runs_on(features))
             .unwrap_or(Kernel::Portable)
     }
 
