@@ -247,4 +247,31 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// A batch of any size (a text's last batch is partial) and any message lengths up to
+        /// one block gives the first digest word of every message. Only where the CPU has
+        /// AVX-512: elsewhere the datasketch scheme never builds batches (its scalar hash is
+        /// tested against the sha1 crate in `minhash::datasketch`).
+        #[test]
+        fn any_batch_equals_the_sha1_crate(
+            messages in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=MAX_LEN),
+                1..=LANES,
+            ),
+        ) {
+            if Batch::supported() {
+                let mut batch = Batch::new();
+                for m in &messages {
+                    batch.push(m);
+                }
+                let got = batch.first_words().unwrap();
+                for (lane, m) in messages.iter().enumerate() {
+                    let digest = Sha1::digest(m);
+                    let want = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+                    proptest::prop_assert_eq!(got[lane], want, "len {}", m.len());
+                }
+            }
+        }
+    }
 }

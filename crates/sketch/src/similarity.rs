@@ -641,4 +641,56 @@ mod tests {
         assert_eq!(jaccard_at_least(&[], &[1], 0.8), None);
         assert_eq!(jaccard_at_least(&[], &[1], 0.0), Some(0.0));
     }
+
+    #[test]
+    fn every_kernel_counts_equal_positions_like_a_naive_loop() {
+        let mut seed = 5u64;
+        for len in (0..300usize).chain([1000, 4099]) {
+            let a: Vec<u32> = (0..len).map(|_| (lcg(&mut seed) % 4) as u32).collect();
+            let b: Vec<u32> = (0..len).map(|_| (lcg(&mut seed) % 4) as u32).collect();
+            let naive = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+            for features in Features::detected().levels() {
+                assert_eq!(
+                    count_equal_on(features, &a, &b),
+                    naive,
+                    "{features:?} len {len}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Every set kernel this CPU runs builds the same set as sorting and deduplicating, and
+        /// counts the same intersection as the merge, early exit or not: random hashes with
+        /// repeats, around the 64-value switch to bucketing, some crowded into few buckets.
+        #[test]
+        fn every_set_kernel_equals_sort_dedup_and_merge(
+            a in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..400),
+            shared in 0usize..400,
+            b_own in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..400),
+            crowd in 0u32..3,
+        ) {
+            // Crowding keeps few top bits, so buckets overflow the 16-lane register path.
+            let crowded = |h: &u64| if crowd == 0 { *h } else { *h >> (24 + 4 * crowd) };
+            let a: Vec<u64> = a.iter().map(crowded).collect();
+            let mut b: Vec<u64> = a[..shared.min(a.len())].to_vec();
+            b.extend(b_own.iter().map(crowded));
+            let (want_a, want_b) = (naive_set(&a), naive_set(&b));
+            let full = merge_intersection_len(&want_a, &want_b, 0);
+            let mut scratch = SetScratch::default();
+            for features in Features::detected().levels() {
+                let (mut got_a, mut got_b) = (vec![9], vec![9]);
+                append_fingerprint_set_on(features, &a, &mut got_a, &mut scratch);
+                append_fingerprint_set_on(features, &b, &mut got_b, &mut scratch);
+                proptest::prop_assert_eq!(&got_a[1..], &want_a[..], "{:?}", features);
+                proptest::prop_assert_eq!(&got_b[1..], &want_b[..], "{:?}", features);
+                proptest::prop_assert_eq!(intersection_len(features, &want_a, &want_b, 0), full);
+                for needed in [1, full / 2 + 1, full, full + 1] {
+                    let early = intersection_len(features, &want_a, &want_b, needed);
+                    // Early exits happen only when `needed` is out of reach.
+                    proptest::prop_assert!(early == full || (early < needed && full < needed));
+                }
+            }
+        }
+    }
 }

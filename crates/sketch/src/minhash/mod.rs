@@ -636,4 +636,78 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn the_best_kernel_at_every_feature_level_runs_there() {
+        for features in Features::detected().levels() {
+            let best = Kernel::best_for(features);
+            assert!(best.runs_on(features), "{best:?} on {features:?}");
+            assert!(best.is_supported());
+        }
+        assert_eq!(Kernel::best_for(Features::none()), Kernel::Portable);
+        assert_eq!(Kernel::best(), Kernel::best_for(Features::detected()));
+    }
+
+    /// Widths around every block size the kernels special-case (16, 32, 64, 128 lanes, and
+    /// more than one block).
+    const EDGE_WIDTHS: [usize; 14] = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 129, 257];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Every kernel this CPU runs signs random hashes (repeats included, any count around
+        /// the filter's threshold) exactly as the reference does, for every scheme and width.
+        #[test]
+        fn every_kernel_signs_random_hashes_like_the_reference(
+            distinct in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..80),
+            repeats in proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 0..80),
+            width in proptest::sample::select(EDGE_WIDTHS.to_vec()),
+            seed in 0u64..1 << 32,
+        ) {
+            let mut hashes = distinct.clone();
+            if !distinct.is_empty() {
+                hashes.extend(repeats.iter().map(|i| distinct[i.index(distinct.len())]));
+            }
+            for scheme in [HashScheme::Fast, HashScheme::Datasketch, HashScheme::Oph] {
+                let reference = MinHasher::with_kernel(scheme, width, seed, Kernel::Reference).unwrap();
+                let mut want = vec![0; width];
+                reference.sign_hashes(&hashes, &mut want);
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, width, seed, kernel).unwrap();
+                    let mut got = vec![0; width];
+                    m.sign_hashes(&hashes, &mut got);
+                    proptest::prop_assert_eq!(&got, &want, "{:?} {:?} {}", scheme, kernel, width);
+                }
+            }
+        }
+
+        /// Every kernel shingles, hashes and signs random text (ASCII runs broken by multi-byte
+        /// characters, long enough for the filter and the SHA-1 batches) like the reference.
+        #[test]
+        fn every_kernel_signs_random_text_like_the_reference(
+            text in "([a-z ]{0,40}|[é文🙂·]{0,3}){0,12}",
+            width in proptest::sample::select(EDGE_WIDTHS.to_vec()),
+            k in 1usize..10,
+            step in 1usize..3,
+        ) {
+            let shinglers = [
+                Shingler::Chars { k, step },
+                Shingler::Bytes { k, step },
+                Shingler::Words { n: k.min(3), step },
+            ];
+            for scheme in [HashScheme::Fast, HashScheme::Datasketch, HashScheme::Oph] {
+                let reference = MinHasher::with_kernel(scheme, width, 7, Kernel::Reference).unwrap();
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, width, 7, kernel).unwrap();
+                    for shingler in &shinglers {
+                        let (mut want, mut got) = (vec![0; width], vec![0; width]);
+                        let n = reference.sign(shingler, &text, &mut SignScratch::default(), &mut want);
+                        let mut scratch = SignScratch::collecting_distinct();
+                        proptest::prop_assert_eq!(m.sign(shingler, &text, &mut scratch, &mut got), n);
+                        proptest::prop_assert_eq!(&got, &want, "{:?} {:?} {} {:?}", scheme, kernel, width, shingler);
+                    }
+                }
+            }
+        }
+    }
 }
