@@ -11,6 +11,8 @@
 //! `InvalidUtf8` rather than as malformed JSON). Lone UTF-16 surrogates in `\u` escapes are
 //! accepted (as most JSON parsers do) and decode to U+FFFD. Duplicate keys: the last one wins.
 
+use neardup_cpu::{Feature, Features};
+
 use crate::select::FieldPath;
 
 /// Nesting limit, the same as serde_json's, so deeply nested junk cannot exhaust the stack.
@@ -87,6 +89,7 @@ pub(crate) fn parse_line(
     plan: &[Node],
     slots: &mut [Slot],
     scratch: &mut Vec<u8>,
+    paths: StringPaths,
 ) -> Result<(), String> {
     slots.fill(Slot::Missing);
     scratch.clear();
@@ -94,6 +97,7 @@ pub(crate) fn parse_line(
         s: line,
         b: line.as_bytes(),
         i: 0,
+        paths,
     };
     if p.b.starts_with(b"\xEF\xBB\xBF") {
         p.i = 3; // a UTF-8 byte-order mark on the first line of a file
@@ -134,6 +138,40 @@ struct Parser<'a> {
     s: &'a str,
     b: &'a [u8],
     i: usize,
+    paths: StringPaths,
+}
+
+/// Which of the vector paths over string contents the parser takes, chosen once from the CPU's
+/// [`Features`] (tests force each combination; all of them give the same results).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StringPaths {
+    /// Sixteen bytes at a time with SSE2 ([`special_mask16`], [`unescape_simple_x16`]), else
+    /// eight with plain integer operations.
+    sixteen: bool,
+    /// [`unescape_simple_x64`] ahead of the sixteen-byte path.
+    sixty_four: bool,
+}
+
+impl StringPaths {
+    /// The fastest paths this CPU has.
+    pub(crate) fn detected() -> StringPaths {
+        StringPaths::for_features(Features::detected())
+    }
+
+    /// The fastest paths a CPU with `features` has.
+    pub(crate) fn for_features(features: Features) -> StringPaths {
+        let x86 = cfg!(target_arch = "x86_64");
+        StringPaths {
+            sixteen: x86 && features.has(Feature::Sse2),
+            sixty_four: x86
+                && features.has_all(&[
+                    Feature::Avx512Bw,
+                    Feature::Avx512Vbmi,
+                    Feature::Avx512Vbmi2,
+                    Feature::Popcnt,
+                ]),
+        }
+    }
 }
 
 const HI: u64 = 0x8080_8080_8080_8080;
@@ -177,7 +215,8 @@ fn simple_escape_at(b: &[u8], i: usize) -> u8 {
 }
 
 /// Bit `k` set when byte `k` of `w` is `"`, `\\` or a control byte: [`special_mask`] sixteen
-/// bytes at a time with SSE2, which every x86-64 CPU has (no run-time detection needed).
+/// bytes at a time with SSE2, which every x86-64 CPU has (callers still ask
+/// [`StringPaths::sixteen`], so that tests can take the eight-byte path instead).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn special_mask16(w: &[u8; 16]) -> u32 {
@@ -240,17 +279,6 @@ fn unescape_simple_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
     i
 }
 
-/// Whether [`unescape_simple_x64`] can run here (checked once per escaped string; std caches
-/// the detection).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn has_x64_unescape() -> bool {
-    std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vbmi")
-        && std::arch::is_x86_feature_detected!("avx512vbmi2")
-        && std::arch::is_x86_feature_detected!("popcnt")
-}
-
 /// [`unescape_simple_x16`] sixty-four bytes at a time, with every one-character escape of a
 /// window decoded at once: backslashes are dropped by a byte compress, and the characters after
 /// them mapped through a 128-entry table. A window is taken only up to its first closing quote,
@@ -260,7 +288,7 @@ fn has_x64_unescape() -> bool {
 /// replaces five unpredictable branches per window with one.
 ///
 /// # Safety
-/// The CPU must have AVX-512 BW, VBMI and VBMI2 and POPCNT ([`has_x64_unescape`]).
+/// The CPU must have AVX-512 BW, VBMI and VBMI2 and POPCNT ([`StringPaths::sixty_four`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512bw,avx512vbmi,avx512vbmi2,popcnt")]
 unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
@@ -336,11 +364,14 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
     i
 }
 
-/// Index of the next `"`, `\\` or control byte at or after `i` (or `b.len()`).
+/// Index of the next `"`, `\\` or control byte at or after `i` (or `b.len()`), sixteen bytes at
+/// a time when `sixteen` ([`StringPaths`]).
 #[inline(always)]
-fn scan_plain(b: &[u8], mut i: usize) -> usize {
+fn scan_plain(b: &[u8], mut i: usize, sixteen: bool) -> usize {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = sixteen;
     #[cfg(target_arch = "x86_64")]
-    while let Some(chunk) = b.get(i..i + 16) {
+    while sixteen && let Some(chunk) = b.get(i..i + 16) {
         let m = special_mask16(chunk.try_into().expect("16 bytes"));
         if m != 0 {
             return i + m.trailing_zeros() as usize;
@@ -462,7 +493,7 @@ impl<'a> Parser<'a> {
     fn string(&mut self, scratch: Option<&mut Vec<u8>>) -> Result<(usize, usize, bool), String> {
         let b = self.b;
         let start = self.i + 1;
-        let i = scan_plain(b, start);
+        let i = scan_plain(b, start, self.paths.sixteen);
         if b.get(i) == Some(&b'"') {
             self.i = i + 1;
             return Ok((start, i, false));
@@ -485,18 +516,19 @@ impl<'a> Parser<'a> {
         let dec_start = out.len();
         out.extend_from_slice(&b[start..i]);
         let mut i = i;
-        #[cfg(target_arch = "x86_64")]
-        let wide = has_x64_unescape();
         loop {
             // Copy 16 (else 8) bytes at a time and drop what lies past the first special byte:
             // fixed-size stores instead of a memcpy call per short run between escapes.
             #[cfg(target_arch = "x86_64")]
             {
-                if wide {
-                    // SAFETY: `wide` is `has_x64_unescape()`.
+                if self.paths.sixty_four {
+                    // SAFETY: `StringPaths::for_features` sets `sixty_four` only when the CPU
+                    // has the features (`Features` never holds one the CPU lacks).
                     i = unsafe { unescape_simple_x64(b, i, out) };
                 }
-                i = unescape_simple_x16(b, i, out);
+                if self.paths.sixteen {
+                    i = unescape_simple_x16(b, i, out);
+                }
             }
             while let Some(chunk) = b.get(i..i + 8) {
                 let w: [u8; 8] = chunk.try_into().expect("8 bytes");
@@ -510,7 +542,7 @@ impl<'a> Parser<'a> {
                 }
                 i += 8;
             }
-            let j = scan_plain(b, i);
+            let j = scan_plain(b, i, self.paths.sixteen);
             out.extend_from_slice(&b[i..j]);
             i = j;
             match b.get(i) {
@@ -560,7 +592,7 @@ impl<'a> Parser<'a> {
                         self.escape()?;
                         i = self.i;
                     }
-                    i = scan_plain(b, i);
+                    i = scan_plain(b, i, self.paths.sixteen);
                 }
                 Some(_) => {
                     self.i = i;
@@ -693,7 +725,7 @@ impl<'a> Parser<'a> {
             let node = if plan.is_empty() {
                 None
             } else if escaped {
-                let key = decode_key(&self.s[ks..ke]);
+                let key = decode_key(&self.s[ks..ke], self.paths);
                 plan.iter().find(|n| n.key == key)
             } else {
                 let key = &self.s[ks..ke];
@@ -768,12 +800,13 @@ fn clear_children(n: &Node, slots: &mut [Slot]) {
 }
 
 /// Decodes an escaped key (already validated); rare, so allocating is fine.
-fn decode_key(raw: &str) -> String {
+fn decode_key(raw: &str, paths: StringPaths) -> String {
     let quoted = format!("\"{raw}\"");
     let mut p = Parser {
         s: &quoted,
         b: quoted.as_bytes(),
         i: 0,
+        paths,
     };
     let mut out = Vec::new();
     match p.string(Some(&mut out)) {
@@ -790,16 +823,48 @@ mod tests {
         ps.iter().map(|p| p.parse().unwrap()).collect()
     }
 
-    fn run(line: &str, ps: &[&str]) -> Result<Vec<Option<String>>, String> {
+    /// Every combination of string paths this CPU can run, fastest first, down to the portable
+    /// eight-byte code.
+    fn every_string_paths() -> Vec<StringPaths> {
+        let mut all: Vec<StringPaths> = Features::detected()
+            .levels()
+            .into_iter()
+            .map(StringPaths::for_features)
+            .collect();
+        all.dedup();
+        all
+    }
+
+    fn run_with(
+        line: &str,
+        ps: &[&str],
+        string_paths: StringPaths,
+    ) -> Result<Vec<Option<String>>, String> {
         let fp = paths(ps);
         let plan = build_plan(&fp);
         let mut slots = vec![Slot::Missing; fp.len()];
         let mut scratch = Vec::new();
-        parse_line(line, &plan, &mut slots, &mut scratch)?;
+        parse_line(line, &plan, &mut slots, &mut scratch, string_paths)?;
         Ok(slots
             .iter()
             .map(|s| s.text(line, &scratch).map(str::to_owned))
             .collect())
+    }
+
+    /// Parses `line` with every combination of string paths, checks that they all agree (values
+    /// and error messages) and returns the result.
+    fn run(line: &str, ps: &[&str]) -> Result<Vec<Option<String>>, String> {
+        let mut every = every_string_paths().into_iter();
+        let fastest = every.next().expect("at least the portable paths");
+        let want = run_with(line, ps, fastest);
+        for string_paths in every {
+            assert_eq!(
+                run_with(line, ps, string_paths),
+                want,
+                "{string_paths:?} against {fastest:?} on {line:?}"
+            );
+        }
+        want
     }
 
     #[test]
@@ -872,7 +937,14 @@ mod tests {
         let mut slots = vec![Slot::Missing; 4];
         let mut scratch = Vec::new();
         let line = r#"{"a":null,"b":12.50,"d":"str","a":"last"}"#;
-        parse_line(line, &plan, &mut slots, &mut scratch).unwrap();
+        parse_line(
+            line,
+            &plan,
+            &mut slots,
+            &mut scratch,
+            StringPaths::detected(),
+        )
+        .unwrap();
         assert_eq!(slots[0].text(line, &scratch), Some("last"));
         assert_eq!(slots[1], Slot::Other(14, 19));
         assert_eq!(&line[14..19], "12.50");

@@ -4,10 +4,15 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
+use crate::block::{
+    BlockData, FieldValue, FieldsSeen, Sample, SkipReason, buffers, emit_bad, emit_record,
+    reuse_vec,
+};
 use crate::chunk::{Chunk, ChunkRange};
 use crate::error::ReadError;
 use crate::format::{Compression, InputFile};
-use crate::read::{BlockData, buffers};
+use crate::json::{self, Slot};
+use crate::select::TextSelector;
 
 /// How far past a chunk's end a read goes to find the end of the chunk's last line (and how much
 /// a chunk starting mid-line reads to find its first line start). Reading a whole block there
@@ -250,5 +255,72 @@ impl JsonlSource {
         self.record += starts.len() as u64;
         self.pos += cut as u64;
         Some(Ok((first, BlockData::Jsonl { bytes, starts })))
+    }
+}
+/// The samples of a JSONL block's lines (`starts` are the line starts in `bytes`), as
+/// [`crate::Block::for_each_sample`] hands them out; with `seen`, noting which selected fields the
+/// records have.
+pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
+    bytes: &[u8],
+    starts: &[usize],
+    selector: &TextSelector,
+    mut seen: Option<&mut FieldsSeen>,
+    f: &mut F,
+) {
+    let nfields = selector.fields.len();
+    let plan = json::build_plan(selector.fields.iter().chain(selector.id_field.as_ref()));
+    let mut slots = vec![Slot::Missing; nfields + usize::from(selector.id_field.is_some())];
+    let mut scratch = Vec::new();
+    let string_paths = json::StringPaths::detected();
+    let mut join_buf = String::new();
+    let mut values_buf: Vec<FieldValue<'static>> = Vec::with_capacity(nfields);
+    let slots_per_record = selector.samples_per_record();
+    for (record, &start) in starts.iter().enumerate() {
+        let end = starts.get(record + 1).copied().unwrap_or(bytes.len());
+        let mut raw = &bytes[start..end];
+        // The terminator is not part of the record (an unterminated string would otherwise be
+        // reported as containing a control character).
+        if let Some(r) = raw.strip_suffix(b"\n") {
+            raw = r.strip_suffix(b"\r").unwrap_or(r);
+        }
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        // simdutf8's validator is several times faster than std's on non-ASCII text; its error
+        // carries no position, which the InvalidUtf8 outcome does not need.
+        let Ok(line) = simdutf8::basic::from_utf8(raw) else {
+            emit_bad(record, slots_per_record, SkipReason::InvalidUtf8, f);
+            continue;
+        };
+        if let Err(msg) = json::parse_line(line, &plan, &mut slots, &mut scratch, string_paths) {
+            emit_bad(record, slots_per_record, SkipReason::MalformedJson(msg), f);
+            continue;
+        }
+        if let Some(seen) = seen.as_deref_mut()
+            && !seen.all_seen()
+        {
+            seen.set_examined();
+            for (i, slot) in slots[..nfields].iter().enumerate() {
+                if !matches!(slot, Slot::Missing) {
+                    seen.mark(i);
+                }
+            }
+        }
+        let mut values = reuse_vec(std::mem::take(&mut values_buf));
+        values.extend(slots[..nfields].iter().map(|s| match *s {
+            Slot::Missing => FieldValue::Missing,
+            Slot::Null => FieldValue::Null,
+            Slot::Other(..) => FieldValue::NotString,
+            Slot::Str(..) | Slot::Decoded(..) => {
+                FieldValue::Str(s.text(line, &scratch).expect("string slot"))
+            }
+        }));
+        let id = slots.get(nfields).and_then(|s| match *s {
+            Slot::Missing | Slot::Null => None,
+            Slot::Other(a, b) => Some(&line[a..b]),
+            Slot::Str(..) | Slot::Decoded(..) => s.text(line, &scratch),
+        });
+        emit_record(record, &values, id, &selector.mode, &mut join_buf, f);
+        values_buf = reuse_vec(values);
     }
 }

@@ -23,11 +23,18 @@
 //! It does not own hashing, sketching, deduplication, threading or reporting policy: callers
 //! decide what an empty text means, whether an error stops the run, and how chunks are scheduled.
 //!
+//! Where things live: `block` is the base of reading (the [`Block`] and [`Sample`] types, skip
+//! reasons, what a record's field values become); the format readers build on it (`jsonl` with
+//! the JSON line scanner `json`, `parquet_read`); `read` picks the reader for a file and is the
+//! only module that knows every format. Writing is `write` (filtered copies), `decisions` and
+//! `publish`. The JSON scanner's vector paths are chosen from `neardup_cpu::Features`.
+//!
 //! Addresses: a sample is identified by (file index, record index, field index). Record indexes
 //! yielded by the reader are chunk-local ([`Block::first_record`] + [`Sample::record`]); because
 //! [`plan_chunks`] is deterministic, adding the record counts of a file's earlier chunks gives the
 //! same file-level index in both stages.
 
+mod block;
 mod chunk;
 mod decisions;
 mod discover;
@@ -41,6 +48,7 @@ mod read;
 mod select;
 mod write;
 
+pub use block::{Block, FieldsSeen, Projection, ReadOptions, Sample, SampleText, SkipReason};
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
 pub use discover::{DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, discover};
@@ -50,10 +58,7 @@ pub use publish::{
     AtomicFile, CancelToken, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
     PublishOptions, Published, RunId, ScratchDir, ScratchFile, read_manifest,
 };
-pub use read::{
-    Block, ChunkReader, FieldsSeen, Projection, ReadOptions, Sample, SampleText, SkipReason,
-    read_chunk, record_fields, reread_chunk,
-};
+pub use read::{ChunkReader, read_chunk, record_fields, reread_chunk};
 pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use write::{FileWriter, OutputDir, OutputOptions, WrittenFile};
 

@@ -21,12 +21,12 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
+use crate::block::{
+    BlockData, FieldValue, FieldsSeen, Projection, ReadOptions, Sample, emit_record, reuse_vec,
+};
 use crate::chunk::{Chunk, ChunkRange};
 use crate::error::{ReadError, Unreadable};
 use crate::format::InputFile;
-use crate::read::{
-    BlockData, FieldValue, FieldsSeen, Projection, ReadOptions, Sample, emit_record, reuse_vec,
-};
 use crate::select::{FieldPath, TextSelector};
 
 /// Batch size bounds: below 64 rows per-batch overhead dominates; above 65536 a batch of short

@@ -14,9 +14,9 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterVersion};
 
+use crate::block::{Block, BlockData};
 use crate::error::WriteError;
 use crate::format::{Compression, Format, InputFile, format_suffix_len};
-use crate::read::{Block, BlockData};
 
 /// Buffer between encoders and the temp file; large writes keep syscalls rare.
 const WRITE_BUF: usize = 1 << 20;

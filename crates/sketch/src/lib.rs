@@ -8,6 +8,11 @@
 //! ([`mod@similarity`]), content hashes ([`content`]) and the [`Sketcher`] that ties them together
 //! under one fingerprinted [`SketchConfig`].
 //!
+//! [`minhash`] is a folder with one file per scheme and its kernels (`oph`, `fast`,
+//! `datasketch`) and the repeat filter (`filter`). Every SIMD kernel here (signing, window
+//! hashing, SHA-1 batches, signature and set comparison) is chosen from the CPU features that
+//! `neardup-cpu` detects once; each has a portable twin it is tested against.
+//!
 //! It does not own any I/O (reading corpora, writing tables), threads or the deduplication
 //! stages themselves: those live in `neardup-corpus`, `neardup-keys` and `neardup-dedup`.
 //! Everything here is `Send + Sync`. With a reused [`Scratch`], char and byte shingling and

@@ -12,6 +12,8 @@
 
 use std::arch::x86_64::*;
 
+use neardup_cpu::{Feature, Features};
+
 /// The longest message that fits one block with its padding (0x80 and the 8-byte length).
 pub(crate) const MAX_LEN: usize = 55;
 
@@ -73,8 +75,7 @@ impl Batch {
 
     /// Whether [`Batch::first_words`] can run on this CPU.
     pub(crate) fn supported() -> bool {
-        std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512bw")
+        Features::detected().has_all(&[Feature::Avx512F, Feature::Avx512Bw])
     }
 
     /// The first state word of each lane's SHA-1 digest (lanes past [`Batch::len`] hold
@@ -243,6 +244,33 @@ mod tests {
                 let want = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
                 assert_eq!(got[lane], want, "len {}", m.len());
                 assert_eq!(batch.message(lane), &m[..]);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// A batch of any size (a text's last batch is partial) and any message lengths up to
+        /// one block gives the first digest word of every message. Only where the CPU has
+        /// AVX-512: elsewhere the datasketch scheme never builds batches (its scalar hash is
+        /// tested against the sha1 crate in `minhash::datasketch`).
+        #[test]
+        fn any_batch_equals_the_sha1_crate(
+            messages in proptest::collection::vec(
+                proptest::collection::vec(proptest::prelude::any::<u8>(), 0..=MAX_LEN),
+                1..=LANES,
+            ),
+        ) {
+            if Batch::supported() {
+                let mut batch = Batch::new();
+                for m in &messages {
+                    batch.push(m);
+                }
+                let got = batch.first_words().unwrap();
+                for (lane, m) in messages.iter().enumerate() {
+                    let digest = Sha1::digest(m);
+                    let want = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+                    proptest::prop_assert_eq!(got[lane], want, "len {}", m.len());
+                }
             }
         }
     }

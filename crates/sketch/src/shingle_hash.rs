@@ -151,15 +151,14 @@ pub(crate) fn hash_windows(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u6
 /// Whether [`hash_windows_avx512`] can run on this CPU.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn avx512_windows_supported() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512dq")
+    use neardup_cpu::{Feature, Features};
+    Features::detected().has_all(&[Feature::Avx512F, Feature::Avx512Bw, Feature::Avx512Dq])
 }
 
 /// AVX-512 [`WindowHasher`]: for 4..=8-byte windows at step 1 (char 5-grams of ASCII text),
 /// eight windows per vector; everything else, or a CPU without AVX-512, goes to
-/// [`hash_windows`]. `MinHasher` picks it only where it is supported; the check here (cached
-/// by std) keeps the function sound on its own.
+/// [`hash_windows`]. `MinHasher` picks it only where it is supported; the check here (one
+/// load of the cached features) keeps the function sound on its own.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn hash_windows_avx512(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
     if step != 1 || !(4..=8).contains(&k) || !avx512_windows_supported() {

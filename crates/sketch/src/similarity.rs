@@ -1,23 +1,35 @@
 //! Comparing signatures and exact shingle sets.
+//!
+//! Each public function picks its kernel from [`Features::detected`]; the `*_on` functions below
+//! take the features explicitly, so that tests run every kernel this CPU has (and the portable
+//! code) on the same inputs.
+
+use neardup_cpu::{Feature, Features};
 
 /// Number of equal positions (runtime-dispatched SIMD).
 ///
 /// # Panics
 /// When the lengths differ.
 pub fn count_equal(a: &[u32], b: &[u32]) -> usize {
+    count_equal_on(Features::detected(), a, b)
+}
+
+/// [`count_equal`] with the kernel for `features`.
+#[inline]
+fn count_equal_on(features: Features, a: &[u32], b: &[u32]) -> usize {
     assert_eq!(a.len(), b.len(), "signatures of different lengths");
     #[cfg(target_arch = "x86_64")]
     {
-        // std caches feature detection in an atomic, so these checks cost a load each.
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the feature was just detected.
+        if features.has(Feature::Avx512F) {
+            // SAFETY: `Features` only ever holds features this CPU has.
             return unsafe { count_equal_avx512(a, b) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the feature was just detected.
+        if features.has(Feature::Avx2) {
+            // SAFETY: as above.
             return unsafe { count_equal_avx2(a, b) };
         }
     }
+    let _ = features;
     count_equal_portable(a, b)
 }
 
@@ -90,26 +102,27 @@ pub fn jaccard_at_least(a: &[u32], b: &[u32], threshold: f64) -> Option<f64> {
     // J >= t  <=>  inter >= t * (|a| + |b|) / (1 + t); one less than the rounded-up bound is
     // still a safe stopping point, as the final comparison is on the exact value.
     let needed = ((threshold * (a.len() + b.len()) as f64) / (1.0 + threshold)).floor() as usize;
-    let inter = intersection_len(a, b, needed.saturating_sub(1));
+    let inter = intersection_len(Features::detected(), a, b, needed.saturating_sub(1));
     let j = inter as f64 / (a.len() + b.len() - inter) as f64;
     (j >= threshold).then_some(j)
 }
 
-/// Whether the AVX-512 set kernels of [`simd`] can run (std caches the detection).
+/// Whether the AVX-512 set kernels of [`simd`] can run with `features`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn has_avx512_sets() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("popcnt")
+fn has_avx512_sets(features: Features) -> bool {
+    features.has_all(&[Feature::Avx512F, Feature::Popcnt])
 }
 
-/// `|a ∩ b|` of sorted deduplicated sets; when `needed > 0` it may stop early, returning a
-/// smaller count, once `needed` can no longer be reached.
-fn intersection_len(a: &[u32], b: &[u32], needed: usize) -> usize {
+/// `|a ∩ b|` of sorted deduplicated sets, with the kernel for `features`; when `needed > 0` it
+/// may stop early, returning a smaller count, once `needed` can no longer be reached.
+fn intersection_len(features: Features, a: &[u32], b: &[u32], needed: usize) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if has_avx512_sets() {
-        // SAFETY: `has_avx512_sets` checked the features.
+    if has_avx512_sets(features) {
+        // SAFETY: `Features` only ever holds features this CPU has.
         return unsafe { simd::intersection_len_avx512(a, b, needed) };
     }
+    let _ = features;
     merge_intersection_len(a, b, needed)
 }
 
@@ -171,6 +184,16 @@ pub fn fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut SetScra
 
 /// [`fingerprint_set`] appending to `out` instead of replacing it (many sets in one buffer).
 pub fn append_fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut SetScratch) {
+    append_fingerprint_set_on(Features::detected(), hashes, out, scratch)
+}
+
+/// [`append_fingerprint_set`] with the kernel for `features`.
+fn append_fingerprint_set_on(
+    features: Features,
+    hashes: &[u64],
+    out: &mut Vec<u32>,
+    scratch: &mut SetScratch,
+) {
     let n = hashes.len();
     if n < 64 {
         let base = out.len();
@@ -181,11 +204,12 @@ pub fn append_fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut 
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if has_avx512_sets() {
-        // SAFETY: `has_avx512_sets` checked the features.
+    if has_avx512_sets(features) {
+        // SAFETY: `Features` only ever holds features this CPU has.
         unsafe { simd::append_set_avx512(hashes, out, scratch) };
         return;
     }
+    let _ = features;
     append_set_portable(hashes, out, scratch);
 }
 
@@ -608,11 +632,65 @@ mod tests {
             }
             // The SIMD intersection counts what the merge counts, early exit or not.
             let full = merge_intersection_len(&sa, &sb, 0);
-            assert_eq!(intersection_len(&sa, &sb, 0), full, "case {case}");
-            assert_eq!(intersection_len(&sb, &sa, 0), full, "case {case}");
+            for features in Features::detected().levels() {
+                assert_eq!(intersection_len(features, &sa, &sb, 0), full, "case {case}");
+                assert_eq!(intersection_len(features, &sb, &sa, 0), full, "case {case}");
+            }
         }
         assert_eq!(jaccard_at_least(&[], &[], 0.8), Some(1.0));
         assert_eq!(jaccard_at_least(&[], &[1], 0.8), None);
         assert_eq!(jaccard_at_least(&[], &[1], 0.0), Some(0.0));
+    }
+
+    #[test]
+    fn every_kernel_counts_equal_positions_like_a_naive_loop() {
+        let mut seed = 5u64;
+        for len in (0..300usize).chain([1000, 4099]) {
+            let a: Vec<u32> = (0..len).map(|_| (lcg(&mut seed) % 4) as u32).collect();
+            let b: Vec<u32> = (0..len).map(|_| (lcg(&mut seed) % 4) as u32).collect();
+            let naive = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+            for features in Features::detected().levels() {
+                assert_eq!(
+                    count_equal_on(features, &a, &b),
+                    naive,
+                    "{features:?} len {len}"
+                );
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// Every set kernel this CPU runs builds the same set as sorting and deduplicating, and
+        /// counts the same intersection as the merge, early exit or not: random hashes with
+        /// repeats, around the 64-value switch to bucketing, some crowded into few buckets.
+        #[test]
+        fn every_set_kernel_equals_sort_dedup_and_merge(
+            a in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..400),
+            shared in 0usize..400,
+            b_own in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..400),
+            crowd in 0u32..3,
+        ) {
+            // Crowding keeps few top bits, so buckets overflow the 16-lane register path.
+            let crowded = |h: &u64| if crowd == 0 { *h } else { *h >> (24 + 4 * crowd) };
+            let a: Vec<u64> = a.iter().map(crowded).collect();
+            let mut b: Vec<u64> = a[..shared.min(a.len())].to_vec();
+            b.extend(b_own.iter().map(crowded));
+            let (want_a, want_b) = (naive_set(&a), naive_set(&b));
+            let full = merge_intersection_len(&want_a, &want_b, 0);
+            let mut scratch = SetScratch::default();
+            for features in Features::detected().levels() {
+                let (mut got_a, mut got_b) = (vec![9], vec![9]);
+                append_fingerprint_set_on(features, &a, &mut got_a, &mut scratch);
+                append_fingerprint_set_on(features, &b, &mut got_b, &mut scratch);
+                proptest::prop_assert_eq!(&got_a[1..], &want_a[..], "{:?}", features);
+                proptest::prop_assert_eq!(&got_b[1..], &want_b[..], "{:?}", features);
+                proptest::prop_assert_eq!(intersection_len(features, &want_a, &want_b, 0), full);
+                for needed in [1, full / 2 + 1, full, full + 1] {
+                    let early = intersection_len(features, &want_a, &want_b, needed);
+                    // Early exits happen only when `needed` is out of reach.
+                    proptest::prop_assert!(early == full || (early < needed && full < needed));
+                }
+            }
+        }
     }
 }

@@ -1,0 +1,713 @@
+//! MinHash signatures, in three schemes.
+//!
+//! # `fast` (v1) — neardup's own scheme; its values are an on-disk format
+//!
+//! Each shingle is hashed once: `h = xxh3_64(shingle_bytes)` (seed 0). Permutation parameters
+//! come from `seed` through splitmix64 (`state += 0x9E3779B97F4A7C15; z = state;
+//! z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9; z = (z ^ (z >> 27)) * 0x94D049BB133111EB;
+//! z ^ (z >> 31)`), drawing, for each position `i` in order, first `a_i = (next as u32) | 1` and
+//! then `s_i = next as u32`. Position `i` of the signature is
+//!
+//! ```text
+//! sig[i] = min over shingles h of  ((h as u32 ^ s_i).wrapping_mul(a_i)) ^ (h >> 32) as u32
+//! ```
+//!
+//! and `EMPTY_SLOT` (`u32::MAX`) for a text without shingles. For a fixed `h`, each position is a
+//! bijection of the xxh3 output's low half (xor, then multiplication by an odd number mod 2^32),
+//! and the high half is mixed in afterwards, so each position is an unbiased Jaccard estimator;
+//! the tests check that positions are not measurably correlated (estimate variance ≈ binomial).
+//!
+//! # `oph` (v1) — one-permutation hashing with optimal densification; an on-disk format too
+//!
+//! The default scheme. Each shingle is hashed once, `h = xxh3_64(shingle_bytes)` as in `fast`,
+//! and then lands in **one** position instead of updating all of them (Li, Owen & Zhang 2012,
+//! "One permutation hashing"). Keys come from `seed` through the same splitmix64 stream as
+//! `fast`: `k0 = next`, `k1 = next | 1`, `kd = next`. For each shingle
+//!
+//! ```text
+//! z = ((h ^ k0) * k1 mod 2^64);  z ^= z >> 32
+//! position = ((z >> 32) * num_perm) >> 32        value = z as u32
+//! sig[position] = min(sig[position], value)
+//! ```
+//!
+//! Positions that no shingle reached are filled by optimal densification (Shrivastava 2017,
+//! "Optimal densification for fast and accurate minwise hashing"): empty position `i` takes the
+//! value that position `j` got from shingles, for the first `j` in the sequence
+//! `j_a = ((splitmix64(kd ^ (i << 32 | a)) >> 32) * num_perm) >> 32`, `a = 1, 2, …` that some
+//! shingle reached (`splitmix64(x)` is one step of the generator from state `x`). After
+//! `64 × num_perm` fruitless draws (probability below e^-64) the first reached position at or
+//! after `i`, cyclically, is taken instead, so signing always ends. A text without shingles gets
+//! `EMPTY_SLOT` everywhere.
+//!
+//! Because `z` is a bijection of `h`, the shingle with the least value in a position is the same
+//! for two texts exactly when the least element of their union in that position is shared, and
+//! the densification sequence depends only on the position, never on the text: every position,
+//! densified or not, agrees for two texts with probability equal to their Jaccard similarity
+//! (Shrivastava 2017, theorem 2). Positions are sampled without replacement, so for texts with
+//! many more shingles than `num_perm` the estimate's variance is at most the binomial
+//! `J(1-J)/num_perm` of independent permutations; for short texts densification copies values
+//! and the variance grows (the tests bound it).
+//!
+//! # How signing runs (either scheme; none of this changes a value)
+//!
+//! 1. Shingle hashes into a reusable `Vec<u64>` (text order, repeats kept). For `fast`,
+//!    shingling and xxh3 are fused (module `shingle_hash`): ASCII runs of char mode and byte
+//!    mode hash their windows in a tight loop (eight per AVX-512 vector for 4..=8-byte
+//!    windows). For `datasketch`, SHA-1 runs sixteen shingles at a time on AVX-512.
+//! 2. A branch-free direct-mapped filter drops most repeats (`min` is idempotent, and real text
+//!    repeats about half of its char 5-grams); a repeat it misses is signed twice, harmlessly.
+//! 3. A min kernel over blocks of permutations held in SIMD registers (AVX-512, AVX2 or
+//!    portable, chosen once per [`MinHasher`]). With AVX-512 and the fast scheme, the filter
+//!    runs interleaved with the kernel's first block, on otherwise idle scalar units.
+//!
+//! [`Kernel::Reference`] skips all of that (generic shingling, library xxh3, no filter, scalar
+//! loops with permutations outer): it is the oracle every other path is tested against.
+//!
+//! # `datasketch` — bit-exact datasketch 1.9 `MinHash(num_perm, seed)`
+//!
+//! `h = u32::from_le_bytes(sha1(shingle)[..4])`, `(a, b)` drawn as datasketch draws them from
+//! numpy's legacy `RandomState(seed)` (see [`datasketch_permutations`]), and
+//! `sig[i] = min(((a_i * h + b_i) mod 2^64) mod (2^61 - 1)) & 0xffff_ffff` with an initial value
+//! of `2^32 - 1` (numpy's uint64 product wraps, so this does too).
+
+//!
+//! # Where the code lives
+//!
+//! This file holds the public types, the parameters and the dispatch from a [`MinHasher`] to
+//! its scheme; `fast`, `oph` and `datasketch` hold each scheme with its kernels (and, for
+//! `datasketch`, numpy's MT19937), and `filter` the repeat filter of step 2 above.
+
+mod datasketch;
+mod fast;
+mod filter;
+mod oph;
+
+use std::sync::Arc;
+
+use neardup_cpu::{Feature, Features};
+use serde::{Deserialize, Serialize};
+
+use crate::SketchError;
+use crate::shingle::Shingler;
+use crate::shingle_hash::{self, WindowHasher};
+
+pub use datasketch::datasketch_permutations;
+use filter::{DEDUP_MIN, drop_recent_repeats, ready_filter, reset_filter};
+use oph::OphKeys;
+/// The fastest window hasher for a kernel, chosen once per [`MinHasher`].
+fn window_hasher(kernel: Kernel) -> WindowHasher {
+    #[cfg(target_arch = "x86_64")]
+    if kernel == Kernel::Avx512 && shingle_hash::avx512_windows_supported() {
+        return shingle_hash::hash_windows_avx512;
+    }
+    let _ = kernel;
+    shingle_hash::hash_windows
+}
+
+/// Which MinHash hashing scheme to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HashScheme {
+    /// neardup's SIMD scheme (xxh3 + multiply-xor permutations); see the module docs.
+    Fast,
+    /// Bit-exact datasketch 1.9 (sha1 + `(a*h + b) mod (2^61-1)`), for lshcurator compatibility.
+    Datasketch,
+    /// One-permutation hashing with optimal densification (the default): one hash per shingle
+    /// picks a position and a value, so signing costs O(shingles + num_perm) instead of
+    /// O(shingles × num_perm); see the module docs.
+    Oph,
+}
+
+/// Value of every signature position for an empty shingle set (datasketch's initial max,
+/// 2^32-1).
+pub const EMPTY_SLOT: u32 = u32::MAX;
+
+/// A signing kernel implementation. All kernels give identical signatures; they differ only in
+/// speed. [`MinHasher::new`] picks the best one the CPU supports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Plain scalar loops, permutations outer and shingles inner: the test oracle and benchmark
+    /// baseline.
+    Reference,
+    /// Blocked loops with the baseline instruction set of the build target.
+    Portable,
+    /// Blocked loops compiled for AVX2.
+    Avx2,
+    /// Blocked loops with AVX-512 F, DQ and BW (every AVX-512 CPU since Skylake-SP and Zen 4).
+    Avx512,
+}
+
+impl Kernel {
+    /// Whether this CPU can run the kernel.
+    pub fn is_supported(self) -> bool {
+        self.runs_on(Features::detected())
+    }
+
+    /// Whether a CPU with `features` can run the kernel.
+    pub fn runs_on(self, features: Features) -> bool {
+        match self {
+            Kernel::Reference | Kernel::Portable => true,
+            Kernel::Avx2 => features.has(Feature::Avx2),
+            Kernel::Avx512 => {
+                features.has_all(&[Feature::Avx512F, Feature::Avx512Dq, Feature::Avx512Bw])
+            }
+        }
+    }
+
+    /// The fastest kernel this CPU supports.
+    pub fn best() -> Kernel {
+        Kernel::best_for(Features::detected())
+    }
+
+    /// The fastest kernel a CPU with `features` can run.
+    pub fn best_for(features: Features) -> Kernel {
+        [Kernel::Avx512, Kernel::Avx2]
+            .into_iter()
+            .find(|k| k.runs_on(features))
+            .unwrap_or(Kernel::Portable)
+    }
+
+    /// Every kernel this CPU supports.
+    pub fn supported() -> Vec<Kernel> {
+        [
+            Kernel::Reference,
+            Kernel::Portable,
+            Kernel::Avx2,
+            Kernel::Avx512,
+        ]
+        .into_iter()
+        .filter(|k| k.is_supported())
+        .collect()
+    }
+}
+
+#[derive(Debug)]
+enum Params {
+    /// Multipliers and xor masks, zero-padded to a multiple of [`BLOCK`] so kernels never handle
+    /// a ragged block (padded positions are computed and dropped).
+    Fast { a: Vec<u32>, s: Vec<u32> },
+    /// datasketch's (a, b), padded likewise.
+    Datasketch { a: Vec<u64>, b: Vec<u64> },
+    /// The one-permutation scheme's keys.
+    Oph(OphKeys),
+}
+
+#[derive(Debug)]
+struct Inner {
+    scheme: HashScheme,
+    num_perm: usize,
+    seed: u64,
+    kernel: Kernel,
+    /// Hashes byte windows (byte mode and the ASCII runs of char mode); chosen with the kernel.
+    window_hasher: WindowHasher,
+    params: Params,
+}
+
+/// Signature hashing with precomputed permutation parameters. `Send + Sync`; cloning is cheap
+/// (the parameters are shared).
+#[derive(Clone, Debug)]
+pub struct MinHasher {
+    inner: Arc<Inner>,
+}
+
+/// Reusable buffers so signing allocates nothing per text in steady state.
+#[derive(Default, Debug)]
+pub struct SignScratch {
+    pub(crate) hashes: Vec<u64>,
+    unique: Vec<u64>,
+    /// The recent-shingle filter of [`drop_recent_repeats`]; empty until first used.
+    filter: Vec<u64>,
+    /// Whether `unique` holds the last signed text's filtered hashes.
+    filtered: bool,
+    /// Per-position minima of the `oph` scheme before densification.
+    bins: Vec<u64>,
+    /// Whether the caller will want [`SignScratch::mostly_distinct_hashes`] after signing.
+    collect_distinct: bool,
+}
+
+impl SignScratch {
+    /// Scratch for callers who take each text's shingle set after signing it: the `oph` scheme
+    /// then drops repeats before signing (work the set needs anyway) and signs only the rest.
+    /// Signatures are the same either way.
+    pub fn collecting_distinct() -> SignScratch {
+        SignScratch {
+            collect_distinct: true,
+            ..SignScratch::default()
+        }
+    }
+
+    /// The shingle hashes of the last signed text, in text order (repeats kept).
+    pub fn hashes(&self) -> &[u64] {
+        &self.hashes
+    }
+
+    /// The same values as [`SignScratch::hashes`] as a set, with most repeats dropped (by the
+    /// signing path's filter, run now if signing did not): the cheapest input for building the
+    /// text's shingle set, as real text repeats about half of its shingles.
+    pub fn mostly_distinct_hashes(&mut self) -> &[u64] {
+        if !self.filtered && self.hashes.len() >= DEDUP_MIN {
+            drop_recent_repeats(&self.hashes, &mut self.unique, &mut self.filter);
+            self.filtered = true;
+        }
+        if self.filtered {
+            &self.unique
+        } else {
+            &self.hashes
+        }
+    }
+}
+
+/// Permutations per kernel block: 128 u32 lanes are 8 AVX-512 registers of accumulators, which
+/// together with the parameters still fit the 32 vector registers.
+const BLOCK: usize = 128;
+
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn padded_len(n: usize) -> usize {
+    n.div_ceil(BLOCK) * BLOCK
+}
+
+impl MinHasher {
+    /// Precomputes the permutation parameters and picks the fastest kernel for this CPU.
+    ///
+    /// Errors when `num_perm == 0`, or for the datasketch scheme when `seed` does not fit numpy's
+    /// `RandomState` (> 2^32 - 1).
+    pub fn new(scheme: HashScheme, num_perm: usize, seed: u64) -> Result<MinHasher, SketchError> {
+        Self::with_kernel(scheme, num_perm, seed, Kernel::best())
+    }
+
+    /// Like [`MinHasher::new`] with an explicit kernel (for tests and benchmarks); errors when
+    /// the CPU does not support it.
+    pub fn with_kernel(
+        scheme: HashScheme,
+        num_perm: usize,
+        seed: u64,
+        kernel: Kernel,
+    ) -> Result<MinHasher, SketchError> {
+        if num_perm == 0 {
+            return Err(SketchError::InvalidMinHash("num_perm must be >= 1".into()));
+        }
+        if !kernel.is_supported() {
+            return Err(SketchError::InvalidMinHash(format!(
+                "kernel {kernel:?} is not supported by this CPU"
+            )));
+        }
+        let padded = padded_len(num_perm);
+        let params = match scheme {
+            HashScheme::Fast => {
+                let mut state = seed;
+                let mut a = vec![0u32; padded];
+                let mut s = vec![0u32; padded];
+                for i in 0..num_perm {
+                    a[i] = splitmix64(&mut state) as u32 | 1;
+                    s[i] = splitmix64(&mut state) as u32;
+                }
+                Params::Fast { a, s }
+            }
+            HashScheme::Datasketch => {
+                if seed > u64::from(u32::MAX) {
+                    return Err(SketchError::InvalidMinHash(format!(
+                        "datasketch seeds must be <= 2^32-1 (numpy RandomState), got {seed}"
+                    )));
+                }
+                let (mut a, mut b) = datasketch_permutations(num_perm, seed);
+                a.resize(padded, 0);
+                b.resize(padded, 0);
+                Params::Datasketch { a, b }
+            }
+            HashScheme::Oph => Params::Oph(OphKeys::new(num_perm, seed)),
+        };
+        Ok(MinHasher {
+            inner: Arc::new(Inner {
+                scheme,
+                num_perm,
+                seed,
+                kernel,
+                window_hasher: window_hasher(kernel),
+                params,
+            }),
+        })
+    }
+
+    /// The hashing scheme.
+    pub fn scheme(&self) -> HashScheme {
+        self.inner.scheme
+    }
+
+    /// Signature length.
+    pub fn num_perm(&self) -> usize {
+        self.inner.num_perm
+    }
+
+    /// The seed the permutations were drawn from.
+    pub fn seed(&self) -> u64 {
+        self.inner.seed
+    }
+
+    /// The kernel in use.
+    pub fn kernel(&self) -> Kernel {
+        self.inner.kernel
+    }
+
+    /// The per-shingle base hash (fast: xxh3_64 of the bytes; datasketch: first 4 bytes of sha1
+    /// as LE u32).
+    #[inline]
+    pub fn shingle_hash(&self, shingle: &[u8]) -> u64 {
+        match self.inner.scheme {
+            HashScheme::Fast | HashScheme::Oph => shingle_hash::xxh3_64(shingle),
+            HashScheme::Datasketch => datasketch::shingle_hash(shingle),
+        }
+    }
+
+    /// Signature from base hashes; `out.len() == num_perm`. Empty input -> all `EMPTY_SLOT`.
+    ///
+    /// # Panics
+    /// When `out.len() != num_perm`.
+    pub fn sign_hashes(&self, hashes: &[u64], out: &mut [u32]) {
+        let inner = &*self.inner;
+        assert_eq!(
+            out.len(),
+            inner.num_perm,
+            "signature buffer length != num_perm"
+        );
+        if hashes.is_empty() {
+            out.fill(EMPTY_SLOT);
+            return;
+        }
+        if let Params::Oph(keys) = &inner.params {
+            oph::sign(hashes, keys, out, &mut Vec::new());
+            return;
+        }
+        self.sign_blocks_from(hashes, 0, out);
+    }
+
+    /// Signs positions `first..` of `out` (`first` a multiple of [`BLOCK`]), block by block.
+    fn sign_blocks_from(&self, hashes: &[u64], first: usize, out: &mut [u32]) {
+        let mut start = first;
+        while start < out.len() {
+            // Full blocks of BLOCK; the last, ragged block uses the narrowest width that covers
+            // it, so small signatures do not pay for a whole block.
+            let left = out.len() - start;
+            let chunk = &mut out[start..start + left.min(BLOCK)];
+            match left {
+                0..=16 => self.sign_block::<16>(hashes, start, chunk),
+                17..=32 => self.sign_block::<32>(hashes, start, chunk),
+                33..=64 => self.sign_block::<64>(hashes, start, chunk),
+                _ => self.sign_block::<BLOCK>(hashes, start, chunk),
+            }
+            start += BLOCK;
+        }
+    }
+
+    /// Signs positions `start..start + W` (parameters are padded, so they exist) and copies the
+    /// first `chunk.len()` of them into `chunk`.
+    fn sign_block<const W: usize>(&self, hashes: &[u64], start: usize, chunk: &mut [u32]) {
+        let inner = &*self.inner;
+        let mut block_out = [0u32; W];
+        let range = start..start + W;
+        match &inner.params {
+            Params::Fast { a, s } => {
+                let a = a[range.clone()].try_into().expect("padded block");
+                let s = s[range].try_into().expect("padded block");
+                fast::sign_block::<W>(inner.kernel, hashes, a, s, &mut block_out);
+            }
+            Params::Datasketch { a, b } => {
+                let a = a[range.clone()].try_into().expect("padded block");
+                let b = b[range].try_into().expect("padded block");
+                datasketch::sign_block::<W>(inner.kernel, hashes, a, b, &mut block_out);
+            }
+            Params::Oph(_) => unreachable!("oph signatures are not signed in blocks"),
+        }
+        chunk.copy_from_slice(&block_out[..chunk.len()]);
+    }
+
+    /// Shingles `text` (already normalised) and signs it; returns the number of shingles
+    /// (repeats counted).
+    pub fn sign(
+        &self,
+        shingler: &Shingler,
+        text: &str,
+        scratch: &mut SignScratch,
+        out: &mut [u32],
+    ) -> usize {
+        let SignScratch {
+            hashes,
+            unique,
+            filter,
+            filtered,
+            bins,
+            collect_distinct,
+        } = scratch;
+        let inner = &*self.inner;
+        assert_eq!(
+            out.len(),
+            inner.num_perm,
+            "signature buffer length != num_perm"
+        );
+        self.hash_shingles(shingler, text, hashes);
+        if let Params::Oph(keys) = &inner.params {
+            // One cheap update per shingle: filtering repeats first would cost as much.
+            *filtered = false;
+            if hashes.is_empty() {
+                out.fill(EMPTY_SLOT);
+            } else if *collect_distinct && hashes.len() >= DEDUP_MIN {
+                drop_recent_repeats(hashes, unique, filter);
+                *filtered = true;
+                oph::sign(unique, keys, out, bins);
+            } else {
+                oph::sign(hashes, keys, out, bins);
+            }
+            return hashes.len();
+        }
+        // The reference kernel is the test oracle: it signs the plain multiset.
+        if inner.kernel == Kernel::Reference || hashes.len() < DEDUP_MIN {
+            *filtered = false;
+            self.sign_hashes(hashes, out);
+            return hashes.len();
+        }
+        *filtered = true;
+        #[cfg(target_arch = "x86_64")]
+        if let (Kernel::Avx512, Params::Fast { a, s }) = (inner.kernel, &inner.params) {
+            // The first block of positions is signed while filtering; the others, if any, sign
+            // the filtered hashes afterwards.
+            let filter = ready_filter(filter);
+            let head = out.len().min(BLOCK);
+            let mut block_out = [0u32; BLOCK];
+            // SAFETY: `with_kernel` only accepts `Kernel::Avx512` where AVX-512F is supported.
+            unsafe {
+                match head {
+                    0..=16 => {
+                        fast::avx512_filtered::<1>(hashes, filter, unique, a, s, &mut block_out)
+                    }
+                    17..=32 => {
+                        fast::avx512_filtered::<2>(hashes, filter, unique, a, s, &mut block_out)
+                    }
+                    33..=64 => {
+                        fast::avx512_filtered::<4>(hashes, filter, unique, a, s, &mut block_out)
+                    }
+                    _ => fast::avx512_filtered::<8>(hashes, filter, unique, a, s, &mut block_out),
+                }
+            }
+            out[..head].copy_from_slice(&block_out[..head]);
+            self.sign_blocks_from(unique, BLOCK, out);
+            reset_filter(filter, unique);
+            return hashes.len();
+        }
+        drop_recent_repeats(hashes, unique, filter);
+        self.sign_hashes(unique, out);
+        hashes.len()
+    }
+
+    /// Replaces `hashes` with the base hashes of `text`'s shingles, in text order.
+    pub fn hash_shingles(&self, shingler: &Shingler, text: &str, hashes: &mut Vec<u64>) {
+        let inner = &*self.inner;
+        match (inner.scheme, inner.kernel) {
+            // The oracle for the fused paths: generic shingling, then the library hash.
+            (HashScheme::Fast | HashScheme::Oph, Kernel::Reference) => {
+                hashes.clear();
+                shingler.for_each(text, |s| hashes.push(xxhash_rust::xxh3::xxh3_64(s)));
+            }
+            (HashScheme::Fast | HashScheme::Oph, _) => {
+                shingle_hash::fast_hash_shingles(shingler, text, hashes, inner.window_hasher)
+            }
+            #[cfg(target_arch = "x86_64")]
+            (HashScheme::Datasketch, Kernel::Avx512) => {
+                datasketch::hash_shingles_x16(shingler, text, hashes)
+            }
+            (HashScheme::Datasketch, _) => {
+                hashes.clear();
+                shingler.for_each(text, |s| hashes.push(datasketch::shingle_hash(s)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Texts long enough for many filter, pipeline and SHA-1 batches, with near and far
+    /// repeats, multi-byte characters, runs of one character and shingles of over 55 bytes.
+    fn long_texts() -> Vec<String> {
+        let mut state = 17;
+        // The long word makes some word 2-grams longer than one SHA-1 block.
+        let words = [
+            "fn",
+            "let",
+            "mut",
+            "impl",
+            "Vec<u64>",
+            "ünï",
+            "文字",
+            "🙂",
+            "    ",
+            "\n",
+            "an_identifier_long_enough_that_two_words_need_two_sha1_blocks",
+        ];
+        let mut texts: Vec<String> = [40, 300, 2_000, 8_000]
+            .iter()
+            .map(|&n| {
+                (0..n)
+                    .map(|_| words[(splitmix64(&mut state) % words.len() as u64) as usize])
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect();
+        texts.push("a".repeat(5000));
+        texts.push(String::new());
+        texts.push("short".into());
+        texts
+    }
+
+    #[test]
+    fn sign_equals_the_reference_on_long_texts() {
+        let shinglers = [
+            Shingler::Chars { k: 5, step: 1 },
+            Shingler::Chars { k: 3, step: 2 },
+            Shingler::Bytes { k: 7, step: 1 },
+            Shingler::Words { n: 2, step: 1 },
+        ];
+        for scheme in [HashScheme::Fast, HashScheme::Datasketch] {
+            for num_perm in [1, 16, 40, 128, 200, 256] {
+                let reference =
+                    MinHasher::with_kernel(scheme, num_perm, 5, Kernel::Reference).unwrap();
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, num_perm, 5, kernel).unwrap();
+                    // One scratch for all texts: state left by one text must not leak.
+                    let mut scratch = SignScratch::default();
+                    for shingler in &shinglers {
+                        for text in long_texts() {
+                            let mut want = vec![0; num_perm];
+                            let mut got = vec![0; num_perm];
+                            let n = reference.sign(
+                                shingler,
+                                &text,
+                                &mut SignScratch::default(),
+                                &mut want,
+                            );
+                            assert_eq!(m.sign(shingler, &text, &mut scratch, &mut got), n);
+                            assert_eq!(got, want, "{scheme:?} {kernel:?} {num_perm} {shingler:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn empty_input_gives_empty_slots_and_short_output_panics() {
+        let m = MinHasher::new(HashScheme::Fast, 5, 1).unwrap();
+        let mut out = [0u32; 5];
+        m.sign_hashes(&[], &mut out);
+        assert_eq!(out, [EMPTY_SLOT; 5]);
+        let r = std::panic::catch_unwind(|| m.sign_hashes(&[1], &mut [0u32; 4]));
+        assert!(r.is_err());
+    }
+
+    #[test]
+    fn invalid_settings_are_refused() {
+        assert!(MinHasher::new(HashScheme::Fast, 0, 1).is_err());
+        assert!(MinHasher::new(HashScheme::Datasketch, 4, 1 << 32).is_err());
+        assert!(MinHasher::new(HashScheme::Fast, 4, 1 << 32).is_ok());
+    }
+
+    #[test]
+    fn every_kernel_equals_the_reference_for_ragged_widths() {
+        let mut state = 99;
+        let hashes: Vec<u64> = (0..1000).map(|_| splitmix64(&mut state)).collect();
+        for scheme in [HashScheme::Fast, HashScheme::Datasketch] {
+            for num_perm in [1, 7, 128, 129, 300] {
+                let reference =
+                    MinHasher::with_kernel(scheme, num_perm, 3, Kernel::Reference).unwrap();
+                let mut want = vec![0; num_perm];
+                reference.sign_hashes(&hashes, &mut want);
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, num_perm, 3, kernel).unwrap();
+                    let mut got = vec![0; num_perm];
+                    m.sign_hashes(&hashes, &mut got);
+                    assert_eq!(got, want, "{scheme:?} {kernel:?} {num_perm}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_best_kernel_at_every_feature_level_runs_there() {
+        for features in Features::detected().levels() {
+            let best = Kernel::best_for(features);
+            assert!(best.runs_on(features), "{best:?} on {features:?}");
+            assert!(best.is_supported());
+        }
+        assert_eq!(Kernel::best_for(Features::none()), Kernel::Portable);
+        assert_eq!(Kernel::best(), Kernel::best_for(Features::detected()));
+    }
+
+    /// Widths around every block size the kernels special-case (16, 32, 64, 128 lanes, and
+    /// more than one block).
+    const EDGE_WIDTHS: [usize; 14] = [1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 129, 257];
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Every kernel this CPU runs signs random hashes (repeats included, any count around
+        /// the filter's threshold) exactly as the reference does, for every scheme and width.
+        #[test]
+        fn every_kernel_signs_random_hashes_like_the_reference(
+            distinct in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..80),
+            repeats in proptest::collection::vec(proptest::prelude::any::<proptest::sample::Index>(), 0..80),
+            width in proptest::sample::select(EDGE_WIDTHS.to_vec()),
+            seed in 0u64..1 << 32,
+        ) {
+            let mut hashes = distinct.clone();
+            if !distinct.is_empty() {
+                hashes.extend(repeats.iter().map(|i| distinct[i.index(distinct.len())]));
+            }
+            for scheme in [HashScheme::Fast, HashScheme::Datasketch, HashScheme::Oph] {
+                let reference = MinHasher::with_kernel(scheme, width, seed, Kernel::Reference).unwrap();
+                let mut want = vec![0; width];
+                reference.sign_hashes(&hashes, &mut want);
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, width, seed, kernel).unwrap();
+                    let mut got = vec![0; width];
+                    m.sign_hashes(&hashes, &mut got);
+                    proptest::prop_assert_eq!(&got, &want, "{:?} {:?} {}", scheme, kernel, width);
+                }
+            }
+        }
+
+        /// Every kernel shingles, hashes and signs random text (ASCII runs broken by multi-byte
+        /// characters, long enough for the filter and the SHA-1 batches) like the reference.
+        #[test]
+        fn every_kernel_signs_random_text_like_the_reference(
+            text in "([a-z ]{0,40}|[é文🙂·]{0,3}){0,12}",
+            width in proptest::sample::select(EDGE_WIDTHS.to_vec()),
+            k in 1usize..10,
+            step in 1usize..3,
+        ) {
+            let shinglers = [
+                Shingler::Chars { k, step },
+                Shingler::Bytes { k, step },
+                Shingler::Words { n: k.min(3), step },
+            ];
+            for scheme in [HashScheme::Fast, HashScheme::Datasketch, HashScheme::Oph] {
+                let reference = MinHasher::with_kernel(scheme, width, 7, Kernel::Reference).unwrap();
+                for kernel in Kernel::supported() {
+                    let m = MinHasher::with_kernel(scheme, width, 7, kernel).unwrap();
+                    for shingler in &shinglers {
+                        let (mut want, mut got) = (vec![0; width], vec![0; width]);
+                        let n = reference.sign(shingler, &text, &mut SignScratch::default(), &mut want);
+                        let mut scratch = SignScratch::collecting_distinct();
+                        proptest::prop_assert_eq!(m.sign(shingler, &text, &mut scratch, &mut got), n);
+                        proptest::prop_assert_eq!(&got, &want, "{:?} {:?} {} {:?}", scheme, kernel, width, shingler);
+                    }
+                }
+            }
+        }
+    }
+}
