@@ -101,7 +101,7 @@ impl DecideSettings {
 pub struct SignManifest {
     /// Always `"neardup-sign"`.
     pub format: String,
-    /// Format version (1).
+    /// Format version (2).
     pub format_version: u32,
     /// [`HotKeys::fingerprint`] of the hot-key file it was made with.
     pub hot: u64,
@@ -115,7 +115,8 @@ pub struct SignManifest {
     pub num_perm: usize,
     /// Keys per row.
     pub columns: usize,
-    /// Whether shingle sets are carried (exact verification).
+    /// Whether the samples carry what exact verification compares: their texts, from which
+    /// decide builds shingle sets (the name is from version 1, which carried the sets).
     pub shingles: bool,
     /// The decision settings it was made for.
     pub settings: DecideSettings,
@@ -130,7 +131,7 @@ pub struct SignManifest {
 pub struct DecideManifest {
     /// Always `"neardup-decide"`.
     pub format: String,
-    /// Format version (1).
+    /// Format version (2).
     pub format_version: u32,
     /// [`HotKeys::fingerprint`] of the hot-key file.
     pub hot: u64,
@@ -232,6 +233,10 @@ struct StepNames {
     hot_from: &'static str,
 }
 
+/// The version of the sign and decide outputs (2: signed samples carry texts instead of shingle
+/// sets, and no keys; the streams' magic says it too).
+const STEP_FORMAT_VERSION: u32 = 2;
+
 const SIGN_STEP: StepNames = StepNames {
     command: "neardup sign",
     format: "neardup-sign",
@@ -257,7 +262,7 @@ fn read_step_manifest<T: StepManifest>(
     settings: &DecideSettings,
 ) -> Result<T, Error> {
     let m: T = read_manifest(dir, &format!("a `{}` output", step.command))?;
-    if m.format() != (step.format, 1) {
+    if m.format() != (step.format, STEP_FORMAT_VERSION) {
         return Err(Error::Usage(format!(
             "{}: not a `{}` output of this version",
             dir.display(),
@@ -347,7 +352,7 @@ pub fn sign_shard(
     }
     let manifest = SignManifest {
         format: "neardup-sign".into(),
-        format_version: 1,
+        format_version: STEP_FORMAT_VERSION,
         hot: fingerprint,
         place,
         files: files
@@ -357,7 +362,7 @@ pub fn sign_shard(
         groups,
         num_perm: shape.num_perm,
         columns: shape.columns,
-        shingles: shape.shingles,
+        shingles: shape.texts,
         settings: DecideSettings::of(config),
         signed,
         bytes,
@@ -433,11 +438,11 @@ pub fn decide_group_dirs(
     let shape = SignedShape {
         num_perm: first.num_perm,
         columns: first.columns,
-        shingles: first.shingles,
+        texts: first.shingles,
     };
     let mut files = Vec::new();
     for (dir, m) in &manifests {
-        if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.shingles) {
+        if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.texts) {
             return Err(Error::Usage(format!(
                 "{}: signed with other settings than {}",
                 dir.display(),
@@ -484,15 +489,14 @@ pub fn decide_group_dirs(
         .collect::<Result<Vec<_>, _>>()?;
     let k = keys_config(config)?;
     let sketch = DecideShape {
-        num_perm: k.sketcher.num_perm(),
-        bands: k.sketcher.bands(),
+        sketcher: k.sketcher,
         rule: k.rule,
     };
     let (deduper, decided) = decide_group(
         signed,
         shape,
         &config.dedup_config(),
-        sketch,
+        &sketch,
         &mut outs,
         &control.cancel,
     )
@@ -504,7 +508,7 @@ pub fn decide_group_dirs(
     }
     let manifest = DecideManifest {
         format: "neardup-decide".into(),
-        format_version: 1,
+        format_version: STEP_FORMAT_VERSION,
         hot: fingerprint,
         group,
         groups,

@@ -46,8 +46,8 @@ pub use distributed::{
 };
 pub use error::DedupError;
 pub use handoff::{
-    DecidedSample, RecordReader, RecordWriter, SignedSample, SignedShape, decode_decided,
-    decode_signed, encode_decided, encode_signed,
+    DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
+    decode_decided, decode_signed, encode_decided, encode_signed,
 };
 pub use stage::{
     ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup, run_dedup_into,

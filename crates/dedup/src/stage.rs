@@ -167,7 +167,9 @@ enum Kind {
     Hot {
         content_hash: u128,
         sig: u32,
-        shingles: (u32, u32),
+        /// Its shingle set in the block's `shingles` (one-process run) or its text in the block's
+        /// `carried` (sign step), under exact verification.
+        material: (u32, u32),
         /// Its table row.
         row: u64,
     },
@@ -175,6 +177,8 @@ enum Kind {
     Copy {
         content_hash: u128,
         row: u64,
+        /// Its text in the block's `carried` (sign step).
+        text: (u32, u32),
     },
     /// A hot sample of a `write` step: decided elsewhere, nothing computed.
     Decided {
@@ -220,6 +224,8 @@ struct BlockWork {
     rows: Vec<u64>,
     hot: Vec<bool>,
     shingles: Vec<u32>,
+    /// The texts hot samples carry to a `sign` step's output.
+    carried: String,
     ids: String,
 }
 
@@ -233,6 +239,7 @@ struct Spare {
     rows: Vec<u64>,
     hot: Vec<bool>,
     shingles: Vec<u32>,
+    carried: String,
 }
 
 impl Spare {
@@ -243,6 +250,7 @@ impl Spare {
             rows: std::mem::take(&mut w.rows),
             hot: std::mem::take(&mut w.hot),
             shingles: std::mem::take(&mut w.shingles),
+            carried: std::mem::take(&mut w.carried),
         }
     }
 
@@ -252,6 +260,7 @@ impl Spare {
         self.rows.clear();
         self.hot.clear();
         self.shingles.clear();
+        self.carried.clear();
         self
     }
 }
@@ -268,12 +277,24 @@ struct ChunkJob<'a> {
 struct Prep<'a> {
     mask: &'a HotMask,
     cfg: &'a ApplyConfig,
-    needs_shingles: bool,
-    /// False in a `write` step: hot samples were decided elsewhere and are not signed.
-    sign_hot: bool,
+    hot_work: HotWork,
     spares: &'a crossbeam_channel::Receiver<Spare>,
     /// The inputs the jobs read.
     inputs: &'a [neardup_corpus::InputFile],
+}
+
+/// What the workers prepare of each hot sample for the deciding thread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HotWork {
+    /// Its signature and keys, and its shingle set when `shingles` (a one-process run under
+    /// exact verification: the sets are a by-product of signing).
+    Decide { shingles: bool },
+    /// Its signature and keys, and its text when `texts` (a `sign` step under exact
+    /// verification: decide builds sets only for the samples it compares). Later copies bring
+    /// their text too.
+    Sign { texts: bool },
+    /// Nothing: a `write` step, whose hot samples were decided elsewhere.
+    Decided,
 }
 
 /// Per-thread preparing buffers.
@@ -288,7 +309,7 @@ struct PrepWorker {
 impl PrepWorker {
     fn new(prep: &Prep<'_>) -> PrepWorker {
         PrepWorker {
-            scratch: if prep.needs_shingles {
+            scratch: if prep.hot_work == (HotWork::Decide { shingles: true }) {
                 Scratch::collecting_shingle_sets()
             } else {
                 Scratch::default()
@@ -327,11 +348,15 @@ fn prepare_block(
     let Prep {
         mask,
         cfg,
-        needs_shingles,
-        sign_hot,
+        hot_work,
         spares,
         ..
     } = *prep;
+    let (shingles_of_hot, texts_of_hot, texts_of_copies) = match hot_work {
+        HotWork::Decide { shingles } => (shingles, false, false),
+        HotWork::Sign { texts } => (false, texts, true),
+        HotWork::Decided => (false, false, false),
+    };
     let PrepWorker {
         scratch,
         sig,
@@ -350,6 +375,7 @@ fn prepare_block(
             rows: Vec::new(),
             hot: Vec::new(),
             shingles: Vec::new(),
+            carried: String::new(),
             ids: String::new(),
         };
     }
@@ -361,7 +387,13 @@ fn prepare_block(
         mut rows,
         mut hot,
         mut shingles,
+        mut carried,
     } = spares.try_recv().map(Spare::cleared).unwrap_or_default();
+    let mut carry = |text: &str| {
+        let start = carried.len() as u32;
+        carried.push_str(text);
+        (start, carried.len() as u32)
+    };
     let mut ids = String::new();
     let mut next_row = *row;
     block.for_each_sample(&cfg.selector, |s| {
@@ -381,12 +413,17 @@ fn prepare_block(
                     } else {
                         Kind::Cold
                     }
-                } else if !sign_hot {
+                } else if hot_work == HotWork::Decided {
                     Kind::Decided { row: this_row }
                 } else if mask.is_later_copy(this_row as usize) {
                     Kind::Copy {
                         content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
                         row: this_row,
+                        text: if texts_of_copies {
+                            carry(&text)
+                        } else {
+                            (0, 0)
+                        },
                     }
                 } else {
                     let r = cfg
@@ -399,14 +436,19 @@ fn prepare_block(
                         signatures.extend_from_slice(sig);
                         rows.extend_from_slice(row_keys);
                         hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
-                        let sh_start = shingles.len() as u32;
-                        if needs_shingles {
+                        let material = if shingles_of_hot {
+                            let start = shingles.len() as u32;
                             cfg.sketcher.last_shingle_set(scratch, &mut shingles);
-                        }
+                            (start, shingles.len() as u32)
+                        } else if texts_of_hot {
+                            carry(&text)
+                        } else {
+                            (0, 0)
+                        };
                         Kind::Hot {
                             content_hash: r.content_hash,
                             sig: sig_at,
-                            shingles: (sh_start, shingles.len() as u32),
+                            material,
                             row: this_row,
                         }
                     }
@@ -433,6 +475,7 @@ fn prepare_block(
         rows,
         hot,
         shingles,
+        carried,
         ids,
     }
 }
@@ -582,7 +625,15 @@ pub(crate) fn run_stage2<'r>(
     }
     // Only band-keyed rows are signed (and leave their shingle hashes in the scratch); an
     // exact-only run never compares sets.
-    let needs_shingles = needs_shingles(cfg) && !matches!(route, Route::Write(_));
+    let hot_work = match route {
+        Route::Decide(_) => HotWork::Decide {
+            shingles: needs_shingles(cfg),
+        },
+        Route::Sign(_) => HotWork::Sign {
+            texts: needs_shingles(cfg),
+        },
+        Route::Write(_) => HotWork::Decided,
+    };
     let threads = if cfg.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     } else {
@@ -636,8 +687,7 @@ pub(crate) fn run_stage2<'r>(
     let prep = Prep {
         mask,
         cfg,
-        needs_shingles,
-        sign_hot: !matches!(route, Route::Write(_)),
+        hot_work,
         spares: &spare_rx,
         inputs: &inputs,
     };
@@ -936,6 +986,7 @@ fn decide_block(
     let first = place.record_base + w.block.first_record;
     let file = addressing.file_base + place.file;
     let file_names = addressing.names;
+    let mut copy_hot = Vec::new();
     for s in &w.samples {
         let addr = SampleAddr {
             file,
@@ -964,7 +1015,11 @@ fn decide_block(
                 stats.unique += 1;
                 (true, Reason::Unique, None)
             }
-            Kind::Copy { content_hash, row } => {
+            Kind::Copy {
+                content_hash,
+                row,
+                text,
+            } => {
                 let verdict = match route {
                     Route::Decide(deduper) => match deduper.decide_copy(content_hash) {
                         Some(v) => v,
@@ -977,27 +1032,18 @@ fn decide_block(
                         }
                     },
                     Route::Sign(signer) => {
-                        let global = addressing.row_base + row;
-                        if !signer
-                            .push_copy(global, addr, id, content_hash)
-                            .map_err(sign_error)?
-                        {
-                            let mut pushed = Ok(());
-                            sketch_from_block(w, s, row, cfg, mask, addr, |c| {
-                                pushed = signer.push_full(
-                                    global,
-                                    addr,
-                                    id,
-                                    c.content_hash,
-                                    true,
-                                    c.signature,
-                                    c.row,
-                                    c.hot,
-                                    c.shingles.unwrap_or(&[]),
-                                );
-                            });
-                            pushed.map_err(sign_error)?;
-                        }
+                        copy_hot.clear();
+                        copy_hot.extend((0..columns).map(|c| mask.is_hot(row as usize, c)));
+                        signer
+                            .push_copy(
+                                addressing.row_base + row,
+                                addr,
+                                id,
+                                content_hash,
+                                &copy_hot,
+                                &w.carried[text.0 as usize..text.1 as usize],
+                            )
+                            .map_err(sign_error)?;
                         Verdict::Unique
                     }
                     Route::Write(_) => return Err(wrong_route("a later copy to sign")),
@@ -1010,7 +1056,7 @@ fn decide_block(
             Kind::Hot {
                 content_hash,
                 sig,
-                shingles,
+                material,
                 row,
             } => {
                 let sig_i = sig as usize;
@@ -1018,7 +1064,7 @@ fn decide_block(
                 let signature = &w.signatures[sig_i * num_perm..(sig_i + 1) * num_perm];
                 let keys = &w.rows[hot_i * columns..(hot_i + 1) * columns];
                 let hot = &w.hot[hot_i * columns..(hot_i + 1) * columns];
-                let shingles = &w.shingles[shingles.0 as usize..shingles.1 as usize];
+                let material = material.0 as usize..material.1 as usize;
                 let v = match route {
                     Route::Decide(deduper) => {
                         let c = Candidate {
@@ -1027,7 +1073,7 @@ fn decide_block(
                             row: keys,
                             hot,
                             content_hash,
-                            shingles: deduper.needs_shingles().then_some(shingles),
+                            shingles: deduper.needs_shingles().then_some(&w.shingles[material]),
                         };
                         deduper.decide(&c)
                     }
@@ -1038,11 +1084,10 @@ fn decide_block(
                                 addr,
                                 id,
                                 content_hash,
-                                false,
                                 signature,
                                 keys,
                                 hot,
-                                shingles,
+                                &w.carried[material],
                             )
                             .map_err(sign_error)?;
                         Verdict::Unique
