@@ -37,7 +37,7 @@ use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
 };
-use crate::stage::{Addressing, ApplyConfig, DedupStats, Route, run_stage2};
+use crate::stage::{Addressing, ApplyConfig, DedupStats, run_stage2};
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
 /// the steps' values as bytes).
@@ -123,6 +123,8 @@ pub struct Signer<'a> {
     seen: HashSet<u128>,
     samples: Vec<u64>,
     copies_by_hash: u64,
+    /// A later copy's hot columns (reused).
+    copy_hot: Vec<bool>,
 }
 
 /// What a [`Signer`] wrote.
@@ -149,6 +151,7 @@ impl<'a> Signer<'a> {
             streams,
             seen: HashSet::new(),
             copies_by_hash: 0,
+            copy_hot: Vec::new(),
         })
     }
 
@@ -200,16 +203,15 @@ impl<'a> Signer<'a> {
     }
 
     /// Writes a later exact copy by stage 1's count: as its content hash alone when an earlier
-    /// hot sample of this shard had the same hash, else with its hot columns and text (decide
-    /// sketches it only if the hash finds no earlier sample).
-    #[allow(clippy::too_many_arguments)]
+    /// hot sample of this shard had the same hash, else with its hot columns (`is_hot` of each)
+    /// and text (decide sketches it only if the hash finds no earlier sample).
     pub(crate) fn push_copy(
         &mut self,
         row: u64,
         addr: SampleAddr,
         id: Option<&str>,
         content_hash: u128,
-        hot: &[bool],
+        is_hot: impl Fn(usize) -> bool,
         text: &str,
     ) -> io::Result<()> {
         let group = self
@@ -221,7 +223,12 @@ impl<'a> Signer<'a> {
                 ))
             })?;
         let by_hash = !self.seen.insert(content_hash);
-        self.write(
+        let mut hot = std::mem::take(&mut self.copy_hot);
+        hot.clear();
+        if !by_hash {
+            hot.extend((0..self.shape.columns).map(is_hot));
+        }
+        let written = self.write(
             group,
             &SignedParts {
                 row,
@@ -234,10 +241,12 @@ impl<'a> Signer<'a> {
                     SignedKind::CopyWithText
                 },
                 signature: &[],
-                hot: if by_hash { &[] } else { hot },
+                hot: &hot,
                 text: if by_hash { "" } else { text },
             },
-        )?;
+        );
+        self.copy_hot = hot;
+        written?;
         if by_hash {
             self.copies_by_hash += 1;
         }
@@ -592,19 +601,16 @@ pub fn run_sign(
         row_base: place.row_base,
         names: &names,
     };
-    let (stats, route) = run_stage2(
+    let (stats, signer) = run_stage2(
         files,
         mask,
         cfg,
         publication,
         &mut |_| {},
-        Route::Sign(Box::new(signer)),
+        signer,
         &addressing,
     )?;
-    let Route::Sign(signer) = route else {
-        unreachable!("the route comes back as it went")
-    };
-    let (sinks, counts) = (*signer).finish().map_err(sign_stream_error)?;
+    let (sinks, counts) = signer.finish().map_err(sign_stream_error)?;
     Ok((sinks, counts, stats))
 }
 
@@ -643,18 +649,7 @@ pub fn run_write(
         row_base: place.row_base,
         names,
     };
-    let (stats, route) = run_stage2(
-        files,
-        mask,
-        cfg,
-        publication,
-        observe,
-        Route::Write(decided),
-        &addressing,
-    )?;
-    let Route::Write(merge) = route else {
-        unreachable!("the route comes back as it went")
-    };
+    let (stats, merge) = run_stage2(files, mask, cfg, publication, observe, decided, &addressing)?;
     merge.finish()?;
     Ok(stats)
 }
