@@ -113,7 +113,7 @@ impl DecideSettings {
 pub struct SignManifest {
     /// Always `"neardup-sign"`.
     pub format: String,
-    /// Format version (1).
+    /// Format version (2).
     pub format_version: u32,
     /// [`HotKeys::fingerprint`] of the hot-key file it was made with.
     pub hot: u64,
@@ -127,7 +127,8 @@ pub struct SignManifest {
     pub num_perm: usize,
     /// Keys per row.
     pub columns: usize,
-    /// Whether shingle sets are carried (exact verification).
+    /// Whether the samples carry what exact verification compares: their texts, from which
+    /// decide builds shingle sets (the name is from version 1, which carried the sets).
     pub shingles: bool,
     /// The decision settings it was made for.
     pub settings: DecideSettings,
@@ -142,7 +143,7 @@ pub struct SignManifest {
 pub struct DecideManifest {
     /// Always `"neardup-decide"`.
     pub format: String,
-    /// Format version (1).
+    /// Format version (2).
     pub format_version: u32,
     /// [`HotKeys::fingerprint`] of the hot-key file.
     pub hot: u64,
@@ -204,6 +205,10 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
         TableInput::Value(table)
     }
 }
+
+/// The version of the sign and decide outputs (2: signed samples carry texts instead of shingle
+/// sets, and no keys; the streams' magic says it too).
+pub(crate) const STEP_FORMAT_VERSION: u32 = 2;
 
 impl TableInput<'_> {
     /// The shard's hot mask, files and place among the shards `hot` was counted from.
@@ -279,7 +284,7 @@ fn sign_into(
     let bytes = sinks.iter().map(StepSink::bytes).collect();
     let manifest = SignManifest {
         format: "neardup-sign".into(),
-        format_version: 1,
+        format_version: STEP_FORMAT_VERSION,
         hot: fingerprint,
         place,
         files: files
@@ -289,7 +294,7 @@ fn sign_into(
         groups,
         num_perm: shape.num_perm,
         columns: shape.columns,
-        shingles: shape.shingles,
+        shingles: shape.texts,
         settings: DecideSettings::of(config),
         signed,
         bytes,
@@ -302,7 +307,7 @@ fn sign_into(
 /// table in memory) and writes, for each hot sample, what deciding it needs into `out` (a
 /// directory: one stream per group of `hot`'s plan and a manifest), published all together at
 /// the end. `config` carries the settings `keys` used and the decision settings (`--verify`
-/// decides whether shingle sets are carried). [`sign`] makes the same as a value.
+/// decides whether texts are carried for exact verification). [`sign`] makes the same as a value.
 pub fn sign_shard<'a>(
     config: &Config,
     table: impl Into<TableInput<'a>>,
@@ -386,13 +391,13 @@ fn decide_into(
     let shape = SignedShape {
         num_perm: first.num_perm,
         columns: first.columns,
-        shingles: first.shingles,
+        texts: first.shingles,
     };
     let wanted_by = format!("`decide --group {group}`");
     let mut files = Vec::new();
     for g in &given {
         let m = &g.manifest;
-        if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.shingles) {
+        if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.texts) {
             return Err(Error::Usage(format!(
                 "{}: signed with other settings than {}",
                 g.origin, given[0].origin
@@ -425,15 +430,14 @@ fn decide_into(
         .collect::<Result<Vec<_>, _>>()?;
     let k = keys_config(config)?;
     let sketch = DecideShape {
-        num_perm: k.sketcher.num_perm(),
-        bands: k.sketcher.bands(),
+        sketcher: k.sketcher,
         rule: k.rule,
     };
     let (deduper, decided) = decide_group(
         streams,
         shape,
         &config.dedup_config(),
-        sketch,
+        &sketch,
         &mut outs,
         &control.cancel,
     )
@@ -445,7 +449,7 @@ fn decide_into(
         .map_err(|e| Error::Run(format!("cannot write the decisions: {e}")))?;
     let manifest = DecideManifest {
         format: "neardup-decide".into(),
-        format_version: 1,
+        format_version: STEP_FORMAT_VERSION,
         hot: fingerprint,
         group,
         groups,

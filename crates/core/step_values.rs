@@ -178,7 +178,7 @@ pub(crate) fn read_manifest<M: StepManifest>(dir: &Path) -> Result<M, Error> {
 
 /// Checks that a manifest is its step's, of this version (`origin` names it in the message).
 pub(crate) fn check_format<M: StepManifest>(m: &M, origin: &str) -> Result<(), Error> {
-    if m.format() != (M::STEP.format, 1) {
+    if m.format() != (M::STEP.format, crate::distributed::STEP_FORMAT_VERSION) {
         return Err(Error::Usage(format!(
             "{origin}: not a `{}` output of this version",
             M::STEP.command

@@ -16,23 +16,28 @@
 //!   written.
 //!
 //! A later exact copy whose original is an earlier hot sample of its own shard travels as its
-//! content hash alone (`full = false`): the original is decided first, in the same group (same
-//! content key), so the hash finds it. Any other hot sample carries its signature, keys, hot
-//! columns and, under exact verification, its shingle set.
+//! content hash alone ([`SignedKind::Copy`]): the original is decided first, in the same group
+//! (same content key), so the hash finds it. Any other later copy (by stage 1's count) travels as
+//! its hash, hot columns and text ([`SignedKind::CopyWithText`]): the hash decides it unless two
+//! texts' content keys collided, and only then is it sketched, in decide. Every other hot sample
+//! carries its signature, hot columns and, under exact verification, its text
+//! ([`SignedKind::Full`]); decide computes its keys from the signature and builds shingle sets
+//! only for the samples it compares (see [`Deduper::decide_by_text`]).
 
 use std::io::{self, BufWriter, Read, Write};
 
 use hashbrown::{HashMap, HashSet};
 use neardup_corpus::{AtomicFile, CancelToken, Publication};
 use neardup_keys::{FileRows, HotKeys, HotMask, RowRule, ShardPlace, content_key};
+use neardup_sketch::{Scratch, Sketcher, band_keys};
 
 use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict};
 use crate::error::DedupError;
 use crate::handoff::{
-    DecidedSample, RecordReader, RecordWriter, SignedSample, SignedShape, decode_decided,
-    decode_signed, encode_decided, encode_signed,
+    DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
+    decode_decided, decode_signed, encode_decided, encode_signed_parts,
 };
-use crate::stage::{Addressing, ApplyConfig, DedupStats, Route, run_stage2};
+use crate::stage::{Addressing, ApplyConfig, DedupStats, run_stage2};
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
 /// the steps' values as bytes).
@@ -118,7 +123,8 @@ pub struct Signer<'a> {
     seen: HashSet<u128>,
     samples: Vec<u64>,
     copies_by_hash: u64,
-    sample: SignedSample,
+    /// A later copy's hot columns (reused).
+    copy_hot: Vec<bool>,
 }
 
 /// What a [`Signer`] wrote.
@@ -145,7 +151,7 @@ impl<'a> Signer<'a> {
             streams,
             seen: HashSet::new(),
             copies_by_hash: 0,
-            sample: SignedSample::default(),
+            copy_hot: Vec::new(),
         })
     }
 
@@ -154,15 +160,16 @@ impl<'a> Signer<'a> {
         self.shape
     }
 
-    fn write(&mut self, group: u32) -> io::Result<()> {
+    fn write(&mut self, group: u32, sample: &SignedParts<'_>) -> io::Result<()> {
         let stream = &mut self.streams[group as usize];
-        encode_signed(&self.sample, self.shape, stream.buffer());
+        encode_signed_parts(sample, self.shape, stream.buffer());
         stream.record_done()?;
         self.samples[group as usize] += 1;
         Ok(())
     }
 
-    /// Writes a hot sample with everything deciding it needs.
+    /// Writes a hot sample decided by its signature: `keys` are its row of keys (they name its
+    /// group; decide computes them again), `text` what exact verification needs.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn push_full(
         &mut self,
@@ -170,50 +177,43 @@ impl<'a> Signer<'a> {
         addr: SampleAddr,
         id: Option<&str>,
         content_hash: u128,
-        later_copy: bool,
         signature: &[u32],
         keys: &[u64],
         hot: &[bool],
-        shingles: &[u32],
+        text: &str,
     ) -> io::Result<()> {
         let group = self
             .hot
             .group_of_row(keys)
             .ok_or_else(|| io::Error::other(format!("row {row} is signed but has no hot key")))?;
         self.seen.insert(content_hash);
-        let s = &mut self.sample;
-        s.row = row;
-        s.addr = addr;
-        s.id = id.map(str::to_string);
-        s.content_hash = content_hash;
-        s.full = true;
-        s.later_copy = later_copy;
-        s.signature.clear();
-        s.signature.extend_from_slice(signature);
-        s.keys.clear();
-        s.keys.extend_from_slice(keys);
-        s.hot.clear();
-        s.hot.extend_from_slice(hot);
-        s.shingles.clear();
-        if self.shape.shingles {
-            s.shingles.extend_from_slice(shingles);
-        }
-        self.write(group)
+        self.write(
+            group,
+            &SignedParts {
+                row,
+                addr,
+                id,
+                content_hash,
+                kind: SignedKind::Full,
+                signature,
+                hot,
+                text: if self.shape.texts { text } else { "" },
+            },
+        )
     }
 
-    /// Writes a later exact copy as its content hash alone when an earlier hot sample of this
-    /// shard had the same hash; false otherwise (the caller signs it and calls
-    /// [`Signer::push_full`] with `later_copy`).
+    /// Writes a later exact copy by stage 1's count: as its content hash alone when an earlier
+    /// hot sample of this shard had the same hash, else with its hot columns (`is_hot` of each)
+    /// and text (decide sketches it only if the hash finds no earlier sample).
     pub(crate) fn push_copy(
         &mut self,
         row: u64,
         addr: SampleAddr,
         id: Option<&str>,
         content_hash: u128,
-    ) -> io::Result<bool> {
-        if !self.seen.contains(&content_hash) {
-            return Ok(false);
-        }
+        is_hot: impl Fn(usize) -> bool,
+        text: &str,
+    ) -> io::Result<()> {
         let group = self
             .hot
             .group_of_row(&[content_key(content_hash)])
@@ -222,20 +222,35 @@ impl<'a> Signer<'a> {
                     "row {row} is a later copy but its content key is cold"
                 ))
             })?;
-        let s = &mut self.sample;
-        s.row = row;
-        s.addr = addr;
-        s.id = id.map(str::to_string);
-        s.content_hash = content_hash;
-        s.full = false;
-        s.later_copy = true;
-        s.signature.clear();
-        s.keys.clear();
-        s.hot.clear();
-        s.shingles.clear();
-        self.write(group)?;
-        self.copies_by_hash += 1;
-        Ok(true)
+        let by_hash = !self.seen.insert(content_hash);
+        let mut hot = std::mem::take(&mut self.copy_hot);
+        hot.clear();
+        if !by_hash {
+            hot.extend((0..self.shape.columns).map(is_hot));
+        }
+        let written = self.write(
+            group,
+            &SignedParts {
+                row,
+                addr,
+                id,
+                content_hash,
+                kind: if by_hash {
+                    SignedKind::Copy
+                } else {
+                    SignedKind::CopyWithText
+                },
+                signature: &[],
+                hot: &hot,
+                text: if by_hash { "" } else { text },
+            },
+        );
+        self.copy_hot = hot;
+        written?;
+        if by_hash {
+            self.copies_by_hash += 1;
+        }
+        Ok(())
     }
 
     /// Ends every stream; returns the sinks (in group order) and what was written.
@@ -346,16 +361,61 @@ impl<R: Read> DecidedMerge<R> {
     }
 }
 
-/// What the decision core needs besides its settings: the sketch shape the samples were made
-/// with.
-#[derive(Clone, Copy, Debug)]
+/// What the decision core needs besides its settings: the sketch settings and row rule the
+/// samples were signed with (decide computes their keys from their signatures, builds the shingle
+/// sets exact verification compares from their texts, and sketches the rare later copy whose
+/// hash finds no original).
+#[derive(Clone, Debug)]
 pub struct DecideShape {
-    /// Signature width.
-    pub num_perm: usize,
-    /// LSH bands.
-    pub bands: usize,
+    /// The sketch settings of the tables.
+    pub sketcher: Sketcher,
     /// The row rule of the tables.
     pub rule: RowRule,
+}
+
+/// A signed sample made whole for the decision core: its row of keys computed again, or, for a
+/// later copy whose hash found no original, its signature and keys sketched from its text.
+struct Rebuilt {
+    scratch: Scratch,
+    signature: Vec<u32>,
+    keys: Vec<u64>,
+}
+
+impl Rebuilt {
+    fn new(sketch: &DecideShape) -> Rebuilt {
+        Rebuilt {
+            scratch: Scratch::default(),
+            signature: vec![0; sketch.sketcher.num_perm()],
+            keys: vec![0; sketch.rule.columns(sketch.sketcher.bands())],
+        }
+    }
+
+    /// The keys of a full sample, as stage 1's sketch computed them: band keys from the
+    /// signature, the content key from the content hash.
+    fn keys_of(&mut self, sketch: &DecideShape, signature: &[u32], content_hash: u128) {
+        let bands = sketch.rule.band_columns(sketch.sketcher.bands());
+        let config = sketch.sketcher.config();
+        band_keys(
+            config.band_keys,
+            config.lsh,
+            signature,
+            &mut self.keys[..bands],
+        );
+        if let Some(slot) = self.keys.get_mut(bands) {
+            *slot = content_key(content_hash);
+        }
+    }
+
+    /// Sketches `text` as stage 2 does (signature and keys).
+    fn sketch(&mut self, sketch: &DecideShape, text: &str) {
+        sketch.rule.sketch(
+            &sketch.sketcher,
+            text,
+            &mut self.scratch,
+            &mut self.signature,
+            &mut self.keys,
+        );
+    }
 }
 
 /// Decides one group: `signed` are the group's streams of every shard, in shard order (the global
@@ -365,32 +425,38 @@ pub fn decide_group<R: Read>(
     signed: Vec<(String, RecordReader<R>)>,
     shape: SignedShape,
     dedup: &DedupConfig,
-    sketch: DecideShape,
+    sketch: &DecideShape,
     out: &mut [RecordWriter<StepSink>],
     cancel: &CancelToken,
 ) -> Result<(DeduperStats, Vec<u64>), DedupError> {
     assert_eq!(signed.len(), out.len(), "one output per shard");
-    let mut deduper = Deduper::new(dedup.clone(), sketch.num_perm, sketch.bands, sketch.rule)
-        .map_err(DedupError::Config)?;
-    let needs_shingles = deduper.needs_shingles() && sketch.rule.band_keys;
-    if needs_shingles && !shape.shingles {
+    let num_perm = sketch.sketcher.num_perm();
+    let columns = sketch.rule.columns(sketch.sketcher.bands());
+    let mut deduper = Deduper::new(
+        dedup.clone(),
+        num_perm,
+        sketch.sketcher.bands(),
+        sketch.rule,
+    )
+    .map_err(DedupError::Config)?
+    .building_sets_with(sketch.sketcher.clone());
+    let needs_texts = deduper.needs_shingles() && sketch.rule.band_keys;
+    if needs_texts && !shape.texts {
         return Err(DedupError::Config(
-            "exact verification needs the samples' shingle sets, and these sign outputs were \
-             made without them (with --verify estimate): run `neardup sign` with the same \
-             --verify as `decide`"
+            "exact verification needs the samples' texts, and these sign outputs were made \
+             without them (with --verify estimate): run `neardup sign` with the same --verify as \
+             `decide`"
                 .into(),
         ));
     }
-    if shape.num_perm != sketch.num_perm || shape.columns != sketch.rule.columns(sketch.bands) {
+    if shape.num_perm != num_perm || shape.columns != columns {
         return Err(DedupError::Step(format!(
             "the sign outputs hold {} permutations and {} keys per row, the hot keys' settings \
-             {} and {}: they were made with other settings",
-            shape.num_perm,
-            shape.columns,
-            sketch.num_perm,
-            sketch.rule.columns(sketch.bands)
+             {num_perm} and {columns}: they were made with other settings",
+            shape.num_perm, shape.columns,
         )));
     }
+    let mut rebuilt = Rebuilt::new(sketch);
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
     let mut written = vec![0u64; out.len()];
     let mut sample = SignedSample::default();
@@ -417,33 +483,39 @@ pub fn decide_group<R: Read>(
                 )));
             }
             last_row = Some(sample.row);
-            let verdict = if !sample.full {
-                deduper.decide_copy(sample.content_hash).ok_or_else(|| {
+            let verdict = match sample.kind {
+                SignedKind::Copy => deduper.decide_copy(sample.content_hash).ok_or_else(|| {
                     DedupError::Step(format!(
                         "{name}: row {} is sent as an exact copy, but no earlier sample of this \
                          group has its content; the sign outputs are incomplete or from another \
                          group",
                         sample.row
                     ))
-                })?
-            } else {
-                let copy = if sample.later_copy {
-                    deduper.decide_copy(sample.content_hash)
-                } else {
-                    None
-                };
-                match copy {
+                })?,
+                SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
                     Some(v) => v,
-                    None => deduper.decide(&Candidate {
-                        addr: sample.addr,
-                        signature: &sample.signature,
-                        row: &sample.keys,
-                        hot: &sample.hot,
-                        content_hash: sample.content_hash,
-                        shingles: deduper
-                            .needs_shingles()
-                            .then_some(sample.shingles.as_slice()),
-                    }),
+                    None => {
+                        // Its content key collided with another text's: sketched here, as a
+                        // one-process run sketches it from its block.
+                        rebuilt.sketch(sketch, &sample.text);
+                        decide_full(
+                            &mut deduper,
+                            &sample,
+                            &rebuilt.signature,
+                            &rebuilt.keys,
+                            shape.texts,
+                        )
+                    }
+                },
+                SignedKind::Full => {
+                    rebuilt.keys_of(sketch, &sample.signature, sample.content_hash);
+                    decide_full(
+                        &mut deduper,
+                        &sample,
+                        &sample.signature,
+                        &rebuilt.keys,
+                        shape.texts,
+                    )
                 }
             };
             if let Some(e) = deduper.take_io_error() {
@@ -472,6 +544,29 @@ pub fn decide_group<R: Read>(
         }
     }
     Ok((deduper.stats(), written))
+}
+
+/// Decides a sample by its signature (its text the verification material when carried).
+fn decide_full(
+    deduper: &mut Deduper,
+    sample: &SignedSample,
+    signature: &[u32],
+    keys: &[u64],
+    texts: bool,
+) -> Verdict {
+    let c = Candidate {
+        addr: sample.addr,
+        signature,
+        row: keys,
+        hot: &sample.hot,
+        content_hash: sample.content_hash,
+        shingles: None,
+    };
+    if texts && deduper.needs_shingles() {
+        deduper.decide_by_text(&c, &sample.text)
+    } else {
+        deduper.decide(&c)
+    }
 }
 
 /// The `sign` step over one shard: re-reads its inputs (`files`, with the shard's hot mask from
@@ -506,19 +601,16 @@ pub fn run_sign(
         row_base: place.row_base,
         names: &names,
     };
-    let (stats, route) = run_stage2(
+    let (stats, signer) = run_stage2(
         files,
         mask,
         cfg,
         publication,
         &mut |_| {},
-        Route::Sign(Box::new(signer)),
+        signer,
         &addressing,
     )?;
-    let Route::Sign(signer) = route else {
-        unreachable!("the route comes back as it went")
-    };
-    let (sinks, counts) = (*signer).finish().map_err(sign_stream_error)?;
+    let (sinks, counts) = signer.finish().map_err(sign_stream_error)?;
     Ok((sinks, counts, stats))
 }
 
@@ -531,7 +623,7 @@ pub fn signed_shape(cfg: &ApplyConfig) -> SignedShape {
     SignedShape {
         num_perm: cfg.sketcher.num_perm(),
         columns: cfg.rule.columns(cfg.sketcher.bands()),
-        shingles: crate::stage::needs_shingles(cfg),
+        texts: crate::stage::needs_shingles(cfg),
     }
 }
 
@@ -557,18 +649,147 @@ pub fn run_write(
         row_base: place.row_base,
         names,
     };
-    let (stats, route) = run_stage2(
-        files,
-        mask,
-        cfg,
-        publication,
-        observe,
-        Route::Write(decided),
-        &addressing,
-    )?;
-    let Route::Write(merge) = route else {
-        unreachable!("the route comes back as it went")
-    };
+    let (stats, merge) = run_stage2(files, mask, cfg, publication, observe, decided, &addressing)?;
     merge.finish()?;
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup_sketch::{BandKeyScheme, HashScheme, LshParams, Normalizer, SketchConfig};
+
+    fn sketch() -> DecideShape {
+        DecideShape {
+            sketcher: Sketcher::new(SketchConfig {
+                normalizer: Normalizer::default(),
+                shingler: neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+                scheme: HashScheme::Oph,
+                num_perm: 128,
+                seed: 1,
+                lsh: LshParams::new(16, 8).unwrap(),
+                band_keys: BandKeyScheme::Fast,
+            })
+            .unwrap(),
+            rule: RowRule::default(),
+        }
+    }
+
+    fn addr(record: u64) -> SampleAddr {
+        SampleAddr {
+            file: 0,
+            record,
+            field: 0,
+        }
+    }
+
+    /// The verdicts of a one-process run: every text sketched, with its set.
+    fn one_process(sketch: &DecideShape, texts: &[&str]) -> Vec<Verdict> {
+        let mut d = Deduper::new(DedupConfig::default(), 128, 16, sketch.rule).unwrap();
+        let columns = sketch.rule.columns(16);
+        let mut scratch = Scratch::collecting_shingle_sets();
+        texts
+            .iter()
+            .enumerate()
+            .map(|(i, text)| {
+                let (mut sig, mut keys, mut set) = (vec![0; 128], vec![0; columns], Vec::new());
+                let r =
+                    sketch
+                        .rule
+                        .sketch(&sketch.sketcher, text, &mut scratch, &mut sig, &mut keys);
+                sketch.sketcher.last_shingle_set(&mut scratch, &mut set);
+                d.decide(&Candidate {
+                    addr: addr(i as u64),
+                    signature: &sig,
+                    row: &keys,
+                    hot: &vec![true; columns],
+                    content_hash: r.content_hash,
+                    shingles: Some(&set),
+                })
+            })
+            .collect()
+    }
+
+    /// A later copy by stage 1's count whose hash finds no original (its content key collided
+    /// with another text's) is sketched from its text in decide and gets the verdict a
+    /// one-process run gives it; one whose hash finds its original is an exact copy of it.
+    #[test]
+    fn a_later_copy_whose_hash_finds_nothing_is_sketched_from_its_text() {
+        let sketch = sketch();
+        let base = "The quick brown fox jumps over the lazy dog near the river bank, \
+                    and then it runs back into the forest where the other foxes live.";
+        let near = format!("{base} Again.");
+        let texts = [base, near.as_str(), base];
+        let want = one_process(&sketch, &texts);
+        assert!(matches!(want[1], Verdict::Near { .. }), "{want:?}");
+        assert_eq!(want[2], Verdict::Exact { of: addr(0) });
+
+        let columns = sketch.rule.columns(16);
+        let shape = SignedShape {
+            num_perm: 128,
+            columns,
+            texts: true,
+        };
+        let mut w = RecordWriter::new(Vec::new()).unwrap();
+        let mut scratch = Scratch::default();
+        for (i, text) in texts.iter().enumerate() {
+            let (mut sig, mut keys) = (vec![0; 128], vec![0; columns]);
+            let r = sketch
+                .rule
+                .sketch(&sketch.sketcher, text, &mut scratch, &mut sig, &mut keys);
+            let hot = vec![true; columns];
+            encode_signed_parts(
+                &SignedParts {
+                    row: i as u64,
+                    addr: addr(i as u64),
+                    id: None,
+                    content_hash: r.content_hash,
+                    // The first is decided by its signature, the others come as later copies.
+                    kind: if i == 0 {
+                        SignedKind::Full
+                    } else {
+                        SignedKind::CopyWithText
+                    },
+                    signature: &sig,
+                    hot: &hot,
+                    text,
+                },
+                shape,
+                w.buffer(),
+            );
+            w.record_done().unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let mut out = vec![RecordWriter::new(StepSink::memory()).unwrap()];
+        let (stats, written) = decide_group(
+            vec![("g".into(), RecordReader::new(bytes.as_slice()).unwrap())],
+            shape,
+            &DedupConfig::default(),
+            &sketch,
+            &mut out,
+            &CancelToken::default(),
+        )
+        .unwrap();
+        assert_eq!(written, vec![3]);
+        assert_eq!(stats.verifications, 1);
+        let decided = out
+            .pop()
+            .unwrap()
+            .finish()
+            .unwrap()
+            .finish()
+            .unwrap()
+            .unwrap();
+        let mut r = RecordReader::new(decided.as_slice()).unwrap();
+        let mut got = Vec::new();
+        while r
+            .next(|b| {
+                let (d, n) = decode_decided(b)?;
+                got.push(d.verdict);
+                Ok(n)
+            })
+            .unwrap()
+        {}
+        assert_eq!(got, want);
+    }
 }

@@ -19,7 +19,25 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::deduper::{SampleAddr, Verdict};
 
-/// What deciding one hot sample needs (see the module docs).
+/// How a signed sample is decided, and so what it carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SignedKind {
+    /// A later exact copy of an earlier hot sample of its own shard (same full content hash):
+    /// the hash alone decides it, and it carries nothing else.
+    #[default]
+    Copy,
+    /// A later exact copy by stage 1's count whose original is not a hot sample of its own shard:
+    /// the hash decides it, unless no earlier sample of the group has the same full hash (two
+    /// texts' content keys collided); then decide sketches its text. Carries its hot columns and
+    /// its text, under either `--verify`.
+    CopyWithText,
+    /// Any other hot sample: decided by its signature. Carries its signature, its hot columns
+    /// and, under exact verification, its text.
+    Full,
+}
+
+/// What deciding one hot sample needs (see the module docs). Its row of keys is not carried:
+/// decide computes the band keys from the signature and the content key from the content hash.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SignedSample {
     /// Its row in the global row order (all shards' tables, in shard order).
@@ -30,20 +48,28 @@ pub struct SignedSample {
     pub id: Option<String>,
     /// The 128-bit content hash of its normalised text.
     pub content_hash: u128,
-    /// False when the sample is an exact copy of an earlier hot sample of its own shard (same
-    /// full content hash, hot content key): the hash alone decides it, and nothing below is set.
-    pub full: bool,
-    /// Stage 1 marked it a later exact copy (its hot content key was seen in an earlier row):
-    /// its hash is looked up first, as in a one-process run. Always true when `full` is false.
-    pub later_copy: bool,
-    /// Its MinHash signature.
+    /// How it is decided.
+    pub kind: SignedKind,
+    /// Its MinHash signature ([`SignedKind::Full`]).
     pub signature: Vec<u32>,
-    /// Its row of keys.
-    pub keys: Vec<u64>,
-    /// Which of its keys are hot.
+    /// Which of its keys are hot ([`SignedKind::Full`] and [`SignedKind::CopyWithText`]).
     pub hot: Vec<bool>,
-    /// Its shingle set (sorted, distinct), under exact verification.
-    pub shingles: Vec<u32>,
+    /// Its text, as stage 1 sketched it: what exact verification builds its shingle set from
+    /// ([`SignedKind::Full`] under exact verification, [`SignedKind::CopyWithText`]).
+    pub text: String,
+}
+
+/// A signed sample as borrowed parts: what [`encode_signed`] writes, without copying a sample
+/// into a [`SignedSample`] first.
+pub(crate) struct SignedParts<'a> {
+    pub row: u64,
+    pub addr: SampleAddr,
+    pub id: Option<&'a str>,
+    pub content_hash: u128,
+    pub kind: SignedKind,
+    pub signature: &'a [u32],
+    pub hot: &'a [bool],
+    pub text: &'a str,
 }
 
 /// The decision of one hot sample, as decide hands it to write.
@@ -64,8 +90,9 @@ pub struct SignedShape {
     pub num_perm: usize,
     /// Keys per row.
     pub columns: usize,
-    /// Whether shingle sets are carried (exact verification).
-    pub shingles: bool,
+    /// Whether full samples carry their texts (exact verification, which compares the shingle
+    /// sets decide builds from them).
+    pub texts: bool,
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -100,45 +127,63 @@ fn put_addr(out: &mut Vec<u8>, a: SampleAddr) {
 
 /// Appends one signed sample of `shape` to `out`.
 pub fn encode_signed(s: &SignedSample, shape: SignedShape, out: &mut Vec<u8>) {
-    put_u64(out, s.row);
-    put_addr(out, s.addr);
-    put_str(out, s.id.as_deref());
-    out.extend_from_slice(&s.content_hash.to_le_bytes());
-    // 0: copy-only; 1: full; 2: full, and a later copy.
-    out.push(if !s.full {
-        0
-    } else if s.later_copy {
-        2
-    } else {
-        1
-    });
-    if !s.full {
-        return;
-    }
-    debug_assert_eq!(s.signature.len(), shape.num_perm);
-    debug_assert_eq!(s.keys.len(), shape.columns);
-    debug_assert_eq!(s.hot.len(), shape.columns);
-    for v in &s.signature {
-        put_u32(out, *v);
-    }
-    for k in &s.keys {
-        put_u64(out, *k);
-    }
-    for bits in s.hot.chunks(8) {
+    encode_signed_parts(
+        &SignedParts {
+            row: s.row,
+            addr: s.addr,
+            id: s.id.as_deref(),
+            content_hash: s.content_hash,
+            kind: s.kind,
+            signature: &s.signature,
+            hot: &s.hot,
+            text: &s.text,
+        },
+        shape,
+        out,
+    );
+}
+
+fn put_hot(out: &mut Vec<u8>, hot: &[bool]) {
+    for bits in hot.chunks(8) {
         out.push(
             bits.iter()
                 .enumerate()
                 .fold(0u8, |b, (i, h)| b | (u8::from(*h) << i)),
         );
     }
-    if shape.shingles {
-        // Sorted and distinct: deltas are small, and a varint takes a byte or two for most.
-        put_varint(out, s.shingles.len() as u64);
-        let mut prev = 0u32;
-        for (i, v) in s.shingles.iter().enumerate() {
-            debug_assert!(i == 0 || *v > prev, "shingle sets are sorted and distinct");
-            put_varint(out, u64::from(if i == 0 { *v } else { v - prev }));
-            prev = *v;
+}
+
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    put_varint(out, text.len() as u64);
+    out.extend_from_slice(text.as_bytes());
+}
+
+/// [`encode_signed`] of borrowed parts.
+pub(crate) fn encode_signed_parts(s: &SignedParts<'_>, shape: SignedShape, out: &mut Vec<u8>) {
+    put_u64(out, s.row);
+    put_addr(out, s.addr);
+    put_str(out, s.id);
+    out.extend_from_slice(&s.content_hash.to_le_bytes());
+    match s.kind {
+        SignedKind::Copy => out.push(0),
+        SignedKind::CopyWithText => {
+            out.push(1);
+            debug_assert_eq!(s.hot.len(), shape.columns);
+            put_hot(out, s.hot);
+            put_text(out, s.text);
+        }
+        SignedKind::Full => {
+            out.push(2);
+            debug_assert_eq!(s.signature.len(), shape.num_perm);
+            debug_assert_eq!(s.hot.len(), shape.columns);
+            out.reserve(4 * s.signature.len());
+            for v in s.signature {
+                put_u32(out, *v);
+            }
+            put_hot(out, s.hot);
+            if shape.texts {
+                put_text(out, s.text);
+            }
         }
     }
 }
@@ -236,45 +281,31 @@ pub fn decode_signed(bytes: &[u8], shape: SignedShape, s: &mut SignedSample) -> 
     s.addr = c.addr()?;
     s.id = c.string()?;
     s.content_hash = c.u128()?;
-    (s.full, s.later_copy) = match c.u8()? {
-        0 => (false, true),
-        1 => (true, false),
-        2 => (true, true),
+    s.kind = match c.u8()? {
+        0 => SignedKind::Copy,
+        1 => SignedKind::CopyWithText,
+        2 => SignedKind::Full,
         _ => return Err(corrupt("bad sample kind")),
     };
     s.signature.clear();
-    s.keys.clear();
     s.hot.clear();
-    s.shingles.clear();
-    if s.full {
+    s.text.clear();
+    if s.kind == SignedKind::Full {
         let sig = c.take(4 * shape.num_perm)?;
         s.signature.extend(
             sig.chunks_exact(4)
                 .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))),
         );
-        let keys = c.take(8 * shape.columns)?;
-        s.keys.extend(
-            keys.chunks_exact(8)
-                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes"))),
-        );
+    }
+    if s.kind != SignedKind::Copy {
         let bits = c.take(shape.columns.div_ceil(8))?;
         s.hot
             .extend((0..shape.columns).map(|i| bits[i / 8] >> (i % 8) & 1 == 1));
-        if shape.shingles {
-            let n = c.varint()?;
-            let mut prev = 0u32;
-            for i in 0..n {
-                let d = u32::try_from(c.varint()?).map_err(|_| corrupt("shingle out of range"))?;
-                let v = if i == 0 {
-                    d
-                } else {
-                    prev.checked_add(d)
-                        .ok_or_else(|| corrupt("shingle out of range"))?
-                };
-                s.shingles.push(v);
-                prev = v;
-            }
-        }
+    }
+    if s.kind == SignedKind::CopyWithText || (s.kind == SignedKind::Full && shape.texts) {
+        let n = usize::try_from(c.varint()?).map_err(|_| corrupt("text too long"))?;
+        let text = std::str::from_utf8(c.take(n)?).map_err(|_| corrupt("invalid UTF-8"))?;
+        s.text.push_str(text);
     }
     Ok(bytes.len() - c.bytes.len())
 }
@@ -304,7 +335,8 @@ pub fn decode_decided(bytes: &[u8]) -> io::Result<(DecidedSample, usize)> {
     ))
 }
 
-const STREAM_MAGIC: &[u8; 8] = b"NDSTEP\x00\x01";
+/// Version 2: signed samples carry texts instead of shingle sets, and no keys.
+const STREAM_MAGIC: &[u8; 8] = b"NDSTEP\x00\x02";
 const STREAM_END: &[u8; 8] = b"NDSTEPEN";
 /// Records are written and read in batches of about this many bytes (a batch holds whole
 /// records, so a reader never needs more than one batch in memory).
@@ -493,38 +525,32 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn shape() -> SignedShape {
+    fn shape(texts: bool) -> SignedShape {
         SignedShape {
             num_perm: 8,
-            columns: 3,
-            shingles: true,
+            columns: 11,
+            texts,
         }
     }
 
-    fn signed_strategy() -> impl Strategy<Value = SignedSample> {
+    fn signed_strategy(texts: bool) -> impl Strategy<Value = SignedSample> {
         (
             any::<u64>(),
             (any::<u32>(), any::<u64>(), any::<u32>()),
             prop::option::of("[a-zé]{0,12}"),
             any::<u128>(),
-            (any::<bool>(), any::<bool>()),
+            0u8..3,
             prop::collection::vec(any::<u32>(), 8),
-            prop::collection::vec(any::<u64>(), 3),
-            prop::collection::vec(any::<bool>(), 3),
-            prop::collection::btree_set(any::<u32>(), 0..200),
+            prop::collection::vec(any::<bool>(), 11),
+            "\\PC{0,300}",
         )
             .prop_map(
-                |(
-                    row,
-                    (file, record, field),
-                    id,
-                    content_hash,
-                    (full, copy),
-                    sig,
-                    keys,
-                    hot,
-                    set,
-                )| {
+                move |(row, (file, record, field), id, content_hash, kind, sig, hot, text)| {
+                    let kind = match kind {
+                        0 => SignedKind::Copy,
+                        1 => SignedKind::CopyWithText,
+                        _ => SignedKind::Full,
+                    };
                     let mut s = SignedSample {
                         row,
                         addr: SampleAddr {
@@ -534,15 +560,17 @@ mod tests {
                         },
                         id,
                         content_hash,
-                        full,
-                        later_copy: copy || !full,
+                        kind,
                         ..SignedSample::default()
                     };
-                    if full {
+                    if kind == SignedKind::Full {
                         s.signature = sig;
-                        s.keys = keys;
+                    }
+                    if kind != SignedKind::Copy {
                         s.hot = hot;
-                        s.shingles = set.into_iter().collect();
+                    }
+                    if kind == SignedKind::CopyWithText || (kind == SignedKind::Full && texts) {
+                        s.text = text;
                     }
                     s
                 },
@@ -551,17 +579,28 @@ mod tests {
 
     proptest! {
         #[test]
-        fn signed_samples_round_trip_through_a_stream(samples in prop::collection::vec(signed_strategy(), 0..20)) {
+        fn signed_samples_round_trip_through_a_stream(texts in any::<bool>(), samples in prop::collection::vec(signed_strategy(true), 0..20)) {
+            // Without texts, full samples carry none.
+            let samples: Vec<SignedSample> = samples
+                .into_iter()
+                .map(|mut s| {
+                    if !texts && s.kind == SignedKind::Full {
+                        s.text.clear();
+                    }
+                    s
+                })
+                .collect();
+            let shape = shape(texts);
             let mut w = RecordWriter::new(Vec::new()).unwrap();
             for s in &samples {
-                encode_signed(s, shape(), w.buffer());
+                encode_signed(s, shape, w.buffer());
                 w.record_done().unwrap();
             }
             let bytes = w.finish().unwrap();
             let mut r = RecordReader::new(bytes.as_slice()).unwrap();
             let mut got = SignedSample::default();
             for s in &samples {
-                prop_assert!(r.next(|b| decode_signed(b, shape(), &mut got)).unwrap());
+                prop_assert!(r.next(|b| decode_signed(b, shape, &mut got)).unwrap());
                 prop_assert_eq!(&got, s);
             }
             prop_assert!(!r.next(|_| unreachable!()).unwrap());
@@ -625,7 +664,7 @@ mod tests {
         // Decoding never panics on garbage.
         for cut in 0..30 {
             let mut s = SignedSample::default();
-            let _ = decode_signed(&bytes[12..12 + cut], shape(), &mut s);
+            let _ = decode_signed(&bytes[12..12 + cut], shape(true), &mut s);
             let _ = decode_decided(&bytes[12..12 + cut]);
         }
     }

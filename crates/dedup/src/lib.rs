@@ -22,7 +22,9 @@
 //! - the **distributed steps** ([`run_sign`], [`decide_group`], [`run_write`]): stage 2 split
 //!   into sign per shard, decide per group of connected components, write per shard, with the
 //!   values between them ([`SignedSample`], [`DecidedSample`], framed streams); the same
-//!   pipeline with another consumer, and the same decision core;
+//!   pipeline with another route for the hot samples (the one-process decision core, the signer
+//!   or the decided streams: `route.rs`), and the same decision core, which in decide builds the
+//!   shingle sets of the samples it compares from their texts ([`Deduper::decide_by_text`]);
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse
@@ -34,6 +36,7 @@ mod distributed;
 mod error;
 mod handoff;
 mod reps;
+mod route;
 mod stage;
 mod verify;
 
@@ -46,8 +49,8 @@ pub use distributed::{
 };
 pub use error::DedupError;
 pub use handoff::{
-    DecidedSample, RecordReader, RecordWriter, SignedSample, SignedShape, decode_decided,
-    decode_signed, encode_decided, encode_signed,
+    DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
+    decode_decided, decode_signed, encode_decided, encode_signed,
 };
 pub use stage::{
     ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup, run_dedup_into,

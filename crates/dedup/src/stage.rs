@@ -6,19 +6,18 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use hashbrown::HashMap;
 use neardup_corpus::{
-    Block, CancelToken, Chunk, ChunkRange, DecisionRow, DecisionWriter, FileWriter, OutputDir,
-    OutputOptions, Projection, Publication, PublishOptions, ReadOptions, Reason, SampleText,
-    TextSelector, Unreadable, WriteError, WrittenFile, reread_chunk,
+    Block, CancelToken, Chunk, ChunkRange, DecisionWriter, FileWriter, OutputDir, OutputOptions,
+    Projection, Publication, PublishOptions, ReadOptions, Reason, SampleText, TextSelector,
+    Unreadable, WriteError, WrittenFile, reread_chunk,
 };
 use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
-use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict, Verify};
-use crate::distributed::{DecidedMerge, Signer};
+use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verify};
 use crate::error::DedupError;
+use crate::route::{BlockPlace, Decider, HotRoute};
 
 /// What happens to samples whose text is empty or whitespace only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,7 +158,7 @@ impl From<WrittenFile> for OutputFile {
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     /// No text; the reason's kind.
     Skipped(&'static str),
     Blank,
@@ -167,7 +166,9 @@ enum Kind {
     Hot {
         content_hash: u128,
         sig: u32,
-        shingles: (u32, u32),
+        /// Its shingle set in the block's `shingles` (one-process run) or its text in the block's
+        /// `carried` (sign step), under exact verification.
+        material: (u32, u32),
         /// Its table row.
         row: u64,
     },
@@ -175,21 +176,13 @@ enum Kind {
     Copy {
         content_hash: u128,
         row: u64,
+        /// Its text in the block's `carried` (sign step).
+        text: (u32, u32),
     },
     /// A hot sample of a `write` step: decided elsewhere, nothing computed.
     Decided {
         row: u64,
     },
-}
-
-/// Where the hot samples' verdicts come from, and what the deciding thread does with the rest.
-pub(crate) enum Route<'r> {
-    /// The decision core, here and now (one-process stage 2).
-    Decide(Box<Deduper>),
-    /// Nothing is decided: hot samples go to the signer (the `sign` step).
-    Sign(Box<Signer<'r>>),
-    /// Hot samples' verdicts come from the decided streams (the `write` step).
-    Write(DecidedMerge<Box<dyn std::io::Read + Send>>),
 }
 
 /// How a shard's files and rows are numbered among all shards of a distributed run (the
@@ -203,24 +196,42 @@ pub(crate) struct Addressing<'a> {
     pub names: &'a [String],
 }
 
-struct SampleWork {
-    record: u32,
-    field: u32,
-    kind: Kind,
-    id: Option<(u32, u32)>,
+pub(crate) struct SampleWork {
+    pub record: u32,
+    pub field: u32,
+    pub kind: Kind,
+    pub id: Option<(u32, u32)>,
 }
 
 /// One block, read and prepared by a worker.
-struct BlockWork {
-    block: Block,
+pub(crate) struct BlockWork {
+    pub block: Block,
     /// Table rows the block covers (its samples with a text).
-    texts: u64,
-    samples: Vec<SampleWork>,
-    signatures: Vec<u32>,
-    rows: Vec<u64>,
-    hot: Vec<bool>,
-    shingles: Vec<u32>,
-    ids: String,
+    pub texts: u64,
+    pub samples: Vec<SampleWork>,
+    pub signatures: Vec<u32>,
+    pub rows: Vec<u64>,
+    pub hot: Vec<bool>,
+    pub shingles: Vec<u32>,
+    /// The texts hot samples carry to a `sign` step's output.
+    pub carried: String,
+    pub ids: String,
+}
+
+impl BlockWork {
+    /// The signature, row of keys and hot columns of the hot sample signed at `sig`.
+    pub fn signed(&self, sig: u32, cfg: &ApplyConfig) -> (&[u32], &[u64], &[bool]) {
+        let (num_perm, columns) = (
+            cfg.sketcher.num_perm(),
+            cfg.rule.columns(cfg.sketcher.bands()),
+        );
+        let i = sig as usize;
+        (
+            &self.signatures[i * num_perm..(i + 1) * num_perm],
+            &self.rows[i * columns..(i + 1) * columns],
+            &self.hot[i * columns..(i + 1) * columns],
+        )
+    }
 }
 
 /// The per-block vectors of a decided block, handed back to the workers: a block's shingle sets
@@ -233,6 +244,7 @@ struct Spare {
     rows: Vec<u64>,
     hot: Vec<bool>,
     shingles: Vec<u32>,
+    carried: String,
 }
 
 impl Spare {
@@ -243,6 +255,7 @@ impl Spare {
             rows: std::mem::take(&mut w.rows),
             hot: std::mem::take(&mut w.hot),
             shingles: std::mem::take(&mut w.shingles),
+            carried: std::mem::take(&mut w.carried),
         }
     }
 
@@ -252,6 +265,7 @@ impl Spare {
         self.rows.clear();
         self.hot.clear();
         self.shingles.clear();
+        self.carried.clear();
         self
     }
 }
@@ -268,12 +282,24 @@ struct ChunkJob<'a> {
 struct Prep<'a> {
     mask: &'a HotMask,
     cfg: &'a ApplyConfig,
-    needs_shingles: bool,
-    /// False in a `write` step: hot samples were decided elsewhere and are not signed.
-    sign_hot: bool,
+    hot_work: HotWork,
     spares: &'a crossbeam_channel::Receiver<Spare>,
     /// The inputs the jobs read.
     inputs: &'a [neardup_corpus::InputFile],
+}
+
+/// What the workers prepare of each hot sample for the deciding thread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HotWork {
+    /// Its signature and keys, and its shingle set when `shingles` (a one-process run under
+    /// exact verification: the sets are a by-product of signing).
+    Decide { shingles: bool },
+    /// Its signature and keys, and its text when `texts` (a `sign` step under exact
+    /// verification: decide builds sets only for the samples it compares). Later copies bring
+    /// their text too.
+    Sign { texts: bool },
+    /// Nothing: a `write` step, whose hot samples were decided elsewhere.
+    Decided,
 }
 
 /// Per-thread preparing buffers.
@@ -288,7 +314,7 @@ struct PrepWorker {
 impl PrepWorker {
     fn new(prep: &Prep<'_>) -> PrepWorker {
         PrepWorker {
-            scratch: if prep.needs_shingles {
+            scratch: if prep.hot_work == (HotWork::Decide { shingles: true }) {
                 Scratch::collecting_shingle_sets()
             } else {
                 Scratch::default()
@@ -327,11 +353,15 @@ fn prepare_block(
     let Prep {
         mask,
         cfg,
-        needs_shingles,
-        sign_hot,
+        hot_work,
         spares,
         ..
     } = *prep;
+    let (shingles_of_hot, texts_of_hot, texts_of_copies) = match hot_work {
+        HotWork::Decide { shingles } => (shingles, false, false),
+        HotWork::Sign { texts } => (false, texts, true),
+        HotWork::Decided => (false, false, false),
+    };
     let PrepWorker {
         scratch,
         sig,
@@ -350,6 +380,7 @@ fn prepare_block(
             rows: Vec::new(),
             hot: Vec::new(),
             shingles: Vec::new(),
+            carried: String::new(),
             ids: String::new(),
         };
     }
@@ -361,7 +392,13 @@ fn prepare_block(
         mut rows,
         mut hot,
         mut shingles,
+        mut carried,
     } = spares.try_recv().map(Spare::cleared).unwrap_or_default();
+    let mut carry = |text: &str| {
+        let start = carried.len() as u32;
+        carried.push_str(text);
+        (start, carried.len() as u32)
+    };
     let mut ids = String::new();
     let mut next_row = *row;
     block.for_each_sample(&cfg.selector, |s| {
@@ -381,12 +418,17 @@ fn prepare_block(
                     } else {
                         Kind::Cold
                     }
-                } else if !sign_hot {
+                } else if hot_work == HotWork::Decided {
                     Kind::Decided { row: this_row }
                 } else if mask.is_later_copy(this_row as usize) {
                     Kind::Copy {
                         content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
                         row: this_row,
+                        text: if texts_of_copies {
+                            carry(&text)
+                        } else {
+                            (0, 0)
+                        },
                     }
                 } else {
                     let r = cfg
@@ -399,14 +441,19 @@ fn prepare_block(
                         signatures.extend_from_slice(sig);
                         rows.extend_from_slice(row_keys);
                         hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
-                        let sh_start = shingles.len() as u32;
-                        if needs_shingles {
+                        let material = if shingles_of_hot {
+                            let start = shingles.len() as u32;
                             cfg.sketcher.last_shingle_set(scratch, &mut shingles);
-                        }
+                            (start, shingles.len() as u32)
+                        } else if texts_of_hot {
+                            carry(&text)
+                        } else {
+                            (0, 0)
+                        };
                         Kind::Hot {
                             content_hash: r.content_hash,
                             sig: sig_at,
-                            shingles: (sh_start, shingles.len() as u32),
+                            material,
                             row: this_row,
                         }
                     }
@@ -433,6 +480,7 @@ fn prepare_block(
         rows,
         hot,
         shingles,
+        carried,
         ids,
     }
 }
@@ -538,15 +586,7 @@ pub fn run_dedup_into(
         row_base: 0,
         names: &names,
     };
-    let (stats, _) = run_stage2(
-        files,
-        mask,
-        cfg,
-        publication,
-        observe,
-        Route::Decide(Box::new(deduper)),
-        &addressing,
-    )?;
+    let (stats, _) = run_stage2(files, mask, cfg, publication, observe, deduper, &addressing)?;
     Ok(stats)
 }
 
@@ -556,43 +596,12 @@ pub(crate) fn needs_shingles(cfg: &ApplyConfig) -> bool {
     cfg.dedup.verify == Verify::Exact && cfg.rule.band_keys
 }
 
-/// The stage-2 pass over `files` (one shard of a distributed run, or the whole input): reads
-/// and prepares blocks on worker threads, and on this thread hands them in order to `route`,
-/// the decisions file, `observe` and the writer. Returns the statistics and the route (to be
-/// finished by the caller).
-pub(crate) fn run_stage2<'r>(
-    files: &[FileRows],
-    mask: &HotMask,
-    cfg: &ApplyConfig,
-    publication: &Publication,
-    observe: &mut dyn FnMut(&Decision),
-    mut route: Route<'r>,
-    addressing: &Addressing<'_>,
-) -> Result<(DedupStats, Route<'r>), DedupError> {
-    let started = Instant::now();
-    if cfg.cancel.is_cancelled() {
-        return Err(DedupError::Interrupted);
-    }
-    let total_rows: u64 = files.iter().map(|f| f.rows).sum();
-    if total_rows != mask.rows() as u64 {
-        return Err(DedupError::Mismatch(format!(
-            "the hot mask covers {} rows but the inputs have {total_rows}",
-            mask.rows()
-        )));
-    }
-    // Only band-keyed rows are signed (and leave their shingle hashes in the scratch); an
-    // exact-only run never compares sets.
-    let needs_shingles = needs_shingles(cfg) && !matches!(route, Route::Write(_));
-    let threads = if cfg.threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        cfg.threads
-    };
-
-    // Jobs: every chunk of every file, with the row its first sample has in the table.
+/// Every chunk of every file as a job, with the row its first sample has in the table; and per
+/// job, its file's records before it.
+fn chunk_jobs(files: &[FileRows]) -> (Vec<ChunkJob<'_>>, Vec<u64>) {
     let mut jobs = Vec::new();
-    let mut row_base = 0u64;
     let mut record_bases = Vec::new();
+    let mut row_base = 0u64;
     for (fi, f) in files.iter().enumerate() {
         let mut record_base = 0;
         for (seq, c) in f.chunks.iter().enumerate() {
@@ -611,13 +620,193 @@ pub(crate) fn run_stage2<'r>(
             record_base += c.records_spanned();
         }
     }
+    (jobs, record_bases)
+}
+
+/// The deciding thread's end of the channel to the output writer (when there is one).
+struct OutputLink {
+    tx: Option<crossbeam_channel::Sender<WriterMsg>>,
+    /// Set when the writer thread has ended early: its own error says why.
+    gone: bool,
+}
+
+impl OutputLink {
+    fn send(&mut self, msg: WriterMsg) -> Result<(), DedupError> {
+        if let Some(tx) = &self.tx
+            && tx.send(msg).is_err()
+        {
+            self.gone = true;
+            return Err(DedupError::Output("the output writer stopped".into()));
+        }
+        Ok(())
+    }
+
+    /// Ends the writer's input; after a failure, tells it to stop unpublished.
+    fn close(&mut self, failed: bool) {
+        if let Some(tx) = self.tx.take()
+            && failed
+        {
+            let _ = tx.send(WriterMsg::Abort);
+        }
+    }
+}
+
+/// The deciding thread's side of a stage-2 pass: blocks arrive in input order from the executor,
+/// are decided by `decider`, and go on to the writer.
+struct Pass<'a, R> {
+    jobs: &'a [ChunkJob<'a>],
+    record_bases: &'a [u64],
+    inputs: &'a [neardup_corpus::InputFile],
+    cfg: &'a ApplyConfig,
+    decider: Decider<'a, R>,
+    output: OutputLink,
+    spares: crossbeam_channel::Sender<Spare>,
+    /// Per input: whether a block of it started its output, whether part of it could not be
+    /// read, whether its last job ended. An input's output is started by its first block: an
+    /// input of which nothing could be read gets no output file (a Parquet file without a
+    /// readable footer has no schema to write one with), while one that holds no records gets
+    /// an empty one.
+    file_started: Vec<bool>,
+    file_lost: Vec<bool>,
+    file_done: Vec<bool>,
+    /// What the current job's blocks held, checked against stage 1's counts at its end.
+    job_records: u64,
+    job_rows: u64,
+}
+
+impl<R: HotRoute> Pass<'_, R> {
+    fn on_event(
+        &mut self,
+        event: neardup_exec::Event<Box<BlockWork>, Unreadable>,
+    ) -> Result<(), DedupError> {
+        match event {
+            neardup_exec::Event::Block { job, out } => self.on_block(job, out),
+            neardup_exec::Event::ReadError { job, error } => self.on_read_error(job, &error),
+            neardup_exec::Event::JobEnd { job } => self.on_job_end(job),
+        }
+    }
+
+    fn on_block(&mut self, job: usize, mut work: Box<BlockWork>) -> Result<(), DedupError> {
+        let fi = self.jobs[job].file;
+        self.job_records += work.block.num_records() as u64;
+        self.job_rows += work.texts;
+        if work.block.texts_only() {
+            // Counted with the loss before it; only its table rows mattered.
+            let _ = self.spares.try_send(Spare::from_work(&mut work));
+            return Ok(());
+        }
+        if !self.file_started[fi] {
+            self.file_started[fi] = true;
+            self.output.send(WriterMsg::Start(fi))?;
+        }
+        let keep = self.decider.decide_block(
+            &work,
+            BlockPlace {
+                file: fi as u32,
+                record_base: self.record_bases[job],
+            },
+        );
+        // Full means the workers hold enough spares: this one is dropped.
+        let _ = self.spares.try_send(Spare::from_work(&mut work));
+        let keep = keep?;
+        self.decider.stats.bytes += work.block.input_bytes();
+        self.output.send(WriterMsg::Block(work.block, keep))
+    }
+
+    fn on_read_error(&mut self, job: usize, lost: &Unreadable) -> Result<(), DedupError> {
+        let fi = self.jobs[job].file;
+        let range = UnreadableRange::new(&self.inputs[fi].path, self.record_bases[job], lost);
+        if self.cfg.on_error == OnError::Fail {
+            return Err(DedupError::Input(range.to_string()));
+        }
+        self.file_lost[fi] = true;
+        let stats = &mut self.decider.stats;
+        stats.records_unreadable += range.records.unwrap_or(0);
+        stats.unreadable.push(range);
+        Ok(())
+    }
+
+    fn on_job_end(&mut self, job: usize) -> Result<(), DedupError> {
+        let fi = self.jobs[job].file;
+        let expect = self.jobs[job].expect;
+        let (records, rows) = (self.job_records, self.job_rows);
+        (self.job_records, self.job_rows) = (0, 0);
+        if records != expect.records || rows != expect.rows {
+            return Err(DedupError::Mismatch(format!(
+                "{}: stage 1 read {} records / {} samples from this part of the file, stage 2 \
+                 read {records} / {rows}; did the input change between the stages?",
+                self.inputs[fi].path.display(),
+                expect.records,
+                expect.rows
+            )));
+        }
+        let last_of_file = job + 1 == self.jobs.len() || self.jobs[job + 1].file != fi;
+        if last_of_file {
+            self.file_done[fi] = true;
+            if !self.file_started[fi] && self.file_lost[fi] {
+                self.decider
+                    .stats
+                    .files_unreadable
+                    .push(self.inputs[fi].path.clone());
+            } else {
+                if !self.file_started[fi] {
+                    self.output.send(WriterMsg::Start(fi))?;
+                }
+                self.output.send(WriterMsg::End)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After the last job: files without any chunk (nothing to read) still get their (empty)
+    /// output.
+    fn finish_files(&mut self) -> Result<(), DedupError> {
+        for fi in 0..self.inputs.len() {
+            if !self.file_done[fi] {
+                self.output.send(WriterMsg::Start(fi))?;
+                self.output.send(WriterMsg::End)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The stage-2 pass over `files` (one shard of a distributed run, or the whole input): reads
+/// and prepares blocks on worker threads, and on this thread hands them in order to `route`
+/// (see [`HotRoute`]), the decisions file, `observe` and the writer. Returns the statistics and
+/// the route (to be finished by the caller).
+pub(crate) fn run_stage2<R: HotRoute>(
+    files: &[FileRows],
+    mask: &HotMask,
+    cfg: &ApplyConfig,
+    publication: &Publication,
+    observe: &mut dyn FnMut(&Decision),
+    route: R,
+    addressing: &Addressing<'_>,
+) -> Result<(DedupStats, R), DedupError> {
+    let started = Instant::now();
+    if cfg.cancel.is_cancelled() {
+        return Err(DedupError::Interrupted);
+    }
+    let total_rows: u64 = files.iter().map(|f| f.rows).sum();
+    if total_rows != mask.rows() as u64 {
+        return Err(DedupError::Mismatch(format!(
+            "the hot mask covers {} rows but the inputs have {total_rows}",
+            mask.rows()
+        )));
+    }
+    let threads = if cfg.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        cfg.threads
+    };
+    let (jobs, record_bases) = chunk_jobs(files);
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
     if let Some(p) = &cfg.progress {
         p.set_total(inputs.iter().map(|f| f.size).sum());
     }
-
     let output: Option<&OutputDir> = publication.dataset();
-    let mut decisions = match &cfg.decisions {
+    let decisions = match &cfg.decisions {
         Some(p) => Some(
             publication
                 .file(p)
@@ -630,177 +819,75 @@ pub(crate) fn run_stage2<'r>(
     let window = threads * 2;
     let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(8);
     let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Spare>(window);
-
-    let mut stats = DedupStats::default();
-    let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
     let prep = Prep {
         mask,
         cfg,
-        needs_shingles,
-        sign_hot: !matches!(route, Route::Write(_)),
+        hot_work: route.hot_work(cfg),
         spares: &spare_rx,
         inputs: &inputs,
     };
-    // An input's output is started by its first block: an input of which nothing could be read
-    // gets no output file (a Parquet file without a readable footer has no schema to write one
-    // with), while one that holds no records gets an empty one.
-    let mut file_started = vec![false; inputs.len()];
-    let mut file_lost = vec![false; inputs.len()];
-    let mut file_done = vec![false; inputs.len()];
-    // What the current job's blocks held, checked against stage 1's counts at its end.
-    let (mut job_records, mut job_rows) = (0u64, 0u64);
-    // Set when the writer thread has ended early: its own error says why.
-    let mut writer_gone = false;
-    let writer_stopped = || DedupError::Output("the output writer stopped".into());
+    let mut pass = Pass {
+        jobs: &jobs,
+        record_bases: &record_bases,
+        inputs: &inputs,
+        cfg,
+        decider: Decider::new(route, cfg, mask, addressing, decisions, observe),
+        output: OutputLink {
+            tx: output.is_some().then_some(wtx),
+            gone: false,
+        },
+        spares: spare_tx,
+        file_started: vec![false; inputs.len()],
+        file_lost: vec![false; inputs.len()],
+        file_done: vec![false; inputs.len()],
+        job_records: 0,
+        job_rows: 0,
+    };
     let cancelled = || cfg.cancel.is_cancelled();
     let (ran, written) = std::thread::scope(|scope| {
         let writer = output.map(|out| {
             let inputs = &inputs;
             scope.spawn(move || write_outputs(out, inputs, wrx))
         });
-        let send = |msg: WriterMsg, writer_gone: &mut bool| {
-            if output.is_some() && wtx.send(msg).is_err() {
-                *writer_gone = true;
-                return Err(writer_stopped());
-            }
-            Ok(())
-        };
         let ran = neardup_exec::run_ordered(
             &prep,
             &jobs,
             neardup_exec::ExecOptions { threads, window },
             &cancelled,
-            |event| -> Result<(), DedupError> {
-                match event {
-                    neardup_exec::Event::Block { job, out: mut work } => {
-                        let fi = jobs[job].file;
-                        job_records += work.block.num_records() as u64;
-                        job_rows += work.texts;
-                        if work.block.texts_only() {
-                            // Counted with the loss before it; only its table rows mattered.
-                            let _ = spare_tx.try_send(Spare::from_work(&mut work));
-                            return Ok(());
-                        }
-                        if !file_started[fi] {
-                            file_started[fi] = true;
-                            send(WriterMsg::Start(fi), &mut writer_gone)?;
-                        }
-                        let keep = decide_block(
-                            &work,
-                            mask,
-                            BlockPlace {
-                                file: fi as u32,
-                                record_base: record_bases[job],
-                            },
-                            cfg,
-                            &mut route,
-                            addressing,
-                            &mut stats,
-                            &mut ids,
-                            decisions.as_mut(),
-                            observe,
-                        );
-                        // Full means the workers hold enough spares: this one is dropped.
-                        let _ = spare_tx.try_send(Spare::from_work(&mut work));
-                        let keep = keep?;
-                        if let Route::Decide(deduper) = &mut route
-                            && let Some(e) = deduper.take_io_error()
-                        {
-                            return Err(DedupError::Spill(e.to_string()));
-                        }
-                        stats.bytes += work.block.input_bytes();
-                        send(WriterMsg::Block(work.block, keep), &mut writer_gone)
-                    }
-                    neardup_exec::Event::ReadError { job, error: lost } => {
-                        let fi = jobs[job].file;
-                        let range =
-                            UnreadableRange::new(&inputs[fi].path, record_bases[job], &lost);
-                        if cfg.on_error == OnError::Fail {
-                            return Err(DedupError::Input(range.to_string()));
-                        }
-                        file_lost[fi] = true;
-                        stats.records_unreadable += range.records.unwrap_or(0);
-                        stats.unreadable.push(range);
-                        Ok(())
-                    }
-                    neardup_exec::Event::JobEnd { job } => {
-                        let fi = jobs[job].file;
-                        let expect = jobs[job].expect;
-                        let (records, rows) = (job_records, job_rows);
-                        (job_records, job_rows) = (0, 0);
-                        if records != expect.records || rows != expect.rows {
-                            return Err(DedupError::Mismatch(format!(
-                                "{}: stage 1 read {} records / {} samples from this part of the \
-                                 file, stage 2 read {records} / {rows}; did the input change \
-                                 between the stages?",
-                                inputs[fi].path.display(),
-                                expect.records,
-                                expect.rows
-                            )));
-                        }
-                        let last_of_file = job + 1 == jobs.len() || jobs[job + 1].file != fi;
-                        if last_of_file {
-                            file_done[fi] = true;
-                            if !file_started[fi] && file_lost[fi] {
-                                stats.files_unreadable.push(inputs[fi].path.clone());
-                            } else {
-                                if !file_started[fi] {
-                                    send(WriterMsg::Start(fi), &mut writer_gone)?;
-                                }
-                                send(WriterMsg::End, &mut writer_gone)?;
-                            }
-                        }
-                        Ok(())
-                    }
-                }
-            },
+            |event| pass.on_event(event),
         );
         let ran = match ran {
-            Ok(neardup_exec::Completion::Finished) => {
-                // Files without any chunk (nothing to read) still get their (empty) output.
-                let mut result = Ok(());
-                for fi in (0..inputs.len()).filter(|&fi| !file_done[fi]) {
-                    if let Err(e) = send(WriterMsg::Start(fi), &mut writer_gone)
-                        .and_then(|()| send(WriterMsg::End, &mut writer_gone))
-                    {
-                        result = Err(e);
-                        break;
-                    }
-                }
-                result
-            }
+            Ok(neardup_exec::Completion::Finished) => pass.finish_files(),
             Ok(neardup_exec::Completion::Cancelled) => Err(DedupError::Interrupted),
             Err(e) => Err(e),
         };
-        if ran.is_err() {
-            let _ = wtx.send(WriterMsg::Abort);
-        }
-        drop(wtx);
+        pass.output.close(ran.is_err());
         (
             ran,
             writer.map(|w| w.join().expect("output writer panicked")),
         )
     });
-    let failure = ran.err();
-    if let Some(e) = failure {
+    if let Err(e) = ran {
         // A writer that stopped says why (the file and the system's error, e.g. disk full).
         return Err(match written {
-            Some(Err(writer_error)) if writer_gone => writer_error,
+            Some(Err(writer_error)) if pass.output.gone => writer_error,
             _ => e,
         });
     }
+    let Pass { mut decider, .. } = pass;
+    let mut stats = std::mem::take(&mut decider.stats);
     if let Some(w) = written {
         stats.outputs = w?.into_iter().map(OutputFile::from).collect();
     }
-    if let Some(d) = decisions {
+    if let Some(d) = decider.take_decisions() {
         d.finish().map_err(output_error)?;
     }
-    if let Route::Decide(deduper) = &route {
-        stats.deduper = deduper.stats();
+    if let Some(deduper) = decider.route.deduper_stats() {
+        stats.deduper = deduper;
     }
     stats.seconds = started.elapsed().as_secs_f64();
     stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.seconds.max(1e-9);
-    Ok((stats, route))
+    Ok((stats, decider.route))
 }
 
 enum WriterMsg {
@@ -838,24 +925,9 @@ fn write_outputs(
     Ok(written)
 }
 
-/// Counts a hot sample's verdict; returns (keep, reason, verdict).
-fn tally_verdict(v: Verdict, stats: &mut DedupStats) -> (bool, Reason, Option<Verdict>) {
-    match v {
-        Verdict::Unique => stats.unique += 1,
-        Verdict::Near { .. } => stats.near += 1,
-        Verdict::Exact { .. } => stats.exact += 1,
-    }
-    let reason = match v {
-        Verdict::Unique => Reason::Unique,
-        Verdict::Near { .. } => Reason::Near,
-        Verdict::Exact { .. } => Reason::Exact,
-    };
-    (v.keep(), reason, Some(v))
-}
-
 /// The rare path of a later copy whose full content hash matched no earlier sample: sketch it
 /// here from the block's text and hand its candidate to `use_it` (which decides or signs it).
-fn sketch_from_block(
+pub(crate) fn sketch_from_block(
     w: &BlockWork,
     target: &SampleWork,
     row: u64,
@@ -892,228 +964,4 @@ fn sketch_from_block(
             });
         }
     });
-}
-
-/// Where a block's samples are: its file (within the shard) and the file's first record before
-/// the block's chunk.
-struct BlockPlace {
-    file: u32,
-    record_base: u64,
-}
-
-fn sign_error(e: std::io::Error) -> DedupError {
-    DedupError::Output(format!("writing the signed samples: {e}"))
-}
-
-/// A hot sample met by a route that cannot take it: the inputs are not what the plan of the
-/// route expects.
-fn wrong_route(what: &str) -> DedupError {
-    DedupError::Mismatch(format!(
-        "{what}: the inputs, key table and hot-key file do not go together"
-    ))
-}
-
-/// Decides every sample of one block in order (or, in a `sign` step, hands the hot ones to the
-/// signer); returns the keep flag of each record.
-#[allow(clippy::too_many_arguments)]
-fn decide_block(
-    w: &BlockWork,
-    mask: &HotMask,
-    place: BlockPlace,
-    cfg: &ApplyConfig,
-    route: &mut Route<'_>,
-    addressing: &Addressing<'_>,
-    stats: &mut DedupStats,
-    ids: &mut HashMap<SampleAddr, Box<str>>,
-    mut decisions: Option<&mut DecisionWriter>,
-    observe: &mut dyn FnMut(&Decision),
-) -> Result<Vec<bool>, DedupError> {
-    let n = w.block.num_records();
-    // Per record: (samples kept as text, samples dropped).
-    let mut tally = vec![(0u32, 0u32); n];
-    let columns = cfg.rule.columns(cfg.sketcher.bands());
-    let num_perm = cfg.sketcher.num_perm();
-    let first = place.record_base + w.block.first_record;
-    let file = addressing.file_base + place.file;
-    let file_names = addressing.names;
-    for s in &w.samples {
-        let addr = SampleAddr {
-            file,
-            record: first + s.record as u64,
-            field: s.field,
-        };
-        let id = s.id.map(|(a, b)| &w.ids[a as usize..b as usize]);
-        let mut decided_dup_of_id: Option<Option<String>> = None;
-        let (keep, reason, verdict) = match s.kind {
-            Kind::Skipped(why) => {
-                stats.errors += 1;
-                match stats.skipped.get_mut(why) {
-                    Some(n) => *n += 1,
-                    None => {
-                        stats.skipped.insert(why.to_string(), 1);
-                    }
-                }
-                (true, Reason::Error, None)
-            }
-            Kind::Blank => {
-                stats.empty += 1;
-                (cfg.empty == EmptyPolicy::Keep, Reason::Empty, None)
-            }
-            Kind::Cold => {
-                stats.cold += 1;
-                stats.unique += 1;
-                (true, Reason::Unique, None)
-            }
-            Kind::Copy { content_hash, row } => {
-                let verdict = match route {
-                    Route::Decide(deduper) => match deduper.decide_copy(content_hash) {
-                        Some(v) => v,
-                        None => {
-                            let mut verdict = Verdict::Unique;
-                            sketch_from_block(w, s, row, cfg, mask, addr, |c| {
-                                verdict = deduper.decide(c);
-                            });
-                            verdict
-                        }
-                    },
-                    Route::Sign(signer) => {
-                        let global = addressing.row_base + row;
-                        if !signer
-                            .push_copy(global, addr, id, content_hash)
-                            .map_err(sign_error)?
-                        {
-                            let mut pushed = Ok(());
-                            sketch_from_block(w, s, row, cfg, mask, addr, |c| {
-                                pushed = signer.push_full(
-                                    global,
-                                    addr,
-                                    id,
-                                    c.content_hash,
-                                    true,
-                                    c.signature,
-                                    c.row,
-                                    c.hot,
-                                    c.shingles.unwrap_or(&[]),
-                                );
-                            });
-                            pushed.map_err(sign_error)?;
-                        }
-                        Verdict::Unique
-                    }
-                    Route::Write(_) => return Err(wrong_route("a later copy to sign")),
-                };
-                if let Some(id) = id {
-                    ids.insert(addr, id.into());
-                }
-                tally_verdict(verdict, stats)
-            }
-            Kind::Hot {
-                content_hash,
-                sig,
-                shingles,
-                row,
-            } => {
-                let sig_i = sig as usize;
-                let hot_i = sig_i;
-                let signature = &w.signatures[sig_i * num_perm..(sig_i + 1) * num_perm];
-                let keys = &w.rows[hot_i * columns..(hot_i + 1) * columns];
-                let hot = &w.hot[hot_i * columns..(hot_i + 1) * columns];
-                let shingles = &w.shingles[shingles.0 as usize..shingles.1 as usize];
-                let v = match route {
-                    Route::Decide(deduper) => {
-                        let c = Candidate {
-                            addr,
-                            signature,
-                            row: keys,
-                            hot,
-                            content_hash,
-                            shingles: deduper.needs_shingles().then_some(shingles),
-                        };
-                        deduper.decide(&c)
-                    }
-                    Route::Sign(signer) => {
-                        signer
-                            .push_full(
-                                addressing.row_base + row,
-                                addr,
-                                id,
-                                content_hash,
-                                false,
-                                signature,
-                                keys,
-                                hot,
-                                shingles,
-                            )
-                            .map_err(sign_error)?;
-                        Verdict::Unique
-                    }
-                    Route::Write(_) => return Err(wrong_route("a hot sample to sign")),
-                };
-                // Any hot sample may be named as the original of a later one.
-                if let Some(id) = id {
-                    ids.insert(addr, id.into());
-                }
-                tally_verdict(v, stats)
-            }
-            Kind::Decided { row } => {
-                let Route::Write(merge) = route else {
-                    return Err(wrong_route("a hot sample without its signature"));
-                };
-                let d = merge.take(addressing.row_base + row)?;
-                decided_dup_of_id = Some(d.dup_of_id);
-                tally_verdict(d.verdict, stats)
-            }
-        };
-        stats.samples += 1;
-        let t = &mut tally[s.record as usize];
-        if keep {
-            if !matches!(s.kind, Kind::Skipped(_) | Kind::Blank) {
-                t.0 += 1;
-            }
-        } else {
-            t.1 += 1;
-        }
-        let (dup_of, similarity) = match verdict {
-            Some(Verdict::Near { of, similarity }) => (Some(of), Some(similarity)),
-            Some(Verdict::Exact { of }) => (Some(of), Some(1.0)),
-            _ => (None, None),
-        };
-        let dup_of_id = match decided_dup_of_id {
-            Some(from_decide) => from_decide,
-            None => dup_of.and_then(|a| ids.get(&a)).map(|s| s.to_string()),
-        };
-        if let Some(d) = decisions.as_deref_mut() {
-            d.write(&DecisionRow {
-                file: &file_names[file as usize],
-                record: addr.record,
-                field: addr.field,
-                id,
-                keep,
-                reason,
-                dup_of_file: dup_of.map(|a| file_names[a.file as usize].as_str()),
-                dup_of_record: dup_of.map(|a| a.record),
-                dup_of_id: dup_of_id.as_deref(),
-                similarity,
-            })
-            .map_err(|e| DedupError::Output(e.to_string()))?;
-        }
-        observe(&Decision {
-            addr,
-            id: id.map(str::to_string),
-            keep,
-            reason,
-            dup_of,
-            dup_of_id,
-            similarity,
-        });
-    }
-    let keep: Vec<bool> = tally
-        .iter()
-        .map(|&(kept, dropped)| !(dropped > 0 && kept == 0))
-        .collect();
-    stats.records += n as u64;
-    let kept = keep.iter().filter(|k| **k).count() as u64;
-    stats.records_kept += kept;
-    stats.records_dropped += n as u64 - kept;
-    Ok(keep)
 }

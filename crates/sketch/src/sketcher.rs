@@ -236,10 +236,12 @@ impl Sketcher {
             .normalizer
             .normalize_into(text, &mut scratch.norm);
         let Scratch { sign, set, .. } = scratch;
-        let hashes = &mut sign.hashes;
         self.hasher
-            .hash_shingles(&self.config.shingler, text, hashes);
-        fingerprint_set(hashes, out, set);
+            .hash_shingles(&self.config.shingler, text, &mut sign.hashes);
+        sign.hashes_replaced();
+        // Real text repeats about half of its shingles: the signing path's cheap filter drops
+        // most repeats before the set is sorted.
+        fingerprint_set(sign.mostly_distinct_hashes(), out, set);
     }
 
     /// Appends to `out` the shingle set of the text last passed to [`Sketcher::signature`] or

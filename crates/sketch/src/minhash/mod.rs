@@ -241,6 +241,12 @@ impl SignScratch {
         &self.hashes
     }
 
+    /// Marks [`SignScratch::hashes`] as replaced by another text's (not signed): the next
+    /// [`SignScratch::mostly_distinct_hashes`] filters them anew.
+    pub(crate) fn hashes_replaced(&mut self) {
+        self.filtered = false;
+    }
+
     /// The same values as [`SignScratch::hashes`] as a set, with most repeats dropped (by the
     /// signing path's filter, run now if signing did not): the cheapest input for building the
     /// text's shingle set, as real text repeats about half of its shingles.

@@ -1,0 +1,418 @@
+//! The deciding thread of a stage-2 pass: every sample of every block, in input order, gets its
+//! decision, and the decision goes to the statistics, the decisions file and the observer.
+//!
+//! Only hot samples differ between the kinds of pass, and a [`HotRoute`] says what happens to
+//! them: the decision core decides them (one-process stage 2, [`Deduper`]), the signer writes
+//! them for a `decide` step ([`Signer`]), or their verdicts come from the decided streams (a
+//! `write` step, [`DecidedMerge`]).
+
+use hashbrown::HashMap;
+use neardup_corpus::{DecisionRow, DecisionWriter, Reason};
+use neardup_keys::HotMask;
+
+use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
+use crate::distributed::{DecidedMerge, Signer};
+use crate::error::DedupError;
+use crate::stage::{
+    Addressing, ApplyConfig, BlockWork, Decision, DedupStats, EmptyPolicy, HotWork, Kind,
+    SampleWork, needs_shingles, sketch_from_block,
+};
+
+/// One hot sample as its block holds it, for a [`HotRoute`].
+pub(crate) struct HotSample<'a> {
+    pub block: &'a BlockWork,
+    pub sample: &'a SampleWork,
+    pub addr: SampleAddr,
+    pub id: Option<&'a str>,
+    pub cfg: &'a ApplyConfig,
+    pub mask: &'a HotMask,
+    /// The shard's first row in the global row order.
+    pub row_base: u64,
+}
+
+/// Where the id of the sample a hot sample duplicates comes from.
+pub(crate) enum DupOfId {
+    /// The ids of the hot samples this pass met.
+    Seen,
+    /// The decided stream, which named it.
+    Decided(Option<String>),
+}
+
+/// What happens to the hot samples of a stage-2 pass (see the module docs).
+pub(crate) trait HotRoute {
+    /// What the workers prepare of each hot sample for this route.
+    fn hot_work(&self, cfg: &ApplyConfig) -> HotWork;
+
+    /// The verdict of one hot sample (a route that only passes the sample on calls it unique:
+    /// nothing is written by such a pass).
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError>;
+
+    /// Called after every block: a route that keeps an error out of the verdicts reports it
+    /// here.
+    fn block_done(&mut self) -> Result<(), DedupError> {
+        Ok(())
+    }
+
+    /// The decision core's counters, for a route that has one.
+    fn deduper_stats(&self) -> Option<DeduperStats> {
+        None
+    }
+}
+
+/// A hot sample met by a route that cannot take it: the inputs are not what the plan of the
+/// route expects.
+fn wrong_route(what: &str) -> DedupError {
+    DedupError::Mismatch(format!(
+        "{what}: the inputs, key table and hot-key file do not go together"
+    ))
+}
+
+fn sign_error(e: std::io::Error) -> DedupError {
+    DedupError::Output(format!("writing the signed samples: {e}"))
+}
+
+/// One-process stage 2: the decision core decides here and now.
+impl HotRoute for Deduper {
+    fn hot_work(&self, cfg: &ApplyConfig) -> HotWork {
+        HotWork::Decide {
+            shingles: needs_shingles(cfg),
+        }
+    }
+
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+        let verdict = match hot.sample.kind {
+            Kind::Copy {
+                content_hash, row, ..
+            } => match self.decide_copy(content_hash) {
+                Some(v) => v,
+                None => {
+                    let mut verdict = Verdict::Unique;
+                    sketch_from_block(
+                        hot.block,
+                        hot.sample,
+                        row,
+                        hot.cfg,
+                        hot.mask,
+                        hot.addr,
+                        |c| {
+                            verdict = self.decide(c);
+                        },
+                    );
+                    verdict
+                }
+            },
+            Kind::Hot {
+                content_hash,
+                sig,
+                material,
+                ..
+            } => {
+                let (signature, keys, hot_columns) = hot.block.signed(sig, hot.cfg);
+                let shingles = self
+                    .needs_shingles()
+                    .then(|| &hot.block.shingles[material.0 as usize..material.1 as usize]);
+                self.decide(&Candidate {
+                    addr: hot.addr,
+                    signature,
+                    row: keys,
+                    hot: hot_columns,
+                    content_hash,
+                    shingles,
+                })
+            }
+            _ => return Err(wrong_route("a hot sample without its signature")),
+        };
+        Ok((verdict, DupOfId::Seen))
+    }
+
+    fn block_done(&mut self) -> Result<(), DedupError> {
+        match self.take_io_error() {
+            Some(e) => Err(DedupError::Spill(e.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    fn deduper_stats(&self) -> Option<DeduperStats> {
+        Some(self.stats())
+    }
+}
+
+/// A `sign` step: hot samples go to the signer, nothing is decided.
+impl HotRoute for Signer<'_> {
+    fn hot_work(&self, _cfg: &ApplyConfig) -> HotWork {
+        HotWork::Sign {
+            texts: self.shape().texts,
+        }
+    }
+
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+        let carried = |range: (u32, u32)| &hot.block.carried[range.0 as usize..range.1 as usize];
+        match hot.sample.kind {
+            Kind::Copy {
+                content_hash,
+                row,
+                text,
+            } => self.push_copy(
+                hot.row_base + row,
+                hot.addr,
+                hot.id,
+                content_hash,
+                |c| hot.mask.is_hot(row as usize, c),
+                carried(text),
+            ),
+            Kind::Hot {
+                content_hash,
+                sig,
+                material,
+                row,
+            } => {
+                let (signature, keys, hot_columns) = hot.block.signed(sig, hot.cfg);
+                self.push_full(
+                    hot.row_base + row,
+                    hot.addr,
+                    hot.id,
+                    content_hash,
+                    signature,
+                    keys,
+                    hot_columns,
+                    carried(material),
+                )
+            }
+            _ => return Err(wrong_route("a hot sample without its signature")),
+        }
+        .map_err(sign_error)?;
+        Ok((Verdict::Unique, DupOfId::Seen))
+    }
+}
+
+/// A `write` step: hot samples' verdicts come from the decided streams.
+impl<R: std::io::Read> HotRoute for DecidedMerge<R> {
+    fn hot_work(&self, _cfg: &ApplyConfig) -> HotWork {
+        HotWork::Decided
+    }
+
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+        match hot.sample.kind {
+            Kind::Decided { row } => {
+                let d = self.take(hot.row_base + row)?;
+                Ok((d.verdict, DupOfId::Decided(d.dup_of_id)))
+            }
+            Kind::Copy { .. } => Err(wrong_route("a later copy to sign")),
+            _ => Err(wrong_route("a hot sample to sign")),
+        }
+    }
+}
+
+/// Where a block's samples are: its file (within the shard) and the file's first record before
+/// the block's chunk.
+pub(crate) struct BlockPlace {
+    pub file: u32,
+    pub record_base: u64,
+}
+
+/// The deciding thread's state: the route of the hot samples, and where decisions go.
+pub(crate) struct Decider<'a, R> {
+    pub route: R,
+    pub stats: DedupStats,
+    cfg: &'a ApplyConfig,
+    mask: &'a HotMask,
+    addressing: &'a Addressing<'a>,
+    /// Ids of the hot samples met: any may be named as the original of a later one.
+    ids: HashMap<SampleAddr, Box<str>>,
+    decisions: Option<DecisionWriter>,
+    observe: &'a mut dyn FnMut(&Decision),
+}
+
+/// One sample's decision.
+struct Decided {
+    keep: bool,
+    reason: Reason,
+    verdict: Option<Verdict>,
+    dup_of_id: DupOfId,
+}
+
+impl Decided {
+    fn of(keep: bool, reason: Reason) -> Decided {
+        Decided {
+            keep,
+            reason,
+            verdict: None,
+            dup_of_id: DupOfId::Seen,
+        }
+    }
+}
+
+impl<'a, R: HotRoute> Decider<'a, R> {
+    pub fn new(
+        route: R,
+        cfg: &'a ApplyConfig,
+        mask: &'a HotMask,
+        addressing: &'a Addressing<'a>,
+        decisions: Option<DecisionWriter>,
+        observe: &'a mut dyn FnMut(&Decision),
+    ) -> Self {
+        Decider {
+            route,
+            stats: DedupStats::default(),
+            cfg,
+            mask,
+            addressing,
+            ids: HashMap::new(),
+            decisions,
+            observe,
+        }
+    }
+
+    /// The decisions file, to be finished by the caller.
+    pub fn take_decisions(&mut self) -> Option<DecisionWriter> {
+        self.decisions.take()
+    }
+
+    /// Decides every sample of one block in order; returns the keep flag of each record.
+    pub fn decide_block(
+        &mut self,
+        w: &BlockWork,
+        place: BlockPlace,
+    ) -> Result<Vec<bool>, DedupError> {
+        let n = w.block.num_records();
+        // Per record: (samples kept as text, samples dropped).
+        let mut tally = vec![(0u32, 0u32); n];
+        let first = place.record_base + w.block.first_record;
+        let file = self.addressing.file_base + place.file;
+        for s in &w.samples {
+            let addr = SampleAddr {
+                file,
+                record: first + s.record as u64,
+                field: s.field,
+            };
+            let id = s.id.map(|(a, b)| &w.ids[a as usize..b as usize]);
+            let d = self.decide_sample(w, s, addr, id)?;
+            self.stats.samples += 1;
+            let t = &mut tally[s.record as usize];
+            if d.keep {
+                if !matches!(s.kind, Kind::Skipped(_) | Kind::Blank) {
+                    t.0 += 1;
+                }
+            } else {
+                t.1 += 1;
+            }
+            self.record(addr, id, d)?;
+        }
+        let keep: Vec<bool> = tally
+            .iter()
+            .map(|&(kept, dropped)| !(dropped > 0 && kept == 0))
+            .collect();
+        self.stats.records += n as u64;
+        let kept = keep.iter().filter(|k| **k).count() as u64;
+        self.stats.records_kept += kept;
+        self.stats.records_dropped += n as u64 - kept;
+        self.route.block_done()?;
+        Ok(keep)
+    }
+
+    fn decide_sample(
+        &mut self,
+        w: &BlockWork,
+        s: &SampleWork,
+        addr: SampleAddr,
+        id: Option<&str>,
+    ) -> Result<Decided, DedupError> {
+        let stats = &mut self.stats;
+        match s.kind {
+            Kind::Skipped(why) => {
+                stats.errors += 1;
+                match stats.skipped.get_mut(why) {
+                    Some(n) => *n += 1,
+                    None => {
+                        stats.skipped.insert(why.to_string(), 1);
+                    }
+                }
+                Ok(Decided::of(true, Reason::Error))
+            }
+            Kind::Blank => {
+                stats.empty += 1;
+                Ok(Decided::of(
+                    self.cfg.empty == EmptyPolicy::Keep,
+                    Reason::Empty,
+                ))
+            }
+            Kind::Cold => {
+                stats.cold += 1;
+                stats.unique += 1;
+                Ok(Decided::of(true, Reason::Unique))
+            }
+            Kind::Copy { .. } | Kind::Hot { .. } | Kind::Decided { .. } => {
+                let (verdict, dup_of_id) = self.route.verdict(&HotSample {
+                    block: w,
+                    sample: s,
+                    addr,
+                    id,
+                    cfg: self.cfg,
+                    mask: self.mask,
+                    row_base: self.addressing.row_base,
+                })?;
+                // Any hot sample this pass met may be named as the original of a later one.
+                if !matches!(s.kind, Kind::Decided { .. })
+                    && let Some(id) = id
+                {
+                    self.ids.insert(addr, id.into());
+                }
+                match verdict {
+                    Verdict::Unique => stats.unique += 1,
+                    Verdict::Near { .. } => stats.near += 1,
+                    Verdict::Exact { .. } => stats.exact += 1,
+                }
+                let reason = match verdict {
+                    Verdict::Unique => Reason::Unique,
+                    Verdict::Near { .. } => Reason::Near,
+                    Verdict::Exact { .. } => Reason::Exact,
+                };
+                Ok(Decided {
+                    keep: verdict.keep(),
+                    reason,
+                    verdict: Some(verdict),
+                    dup_of_id,
+                })
+            }
+        }
+    }
+
+    /// Writes one decision to the decisions file and hands it to the observer.
+    fn record(&mut self, addr: SampleAddr, id: Option<&str>, d: Decided) -> Result<(), DedupError> {
+        let (dup_of, similarity) = match d.verdict {
+            Some(Verdict::Near { of, similarity }) => (Some(of), Some(similarity)),
+            Some(Verdict::Exact { of }) => (Some(of), Some(1.0)),
+            _ => (None, None),
+        };
+        let dup_of_id = match d.dup_of_id {
+            DupOfId::Decided(id) => id,
+            DupOfId::Seen => dup_of.and_then(|a| self.ids.get(&a)).map(|s| s.to_string()),
+        };
+        let names = self.addressing.names;
+        if let Some(w) = &mut self.decisions {
+            w.write(&DecisionRow {
+                file: &names[addr.file as usize],
+                record: addr.record,
+                field: addr.field,
+                id,
+                keep: d.keep,
+                reason: d.reason,
+                dup_of_file: dup_of.map(|a| names[a.file as usize].as_str()),
+                dup_of_record: dup_of.map(|a| a.record),
+                dup_of_id: dup_of_id.as_deref(),
+                similarity,
+            })
+            .map_err(|e| DedupError::Output(e.to_string()))?;
+        }
+        (self.observe)(&Decision {
+            addr,
+            id: id.map(str::to_string),
+            keep: d.keep,
+            reason: d.reason,
+            dup_of,
+            dup_of_id,
+            similarity,
+        });
+        Ok(())
+    }
+}
