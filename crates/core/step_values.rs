@@ -894,7 +894,7 @@ mod tests {
     fn manifest(bytes: Vec<u64>) -> SignManifest {
         SignManifest {
             format: "neardup-sign".into(),
-            format_version: 1,
+            format_version: crate::distributed::STEP_FORMAT_VERSION,
             hot: 7,
             place: ShardPlace {
                 shard: 3,
