@@ -10,7 +10,7 @@ use neardup_corpus::{InputFile, OwnedDecisionRow, Reason};
 /// One decided sample, compacted.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Decided {
-    pub(super) addr: Addr,
+    pub(super) addr: SampleAddr,
     pub(super) keep: bool,
     pub(super) reason: Reason,
 }
@@ -18,7 +18,7 @@ pub(super) struct Decided {
 /// A dropped sample that names its `dup_of`.
 #[derive(Clone, Debug)]
 pub(super) struct DropItem {
-    pub(super) addr: Addr,
+    pub(super) addr: SampleAddr,
     /// `(file, record)` of the `dup_of`, `None` when its file is not among the inputs.
     pub(super) target: Option<(u32, u64)>,
     pub(super) dup_of_file: String,
@@ -57,7 +57,7 @@ impl Decisions {
                 unmatched_file += 1;
                 continue;
             };
-            let addr = Addr {
+            let addr = SampleAddr {
                 file,
                 record: row.record,
                 field: row.field,
@@ -101,11 +101,11 @@ impl Decisions {
         }
     }
 
-    pub(super) fn find(&self, addr: Addr) -> Option<usize> {
+    pub(super) fn find(&self, addr: SampleAddr) -> Option<usize> {
         self.rows.binary_search_by_key(&addr, |d| d.addr).ok()
     }
 
-    pub(super) fn find_drop(&self, addr: Addr) -> Option<usize> {
+    pub(super) fn find_drop(&self, addr: SampleAddr) -> Option<usize> {
         self.drops.binary_search_by_key(&addr, |d| d.addr).ok()
     }
 }

@@ -45,8 +45,8 @@
 use std::path::PathBuf;
 
 use neardup_corpus::{
-    DiscoverOptions, Format, InputFile, Projection, ReadOptions, Reason, TextSelector, discover,
-    read_decisions,
+    DiscoverOptions, Format, InputFile, Projection, ReadOptions, Reason, SampleAddr, TextSelector,
+    discover, read_decisions,
 };
 use neardup_sketch::normalize::NormalizeScratch;
 use neardup_sketch::{Normalizer, Shingler};
@@ -221,14 +221,6 @@ fn dropped_as_dup(keep: bool, reason: Reason) -> bool {
     !keep && matches!(reason, Reason::Near | Reason::Exact)
 }
 
-/// A sample's position in the corpus; the derived order is input order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-struct Addr {
-    file: u32,
-    record: u64,
-    field: u32,
-}
-
 /// The pieces every pass needs.
 struct Ctx<'a> {
     opts: &'a EvalOptions,
@@ -238,7 +230,7 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn sample_ref(&self, addr: Addr, id: Option<String>) -> SampleRef {
+    fn sample_ref(&self, addr: SampleAddr, id: Option<String>) -> SampleRef {
         SampleRef {
             file: self.names[addr.file as usize].clone(),
             record: addr.record,
@@ -276,7 +268,7 @@ fn full_pass(
     );
     for file in 0..ctx.files.len() {
         tracing::debug!(file = %ctx.names[file], "eval: comparing");
-        let mut accept = |addr: Addr, id: Option<&str>| {
+        let mut accept = |addr: SampleAddr, id: Option<&str>| {
             tally.samples += 1;
             let decision = decisions.find(addr);
             match decision {
@@ -361,7 +353,7 @@ mod tests {
         v
     }
 
-    fn item(addr: Addr, set: Vec<u64>) -> RecallItem {
+    fn item(addr: SampleAddr, set: Vec<u64>) -> RecallItem {
         RecallItem {
             addr,
             set,
@@ -376,7 +368,7 @@ mod tests {
 
     #[test]
     fn counting_through_the_index_equals_jaccard_sorted() {
-        let addr = |record| Addr {
+        let addr = |record| SampleAddr {
             file: 0,
             record,
             field: 0,
@@ -414,7 +406,7 @@ mod tests {
     fn closest_matches_keep_the_earliest_of_equals_and_track_kept_ones() {
         let mut recall = Recall::default();
         recall.items.push(item(
-            Addr {
+            SampleAddr {
                 file: 1,
                 record: 0,
                 field: 0,
@@ -422,7 +414,7 @@ mod tests {
             vec![1, 2, 3],
         ));
         let s = |record| Streamed {
-            addr: Addr {
+            addr: SampleAddr {
                 file: 0,
                 record,
                 field: 0,

@@ -50,7 +50,7 @@ impl Counter {
 
 /// A drawn recall sample.
 pub(super) struct RecallItem {
-    pub(super) addr: Addr,
+    pub(super) addr: SampleAddr,
     pub(super) set: Vec<u64>,
     pub(super) id: Option<String>,
     pub(super) text: String,
@@ -62,7 +62,7 @@ pub(super) struct RecallItem {
 
 #[derive(Clone)]
 pub(super) struct Closest {
-    pub(super) addr: Addr,
+    pub(super) addr: SampleAddr,
     pub(super) jaccard: f64,
     pub(super) id: Option<String>,
     pub(super) text: String,
@@ -95,14 +95,14 @@ impl Recall {
     /// sets.
     pub(super) fn draw(ctx: &Ctx<'_>, decisions: &Decisions, warnings: &mut Vec<String>) -> Recall {
         let seed = ctx.opts.seed;
-        let rank = |a: &Addr| {
+        let rank = |a: &SampleAddr| {
             let mut key = [0u8; 16];
             key[..4].copy_from_slice(&a.file.to_le_bytes());
             key[4..12].copy_from_slice(&a.record.to_le_bytes());
             key[12..].copy_from_slice(&a.field.to_le_bytes());
             (xxh3_64_with_seed(&key, seed), *a)
         };
-        let mut population: Vec<Addr> = decisions
+        let mut population: Vec<SampleAddr> = decisions
             .rows
             .iter()
             .filter(|d| has_text(d.reason))
@@ -136,7 +136,7 @@ impl Recall {
             let to = from + drawn[from..].iter().take_while(|a| a.file == file).count();
             let wanted = &drawn[from..to];
             let last = wanted[wanted.len() - 1].record;
-            let mut accept = |addr: Addr, id: Option<&str>| {
+            let mut accept = |addr: SampleAddr, id: Option<&str>| {
                 wanted
                     .binary_search(&addr)
                     .is_ok()
@@ -209,7 +209,7 @@ impl Recall {
     /// Exact Jaccard of `set` (the sample at `addr`) with every drawn sample that comes after it
     /// and shares at least one element. Counting shared elements through the inverted index gives
     /// the same intersection, hence the same value, as [`jaccard_sorted`].
-    pub(super) fn compare(&self, addr: Addr, set: &[u64], counter: &mut Counter) -> Hits {
+    pub(super) fn compare(&self, addr: SampleAddr, set: &[u64], counter: &mut Counter) -> Hits {
         for &e in set {
             let slot = self.filter_slot(e);
             if self.filter[slot >> 6] & (1 << (slot & 63)) == 0 {

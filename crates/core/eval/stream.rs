@@ -8,7 +8,7 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 /// A streamed sample whose text is needed.
 pub(super) struct Streamed {
-    pub(super) addr: Addr,
+    pub(super) addr: SampleAddr,
     pub(super) text: String,
     pub(super) id: Option<String>,
     /// Index into the decisions' rows.
@@ -24,7 +24,7 @@ pub(super) struct Streamed {
 pub(super) fn stream_file(
     ctx: &Ctx<'_>,
     file: usize,
-    accept: &mut dyn FnMut(Addr, Option<&str>) -> Option<Streamed>,
+    accept: &mut dyn FnMut(SampleAddr, Option<&str>) -> Option<Streamed>,
     visit: &mut dyn FnMut(u64, usize, Vec<Streamed>) -> bool,
 ) -> Result<(), String> {
     let chunk = Chunk {
@@ -42,7 +42,7 @@ pub(super) fn stream_file(
             if is_blank(&text) {
                 return;
             }
-            let addr = Addr {
+            let addr = SampleAddr {
                 file: file as u32,
                 record: block.first_record + s.record as u64,
                 field: s.field,
@@ -59,7 +59,7 @@ pub(super) fn stream_file(
     Ok(())
 }
 
-pub(super) fn streamed(addr: Addr, id: Option<&str>) -> Streamed {
+pub(super) fn streamed(addr: SampleAddr, id: Option<&str>) -> Streamed {
     Streamed {
         addr,
         text: String::new(),

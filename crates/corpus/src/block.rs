@@ -471,3 +471,26 @@ pub(crate) fn reuse_vec<'b>(mut v: Vec<FieldValue<'_>>) -> Vec<FieldValue<'b>> {
     v.clear();
     v.into_iter().map(|_| FieldValue::Missing).collect()
 }
+
+/// Where a sample sits in the inputs: file index, record within the file, field slot.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+pub struct SampleAddr {
+    /// Index of the input file.
+    pub file: u32,
+    /// Record (line or row) within the file, from 0.
+    pub record: u64,
+    /// Field slot within the record, from 0.
+    pub field: u32,
+}

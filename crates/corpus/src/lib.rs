@@ -48,7 +48,9 @@ mod read;
 mod select;
 mod write;
 
-pub use block::{Block, FieldsSeen, Projection, ReadOptions, Sample, SampleText, SkipReason};
+pub use block::{
+    Block, FieldsSeen, Projection, ReadOptions, Sample, SampleAddr, SampleText, SkipReason,
+};
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
 pub use discover::{DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, discover};

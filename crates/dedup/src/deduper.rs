@@ -8,18 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::reps::{BucketIndex, RepArena, RepId};
 use crate::verify::{SetBuilder, ShingleStore};
 
-/// Where a sample sits in the inputs: file index, record within the file, field slot.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
-)]
-pub struct SampleAddr {
-    /// Index of the input file.
-    pub file: u32,
-    /// Record (line or row) within the file, from 0.
-    pub record: u64,
-    /// Field slot within the record, from 0.
-    pub field: u32,
-}
+pub use neardup_corpus::SampleAddr;
 
 /// How candidates are confirmed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
