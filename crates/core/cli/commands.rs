@@ -23,6 +23,19 @@ pub(crate) fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error>
     pipeline.run()
 }
 
+/// The progress counters a step's view shows and the control that stops the step on a signal,
+/// the step reporting its progress as stage `stage` (1 or 2).
+fn watched_step(stage: usize) -> ([Arc<Progress>; 2], RunControl) {
+    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let counters = Some(progress[stage - 1].clone());
+    let control = RunControl {
+        stage1: if stage == 1 { counters.clone() } else { None },
+        stage2: if stage == 2 { counters } else { None },
+        cancel: handle_signals(),
+    };
+    (progress, control)
+}
+
 /// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
 /// failure of stage 1.
 pub(crate) fn load_hot_argument(path: &std::path::Path) -> Result<HotKeys, Error> {
@@ -123,12 +136,7 @@ pub(crate) fn keys(args: KeysArgs, quiet: bool) -> Result<(), Error> {
         ));
     }
     let config = build_config(&inputs, &input, &[&sketch], None)?;
-    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-    let control = RunControl {
-        stage1: Some(progress[0].clone()),
-        cancel: handle_signals(),
-        ..RunControl::default()
-    };
+    let (progress, control) = watched_step(1);
     let made = {
         let _view = ProgressView::start(progress, quiet);
         neardup::keys_shard(&config, shard, &output, report.as_deref(), &control)?
@@ -217,12 +225,7 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     }
     paths.check()?;
     let hot = load_hot_argument(&hot)?;
-    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-    let control = RunControl {
-        stage2: Some(progress[1].clone()),
-        cancel: handle_signals(),
-        ..RunControl::default()
-    };
+    let (progress, control) = watched_step(2);
     let signed = {
         let _view = ProgressView::start(progress, quiet);
         neardup::sign_shard(&config, &table, &hot, &output, &control)?
@@ -318,12 +321,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
     paths.write_config_outputs(&config, &[]);
     paths.check()?;
     let hot = load_hot_argument(&hot)?;
-    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-    let control = RunControl {
-        stage2: Some(progress[1].clone()),
-        cancel: handle_signals(),
-        ..RunControl::default()
-    };
+    let (progress, control) = watched_step(2);
     let report = {
         let _view = ProgressView::start(progress, quiet);
         let decided: Vec<neardup::DecidedInput> = decided.iter().map(Into::into).collect();
@@ -357,12 +355,7 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
     paths.write_config_outputs(&config, &[]);
     paths.check()?;
     let hot = load_hot_argument(&hot)?;
-    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-    let control = RunControl {
-        stage2: Some(progress[1].clone()),
-        cancel: handle_signals(),
-        ..RunControl::default()
-    };
+    let (progress, control) = watched_step(2);
     let report = {
         let _view = ProgressView::start(progress, quiet);
         neardup::apply_files_with(&config, &hot, &tables, &control, &mut |_| {})?
