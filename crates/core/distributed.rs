@@ -26,14 +26,15 @@ use neardup_dedup::{
     DecideShape, DecidedMerge, DedupStats, DeduperStats, RecordWriter, SignedCounts, SignedShape,
     StepSink, decide_group, run_sign, run_write, signed_shape,
 };
-use neardup_keys::{FileRows, HotKeys, HotMask, KeyTable, ShardPlace};
+use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, ShardPlace};
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
-    Report, RunControl, apply_config, check_hot_layout, keys_config, publish_error, wrong_tables,
+    Report, RunControl, apply_config, check_hot_layout, check_hot_layout_is, keys_config,
+    publish_error, wrong_tables,
 };
 #[cfg(doc)]
 use crate::step_values::StepInput;
@@ -207,8 +208,9 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
 }
 
 /// The version of the sign and decide outputs (2: signed samples carry texts instead of shingle
-/// sets, and no keys; the streams' magic says it too).
-pub(crate) const STEP_FORMAT_VERSION: u32 = 2;
+/// sets, and no keys; 3: under exact verification, texts without signatures, which decide
+/// computes; the streams' magic says it too).
+pub(crate) const STEP_FORMAT_VERSION: u32 = 3;
 
 impl TableInput<'_> {
     /// The shard's hot mask, files and place among the shards `hot` was counted from.
@@ -337,14 +339,14 @@ pub fn sign<'a>(
 fn decide_into(
     config: &Config,
     signed: &[SignedInput<'_>],
-    hot: &HotKeys,
+    hot: &HotSummary,
     group: u32,
     out: Option<&Path>,
     control: &RunControl,
 ) -> Result<(DecideManifest, Vec<Vec<u8>>), Error> {
     config.validate()?;
-    check_hot_layout(config, hot)?;
-    let fingerprint = hot.fingerprint()?;
+    check_hot_layout_is(config, hot.layout())?;
+    let fingerprint = hot.fingerprint();
     let groups = hot.groups();
     if group >= groups {
         return Err(Error::Usage(format!(
@@ -354,7 +356,7 @@ fn decide_into(
             groups - 1
         )));
     }
-    let shards = hot.tables().map_or(0, |t| t.len()) as u32;
+    let shards = hot.tables().len() as u32;
     let settings = DecideSettings::of(config);
     let mut given: Vec<Given<'_, SignManifest>> = Vec::new();
     for input in signed {
@@ -375,7 +377,6 @@ fn decide_into(
         let have: Vec<u32> = given.iter().map(|g| g.manifest.place.shard).collect();
         let missing: Vec<String> = hot
             .tables()
-            .unwrap_or(&[])
             .iter()
             .filter(|t| !have.contains(&t.shard))
             .map(|t| t.shard.to_string())
@@ -467,11 +468,12 @@ fn decide_into(
 /// (`signed`: directories or values, in any order; each shard exactly once), decides them in
 /// global row order with the decision core of a one-process run, and writes the decisions into
 /// `out` (one stream per shard and a manifest). Opens no input file. [`decide`] makes the same
-/// as a value.
+/// as a value. `hot` is the hot-key file's summary ([`HotSummary::load`], or
+/// [`HotKeys::summary`] of keys in memory): decide needs none of the keys.
 pub fn decide_group_dirs(
     config: &Config,
     signed: &[SignedInput<'_>],
-    hot: &HotKeys,
+    hot: &HotSummary,
     group: u32,
     out: &Path,
     control: &RunControl,
@@ -486,7 +488,7 @@ pub fn decide_group_dirs(
 pub fn decide(
     config: &Config,
     signed: &[SignedInput<'_>],
-    hot: &HotKeys,
+    hot: &HotSummary,
     group: u32,
     control: &RunControl,
 ) -> Result<DecidedGroup, Error> {

@@ -10,8 +10,8 @@ use neardup_corpus::{
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup_into};
 use neardup_keys::{
     CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
-    Progress, ShardTables, UnreadableRange, collect_keys, merge_table_files, merge_tables,
-    run_keys, write_keys,
+    Progress, ShardTables, TableLayout, UnreadableRange, collect_keys, merge_table_files,
+    merge_tables, run_keys, write_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -596,14 +596,19 @@ fn check_apply_paths(config: &Config, files: &[FileRows], tables: &[PathBuf]) ->
 }
 
 pub(crate) fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
+    check_hot_layout_is(config, hot.layout())
+}
+
+/// [`check_hot_layout`] of the layout a hot-key file (or its summary) records.
+pub(crate) fn check_hot_layout_is(config: &Config, hot: &TableLayout) -> Result<(), Error> {
     let layout = keys_config(config)?.layout();
-    if *hot.layout() == layout {
+    if *hot == layout {
         return Ok(());
     }
     Err(Error::Usage(format!(
         "the hot keys do not match these settings (pass `apply`, `sign`, `decide` and `write` \
          the sketch and field options given to `keys`): {} (the hot keys' value first)",
-        hot.layout().differences(&layout).join("; ")
+        hot.differences(&layout).join("; ")
     )))
 }
 

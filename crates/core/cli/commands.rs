@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use neardup::corpus::AtomicFile;
-use neardup::keys::{HotKeys, KeysError, Progress};
+use neardup::keys::{HotKeys, HotSummary, KeysError, Progress};
 use neardup::sketch::LshParams;
 use neardup::{Config, Error, Pipeline, Report, RunControl, RunPaths};
 
@@ -39,10 +39,15 @@ fn watched_step(stage: usize) -> ([Arc<Progress>; 2], RunControl) {
 /// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
 /// failure of stage 1.
 pub(crate) fn load_hot_argument(path: &std::path::Path) -> Result<HotKeys, Error> {
-    HotKeys::load(path).map_err(|e| match e {
+    HotKeys::load(path).map_err(hot_argument_error)
+}
+
+/// A hot-key file that cannot be used: a usage error when it is the wrong file for the run.
+fn hot_argument_error(e: KeysError) -> Error {
+    match e {
         KeysError::Config(m) => Error::Usage(m),
         other => Error::Run(other.to_string()),
-    })
+    }
 }
 
 /// A run that writes nothing would throw its work away: refused before any.
@@ -272,7 +277,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         paths.write_file("the report (--report)", r);
     }
     paths.check()?;
-    let hot = load_hot_argument(&hot)?;
+    let hot = HotSummary::load(&hot).map_err(hot_argument_error)?;
     let control = RunControl {
         cancel: handle_signals(),
         ..RunControl::default()

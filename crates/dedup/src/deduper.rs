@@ -6,7 +6,7 @@ use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
 use serde::{Deserialize, Serialize};
 
 use crate::reps::{BucketIndex, RepArena, RepId};
-use crate::verify::{SetBuilder, ShingleStore};
+use crate::verify::ShingleStore;
 
 pub use neardup_corpus::SampleAddr;
 
@@ -124,18 +124,6 @@ pub struct Candidate<'a> {
     pub shingles: Option<&'a [u32]>,
 }
 
-/// What exact verification compares a sample by.
-#[derive(Clone, Copy)]
-enum Material<'a> {
-    None,
-    Set(&'a [u32]),
-    /// Its text; `built` once its set is in `Deduper::text_set`.
-    Text {
-        text: &'a str,
-        built: bool,
-    },
-}
-
 /// Decides hot samples in input order against bounded representative sets.
 ///
 /// Deterministic: the verdict depends only on the sequence of candidates given.
@@ -151,10 +139,6 @@ pub struct Deduper {
     /// colliding texts came first (a distributed decide step relies on that).
     exact_seen: HashMap<u128, SampleAddr>,
     shingle_sets: Option<ShingleStore>,
-    /// Builds the sets of samples decided by their texts ([`Deduper::decide_by_text`]).
-    set_builder: Option<SetBuilder>,
-    /// The set of the sample being decided by its text, once built.
-    text_set: Vec<u32>,
     seen_reps: HashSet<RepId>,
     /// Estimates below this are not candidates. The threshold itself when the estimate decides;
     /// under exact verification, three standard errors of the estimate lower, so that pairs
@@ -201,8 +185,6 @@ impl Deduper {
             buckets: BucketIndex::default(),
             exact_seen: HashMap::new(),
             shingle_sets,
-            set_builder: None,
-            text_set: Vec::new(),
             seen_reps: HashSet::new(),
             stats: DeduperStats::default(),
             config,
@@ -230,37 +212,19 @@ impl Deduper {
         Some(Verdict::Exact { of: first })
     }
 
-    /// Lets [`Deduper::decide_by_text`] build shingle sets from texts with `sketcher` (the
-    /// sketch settings the samples were signed with).
-    pub fn building_sets_with(mut self, sketcher: Sketcher) -> Deduper {
-        self.set_builder = Some(SetBuilder::new(sketcher));
-        self
+    /// [`Deduper::decide`]'s verdict for a sample whose hot columns are `hot`, when its content
+    /// hash alone gives it (its content key is hot and an earlier sample had the same content):
+    /// then it needs no signature. `None` otherwise.
+    pub fn decide_known_copy(&mut self, content_hash: u128, hot: &[bool]) -> Option<Verdict> {
+        let col = self.exact_column?;
+        if !hot.get(col).copied().unwrap_or(false) {
+            return None;
+        }
+        self.decide_copy(content_hash)
     }
 
     /// Decides one hot sample. Call in input order.
     pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
-        let shingles = match c.shingles {
-            Some(set) => Material::Set(set),
-            None => Material::None,
-        };
-        self.decide_with(c, shingles)
-    }
-
-    /// [`Deduper::decide`] for a sample that brings its text instead of its shingle set
-    /// (`c.shingles` is not looked at): under exact verification the set is built from `text`
-    /// only if the sample is compared with a representative, and a sample that becomes a
-    /// representative is held as its text until a later candidate is compared with it. The
-    /// verdicts are those [`Deduper::decide`] gives with the sets. Needs
-    /// [`Deduper::building_sets_with`].
-    pub fn decide_by_text(&mut self, c: &Candidate<'_>, text: &str) -> Verdict {
-        assert!(
-            self.set_builder.is_some() || self.shingle_sets.is_none(),
-            "decide_by_text under exact verification needs building_sets_with"
-        );
-        self.decide_with(c, Material::Text { text, built: false })
-    }
-
-    fn decide_with(&mut self, c: &Candidate<'_>, mut shingles: Material<'_>) -> Verdict {
         self.stats.checked += 1;
         if let Some(col) = self.exact_column
             && c.hot[col]
@@ -292,28 +256,10 @@ impl Deduper {
                 if sim < self.candidate_floor {
                     continue;
                 }
-                let mine: Option<&[u32]> = match &mut shingles {
-                    Material::None => None,
-                    Material::Set(set) => Some(*set),
-                    Material::Text { text, built } => {
-                        if !*built {
-                            if let Some(b) = &mut self.set_builder {
-                                b.build(text, &mut self.text_set);
-                            }
-                            *built = true;
-                        }
-                        Some(&self.text_set)
-                    }
-                };
-                let decided = match (&mut self.shingle_sets, mine) {
+                let decided = match (&mut self.shingle_sets, c.shingles) {
                     (Some(store), Some(mine)) => {
                         self.stats.verifications += 1;
-                        let exact = store.jaccard_at_least(
-                            rep,
-                            mine,
-                            self.config.threshold,
-                            self.set_builder.as_mut(),
-                        );
+                        let exact = store.jaccard_at_least(rep, mine, self.config.threshold);
                         if exact.is_none() {
                             self.stats.rejected_by_verification += 1;
                         }
@@ -347,14 +293,8 @@ impl Deduper {
             }
             let id = *rep.get_or_insert_with(|| {
                 let id = self.arena.push(c.signature, c.addr);
-                if let Some(store) = &mut self.shingle_sets {
-                    match shingles {
-                        Material::None => {}
-                        Material::Set(set) => store.push(id, set),
-                        // Built already: a candidate compared with it needs no second build.
-                        Material::Text { built: true, .. } => store.push(id, &self.text_set),
-                        Material::Text { text, built: false } => store.push_text(id, text),
-                    }
+                if let (Some(store), Some(set)) = (&mut self.shingle_sets, c.shingles) {
+                    store.push(id, set);
                 }
                 id
             });

@@ -23,8 +23,8 @@
 //!   into sign per shard, decide per group of connected components, write per shard, with the
 //!   values between them ([`SignedSample`], [`DecidedSample`], framed streams); the same
 //!   pipeline with another route for the hot samples (the one-process decision core, the signer
-//!   or the decided streams: `route.rs`), and the same decision core, which in decide builds the
-//!   shingle sets of the samples it compares from their texts ([`Deduper::decide_by_text`]);
+//!   or the decided streams: `route.rs`), and the same decision core, fed in decide by
+//!   sketching the texts sign sent;
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse

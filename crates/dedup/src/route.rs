@@ -154,6 +154,20 @@ impl HotRoute for Signer<'_> {
                 text,
             } => self.push_copy(
                 hot.row_base + row,
+                row,
+                hot.addr,
+                hot.id,
+                content_hash,
+                |c| hot.mask.is_hot(row as usize, c),
+                carried(text),
+            ),
+            Kind::Text {
+                content_hash,
+                row,
+                text,
+            } => self.push_text(
+                hot.row_base + row,
+                row,
                 hot.addr,
                 hot.id,
                 content_hash,
@@ -163,19 +177,19 @@ impl HotRoute for Signer<'_> {
             Kind::Hot {
                 content_hash,
                 sig,
-                material,
                 row,
+                ..
             } => {
-                let (signature, keys, hot_columns) = hot.block.signed(sig, hot.cfg);
+                let (signature, _, hot_columns) = hot.block.signed(sig, hot.cfg);
                 self.push_full(
                     hot.row_base + row,
+                    row,
                     hot.addr,
                     hot.id,
                     content_hash,
                     signature,
-                    keys,
                     hot_columns,
-                    carried(material),
+                    "",
                 )
             }
             _ => return Err(wrong_route("a hot sample without its signature")),
@@ -197,7 +211,7 @@ impl<R: std::io::Read> HotRoute for DecidedMerge<R> {
                 let d = self.take(hot.row_base + row)?;
                 Ok((d.verdict, DupOfId::Decided(d.dup_of_id)))
             }
-            Kind::Copy { .. } => Err(wrong_route("a later copy to sign")),
+            Kind::Copy { .. } | Kind::Text { .. } => Err(wrong_route("a hot sample to sign")),
             _ => Err(wrong_route("a hot sample to sign")),
         }
     }
@@ -341,7 +355,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                 stats.unique += 1;
                 Ok(Decided::of(true, Reason::Unique))
             }
-            Kind::Copy { .. } | Kind::Hot { .. } | Kind::Decided { .. } => {
+            Kind::Copy { .. } | Kind::Text { .. } | Kind::Hot { .. } | Kind::Decided { .. } => {
                 let (verdict, dup_of_id) = self.route.verdict(&HotSample {
                     block: w,
                     sample: s,

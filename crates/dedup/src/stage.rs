@@ -166,11 +166,19 @@ pub(crate) enum Kind {
     Hot {
         content_hash: u128,
         sig: u32,
-        /// Its shingle set in the block's `shingles` (one-process run) or its text in the block's
-        /// `carried` (sign step), under exact verification.
+        /// Its shingle set in the block's `shingles` (a one-process run under exact
+        /// verification).
         material: (u32, u32),
         /// Its table row.
         row: u64,
+    },
+    /// A hot sample of a `sign` step under exact verification: only its content hash was
+    /// computed; decide sketches its text.
+    Text {
+        content_hash: u128,
+        row: u64,
+        /// Its text in the block's `carried`.
+        text: (u32, u32),
     },
     /// A later exact copy by stage 1's count: only its content hash was computed.
     Copy {
@@ -294,9 +302,10 @@ pub(crate) enum HotWork {
     /// Its signature and keys, and its shingle set when `shingles` (a one-process run under
     /// exact verification: the sets are a by-product of signing).
     Decide { shingles: bool },
-    /// Its signature and keys, and its text when `texts` (a `sign` step under exact
-    /// verification: decide builds sets only for the samples it compares). Later copies bring
-    /// their text too.
+    /// A `sign` step. Under exact verification (`texts`), only its content hash and text:
+    /// decide sketches the text once for both its signature and its shingle set, as a
+    /// one-process run does. Otherwise (`--verify estimate`, no texts) its signature and keys.
+    /// Later copies bring their text in both cases.
     Sign { texts: bool },
     /// Nothing: a `write` step, whose hot samples were decided elsewhere.
     Decided,
@@ -430,6 +439,14 @@ fn prepare_block(
                             (0, 0)
                         },
                     }
+                } else if texts_of_hot {
+                    // Stage 1 found one of its keys hot, so it is not blank (its keys would all
+                    // be NO_KEY): nothing to sketch here.
+                    Kind::Text {
+                        content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
+                        row: this_row,
+                        text: carry(&text),
+                    }
                 } else {
                     let r = cfg
                         .rule
@@ -445,8 +462,6 @@ fn prepare_block(
                             let start = shingles.len() as u32;
                             cfg.sketcher.last_shingle_set(scratch, &mut shingles);
                             (start, shingles.len() as u32)
-                        } else if texts_of_hot {
-                            carry(&text)
                         } else {
                             (0, 0)
                         };

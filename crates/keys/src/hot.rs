@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-use hashbrown::HashSet;
+use hashbrown::{HashMap, HashSet};
 use neardup_corpus::AtomicFile;
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
@@ -17,27 +17,184 @@ use crate::table::{
     write_framed_header, write_u64s,
 };
 
+/// Reads and checks a hot-key file's header.
+fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, KeysError> {
+    let header: HotHeader = read_framed_header(input, HOT_MAGIC, path)?;
+    if header.format_version == 1 {
+        return Err(KeysError::Config(format!(
+            "{}: this hot-key file was written by an older neardup (format version 1), which \
+             did not record the key tables it was counted from; run `neardup hot` again to \
+             rewrite it",
+            path.display()
+        )));
+    }
+    if header.format_version != HOT_FORMAT_VERSION {
+        return Err(KeysError::Corrupt(format!(
+            "{}: hot-key format version {} is not supported (this build reads version \
+             {HOT_FORMAT_VERSION})",
+            path.display(),
+            header.format_version
+        )));
+    }
+    Ok(header)
+}
+
+/// What a hot-key file says about itself, without its keys: its settings, the tables it was
+/// counted from, its groups and its fingerprint ([`HotKeys::fingerprint`]). All that a `decide`
+/// step needs of it: loading it reads and checks the whole file but holds none of its keys, so
+/// a decide step's memory does not grow with the corpus's hot keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotSummary {
+    layout: TableLayout,
+    keys: u64,
+    tables: Vec<TableIdentity>,
+    groups: u32,
+    fingerprint: u64,
+}
+
+/// Hashes every byte read through it.
+struct Fingerprinting<R> {
+    inner: R,
+    hash: xxhash_rust::xxh3::Xxh3,
+}
+
+impl<R: Read> Read for Fingerprinting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl HotSummary {
+    /// Reads a hot-key file, checking it as [`HotKeys::load`] does (checksum, key order, plan),
+    /// and keeps only its summary. Its fingerprint is the hash of the file's bytes, which are
+    /// the bytes [`HotKeys::fingerprint`] hashes.
+    pub fn load(path: &Path) -> Result<HotSummary, KeysError> {
+        let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+        let mut whole = Fingerprinting {
+            inner: BufReader::with_capacity(1 << 20, file),
+            hash: xxhash_rust::xxh3::Xxh3::new(),
+        };
+        let mut input = ChecksumReader::new(&mut whole);
+        let header = read_hot_header(&mut input, path)?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut previous: Option<u64> = None;
+        let mut left = header.keys;
+        while left > 0 {
+            let take = left.min(buf.len() as u64 / 8) as usize;
+            input
+                .read_exact(&mut buf[..take * 8])
+                .map_err(|e| truncated(path, e))?;
+            for b in buf[..take * 8].chunks_exact(8) {
+                let key = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                if previous.is_some_and(|p| p >= key) {
+                    return Err(KeysError::Corrupt(format!(
+                        "{}: hot keys are not strictly ascending",
+                        path.display()
+                    )));
+                }
+                previous = Some(key);
+            }
+            left -= take as u64;
+        }
+        let groups = match &header.plan {
+            None => 1,
+            Some(plan) => {
+                let mut left = header.keys;
+                while left > 0 {
+                    let take = left.min(buf.len() as u64 / 4) as usize;
+                    input
+                        .read_exact(&mut buf[..take * 4])
+                        .map_err(|e| truncated(path, e))?;
+                    let outside = buf[..take * 4]
+                        .chunks_exact(4)
+                        .any(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) >= plan.groups);
+                    if plan.groups == 0 || outside {
+                        return Err(KeysError::Corrupt(format!(
+                            "{}: the plan names a group outside its {} groups",
+                            path.display(),
+                            plan.groups
+                        )));
+                    }
+                    left -= take as u64;
+                }
+                plan.groups
+            }
+        };
+        verify_trailer(input, path, HOT_END)?;
+        Ok(HotSummary {
+            layout: header.layout,
+            keys: header.keys,
+            tables: header.tables,
+            groups,
+            fingerprint: whole.hash.digest(),
+        })
+    }
+
+    /// The settings the keys were computed with.
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
+    }
+    /// Number of hot keys.
+    pub fn keys(&self) -> u64 {
+        self.keys
+    }
+    /// The tables the keys were counted from, in shard order.
+    pub fn tables(&self) -> &[TableIdentity] {
+        &self.tables
+    }
+    /// Number of groups of the plan (1 without one).
+    pub fn groups(&self) -> u32 {
+        self.groups
+    }
+    /// The file's fingerprint ([`HotKeys::fingerprint`]).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+}
+
 /// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
 struct MaskMarker {
     mask: HotMask,
-    set: HashSet<u64>,
+    lookup: KeyLookup,
     columns: usize,
     content_col: Option<usize>,
     /// Hot content keys seen so far: a later row with one is a later exact copy.
     first_seen: HashSet<u64>,
     /// Position of the next key.
     pos: usize,
+    /// The last row whose group was recorded (with a plan).
+    grouped_row: Option<usize>,
+}
+
+/// How a marker finds hot keys: a set, or with a plan the group of each key (recorded per hot
+/// row, see [`HotMask::groups`]).
+enum KeyLookup {
+    Set(HashSet<u64>),
+    Groups(HashMap<u64, u32>),
 }
 
 impl MaskMarker {
     fn new(hot: &HotKeys, rows: usize, columns: usize) -> MaskMarker {
+        let lookup = match &hot.plan {
+            Some(plan) => KeyLookup::Groups(
+                hot.keys
+                    .iter()
+                    .copied()
+                    .zip(plan.group_of_key.iter().copied())
+                    .collect(),
+            ),
+            None => KeyLookup::Set(hot.lookup()),
+        };
         MaskMarker {
             mask: HotMask::new(rows, columns),
-            set: hot.lookup(),
+            lookup,
             columns,
             content_col: hot.layout().rule.exact_key.then(|| columns - 1),
             first_seen: HashSet::new(),
             pos: 0,
+            grouped_row: None,
         }
     }
 
@@ -45,7 +202,25 @@ impl MaskMarker {
         for key in keys {
             let pos = self.pos;
             self.pos += 1;
-            if *key != NO_KEY && self.set.contains(key) {
+            if *key == NO_KEY {
+                continue;
+            }
+            let hot = match &self.lookup {
+                KeyLookup::Set(set) => set.contains(key),
+                KeyLookup::Groups(groups) => match groups.get(key) {
+                    None => false,
+                    Some(&group) => {
+                        // All of a row's hot keys are in one component, so in one group.
+                        let row = pos / self.columns;
+                        if self.grouped_row != Some(row) {
+                            self.grouped_row = Some(row);
+                            self.mask.groups.push(group);
+                        }
+                        true
+                    }
+                },
+            };
+            if hot {
                 self.mask.set_position(pos);
                 if self.content_col == Some(pos % self.columns) && !self.first_seen.insert(*key) {
                     self.mask.set_later_copy(pos / self.columns);
@@ -154,7 +329,35 @@ impl HotKeys {
     /// the distributed steps can be tied to the hot-key file they were made with. Keys counted
     /// within one run are refused, as by [`HotKeys::save`].
     pub fn fingerprint(&self) -> Result<u64, KeysError> {
-        Ok(xxhash_rust::xxh3::xxh3_64(&self.to_bytes()?))
+        /// Hashes what is written to it: the file's bytes are never held (every step process
+        /// fingerprints its hot-key file, which can be large).
+        struct HashingWriter(xxhash_rust::xxh3::Xxh3);
+        impl Write for HashingWriter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let tables = self.saved_tables(Path::new(BYTES_NAME))?;
+        let mut hasher = HashingWriter(xxhash_rust::xxh3::Xxh3::new());
+        self.write_to(&mut hasher, tables)
+            .expect("hashing cannot fail");
+        Ok(hasher.0.digest())
+    }
+
+    /// The summary a saved file of these keys has ([`HotSummary::load`]). Keys counted within
+    /// one run are refused, as by [`HotKeys::save`].
+    pub fn summary(&self) -> Result<HotSummary, KeysError> {
+        Ok(HotSummary {
+            layout: self.layout.clone(),
+            keys: self.keys.len() as u64,
+            tables: self.saved_tables(Path::new(BYTES_NAME))?.to_vec(),
+            groups: self.groups(),
+            fingerprint: self.fingerprint()?,
+        })
     }
 
     /// These keys as counted from `tables` (in shard order): the tables `apply` must be given.
@@ -347,23 +550,7 @@ impl HotKeys {
     /// Reads a hot-key file's contents from `input`; `size` bounds the keys it can hold.
     fn read_from<R: Read>(input: R, path: &Path, size: u64) -> Result<HotKeys, KeysError> {
         let mut input = ChecksumReader::new(input);
-        let header: HotHeader = read_framed_header(&mut input, HOT_MAGIC, path)?;
-        if header.format_version == 1 {
-            return Err(KeysError::Config(format!(
-                "{}: this hot-key file was written by an older neardup (format version 1), which \
-                 did not record the key tables it was counted from; run `neardup hot` again to \
-                 rewrite it",
-                path.display()
-            )));
-        }
-        if header.format_version != HOT_FORMAT_VERSION {
-            return Err(KeysError::Corrupt(format!(
-                "{}: hot-key format version {} is not supported (this build reads version \
-                 {HOT_FORMAT_VERSION})",
-                path.display(),
-                header.format_version
-            )));
-        }
+        let header = read_hot_header(&mut input, path)?;
         if header.keys.saturating_mul(8) > size {
             return Err(truncated(path, std::io::ErrorKind::UnexpectedEof.into()));
         }
@@ -441,6 +628,10 @@ pub struct HotMask {
     bits: Vec<u64>,
     /// One bit per row: its content key is hot and an earlier row has the same one.
     copies: Vec<u64>,
+    /// With a plan (`neardup hot --groups`), the group of each hot row, in row order (a `sign`
+    /// step sends each hot sample to its group's stream without computing its keys); empty
+    /// otherwise (one group).
+    groups: Vec<u32>,
 }
 
 /// Where the table `identity` (named `name` in messages) sits among the tables `hot` was
@@ -485,6 +676,7 @@ impl HotMask {
             rows,
             bits: vec![0; (rows * columns).div_ceil(64)],
             copies: vec![0; rows.div_ceil(64)],
+            groups: Vec::new(),
         }
     }
 
@@ -501,6 +693,7 @@ impl HotMask {
             rows,
             bits,
             copies,
+            groups: Vec::new(),
         }
     }
 
@@ -626,6 +819,16 @@ impl HotMask {
         let start = row * self.columns;
         (start..start + self.columns).any(|p| self.get_position(p))
     }
+    /// The groups of the hot rows, asked for in ascending row order
+    /// ([`HotRowGroups::group_of`]).
+    pub fn groups(&self) -> HotRowGroups<'_> {
+        HotRowGroups {
+            mask: self,
+            next_row: 0,
+            hot_before: 0,
+        }
+    }
+
     /// Number of rows with at least one hot key.
     pub fn hot_rows(&self) -> usize {
         (0..self.rows).filter(|&r| self.is_hot_row(r)).count()
@@ -633,6 +836,33 @@ impl HotMask {
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.bits.len() * 8
+    }
+}
+
+/// The group of each hot row of a [`HotMask`], for rows asked for in ascending order (each step
+/// scans the rows in between, so a pass costs one bit test per row).
+pub struct HotRowGroups<'a> {
+    mask: &'a HotMask,
+    next_row: usize,
+    /// Hot rows before `next_row`.
+    hot_before: usize,
+}
+
+impl HotRowGroups<'_> {
+    /// The group that decides hot row `row`: 0 without a plan. `None` for a cold row, a row
+    /// past the mask, or a row below one asked for before.
+    pub fn group_of(&mut self, row: usize) -> Option<u32> {
+        if row < self.next_row || row >= self.mask.rows || !self.mask.is_hot_row(row) {
+            return None;
+        }
+        while self.next_row < row {
+            self.hot_before += usize::from(self.mask.is_hot_row(self.next_row));
+            self.next_row += 1;
+        }
+        if self.mask.groups.is_empty() {
+            return Some(0);
+        }
+        self.mask.groups.get(self.hot_before).copied()
     }
 }
 
@@ -683,6 +913,86 @@ mod tests {
             table(1, vec![1, 5, 6, 7]),
             table(2, vec![3, 8, 9, 2]),
         ]
+    }
+
+    #[test]
+    fn a_summary_is_loaded_without_the_keys_and_checked_like_the_file() {
+        let (hot, _, _) = merge_tables(&tables(), 1).unwrap();
+        let planned = hot
+            .clone()
+            .with_plan(Plan {
+                groups: 2,
+                group_of_key: vec![0, 0, 1],
+                group_rows: vec![3, 2],
+                components: 2,
+                largest_component: 3,
+                hot_rows: 5,
+            })
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for (name, keys) in [("plain.ndh", &hot), ("planned.ndh", &planned)] {
+            let path = dir.path().join(name);
+            keys.save(&path).unwrap();
+            let summary = HotSummary::load(&path).unwrap();
+            assert_eq!(summary, keys.summary().unwrap());
+            assert_eq!(summary.fingerprint(), keys.fingerprint().unwrap());
+            assert_eq!(summary.groups(), keys.groups());
+            assert_eq!((summary.keys(), summary.tables().len()), (3, 3));
+            // Damage anywhere is found, as by a full load.
+            let bytes = std::fs::read(&path).unwrap();
+            for at in [bytes.len() / 2, bytes.len() - 20] {
+                let mut damaged = bytes.clone();
+                damaged[at] ^= 1;
+                std::fs::write(&path, &damaged).unwrap();
+                let err = HotSummary::load(&path).unwrap_err().to_string();
+                assert!(err.contains(name), "{err}");
+                assert!(HotKeys::load(&path).is_err());
+            }
+            std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+            let err = HotSummary::load(&path).unwrap_err().to_string();
+            assert!(err.contains("truncated"), "{err}");
+        }
+    }
+
+    #[test]
+    fn with_a_plan_the_mask_knows_each_hot_rows_group() {
+        let tables = tables();
+        let (hot, _, _) = merge_tables(&tables, 1).unwrap();
+        // Hot keys 1, 2 (one component, through row 0) and 3.
+        assert_eq!(hot.keys(), &[1, 2, 3]);
+        let plan = Plan {
+            groups: 2,
+            group_of_key: vec![0, 0, 1],
+            group_rows: vec![3, 2],
+            components: 2,
+            largest_component: 3,
+            hot_rows: 5,
+        };
+        let hot = hot.with_plan(plan).unwrap();
+        let all: Vec<&KeyTable> = tables.iter().collect();
+        let mask = HotMask::from_tables(&all, &hot).unwrap();
+        let mut groups = mask.groups();
+        let got: Vec<Option<u32>> = (0..6).map(|r| groups.group_of(r)).collect();
+        assert_eq!(got, [Some(0), Some(1), Some(0), None, Some(1), Some(0)]);
+        for (row, want) in got.iter().enumerate() {
+            let keys = &all[row / 2].keys()[row % 2 * 2..row % 2 * 2 + 2];
+            assert_eq!(hot.group_of_row(keys), *want, "row {row}");
+        }
+        let mut groups = mask.groups();
+        assert_eq!(groups.group_of(4), Some(1), "rows may be skipped");
+        assert_eq!(groups.group_of(2), None, "but not asked for backwards");
+        assert_eq!(groups.group_of(5), Some(0));
+        assert_eq!(groups.group_of(6), None, "past the mask");
+        // One shard's mask numbers its own hot rows.
+        let (shard, _, _) = HotMask::for_table(&tables[2], &hot).unwrap();
+        let mut groups = shard.groups();
+        assert_eq!((groups.group_of(0), groups.group_of(1)), (Some(1), Some(0)));
+        // Without a plan every hot row is in group 0.
+        let (plain, _, _) = merge_tables(&tables, 1).unwrap();
+        let mask = HotMask::from_tables(&all, &plain).unwrap();
+        let mut groups = mask.groups();
+        let got: Vec<Option<u32>> = (0..6).map(|r| groups.group_of(r)).collect();
+        assert_eq!(got, [Some(0), Some(0), Some(0), None, Some(0), Some(0)]);
     }
 
     #[test]

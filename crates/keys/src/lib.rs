@@ -37,7 +37,7 @@ mod table;
 
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::KeysError;
-pub use hot::{HotKeys, HotMask, ShardPlace};
+pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, ShardPlace};
 pub use plan::{Plan, PlanBuilder, plan_from_tables};
 pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};

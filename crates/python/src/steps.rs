@@ -11,7 +11,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use neardup::keys::{HotKeys, KeysError, Progress};
+use neardup::keys::{HotKeys, HotSummary, KeysError, Progress};
 use neardup::{
     CancelToken, Config, DecidedInput, Error, RunControl, RunPaths, SignedInput, StepInput,
     TableInput,
@@ -26,10 +26,15 @@ use crate::values::{Decided, Signed, StepArg, step_args};
 /// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
 /// failure of stage 1 (as the CLI's steps load it).
 fn load_hot(path: &Path) -> Result<HotKeys, Error> {
-    HotKeys::load(path).map_err(|e| match e {
+    HotKeys::load(path).map_err(hot_error)
+}
+
+/// A hot-key file that cannot be used: a usage error when it is the wrong file for the run.
+fn hot_error(e: KeysError) -> Error {
+    match e {
         KeysError::Config(m) => Error::Usage(m),
         other => Error::Run(other.to_string()),
-    })
+    }
 }
 
 fn progress() -> [Arc<Progress>; 2] {
@@ -144,6 +149,14 @@ impl HotArg {
             HotArg::File(p) => load_hot(p).map(|h| HotRef::Loaded(Box::new(h))),
         }
     }
+
+    /// What `decide` needs: the summary, read from a file without holding its keys.
+    fn summary(&self) -> Result<HotSummary, Error> {
+        match self {
+            HotArg::Value(h) => h.get().inner.summary().map_err(hot_error),
+            HotArg::File(p) => HotSummary::load(p).map_err(hot_error),
+        }
+    }
 }
 
 fn signed_inputs(args: &[StepArg<Signed>]) -> Vec<SignedInput<'_>> {
@@ -255,7 +268,7 @@ pub fn start_decide(
             cancel,
             crate::errors::to_py,
             move || {
-                let hot = hot.get()?;
+                let hot = hot.summary()?;
                 let inputs = signed_inputs(&signed);
                 let decided = neardup::decide(&config, &inputs, &hot, group, &control)?;
                 Ok(Output::Decided(Box::new(decided)))
@@ -263,7 +276,7 @@ pub fn start_decide(
         );
     };
     Run::spawn("neardup-decide", stages, cancel, move || {
-        let hot = hot.get()?;
+        let hot = hot.summary()?;
         let inputs = signed_inputs(&signed);
         let decided = neardup::decide_group_dirs(&config, &inputs, &hot, group, &output, &control)?;
         Ok(serde_json::to_string(&decided).expect("reports serialise"))
