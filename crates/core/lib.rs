@@ -45,7 +45,8 @@ mod steps;
 
 pub use config::{
     Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
-    MAX_NUM_PERM, MAX_THREADS, OutputSettings, RunSettings, SketchSettings, Tokenize,
+    Layers, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, SketchSettings,
+    Tokenize, UnknownPreset,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,

@@ -105,12 +105,7 @@ pub(crate) fn dedup(args: DedupArgs, quiet: bool) -> Result<(), Error> {
         decide,
         output,
     } = args;
-    let config = build_config(
-        &inputs,
-        &input,
-        &[&sketch, &count, &decide, &output],
-        decide.max_reps,
-    )?;
+    let config = build_config(&inputs, &input, &[&sketch, &count, &decide, &output])?;
     require_outputs(&config)?;
     let report = run_pipeline(config, quiet)?;
     note(quiet, report.summary());
@@ -135,7 +130,7 @@ pub(crate) fn keys(args: KeysArgs, quiet: bool) -> Result<(), Error> {
                 .into(),
         ));
     }
-    let config = build_config(&inputs, &input, &[&sketch], None)?;
+    let config = build_config(&inputs, &input, &[&sketch])?;
     let (progress, control) = watched_step(1);
     let made = {
         let _view = ProgressView::start(progress, quiet);
@@ -214,7 +209,7 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
         sketch,
         decide,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide])?;
     config.validate()?;
     let mut paths = RunPaths::new();
     paths
@@ -264,7 +259,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         sketch,
         decide,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide])?;
     config.validate()?;
     let mut paths = RunPaths::new();
     paths.read_file("the hot-key file (--hot)", &hot);
@@ -311,7 +306,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
         decide,
         output,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide, &output])?;
     require_outputs(&config)?;
     config.validate()?;
     let mut paths = RunPaths::new();
@@ -343,7 +338,7 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
         output,
     } = args;
     tables.extend(keys);
-    let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide, &output])?;
     require_outputs(&config)?;
     config.validate()?;
     // The tables' input files are checked too, by the library, once their headers are read.
@@ -373,7 +368,7 @@ pub(crate) fn exact(args: ExactArgs, quiet: bool) -> Result<(), Error> {
         count,
         output,
     } = args;
-    let mut config = build_config(&inputs, &input, &[&normalize, &count, &output], None)?;
+    let mut config = build_config(&inputs, &input, &[&normalize, &count, &output])?;
     require_outputs(&config)?;
     config.keys.exact = true;
     config.keys.near = false;
@@ -395,7 +390,7 @@ pub(crate) fn eval(args: EvalArgs) -> Result<(), Error> {
         sketch,
     } = args;
     inputs.extend(inputs_flag);
-    let config = build_config(&inputs, &input, &[&sketch], None)?;
+    let config = build_config(&inputs, &input, &[&sketch])?;
     let sketch = config.sketch_config()?;
     config.validate_run()?;
     let (found, _) = neardup::discover_inputs_and_sources(&config)?;

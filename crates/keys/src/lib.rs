@@ -42,9 +42,9 @@ pub use plan::{Plan, PlanBuilder, plan_from_tables};
 pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
-    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore,
-    UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
-    write_keys_to,
+    DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, KeysConfig, KeysOutput, KeysStats, OnError, Problem,
+    QUOTED_PROBLEMS, TableStore, UnreadableRange, collect_keys, merge_table_files, merge_tables,
+    run_keys, write_keys, write_keys_to,
 };
 pub use table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableIdentity, TableLayout,

@@ -36,6 +36,11 @@ pub enum OnError {
     Fail,
 }
 
+/// Largest unit of parallel work within a large file, by default: 32 MiB.
+pub const DEFAULT_CHUNK_BYTES: u64 = 32 << 20;
+/// A key is hot when seen more than this many times, by default: seen twice.
+pub const DEFAULT_MIN_COUNT: u32 = 1;
+
 /// Settings of stage 1.
 #[derive(Clone, Debug)]
 pub struct KeysConfig {
@@ -74,13 +79,13 @@ impl KeysConfig {
             sketcher,
             rule: RowRule::default(),
             selector,
-            min_count: 1,
+            min_count: DEFAULT_MIN_COUNT,
             threads: 0,
-            chunk_bytes: 32 << 20,
-            block_bytes: 4 << 20,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            block_bytes: ReadOptions::DEFAULT_BLOCK_BYTES,
             memory_limit: None,
             spill_dir: None,
-            on_error: OnError::Skip,
+            on_error: OnError::default(),
             progress: None,
             cancel: CancelToken::new(),
         }
