@@ -836,7 +836,9 @@ fn apply_reports_a_truncated_stream_without_stage_one_stats() {
     let mut c = neardup::Config::default();
     c.output.decisions = Some(tmp.path().join("d.jsonl"));
     let hot = neardup::keys::HotKeys::load(&hot).unwrap();
-    let r = neardup::apply_files(&c, &hot, &[table], &mut |_| {}).unwrap();
+    let tables = [table];
+    let control = neardup::RunControl::default();
+    let r = neardup::apply(&c, &hot, tables.as_slice(), &control, &mut |_| {}).unwrap();
     assert_eq!(r.totals.unreadable.len(), 1);
     assert_eq!(r.totals.unreadable[0].first_record, delivered);
 }

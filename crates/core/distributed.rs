@@ -184,7 +184,7 @@ pub struct DecideReport {
 pub enum TableInput<'a> {
     /// A key-table file (`neardup keys -o`), read as a stream.
     File(&'a Path),
-    /// A table in memory ([`crate::compute_keys`], or [`KeyTable::load`]).
+    /// A table in memory ([`crate::KeysStep::table`], or [`KeyTable::load`]).
     Value(&'a KeyTable),
 }
 

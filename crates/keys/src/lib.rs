@@ -44,7 +44,7 @@ pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
     DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, KeysConfig, KeysOutput, KeysStats, OnError, Problem,
     QUOTED_PROBLEMS, TableStore, UnreadableRange, collect_keys, merge_table_files, merge_tables,
-    run_keys, write_keys, write_keys_to,
+    run_keys, write_keys,
 };
 pub use table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableIdentity, TableLayout,

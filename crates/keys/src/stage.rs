@@ -530,28 +530,14 @@ pub fn run_keys(
     })
 }
 
-/// Stage 1 of one shard straight to a key-table file (the `keys` step of a distributed run): the
-/// rows stream to disk as they are assembled, so memory stays bounded however large the shard
+/// Stage 1 of one shard straight into a key-table file (the `keys` step of a distributed run),
+/// written through `target` (an [`AtomicFile`], alone or one output of a
+/// [`neardup_corpus::Publication`] that publishes the table with the shard's report): the rows
+/// stream to disk as they are assembled, so memory stays bounded however large the shard
 /// (`cfg.memory_limit` does not apply: nothing grows but the per-file row counts). Nothing is
 /// counted: hot keys come from merging all shards' tables ([`merge_table_files`]). The file is
-/// byte-identical to [`KeyTable::save`] of [`run_keys`]' table, and is written atomically.
+/// byte-identical to [`KeyTable::save`] of [`collect_keys`]' table.
 pub fn write_keys(
-    files: &[InputFile],
-    shard: u32,
-    cfg: &KeysConfig,
-    path: &std::path::Path,
-) -> Result<KeysStats, KeysError> {
-    write_keys_to(
-        files,
-        shard,
-        cfg,
-        AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?,
-    )
-}
-
-/// [`write_keys`] into `target`, e.g. one output of a [`neardup_corpus::Publication`] that
-/// publishes the table with the shard's report.
-pub fn write_keys_to(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,

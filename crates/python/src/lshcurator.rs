@@ -253,7 +253,10 @@ pub fn compute_bucket_keys<'py>(
 ) -> PyResult<(Bound<'py, PyArray2<u64>>, Vec<(String, u64)>)> {
     let (config, files) = lshcurator_config(&settings)?;
     let (table, _stats) = py
-        .detach(|| neardup::compute_keys(&config, &files, 0))
+        .detach(|| {
+            neardup::KeysStep::with_files(&config, &files, 0)?
+                .table(&neardup::RunControl::default())
+        })
         .map_err(to_py)?;
     let bands = table.columns();
     let mut keys = Vec::with_capacity(table.keys().len());
