@@ -11,7 +11,8 @@ use std::str::FromStr;
 
 use neardup_corpus::{DEFAULT_SEPARATOR, FieldPath, FieldsMode, Format, TextSelector};
 use neardup_dedup::{DedupConfig, EmptyPolicy, Verify};
-use neardup_keys::{DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, OnError, RowRule, ShortTextPolicy};
+use neardup_exec::OnError;
+use neardup_keys::{DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, RowRule, ShortTextPolicy};
 use neardup_sketch::{
     BandKeyScheme, CharClassSet, HashScheme, LshParams, Normalizer, Shingler, SketchConfig,
 };

@@ -66,5 +66,6 @@ pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};
 
 pub use neardup_corpus as corpus;
 pub use neardup_dedup as dedup;
+pub use neardup_exec as exec;
 pub use neardup_keys as keys;
 pub use neardup_sketch as sketch;

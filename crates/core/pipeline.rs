@@ -8,8 +8,9 @@ use neardup_corpus::{
     PublishOptions, WriteError, discover,
 };
 use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup_into};
+use neardup_exec::{OnError, Progress};
 use neardup_keys::{
-    FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats, Progress,
+    FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
     ShardTables, UnreadableRange, run_keys,
 };
 use neardup_sketch::Sketcher;
@@ -359,7 +360,7 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
         .iter()
         .map(|p| format!("{}: {}", p.input, p.message))
         .collect();
-    if !problems.is_empty() && config.run.on_error == neardup_keys::OnError::Fail {
+    if !problems.is_empty() && config.run.on_error == OnError::Fail {
         return Err(Error::Run(format!(
             "{} (--on-error fail stops at the first unusable input)",
             problems.join("; ")

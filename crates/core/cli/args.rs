@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Verify};
-use neardup::keys::OnError;
+use neardup::exec::OnError;
 use neardup::sketch::{BandKeyScheme, HashScheme};
 use neardup::{Config, DedupSettings, Error, FieldsModeSetting, Layers, Preset, Tokenize};
 

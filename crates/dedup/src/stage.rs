@@ -11,7 +11,8 @@ use neardup_corpus::{
     Projection, Publication, PublishOptions, ReadOptions, Reason, SampleText, TextSelector,
     Unreadable, WriteError, WrittenFile, reread_chunk,
 };
-use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule, UnreadableRange};
+use neardup_exec::{OnError, Progress};
+use neardup_keys::{FileRows, HotMask, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
@@ -54,7 +55,7 @@ pub struct ApplyConfig {
     /// Where the decisions go (`.jsonl` or `.parquet`).
     pub decisions: Option<PathBuf>,
     /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<neardup_keys::Progress>>,
+    pub progress: Option<std::sync::Arc<Progress>>,
     /// Stops the run between blocks with [`DedupError::Interrupted`]; nothing is published then.
     pub cancel: CancelToken,
 }

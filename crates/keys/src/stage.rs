@@ -12,7 +12,7 @@ use neardup_corpus::{
     ReadOptions, SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks,
     read_chunk, record_fields,
 };
-use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
+use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, OnError, Progress, run_ordered};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
@@ -24,17 +24,6 @@ use crate::table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableReader,
     check_shards,
 };
-
-/// What to do when an input record or file cannot be read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnError {
-    /// Count it, quote it in the report, and go on.
-    #[default]
-    Skip,
-    /// Stop the run at the first problem.
-    Fail,
-}
 
 /// Largest unit of parallel work within a large file, by default: 32 MiB.
 pub const DEFAULT_CHUNK_BYTES: u64 = 32 << 20;
@@ -66,7 +55,7 @@ pub struct KeysConfig {
     /// Bad input policy.
     pub on_error: OnError,
     /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<crate::Progress>>,
+    pub progress: Option<std::sync::Arc<Progress>>,
     /// Stops the run (between blocks while reading, between partitions while counting) with
     /// [`KeysError::Interrupted`].
     pub cancel: CancelToken,

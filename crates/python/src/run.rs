@@ -11,7 +11,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use neardup::keys::Progress;
+use neardup::exec::Progress;
 use neardup::{CancelToken, Config, Error, NextDecision, Pipeline, Report};
 
 use crate::deduper::Decision;

@@ -11,7 +11,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use neardup::keys::{HotKeys, KeysError, Progress};
+use neardup::keys::{HotKeys, KeysError};
 use neardup::{
     CancelToken, Config, DecidedInput, Error, RunControl, RunPaths, SignedInput, StepInput,
     TableInput,

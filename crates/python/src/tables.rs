@@ -12,7 +12,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 use std::sync::Arc;
 
 use neardup::CancelToken;
-use neardup::keys::{PlanBuilder, Progress};
+use neardup::keys::PlanBuilder;
 use pyo3::exceptions::PyValueError;
 
 use crate::errors::{discovery_to_py, keys_to_py, to_py};
