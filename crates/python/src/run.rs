@@ -11,8 +11,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use neardup::exec::Progress;
-use neardup::{CancelToken, Config, Error, NextDecision, Pipeline, Report};
+use neardup::{Config, Error, NextDecision, Pipeline, Report, RunControl};
 
 use crate::deduper::Decision;
 use crate::errors::{discovery_to_py, to_py};
@@ -73,7 +72,7 @@ impl Drop for Run {
             .take();
         if let Some(thread) = thread {
             if !thread.is_finished() {
-                self.cancel.cancel();
+                self.control.cancel.cancel();
             }
             Python::attach(|py| {
                 py.detach(|| {

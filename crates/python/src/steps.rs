@@ -5,7 +5,6 @@
 //! so that Python can wait with the GIL released and cancel it on Ctrl-C.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -13,8 +12,7 @@ use pyo3::types::PyDict;
 
 use neardup::keys::{HotKeys, KeysError};
 use neardup::{
-    CancelToken, Config, DecidedInput, Error, RunControl, RunPaths, SignedInput, StepInput,
-    TableInput,
+    Config, DecidedInput, Error, KeysStep, RunControl, RunPaths, SignedInput, StepInput, TableInput,
 };
 
 use crate::errors::discovery_to_py;

@@ -9,10 +9,6 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use std::sync::Arc;
-
-use neardup::CancelToken;
-use neardup::keys::PlanBuilder;
 use pyo3::exceptions::PyValueError;
 
 use crate::errors::{discovery_to_py, keys_to_py, to_py};
@@ -352,11 +348,6 @@ pub fn hot_keys(
             neardup::HotStep::new(&config, &paths, groups)?.merge(&control)?;
         Ok((hot, stats))
     })
-}
-
-/// A key-table error of a merge as the facade's error (so that it maps like a run's).
-fn keys_error(e: neardup::keys::KeysError) -> neardup::Error {
-    neardup::Error::Keys(e)
 }
 
 /// The `HotKeys` a hot-key [`Run`] made.
