@@ -438,7 +438,7 @@ fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
         let mut keys = neardup::keys_config(&c).unwrap();
         keys.block_bytes = 700;
         let stage1 = run_keys(&files, 0, &keys).unwrap();
-        let mut apply = neardup::apply_config(&c).unwrap();
+        let mut apply = neardup::stage2_config(&c).unwrap();
         apply.block_bytes = 700;
         let mut decisions = Vec::new();
         let stats = neardup::dedup::run_dedup(&stage1.files, &stage1.mask, &apply, &mut |d| {

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use neardup_corpus::{DEFAULT_SEPARATOR, FieldPath, FieldsMode, Format, TextSelector};
-use neardup_dedup::{DedupConfig, EmptyPolicy, Verify};
+use neardup_dedup::{DeduperConfig, EmptyPolicy, Verify};
 use neardup_exec::OnError;
 use neardup_keys::{DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, RowRule, ShortTextPolicy};
 use neardup_sketch::{
@@ -89,7 +89,8 @@ impl Default for InputSettings {
     }
 }
 
-/// How several text fields make samples.
+/// How several text fields make samples, as the setting `fields_mode` names it; with the setting
+/// `separator` it becomes the corpus's `FieldsMode` ([`Config::selector`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldsModeSetting {
@@ -99,10 +100,11 @@ pub enum FieldsModeSetting {
     Expand,
 }
 
-/// Shingle units.
+/// What a shingle is made of (the setting `tokenize`); with the shingle size and step it becomes
+/// the sketch's `neardup_sketch::Shingler`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Tokenize {
+pub enum ShingleUnit {
     /// Unicode characters.
     Char,
     /// UTF-8 bytes.
@@ -116,7 +118,7 @@ pub enum Tokenize {
 #[serde(default, deny_unknown_fields)]
 pub struct SketchSettings {
     /// Shingle unit.
-    pub tokenize: Tokenize,
+    pub tokenize: ShingleUnit,
     /// Shingle size (characters, bytes or words).
     pub shingle: usize,
     /// Window step.
@@ -150,7 +152,7 @@ pub struct SketchSettings {
 impl Default for SketchSettings {
     fn default() -> Self {
         SketchSettings {
-            tokenize: Tokenize::Char,
+            tokenize: ShingleUnit::Char,
             shingle: 5,
             step: 1,
             trim: true,
@@ -205,7 +207,9 @@ impl Default for KeysSettings {
     }
 }
 
-/// Stage-2 settings.
+/// Stage 2's settings as a run's [`Config`] holds them (the section `dedup`); the dedup crate
+/// takes them as the decision core's `DeduperConfig` ([`Config::deduper_config`]) inside the
+/// pass's `Stage2Config` ([`crate::stage2_config`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DedupSettings {
@@ -225,7 +229,7 @@ pub struct DedupSettings {
 
 impl Default for DedupSettings {
     fn default() -> Self {
-        let d = DedupConfig::default();
+        let d = DeduperConfig::default();
         DedupSettings {
             threshold: d.threshold,
             max_reps: d.max_reps,
@@ -323,10 +327,10 @@ impl Preset {
             Preset::Lshcurator => {
                 c.input.fields_mode = FieldsModeSetting::Expand;
                 c.sketch = SketchSettings {
-                    tokenize: if c.sketch.tokenize == Tokenize::Byte {
-                        Tokenize::Byte
+                    tokenize: if c.sketch.tokenize == ShingleUnit::Byte {
+                        ShingleUnit::Byte
                     } else {
-                        Tokenize::Char
+                        ShingleUnit::Char
                     },
                     shingle: c.sketch.shingle,
                     step: c.sketch.step,
@@ -444,15 +448,15 @@ impl Config {
             )));
         }
         let shingler = match s.tokenize {
-            Tokenize::Char => Shingler::Chars {
+            ShingleUnit::Char => Shingler::Chars {
                 k: s.shingle,
                 step: s.step,
             },
-            Tokenize::Byte => Shingler::Bytes {
+            ShingleUnit::Byte => Shingler::Bytes {
                 k: s.shingle,
                 step: s.step,
             },
-            Tokenize::Word => Shingler::Words {
+            ShingleUnit::Word => Shingler::Words {
                 n: s.shingle,
                 step: s.step,
             },
@@ -561,8 +565,8 @@ impl Config {
     }
 
     /// Stage 2's decision settings.
-    pub fn dedup_config(&self) -> DedupConfig {
-        DedupConfig {
+    pub fn deduper_config(&self) -> DeduperConfig {
+        DeduperConfig {
             threshold: self.dedup.threshold,
             max_reps: self.dedup.max_reps,
             verify: self.dedup.verify,

@@ -33,7 +33,7 @@ use crate::Config;
 use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
-    Report, RunControl, apply_config, check_hot_layout, keys_config, publish_error, wrong_tables,
+    Report, RunControl, check_hot_layout, keys_config, publish_error, stage2_config, wrong_tables,
 };
 #[cfg(doc)]
 use crate::step_values::StepInput;
@@ -58,7 +58,7 @@ pub struct DecideSettings {
 
 impl DecideSettings {
     fn of(config: &Config) -> DecideSettings {
-        let d = config.dedup_config();
+        let d = config.deduper_config();
         DecideSettings {
             threshold: d.threshold,
             max_reps: d.max_reps,
@@ -266,7 +266,7 @@ fn sign_into(
     paths.check()?;
     let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.output = None;
     cfg.decisions = None;
     cfg.progress = control.stage2.clone();
@@ -436,7 +436,7 @@ fn decide_into(
     let (deduper, decided) = decide_group(
         streams,
         shape,
-        &config.dedup_config(),
+        &config.deduper_config(),
         &sketch,
         &mut outs,
         &control.cancel,
@@ -598,7 +598,7 @@ pub fn write_shard<'a>(
         ..PublishOptions::default()
     })
     .map_err(publish_error)?;
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.progress = control.stage2.clone();
     cfg.cancel = control.cancel.clone();
     let stage2 = run_write(

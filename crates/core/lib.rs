@@ -47,8 +47,8 @@ mod steps;
 
 pub use config::{
     Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
-    Layers, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, SketchSettings,
-    Tokenize, UnknownPreset,
+    Layers, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit,
+    SketchSettings, UnknownPreset,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
@@ -59,7 +59,7 @@ pub use neardup_corpus::CancelToken;
 pub use paths::RunPaths;
 pub use pipeline::{
     DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,
-    apply_config, discover_inputs, discover_inputs_and_sources, keys_config, save_json,
+    discover_inputs, discover_inputs_and_sources, keys_config, save_json, stage2_config,
 };
 pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};
 pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};

@@ -7,7 +7,7 @@ use neardup_corpus::{
     AtomicFile, CancelToken, DiscoverOptions, Discovery, InputFile, OutputOptions, Publication,
     PublishOptions, WriteError, discover,
 };
-use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup_into};
+use neardup_dedup::{Decision, DedupStats, Stage2Config, run_dedup_into};
 use neardup_exec::{OnError, Progress};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
@@ -396,13 +396,13 @@ pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
 }
 
 /// Stage-2 settings from a config.
-pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
+pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
     let k = keys_config(config)?;
-    Ok(ApplyConfig {
+    Ok(Stage2Config {
         sketcher: k.sketcher,
         rule: k.rule,
         selector: k.selector,
-        dedup: config.dedup_config(),
+        deduper: config.deduper_config(),
         empty: config.dedup.empty,
         threads: config.run.threads,
         block_bytes: k.block_bytes,
@@ -582,7 +582,7 @@ fn apply_with_mask(
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.progress = control.stage2.clone();
     cfg.cancel = control.cancel.clone();
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
@@ -656,7 +656,7 @@ impl Pipeline {
             stats,
             ..
         } = run_keys(&files, 0, &keys)?;
-        let mut cfg = apply_config(&self.config)?;
+        let mut cfg = stage2_config(&self.config)?;
         cfg.progress = self.control.stage2.clone();
         cfg.cancel = self.control.cancel.clone();
         let stage2 = run_dedup_into(&rows, &mask, &cfg, &publication, observe)?;

@@ -8,7 +8,7 @@ use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Verify};
 use neardup::exec::OnError;
 use neardup::sketch::{BandKeyScheme, HashScheme};
-use neardup::{Config, DedupSettings, Error, FieldsModeSetting, Layers, Preset, Tokenize};
+use neardup::{Config, DedupSettings, Error, FieldsModeSetting, Layers, Preset, ShingleUnit};
 
 /// Near-duplicate detection for large text corpora (MinHash + LSH in two streaming stages).
 #[derive(Parser, Debug)]
@@ -447,7 +447,7 @@ macro_rules! value_enum {
 value_enum!(FormatArg => Format { Jsonl => Format::Jsonl, Parquet => Format::Parquet });
 value_enum!(HashArg => HashScheme { Fast => HashScheme::Fast, Datasketch => HashScheme::Datasketch, Oph => HashScheme::Oph });
 value_enum!(BandKeysArg => BandKeyScheme { Fast => BandKeyScheme::Fast, Lshcurator => BandKeyScheme::Lshcurator });
-value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Exact });
+value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Jaccard });
 value_enum!(OnErrorArg => OnError { Skip => OnError::Skip, Fail => OnError::Fail });
 value_enum!(EmptyArg => EmptyPolicy { Keep => EmptyPolicy::Keep, Drop => EmptyPolicy::Drop });
 value_enum!(FieldsModeArg => FieldsModeSetting {
@@ -456,13 +456,13 @@ value_enum!(FieldsModeArg => FieldsModeSetting {
     /// One sample per field (lshcurator's semantics).
     Expand => FieldsModeSetting::Expand,
 });
-value_enum!(TokenizeArg => Tokenize {
+value_enum!(TokenizeArg => ShingleUnit {
     /// Unicode characters.
-    Char => Tokenize::Char,
+    Char => ShingleUnit::Char,
     /// UTF-8 bytes.
-    Byte => Tokenize::Byte,
+    Byte => ShingleUnit::Byte,
     /// Words (Unicode word boundaries).
-    Word => Tokenize::Word,
+    Word => ShingleUnit::Word,
 });
 
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
@@ -780,7 +780,7 @@ mod tests {
         assert_eq!(c.sketch.num_perm, 32);
         assert_eq!(
             (c.sketch.shingle, c.sketch.step, c.sketch.tokenize),
-            (3, 2, Tokenize::Byte)
+            (3, 2, ShingleUnit::Byte)
         );
         assert_eq!(c.keys.short_texts, ShortTextPolicy::EmptySignature);
         assert!(!c.keys.exact);

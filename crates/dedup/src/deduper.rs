@@ -21,33 +21,36 @@ pub enum Verify {
     /// The default. A candidate is confirmed only if the true Jaccard of the shingle sets reaches
     /// the threshold: nothing is ever dropped for a false positive of the estimate. Candidates are
     /// taken from three standard errors of the estimate below the threshold, so pairs whose
-    /// estimate fell short by chance are still found.
+    /// estimate fell short by chance are still found. Named `exact` in settings and flags
+    /// (`--verify exact`); in code, "exact" is reserved for identical texts
+    /// (`neardup_corpus::Reason::Exact`).
     #[default]
-    Exact,
+    #[serde(rename = "exact")]
+    Jaccard,
 }
 
 /// Settings of stage 2's decisions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DedupConfig {
+pub struct DeduperConfig {
     /// A sample whose similarity with an earlier kept sample reaches this is a duplicate.
     pub threshold: f64,
     /// At most this many representatives per hot bucket (unbounded when `None`).
     pub max_reps: Option<usize>,
     /// How candidates are confirmed.
     pub verify: Verify,
-    /// Memory for representatives' shingle sets under [`Verify::Exact`] before they spill to disk.
+    /// Memory for representatives' shingle sets under [`Verify::Jaccard`] before they spill to disk.
     pub verify_memory: u64,
     /// Where sets past `verify_memory` spill (the system's temporary directory when unset).
     #[serde(default)]
     pub spill_dir: Option<std::path::PathBuf>,
 }
 
-impl Default for DedupConfig {
+impl Default for DeduperConfig {
     fn default() -> Self {
-        DedupConfig {
+        DeduperConfig {
             threshold: 0.8,
             max_reps: Some(64),
-            verify: Verify::Exact,
+            verify: Verify::Jaccard,
             verify_memory: 1 << 30,
             spill_dir: None,
         }
@@ -68,7 +71,7 @@ pub enum Verdict {
     Near {
         /// The representative it matched.
         of: SampleAddr,
-        /// The similarity that decided (estimated, or exact Jaccard under [`Verify::Exact`]).
+        /// The similarity that decided (estimated, or exact Jaccard under [`Verify::Jaccard`]).
         similarity: f64,
     },
 }
@@ -140,7 +143,7 @@ enum Material<'a> {
 ///
 /// Deterministic: the verdict depends only on the sequence of candidates given.
 pub struct Deduper {
-    config: DedupConfig,
+    config: DeduperConfig,
     bands: usize,
     exact_column: Option<usize>,
     arena: RepArena,
@@ -166,7 +169,7 @@ pub struct Deduper {
 impl Deduper {
     /// A decision core for signatures of `num_perm` positions and rows of `bands` bands under `rule`.
     pub fn new(
-        config: DedupConfig,
+        config: DeduperConfig,
         num_perm: usize,
         bands: usize,
         rule: RowRule,
@@ -181,7 +184,7 @@ impl Deduper {
             return Err("max_reps must be at least 1 (or unset for no bound)".into());
         }
         let shingle_sets = match config.verify {
-            Verify::Exact => Some(ShingleStore::new(
+            Verify::Jaccard => Some(ShingleStore::new(
                 config.verify_memory,
                 config.spill_dir.clone(),
             )),
@@ -191,7 +194,7 @@ impl Deduper {
         let t = config.threshold;
         let candidate_floor = match config.verify {
             Verify::Estimate => t,
-            Verify::Exact => (t - 3.0 * (t * (1.0 - t) / num_perm.max(1) as f64).sqrt()).max(0.0),
+            Verify::Jaccard => (t - 3.0 * (t * (1.0 - t) / num_perm.max(1) as f64).sqrt()).max(0.0),
         };
         Ok(Deduper {
             candidate_floor,
@@ -210,11 +213,11 @@ impl Deduper {
     }
 
     /// The settings.
-    pub fn config(&self) -> &DedupConfig {
+    pub fn config(&self) -> &DeduperConfig {
         &self.config
     }
 
-    /// Whether candidates need their shingle sets ([`Verify::Exact`]).
+    /// Whether candidates need their shingle sets ([`Verify::Jaccard`]).
     pub fn needs_shingles(&self) -> bool {
         self.shingle_sets.is_some()
     }
@@ -388,7 +391,7 @@ impl Deduper {
 /// pipeline run.
 ///
 /// ```no_run
-/// use neardup_dedup::{DedupConfig, TextDeduper};
+/// use neardup_dedup::{DeduperConfig, TextDeduper};
 /// use neardup_keys::{HotKeys, RowRule};
 /// use neardup_sketch::{Sketcher, SketchConfig};
 ///
@@ -396,7 +399,7 @@ impl Deduper {
 /// // The sketch settings and row rule stage 1 used for these hot keys.
 /// let sketcher = Sketcher::new(sketch_config()).unwrap();
 /// let hot = HotKeys::load("hot.ndh".as_ref()).unwrap();
-/// let mut dedup = TextDeduper::new(sketcher, RowRule::default(), &hot, DedupConfig::default()).unwrap();
+/// let mut dedup = TextDeduper::new(sketcher, RowRule::default(), &hot, DeduperConfig::default()).unwrap();
 /// for text in ["first text …", "first text …!"] {
 ///     let verdict = dedup.check(text);
 ///     println!("keep={} {verdict:?}", verdict.keep());
@@ -421,7 +424,7 @@ impl TextDeduper {
         sketcher: Sketcher,
         rule: RowRule,
         hot: &HotKeys,
-        config: DedupConfig,
+        config: DeduperConfig,
     ) -> Result<TextDeduper, String> {
         if hot.layout().sketch_fingerprint != sketcher.config().fingerprint()
             || hot.layout().rule != rule
@@ -530,7 +533,7 @@ mod tests {
         }
     }
 
-    fn deduper(config: DedupConfig) -> Deduper {
+    fn deduper(config: DeduperConfig) -> Deduper {
         Deduper::new(config, NUM_PERM, BANDS, RowRule::default()).unwrap()
     }
 
@@ -545,10 +548,10 @@ mod tests {
         })
     }
 
-    fn estimate() -> DedupConfig {
-        DedupConfig {
+    fn estimate() -> DeduperConfig {
+        DeduperConfig {
             verify: Verify::Estimate,
-            ..DedupConfig::default()
+            ..DeduperConfig::default()
         }
     }
 
@@ -593,7 +596,7 @@ mod tests {
         // Similar to the third only, sharing just the full bucket.
         let late = sample([3, 3, 3, 3, 3, 3, 3, 9], [10, 14], 4);
         for (max_reps, expect_late_near) in [(Some(2), false), (None, true)] {
-            let mut d = deduper(DedupConfig {
+            let mut d = deduper(DeduperConfig {
                 max_reps,
                 threshold: 0.8,
                 ..estimate()
@@ -612,7 +615,7 @@ mod tests {
 
     #[test]
     fn exact_verification_rejects_a_candidate_whose_sets_are_not_similar() {
-        let mut d = deduper(DedupConfig::default());
+        let mut d = deduper(DeduperConfig::default());
         assert!(d.needs_shingles());
         let mut a = sample([1; NUM_PERM], [10, 20], 1);
         a.shingles = (0..100).collect();

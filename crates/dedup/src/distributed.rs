@@ -31,13 +31,13 @@ use neardup_corpus::{AtomicFile, CancelToken, Publication};
 use neardup_keys::{FileRows, HotKeys, HotMask, RowRule, ShardPlace, content_key};
 use neardup_sketch::{Scratch, Sketcher, band_keys};
 
-use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict};
+use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
 use crate::error::DedupError;
 use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
 };
-use crate::stage::{Addressing, ApplyConfig, DedupStats, run_stage2};
+use crate::stage::{Addressing, DedupStats, Stage2Config, run_stage2};
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
 /// the steps' values as bytes).
@@ -424,7 +424,7 @@ impl Rebuilt {
 pub fn decide_group<R: Read>(
     signed: Vec<(String, RecordReader<R>)>,
     shape: SignedShape,
-    dedup: &DedupConfig,
+    dedup: &DeduperConfig,
     sketch: &DecideShape,
     out: &mut [RecordWriter<StepSink>],
     cancel: &CancelToken,
@@ -576,7 +576,7 @@ fn decide_full(
 pub fn run_sign(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     place: &ShardPlace,
     hot: &HotKeys,
     sinks: Vec<StepSink>,
@@ -619,7 +619,7 @@ fn sign_stream_error(e: io::Error) -> DedupError {
 }
 
 /// The shape of the samples `sign` writes under `cfg`.
-pub fn signed_shape(cfg: &ApplyConfig) -> SignedShape {
+pub fn signed_shape(cfg: &Stage2Config) -> SignedShape {
     SignedShape {
         num_perm: cfg.sketcher.num_perm(),
         columns: cfg.rule.columns(cfg.sketcher.bands()),
@@ -636,7 +636,7 @@ pub fn signed_shape(cfg: &ApplyConfig) -> SignedShape {
 pub fn run_write(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     place: &ShardPlace,
     names: &[String],
     decided: DecidedMerge<Box<dyn Read + Send>>,
@@ -685,7 +685,7 @@ mod tests {
 
     /// The verdicts of a one-process run: every text sketched, with its set.
     fn one_process(sketch: &DecideShape, texts: &[&str]) -> Vec<Verdict> {
-        let mut d = Deduper::new(DedupConfig::default(), 128, 16, sketch.rule).unwrap();
+        let mut d = Deduper::new(DeduperConfig::default(), 128, 16, sketch.rule).unwrap();
         let columns = sketch.rule.columns(16);
         let mut scratch = Scratch::collecting_shingle_sets();
         texts
@@ -764,7 +764,7 @@ mod tests {
         let (stats, written) = decide_group(
             vec![("g".into(), RecordReader::new(bytes.as_slice()).unwrap())],
             shape,
-            &DedupConfig::default(),
+            &DeduperConfig::default(),
             &sketch,
             &mut out,
             &CancelToken::default(),

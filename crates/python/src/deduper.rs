@@ -353,7 +353,7 @@ impl Deduper {
         }
         let hot = hot_keys.map(|h| hot_set(h, &sketcher, rule)).transpose()?;
         let core = Core::new(
-            config.dedup_config(),
+            config.deduper_config(),
             sketcher.num_perm(),
             sketcher.bands(),
             rule,
