@@ -5,6 +5,7 @@ use neardup_keys::{HotKeys, RowKind, RowRule};
 use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
 use serde::{Deserialize, Serialize};
 
+use crate::error::SettingsError;
 use crate::reps::{BucketIndex, RepArena, RepId};
 use crate::verify::{SetBuilder, ShingleStore};
 
@@ -173,15 +174,12 @@ impl Deduper {
         num_perm: usize,
         bands: usize,
         rule: RowRule,
-    ) -> Result<Deduper, String> {
+    ) -> Result<Deduper, SettingsError> {
         if !(0.0..=1.0).contains(&config.threshold) || config.threshold.is_nan() {
-            return Err(format!(
-                "threshold must be in [0, 1], got {}",
-                config.threshold
-            ));
+            return Err(SettingsError::Threshold(config.threshold));
         }
         if config.max_reps == Some(0) {
-            return Err("max_reps must be at least 1 (or unset for no bound)".into());
+            return Err(SettingsError::NoRepresentatives);
         }
         let shingle_sets = match config.verify {
             Verify::Jaccard => Some(ShingleStore::new(
@@ -425,11 +423,11 @@ impl TextDeduper {
         rule: RowRule,
         hot: &HotKeys,
         config: DeduperConfig,
-    ) -> Result<TextDeduper, String> {
+    ) -> Result<TextDeduper, SettingsError> {
         if hot.layout().sketch_fingerprint != sketcher.config().fingerprint()
             || hot.layout().rule != rule
         {
-            return Err("the hot keys were made with different sketch settings".into());
+            return Err(SettingsError::OtherSketch);
         }
         let core = Deduper::new(config, sketcher.num_perm(), sketcher.bands(), rule)?;
         let scratch = if core.needs_shingles() {
@@ -553,6 +551,33 @@ mod tests {
             verify: Verify::Estimate,
             ..DeduperConfig::default()
         }
+    }
+
+    #[test]
+    fn settings_it_cannot_decide_with_are_refused_by_value() {
+        let refused = |config: DeduperConfig| {
+            Deduper::new(config, NUM_PERM, BANDS, RowRule::default())
+                .err()
+                .expect("refused")
+        };
+        let e = refused(DeduperConfig {
+            threshold: 1.5,
+            ..DeduperConfig::default()
+        });
+        assert_eq!(e, SettingsError::Threshold(1.5));
+        assert_eq!(e.to_string(), "threshold must be in [0, 1], got 1.5");
+        let e = refused(DeduperConfig {
+            max_reps: Some(0),
+            ..DeduperConfig::default()
+        });
+        assert_eq!(e, SettingsError::NoRepresentatives);
+        let stage2 = crate::DedupError::from(e);
+        assert!(
+            stage2
+                .to_string()
+                .starts_with("invalid settings: max_reps must be at least 1")
+        );
+        assert!(std::error::Error::source(&stage2).is_some());
     }
 
     #[test]

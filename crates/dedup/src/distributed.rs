@@ -437,8 +437,7 @@ pub fn decide_group<R: Read>(
         num_perm,
         sketch.sketcher.bands(),
         sketch.rule,
-    )
-    .map_err(DedupError::Config)?
+    )?
     .building_sets_with(sketch.sketcher.clone());
     let needs_texts = deduper.needs_shingles() && sketch.rule.band_keys;
     if needs_texts && !shape.texts {
@@ -519,7 +518,7 @@ pub fn decide_group<R: Read>(
                 }
             };
             if let Some(e) = deduper.take_io_error() {
-                return Err(DedupError::Spill(e.to_string()));
+                return Err(DedupError::Spill(e));
             }
             // Any hot sample may be named as the original of a later one.
             if let Some(id) = &sample.id {
@@ -537,9 +536,10 @@ pub fn decide_group<R: Read>(
                 dup_of_id,
             };
             encode_decided(&decided, out[s].buffer());
-            out[s]
-                .record_done()
-                .map_err(|e| DedupError::Output(e.to_string()))?;
+            out[s].record_done().map_err(|e| DedupError::StepOutput {
+                what: "the decided samples",
+                source: e,
+            })?;
             written[s] += 1;
         }
     }
@@ -615,7 +615,10 @@ pub fn run_sign(
 }
 
 fn sign_stream_error(e: io::Error) -> DedupError {
-    DedupError::Output(format!("writing the signed samples: {e}"))
+    DedupError::StepOutput {
+        what: "the signed samples",
+        source: e,
+    }
 }
 
 /// The shape of the samples `sign` writes under `cfg`.

@@ -47,7 +47,7 @@ pub use distributed::{
     DecideShape, DecidedMerge, SignedCounts, Signer, StepSink, decide_group, run_sign, run_write,
     signed_shape,
 };
-pub use error::DedupError;
+pub use error::{DedupError, SettingsError};
 pub use handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed,

@@ -68,7 +68,10 @@ fn wrong_route(what: &str) -> DedupError {
 }
 
 fn sign_error(e: std::io::Error) -> DedupError {
-    DedupError::Output(format!("writing the signed samples: {e}"))
+    DedupError::StepOutput {
+        what: "the signed samples",
+        source: e,
+    }
 }
 
 /// One-process stage 2: the decision core decides here and now.
@@ -127,7 +130,7 @@ impl HotRoute for Deduper {
 
     fn block_done(&mut self) -> Result<(), DedupError> {
         match self.take_io_error() {
-            Some(e) => Err(DedupError::Spill(e.to_string())),
+            Some(e) => Err(DedupError::Spill(e)),
             None => Ok(()),
         }
     }
@@ -402,7 +405,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                 dup_of_id: dup_of_id.as_deref(),
                 similarity,
             })
-            .map_err(|e| DedupError::Output(e.to_string()))?;
+            .map_err(DedupError::Output)?;
         }
         (self.observe)(&Decision {
             addr,

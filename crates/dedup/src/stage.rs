@@ -65,7 +65,7 @@ fn output_error(e: WriteError) -> DedupError {
     if e.kind() == "interrupted" {
         DedupError::Interrupted
     } else {
-        DedupError::Output(e.to_string())
+        DedupError::Output(e)
     }
 }
 
@@ -581,8 +581,7 @@ pub fn run_dedup_into(
         cfg.sketcher.num_perm(),
         cfg.sketcher.bands(),
         cfg.rule,
-    )
-    .map_err(DedupError::Config)?;
+    )?;
     let names: Vec<String> = files
         .iter()
         .map(|f| f.input.path.display().to_string())
@@ -642,7 +641,7 @@ impl OutputLink {
             && tx.send(msg).is_err()
         {
             self.gone = true;
-            return Err(DedupError::Output("the output writer stopped".into()));
+            return Err(DedupError::WriterStopped);
         }
         Ok(())
     }

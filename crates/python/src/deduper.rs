@@ -358,7 +358,7 @@ impl Deduper {
             sketcher.bands(),
             rule,
         )
-        .map_err(PyValueError::new_err)?;
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let scratch = if core.needs_shingles() {
             Scratch::collecting_shingle_sets()
         } else {
