@@ -33,8 +33,8 @@ use crate::Config;
 use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
-    Report, RunControl, apply_config, check_hot_layout, check_hot_layout_is, keys_config,
-    publish_error, wrong_tables,
+    Report, RunControl, check_hot_layout, check_hot_layout_is, keys_config, publish_error,
+    stage2_config, wrong_tables,
 };
 #[cfg(doc)]
 use crate::step_values::StepInput;
@@ -59,7 +59,7 @@ pub struct DecideSettings {
 
 impl DecideSettings {
     fn of(config: &Config) -> DecideSettings {
-        let d = config.dedup_config();
+        let d = config.deduper_config();
         DecideSettings {
             threshold: d.threshold,
             max_reps: d.max_reps,
@@ -185,7 +185,7 @@ pub struct DecideReport {
 pub enum TableInput<'a> {
     /// A key-table file (`neardup keys -o`), read as a stream.
     File(&'a Path),
-    /// A table in memory ([`crate::compute_keys`], or [`KeyTable::load`]).
+    /// A table in memory ([`crate::KeysStep::table`], or [`KeyTable::load`]).
     Value(&'a KeyTable),
 }
 
@@ -268,7 +268,7 @@ fn sign_into(
     paths.check()?;
     let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.output = None;
     cfg.decisions = None;
     cfg.progress = control.stage2.clone();
@@ -437,7 +437,7 @@ fn decide_into(
     let (deduper, decided) = decide_group(
         streams,
         shape,
-        &config.dedup_config(),
+        &config.deduper_config(),
         &sketch,
         &mut outs,
         &control.cancel,
@@ -600,7 +600,7 @@ pub fn write_shard<'a>(
         ..PublishOptions::default()
     })
     .map_err(publish_error)?;
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.progress = control.stage2.clone();
     cfg.cancel = control.cancel.clone();
     let stage2 = run_write(

@@ -35,13 +35,13 @@ use neardup_keys::{
 };
 use neardup_sketch::{Scratch, Sketcher, band_keys};
 
-use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict};
+use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
 use crate::error::DedupError;
 use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
 };
-use crate::stage::{Addressing, ApplyConfig, DedupStats, run_stage2};
+use crate::stage::{Addressing, DedupStats, Stage2Config, run_stage2};
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
 /// the steps' values as bytes).
@@ -496,7 +496,7 @@ fn sketch_mismatch(name: &str, row: u64) -> DedupError {
 pub fn decide_group<R: Read>(
     signed: Vec<(String, RecordReader<R>)>,
     shape: SignedShape,
-    dedup: &DedupConfig,
+    dedup: &DeduperConfig,
     sketch: &DecideShape,
     out: &mut [RecordWriter<StepSink>],
     cancel: &CancelToken,
@@ -509,8 +509,7 @@ pub fn decide_group<R: Read>(
         num_perm,
         sketch.sketcher.bands(),
         sketch.rule,
-    )
-    .map_err(DedupError::Config)?;
+    )?;
     let needs_texts = deduper.needs_shingles() && sketch.rule.band_keys;
     if needs_texts && !shape.texts {
         return Err(DedupError::Config(
@@ -590,7 +589,7 @@ pub fn decide_group<R: Read>(
                 }
             };
             if let Some(e) = deduper.take_io_error() {
-                return Err(DedupError::Spill(e.to_string()));
+                return Err(DedupError::Spill(e));
             }
             // Any hot sample may be named as the original of a later one.
             if let Some(id) = &sample.id {
@@ -608,9 +607,10 @@ pub fn decide_group<R: Read>(
                 dup_of_id,
             };
             encode_decided(&decided, out[s].buffer());
-            out[s]
-                .record_done()
-                .map_err(|e| DedupError::Output(e.to_string()))?;
+            out[s].record_done().map_err(|e| DedupError::StepOutput {
+                what: "the decided samples",
+                source: e,
+            })?;
             written[s] += 1;
         }
     }
@@ -625,7 +625,7 @@ pub fn decide_group<R: Read>(
 pub fn run_sign(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     place: &ShardPlace,
     hot: &HotKeys,
     sinks: Vec<StepSink>,
@@ -664,11 +664,14 @@ pub fn run_sign(
 }
 
 fn sign_stream_error(e: io::Error) -> DedupError {
-    DedupError::Output(format!("writing the signed samples: {e}"))
+    DedupError::StepOutput {
+        what: "the signed samples",
+        source: e,
+    }
 }
 
 /// The shape of the samples `sign` writes under `cfg`.
-pub fn signed_shape(cfg: &ApplyConfig) -> SignedShape {
+pub fn signed_shape(cfg: &Stage2Config) -> SignedShape {
     SignedShape {
         num_perm: cfg.sketcher.num_perm(),
         columns: cfg.rule.columns(cfg.sketcher.bands()),
@@ -685,7 +688,7 @@ pub fn signed_shape(cfg: &ApplyConfig) -> SignedShape {
 pub fn run_write(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     place: &ShardPlace,
     names: &[String],
     decided: DecidedMerge<Box<dyn Read + Send>>,
@@ -734,7 +737,7 @@ mod tests {
 
     /// The verdicts of a one-process run: every text sketched, with its set.
     fn one_process(sketch: &DecideShape, texts: &[&str]) -> Vec<Verdict> {
-        let mut d = Deduper::new(DedupConfig::default(), 128, 16, sketch.rule).unwrap();
+        let mut d = Deduper::new(DeduperConfig::default(), 128, 16, sketch.rule).unwrap();
         let columns = sketch.rule.columns(16);
         let mut scratch = Scratch::collecting_shingle_sets();
         texts
@@ -813,7 +816,7 @@ mod tests {
         let (stats, written) = decide_group(
             vec![("g".into(), RecordReader::new(bytes.as_slice()).unwrap())],
             shape,
-            &DedupConfig::default(),
+            &DeduperConfig::default(),
             &sketch,
             &mut out,
             &CancelToken::default(),

@@ -7,7 +7,7 @@
 //!   representative compared once); a match at the threshold drops the sample and names the
 //!   representative, otherwise the sample is kept and joins every hot bucket with room
 //!   (`max_reps`). Representatives' signatures live once in a contiguous arena; buckets hold small
-//!   indices ([`DeduperStats`] reports the bytes). Optional exact verification ([`Verify::Exact`])
+//!   indices ([`DeduperStats`] reports the bytes). Optional exact verification ([`Verify::Jaccard`])
 //!   confirms each candidate with the true Jaccard of the shingle sets;
 //! - the **pipeline** ([`run_dedup`]), a step of the one executor (`neardup_exec`): worker threads
 //!   re-read the inputs chunk by chunk (the chunks stage 1 recorded, so each worker knows the
@@ -41,17 +41,17 @@ mod stage;
 mod verify;
 
 pub use deduper::{
-    Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
+    Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
 };
 pub use distributed::{
     DecideShape, DecidedMerge, SignedCounts, Signer, StepSink, decide_group, run_sign, run_write,
     signed_shape,
 };
-pub use error::DedupError;
+pub use error::{DedupError, SettingsError};
 pub use handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed,
 };
 pub use stage::{
-    ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup, run_dedup_into,
+    Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config, run_dedup, run_dedup_into,
 };
