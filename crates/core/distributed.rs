@@ -213,11 +213,18 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
 pub(crate) const STEP_FORMAT_VERSION: u32 = 3;
 
 impl TableInput<'_> {
-    /// The shard's hot mask, files and place among the shards `hot` was counted from.
-    fn mask(&self, hot: &HotKeys) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
-        match self {
-            TableInput::File(path) => HotMask::for_shard(path, hot),
-            TableInput::Value(table) => HotMask::for_table(table, hot),
+    /// The shard's hot mask, files and place among the shards `hot` was counted from; with
+    /// `groups`, the mask knows each hot row's group (what `sign` needs).
+    fn mask(
+        &self,
+        hot: &HotKeys,
+        groups: bool,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
+        match (self, groups) {
+            (TableInput::File(path), false) => HotMask::for_shard(path, hot),
+            (TableInput::File(path), true) => HotMask::for_shard_grouped(path, hot),
+            (TableInput::Value(table), false) => HotMask::for_table(table, hot),
+            (TableInput::Value(table), true) => HotMask::for_table_grouped(table, hot),
         }
         .map_err(wrong_tables)
     }
@@ -257,7 +264,7 @@ fn sign_into(
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot)?;
+    let (mask, files, place) = table.mask(hot, true)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let mut paths = RunPaths::new();
@@ -518,7 +525,7 @@ pub fn write_shard<'a>(
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot)?;
+    let (mask, files, place) = table.mask(hot, false)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config);

@@ -142,7 +142,8 @@ pub struct SignedCounts {
 }
 
 impl<'a> Signer<'a> {
-    /// A signer of the hot rows of `mask` (one shard's, made with `hot`) writing group `g`'s
+    /// A signer of the hot rows of `mask` (one shard's, made with `hot` by
+    /// [`HotMask::for_shard_grouped`] or [`HotMask::for_table_grouped`]) writing group `g`'s
     /// samples to `sinks[g]` (one sink per group of `hot`).
     pub fn new(
         hot: &HotKeys,
@@ -151,6 +152,7 @@ impl<'a> Signer<'a> {
         sinks: Vec<StepSink>,
     ) -> io::Result<Self> {
         assert_eq!(sinks.len(), hot.groups() as usize, "one sink per group");
+        assert!(mask.has_groups(), "a signer's mask knows its rows' groups");
         let streams = sinks
             .into_iter()
             .map(RecordWriter::new)

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashSet;
 use neardup_corpus::AtomicFile;
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
@@ -155,45 +155,45 @@ impl HotSummary {
 }
 
 /// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
-struct MaskMarker {
+struct MaskMarker<'a> {
     mask: HotMask,
-    lookup: KeyLookup,
+    set: HashSet<u64>,
     columns: usize,
     content_col: Option<usize>,
     /// Hot content keys seen so far: a later row with one is a later exact copy.
     first_seen: HashSet<u64>,
     /// Position of the next key.
     pos: usize,
-    /// The last row whose group was recorded (with a plan).
+    /// With a plan, when the rows' groups are recorded: the hot keys and their groups.
+    plan: Option<(&'a [u64], &'a [u32])>,
+    /// The last row whose group was recorded.
     grouped_row: Option<usize>,
 }
 
-/// How a marker finds hot keys: a set, or with a plan the group of each key (recorded per hot
-/// row, see [`HotMask::groups`]).
-enum KeyLookup {
-    Set(HashSet<u64>),
-    Groups(HashMap<u64, u32>),
-}
-
-impl MaskMarker {
-    fn new(hot: &HotKeys, rows: usize, columns: usize) -> MaskMarker {
-        let lookup = match &hot.plan {
-            Some(plan) => KeyLookup::Groups(
-                hot.keys
-                    .iter()
-                    .copied()
-                    .zip(plan.group_of_key.iter().copied())
-                    .collect(),
-            ),
-            None => KeyLookup::Set(hot.lookup()),
+impl<'a> MaskMarker<'a> {
+    /// A marker of `rows` rows of `columns` keys; `groups`: record each hot row's group
+    /// ([`HotMask::groups`]).
+    fn new(hot: &'a HotKeys, rows: usize, columns: usize, groups: bool) -> MaskMarker<'a> {
+        let mut mask = HotMask::new(rows, columns);
+        let plan = match (&hot.plan, groups) {
+            (Some(plan), true) => {
+                mask.row_groups = RowGroups::Recorded(Vec::new());
+                Some((&hot.keys[..], &plan.group_of_key[..]))
+            }
+            (None, true) => {
+                mask.row_groups = RowGroups::One;
+                None
+            }
+            (_, false) => None,
         };
         MaskMarker {
-            mask: HotMask::new(rows, columns),
-            lookup,
+            mask,
+            set: hot.lookup(),
             columns,
             content_col: hot.layout().rule.exact_key.then(|| columns - 1),
             first_seen: HashSet::new(),
             pos: 0,
+            plan,
             grouped_row: None,
         }
     }
@@ -202,28 +202,22 @@ impl MaskMarker {
         for key in keys {
             let pos = self.pos;
             self.pos += 1;
-            if *key == NO_KEY {
-                continue;
-            }
-            let hot = match &self.lookup {
-                KeyLookup::Set(set) => set.contains(key),
-                KeyLookup::Groups(groups) => match groups.get(key) {
-                    None => false,
-                    Some(&group) => {
-                        // All of a row's hot keys are in one component, so in one group.
-                        let row = pos / self.columns;
-                        if self.grouped_row != Some(row) {
-                            self.grouped_row = Some(row);
-                            self.mask.groups.push(group);
-                        }
-                        true
-                    }
-                },
-            };
-            if hot {
+            if *key != NO_KEY && self.set.contains(key) {
                 self.mask.set_position(pos);
                 if self.content_col == Some(pos % self.columns) && !self.first_seen.insert(*key) {
                     self.mask.set_later_copy(pos / self.columns);
+                }
+                let row = pos / self.columns;
+                if let Some((hot_keys, group_of_key)) = self.plan
+                    && self.grouped_row != Some(row)
+                {
+                    // All of a row's hot keys are in one component, so in one group: one search
+                    // per hot row.
+                    self.grouped_row = Some(row);
+                    let i = hot_keys.binary_search(key).expect("a hot key is a hot key");
+                    if let RowGroups::Recorded(groups) = &mut self.mask.row_groups {
+                        groups.push(group_of_key[i]);
+                    }
                 }
             }
         }
@@ -628,10 +622,20 @@ pub struct HotMask {
     bits: Vec<u64>,
     /// One bit per row: its content key is hot and an earlier row has the same one.
     copies: Vec<u64>,
-    /// With a plan (`neardup hot --groups`), the group of each hot row, in row order (a `sign`
-    /// step sends each hot sample to its group's stream without computing its keys); empty
-    /// otherwise (one group).
-    groups: Vec<u32>,
+    /// The group of each hot row, when recorded (a `sign` step sends each hot sample to its
+    /// group's stream without computing its keys).
+    row_groups: RowGroups,
+}
+
+/// Which groups a [`HotMask`] knows its hot rows to be in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum RowGroups {
+    /// Not recorded (the mask was built without [`HotMask::for_shard_grouped`]).
+    NotRecorded,
+    /// One group (no plan).
+    One,
+    /// With a plan: the group of each hot row, in row order.
+    Recorded(Vec<u32>),
 }
 
 /// Where the table `identity` (named `name` in messages) sits among the tables `hot` was
@@ -676,7 +680,7 @@ impl HotMask {
             rows,
             bits: vec![0; (rows * columns).div_ceil(64)],
             copies: vec![0; rows.div_ceil(64)],
-            groups: Vec::new(),
+            row_groups: RowGroups::NotRecorded,
         }
     }
 
@@ -693,7 +697,7 @@ impl HotMask {
             rows,
             bits,
             copies,
-            groups: Vec::new(),
+            row_groups: RowGroups::NotRecorded,
         }
     }
 
@@ -710,7 +714,7 @@ impl HotMask {
             return Ok(HotMask::new(0, 0));
         };
         let rows = tables.iter().map(|t| t.rows()).sum();
-        let mut marker = MaskMarker::new(hot, rows, first.columns());
+        let mut marker = MaskMarker::new(hot, rows, first.columns(), false);
         for t in tables {
             marker.mark(t.keys());
         }
@@ -726,7 +730,7 @@ impl HotMask {
         tables.layout.check_compatible(hot.layout())?;
         hot.check_tables(&tables.identities, Some(&tables.paths))?;
         let rows = tables.rows.iter().sum::<u64>() as usize;
-        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns());
+        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns(), false);
         let mut files = Vec::new();
         let mut block = Vec::new();
         for p in &tables.paths {
@@ -753,11 +757,29 @@ impl HotMask {
         table: &Path,
         hot: &HotKeys,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::shard_mask(table, hot, false)
+    }
+
+    /// [`HotMask::for_shard`], also recording the group of each hot row
+    /// ([`HotMask::groups`]): what a `sign` step needs.
+    pub fn for_shard_grouped(
+        table: &Path,
+        hot: &HotKeys,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::shard_mask(table, hot, true)
+    }
+
+    fn shard_mask(
+        table: &Path,
+        hot: &HotKeys,
+        groups: bool,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
         shards.layout.check_compatible(hot.layout())?;
         let identity = shards.identities[0];
         let place = shard_place(identity, hot, &table.display().to_string())?;
-        let mut marker = MaskMarker::new(hot, identity.rows as usize, shards.layout.columns());
+        let mut marker =
+            MaskMarker::new(hot, identity.rows as usize, shards.layout.columns(), groups);
         let mut reader = TableReader::open(table)?;
         let mut block = Vec::new();
         loop {
@@ -777,10 +799,27 @@ impl HotMask {
         table: &KeyTable,
         hot: &HotKeys,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::table_mask(table, hot, false)
+    }
+
+    /// [`HotMask::for_table`], also recording the group of each hot row
+    /// ([`HotMask::groups`]): what a `sign` step needs.
+    pub fn for_table_grouped(
+        table: &KeyTable,
+        hot: &HotKeys,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::table_mask(table, hot, true)
+    }
+
+    fn table_mask(
+        table: &KeyTable,
+        hot: &HotKeys,
+        groups: bool,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         table.layout().check_compatible(hot.layout())?;
         let name = format!("the key table of shard {}", table.shard());
         let place = shard_place(table.identity(), hot, &name)?;
-        let mut marker = MaskMarker::new(hot, table.rows(), table.columns());
+        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), groups);
         marker.mark(table.keys());
         Ok((marker.mask, table.files().to_vec(), place))
     }
@@ -819,8 +858,14 @@ impl HotMask {
         let start = row * self.columns;
         (start..start + self.columns).any(|p| self.get_position(p))
     }
+    /// Whether the mask knows its hot rows' groups (made by [`HotMask::for_shard_grouped`] or
+    /// [`HotMask::for_table_grouped`]).
+    pub fn has_groups(&self) -> bool {
+        self.row_groups != RowGroups::NotRecorded
+    }
+
     /// The groups of the hot rows, asked for in ascending row order
-    /// ([`HotRowGroups::group_of`]).
+    /// ([`HotRowGroups::group_of`]); every answer is `None` without [`HotMask::has_groups`].
     pub fn groups(&self) -> HotRowGroups<'_> {
         HotRowGroups {
             mask: self,
@@ -859,10 +904,11 @@ impl HotRowGroups<'_> {
             self.hot_before += usize::from(self.mask.is_hot_row(self.next_row));
             self.next_row += 1;
         }
-        if self.mask.groups.is_empty() {
-            return Some(0);
+        match &self.mask.row_groups {
+            RowGroups::NotRecorded => None,
+            RowGroups::One => Some(0),
+            RowGroups::Recorded(groups) => groups.get(self.hot_before).copied(),
         }
-        self.mask.groups.get(self.hot_before).copied()
     }
 }
 
@@ -969,30 +1015,38 @@ mod tests {
             hot_rows: 5,
         };
         let hot = hot.with_plan(plan).unwrap();
-        let all: Vec<&KeyTable> = tables.iter().collect();
-        let mask = HotMask::from_tables(&all, &hot).unwrap();
-        let mut groups = mask.groups();
-        let got: Vec<Option<u32>> = (0..6).map(|r| groups.group_of(r)).collect();
-        assert_eq!(got, [Some(0), Some(1), Some(0), None, Some(1), Some(0)]);
-        for (row, want) in got.iter().enumerate() {
-            let keys = &all[row / 2].keys()[row % 2 * 2..row % 2 * 2 + 2];
-            assert_eq!(hot.group_of_row(keys), *want, "row {row}");
+        // Each shard's mask numbers its own rows.
+        let mut got = Vec::new();
+        for t in &tables {
+            let (mask, _, _) = HotMask::for_table_grouped(t, &hot).unwrap();
+            assert!(mask.has_groups());
+            let mut groups = mask.groups();
+            for row in 0..2 {
+                let group = groups.group_of(row);
+                assert_eq!(
+                    group,
+                    hot.group_of_row(&t.keys()[row * 2..row * 2 + 2]),
+                    "shard {} row {row}",
+                    t.shard()
+                );
+                got.push(group);
+            }
         }
+        assert_eq!(got, [Some(0), Some(1), Some(0), None, Some(1), Some(0)]);
+        let (mask, _, _) = HotMask::for_table_grouped(&tables[0], &hot).unwrap();
         let mut groups = mask.groups();
-        assert_eq!(groups.group_of(4), Some(1), "rows may be skipped");
-        assert_eq!(groups.group_of(2), None, "but not asked for backwards");
-        assert_eq!(groups.group_of(5), Some(0));
-        assert_eq!(groups.group_of(6), None, "past the mask");
-        // One shard's mask numbers its own hot rows.
-        let (shard, _, _) = HotMask::for_table(&tables[2], &hot).unwrap();
-        let mut groups = shard.groups();
-        assert_eq!((groups.group_of(0), groups.group_of(1)), (Some(1), Some(0)));
+        assert_eq!(groups.group_of(1), Some(1), "rows may be skipped");
+        assert_eq!(groups.group_of(0), None, "but not asked for backwards");
+        assert_eq!(groups.group_of(2), None, "past the mask");
+        // A mask made without groups answers none, and says so.
+        let (plain_mask, _, _) = HotMask::for_table(&tables[0], &hot).unwrap();
+        assert!(!plain_mask.has_groups());
+        assert_eq!(plain_mask.groups().group_of(0), None);
         // Without a plan every hot row is in group 0.
         let (plain, _, _) = merge_tables(&tables, 1).unwrap();
-        let mask = HotMask::from_tables(&all, &plain).unwrap();
+        let (mask, _, _) = HotMask::for_table_grouped(&tables[2], &plain).unwrap();
         let mut groups = mask.groups();
-        let got: Vec<Option<u32>> = (0..6).map(|r| groups.group_of(r)).collect();
-        assert_eq!(got, [Some(0), Some(0), Some(0), None, Some(0), Some(0)]);
+        assert_eq!((groups.group_of(0), groups.group_of(1)), (Some(0), Some(0)));
     }
 
     #[test]
