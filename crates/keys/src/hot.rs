@@ -52,30 +52,15 @@ pub struct HotSummary {
     fingerprint: u64,
 }
 
-/// Hashes every byte read through it.
-struct Fingerprinting<R> {
-    inner: R,
-    hash: xxhash_rust::xxh3::Xxh3,
-}
-
-impl<R: Read> Read for Fingerprinting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hash.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
 impl HotSummary {
     /// Reads a hot-key file, checking it as [`HotKeys::load`] does (checksum, key order, plan),
     /// and keeps only its summary. Its fingerprint is the hash of the file's bytes, which are
     /// the bytes [`HotKeys::fingerprint`] hashes.
     pub fn load(path: &Path) -> Result<HotSummary, KeysError> {
         let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
-        let mut whole = Fingerprinting {
-            inner: BufReader::with_capacity(1 << 20, file),
-            hash: xxhash_rust::xxh3::Xxh3::new(),
-        };
+        // The whole file's hash (its trailer included) is its fingerprint; the inner one is
+        // checked against the trailer.
+        let mut whole = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
         let mut input = ChecksumReader::new(&mut whole);
         let header = read_hot_header(&mut input, path)?;
         let mut buf = vec![0u8; 64 * 1024];
@@ -128,7 +113,7 @@ impl HotSummary {
             keys: header.keys,
             tables: header.tables,
             groups,
-            fingerprint: whole.hash.digest(),
+            fingerprint: whole.digest(),
         })
     }
 
@@ -171,20 +156,19 @@ struct MaskMarker<'a> {
 }
 
 impl<'a> MaskMarker<'a> {
-    /// A marker of `rows` rows of `columns` keys; `groups`: record each hot row's group
-    /// ([`HotMask::groups`]).
-    fn new(hot: &'a HotKeys, rows: usize, columns: usize, groups: bool) -> MaskMarker<'a> {
+    /// A marker of `rows` rows of `columns` keys.
+    fn new(hot: &'a HotKeys, rows: usize, columns: usize, grouping: RowGrouping) -> MaskMarker<'a> {
         let mut mask = HotMask::new(rows, columns);
-        let plan = match (&hot.plan, groups) {
-            (Some(plan), true) => {
+        let plan = match (&hot.plan, grouping) {
+            (Some(plan), RowGrouping::Record) => {
                 mask.row_groups = RowGroups::Recorded(Vec::new());
                 Some((&hot.keys[..], &plan.group_of_key[..]))
             }
-            (None, true) => {
+            (None, RowGrouping::Record) => {
                 mask.row_groups = RowGroups::One;
                 None
             }
-            (_, false) => None,
+            (_, RowGrouping::Skip) => None,
         };
         MaskMarker {
             mask,
@@ -323,23 +307,13 @@ impl HotKeys {
     /// the distributed steps can be tied to the hot-key file they were made with. Keys counted
     /// within one run are refused, as by [`HotKeys::save`].
     pub fn fingerprint(&self) -> Result<u64, KeysError> {
-        /// Hashes what is written to it: the file's bytes are never held (every step process
-        /// fingerprints its hot-key file, which can be large).
-        struct HashingWriter(xxhash_rust::xxh3::Xxh3);
-        impl Write for HashingWriter {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.update(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let tables = self.saved_tables(Path::new(BYTES_NAME))?;
-        let mut hasher = HashingWriter(xxhash_rust::xxh3::Xxh3::new());
-        self.write_to(&mut hasher, tables)
+        // The bytes are hashed as they are serialised, never held: every step process
+        // fingerprints its hot-key file, which can be large.
+        let mut hashing = ChecksumWriter::new(std::io::sink());
+        self.write_to(&mut hashing, tables)
             .expect("hashing cannot fail");
-        Ok(hasher.0.digest())
+        Ok(hashing.finish().1)
     }
 
     /// The summary a saved file of these keys has ([`HotSummary::load`]). Keys counted within
@@ -627,10 +601,20 @@ pub struct HotMask {
     row_groups: RowGroups,
 }
 
+/// Whether a shard's mask records the group of each hot row ([`HotMask::groups`]): a `sign`
+/// step needs them, a `write` step does not (recording costs a search per hot row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowGrouping {
+    /// Record them.
+    Record,
+    /// Do not.
+    Skip,
+}
+
 /// Which groups a [`HotMask`] knows its hot rows to be in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum RowGroups {
-    /// Not recorded (the mask was built without [`HotMask::for_shard_grouped`]).
+    /// Not recorded ([`RowGrouping::Skip`]).
     NotRecorded,
     /// One group (no plan).
     One,
@@ -714,7 +698,7 @@ impl HotMask {
             return Ok(HotMask::new(0, 0));
         };
         let rows = tables.iter().map(|t| t.rows()).sum();
-        let mut marker = MaskMarker::new(hot, rows, first.columns(), false);
+        let mut marker = MaskMarker::new(hot, rows, first.columns(), RowGrouping::Skip);
         for t in tables {
             marker.mark(t.keys());
         }
@@ -730,7 +714,7 @@ impl HotMask {
         tables.layout.check_compatible(hot.layout())?;
         hot.check_tables(&tables.identities, Some(&tables.paths))?;
         let rows = tables.rows.iter().sum::<u64>() as usize;
-        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns(), false);
+        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns(), RowGrouping::Skip);
         let mut files = Vec::new();
         let mut block = Vec::new();
         for p in &tables.paths {
@@ -756,30 +740,18 @@ impl HotMask {
     pub fn for_shard(
         table: &Path,
         hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::shard_mask(table, hot, false)
-    }
-
-    /// [`HotMask::for_shard`], also recording the group of each hot row
-    /// ([`HotMask::groups`]): what a `sign` step needs.
-    pub fn for_shard_grouped(
-        table: &Path,
-        hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::shard_mask(table, hot, true)
-    }
-
-    fn shard_mask(
-        table: &Path,
-        hot: &HotKeys,
-        groups: bool,
+        grouping: RowGrouping,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
         shards.layout.check_compatible(hot.layout())?;
         let identity = shards.identities[0];
         let place = shard_place(identity, hot, &table.display().to_string())?;
-        let mut marker =
-            MaskMarker::new(hot, identity.rows as usize, shards.layout.columns(), groups);
+        let mut marker = MaskMarker::new(
+            hot,
+            identity.rows as usize,
+            shards.layout.columns(),
+            grouping,
+        );
         let mut reader = TableReader::open(table)?;
         let mut block = Vec::new();
         loop {
@@ -798,28 +770,12 @@ impl HotMask {
     pub fn for_table(
         table: &KeyTable,
         hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::table_mask(table, hot, false)
-    }
-
-    /// [`HotMask::for_table`], also recording the group of each hot row
-    /// ([`HotMask::groups`]): what a `sign` step needs.
-    pub fn for_table_grouped(
-        table: &KeyTable,
-        hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::table_mask(table, hot, true)
-    }
-
-    fn table_mask(
-        table: &KeyTable,
-        hot: &HotKeys,
-        groups: bool,
+        grouping: RowGrouping,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         table.layout().check_compatible(hot.layout())?;
         let name = format!("the key table of shard {}", table.shard());
         let place = shard_place(table.identity(), hot, &name)?;
-        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), groups);
+        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), grouping);
         marker.mark(table.keys());
         Ok((marker.mask, table.files().to_vec(), place))
     }
@@ -858,8 +814,7 @@ impl HotMask {
         let start = row * self.columns;
         (start..start + self.columns).any(|p| self.get_position(p))
     }
-    /// Whether the mask knows its hot rows' groups (made by [`HotMask::for_shard_grouped`] or
-    /// [`HotMask::for_table_grouped`]).
+    /// Whether the mask knows its hot rows' groups (made with [`RowGrouping::Record`]).
     pub fn has_groups(&self) -> bool {
         self.row_groups != RowGroups::NotRecorded
     }
@@ -1018,7 +973,7 @@ mod tests {
         // Each shard's mask numbers its own rows.
         let mut got = Vec::new();
         for t in &tables {
-            let (mask, _, _) = HotMask::for_table_grouped(t, &hot).unwrap();
+            let (mask, _, _) = HotMask::for_table(t, &hot, RowGrouping::Record).unwrap();
             assert!(mask.has_groups());
             let mut groups = mask.groups();
             for row in 0..2 {
@@ -1033,18 +988,18 @@ mod tests {
             }
         }
         assert_eq!(got, [Some(0), Some(1), Some(0), None, Some(1), Some(0)]);
-        let (mask, _, _) = HotMask::for_table_grouped(&tables[0], &hot).unwrap();
+        let (mask, _, _) = HotMask::for_table(&tables[0], &hot, RowGrouping::Record).unwrap();
         let mut groups = mask.groups();
         assert_eq!(groups.group_of(1), Some(1), "rows may be skipped");
         assert_eq!(groups.group_of(0), None, "but not asked for backwards");
         assert_eq!(groups.group_of(2), None, "past the mask");
         // A mask made without groups answers none, and says so.
-        let (plain_mask, _, _) = HotMask::for_table(&tables[0], &hot).unwrap();
+        let (plain_mask, _, _) = HotMask::for_table(&tables[0], &hot, RowGrouping::Skip).unwrap();
         assert!(!plain_mask.has_groups());
         assert_eq!(plain_mask.groups().group_of(0), None);
         // Without a plan every hot row is in group 0.
         let (plain, _, _) = merge_tables(&tables, 1).unwrap();
-        let (mask, _, _) = HotMask::for_table_grouped(&tables[2], &plain).unwrap();
+        let (mask, _, _) = HotMask::for_table(&tables[2], &plain, RowGrouping::Record).unwrap();
         let mut groups = mask.groups();
         assert_eq!((groups.group_of(0), groups.group_of(1)), (Some(0), Some(0)));
     }
