@@ -13,8 +13,8 @@ use crate::error::KeysError;
 use crate::plan::Plan;
 use crate::table::{
     BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
-    TableLayout, TableReader, read_framed_header, read_u64s, truncated, verify_trailer,
-    write_framed_header, write_u64s,
+    TableLayout, TableReader, read_framed_header, truncated, verify_trailer, write_framed_header,
+    write_u64s,
 };
 
 /// Reads and checks a hot-key file's header.
@@ -37,6 +37,73 @@ fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, Key
         )));
     }
     Ok(header)
+}
+
+/// Reads what follows a hot-key file's header — its keys, its plan's group per key — and its
+/// trailer, handing each key to `key` and each group to `group`. The whole is checked: the
+/// checksum first (a damaged file is reported as damaged), then that the keys ascend strictly
+/// and that every group is within the plan.
+fn read_hot_body<R: Read>(
+    mut input: ChecksumReader<R>,
+    header: &HotHeader,
+    path: &Path,
+    mut key: impl FnMut(u64),
+    mut group: impl FnMut(u32),
+) -> Result<(), KeysError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut previous, mut ascending) = (None::<u64>, true);
+    read_values(&mut input, &mut buf, header.keys, path, |b: [u8; 8]| {
+        let k = u64::from_le_bytes(b);
+        ascending &= previous.is_none_or(|p| p < k);
+        previous = Some(k);
+        key(k);
+    })?;
+    let mut within_plan = true;
+    if let Some(plan) = &header.plan {
+        within_plan = plan.groups > 0;
+        read_values(&mut input, &mut buf, header.keys, path, |b: [u8; 4]| {
+            let g = u32::from_le_bytes(b);
+            within_plan &= g < plan.groups;
+            group(g);
+        })?;
+    }
+    verify_trailer(input, path, HOT_END)?;
+    if !ascending {
+        return Err(KeysError::Corrupt(format!(
+            "{}: hot keys are not strictly ascending",
+            path.display()
+        )));
+    }
+    if let (Some(plan), false) = (&header.plan, within_plan) {
+        return Err(KeysError::Corrupt(format!(
+            "{}: the plan names a group outside its {} groups",
+            path.display(),
+            plan.groups
+        )));
+    }
+    Ok(())
+}
+
+/// Reads `n` little-endian values of `W` bytes through `buf`, handing each to `each`.
+fn read_values<R: Read, const W: usize>(
+    input: &mut R,
+    buf: &mut [u8],
+    n: u64,
+    path: &Path,
+    mut each: impl FnMut([u8; W]),
+) -> Result<(), KeysError> {
+    let mut left = n;
+    while left > 0 {
+        let take = left.min((buf.len() / W) as u64) as usize;
+        input
+            .read_exact(&mut buf[..take * W])
+            .map_err(|e| truncated(path, e))?;
+        for b in buf[..take * W].chunks_exact(W) {
+            each(b.try_into().expect("W bytes"));
+        }
+        left -= take as u64;
+    }
+    Ok(())
 }
 
 /// What a hot-key file says about itself, without its keys: its settings, the tables it was
@@ -63,51 +130,8 @@ impl HotSummary {
         let mut whole = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
         let mut input = ChecksumReader::new(&mut whole);
         let header = read_hot_header(&mut input, path)?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut previous: Option<u64> = None;
-        let mut left = header.keys;
-        while left > 0 {
-            let take = left.min(buf.len() as u64 / 8) as usize;
-            input
-                .read_exact(&mut buf[..take * 8])
-                .map_err(|e| truncated(path, e))?;
-            for b in buf[..take * 8].chunks_exact(8) {
-                let key = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-                if previous.is_some_and(|p| p >= key) {
-                    return Err(KeysError::Corrupt(format!(
-                        "{}: hot keys are not strictly ascending",
-                        path.display()
-                    )));
-                }
-                previous = Some(key);
-            }
-            left -= take as u64;
-        }
-        let groups = match &header.plan {
-            None => 1,
-            Some(plan) => {
-                let mut left = header.keys;
-                while left > 0 {
-                    let take = left.min(buf.len() as u64 / 4) as usize;
-                    input
-                        .read_exact(&mut buf[..take * 4])
-                        .map_err(|e| truncated(path, e))?;
-                    let outside = buf[..take * 4]
-                        .chunks_exact(4)
-                        .any(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) >= plan.groups);
-                    if plan.groups == 0 || outside {
-                        return Err(KeysError::Corrupt(format!(
-                            "{}: the plan names a group outside its {} groups",
-                            path.display(),
-                            plan.groups
-                        )));
-                    }
-                    left -= take as u64;
-                }
-                plan.groups
-            }
-        };
-        verify_trailer(input, path, HOT_END)?;
+        read_hot_body(input, &header, path, |_| {}, |_| {})?;
+        let groups = header.plan.as_ref().map_or(1, |p| p.groups);
         Ok(HotSummary {
             layout: header.layout,
             keys: header.keys,
@@ -522,42 +546,23 @@ impl HotKeys {
         if header.keys.saturating_mul(8) > size {
             return Err(truncated(path, std::io::ErrorKind::UnexpectedEof.into()));
         }
-        let keys = read_u64s(&mut input, header.keys as usize).map_err(|e| truncated(path, e))?;
-        let plan = match header.plan {
-            None => None,
-            Some(summary) => {
-                let mut bytes = vec![0u8; keys.len() * 4];
-                input
-                    .read_exact(&mut bytes)
-                    .map_err(|e| truncated(path, e))?;
-                let group_of_key: Vec<u32> = bytes
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-                    .collect();
-                if summary.groups == 0 || group_of_key.iter().any(|g| *g >= summary.groups) {
-                    return Err(KeysError::Corrupt(format!(
-                        "{}: the plan names a group outside its {} groups",
-                        path.display(),
-                        summary.groups
-                    )));
-                }
-                Some(Plan {
-                    groups: summary.groups,
-                    group_of_key,
-                    group_rows: summary.group_rows,
-                    components: summary.components,
-                    largest_component: summary.largest_component,
-                    hot_rows: summary.hot_rows,
-                })
-            }
-        };
-        verify_trailer(input, path, HOT_END)?;
-        if !keys.windows(2).all(|w| w[0] < w[1]) {
-            return Err(KeysError::Corrupt(format!(
-                "{}: hot keys are not strictly ascending",
-                path.display()
-            )));
-        }
+        let mut keys = Vec::with_capacity(header.keys as usize);
+        let mut group_of_key = Vec::new();
+        read_hot_body(
+            input,
+            &header,
+            path,
+            |k| keys.push(k),
+            |g| group_of_key.push(g),
+        )?;
+        let plan = header.plan.map(|summary| Plan {
+            groups: summary.groups,
+            group_of_key,
+            group_rows: summary.group_rows,
+            components: summary.components,
+            largest_component: summary.largest_component,
+            hot_rows: summary.hot_rows,
+        });
         Ok(HotKeys {
             layout: header.layout,
             min_count: header.min_count,
