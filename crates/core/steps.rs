@@ -282,9 +282,7 @@ impl<'a> HotStep<'a> {
                         if cancelled() {
                             return Err(Error::Interrupted);
                         }
-                        for row in table.keys().chunks_exact(table.columns().max(1)) {
-                            builder.add_row(row, |c| row[c] != neardup_sketch::NO_KEY);
-                        }
+                        builder.add_rows(table.keys(), table.columns());
                     }
                     let plan = builder.finish(self.groups)?;
                     Ok((hot.with_plan(plan)?, mask, count))

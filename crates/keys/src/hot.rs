@@ -10,6 +10,7 @@ use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
+use crate::index::SortedKeyIndex;
 use crate::plan::Plan;
 use crate::table::{
     BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
@@ -166,15 +167,16 @@ impl HotSummary {
 /// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
 struct MaskMarker<'a> {
     mask: HotMask,
-    set: HashSet<u64>,
+    index: SortedKeyIndex<'a>,
     columns: usize,
     content_col: Option<usize>,
-    /// Hot content keys seen so far: a later row with one is a later exact copy.
-    first_seen: HashSet<u64>,
+    /// One bit per hot key: set once a row held it as its content key, so a later row with it is
+    /// a later exact copy.
+    first_seen: Vec<u64>,
     /// Position of the next key.
     pos: usize,
-    /// With a plan, when the rows' groups are recorded: the hot keys and their groups.
-    plan: Option<(&'a [u64], &'a [u32])>,
+    /// With a plan, when the rows' groups are recorded: the group of each hot key.
+    group_of_key: Option<&'a [u32]>,
     /// The last row whose group was recorded.
     grouped_row: Option<usize>,
 }
@@ -183,10 +185,10 @@ impl<'a> MaskMarker<'a> {
     /// A marker of `rows` rows of `columns` keys.
     fn new(hot: &'a HotKeys, rows: usize, columns: usize, grouping: RowGrouping) -> MaskMarker<'a> {
         let mut mask = HotMask::new(rows, columns);
-        let plan = match (&hot.plan, grouping) {
+        let group_of_key = match (&hot.plan, grouping) {
             (Some(plan), RowGrouping::Record) => {
                 mask.row_groups = RowGroups::Recorded(Vec::new());
-                Some((&hot.keys[..], &plan.group_of_key[..]))
+                Some(&plan.group_of_key[..])
             }
             (None, RowGrouping::Record) => {
                 mask.row_groups = RowGroups::One;
@@ -194,41 +196,55 @@ impl<'a> MaskMarker<'a> {
             }
             (_, RowGrouping::Skip) => None,
         };
+        let content_col = hot.layout().rule.exact_key.then(|| columns - 1);
         MaskMarker {
             mask,
-            set: hot.lookup(),
+            index: SortedKeyIndex::new(&hot.keys),
             columns,
-            content_col: hot.layout().rule.exact_key.then(|| columns - 1),
-            first_seen: HashSet::new(),
+            content_col,
+            first_seen: vec![
+                0;
+                if content_col.is_some() {
+                    hot.keys.len().div_ceil(64)
+                } else {
+                    0
+                }
+            ],
             pos: 0,
-            plan,
+            group_of_key,
             grouped_row: None,
         }
     }
 
     fn mark(&mut self, keys: &[u64]) {
-        for key in keys {
-            let pos = self.pos;
-            self.pos += 1;
-            if *key != NO_KEY && self.set.contains(key) {
-                self.mask.set_position(pos);
-                if self.content_col == Some(pos % self.columns) && !self.first_seen.insert(*key) {
+        let first = self.pos;
+        self.pos += keys.len();
+        let index = &self.index;
+        index.each_position(keys, |n, position| {
+            let Some(i) = position else {
+                return;
+            };
+            let pos = first + n;
+            self.mask.set_position(pos);
+            if self.content_col == Some(pos % self.columns) {
+                let seen = &mut self.first_seen[i / 64];
+                if *seen >> (i % 64) & 1 == 1 {
                     self.mask.set_later_copy(pos / self.columns);
                 }
-                let row = pos / self.columns;
-                if let Some((hot_keys, group_of_key)) = self.plan
-                    && self.grouped_row != Some(row)
-                {
-                    // All of a row's hot keys are in one component, so in one group: one search
-                    // per hot row.
-                    self.grouped_row = Some(row);
-                    let i = hot_keys.binary_search(key).expect("a hot key is a hot key");
-                    if let RowGroups::Recorded(groups) = &mut self.mask.row_groups {
-                        groups.push(group_of_key[i]);
-                    }
+                *seen |= 1 << (i % 64);
+            }
+            let row = pos / self.columns;
+            if let Some(group_of_key) = self.group_of_key
+                && self.grouped_row != Some(row)
+            {
+                // All of a row's hot keys are in one component, so in one group: the first hot
+                // key of a row tells.
+                self.grouped_row = Some(row);
+                if let RowGroups::Recorded(groups) = &mut self.mask.row_groups {
+                    groups.push(group_of_key[i]);
                 }
             }
-        }
+        });
     }
 }
 

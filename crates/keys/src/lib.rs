@@ -29,6 +29,7 @@
 mod count;
 mod error;
 mod hot;
+mod index;
 mod plan;
 mod row;
 mod stage;

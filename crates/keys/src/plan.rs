@@ -8,59 +8,72 @@
 //!
 //! Components are found by union-find over the **hot keys**, not the rows: every hot row joins
 //! the keys it holds, and a component's size is the number of hot rows that joined it. So the
-//! plan holds two `u32` per hot key (parent, size) and a key → index map, and nothing per row:
-//! about 30 bytes per hot key, streamed over the rows once. Every hot key then belongs to exactly
-//! one component, and the plan is stored as one group number per hot key: a hot row's group is
-//! the group of any of its hot keys.
+//! plan holds a node per hot key (parent and size, 16 bytes) and a directory over the sorted keys
+//! ([`SortedKeyIndex`], 2 to 4 bytes per key), and nothing per row: streamed over the rows once.
+//! Every hot key then belongs to exactly one component, and the plan is stored as one group
+//! number per hot key: a hot row's group is the group of any of its hot keys.
 //!
 //! Packing is deterministic: components in decreasing size (ties: the component holding the
 //! smaller hot key first) each go to the group with the fewest hot rows so far (ties: the lower
 //! group), the classic longest-processing-time rule, which is within 4/3 of the best possible
 //! largest group.
 
-use hashbrown::HashMap;
+use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
 use crate::error::KeysError;
 use crate::hot::HotKeys;
+use crate::index::{SortedKeyIndex, prefetch};
 use crate::table::{ShardTables, TableReader};
 
 /// Finds the connected components of hot rows, row by row.
-pub struct PlanBuilder {
-    index: HashMap<u64, u32>,
-    parent: Vec<u32>,
-    /// Hot rows per component, at each component's root.
-    rows: Vec<u64>,
+pub struct PlanBuilder<'a> {
+    index: SortedKeyIndex<'a>,
+    /// Every hot key's union-find node.
+    nodes: Vec<Node>,
     hot_rows: u64,
-    scratch: Vec<u32>,
+    /// The hot-key positions of the keys of the rows being added (`NOT_HOT` for the others).
+    positions: Vec<u32>,
 }
 
-impl PlanBuilder {
+/// A hot key's node: the parent and size sit together, so a step of a find waits on one cache
+/// line.
+#[derive(Clone, Copy)]
+struct Node {
+    /// Hot rows in the component, kept at its root.
+    rows: u64,
+    parent: u32,
+}
+
+const NOT_HOT: u32 = u32::MAX;
+
+impl<'a> PlanBuilder<'a> {
     /// A builder over the hot keys (ascending, distinct), each in a component of its own.
-    pub fn new(hot_keys: &[u64]) -> Result<PlanBuilder, KeysError> {
-        let n = u32::try_from(hot_keys.len()).map_err(|_| {
-            KeysError::Config(format!(
-                "{} hot keys: the plan numbers hot keys with 32 bits; split the corpus into \
-                 runs of fewer than 4,294,967,296 hot keys",
-                hot_keys.len()
-            ))
-        })?;
-        let mut index = HashMap::with_capacity(hot_keys.len());
-        index.extend(hot_keys.iter().copied().zip(0..n));
+    pub fn new(hot_keys: &'a [u64]) -> Result<PlanBuilder<'a>, KeysError> {
+        // `NOT_HOT` is never a position.
+        let n = u32::try_from(hot_keys.len())
+            .ok()
+            .filter(|n| *n < NOT_HOT)
+            .ok_or_else(|| {
+                KeysError::Config(format!(
+                    "{} hot keys: the plan numbers hot keys with 32 bits; split the corpus into \
+                     runs of fewer than 4,294,967,295 hot keys",
+                    hot_keys.len()
+                ))
+            })?;
         Ok(PlanBuilder {
-            index,
-            parent: (0..n).collect(),
-            rows: vec![0; hot_keys.len()],
+            index: SortedKeyIndex::new(hot_keys),
+            nodes: (0..n).map(|parent| Node { rows: 0, parent }).collect(),
             hot_rows: 0,
-            scratch: Vec::new(),
+            positions: Vec::new(),
         })
     }
 
     fn find(&mut self, mut k: u32) -> u32 {
-        while self.parent[k as usize] != k {
-            let up = self.parent[self.parent[k as usize] as usize];
+        while self.nodes[k as usize].parent != k {
+            let up = self.nodes[self.nodes[k as usize].parent as usize].parent;
             // Path halving: every other node on the way points to its grandparent.
-            self.parent[k as usize] = up;
+            self.nodes[k as usize].parent = up;
             k = up;
         }
         k
@@ -73,40 +86,65 @@ impl PlanBuilder {
         }
         // The larger component (in rows, then the lower index) stays the root, which keeps the
         // trees shallow.
-        let (root, child) = if (self.rows[a as usize], std::cmp::Reverse(a))
-            >= (self.rows[b as usize], std::cmp::Reverse(b))
+        let (root, child) = if (self.nodes[a as usize].rows, std::cmp::Reverse(a))
+            >= (self.nodes[b as usize].rows, std::cmp::Reverse(b))
         {
             (a, b)
         } else {
             (b, a)
         };
-        self.parent[child as usize] = root;
-        self.rows[root as usize] += self.rows[child as usize];
-        self.rows[child as usize] = 0;
+        self.nodes[child as usize].parent = root;
+        self.nodes[root as usize].rows += self.nodes[child as usize].rows;
+        self.nodes[child as usize].rows = 0;
         root
     }
 
-    /// Adds one row: `keys` are its keys, `is_hot(column)` says which of them are hot. A row
-    /// without a hot key is cold and ignored.
-    pub fn add_row(&mut self, keys: &[u64], is_hot: impl Fn(usize) -> bool) {
-        self.scratch.clear();
-        for (col, key) in keys.iter().enumerate() {
-            if is_hot(col)
-                && let Some(&k) = self.index.get(key)
-            {
-                self.scratch.push(k);
-            }
-        }
-        let Some(&first) = self.scratch.first() else {
+    /// Adds one row of keys; keys that are not hot are ignored, and a row without a hot key is
+    /// cold and ignored.
+    pub fn add_row(&mut self, keys: &[u64]) {
+        self.add_rows(keys, keys.len());
+    }
+
+    /// Adds consecutive rows of `columns` keys each (a block of a key table), as
+    /// [`PlanBuilder::add_row`] one by one would.
+    pub fn add_rows(&mut self, keys: &[u64], columns: usize) {
+        if columns == 0 {
             return;
-        };
-        let mut root = self.find(first);
-        for i in 1..self.scratch.len() {
-            let k = self.scratch[i];
-            root = self.union(root, k);
         }
-        self.rows[root as usize] += 1;
-        self.hot_rows += 1;
+        // Every lookup and every find is a wait on memory (both tables are far larger than a
+        // cache), so the block is done in two passes that ask for what they read ahead of time:
+        // the hot-key positions of all its keys, then the unions row by row.
+        const ROWS_AHEAD: usize = 2;
+        let mut positions = std::mem::take(&mut self.positions);
+        positions.clear();
+        self.index.each_position(keys, |_, position| {
+            positions.push(position.map_or(NOT_HOT, |p| p as u32));
+        });
+        let rows = positions.len() / columns;
+        for r in 0..rows {
+            if r + ROWS_AHEAD < rows {
+                let ahead = (r + ROWS_AHEAD) * columns;
+                for &p in &positions[ahead..ahead + columns] {
+                    if p != NOT_HOT {
+                        prefetch(&self.nodes[p as usize]);
+                    }
+                }
+            }
+            let mut row = positions[r * columns..(r + 1) * columns]
+                .iter()
+                .copied()
+                .filter(|&p| p != NOT_HOT);
+            let Some(first) = row.next() else {
+                continue;
+            };
+            let mut root = self.find(first);
+            for k in row {
+                root = self.union(root, k);
+            }
+            self.nodes[root as usize].rows += 1;
+            self.hot_rows += 1;
+        }
+        self.positions = positions;
     }
 
     /// Packs the components into `groups` groups.
@@ -114,7 +152,7 @@ impl PlanBuilder {
         if groups == 0 {
             return Err(KeysError::Config("--groups must be at least 1".to_string()));
         }
-        let n = self.parent.len();
+        let n = self.nodes.len();
         // Components by their root, named by their smallest key (the first index reaching them).
         let mut components: Vec<(u64, u32, u32)> = Vec::new();
         let mut root_component = vec![u32::MAX; n];
@@ -122,7 +160,7 @@ impl PlanBuilder {
             let root = self.find(k) as usize;
             if root_component[root] == u32::MAX {
                 root_component[root] = components.len() as u32;
-                components.push((self.rows[root], k, root as u32));
+                components.push((self.nodes[root].rows, k, root as u32));
             }
         }
         let mut order: Vec<usize> = (0..components.len()).collect();
@@ -213,9 +251,7 @@ pub fn plan_from_tables(
             if reader.read_keys(columns * 8192, &mut block)? == 0 {
                 break;
             }
-            for row in block.chunks_exact(columns) {
-                builder.add_row(row, |c| row[c] != neardup_sketch::NO_KEY);
-            }
+            builder.add_rows(&block, columns);
         }
         reader.finish()?;
     }
@@ -228,7 +264,7 @@ fn count_hot_rows(
     cancelled: &dyn Fn() -> bool,
 ) -> Result<u64, KeysError> {
     let columns = tables.layout.columns();
-    let lookup = hot.lookup();
+    let index = SortedKeyIndex::new(hot.keys());
     let mut hot_rows = 0u64;
     let mut block = Vec::new();
     for path in &tables.paths {
@@ -243,10 +279,7 @@ fn count_hot_rows(
             }
             hot_rows += block
                 .chunks_exact(columns)
-                .filter(|row| {
-                    row.iter()
-                        .any(|k| *k != neardup_sketch::NO_KEY && lookup.contains(k))
-                })
+                .filter(|row| row.iter().any(|k| *k != NO_KEY && index.contains(*k)))
                 .count() as u64;
         }
         reader.finish()?;
@@ -292,7 +325,7 @@ mod tests {
     fn plan(rows: &[Vec<u64>], hot: &[u64], groups: u32) -> Plan {
         let mut b = PlanBuilder::new(hot).unwrap();
         for r in rows {
-            b.add_row(r, |c| hot.binary_search(&r[c]).is_ok());
+            b.add_row(r);
         }
         b.finish(groups).unwrap()
     }
@@ -314,7 +347,8 @@ mod tests {
     fn rows_sharing_a_hot_key_transitively_land_in_one_group() {
         use proptest::prelude::*;
         let strategy = (
-            prop::collection::vec(prop::collection::vec(0u64..40, 1..5), 0..60),
+            // Key 0 is `NO_KEY`, which a table holds for "no key here", never a hot key.
+            prop::collection::vec(prop::collection::vec(1u64..41, 1..5), 0..60),
             1u32..6,
         );
         proptest::test_runner::TestRunner::default()
