@@ -230,6 +230,8 @@ fn write_decisions(path: &Path, names: &[String], rows: &[Row]) {
             dup_of_record: dup_of.map(|d| d.1),
             dup_of_id: None,
             similarity: dup_of.map(|_| 0.9),
+            cluster_file: dup_of.map_or(&names[file], |d| names[d.0].as_str()),
+            cluster_record: dup_of.map_or(record, |d| d.1),
         })
         .unwrap();
     }
@@ -248,6 +250,7 @@ fn options(decisions: PathBuf, inputs: Vec<String>, selector: TextSelector) -> E
         recall_samples: 1000,
         seed: 0,
         threads: 2,
+        clusters: 3,
     }
 }
 
@@ -510,6 +513,8 @@ fn unknown_files_and_later_dup_of_are_handled() {
             dup_of_record: dup_of.map(|d| d.1),
             dup_of_id: None,
             similarity: None,
+            cluster_file: dup_of.map_or(file, |d| d.0),
+            cluster_record: dup_of.map_or(record, |d| d.1),
         })
         .unwrap();
     }
@@ -562,6 +567,8 @@ fn expand_mode_compares_with_the_best_field_of_the_dup_of_record() {
             dup_of_record: dup_of,
             dup_of_id: None,
             similarity: None,
+            cluster_file: &name,
+            cluster_record: dup_of.unwrap_or(record),
         })
         .unwrap();
     };
@@ -623,4 +630,71 @@ fn bad_options_and_inputs_are_errors() {
         err.contains("nothing-here") && err.contains("no such file"),
         "{err}"
     );
+}
+
+#[test]
+fn the_largest_clusters_come_with_their_texts() {
+    let corpus = Corpus::build();
+    let r = run(&corpus, &correct_rows(), "decisions.jsonl");
+    let shown: Vec<(String, u64, u64)> = r
+        .largest_clusters
+        .iter()
+        .map(|c| (c.kept.file.clone(), c.kept.record, c.size))
+        .collect();
+    let name = |f: usize| corpus.names[f].clone();
+    // (0, 0) holds two duplicates; the others one each, the earliest kept record first.
+    assert_eq!(shown, [(name(0), 0, 3), (name(0), 1, 2), (name(0), 5, 2)]);
+    let first = &r.largest_clusters[0];
+    assert_eq!(
+        first.kept_text.as_deref(),
+        Some(snippet(corpus.text(0, 0)).as_str())
+    );
+    let members: Vec<(u64, Reason, Option<String>)> = first
+        .members
+        .iter()
+        .map(|m| (m.sample.record, m.reason, m.text.clone()))
+        .collect();
+    assert_eq!(
+        members,
+        [
+            (3, Reason::Near, Some(snippet(corpus.text(0, 3)))),
+            (1, Reason::Exact, Some(snippet(corpus.text(1, 1)))),
+        ]
+    );
+    assert!(r.summary().contains("cluster of 3:"), "{}", r.summary());
+}
+
+/// Decisions written before clusters were recorded name only `dup_of`; eval follows the chain
+/// from a copy of a dropped sample to the kept one.
+#[test]
+fn clusters_of_decisions_without_them_follow_dup_of_chains() {
+    let corpus = Corpus::build();
+    let path = corpus.dir.path().join("old.jsonl");
+    let mut rows = correct_rows();
+    // (1, 1) names (0, 3), itself a duplicate of (0, 0).
+    set_row(&mut rows, 1, 1, false, Reason::Exact, Some((0, 3)));
+    let mut lines = String::new();
+    for (file, record, keep, reason, dup_of) in rows {
+        let line = serde_json::json!({
+            "file": corpus.names[file], "record": record, "field": 0, "id": null, "keep": keep,
+            "reason": reason.as_str(),
+            "dup_of_file": dup_of.map(|d| corpus.names[d.0].clone()),
+            "dup_of_record": dup_of.map(|d| d.1), "dup_of_id": null, "similarity": null,
+        });
+        lines += &format!("{line}\n");
+    }
+    std::fs::write(&path, lines).unwrap();
+    let selector = TextSelector::single(FieldPath::top("text"));
+    let r = evaluate(&options(path, vec![corpus.input()], selector)).unwrap();
+    let first = &r.largest_clusters[0];
+    assert_eq!((first.kept.record, first.size), (0, 3));
+    assert_eq!(first.kept.file, corpus.names[0]);
+}
+
+/// The start of a text as eval's reports show it (160 characters).
+fn snippet(text: &str) -> String {
+    match text.char_indices().nth(160) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }

@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 
 use neardup_corpus::{InputFile, Publication, PublishOptions};
 use neardup_dedup::{
-    DecideShape, DecidedMerge, DedupStats, DeduperStats, RecordWriter, SignedCounts, SignedShape,
-    StepSink, decide_group, run_sign, run_write, signed_shape,
+    ClusterStats, DecideShape, DecidedMerge, DedupStats, DeduperStats, GroupDecided, RecordWriter,
+    SignedCounts, SignedShape, StepSink, decide_group, run_sign, run_write, signed_shape,
 };
 use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping, ShardPlace};
 use serde::{Deserialize, Serialize};
@@ -161,6 +161,9 @@ pub struct DecideManifest {
     pub decided: Vec<u64>,
     /// The decision core's counters.
     pub deduper: DeduperStats,
+    /// The group's duplicate clusters (a cluster never spans two groups: the groups' counts add
+    /// up, [`ClusterStats::merge`]).
+    pub clusters: ClusterStats,
 }
 
 /// What `sign` did.
@@ -208,8 +211,9 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
 
 /// The version of the sign and decide outputs (2: signed samples carry texts instead of shingle
 /// sets, and no keys; 3: under exact verification, texts without signatures, which decide
-/// computes; the streams' magic says it too).
-pub(crate) const STEP_FORMAT_VERSION: u32 = 3;
+/// computes; 4: a decided exact copy names its cluster, and decide counts its group's clusters;
+/// the streams' magic says it too).
+pub(crate) const STEP_FORMAT_VERSION: u32 = 4;
 
 impl TableInput<'_> {
     /// The shard's hot mask, files and place among the shards `hot` was counted from.
@@ -437,7 +441,11 @@ fn decide_into(
         sketcher: k.sketcher,
         rule: k.rule,
     };
-    let (deduper, decided) = decide_group(
+    let GroupDecided {
+        deduper,
+        written: decided,
+        clusters,
+    } = decide_group(
         streams,
         shape,
         &config.deduper_config(),
@@ -451,6 +459,7 @@ fn decide_into(
         .map(RecordWriter::finish)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Error::Run(format!("cannot write the decisions: {e}")))?;
+    let clusters = clusters.finish(&files);
     let manifest = DecideManifest {
         format: "neardup-decide".into(),
         format_version: STEP_FORMAT_VERSION,
@@ -462,6 +471,7 @@ fn decide_into(
         settings,
         decided,
         deduper,
+        clusters,
     };
     let streams = output.finish(sinks, &manifest)?;
     Ok((manifest, streams))

@@ -250,6 +250,10 @@ pub(crate) struct EvalArgs {
     /// Seed of the draw.
     #[arg(long, default_value_t = 0)]
     pub(crate) sample_seed: u64,
+    /// How many of the largest duplicate clusters to show, each with the start of its kept
+    /// sample's text beside its first members' (0: none).
+    #[arg(long, default_value_t = neardup::eval::DEFAULT_CLUSTERS_SHOWN)]
+    pub(crate) clusters: usize,
     /// Write the full evaluation as JSON here.
     #[arg(long = "eval-report")]
     pub(crate) eval_report: Option<PathBuf>,

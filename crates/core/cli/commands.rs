@@ -356,6 +356,7 @@ pub(crate) fn eval(args: EvalArgs) -> Result<(), Error> {
         inputs_flag,
         samples,
         sample_seed,
+        clusters,
         eval_report,
         input,
         sketch,
@@ -384,6 +385,7 @@ pub(crate) fn eval(args: EvalArgs) -> Result<(), Error> {
         recall_samples: samples,
         seed: sample_seed,
         threads: config.run.threads,
+        clusters,
     })
     .map_err(Error::Run)?;
     if let Some(path) = eval_report {

@@ -13,6 +13,12 @@ pub(super) struct Decided {
     pub(super) addr: SampleAddr,
     pub(super) keep: bool,
     pub(super) reason: Reason,
+    /// The kept record its cluster resolves to, when the decisions say it and its file is an
+    /// input.
+    cluster: Option<ClusterKey>,
+    /// The record it duplicates, when its file is an input.
+    dup_of: Option<ClusterKey>,
+    similarity: Option<f64>,
 }
 
 /// A dropped sample that names its `dup_of`.
@@ -39,6 +45,8 @@ pub(super) struct Decisions {
     pub(super) targets: HashMap<(u32, u64), u32>,
     pub(super) total_rows: u64,
     pub(super) unmatched_file: u64,
+    /// Clusters with duplicates.
+    pub(super) clusters: ClusterTally,
 }
 
 impl Decisions {
@@ -62,10 +70,21 @@ impl Decisions {
                 record: row.record,
                 field: row.field,
             };
+            let cluster = match (&row.cluster_file, row.cluster_record) {
+                (Some(f), Some(r)) => resolver.index(f).map(|f| (f, r)),
+                _ => None,
+            };
+            let dup_of = match (&row.dup_of_file, row.dup_of_record) {
+                (Some(f), Some(r)) => resolver.index(f).map(|f| (f, r)),
+                _ => None,
+            };
             decided.push(Decided {
                 addr,
                 keep: row.keep,
                 reason: row.reason,
+                cluster,
+                dup_of,
+                similarity: row.similarity,
             });
             if row.keep {
                 continue;
@@ -93,6 +112,7 @@ impl Decisions {
             *targets.entry(t).or_insert(0) += 1;
         }
         Decisions {
+            clusters: tally_clusters(&decided),
             rows: decided,
             drops,
             targets,
@@ -108,6 +128,30 @@ impl Decisions {
     pub(super) fn find_drop(&self, addr: SampleAddr) -> Option<usize> {
         self.drops.binary_search_by_key(&addr, |d| d.addr).ok()
     }
+}
+
+/// The clusters of the duplicates among `decided` (in address order). Decisions written before
+/// clusters were recorded name only `dup_of`, which may itself be a duplicate: such chains are
+/// followed here (a `dup_of` always comes earlier).
+fn tally_clusters(decided: &[Decided]) -> ClusterTally {
+    let mut tally = ClusterTally::default();
+    let mut resolved: HashMap<ClusterKey, ClusterKey> = HashMap::new();
+    for d in decided {
+        if !dropped_as_dup(d.keep, d.reason) {
+            continue;
+        }
+        let cluster = d
+            .cluster
+            .or_else(|| d.dup_of.map(|t| resolved.get(&t).copied().unwrap_or(t)));
+        let Some(cluster) = cluster else {
+            continue;
+        };
+        if d.cluster.is_none() {
+            resolved.insert((d.addr.file, d.addr.record), cluster);
+        }
+        tally.add(cluster, d.addr, d.reason, d.similarity);
+    }
+    tally
 }
 
 /// Maps the file names written in decisions to input indexes: by displayed path first, then by

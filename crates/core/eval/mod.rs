@@ -52,12 +52,14 @@ use neardup_sketch::normalize::NormalizeScratch;
 use neardup_sketch::{Normalizer, Shingler};
 use rayon::prelude::*;
 
+mod clusters;
 mod decisions;
 mod precision;
 mod recall;
 mod report;
 mod stream;
 
+use clusters::*;
 use decisions::*;
 use precision::*;
 use recall::*;
@@ -102,7 +104,12 @@ pub struct EvalOptions {
     pub seed: u64,
     /// Worker threads for the comparisons (0 = one per core).
     pub threads: usize,
+    /// How many of the largest duplicate clusters the report shows with their texts.
+    pub clusters: usize,
 }
+
+/// Clusters shown when the user does not say.
+pub const DEFAULT_CLUSTERS_SHOWN: usize = 3;
 
 /// Runs both measurements. Errors when the options are invalid, no input file is found, or the
 /// decisions file cannot be read; unreadable inputs become warnings in the report.
@@ -148,7 +155,8 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, String> {
         let mut recall = Recall::draw(&ctx, &decisions, &mut warnings);
         let mut precision = Precision::new(&decisions);
         let mut tally = Tally { seen: vec![false; decisions.rows.len()], ..Tally::default() };
-        full_pass(&ctx, &decisions, &mut recall, &mut precision, &mut tally, &mut warnings);
+        let mut clusters = decisions.clusters.largest(opts.clusters);
+        full_pass(&ctx, &decisions, &mut recall, &mut precision, &mut clusters, &mut tally, &mut warnings);
 
         let decisions_without_sample = decisions
             .rows
@@ -182,6 +190,7 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, String> {
             warnings,
             precision: precision.finish(&ctx, &decisions),
             recall: recall.finish(&ctx),
+            largest_clusters: clusters.into_iter().map(|c| c.finish(&ctx)).collect(),
         })
     })
 }
@@ -256,6 +265,7 @@ fn full_pass(
     decisions: &Decisions,
     recall: &mut Recall,
     precision: &mut Precision,
+    clusters: &mut [PendingCluster],
     tally: &mut Tally,
     warnings: &mut Vec<String>,
 ) {
@@ -266,6 +276,8 @@ fn full_pass(
         dropped = decisions.drops.len(),
         "eval: comparing every sample"
     );
+    // Both closures below look at the clusters shown: which samples they want, and their texts.
+    let clusters = std::cell::RefCell::new(clusters);
     for file in 0..ctx.files.len() {
         tracing::debug!(file = %ctx.names[file], "eval: comparing");
         let mut accept = |addr: SampleAddr, id: Option<&str>| {
@@ -277,7 +289,8 @@ fn full_pass(
             }
             let drop = decisions.find_drop(addr);
             let target = decisions.targets.contains_key(&(addr.file, addr.record));
-            (recall_on || drop.is_some() || target).then(|| Streamed {
+            let shown = clusters.borrow().iter().any(|c| c.wants(addr));
+            (recall_on || drop.is_some() || target || shown).then(|| Streamed {
                 decision,
                 drop,
                 ..streamed(addr, id)
@@ -310,6 +323,9 @@ fn full_pass(
                 )
                 .collect();
             for (s, (set, hits)) in batch.into_iter().zip(sets) {
+                for c in clusters.borrow_mut().iter_mut().filter(|c| c.wants(s.addr)) {
+                    c.offer(s.addr, s.id.as_deref(), &s.text);
+                }
                 let kept = s.decision.is_some_and(|d| decisions.rows[d].keep);
                 recall.record_hits(&s, kept, &hits);
                 precision.add(decisions, s, set);
@@ -448,6 +464,7 @@ mod tests {
             recall_samples: 0,
             seed: 0,
             threads: 1,
+            clusters: 0,
         };
         let mut scratch = NormalizeScratch::default();
         let set = |t: &str, scratch: &mut NormalizeScratch| {

@@ -38,6 +38,35 @@ pub struct EvalReport {
     pub precision: PrecisionReport,
     /// The recall measurement.
     pub recall: RecallReport,
+    /// The largest duplicate clusters (as many as asked for), largest first, each with the start
+    /// of its kept sample's text and of its first members' texts.
+    pub largest_clusters: Vec<ClusterExample>,
+}
+
+/// One duplicate cluster: a kept sample and the duplicates that resolve to it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterExample {
+    /// The kept sample.
+    pub kept: SampleRef,
+    /// Samples in the cluster, the kept one included.
+    pub size: u64,
+    /// The start of the kept sample's text (`None` when it was not found in the inputs).
+    pub kept_text: Option<String>,
+    /// The cluster's first members in input order (at most three).
+    pub members: Vec<ClusterMember>,
+}
+
+/// A dropped member of a cluster.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterMember {
+    /// The dropped sample.
+    pub sample: SampleRef,
+    /// Why it was dropped.
+    pub reason: Reason,
+    /// The similarity its decision reported.
+    pub similarity: Option<f64>,
+    /// The start of its text (`None` when it was not found in the inputs).
+    pub text: Option<String>,
 }
 
 /// Exact Jaccard of every dropped sample with the sample it was declared a duplicate of.
@@ -295,6 +324,25 @@ impl EvalReport {
                 }
             }
         }
+        for c in &self.largest_clusters {
+            let _ = writeln!(s, "cluster of {}:", c.size);
+            let _ = writeln!(s, "  kept  {}", addr_text(&c.kept));
+            let _ = writeln!(s, "        {}", shown(c.kept_text.as_deref()));
+            for m in &c.members {
+                let _ = writeln!(
+                    s,
+                    "  {:<5} {}{}",
+                    m.reason.as_str(),
+                    addr_text(&m.sample),
+                    m.similarity
+                        .map_or_else(String::new, |x| format!(" (similarity {x:.3})"))
+                );
+                let _ = writeln!(s, "        {}", shown(m.text.as_deref()));
+            }
+            if c.size > 1 + c.members.len() as u64 {
+                let _ = writeln!(s, "  … and {} more", c.size - 1 - c.members.len() as u64);
+            }
+        }
         for w in self.warnings.iter().take(5) {
             let _ = writeln!(s, "warning: {w}");
         }
@@ -303,6 +351,14 @@ impl EvalReport {
         }
         s
     }
+}
+
+/// A text snippet on one line (line breaks shown as ⏎), or a note that it was not found.
+fn shown(text: Option<&str>) -> String {
+    text.map_or_else(
+        || "(not found in the inputs)".to_owned(),
+        |t| t.replace("\r\n", "⏎").replace(['\n', '\r'], "⏎"),
+    )
 }
 
 pub(super) fn share(k: u64, n: u64) -> Option<f64> {

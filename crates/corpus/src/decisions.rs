@@ -86,6 +86,11 @@ pub struct DecisionRow<'a> {
     pub dup_of_id: Option<&'a str>,
     /// Estimated or exact Jaccard similarity to the duplicated sample.
     pub similarity: Option<f64>,
+    /// File of the kept sample this sample's duplicate set resolves to, whatever chain of
+    /// `dup_of` led there: the sample's own file when it is kept.
+    pub cluster_file: &'a str,
+    /// Record of that kept sample.
+    pub cluster_record: u64,
 }
 
 /// An owned [`DecisionRow`], as read back by [`read_decisions`].
@@ -111,11 +116,27 @@ pub struct OwnedDecisionRow {
     pub dup_of_id: Option<String>,
     /// See [`DecisionRow::similarity`].
     pub similarity: Option<f64>,
+    /// See [`DecisionRow::cluster_file`]; `None` in decisions written before clusters were
+    /// recorded (neardup 0.x before format 4 of the steps).
+    #[serde(default)]
+    pub cluster_file: Option<String>,
+    /// See [`DecisionRow::cluster_record`]; `None` as `cluster_file`.
+    #[serde(default)]
+    pub cluster_record: Option<u64>,
 }
 
 impl OwnedDecisionRow {
-    /// Borrowed view, e.g. to write it again.
+    /// Borrowed view, e.g. to write it again. A row read from decisions without clusters gets
+    /// the cluster of its own address when kept and of its `dup_of` when dropped, which is exact
+    /// only where `dup_of` was kept.
     pub fn as_row(&self) -> DecisionRow<'_> {
+        let (cluster_file, cluster_record) = match (&self.cluster_file, self.cluster_record) {
+            (Some(f), Some(r)) => (f.as_str(), r),
+            _ => match (&self.dup_of_file, self.dup_of_record) {
+                (Some(f), Some(r)) if !self.keep => (f.as_str(), r),
+                _ => (self.file.as_str(), self.record),
+            },
+        };
         DecisionRow {
             file: &self.file,
             record: self.record,
@@ -127,6 +148,8 @@ impl OwnedDecisionRow {
             dup_of_record: self.dup_of_record,
             dup_of_id: self.dup_of_id.as_deref(),
             similarity: self.similarity,
+            cluster_file,
+            cluster_record,
         }
     }
 }
@@ -144,6 +167,8 @@ fn decision_schema() -> SchemaRef {
         Field::new("dup_of_record", DataType::UInt64, true),
         Field::new("dup_of_id", DataType::Utf8, true),
         Field::new("similarity", DataType::Float64, true),
+        Field::new("cluster_file", DataType::Utf8, false),
+        Field::new("cluster_record", DataType::UInt64, false),
     ]))
 }
 
@@ -159,6 +184,8 @@ struct Builders {
     dup_of_record: UInt64Builder,
     dup_of_id: StringBuilder,
     similarity: Float64Builder,
+    cluster_file: StringBuilder,
+    cluster_record: UInt64Builder,
     len: usize,
 }
 
@@ -174,6 +201,8 @@ impl Builders {
         self.dup_of_record.append_option(r.dup_of_record);
         self.dup_of_id.append_option(r.dup_of_id);
         self.similarity.append_option(r.similarity);
+        self.cluster_file.append_value(r.cluster_file);
+        self.cluster_record.append_value(r.cluster_record);
         self.len += 1;
     }
 
@@ -190,6 +219,8 @@ impl Builders {
             Arc::new(self.dup_of_record.finish()),
             Arc::new(self.dup_of_id.finish()),
             Arc::new(self.similarity.finish()),
+            Arc::new(self.cluster_file.finish()),
+            Arc::new(self.cluster_record.finish()),
         ];
         RecordBatch::try_new(schema.clone(), cols).expect("builders match the decision schema")
     }
@@ -209,7 +240,7 @@ enum Sink {
 /// [`DecisionWriter::finish`] (or, for a publication's file, before the publication's commit).
 /// JSONL lines have exactly the keys file, record,
 /// field, id, keep, reason, dup_of_file, dup_of_record, dup_of_id, similarity (null when absent),
-/// in that order.
+/// cluster_file, cluster_record, in that order.
 pub struct DecisionWriter {
     path: PathBuf,
     sink: Sink,
@@ -390,6 +421,18 @@ fn read_parquet(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
         let sim = col("similarity")?
             .as_primitive_opt::<Float64Type>()
             .ok_or_else(|| mismatch("similarity"))?;
+        // Decisions written before clusters were recorded have neither column.
+        let cluster_file = match batch.column_by_name("cluster_file") {
+            Some(_) => Some(s("cluster_file")?),
+            None => None,
+        };
+        let cluster_record = match batch.column_by_name("cluster_record") {
+            Some(c) => Some(
+                c.as_primitive_opt::<UInt64Type>()
+                    .ok_or_else(|| mismatch("cluster_record"))?,
+            ),
+            None => None,
+        };
         let keep = col("keep")?
             .as_boolean_opt()
             .ok_or_else(|| mismatch("keep"))?;
@@ -415,6 +458,8 @@ fn read_parquet(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
                 dup_of_record: dup_record.is_valid(i).then(|| dup_record.value(i)),
                 dup_of_id: opt_s(dup_id, i),
                 similarity: sim.is_valid(i).then(|| sim.value(i)),
+                cluster_file: cluster_file.and_then(|a| opt_s(a, i)),
+                cluster_record: cluster_record.and_then(|a| a.is_valid(i).then(|| a.value(i))),
             });
         }
     }

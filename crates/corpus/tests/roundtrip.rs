@@ -367,6 +367,8 @@ fn rows() -> Vec<neardup_corpus::OwnedDecisionRow> {
             dup_of_record: (i % 5 == 1).then_some(i / 2),
             dup_of_id: (i % 10 == 1).then(|| "orig".to_string()),
             similarity: (i % 5 == 1).then_some(i as f64 / 1000.0),
+            cluster_file: Some(format!("dir/f{}.jsonl", (i + i / 7) % 3)),
+            cluster_record: Some(i / 7),
         })
         .collect()
 }
@@ -389,7 +391,7 @@ fn decisions_roundtrip_both_formats() {
     let first = text.lines().next().unwrap();
     assert_eq!(
         first,
-        r#"{"file":"dir/f0.jsonl","record":0,"field":0,"id":null,"keep":true,"reason":"unique","dup_of_file":null,"dup_of_record":null,"dup_of_id":null,"similarity":null}"#
+        r#"{"file":"dir/f0.jsonl","record":0,"field":0,"id":null,"keep":true,"reason":"unique","dup_of_file":null,"dup_of_record":null,"dup_of_id":null,"similarity":null,"cluster_file":"dir/f0.jsonl","cluster_record":0}"#
     );
     let row = DecisionRow {
         file: "a",
@@ -402,9 +404,32 @@ fn decisions_roundtrip_both_formats() {
         dup_of_record: Some(3),
         dup_of_id: None,
         similarity: Some(0.5),
+        cluster_file: "c",
+        cluster_record: 4,
     };
     assert_eq!(
         serde_json::to_string(&row).unwrap(),
-        r#"{"file":"a","record":1,"field":2,"id":"x","keep":false,"reason":"near","dup_of_file":"b","dup_of_record":3,"dup_of_id":null,"similarity":0.5}"#
+        r#"{"file":"a","record":1,"field":2,"id":"x","keep":false,"reason":"near","dup_of_file":"b","dup_of_record":3,"dup_of_id":null,"similarity":0.5,"cluster_file":"c","cluster_record":4}"#
     );
+}
+
+/// Decisions written before clusters were recorded still read, with no cluster.
+#[test]
+fn decisions_without_clusters_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("old.jsonl");
+    std::fs::write(
+        &path,
+        r#"{"file":"a","record":1,"field":0,"id":null,"keep":false,"reason":"near","dup_of_file":"a","dup_of_record":0,"dup_of_id":null,"similarity":0.9}"#
+            .to_string()
+            + "\n",
+    )
+    .unwrap();
+    let rows = read_decisions(&path).unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (&rows[0].cluster_file, rows[0].cluster_record),
+        (&None, None)
+    );
+    assert_eq!(rows[0].dup_of_record, Some(0));
 }

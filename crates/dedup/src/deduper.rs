@@ -65,8 +65,11 @@ pub enum Verdict {
     Unique,
     /// Same normalised text as an earlier sample.
     Exact {
-        /// The earlier sample.
+        /// The earlier sample (the first with this text, which may itself be a near duplicate).
         of: SampleAddr,
+        /// The kept sample its duplicate set resolves to: `of` when `of` was kept, else the
+        /// sample `of` duplicates.
+        cluster: SampleAddr,
     },
     /// Similar to an earlier kept sample.
     Near {
@@ -81,6 +84,17 @@ impl Verdict {
     /// Whether the sample is kept.
     pub fn keep(&self) -> bool {
         matches!(self, Verdict::Unique)
+    }
+
+    /// The kept sample the duplicate set of a sample at `addr` with this verdict resolves to,
+    /// whatever chain of duplicates led there: `addr` itself when it is kept.
+    pub fn cluster(&self, addr: SampleAddr) -> SampleAddr {
+        match *self {
+            Verdict::Unique => addr,
+            Verdict::Exact { cluster, .. } => cluster,
+            // Only kept samples are representatives.
+            Verdict::Near { of, .. } => of,
+        }
     }
 }
 
@@ -128,6 +142,13 @@ pub struct Candidate<'a> {
     pub shingles: Option<&'a [u32]>,
 }
 
+/// The first sample seen with a content hash, and the kept sample its cluster resolves to.
+#[derive(Clone, Copy)]
+struct FirstCopy {
+    addr: SampleAddr,
+    cluster: SampleAddr,
+}
+
 /// Decides hot samples in input order against bounded representative sets.
 ///
 /// Deterministic: the verdict depends only on the sequence of candidates given.
@@ -140,8 +161,9 @@ pub struct Deduper {
     /// First sample seen per full content hash, among samples whose content key is hot. Keyed by
     /// all 128 bits, so two texts whose 64-bit content keys collide each find their own copies,
     /// and whether a later copy is decided by its hash alone never depends on which of the
-    /// colliding texts came first (a distributed decide step relies on that).
-    exact_seen: HashMap<u128, SampleAddr>,
+    /// colliding texts came first (a distributed decide step relies on that). With it, the kept
+    /// sample its cluster resolves to (itself, or what it was found to duplicate).
+    exact_seen: HashMap<u128, FirstCopy>,
     shingle_sets: Option<ShingleStore>,
     seen_reps: HashSet<RepId>,
     /// Estimates below this are not candidates. The threshold itself when the estimate decides;
@@ -210,7 +232,10 @@ impl Deduper {
         let first = *self.exact_seen.get(&content_hash)?;
         self.stats.checked += 1;
         self.stats.exact += 1;
-        Some(Verdict::Exact { of: first })
+        Some(Verdict::Exact {
+            of: first.addr,
+            cluster: first.cluster,
+        })
     }
 
     /// [`Deduper::decide`]'s verdict for a sample whose hot columns are `hot`, when its content
@@ -227,6 +252,7 @@ impl Deduper {
     /// Decides one hot sample. Call in input order.
     pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
         self.stats.checked += 1;
+        let mut first_copy = false;
         if let Some(col) = self.exact_column
             && c.hot[col]
             && c.row[col] != NO_KEY
@@ -234,10 +260,18 @@ impl Deduper {
             match self.exact_seen.entry(c.content_hash) {
                 hashbrown::hash_map::Entry::Occupied(e) => {
                     self.stats.exact += 1;
-                    return Verdict::Exact { of: *e.get() };
+                    let first = e.get();
+                    return Verdict::Exact {
+                        of: first.addr,
+                        cluster: first.cluster,
+                    };
                 }
                 hashbrown::hash_map::Entry::Vacant(e) => {
-                    e.insert(c.addr);
+                    e.insert(FirstCopy {
+                        addr: c.addr,
+                        cluster: c.addr,
+                    });
+                    first_copy = true;
                 }
             }
         }
@@ -270,10 +304,12 @@ impl Deduper {
                 };
                 if let Some(similarity) = decided {
                     self.stats.near += 1;
-                    return Verdict::Near {
-                        of: self.arena.addr(rep),
-                        similarity,
-                    };
+                    let of = self.arena.addr(rep);
+                    if first_copy && let Some(first) = self.exact_seen.get_mut(&c.content_hash) {
+                        // Its later exact copies resolve to what it duplicates.
+                        first.cluster = of;
+                    }
+                    return Verdict::Near { of, similarity };
                 }
             }
         }
@@ -528,9 +564,15 @@ mod tests {
         let b = sample([1, 2, 3, 4, 5, 6, 7, 8], [10, 20], 0xB);
         assert_eq!(decide(&mut d, 0, &a), Verdict::Unique);
         assert!(matches!(decide(&mut d, 1, &b), Verdict::Near { of, .. } if of == addr(0)));
-        // A copy of b's text: exact, of b (the first with that text), not near a.
-        assert_eq!(decide(&mut d, 2, &b), Verdict::Exact { of: addr(1) });
-        assert_eq!(d.decide_copy(0xB), Some(Verdict::Exact { of: addr(1) }));
+        // A copy of b's text: exact, of b (the first with that text), not near a; its cluster
+        // is a, the kept sample b duplicates.
+        let copy_of_b = Verdict::Exact {
+            of: addr(1),
+            cluster: addr(0),
+        };
+        assert_eq!(decide(&mut d, 2, &b), copy_of_b);
+        assert_eq!(copy_of_b.cluster(addr(2)), addr(0));
+        assert_eq!(d.decide_copy(0xB), Some(copy_of_b));
         assert_eq!(d.decide_copy(0xC), None);
         let s = d.stats();
         assert_eq!((s.checked, s.exact, s.near), (4, 2, 1));
@@ -547,9 +589,13 @@ mod tests {
         assert_eq!(a.row[BANDS], b.row[BANDS]);
         assert_eq!(decide(&mut d, 0, &a), Verdict::Unique);
         assert_eq!(decide(&mut d, 1, &b), Verdict::Unique);
-        assert_eq!(decide(&mut d, 2, &b), Verdict::Exact { of: addr(1) });
-        assert_eq!(d.decide_copy(h1), Some(Verdict::Exact { of: addr(0) }));
-        assert_eq!(d.decide_copy(h2), Some(Verdict::Exact { of: addr(1) }));
+        let copy_of = |n| Verdict::Exact {
+            of: addr(n),
+            cluster: addr(n),
+        };
+        assert_eq!(decide(&mut d, 2, &b), copy_of(1));
+        assert_eq!(d.decide_copy(h1), Some(copy_of(0)));
+        assert_eq!(d.decide_copy(h2), Some(copy_of(1)));
     }
 
     #[test]

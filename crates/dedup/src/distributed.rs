@@ -35,6 +35,7 @@ use neardup_keys::{
 };
 use neardup_sketch::{Scratch, Sketcher, band_keys};
 
+use crate::clusters::ClusterCounter;
 use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
 use crate::error::DedupError;
 use crate::handoff::{
@@ -453,6 +454,16 @@ fn sketch_mismatch(name: &str, row: u64) -> DedupError {
     ))
 }
 
+/// What deciding a group did.
+pub struct GroupDecided {
+    /// The decision core's counters.
+    pub deduper: DeduperStats,
+    /// Samples decided per shard.
+    pub written: Vec<u64>,
+    /// The group's duplicate clusters (complete: a cluster never spans two groups).
+    pub clusters: ClusterCounter,
+}
+
 /// Decides one group: `signed` are the group's streams of every shard, in shard order (the global
 /// row order); the decisions of stream `s` go to `out[s]`. Returns the decision core's counters
 /// and the decisions written per shard.
@@ -463,7 +474,7 @@ pub fn decide_group<R: Read>(
     sketch: &DecideShape,
     out: &mut [RecordWriter<StepSink>],
     cancel: &CancelToken,
-) -> Result<(DeduperStats, Vec<u64>), DedupError> {
+) -> Result<GroupDecided, DedupError> {
     assert_eq!(signed.len(), out.len(), "one output per shard");
     let num_perm = sketch.sketcher.num_perm();
     let columns = sketch.rule.columns(sketch.sketcher.bands());
@@ -491,6 +502,7 @@ pub fn decide_group<R: Read>(
     }
     let mut rebuilt = Rebuilt::new(sketch);
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
+    let mut clusters = ClusterCounter::default();
     let mut written = vec![0u64; out.len()];
     let mut sample = SignedSample::default();
     let mut last_row: Option<u64> = None;
@@ -560,7 +572,8 @@ pub fn decide_group<R: Read>(
             }
             let dup_of_id = match verdict {
                 Verdict::Unique => None,
-                Verdict::Near { of, .. } | Verdict::Exact { of } => {
+                Verdict::Near { of, .. } | Verdict::Exact { of, .. } => {
+                    clusters.add_drop(verdict.cluster(sample.addr));
                     ids.get(&of).map(|s| s.to_string())
                 }
             };
@@ -577,7 +590,11 @@ pub fn decide_group<R: Read>(
             written[s] += 1;
         }
     }
-    Ok((deduper.stats(), written))
+    Ok(GroupDecided {
+        deduper: deduper.stats(),
+        written,
+        clusters,
+    })
 }
 
 /// Decides a sample by its signature (its text the verification material when carried).
@@ -737,7 +754,13 @@ mod tests {
         let texts = [base, near.as_str(), base];
         let want = one_process(&sketch, &texts);
         assert!(matches!(want[1], Verdict::Near { .. }), "{want:?}");
-        assert_eq!(want[2], Verdict::Exact { of: addr(0) });
+        assert_eq!(
+            want[2],
+            Verdict::Exact {
+                of: addr(0),
+                cluster: addr(0)
+            }
+        );
 
         let columns = sketch.rule.columns(16);
         let shape = SignedShape {
@@ -776,7 +799,11 @@ mod tests {
         }
         let bytes = w.finish().unwrap();
         let mut out = vec![RecordWriter::new(StepSink::memory()).unwrap()];
-        let (stats, written) = decide_group(
+        let GroupDecided {
+            deduper: stats,
+            written,
+            ..
+        } = decide_group(
             vec![("g".into(), RecordReader::new(bytes.as_slice()).unwrap())],
             shape,
             &DeduperConfig::default(),

@@ -198,9 +198,10 @@ pub fn encode_decided(d: &DecidedSample, out: &mut Vec<u8>) {
     put_u64(out, d.row);
     match d.verdict {
         Verdict::Unique => out.push(0),
-        Verdict::Exact { of } => {
+        Verdict::Exact { of, cluster } => {
             out.push(1);
             put_addr(out, of);
+            put_addr(out, cluster);
         }
         Verdict::Near { of, similarity } => {
             out.push(2);
@@ -322,7 +323,10 @@ pub fn decode_decided(bytes: &[u8]) -> io::Result<(DecidedSample, usize)> {
     let row = c.u64()?;
     let verdict = match c.u8()? {
         0 => Verdict::Unique,
-        1 => Verdict::Exact { of: c.addr()? },
+        1 => Verdict::Exact {
+            of: c.addr()?,
+            cluster: c.addr()?,
+        },
         2 => {
             let of = c.addr()?;
             let similarity = f64::from_le_bytes(c.take(8)?.try_into().expect("8 bytes"));
@@ -341,8 +345,9 @@ pub fn decode_decided(bytes: &[u8]) -> io::Result<(DecidedSample, usize)> {
     ))
 }
 
-/// Version 2: signed samples carry texts instead of shingle sets, and no keys.
-const STREAM_MAGIC: &[u8; 8] = b"NDSTEP\x00\x03";
+/// Version 4 (the decided samples of exact copies name their cluster); see
+/// `STEP_FORMAT_VERSION` in the facade for the history.
+const STREAM_MAGIC: &[u8; 8] = b"NDSTEP\x00\x04";
 const STREAM_END: &[u8; 8] = b"NDSTEPEN";
 /// Records are written and read in batches of about this many bytes (a batch holds whole
 /// records, so a reader never needs more than one batch in memory).
@@ -620,7 +625,10 @@ mod tests {
             let of = SampleAddr { file, record, field: 2 };
             let verdict = match kind {
                 0 => Verdict::Unique,
-                1 => Verdict::Exact { of },
+                1 => Verdict::Exact {
+                    of,
+                    cluster: SampleAddr { record: record ^ 1, ..of },
+                },
                 _ => Verdict::Near { of, similarity: sim },
             };
             let d = DecidedSample { row, verdict, dup_of_id: id };

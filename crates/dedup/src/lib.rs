@@ -31,6 +31,7 @@
 //! inputs or format outputs (`neardup-corpus`), or run threads (`neardup-exec`).
 #![warn(missing_docs)]
 
+mod clusters;
 mod deduper;
 mod distributed;
 mod error;
@@ -40,12 +41,13 @@ mod route;
 mod stage;
 mod verify;
 
+pub use clusters::{ClusterCounter, ClusterHead, ClusterStats, LARGEST_CLUSTERS};
 pub use deduper::{
     Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
 };
 pub use distributed::{
-    DecideShape, DecidedMerge, SignedCounts, Signer, StepSink, decide_group, run_sign, run_write,
-    signed_shape,
+    DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, StepSink, decide_group,
+    run_sign, run_write, signed_shape,
 };
 pub use error::{DedupError, SettingsError};
 pub use handoff::{

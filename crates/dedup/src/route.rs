@@ -10,6 +10,7 @@ use hashbrown::HashMap;
 use neardup_corpus::{DecisionRow, DecisionWriter, Reason};
 use neardup_keys::HotMask;
 
+use crate::clusters::{ClusterCounter, ClusterStats};
 use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
 use crate::distributed::{DecidedMerge, SampleAt, Signer};
 use crate::error::DedupError;
@@ -56,6 +57,11 @@ pub(crate) trait HotRoute {
     /// The decision core's counters, for a route that has one.
     fn deduper_stats(&self) -> Option<DeduperStats> {
         None
+    }
+
+    /// Whether every member of every cluster passes this route (so it can count their sizes).
+    fn sees_whole_clusters(&self) -> bool {
+        false
     }
 }
 
@@ -137,6 +143,10 @@ impl HotRoute for Deduper {
 
     fn deduper_stats(&self) -> Option<DeduperStats> {
         Some(self.stats())
+    }
+
+    fn sees_whole_clusters(&self) -> bool {
+        true
     }
 }
 
@@ -220,6 +230,8 @@ pub(crate) struct Decider<'a, R> {
     addressing: &'a Addressing<'a>,
     /// Ids of the hot samples met: any may be named as the original of a later one.
     ids: HashMap<SampleAddr, Box<str>>,
+    /// Cluster sizes, when the route sees whole clusters.
+    clusters: Option<ClusterCounter>,
     decisions: Option<DecisionWriter>,
     observe: &'a mut dyn FnMut(&Decision),
 }
@@ -253,6 +265,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
         observe: &'a mut dyn FnMut(&Decision),
     ) -> Self {
         Decider {
+            clusters: route.sees_whole_clusters().then(ClusterCounter::default),
             route,
             stats: DedupStats::default(),
             cfg,
@@ -262,6 +275,13 @@ impl<'a, R: HotRoute> Decider<'a, R> {
             decisions,
             observe,
         }
+    }
+
+    /// The cluster sizes counted, when the route sees whole clusters.
+    pub fn cluster_stats(&self) -> Option<ClusterStats> {
+        self.clusters
+            .as_ref()
+            .map(|c| c.finish(self.addressing.names))
     }
 
     /// The decisions file, to be finished by the caller.
@@ -385,9 +405,16 @@ impl<'a, R: HotRoute> Decider<'a, R> {
     fn record(&mut self, addr: SampleAddr, id: Option<&str>, d: Decided) -> Result<(), DedupError> {
         let (dup_of, similarity) = match d.verdict {
             Some(Verdict::Near { of, similarity }) => (Some(of), Some(similarity)),
-            Some(Verdict::Exact { of }) => (Some(of), Some(1.0)),
+            Some(Verdict::Exact { of, .. }) => (Some(of), Some(1.0)),
             _ => (None, None),
         };
+        // A sample dropped for another reason than a duplicate (an empty text) is its own.
+        let cluster = d.verdict.map_or(addr, |v| v.cluster(addr));
+        if cluster != addr
+            && let Some(clusters) = &mut self.clusters
+        {
+            clusters.add_drop(cluster);
+        }
         let dup_of_id = match d.dup_of_id {
             DupOfId::Decided(id) => id,
             DupOfId::Seen => dup_of.and_then(|a| self.ids.get(&a)).map(|s| s.to_string()),
@@ -405,6 +432,8 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                 dup_of_record: dup_of.map(|a| a.record),
                 dup_of_id: dup_of_id.as_deref(),
                 similarity,
+                cluster_file: &names[cluster.file as usize],
+                cluster_record: cluster.record,
             })
             .map_err(DedupError::Output)?;
         }
@@ -416,6 +445,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
             dup_of,
             dup_of_id,
             similarity,
+            cluster,
         });
         Ok(())
     }

@@ -16,6 +16,7 @@ use neardup_keys::{FileRows, HotMask, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
+use crate::clusters::ClusterStats;
 use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verify};
 use crate::error::DedupError;
 use crate::route::{BlockPlace, Decider, HotRoute};
@@ -87,6 +88,9 @@ pub struct Decision {
     pub dup_of_id: Option<String>,
     /// The similarity that decided (1.0 for exact copies).
     pub similarity: Option<f64>,
+    /// The kept sample its duplicate set resolves to, whatever chain of `dup_of` led there
+    /// (`addr` itself when kept).
+    pub cluster: SampleAddr,
 }
 
 /// What stage 2 did.
@@ -127,6 +131,10 @@ pub struct DedupStats {
     pub skipped: BTreeMap<String, u64>,
     /// The decision core's counters.
     pub deduper: DeduperStats,
+    /// Duplicate clusters. Absent from a distributed `write` step, which sees only its shard's
+    /// part of each cluster: the `decide` steps count them, a group each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<ClusterStats>,
     /// Output files written.
     pub outputs: Vec<OutputFile>,
     /// Wall seconds.
@@ -905,6 +913,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     if let Some(deduper) = decider.route.deduper_stats() {
         stats.deduper = deduper;
     }
+    stats.clusters = decider.cluster_stats();
     stats.seconds = started.elapsed().as_secs_f64();
     stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.seconds.max(1e-9);
     Ok((stats, decider.route))

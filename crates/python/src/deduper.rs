@@ -38,6 +38,8 @@ pub struct Decision {
     pub dup_of_field: Option<u32>,
     pub dup_of_id: Option<String>,
     pub similarity: Option<f64>,
+    pub cluster_file: Option<Arc<str>>,
+    pub cluster_record: u64,
 }
 
 impl Decision {
@@ -56,6 +58,8 @@ impl Decision {
             dup_of_field: d.dup_of.map(|a| a.field),
             dup_of_id: d.dup_of_id.clone(),
             similarity: d.similarity,
+            cluster_file: name(&d.cluster),
+            cluster_record: d.cluster.record,
         }
     }
 }
@@ -118,10 +122,21 @@ impl Decision {
     fn similarity(&self) -> Option<f64> {
         self.similarity
     }
+    /// File of the kept sample this sample's duplicate set resolves to, whatever chain of
+    /// ``dup_of`` led there (its own file when kept; None for texts given to a Deduper).
+    #[getter]
+    fn cluster_file(&self) -> Option<&str> {
+        self.cluster_file.as_deref()
+    }
+    /// Record of that kept sample (its own record when kept).
+    #[getter]
+    fn cluster_record(&self) -> u64 {
+        self.cluster_record
+    }
 
     /// The decision as a decisions file's row: a dict with the keys ``file``, ``record``,
     /// ``field``, ``id``, ``keep``, ``reason``, ``dup_of_file``, ``dup_of_record``,
-    /// ``dup_of_id`` and ``similarity``, in that order.
+    /// ``dup_of_id``, ``similarity``, ``cluster_file`` and ``cluster_record``, in that order.
     fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
         d.set_item("file", self.file.as_deref())?;
@@ -134,6 +149,8 @@ impl Decision {
         d.set_item("dup_of_record", self.dup_of_record)?;
         d.set_item("dup_of_id", &self.dup_of_id)?;
         d.set_item("similarity", self.similarity)?;
+        d.set_item("cluster_file", self.cluster_file.as_deref())?;
+        d.set_item("cluster_record", self.cluster_record)?;
         Ok(d)
     }
 
@@ -234,6 +251,8 @@ impl State {
             dup_of_field: None,
             dup_of_id: None,
             similarity: None,
+            cluster_file: None,
+            cluster_record: addr.record,
         };
         let (kind, content_hash) = self.sketch(text);
         if kind == RowKind::Blank {
@@ -266,16 +285,18 @@ impl State {
         }
         Ok(match verdict {
             Verdict::Unique => decision(true, Reason::Unique),
-            Verdict::Exact { of } => Decision {
+            Verdict::Exact { of, cluster } => Decision {
                 dup_of_record: Some(of.record),
                 dup_of_field: Some(of.field),
                 similarity: Some(1.0),
+                cluster_record: cluster.record,
                 ..decision(false, Reason::Exact)
             },
             Verdict::Near { of, similarity } => Decision {
                 dup_of_record: Some(of.record),
                 dup_of_field: Some(of.field),
                 similarity: Some(similarity),
+                cluster_record: of.record,
                 ..decision(false, Reason::Near)
             },
         })

@@ -77,7 +77,10 @@ def test_ray_runs_are_the_clis_and_resume(tmp_path, cluster, cli, monkeypatch):
     monkeypatch.chdir(REPO)
     shards = [[f"tests/data/sample/{p.name}"] for p in sorted(SAMPLE.iterdir())]
     inputs = [s[0] for s in shards]
-    cli("dedup", *inputs, "-o", tmp_path / "one", "--decisions", tmp_path / "one.jsonl", "--threshold", "0.7")
+    cli(
+        "dedup", *inputs, "-o", tmp_path / "one", "--decisions", tmp_path / "one.jsonl",
+        "--report", tmp_path / "one.json", "--threshold", "0.7",
+    )
     args = dict(
         inputs=inputs,
         output=str(tmp_path / "out"),
@@ -97,6 +100,9 @@ def test_ray_runs_are_the_clis_and_resume(tmp_path, cluster, cli, monkeypatch):
     }
     assert all(v["seconds"] >= v["longest_seconds"] > 0 for v in report["steps"].values())
     assert len(report["nodes"]) >= 2, report["nodes"]
+    one_report = json.loads((tmp_path / "one.json").read_text())
+    assert report["clusters"] == one_report["stage2"]["clusters"]
+    assert report["clusters"]["largest"], "the sample corpus has duplicate clusters"
 
     # Everything found complete: nothing runs again, the result is the same.
     (tmp_path / "d.jsonl").unlink()

@@ -108,6 +108,7 @@ def test_deduper_decides_as_a_run(settings):
         if not expected.keep:
             assert got.dup_of_record == index[(expected.dup_of_file, expected.dup_of_record)]
             assert got.similarity == pytest.approx(expected.similarity)
+        assert got.cluster_record == index[(expected.cluster_file, expected.cluster_record)]
     assert deduper.seen == len(texts) == 500
     stats = deduper.stats
     assert stats["near"] + stats["exact"] == sum(not d.keep for d in decisions)
@@ -127,6 +128,10 @@ def test_deduper_basics():
     near = d.decide(text + "!")
     assert (near.keep, near.reason, near.dup_of_record) == (False, "near", 0)
     assert near.file is None and near.record == 2
+    # A copy of the near duplicate names it as dup_of, and the kept text as its cluster.
+    copy_of_near = d.decide(text + "!")
+    assert (copy_of_near.reason, copy_of_near.dup_of_record, copy_of_near.cluster_record) == ("exact", 2, 0)
+    assert copy_of_near.to_dict()["cluster_record"] == 0 and d.decide("other text").cluster_record == 4
     empty = d.decide("  ")
     assert (empty.keep, empty.reason) == (True, "empty")
     assert neardup.Deduper(empty="drop").decide("").keep is False

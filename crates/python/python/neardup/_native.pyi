@@ -90,9 +90,16 @@ class Decision:
     @property
     def similarity(self) -> Optional[float]:
         """Similarity that decided (1.0 for exact copies; None when kept)."""
+    @property
+    def cluster_file(self) -> Optional[str]:
+        """File of the kept sample this sample's duplicate set resolves to, whatever chain of
+        dup_of led there (its own file when kept; None for texts given to a Deduper)."""
+    @property
+    def cluster_record(self) -> int:
+        """Record of that kept sample (its own record when kept)."""
     def to_dict(self) -> Dict[str, Any]:
         """The decision as a decisions file's row (keys file, record, field, id, keep, reason,
-        dup_of_file, dup_of_record, dup_of_id, similarity)."""
+        dup_of_file, dup_of_record, dup_of_id, similarity, cluster_file, cluster_record)."""
     def __eq__(self, other: object, /) -> bool: ...
 
 @final

@@ -269,6 +269,22 @@ def _concatenate(parts: List[Path], target: Path) -> None:
         raise
 
 
+def _merge_clusters(work: Path, groups: int) -> Dict[str, Any]:
+    """The run's duplicate clusters, as a one-process run reports them (``stage2.clusters``):
+    the decide steps' counts added up (a cluster never spans two groups)."""
+    sizes: Dict[int, int] = {}
+    largest: List[Dict[str, Any]] = []
+    for g in range(groups):
+        with open(_decide_dir(work, g) / "manifest.json", encoding="utf-8") as f:
+            clusters = json.load(f)["clusters"]
+        for size, n in clusters["sizes"].items():
+            sizes[int(size)] = sizes.get(int(size), 0) + n
+        largest.extend(clusters["largest"])
+    # The order of the Rust report: largest first, ties by file name, record and field.
+    largest.sort(key=lambda c: (-c["size"], c["file"], c["record"], c["field"]))
+    return {"sizes": {str(k): sizes[k] for k in sorted(sizes)}, "largest": largest[:10]}
+
+
 def _sum_totals(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
     totals: Dict[str, Any] = {}
     for r in reports:
@@ -318,7 +334,8 @@ def dedup(
         found complete in ``work_dir``), ``nodes`` (ids of the nodes tasks ran on), ``steps``
         (per step: ``tasks``, ``reused``, and the ``seconds`` and ``longest_seconds`` of the
         tasks that ran, measured inside them, so Ray's scheduling is not included), ``totals``
-        (summed over the shards' reports) and ``shard_reports`` (each shard's run report).
+        (summed over the shards' reports), ``clusters`` (the duplicate clusters, as a one-process
+        run's report has them under ``stage2``) and ``shard_reports`` (each shard's run report).
     """
     import ray
 
@@ -429,5 +446,6 @@ def dedup(
         "output": out,
         "decisions": None if decisions is None else os.fspath(decisions),
         "totals": _sum_totals(shard_reports),
+        "clusters": _merge_clusters(work, groups),
         "shard_reports": shard_reports,
     }
