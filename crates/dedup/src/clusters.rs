@@ -20,12 +20,21 @@ pub const LARGEST_CLUSTERS: usize = 10;
 /// Cluster sizes of a run (or of one group of a distributed run).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterStats {
-    /// Clusters with at least one duplicate, by size (kept sample included): `size → clusters`.
-    /// Every other kept sample is a cluster of size 1 (the report's `unique` minus these).
-    pub sizes: BTreeMap<u64, u64>,
+    /// Clusters with at least one duplicate, by size (kept sample included), ascending sizes.
+    /// Every other kept sample is a cluster of size 1.
+    pub sizes: Vec<ClusterSize>,
     /// The largest clusters (at most [`LARGEST_CLUSTERS`]), largest first; ties by the kept
     /// sample's file name, record and field.
     pub largest: Vec<ClusterHead>,
+}
+
+/// How many clusters have one size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterSize {
+    /// Samples in each, the kept one included.
+    pub size: u64,
+    /// Clusters of that size.
+    pub clusters: u64,
 }
 
 /// One cluster: its kept sample and its size.
@@ -44,14 +53,16 @@ pub struct ClusterHead {
 impl ClusterStats {
     /// Clusters with at least one duplicate.
     pub fn duplicated(&self) -> u64 {
-        self.sizes.values().sum()
+        self.sizes.iter().map(|s| s.clusters).sum()
     }
 
     /// Adds the clusters of another group of the same run (no cluster is in both).
     pub fn merge(&mut self, other: &ClusterStats) {
-        for (size, n) in &other.sizes {
-            *self.sizes.entry(*size).or_default() += n;
+        let mut sizes: BTreeMap<u64, u64> = BTreeMap::new();
+        for s in self.sizes.iter().chain(&other.sizes) {
+            *sizes.entry(s.size).or_default() += s.clusters;
         }
+        self.sizes = size_list(sizes);
         self.largest.extend(other.largest.iter().cloned());
         sort_largest(&mut self.largest);
     }
@@ -100,8 +111,18 @@ impl ClusterCounter {
             })
             .collect();
         sort_largest(&mut largest);
-        ClusterStats { sizes, largest }
+        ClusterStats {
+            sizes: size_list(sizes),
+            largest,
+        }
     }
+}
+
+fn size_list(sizes: BTreeMap<u64, u64>) -> Vec<ClusterSize> {
+    sizes
+        .into_iter()
+        .map(|(size, clusters)| ClusterSize { size, clusters })
+        .collect()
 }
 
 /// Largest first; ties by file name, record and field, so that the list is the same whichever
@@ -145,7 +166,8 @@ mod tests {
         }
         let names: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
         let s = c.finish(&names);
-        assert_eq!(s.sizes, BTreeMap::from([(2, 2), (4, 2)]));
+        let sizes: Vec<(u64, u64)> = s.sizes.iter().map(|c| (c.size, c.clusters)).collect();
+        assert_eq!(sizes, [(2, 2), (4, 2)]);
         assert_eq!(s.duplicated(), 4);
         let heads: Vec<(&str, u64, u64)> = s
             .largest

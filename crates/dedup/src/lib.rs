@@ -41,7 +41,7 @@ mod route;
 mod stage;
 mod verify;
 
-pub use clusters::{ClusterCounter, ClusterHead, ClusterStats, LARGEST_CLUSTERS};
+pub use clusters::{ClusterCounter, ClusterHead, ClusterSize, ClusterStats, LARGEST_CLUSTERS};
 pub use deduper::{
     Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
 };

@@ -277,12 +277,12 @@ def _merge_clusters(work: Path, groups: int) -> Dict[str, Any]:
     for g in range(groups):
         with open(_decide_dir(work, g) / "manifest.json", encoding="utf-8") as f:
             clusters = json.load(f)["clusters"]
-        for size, n in clusters["sizes"].items():
-            sizes[int(size)] = sizes.get(int(size), 0) + n
+        for s in clusters["sizes"]:
+            sizes[s["size"]] = sizes.get(s["size"], 0) + s["clusters"]
         largest.extend(clusters["largest"])
     # The order of the Rust report: largest first, ties by file name, record and field.
     largest.sort(key=lambda c: (-c["size"], c["file"], c["record"], c["field"]))
-    return {"sizes": {str(k): sizes[k] for k in sorted(sizes)}, "largest": largest[:10]}
+    return {"sizes": [{"size": k, "clusters": sizes[k]} for k in sorted(sizes)], "largest": largest[:10]}
 
 
 def _sum_totals(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
