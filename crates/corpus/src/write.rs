@@ -282,7 +282,7 @@ struct ParquetSink {
 
 impl ParquetSink {
     fn for_input(input: &InputFile, base: &Path) -> Result<ParquetSink, WriteError> {
-        let (_, meta) = crate::parquet_read::load(&input.path)
+        let (_, meta) = crate::parquet_read::load(input)
             .map_err(|e| WriteError::new(base, "read_input", e.to_string()))?;
         let pmeta = meta.metadata();
         let fm = pmeta.file_metadata();

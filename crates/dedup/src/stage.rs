@@ -716,7 +716,8 @@ impl<R: HotRoute> Pass<'_, R> {
     fn on_read_error(&mut self, job: usize, lost: &Unreadable) -> Result<(), DedupError> {
         let fi = self.jobs[job].file;
         let range = UnreadableRange::new(&self.inputs[fi].path, self.record_bases[job], lost);
-        if self.cfg.on_error == OnError::Fail {
+        // As in stage 1: a failed storage request is never skipped.
+        if self.cfg.on_error == OnError::Fail || range.kind == "storage" {
             return Err(DedupError::Input(range.to_string()));
         }
         self.file_lost[fi] = true;

@@ -717,7 +717,9 @@ fn absorb(
     }
     for lost in &out.unreadable {
         let range = UnreadableRange::new(path, record_base, lost);
-        if cfg.on_error == OnError::Fail {
+        // A failed storage request says nothing about the data: skipping it would publish a
+        // dataset short of records a later attempt reads.
+        if cfg.on_error == OnError::Fail || range.kind == "storage" {
             return Err(KeysError::Input(range.to_string()));
         }
         *stats.read_errors.entry(range.kind.clone()).or_default() += 1;

@@ -1,0 +1,294 @@
+//! Runs over object storage (`s3://`) against a real S3 API server on 127.0.0.1 (moto's, started
+//! by each test; see `tests/support/s3.rs`): the same decisions and byte-identical outputs as
+//! the same files on disk, outputs published all or nothing, and each failure of the service
+//! reported with the object it concerns.
+//!
+//! Needs `NEARDUP_MOTO_SERVER` (the `moto_server` binary); `tests/run` sets it. Without it every
+//! test fails saying how to run it.
+
+#[path = "support/s3.rs"]
+mod s3;
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use s3::{DroppingProxy, S3Server};
+use support::{neardup, unique_lines, write_compressed};
+
+/// A corpus of every input kind: plain JSONL large enough to be read in several byte-range
+/// chunks, zstd and gzip JSONL, a one-group Parquet file and a Parquet file of many row groups,
+/// with near and exact copies across them.
+fn corpus(dir: &Path) {
+    let sample = |name: &str| std::fs::read(support::data("sample").join(name)).unwrap();
+    std::fs::create_dir_all(dir.join("a")).unwrap();
+    std::fs::create_dir_all(dir.join("b")).unwrap();
+    std::fs::write(dir.join("a/part-0.jsonl"), sample("part-0.jsonl")).unwrap();
+    write_compressed(&dir.join("a/part-1.jsonl.zst"), &sample("part-1.jsonl"));
+    write_compressed(
+        &dir.join("a/copy.jsonl.gz"),
+        &sample("part-0.jsonl")[..60_000],
+    );
+    std::fs::write(dir.join("b/part-2.parquet"), sample("part-2.parquet")).unwrap();
+    // 3 MB: with the run's 1 MiB chunks, read from three offsets.
+    let mut big = unique_lines("big", 10_000).into_bytes();
+    big.extend_from_slice(&sample("part-1.jsonl"));
+    assert!(big.len() > 3 << 20);
+    std::fs::write(dir.join("big.jsonl"), big).unwrap();
+    // Row groups of 40 rows: read group by group, each by its own ranged requests.
+    let texts: Vec<String> = String::from_utf8(sample("part-1.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            Some(v.get("text")?.as_str()?.to_string())
+        })
+        .collect();
+    let ids: Vec<String> = (0..texts.len()).map(|i| format!("g-{i}")).collect();
+    write_grouped_parquet(&dir.join("b/groups.parquet"), &ids, &texts, 40);
+}
+
+fn write_grouped_parquet(path: &Path, ids: &[String], texts: &[String], group_rows: usize) {
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    use std::sync::Arc;
+    let schema = Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, false),
+        arrow_schema::Field::new("text", arrow_schema::DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(ids.to_vec())) as ArrayRef,
+            Arc::new(StringArray::from(texts.to_vec())) as ArrayRef,
+        ],
+    )
+    .unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+fn with_env(cmd: &mut Command, env: &[(&'static str, String)]) -> Output {
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    support::run(cmd)
+}
+
+/// Every file below `dir` (relative path → bytes), manifests left out (they name their run).
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if !p.file_name().unwrap().to_str().unwrap().starts_with('_') {
+                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn a_run_over_objects_gives_the_decisions_and_outputs_of_the_same_files_on_disk() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+
+    let dedup = |input: &str, tag: &str| {
+        let out = tmp.path().join(format!("out-{tag}"));
+        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
+        let o = with_env(
+            neardup()
+                .arg("dedup")
+                .arg(input)
+                .arg("--output")
+                .arg(&out)
+                .arg("--decisions")
+                .arg(&decisions)
+                .args(["--threshold", "0.7", "-j", "3"]),
+            &s3.env(),
+        );
+        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
+        (tree(&out), std::fs::read_to_string(&decisions).unwrap())
+    };
+    let (files, decisions) = dedup(local.to_str().unwrap(), "local");
+    let (s3_files, s3_decisions) = dedup("s3://corpus/in/", "s3");
+
+    assert_eq!(
+        files.keys().collect::<Vec<_>>(),
+        vec![
+            "a/copy.jsonl.gz",
+            "a/part-0.jsonl",
+            "a/part-1.jsonl.zst",
+            "b/groups.parquet",
+            "b/part-2.parquet",
+            "big.jsonl"
+        ]
+    );
+    for (name, bytes) in &files {
+        assert!(s3_files.get(name) == Some(bytes), "{name} differs");
+    }
+    assert_eq!(files.len(), s3_files.len());
+    // The decisions name the objects by URL, and are otherwise those of the local run.
+    let local_prefix = format!("{}/", local.display());
+    assert_eq!(
+        s3_decisions,
+        decisions.replace(&local_prefix, "s3://corpus/in/")
+    );
+    assert!(s3_decisions.contains(r#""file":"s3://corpus/in/a/part-1.jsonl.zst""#));
+    assert!(s3_decisions.contains(r#""dup_of_file":"s3://corpus/in/a/part-0.jsonl""#));
+    assert!(s3_decisions.contains(r#""file":"s3://corpus/in/b/groups.parquet""#));
+    let dropped = s3_decisions.matches(r#""keep":false"#).count();
+    assert!(dropped > 300, "{dropped} dropped");
+
+    // A glob over the bucket reads the files it matches, in the same order as on disk.
+    let glob = with_env(
+        neardup()
+            .args(["dedup", "s3://corpus/in/**/*.parquet", "--decisions"])
+            .arg(tmp.path().join("glob.jsonl")),
+        &s3.env(),
+    );
+    assert!(glob.status.success(), "{}", support::stderr(&glob));
+    let got = std::fs::read_to_string(tmp.path().join("glob.jsonl")).unwrap();
+    assert!(
+        got.starts_with(r#"{"file":"s3://corpus/in/b/groups.parquet""#),
+        "{got:.200}"
+    );
+    assert!(!got.contains(".jsonl\""));
+}
+
+#[test]
+fn a_connection_dropped_mid_object_is_retried_and_changes_nothing() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    // Two responses cut after 50 KB: the first reads of the large objects.
+    let proxy = DroppingProxy::start(s3.port, 50_000, 2);
+    let mut env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
+    env.push(("RUST_LOG", "warn".to_string()));
+    let run = |input: &str, tag: &str, env: &[(&'static str, String)]| {
+        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
+        let o = with_env(
+            neardup()
+                .args(["dedup", input, "--decisions"])
+                .arg(&decisions)
+                .args(["-j", "2"]),
+            env,
+        );
+        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
+        std::fs::read_to_string(&decisions).unwrap()
+    };
+    let through_proxy = run("s3://corpus/in/big.jsonl", "proxy", &env);
+    assert_eq!(proxy.dropped(), 2, "the proxy cut no connection");
+    let direct = run("s3://corpus/in/big.jsonl", "direct", &s3.env());
+    assert_eq!(through_proxy, direct);
+}
+
+#[test]
+fn a_connection_that_keeps_dropping_fails_the_run_naming_the_object() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    s3.put(
+        "corpus",
+        "in/small.jsonl",
+        unique_lines("small", 20).as_bytes(),
+    );
+    let proxy = DroppingProxy::start(s3.port, 50_000, usize::MAX);
+    let env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
+    // Another input reads fine: the run fails all the same, whatever --on-error says.
+    let o = with_env(
+        neardup()
+            .args([
+                "dedup",
+                "s3://corpus/in/small.jsonl",
+                "s3://corpus/in/big.jsonl",
+            ])
+            .args(["--on-error", "skip", "--decisions"])
+            .arg(tmp.path().join("d.jsonl")),
+        &env,
+    );
+    let err = support::stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(!err.contains("nothing to deduplicate"), "{err}");
+    assert!(err.contains("s3://corpus/in/big.jsonl"), "{err}");
+    assert!(err.contains("retries"), "{err}");
+    assert!(!err.contains("Generic") && !err.contains("{ "), "{err}");
+    assert!(proxy.dropped() > 3);
+    assert!(!tmp.path().join("d.jsonl").exists());
+}
+
+#[test]
+fn missing_buckets_objects_and_prefixes_are_refused_before_any_work() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    s3.create_bucket("corpus");
+    s3.put("corpus", "in/a.jsonl", b"{\"text\":\"x\"}\n");
+    for (arg, want) in [
+        (
+            "s3://no-such-bucket/in/",
+            "the bucket no-such-bucket does not exist",
+        ),
+        ("s3://corpus/in/b.jsonl", "no such object"),
+        (
+            "s3://corpus/elsewhere/",
+            "no such object, and no object below this prefix",
+        ),
+        ("s3://corpus/in/*.parquet", "glob matched no object"),
+        ("s3://corpus/in//a.jsonl", "empty"),
+    ] {
+        let o = with_env(
+            neardup()
+                .args(["dedup", arg, "--decisions"])
+                .arg(tmp.path().join("d.jsonl")),
+            &s3.env(),
+        );
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{arg}: {err}");
+        assert!(err.contains(arg) && err.contains(want), "{arg}: {err}");
+        assert!(!err.contains("Generic") && !err.contains("{ "), "{err}");
+    }
+}
+
+#[test]
+fn refused_credentials_are_reported_as_denied_access() {
+    // Authentication on from the third request: the bucket and its object are made first.
+    let s3 = S3Server::start(&[("INITIAL_NO_AUTH_ACTION_COUNT", "2")]);
+    let tmp = tempfile::tempdir().unwrap();
+    s3.create_bucket("corpus");
+    s3.put("corpus", "in/a.jsonl", b"{\"text\":\"x\"}\n");
+    let o = with_env(
+        neardup()
+            .args(["dedup", "s3://corpus/in/a.jsonl", "--decisions"])
+            .arg(tmp.path().join("d.jsonl")),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("s3://corpus/in/a.jsonl") && err.contains("access denied"),
+        "{err}"
+    );
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+    // The secret never appears.
+    assert!(!err.contains("testing-secret"), "{err}");
+}
