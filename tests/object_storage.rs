@@ -292,3 +292,169 @@ fn refused_credentials_are_reported_as_denied_access() {
     // The secret never appears.
     assert!(!err.contains("testing-secret"), "{err}");
 }
+
+#[test]
+fn outputs_decisions_and_reports_are_published_to_objects_as_to_files() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    let out = tmp.path().join("out");
+    let decisions = tmp.path().join("decisions.jsonl");
+    let o = with_env(
+        neardup()
+            .arg("dedup")
+            .arg(&local)
+            .arg("--output")
+            .arg(&out)
+            .arg("--decisions")
+            .arg(&decisions),
+        &s3.env(),
+    );
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    let files = tree(&out);
+
+    let to_s3 = |extra: &[&str]| {
+        with_env(
+            neardup()
+                .args(["dedup", "s3://corpus/in/", "--output", "s3://corpus/out/"])
+                .args(["--decisions", "s3://corpus/decisions.jsonl"])
+                .args(["--report", "s3://corpus/report.json"])
+                .args(extra),
+            &s3.env(),
+        )
+    };
+    let o = to_s3(&[]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    let keys = s3.keys("corpus", "out/");
+    let mut want: Vec<String> = files.keys().map(|k| format!("out/{k}")).collect();
+    want.push("out/_SUCCESS".to_string());
+    want.sort();
+    assert_eq!(keys, want);
+    for (name, bytes) in &files {
+        assert!(
+            s3.get("corpus", &format!("out/{name}")).as_ref() == Some(bytes),
+            "{name} differs"
+        );
+    }
+    let local_decisions = std::fs::read_to_string(&decisions).unwrap();
+    let s3_decisions = String::from_utf8(s3.get("corpus", "decisions.jsonl").unwrap()).unwrap();
+    assert_eq!(
+        s3_decisions,
+        local_decisions.replace(&format!("{}/", local.display()), "s3://corpus/in/")
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.get("corpus", "out/_SUCCESS").unwrap()).unwrap();
+    assert_eq!(manifest["format"], "neardup-manifest");
+    assert_eq!(manifest["files"].as_array().unwrap().len(), files.len());
+    assert_eq!(manifest["decisions"]["path"], "s3://corpus/decisions.jsonl");
+    assert_eq!(manifest["report"]["path"], "s3://corpus/report.json");
+    let report: serde_json::Value =
+        serde_json::from_slice(&s3.get("corpus", "report.json").unwrap()).unwrap();
+    assert!(report["totals"]["records_in"].as_u64().unwrap() > 10_000);
+    assert_eq!(s3.open_uploads("corpus"), 0);
+
+    // A second run needs --overwrite, which replaces only what the manifest lists.
+    let o = to_s3(&[]);
+    let err = support::stderr(&o);
+    assert!(!o.status.success() && err.contains("--overwrite"), "{err}");
+    s3.put("corpus", "out/notes.txt", b"mine");
+    let o = to_s3(&["--overwrite", "--threshold", "0.9"]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    assert_eq!(s3.get("corpus", "out/notes.txt").unwrap(), b"mine");
+    let again: serde_json::Value =
+        serde_json::from_slice(&s3.get("corpus", "out/_SUCCESS").unwrap()).unwrap();
+    assert_ne!(again["run_id"], manifest["run_id"]);
+    // An object no manifest lists, where an output goes, is never replaced.
+    s3.put("corpus", "out/stranger/x.jsonl", b"{}\n");
+    s3.put(
+        "corpus",
+        "in2/stranger/x.jsonl",
+        b"{\"text\":\"a b c d e f\"}\n",
+    );
+    let o = with_env(
+        neardup().args([
+            "dedup",
+            "s3://corpus/in2/",
+            "--output",
+            "s3://corpus/out/",
+            "--overwrite",
+        ]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("s3://corpus/out/stranger/x.jsonl"),
+        "{err}"
+    );
+    assert!(err.contains("does not list it"), "{err}");
+    assert_eq!(s3.get("corpus", "out/stranger/x.jsonl").unwrap(), b"{}\n");
+
+    // Outputs that hold the inputs, or that a later run over the inputs would read back, are
+    // refused before any work.
+    let o = with_env(
+        neardup().args(["dedup", "s3://corpus/in/a/", "--output", "s3://corpus/in/"]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("s3://corpus/in/ contains"), "{err}");
+    let o = with_env(
+        neardup().args([
+            "dedup",
+            "s3://corpus/in/",
+            "--decisions",
+            "s3://corpus/in/d.jsonl",
+        ]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("read the outputs back"), "{err}");
+}
+
+#[test]
+fn an_interrupted_run_leaves_no_object_under_a_final_name() {
+    use std::time::{Duration, Instant};
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    // Every uploaded part is held for two seconds: the run is stopped while it uploads.
+    let proxy = s3::DelayingProxy::start(s3.port, b"partNumber=", Duration::from_secs(2));
+    let env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
+    for (signal, code) in [(libc::SIGINT, Some(130)), (libc::SIGKILL, None)] {
+        let mut cmd = neardup();
+        cmd.args(["dedup", "s3://corpus/in/", "--output", "s3://corpus/out/"])
+            .args(["--decisions", "s3://corpus/decisions.jsonl"])
+            .stderr(std::process::Stdio::piped());
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let before = proxy.seen();
+        let mut child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while proxy.seen() == before {
+            assert!(Instant::now() < deadline, "no upload started");
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the run ended before uploading"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), code, "{status:?}");
+        assert_eq!(s3.keys("corpus", "out/"), Vec::<String>::new());
+        assert_eq!(s3.get("corpus", "decisions.jsonl"), None);
+        if signal == libc::SIGINT {
+            // Stopped by a signal it handles, the run aborts its uploads.
+            assert_eq!(s3.open_uploads("corpus"), 0);
+        }
+    }
+}

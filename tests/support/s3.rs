@@ -296,3 +296,54 @@ fn copy_all(mut from: TcpStream, mut to: TcpStream) {
     let _ = std::io::copy(&mut from, &mut to);
     let _ = to.shutdown(Shutdown::Write);
 }
+
+/// A TCP proxy in front of the server that holds every request containing `pattern` (e.g. an
+/// upload's parts, `partNumber=`) for `delay` before passing it on, counting them.
+pub struct DelayingProxy {
+    pub port: u16,
+    seen: Arc<AtomicUsize>,
+}
+
+impl DelayingProxy {
+    pub fn start(upstream: u16, pattern: &'static [u8], delay: Duration) -> DelayingProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counter = seen.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || copy_all(s2, c2));
+                let counter = counter.clone();
+                std::thread::spawn(move || {
+                    let (mut from, mut to) = (client, server);
+                    let mut buf = [0u8; 64 << 10];
+                    loop {
+                        let n = match from.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if buf[..n].windows(pattern.len()).any(|w| w == pattern) {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(delay);
+                        }
+                        if to.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        DelayingProxy { port, seen }
+    }
+
+    /// Requests held so far.
+    pub fn seen(&self) -> usize {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
