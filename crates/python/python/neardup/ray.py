@@ -205,6 +205,17 @@ def _write_task(
     return {"reused": False, "node": _node(), "report": result}
 
 
+def _is_url(path: str) -> bool:
+    """Whether `path` names object storage (``s3://``, ``gs://``, ``az://``), which every node
+    reaches with its own credentials (the ``AWS_*`` environment, ``~/.aws``)."""
+    return path.split("://", 1)[0] in ("s3", "s3a", "gs", "az") and "://" in path
+
+
+def _absolute(path: str) -> str:
+    """A local path made absolute (it must name the same place on every node); a URL as is."""
+    return path if _is_url(path) else os.path.abspath(path)
+
+
 def _shards_of(inputs: Any, shards: Optional[Sequence[Sequence[PathLike]]]) -> List[List[str]]:
     if shards is not None:
         split = [[os.fspath(p) for p in shard] for shard in shards]
@@ -324,6 +335,12 @@ def dedup(
 
     if output is None and decisions is None:
         raise ValueError("give output and/or decisions")
+    if decisions is not None and _is_url(os.fspath(decisions)):
+        raise ValueError(
+            f"{os.fspath(decisions)}: the Ray runner concatenates the shards' decisions on the "
+            "driver, into a local or shared file; give a path, not an object storage URL (the "
+            "inputs and output may be URLs)"
+        )
     if decisions is not None and os.fspath(decisions).endswith(".parquet"):
         raise ValueError(
             f"{os.fspath(decisions)}: the Ray runner writes JSONL decisions (the shards' files "
@@ -335,7 +352,7 @@ def dedup(
         raise ValueError("groups must be at least 1")
     cwd = os.getcwd()
     work = Path(os.path.abspath(os.fspath(work_dir)))
-    out = None if output is None else os.path.abspath(os.fspath(output))
+    out = None if output is None else _absolute(os.fspath(output))
     output_names = set(neardup.settings().get("output", []))
     step_settings = {k: v for k, v in settings.items() if k not in output_names}
     hot_settings = {k: settings[k] for k in _HOT_SETTINGS if k in settings}
