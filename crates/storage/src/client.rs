@@ -79,8 +79,8 @@ pub const RETRIES: usize = 5;
 /// The client of `url`'s bucket, made on first use from the environment (and, for S3, the AWS
 /// shared config and credentials files).
 fn store(url: &ObjectUrl) -> Result<Arc<dyn ObjectStore>, StorageError> {
-    static STORES: OnceLock<Mutex<HashMap<(Scheme, String), Arc<dyn ObjectStore>>>> =
-        OnceLock::new();
+    type Stores = HashMap<(Scheme, String), Arc<dyn ObjectStore>>;
+    static STORES: OnceLock<Mutex<Stores>> = OnceLock::new();
     // TLS through rustls with ring (see Cargo.toml), before the first client is built; a
     // provider a host program installed first is kept.
     static TLS: OnceLock<()> = OnceLock::new();

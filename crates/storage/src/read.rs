@@ -211,7 +211,8 @@ impl ObjectRanges {
                 cache: Mutex::new(Vec::new()),
             }),
         };
-        r.prefetch(&[size.saturating_sub(FOOTER_PREFETCH)..size])?;
+        let footer = size.saturating_sub(FOOTER_PREFETCH)..size;
+        r.prefetch(std::slice::from_ref(&footer))?;
         Ok(r)
     }
 

@@ -27,8 +27,11 @@ const PARTS_IN_FLIGHT: usize = 3;
 pub struct UploadSet {
     pending: Mutex<Vec<Pending>>,
     /// Writers still open: aborted with the set.
-    open: Mutex<Vec<Arc<Mutex<Option<Box<dyn MultipartUpload>>>>>>,
+    open: Mutex<Vec<UploadSlot>>,
 }
+
+/// An upload being written, shared by its writer and the set (which aborts it with itself).
+type UploadSlot = Arc<Mutex<Option<Box<dyn MultipartUpload>>>>;
 
 struct Pending {
     object: Object,
@@ -165,7 +168,7 @@ impl Drop for UploadSet {
 pub struct ObjectWriter {
     set: Arc<UploadSet>,
     object: Object,
-    upload: Arc<Mutex<Option<Box<dyn MultipartUpload>>>>,
+    upload: UploadSlot,
     buf: Vec<u8>,
     in_flight: VecDeque<tokio::task::JoinHandle<Result<(), object_store::Error>>>,
     bytes: u64,

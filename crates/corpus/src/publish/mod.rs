@@ -184,7 +184,7 @@ pub fn read_manifest(dir: &Path, name: &str) -> Result<Option<Manifest>, WriteEr
 fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, WriteError> {
     let foreign = |why: &str| {
         WriteError::new(
-            &path,
+            path,
             "foreign_manifest",
             format!(
                 "not a neardup manifest ({why}); neardup replaces only files listed in its own \
