@@ -655,7 +655,7 @@ fn corrupt_parquet_row_groups_and_pages_cost_only_their_rows() {
             let mut keys = neardup::keys_config(&c).unwrap();
             keys.block_bytes = stage1_bytes;
             let stage1 = neardup::keys::run_keys(&files, 0, &keys).unwrap();
-            let mut apply = neardup::apply_config(&c).unwrap();
+            let mut apply = neardup::stage2_config(&c).unwrap();
             apply.block_bytes = stage2_bytes;
             let stats = neardup::dedup::run_dedup(&stage1.files, &stage1.mask, &apply, &mut |_| {})
                 .unwrap_or_else(|e| panic!("{case}: {e}"));
@@ -746,7 +746,7 @@ fn a_file_gone_between_discovery_and_reading_is_listed() {
         let keys = neardup::keys_config(&c).unwrap();
         let stage1 = neardup::keys::run_keys(&files, 0, &keys).unwrap();
         assert_eq!(stage1.stats.unreadable.len(), 1);
-        let mut apply = neardup::apply_config(&c).unwrap();
+        let mut apply = neardup::stage2_config(&c).unwrap();
         let out = tmp.path().join(format!("out-{threads}"));
         apply.output = Some(neardup::corpus::OutputOptions {
             dir: out.clone(),
@@ -836,7 +836,9 @@ fn apply_reports_a_truncated_stream_without_stage_one_stats() {
     let mut c = neardup::Config::default();
     c.output.decisions = Some(tmp.path().join("d.jsonl"));
     let hot = neardup::keys::HotKeys::load(&hot).unwrap();
-    let r = neardup::apply_files(&c, &hot, &[table], &mut |_| {}).unwrap();
+    let tables = [table];
+    let control = neardup::RunControl::default();
+    let r = neardup::apply(&c, &hot, tables.as_slice(), &control, &mut |_| {}).unwrap();
     assert_eq!(r.totals.unreadable.len(), 1);
     assert_eq!(r.totals.unreadable[0].first_record, delivered);
 }

@@ -286,3 +286,39 @@ fn texts_that_normalise_to_nothing_are_empty_not_copies_of_each_other() {
         assert_eq!(reasons, ["empty", "empty", "unique"], "{cmd}");
     }
 }
+
+/// Settings apply in one order (defaults, the preset's defaults, the settings file, the flags,
+/// what the preset pins): a bound on representatives from the settings file survives
+/// `--compat lshcurator`, which only changes its default, and 0 in a file means "unbounded".
+#[test]
+fn a_settings_file_layers_under_flags_and_over_a_presets_defaults() {
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = tmp.path().join("s.toml");
+    let report_of = |file: &str, args: &[&str], name: &str| -> Value {
+        std::fs::write(&settings, file).unwrap();
+        let rep = tmp.path().join(format!("{name}.json"));
+        let o = run(neardup()
+            .arg("dedup")
+            .arg(data("sample"))
+            .args(["-q", "--config"])
+            .arg(&settings)
+            .args(args)
+            .arg("--decisions")
+            .arg(tmp.path().join(format!("{name}.jsonl")))
+            .arg("--report")
+            .arg(&rep));
+        assert!(o.status.success(), "{name}");
+        serde_json::from_str(&std::fs::read_to_string(&rep).unwrap()).unwrap()
+    };
+    let r = report_of(
+        "[dedup]\nmax_reps = 8\n",
+        &["--compat", "lshcurator"],
+        "preset",
+    );
+    assert_eq!(r["config"]["dedup"]["max_reps"], 8);
+    assert_eq!(r["config"]["dedup"]["verify"], "estimate");
+    let r = report_of("[dedup]\nmax_reps = 8\n", &["--max-reps", "3"], "flag");
+    assert_eq!(r["config"]["dedup"]["max_reps"], 3);
+    let r = report_of("[dedup]\nmax_reps = 0\n", &[], "zero");
+    assert_eq!(r["config"]["dedup"]["max_reps"], Value::Null);
+}

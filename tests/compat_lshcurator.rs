@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use neardup::corpus::Reason;
 use neardup::keys::{TableStore, run_keys};
-use neardup::{Config, Pipeline, Tokenize};
+use neardup::{Config, Pipeline, ShingleUnit};
 use serde_json::Value;
 
 fn data(name: &str) -> PathBuf {
@@ -27,9 +27,9 @@ fn config_for(setting: &Value, threads: usize) -> Config {
         .collect();
     c.input.fields = vec!["text".into()];
     c.sketch.tokenize = if setting["compute_mode"] == "byte" {
-        Tokenize::Byte
+        ShingleUnit::Byte
     } else {
-        Tokenize::Char
+        ShingleUnit::Char
     };
     c.sketch.shingle = setting["shingle_k"].as_u64().unwrap() as usize;
     c.sketch.step = setting["shingle_step"].as_u64().unwrap() as usize;

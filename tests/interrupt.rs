@@ -467,10 +467,15 @@ fn interrupted_runs_publish_nothing_and_leave_nothing() {
                     "{what}: published, but not whole"
                 );
             } else if !journal {
-                assert_eq!(
-                    now, before,
-                    "{what}: the interrupted run published something"
-                );
+                // SIGKILL can land after the last commit and before the exit: then the run
+                // published whole without saying so.
+                let killed_after_publishing = matches!(sig, Kill) && now == reference[cmd.name].0;
+                if !killed_after_publishing {
+                    assert_eq!(
+                        now, before,
+                        "{what}: the interrupted run published something"
+                    );
+                }
             }
             // The same command again: it succeeds, with an uninterrupted run's outputs.
             run_ok(cmd, &root);

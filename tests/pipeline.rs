@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use neardup::corpus::Reason;
 use neardup::dedup::Verify;
 use neardup::keys::{HotMask, TableStore, run_keys};
-use neardup::{Config, Pipeline};
+use neardup::{Config, HotStep, KeysStep, Pipeline, RunControl};
 
 fn sample_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample")
@@ -296,7 +296,8 @@ fn stage1_tables_are_identical_across_threads_and_chunk_sizes() {
             keys.chunk_bytes = chunk_bytes;
             keys.block_bytes = 3000;
             let path = tmp.path().join(format!("{chunk_bytes}-{threads}.ndk"));
-            let written = neardup::keys::write_keys(&files, 0, &keys, &path).unwrap();
+            let target = neardup::corpus::AtomicFile::create(&path).unwrap();
+            let written = neardup::keys::write_keys(&files, 0, &keys, target).unwrap();
             let file = std::fs::read(&path).unwrap();
             let (table, stats) = neardup::keys::collect_keys(&files, 0, &keys).unwrap();
             assert_eq!(table.to_bytes(), file, "{case}");
@@ -437,7 +438,7 @@ fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
         let mut keys = neardup::keys_config(&c).unwrap();
         keys.block_bytes = 700;
         let stage1 = run_keys(&files, 0, &keys).unwrap();
-        let mut apply = neardup::apply_config(&c).unwrap();
+        let mut apply = neardup::stage2_config(&c).unwrap();
         apply.block_bytes = 700;
         let mut decisions = Vec::new();
         let stats = neardup::dedup::run_dedup(&stage1.files, &stage1.mask, &apply, &mut |d| {
@@ -467,24 +468,33 @@ fn sharded_keys_hot_apply_equal_a_single_run() {
     let (files, _) = neardup::discover_inputs(&single).unwrap();
     let mut tables = Vec::new();
     for (shard, part) in files.chunks(2).enumerate() {
-        let (table, _) = neardup::compute_keys(&single, part, shard as u32).unwrap();
+        let (table, _) = KeysStep::with_files(&single, part, shard as u32)
+            .unwrap()
+            .table(&RunControl::default())
+            .unwrap();
         let path = tmp.path().join(format!("keys-{shard}.ndk"));
         table.save(&path).unwrap();
         tables.push(neardup::keys::KeyTable::load(&path).unwrap());
     }
     // Shards can be merged in any order: shard numbers decide.
     tables.reverse();
-    let (hot, _, _) = neardup::merge_hot_keys(&tables, 1).unwrap();
+    let (hot, _, _) = HotStep::new(&single, &tables, 1)
+        .unwrap()
+        .merge(&RunControl::default())
+        .unwrap();
     let hot_path = tmp.path().join("hot.ndh");
     hot.save(&hot_path).unwrap();
     let hot = neardup::keys::HotKeys::load(&hot_path).unwrap();
     let mut sharded = Vec::new();
-    neardup::apply(&single, &hot, &tables, &mut |d| sharded.push(d.clone())).unwrap();
+    let control = RunControl::default();
+    neardup::apply(&single, &hot, &tables, &control, &mut |d| {
+        sharded.push(d.clone())
+    })
+    .unwrap();
     assert_eq!(sharded, all);
 }
 
-/// The file-streaming steps (`merge_hot_key_files`, `apply_files`) give what the in-memory ones
-/// give, with the count in memory and spilled; a truncated or corrupted table is refused.
+/// The steps over table files (`HotStep`, `apply`) give what they give over tables in memory, with the count in memory and spilled; a truncated or corrupted table is refused.
 #[test]
 fn streamed_table_files_merge_and_apply_like_loaded_tables() {
     let tmp = tempfile::tempdir().unwrap();
@@ -494,36 +504,55 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
     let mut paths = Vec::new();
     let mut tables = Vec::new();
     for (shard, part) in files.chunks(2).enumerate() {
-        let (table, _) = neardup::compute_keys(&config, part, shard as u32).unwrap();
+        let (table, _) = KeysStep::with_files(&config, part, shard as u32)
+            .unwrap()
+            .table(&RunControl::default())
+            .unwrap();
         let path = tmp.path().join(format!("keys-{shard}.ndk"));
         table.save(&path).unwrap();
         paths.push(path);
         tables.push(table);
     }
     paths.reverse();
-    let (hot, mask, stats) = neardup::merge_hot_keys(&tables, 1).unwrap();
+    let control = RunControl::default();
+    let (hot, mask, stats) = HotStep::new(&config, &tables, 1)
+        .unwrap()
+        .merge(&control)
+        .unwrap();
     assert!(!stats.spilled);
     for limit in [None, Some(1u64)] {
         config.keys.memory_limit = limit;
         config.keys.spill_dir = Some(tmp.path().to_path_buf());
-        let (hot_f, mask_f, stats_f) = neardup::merge_hot_key_files(&config, &paths).unwrap();
+        let (hot_f, mask_f, stats_f) = HotStep::new(&config, &paths, 1)
+            .unwrap()
+            .merge(&control)
+            .unwrap();
         assert_eq!(stats_f.spilled, limit.is_some());
         assert_eq!(hot_f.keys(), hot.keys(), "limit {limit:?}");
         assert_eq!(mask_f.rows(), mask.rows());
         assert_eq!(mask_f.hot_rows(), mask.hot_rows());
         let mut streamed = Vec::new();
-        neardup::apply_files(&config, &hot_f, &paths, &mut |d| streamed.push(d.clone())).unwrap();
+        neardup::apply(&config, &hot_f, &paths, &control, &mut |d| {
+            streamed.push(d.clone())
+        })
+        .unwrap();
         assert_eq!(streamed, all, "limit {limit:?}");
     }
+    // Planned for stage 2 on several machines, values and files give the same plan.
+    let planned = |tables: neardup::KeyTables| {
+        let (hot, _, _) = HotStep::new(&config, tables, 3)
+            .unwrap()
+            .merge(&control)
+            .unwrap();
+        hot.plan().cloned().expect("a plan for 3 groups")
+    };
+    assert_eq!(planned((&tables).into()), planned((&paths).into()));
     let progress = std::sync::Arc::new(neardup::keys::Progress::default());
-    let report = neardup::apply_files_with_progress(
-        &config,
-        &hot,
-        &paths,
-        Some(progress.clone()),
-        &mut |_| {},
-    )
-    .unwrap();
+    let watched = RunControl {
+        stage2: Some(progress.clone()),
+        ..RunControl::default()
+    };
+    let report = neardup::apply(&config, &hot, &paths, &watched, &mut |_| {}).unwrap();
     assert_eq!(progress.samples(), report.totals.samples);
     assert_eq!(progress.bytes(), report.stage2.bytes);
 
@@ -539,7 +568,7 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
     for bad in [cut, flipped] {
         let mut with_bad = paths.clone();
         with_bad[0] = bad.clone();
-        let Err(err) = neardup::merge_hot_key_files(&config, &with_bad) else {
+        let Err(err) = HotStep::new(&config, &with_bad, 1).unwrap().merge(&control) else {
             panic!("a damaged table was accepted");
         };
         let msg = err.to_string();
@@ -551,7 +580,7 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
     }
 }
 
-/// A shard's table streamed to a file (`write_shard_keys`, the CLI's `keys` step) is the file that
+/// A shard's table streamed to a file (`KeysStep::write`, the CLI's `keys` step) is the file that
 /// saving the in-memory table writes, byte for byte, for every thread count; only the table file
 /// is left in its directory, and a run that fails leaves nothing.
 #[test]
@@ -564,7 +593,10 @@ fn streamed_shard_tables_equal_saved_in_memory_ones() {
         c
     };
     let (files, _) = neardup::discover_inputs(&config(1)).unwrap();
-    let (table, stats) = neardup::compute_keys(&config(1), &files, 3).unwrap();
+    let (table, stats) = KeysStep::with_files(&config(1), &files, 3)
+        .unwrap()
+        .table(&RunControl::default())
+        .unwrap();
     assert_eq!(stats.samples as usize, table.rows());
     let saved = tmp.path().join("saved.ndk");
     table.save(&saved).unwrap();
@@ -573,7 +605,11 @@ fn streamed_shard_tables_equal_saved_in_memory_ones() {
         let dir = tmp.path().join(format!("t{threads}"));
         std::fs::create_dir(&dir).unwrap();
         let out = dir.join("keys-3.ndk");
-        let streamed = neardup::write_shard_keys(&config(threads), &files, 3, &out).unwrap();
+        let streamed = KeysStep::with_files(&config(threads), &files, 3)
+            .unwrap()
+            .write(&out, None, &RunControl::default())
+            .unwrap()
+            .stage1;
         assert_eq!(streamed.samples, stats.samples);
         assert_eq!(streamed.records, stats.records);
         assert!(std::fs::read(&out).unwrap() == saved, "threads {threads}");
@@ -598,7 +634,10 @@ fn streamed_shard_tables_equal_saved_in_memory_ones() {
     c.input.inputs = vec![bad_dir.display().to_string()];
     c.run.on_error = neardup::keys::OnError::Fail;
     let (bad_files, _) = neardup::discover_inputs(&c).unwrap();
-    let err = neardup::write_shard_keys(&c, &bad_files, 0, &out_dir.join("k.ndk")).unwrap_err();
+    let err = KeysStep::with_files(&c, &bad_files, 0)
+        .unwrap()
+        .write(&out_dir.join("k.ndk"), None, &RunControl::default())
+        .unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("a.jsonl: record 1: not valid JSON"), "{msg}");
     assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0);

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use neardup::keys::{HotKeys, KeyTable};
+use neardup::keys::{HotKeys, HotSummary, KeyTable};
 use neardup::{
     Config, DecidedGroup, DecidedInput, Error, RunControl, SignedInput, SignedShard, StepInput,
     TableInput,
@@ -73,6 +73,8 @@ struct Setup {
     /// Key-table files, in shard order.
     tables: Vec<PathBuf>,
     hot: HotKeys,
+    /// What `decide` takes of it.
+    summary: HotSummary,
     hot_path: PathBuf,
     /// One `neardup dedup`'s decisions and outputs.
     one_decisions: Vec<u8>,
@@ -129,6 +131,7 @@ fn setup(shards: &[&[usize]], groups: u32) -> Setup {
     let one_outputs = files_in(&work.path().join("one"));
     Setup {
         hot: HotKeys::load(&hot_path).unwrap(),
+        summary: HotSummary::load(&hot_path).unwrap(),
         work,
         tables,
         hot_path,
@@ -213,7 +216,8 @@ fn values_alone_make_one_runs_decisions_and_outputs() {
                     let parts: Vec<SignedShard> =
                         signed.iter().map(|v| v.group(g).unwrap()).collect();
                     let inputs: Vec<SignedInput> = parts.iter().rev().map(Into::into).collect();
-                    let v = neardup::decide(&config(2), &inputs, &s.hot, g, &control()).unwrap();
+                    let v =
+                        neardup::decide(&config(2), &inputs, &s.summary, g, &control()).unwrap();
                     DecidedGroup::from_bytes(&v.to_bytes()).unwrap()
                 })
                 .collect();
@@ -280,7 +284,7 @@ fn values_and_directories_mix_and_are_the_same_bytes() {
         })
         .collect();
     let d0 = s.path("decided-0");
-    neardup::decide_group_dirs(&config(2), &mixed, &s.hot, 0, &d0, &control()).unwrap();
+    neardup::decide_group_dirs(&config(2), &mixed, &s.summary, 0, &d0, &control()).unwrap();
     let cli0 = s.path("cli-decided-0");
     run_ok(
         neardup()
@@ -295,13 +299,13 @@ fn values_and_directories_mix_and_are_the_same_bytes() {
             .args(FLAGS),
     );
     assert_eq!(files_in(&d0), files_in(&cli0), "decide from mixed inputs");
-    let v0 = neardup::decide(&config(2), &mixed, &s.hot, 0, &control()).unwrap();
+    let v0 = neardup::decide(&config(2), &mixed, &s.summary, 0, &control()).unwrap();
     assert!(DecidedGroup::load(&cli0).unwrap().to_bytes() == v0.to_bytes());
     let saved0 = s.path("saved-decided-0");
     v0.save(&saved0).unwrap();
     assert_eq!(files_in(&saved0), files_in(&cli0));
     let rest: Vec<DecidedGroup> = (1..3)
-        .map(|g| neardup::decide(&config(2), &mixed, &s.hot, g, &control()).unwrap())
+        .map(|g| neardup::decide(&config(2), &mixed, &s.summary, g, &control()).unwrap())
         .collect();
     // write: the directory of group 0 with the values of groups 1 and 2.
     let result = s.write_all("out", |_| {
@@ -371,7 +375,7 @@ fn bytes_round_trip_and_damage_is_refused() {
     let decided = neardup::decide(
         &config(2),
         &[(&signed).into(), (&other).into()],
-        &s.hot,
+        &s.summary,
         0,
         &control(),
     )
@@ -420,7 +424,7 @@ fn values_are_refused_where_directories_are_and_messages_name_the_value() {
     let (x0, _) = neardup::sign(&config(2), &s.tables[0], &other_hot, &control()).unwrap();
     let x_dir = sign_dir(0, &other_hot, &config(2));
     let decide = |inputs: &[SignedInput], group: u32, c: &Config| {
-        neardup::decide(c, inputs, &s.hot, group, &control())
+        neardup::decide(c, inputs, &s.summary, group, &control())
     };
     let by_value = refused(decide(&[(&x0).into(), (&v1).into()], 0, &config(2)));
     let by_dir = refused(decide(&[(&x_dir).into(), (&v1).into()], 0, &config(2)));
@@ -512,7 +516,7 @@ fn values_are_refused_where_directories_are_and_messages_name_the_value() {
                 .0)
                 .into(),
         ],
-        &other_hot,
+        &other_hot.summary().unwrap(),
         0,
         &control(),
     )

@@ -1,10 +1,18 @@
-//! One configuration for a whole run, serialisable to and from TOML or JSON.
+//! One configuration for a whole run, serialisable to and from TOML or JSON, and the one order in
+//! which its layers apply ([`Layers`]): the defaults, a preset's defaults, the settings file, the
+//! caller's settings (flags, keywords), and the settings a preset pins.
+//!
+//! Defaults are not written here twice: where a lower crate has a default of its own (stage 1's
+//! chunk size, the decision settings, the row rule, the join separator), the section's default
+//! is read from it.
 
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
-use neardup_corpus::{FieldPath, FieldsMode, Format, TextSelector};
-use neardup_dedup::{DedupConfig, EmptyPolicy, Verify};
-use neardup_keys::{OnError, RowRule, ShortTextPolicy};
+use neardup_corpus::{DEFAULT_SEPARATOR, FieldPath, FieldsMode, Format, TextSelector};
+use neardup_dedup::{DeduperConfig, EmptyPolicy, Verify};
+use neardup_exec::OnError;
+use neardup_keys::{DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, RowRule, ShortTextPolicy};
 use neardup_sketch::{
     BandKeyScheme, CharClassSet, HashScheme, LshParams, Normalizer, Shingler, SketchConfig,
 };
@@ -75,13 +83,14 @@ impl Default for InputSettings {
             format: None,
             fields: vec!["text".into()],
             fields_mode: FieldsModeSetting::Join,
-            separator: "\n".into(),
+            separator: DEFAULT_SEPARATOR.into(),
             id_field: None,
         }
     }
 }
 
-/// How several text fields make samples.
+/// How several text fields make samples, as the setting `fields_mode` names it; with the setting
+/// `separator` it becomes the corpus's `FieldsMode` ([`Config::selector`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FieldsModeSetting {
@@ -91,10 +100,11 @@ pub enum FieldsModeSetting {
     Expand,
 }
 
-/// Shingle units.
+/// What a shingle is made of (the setting `tokenize`); with the shingle size and step it becomes
+/// the sketch's `neardup_sketch::Shingler`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Tokenize {
+pub enum ShingleUnit {
     /// Unicode characters.
     Char,
     /// UTF-8 bytes.
@@ -108,7 +118,7 @@ pub enum Tokenize {
 #[serde(default, deny_unknown_fields)]
 pub struct SketchSettings {
     /// Shingle unit.
-    pub tokenize: Tokenize,
+    pub tokenize: ShingleUnit,
     /// Shingle size (characters, bytes or words).
     pub shingle: usize,
     /// Window step.
@@ -142,7 +152,7 @@ pub struct SketchSettings {
 impl Default for SketchSettings {
     fn default() -> Self {
         SketchSettings {
-            tokenize: Tokenize::Char,
+            tokenize: ShingleUnit::Char,
             shingle: 5,
             step: 1,
             trim: true,
@@ -184,25 +194,30 @@ pub struct KeysSettings {
 
 impl Default for KeysSettings {
     fn default() -> Self {
+        let rule = RowRule::default();
         KeysSettings {
-            near: true,
-            min_key_count: 1,
-            exact: true,
-            short_texts: ShortTextPolicy::ExactOnly,
+            near: rule.band_keys,
+            min_key_count: DEFAULT_MIN_COUNT,
+            exact: rule.exact_key,
+            short_texts: rule.short_texts,
             memory_limit: None,
             spill_dir: None,
-            chunk_bytes: 32 << 20,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
         }
     }
 }
 
-/// Stage-2 settings.
+/// Stage 2's settings as a run's [`Config`] holds them (the section `dedup`); the dedup crate
+/// takes them as the decision core's `DeduperConfig` ([`Config::deduper_config`]) inside the
+/// pass's `Stage2Config` ([`crate::stage2_config`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DedupSettings {
     /// Similarity at which a sample is a duplicate.
     pub threshold: f64,
-    /// Representatives per hot bucket (`None` or 0: unbounded).
+    /// Representatives per hot bucket (`None`: unbounded). Settings files, flags and keywords
+    /// say "unbounded" with 0 (TOML has no null), read by [`DedupSettings::max_reps_given`].
+    #[serde(deserialize_with = "max_reps_given")]
     pub max_reps: Option<usize>,
     /// How candidates are confirmed.
     pub verify: Verify,
@@ -214,15 +229,27 @@ pub struct DedupSettings {
 
 impl Default for DedupSettings {
     fn default() -> Self {
-        let d = DedupConfig::default();
+        let d = DeduperConfig::default();
         DedupSettings {
             threshold: d.threshold,
             max_reps: d.max_reps,
             verify: d.verify,
             verify_memory: d.verify_memory,
-            empty: EmptyPolicy::Keep,
+            empty: EmptyPolicy::default(),
         }
     }
+}
+
+impl DedupSettings {
+    /// `max_reps` as a settings file, a flag (`--max-reps`) or a keyword gives it: 0 is how they
+    /// say "unbounded" (TOML has no null). The one place where 0 means that.
+    pub fn max_reps_given(given: usize) -> Option<usize> {
+        (given > 0).then_some(given)
+    }
+}
+
+fn max_reps_given<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    Ok(Option::<usize>::deserialize(d)?.and_then(DedupSettings::max_reps_given))
 }
 
 /// Threads and error policy.
@@ -251,51 +278,156 @@ pub struct OutputSettings {
     pub max_output_bytes: Option<u64>,
 }
 
+/// A preset reproducing another tool's decisions (the CLI's `--compat`, Python's `compat=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// lshcurator 0.2.3's `Curator.process_corpus`; see `docs/compatibility.md`.
+    Lshcurator,
+}
+
+/// A preset name no preset has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownPreset(pub String);
+
+impl std::fmt::Display for UnknownPreset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unknown compat preset {:?} (known: \"lshcurator\")",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownPreset {}
+
+impl FromStr for Preset {
+    type Err = UnknownPreset;
+    fn from_str(name: &str) -> Result<Preset, UnknownPreset> {
+        match name {
+            "lshcurator" => Ok(Preset::Lshcurator),
+            other => Err(UnknownPreset(other.to_string())),
+        }
+    }
+}
+
+impl Preset {
+    /// The settings the preset only changes the default of: a settings file and the caller's
+    /// settings still set them (lshcurator's bound on representatives, unbounded by default).
+    fn defaults(self, c: &mut Config) {
+        match self {
+            Preset::Lshcurator => c.dedup.max_reps = None,
+        }
+    }
+
+    /// The settings the preset pins, over the settings file and the caller's: what reproducing
+    /// the tool needs. What the tool lets its user choose (shingles, bands and rows) is kept.
+    fn pin(self, c: &mut Config) {
+        match self {
+            Preset::Lshcurator => {
+                c.input.fields_mode = FieldsModeSetting::Expand;
+                c.sketch = SketchSettings {
+                    tokenize: if c.sketch.tokenize == ShingleUnit::Byte {
+                        ShingleUnit::Byte
+                    } else {
+                        ShingleUnit::Char
+                    },
+                    shingle: c.sketch.shingle,
+                    step: c.sketch.step,
+                    trim: true,
+                    hash: HashScheme::Datasketch,
+                    seed: 36,
+                    band_keys: BandKeyScheme::Lshcurator,
+                    bands: c.sketch.bands,
+                    rows: c.sketch.rows,
+                    num_perm: c.sketch.num_perm,
+                    ..SketchSettings::default()
+                };
+                if let (Some(b), Some(r)) = (c.sketch.bands, c.sketch.rows) {
+                    // lshcurator signs with exactly bands × rows permutations.
+                    c.sketch.num_perm = b * r;
+                }
+                c.keys.exact = false;
+                c.keys.short_texts = ShortTextPolicy::EmptySignature;
+                c.dedup.verify = Verify::Estimate;
+            }
+        }
+    }
+}
+
+/// A run's settings being built from its layers, in the one order every front end (the CLI, the
+/// Python package) applies them: the defaults, the preset's defaults, the settings file (only
+/// the settings it names), the caller's own settings ([`Layers::given`]: flags, keywords), and
+/// last the settings the preset pins ([`Layers::finish`]).
+#[derive(Debug)]
+pub struct Layers {
+    config: Config,
+    preset: Option<Preset>,
+}
+
+impl Layers {
+    /// The defaults, then `preset`'s defaults, then the settings file `file`.
+    pub fn new(preset: Option<Preset>, file: Option<&Path>) -> Result<Layers, Error> {
+        let mut config = Config::default();
+        if let Some(p) = preset {
+            p.defaults(&mut config);
+        }
+        if let Some(path) = file {
+            config.merge_file(path)?;
+        }
+        Ok(Layers { config, preset })
+    }
+
+    /// The settings so far, for the caller to write its own over.
+    pub fn given(&mut self) -> &mut Config {
+        &mut self.config
+    }
+
+    /// The settings, with what the preset pins written last.
+    pub fn finish(mut self) -> Config {
+        if let Some(p) = self.preset {
+            p.pin(&mut self.config);
+        }
+        self.config
+    }
+}
+
 impl Config {
     /// The preset that reproduces lshcurator 0.2.3's `Curator.process_corpus`: datasketch hashing
     /// with seed 36, lshcurator band keys, one sample per field, texts stripped, empty texts
-    /// skipped, no exact-copy shortcut, short texts keep the empty signature.
+    /// skipped, no exact-copy shortcut, short texts keep the empty signature, representatives
+    /// unbounded (set a bound after the preset). [`Layers`] applies the same preset in layers.
     pub fn lshcurator(mut self) -> Config {
-        self.input.fields_mode = FieldsModeSetting::Expand;
-        self.sketch = SketchSettings {
-            tokenize: if self.sketch.tokenize == Tokenize::Byte {
-                Tokenize::Byte
-            } else {
-                Tokenize::Char
-            },
-            shingle: self.sketch.shingle,
-            step: self.sketch.step,
-            trim: true,
-            hash: HashScheme::Datasketch,
-            seed: 36,
-            band_keys: BandKeyScheme::Lshcurator,
-            bands: self.sketch.bands,
-            rows: self.sketch.rows,
-            num_perm: self.sketch.num_perm,
-            ..SketchSettings::default()
-        };
-        if let (Some(b), Some(r)) = (self.sketch.bands, self.sketch.rows) {
-            // lshcurator signs with exactly bands × rows permutations.
-            self.sketch.num_perm = b * r;
-        }
-        self.keys.exact = false;
-        self.keys.short_texts = ShortTextPolicy::EmptySignature;
-        self.dedup.verify = Verify::Estimate;
-        // lshcurator's default: unbounded representatives (set a bound after the preset).
-        self.dedup.max_reps = None;
+        Preset::Lshcurator.defaults(&mut self);
+        Preset::Lshcurator.pin(&mut self);
         self
     }
 
     /// Reads a TOML (`.toml`) or JSON file.
     pub fn load(path: &Path) -> Result<Config, Error> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
-        let parsed = if path.extension().is_some_and(|e| e == "toml") {
-            toml::from_str(&text).map_err(|e| e.to_string())
-        } else {
-            serde_json::from_str(&text).map_err(|e| e.to_string())
-        };
-        parsed.map_err(|e| Error::Usage(format!("{}: {e}", path.display())))
+        Ok(read_settings_file(path)?.0)
+    }
+
+    /// Writes the settings a TOML (`.toml`) or JSON file names over these, leaving the others as
+    /// they are: a settings file is one layer of [`Layers`].
+    pub fn merge_file(&mut self, path: &Path) -> Result<(), Error> {
+        let (_, named) = read_settings_file(path)?;
+        let bad = |e: serde_json::Error| Error::Usage(format!("{}: {e}", path.display()));
+        let mut merged = serde_json::to_value(&*self).map_err(bad)?;
+        if let serde_json::Value::Object(sections) = named {
+            for (section, fields) in sections {
+                match fields {
+                    serde_json::Value::Object(fields) => {
+                        for (name, value) in fields {
+                            merged[&section][name] = value;
+                        }
+                    }
+                    other => merged[&section] = other,
+                }
+            }
+        }
+        *self = serde_json::from_value(merged).map_err(bad)?;
+        Ok(())
     }
 
     /// Checks the settings and builds the sketch configuration.
@@ -316,15 +448,15 @@ impl Config {
             )));
         }
         let shingler = match s.tokenize {
-            Tokenize::Char => Shingler::Chars {
+            ShingleUnit::Char => Shingler::Chars {
                 k: s.shingle,
                 step: s.step,
             },
-            Tokenize::Byte => Shingler::Bytes {
+            ShingleUnit::Byte => Shingler::Bytes {
                 k: s.shingle,
                 step: s.step,
             },
-            Tokenize::Word => Shingler::Words {
+            ShingleUnit::Word => Shingler::Words {
                 n: s.shingle,
                 step: s.step,
             },
@@ -433,11 +565,10 @@ impl Config {
     }
 
     /// Stage 2's decision settings.
-    pub fn dedup_config(&self) -> DedupConfig {
-        DedupConfig {
+    pub fn deduper_config(&self) -> DeduperConfig {
+        DeduperConfig {
             threshold: self.dedup.threshold,
-            // 0 is how a settings file says "unbounded" (TOML has no null).
-            max_reps: self.dedup.max_reps.filter(|&m| m > 0),
+            max_reps: self.dedup.max_reps,
             verify: self.dedup.verify,
             verify_memory: self.dedup.verify_memory,
             spill_dir: self.keys.spill_dir.clone(),
@@ -454,6 +585,13 @@ impl Config {
             return Err(Error::Usage(
                 "with near-duplicate detection off (keys.near = false), exact deduplication must \
                  be on (keys.exact = true, i.e. no --no-exact)"
+                    .into(),
+            ));
+        }
+        if self.dedup.max_reps == Some(0) {
+            return Err(Error::Usage(
+                "dedup.max_reps must be at least 1; no bound is None (0 in a settings file, \
+                 --max-reps 0)"
                     .into(),
             ));
         }
@@ -474,5 +612,89 @@ impl Config {
             )));
         }
         Ok(())
+    }
+}
+
+/// A settings file read twice: as a whole `Config` (so that its errors carry their line and
+/// column, and unknown names are refused), and as the settings it names, to be merged.
+fn read_settings_file(path: &Path) -> Result<(Config, serde_json::Value), Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
+    let bad = |e: &dyn std::fmt::Display| Error::Usage(format!("{}: {e}", path.display()));
+    if path.extension().is_some_and(|e| e == "toml") {
+        let config: Config = toml::from_str(&text).map_err(|e| bad(&e))?;
+        let named: toml::Value = toml::from_str(&text).map_err(|e| bad(&e))?;
+        Ok((config, serde_json::to_value(named).map_err(|e| bad(&e))?))
+    } else {
+        let config: Config = serde_json::from_str(&text).map_err(|e| bad(&e))?;
+        let named: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&e))?;
+        Ok((config, named))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_settings_file_changes_only_what_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = file(&dir, "s.toml", "[dedup]\nthreshold = 0.7\n");
+        let mut layers = Layers::new(Some(Preset::Lshcurator), Some(&toml)).unwrap();
+        layers.given().sketch.lowercase = true;
+        let c = layers.finish();
+        assert_eq!(c.dedup.threshold, 0.7);
+        // The preset's default survives a file that does not name it, its pins the flags.
+        assert_eq!(c.dedup.max_reps, None);
+        assert!(!c.sketch.lowercase);
+        assert_eq!(c.sketch.hash, HashScheme::Datasketch);
+        // Without a preset, the file over the defaults is the file loaded.
+        let plain = Layers::new(None, Some(&toml)).unwrap().finish();
+        assert_eq!(plain, Config::load(&toml).unwrap());
+    }
+
+    #[test]
+    fn a_bound_from_the_settings_file_survives_the_preset() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = file(&dir, "s.json", r#"{"dedup": {"max_reps": 8}}"#);
+        let c = Layers::new(Some(Preset::Lshcurator), Some(&json))
+            .unwrap()
+            .finish();
+        assert_eq!(c.dedup.max_reps, Some(8));
+        assert_eq!(c.dedup.verify, Verify::Estimate);
+    }
+
+    #[test]
+    fn zero_representatives_means_unbounded_when_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = file(&dir, "s.toml", "[dedup]\nmax_reps = 0\n");
+        assert_eq!(Config::load(&toml).unwrap().dedup.max_reps, None);
+        assert_eq!(DedupSettings::max_reps_given(0), None);
+        assert_eq!(DedupSettings::max_reps_given(3), Some(3));
+        let mut direct = Config::default();
+        direct.dedup.max_reps = Some(0);
+        let err = direct.validate().unwrap_err().to_string();
+        assert!(err.contains("max_reps must be at least 1"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_settings_file_names_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = file(&dir, "s.toml", "[dedup]\nthreshold = \"high\"\n");
+        let err = Layers::new(None, Some(&toml)).unwrap_err().to_string();
+        assert!(err.contains("s.toml") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn presets_parse_by_name() {
+        assert_eq!("lshcurator".parse::<Preset>().unwrap(), Preset::Lshcurator);
+        let err = "datatrove".parse::<Preset>().unwrap_err().to_string();
+        assert!(err.contains("unknown compat preset \"datatrove\""), "{err}");
     }
 }

@@ -26,14 +26,15 @@ use neardup_dedup::{
     DecideShape, DecidedMerge, DedupStats, DeduperStats, RecordWriter, SignedCounts, SignedShape,
     StepSink, decide_group, run_sign, run_write, signed_shape,
 };
-use neardup_keys::{FileRows, HotKeys, HotMask, KeyTable, ShardPlace};
+use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, ShardPlace};
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
-    Report, RunControl, apply_config, check_hot_layout, keys_config, publish_error, wrong_tables,
+    Report, RunControl, check_hot_layout, check_hot_layout_is, keys_config, publish_error,
+    stage2_config, wrong_tables,
 };
 #[cfg(doc)]
 use crate::step_values::StepInput;
@@ -58,7 +59,7 @@ pub struct DecideSettings {
 
 impl DecideSettings {
     fn of(config: &Config) -> DecideSettings {
-        let d = config.dedup_config();
+        let d = config.deduper_config();
         DecideSettings {
             threshold: d.threshold,
             max_reps: d.max_reps,
@@ -184,7 +185,7 @@ pub struct DecideReport {
 pub enum TableInput<'a> {
     /// A key-table file (`neardup keys -o`), read as a stream.
     File(&'a Path),
-    /// A table in memory ([`crate::compute_keys`], or [`KeyTable::load`]).
+    /// A table in memory ([`crate::KeysStep::table`], or [`KeyTable::load`]).
     Value(&'a KeyTable),
 }
 
@@ -207,15 +208,23 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
 }
 
 /// The version of the sign and decide outputs (2: signed samples carry texts instead of shingle
-/// sets, and no keys; the streams' magic says it too).
-pub(crate) const STEP_FORMAT_VERSION: u32 = 2;
+/// sets, and no keys; 3: under exact verification, texts without signatures, which decide
+/// computes; the streams' magic says it too).
+pub(crate) const STEP_FORMAT_VERSION: u32 = 3;
 
 impl TableInput<'_> {
-    /// The shard's hot mask, files and place among the shards `hot` was counted from.
-    fn mask(&self, hot: &HotKeys) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
-        match self {
-            TableInput::File(path) => HotMask::for_shard(path, hot),
-            TableInput::Value(table) => HotMask::for_table(table, hot),
+    /// The shard's hot mask, files and place among the shards `hot` was counted from; with
+    /// `groups`, the mask knows each hot row's group (what `sign` needs).
+    fn mask(
+        &self,
+        hot: &HotKeys,
+        groups: bool,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
+        match (self, groups) {
+            (TableInput::File(path), false) => HotMask::for_shard(path, hot),
+            (TableInput::File(path), true) => HotMask::for_shard_grouped(path, hot),
+            (TableInput::Value(table), false) => HotMask::for_table(table, hot),
+            (TableInput::Value(table), true) => HotMask::for_table_grouped(table, hot),
         }
         .map_err(wrong_tables)
     }
@@ -255,7 +264,7 @@ fn sign_into(
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot)?;
+    let (mask, files, place) = table.mask(hot, true)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let mut paths = RunPaths::new();
@@ -266,7 +275,7 @@ fn sign_into(
     paths.check()?;
     let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.output = None;
     cfg.decisions = None;
     cfg.progress = control.stage2.clone();
@@ -337,14 +346,14 @@ pub fn sign<'a>(
 fn decide_into(
     config: &Config,
     signed: &[SignedInput<'_>],
-    hot: &HotKeys,
+    hot: &HotSummary,
     group: u32,
     out: Option<&Path>,
     control: &RunControl,
 ) -> Result<(DecideManifest, Vec<Vec<u8>>), Error> {
     config.validate()?;
-    check_hot_layout(config, hot)?;
-    let fingerprint = hot.fingerprint()?;
+    check_hot_layout_is(config, hot.layout())?;
+    let fingerprint = hot.fingerprint();
     let groups = hot.groups();
     if group >= groups {
         return Err(Error::Usage(format!(
@@ -354,7 +363,7 @@ fn decide_into(
             groups - 1
         )));
     }
-    let shards = hot.tables().map_or(0, |t| t.len()) as u32;
+    let shards = hot.tables().len() as u32;
     let settings = DecideSettings::of(config);
     let mut given: Vec<Given<'_, SignManifest>> = Vec::new();
     for input in signed {
@@ -375,7 +384,6 @@ fn decide_into(
         let have: Vec<u32> = given.iter().map(|g| g.manifest.place.shard).collect();
         let missing: Vec<String> = hot
             .tables()
-            .unwrap_or(&[])
             .iter()
             .filter(|t| !have.contains(&t.shard))
             .map(|t| t.shard.to_string())
@@ -436,7 +444,7 @@ fn decide_into(
     let (deduper, decided) = decide_group(
         streams,
         shape,
-        &config.dedup_config(),
+        &config.deduper_config(),
         &sketch,
         &mut outs,
         &control.cancel,
@@ -467,11 +475,12 @@ fn decide_into(
 /// (`signed`: directories or values, in any order; each shard exactly once), decides them in
 /// global row order with the decision core of a one-process run, and writes the decisions into
 /// `out` (one stream per shard and a manifest). Opens no input file. [`decide`] makes the same
-/// as a value.
+/// as a value. `hot` is the hot-key file's summary ([`HotSummary::load`], or
+/// [`HotKeys::summary`] of keys in memory): decide needs none of the keys.
 pub fn decide_group_dirs(
     config: &Config,
     signed: &[SignedInput<'_>],
-    hot: &HotKeys,
+    hot: &HotSummary,
     group: u32,
     out: &Path,
     control: &RunControl,
@@ -486,7 +495,7 @@ pub fn decide_group_dirs(
 pub fn decide(
     config: &Config,
     signed: &[SignedInput<'_>],
-    hot: &HotKeys,
+    hot: &HotSummary,
     group: u32,
     control: &RunControl,
 ) -> Result<DecidedGroup, Error> {
@@ -516,7 +525,7 @@ pub fn write_shard<'a>(
     config.validate()?;
     check_hot_layout(config, hot)?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot)?;
+    let (mask, files, place) = table.mask(hot, false)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config);
@@ -598,7 +607,7 @@ pub fn write_shard<'a>(
         ..PublishOptions::default()
     })
     .map_err(publish_error)?;
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.progress = control.stage2.clone();
     cfg.cancel = control.cancel.clone();
     let stage2 = run_write(

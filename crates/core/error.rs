@@ -48,7 +48,15 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Keys(e) => Some(e),
+            Error::Dedup(e) => Some(e),
+            _ => None,
+        }
+    }
+}
 
 impl From<neardup_keys::KeysError> for Error {
     fn from(e: neardup_keys::KeysError) -> Self {

@@ -9,17 +9,19 @@
 //!    key are signed again and compared with a bounded set of representatives per hot bucket; first
 //!    seen is kept, and every decision names the sample it duplicates.
 //!
-//! This crate is the facade: one [`Config`] for a whole run (and its validation), the [`Pipeline`]
-//! that runs both stages and publishes its outputs together at the end (all or nothing; a
-//! [`CancelToken`] stops it and removes what it wrote), the [`Report`], the checks of a run's
-//! paths before any work ([`RunPaths`]: no output over, inside or around an input, none read back
-//! by a later run, none colliding with another, all writable), and stage-level steps ([`compute_keys`],
-//! [`merge_hot_keys`], [`apply`]) for schedulers that run the stages on different machines, with
-//! stage 2 itself split over machines: [`sign`] per shard, [`decide`] per group and
-//! [`write_shard`] per shard, passing values ([`SignedShard`], [`DecidedGroup`]: bytes for object
-//! stores) or the CLI's directories ([`sign_shard`], [`decide_group_dirs`]), mixed freely. The building blocks are re-exported:
-//! [`sketch`] (text → signature → keys), [`corpus`] (reading and writing datasets), [`keys`] and
-//! [`dedup`].
+//! This crate is the facade: one [`Config`] for a whole run (its validation, and the one order
+//! in which its layers apply: [`Layers`]), the [`Pipeline`] that runs both stages and publishes
+//! its outputs together at the end (all or nothing; a [`CancelToken`] stops it and removes what
+//! it wrote), the [`Report`], the checks of a run's paths before any work ([`RunPaths`]: no
+//! output over, inside or around an input, none read back by a later run, none colliding with
+//! another, all writable), and the stage-level steps for schedulers that run the stages on
+//! different machines: [`KeysStep`] per shard, one [`HotStep`], then [`apply`], or stage 2 itself
+//! split over machines: [`sign`] per shard, [`decide`] per group and [`write_shard`] per shard,
+//! passing values ([`SignedShard`], [`DecidedGroup`]: bytes for object stores) or the CLI's
+//! directories ([`sign_shard`], [`decide_group_dirs`]), mixed freely. Every step takes its
+//! settings (a [`Config`]) and, beside them, its runtime handles (a [`RunControl`]: progress
+//! counters and the cancel token). The building blocks are re-exported: [`sketch`] (text →
+//! signature → keys), [`corpus`] (reading and writing datasets), [`keys`] and [`dedup`].
 //!
 //! ```no_run
 //! use neardup::{Config, Pipeline};
@@ -45,7 +47,8 @@ mod steps;
 
 pub use config::{
     Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
-    MAX_NUM_PERM, MAX_THREADS, OutputSettings, RunSettings, SketchSettings, Tokenize,
+    Layers, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit,
+    SketchSettings, UnknownPreset,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
@@ -55,15 +58,14 @@ pub use error::Error;
 pub use neardup_corpus::CancelToken;
 pub use paths::RunPaths;
 pub use pipeline::{
-    DecisionStream, NextDecision, Pipeline, Report, RunControl, Totals, apply, apply_config,
-    apply_files, apply_files_with, apply_files_with_progress, compute_keys, discover_inputs,
-    discover_inputs_and_sources, keys_config, merge_hot_key_files, merge_hot_key_files_with,
-    merge_hot_keys, write_shard_keys,
+    DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,
+    discover_inputs, discover_inputs_and_sources, keys_config, save_json, stage2_config,
 };
 pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};
-pub use steps::{HotReport, KeysReport, PlanSummary, hot_file, keys_shard};
+pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};
 
 pub use neardup_corpus as corpus;
 pub use neardup_dedup as dedup;
+pub use neardup_exec as exec;
 pub use neardup_keys as keys;
 pub use neardup_sketch as sketch;

@@ -6,8 +6,8 @@
 //! one file (hard links, same device and inode) are the same file.
 //!
 //! The CLI and the library call the same checks: [`crate::Pipeline::run`], [`crate::apply`],
-//! [`crate::apply_files`], [`crate::write_shard_keys`] and [`crate::merge_hot_key_files`] refuse
-//! what the commands refuse, with the same messages.
+//! [`crate::KeysStep::write`] and [`crate::HotStep`] refuse what the commands refuse, with the
+//! same messages.
 //!
 //! ```no_run
 //! use std::path::Path;

@@ -7,11 +7,11 @@ use neardup_corpus::{
     AtomicFile, CancelToken, DiscoverOptions, Discovery, InputFile, OutputOptions, Publication,
     PublishOptions, WriteError, discover,
 };
-use neardup_dedup::{ApplyConfig, Decision, DedupStats, run_dedup_into};
+use neardup_dedup::{Decision, DedupStats, Stage2Config, run_dedup_into};
+use neardup_exec::{OnError, Progress};
 use neardup_keys::{
-    CountStats, FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
-    Progress, ShardTables, UnreadableRange, collect_keys, merge_table_files, merge_tables,
-    run_keys, write_keys,
+    FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
+    ShardTables, TableLayout, UnreadableRange, run_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
@@ -215,10 +215,7 @@ impl Report {
 
     /// Writes the report as JSON, atomically.
     pub fn save(&self, path: &Path) -> Result<(), Error> {
-        self.save_to(
-            AtomicFile::create(path)
-                .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
-        )
+        save_json(path, self)
     }
 
     /// Writes the report as JSON into `file` and commits it (for a file of a [`Publication`]:
@@ -226,6 +223,16 @@ impl Report {
     pub fn save_to(&self, file: AtomicFile) -> Result<(), Error> {
         save_json_to(file, self)
     }
+}
+
+/// Writes `value` (a step's report) as pretty JSON and a newline to `path`, atomically: the file
+/// has its name only once whole.
+pub fn save_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
+    save_json_to(
+        AtomicFile::create(path)
+            .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
+        value,
+    )
 }
 
 /// Writes `value` as pretty JSON (and a newline) into `file` and commits it.
@@ -249,6 +256,29 @@ pub struct RunControl {
     /// partition: the run then fails with [`Error::Interrupted`], and nothing it would have
     /// written is published.
     pub cancel: CancelToken,
+}
+
+impl RunControl {
+    /// Fresh counters for both stages and a token not cancelled: what a caller that shows
+    /// progress hands a run or a step (a step updates its stage's counters only).
+    pub fn watched() -> RunControl {
+        RunControl {
+            stage1: Some(Arc::new(Progress::default())),
+            stage2: Some(Arc::new(Progress::default())),
+            cancel: CancelToken::new(),
+        }
+    }
+
+    /// The stage running now (1 or 2: stage 2 once it has read anything) and its counters, for
+    /// a progress bar; `None` when no counters are watched.
+    pub fn current(&self) -> Option<(u8, &Progress)> {
+        match (&self.stage1, &self.stage2) {
+            (_, Some(two)) if two.bytes() > 0 => Some((2, two)),
+            (Some(one), _) => Some((1, one)),
+            (None, Some(two)) => Some((2, two)),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A publication error as the facade reports it.
@@ -330,7 +360,7 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
         .iter()
         .map(|p| format!("{}: {}", p.input, p.message))
         .collect();
-    if !problems.is_empty() && config.run.on_error == neardup_keys::OnError::Fail {
+    if !problems.is_empty() && config.run.on_error == OnError::Fail {
         return Err(Error::Run(format!(
             "{} (--on-error fail stops at the first unusable input)",
             problems.join("; ")
@@ -366,13 +396,13 @@ pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
 }
 
 /// Stage-2 settings from a config.
-pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
+pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
     let k = keys_config(config)?;
-    Ok(ApplyConfig {
+    Ok(Stage2Config {
         sketcher: k.sketcher,
         rule: k.rule,
         selector: k.selector,
-        dedup: config.dedup_config(),
+        deduper: config.deduper_config(),
         empty: config.dedup.empty,
         threads: config.run.threads,
         block_bytes: k.block_bytes,
@@ -388,188 +418,125 @@ pub fn apply_config(config: &Config) -> Result<ApplyConfig, Error> {
     })
 }
 
-/// Stage 1 on one shard of inputs: the key table (in memory) and its statistics. Nothing is counted:
-/// the hot keys come from merging all shards' tables. [`write_shard_keys`] streams a shard's table
-/// to a file instead, for shards whose table would not fit in memory.
+/// Key tables as the `hot` and `apply` steps take them: the shards' files, read as streams and
+/// never loaded whole, or tables in memory. Either all files or all values, in any order: shard
+/// numbers decide the order of the rows.
+#[derive(Clone, Debug)]
+pub enum KeyTables<'a> {
+    /// Key-table files (`neardup keys -o`, [`crate::KeysStep::write`], [`KeyTable::save`]).
+    Files(&'a [PathBuf]),
+    /// Tables in memory ([`crate::KeysStep::table`], [`KeyTable::load`]).
+    Values(Vec<&'a KeyTable>),
+}
+
+impl<'a> From<&'a [PathBuf]> for KeyTables<'a> {
+    fn from(paths: &'a [PathBuf]) -> Self {
+        KeyTables::Files(paths)
+    }
+}
+
+impl<'a> From<&'a Vec<PathBuf>> for KeyTables<'a> {
+    fn from(paths: &'a Vec<PathBuf>) -> Self {
+        KeyTables::Files(paths)
+    }
+}
+
+impl<'a> From<&'a [KeyTable]> for KeyTables<'a> {
+    fn from(tables: &'a [KeyTable]) -> Self {
+        KeyTables::Values(tables.iter().collect())
+    }
+}
+
+impl<'a> From<&'a Vec<KeyTable>> for KeyTables<'a> {
+    fn from(tables: &'a Vec<KeyTable>) -> Self {
+        KeyTables::Values(tables.iter().collect())
+    }
+}
+
+impl<'a> From<&[&'a KeyTable]> for KeyTables<'a> {
+    fn from(tables: &[&'a KeyTable]) -> Self {
+        KeyTables::Values(tables.to_vec())
+    }
+}
+
+impl KeyTables<'_> {
+    /// Adds the tables' files to the paths a step reads.
+    pub(crate) fn read_by(&self, paths: &mut RunPaths) {
+        if let KeyTables::Files(files) = self {
+            for t in *files {
+                paths.read_file("the key table", t);
+            }
+        }
+    }
+}
+
+/// Stage 2 over all shards' key tables and a hot-key set counted from exactly them (the `apply`
+/// step), watched by `control.stage2` and stopped by `control.cancel`, handing every decision to
+/// `observe` in input order. Of key-table files only their headers and the hot mask (two bits
+/// per key) are held, never the tables themselves.
 ///
-/// The stage-level steps a custom scheduler runs on separate machines — stage 1 per shard, one
-/// merge, stage 2 — give exactly the decisions of one [`Pipeline`] run over the shards in order:
+/// The stage-level steps a custom scheduler runs on separate machines — stage 1 per shard
+/// ([`crate::KeysStep`]), one merge ([`crate::HotStep`]), stage 2 — give exactly the decisions
+/// of one [`Pipeline`] run over the shards in order:
 ///
 /// ```no_run
-/// use neardup::{Config, apply, compute_keys, discover_inputs, merge_hot_keys};
+/// use neardup::{Config, HotStep, KeysStep, RunControl, apply, discover_inputs};
 /// use neardup::keys::{HotKeys, KeyTable};
 ///
 /// let mut config = Config::default();
 /// config.input.inputs = vec!["shard-0/".into(), "shard-1/".into()];
 /// config.output.decisions = Some("decisions.jsonl".into());
 /// let (files, _problems) = discover_inputs(&config)?;
+/// let control = RunControl::default();
 ///
 /// // On each worker: stage 1 for its shard, saved as a file.
+/// let mut tables = Vec::new();
 /// for (shard, part) in files.chunks(1).enumerate() {
-///     let (table, _stats) = compute_keys(&config, part, shard as u32)?;
-///     table.save(format!("keys-{shard}.ndk").as_ref())?;
+///     let path = std::path::PathBuf::from(format!("keys-{shard}.ndk"));
+///     KeysStep::with_files(&config, part, shard as u32)?.write(&path, None, &control)?;
+///     tables.push(path);
 /// }
 /// // Once: merge the shards' counts into the hot keys.
-/// let tables = (0..files.len())
-///     .map(|s| KeyTable::load(format!("keys-{s}.ndk").as_ref()))
-///     .collect::<Result<Vec<_>, _>>()?;
-/// let (hot, _mask, _stats) = merge_hot_keys(&tables, 1)?;
+/// let (hot, _mask, _stats) = HotStep::new(&config, &tables, 1)?.merge(&control)?;
 /// hot.save("hot.ndh".as_ref())?;
 /// // Stage 2 over all shards, in shard order.
 /// let hot = HotKeys::load("hot.ndh".as_ref())?;
-/// let report = apply(&config, &hot, &tables, &mut |_decision| {})?;
+/// let report = apply(&config, &hot, &tables, &control, &mut |_decision| {})?;
 /// println!("{}", report.summary());
 /// # Ok::<(), neardup::Error>(())
 /// ```
-pub fn compute_keys(
-    config: &Config,
-    files: &[InputFile],
-    shard: u32,
-) -> Result<(KeyTable, KeysStats), Error> {
-    Ok(collect_keys(files, shard, &keys_config(config)?)?)
-}
-
-/// Stage 1 on one shard of inputs, streamed into a key-table file at `path` (written atomically;
-/// the same bytes as [`compute_keys`]' table saved with [`KeyTable::save`]). Memory stays
-/// bounded however large the shard: rows go to disk as they are made. The `keys` step of the
-/// staged CLI.
-pub fn write_shard_keys(
-    config: &Config,
-    files: &[InputFile],
-    shard: u32,
-    path: &Path,
-) -> Result<KeysStats, Error> {
-    let keys = keys_config(config)?;
-    RunPaths::new()
-        .read_inputs(files)
-        .write_file("the key table (--output)", path)
-        .check()?;
-    Ok(write_keys(files, shard, &keys, path)?)
-}
-
-/// Merges shards' tables into the hot-key set (and the mask of all their rows, in shard order).
-pub fn merge_hot_keys(
-    tables: &[KeyTable],
-    min_count: u32,
-) -> Result<(HotKeys, HotMask, CountStats), Error> {
-    Ok(merge_tables(tables, min_count)?)
-}
-
-/// Merges shards' saved tables into the hot-key set without loading them whole (the `hot` step
-/// on files): rows stream from each file in shard order, and when the keys of all shards exceed
-/// `config.keys.memory_limit` they are counted partition by partition from spill files under
-/// `config.keys.spill_dir`. Counts on `config.run.threads` threads (0: the current rayon pool,
-/// all cores by default). Same result as [`merge_hot_keys`] on the loaded tables. A missing
-/// spill directory is created.
-pub fn merge_hot_key_files(
-    config: &Config,
-    tables: &[PathBuf],
-) -> Result<(HotKeys, HotMask, CountStats), Error> {
-    merge_hot_key_files_with(config, tables, &RunControl::default())
-}
-
-/// [`merge_hot_key_files`], stopped by `control.cancel` between blocks of keys read and between
-/// partitions counted.
-pub fn merge_hot_key_files_with(
-    config: &Config,
-    tables: &[PathBuf],
-    control: &RunControl,
-) -> Result<(HotKeys, HotMask, CountStats), Error> {
-    config.validate_run()?;
-    let mut paths = RunPaths::new();
-    for t in tables {
-        paths.read_file("the key table", t);
-    }
-    if let Some(dir) = &config.keys.spill_dir {
-        paths.spill_dir(dir);
-    }
-    paths.check()?;
-    paths.prepare()?;
-    let merge = || {
-        Ok(merge_table_files(
-            &ShardTables::open(tables)?,
-            config.keys.min_key_count,
-            config.keys.memory_limit,
-            config.keys.spill_dir.as_deref(),
-            &control.cancel,
-        )?)
-    };
-    match config.run.threads {
-        0 => merge(),
-        n => rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build()
-            .map_err(|e| Error::Run(format!("cannot start {n} threads: {e}")))?
-            .install(merge),
-    }
-}
-
-/// Stage 2 over shards' tables and a hot-key file made from them (the `apply` step).
-pub fn apply(
+pub fn apply<'a>(
     config: &Config,
     hot: &HotKeys,
-    tables: &[KeyTable],
-    observe: &mut dyn FnMut(&Decision),
-) -> Result<Report, Error> {
-    check_hot_layout(config, hot)?;
-    let mut ordered: Vec<&KeyTable> = tables.iter().collect();
-    ordered.sort_by_key(|t| t.shard());
-    let files: Vec<FileRows> = ordered
-        .iter()
-        .flat_map(|t| t.files().iter().cloned())
-        .collect();
-    check_apply_paths(config, &files, &[])?;
-    let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    let control = RunControl::default();
-    let publication = begin_publication(config, &inputs, &control.cancel)?;
-    let mask = HotMask::from_tables(&ordered, hot).map_err(wrong_tables)?;
-    apply_with_mask(config, &files, &mask, publication, &control, observe)
-}
-
-/// [`apply`] given the shards' saved tables: only their headers and the hot mask (two bits per
-/// key) are held, never the tables themselves.
-pub fn apply_files(
-    config: &Config,
-    hot: &HotKeys,
-    tables: &[PathBuf],
-    observe: &mut dyn FnMut(&Decision),
-) -> Result<Report, Error> {
-    apply_files_with_progress(config, hot, tables, None, observe)
-}
-
-/// [`apply_files`], counting the bytes and samples read into `progress` as blocks finish (for a
-/// progress bar or log line).
-pub fn apply_files_with_progress(
-    config: &Config,
-    hot: &HotKeys,
-    tables: &[PathBuf],
-    progress: Option<Arc<Progress>>,
-    observe: &mut dyn FnMut(&Decision),
-) -> Result<Report, Error> {
-    let control = RunControl {
-        stage2: progress,
-        ..RunControl::default()
-    };
-    apply_files_with(config, hot, tables, &control, observe)
-}
-
-/// [`apply_files`], watched by `control.stage2` and stopped by `control.cancel`.
-pub fn apply_files_with(
-    config: &Config,
-    hot: &HotKeys,
-    tables: &[PathBuf],
+    tables: impl Into<KeyTables<'a>>,
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
     check_hot_layout(config, hot)?;
-    let shards = ShardTables::open(tables).map_err(wrong_tables)?;
-    hot.check_tables(&shards.identities, Some(&shards.paths))
-        .map_err(wrong_tables)?;
-    check_apply_paths(config, &shards.files, tables)?;
-    let inputs: Vec<InputFile> = shards.files.iter().map(|f| f.input.clone()).collect();
-    let publication = begin_publication(config, &inputs, &control.cancel)?;
-    let (mask, files) = HotMask::from_table_files(&shards, hot)?;
-    apply_with_mask(config, &files, &mask, publication, control, observe)
+    match tables.into() {
+        KeyTables::Values(mut ordered) => {
+            ordered.sort_by_key(|t| t.shard());
+            let files: Vec<FileRows> = ordered
+                .iter()
+                .flat_map(|t| t.files().iter().cloned())
+                .collect();
+            check_apply_paths(config, &files, &[])?;
+            let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
+            let publication = begin_publication(config, &inputs, &control.cancel)?;
+            let mask = HotMask::from_tables(&ordered, hot).map_err(wrong_tables)?;
+            apply_with_mask(config, &files, &mask, publication, control, observe)
+        }
+        KeyTables::Files(tables) => {
+            let shards = ShardTables::open(tables).map_err(wrong_tables)?;
+            hot.check_tables(&shards.identities, Some(&shards.paths))
+                .map_err(wrong_tables)?;
+            check_apply_paths(config, &shards.files, tables)?;
+            let inputs: Vec<InputFile> = shards.files.iter().map(|f| f.input.clone()).collect();
+            let publication = begin_publication(config, &inputs, &control.cancel)?;
+            let (mask, files) = HotMask::from_table_files(&shards, hot)?;
+            apply_with_mask(config, &files, &mask, publication, control, observe)
+        }
+    }
 }
 
 /// Tables that are not the ones the hot keys were counted from, or that cannot go together, are
@@ -596,14 +563,19 @@ fn check_apply_paths(config: &Config, files: &[FileRows], tables: &[PathBuf]) ->
 }
 
 pub(crate) fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
+    check_hot_layout_is(config, hot.layout())
+}
+
+/// [`check_hot_layout`] of the layout a hot-key file (or its summary) records.
+pub(crate) fn check_hot_layout_is(config: &Config, hot: &TableLayout) -> Result<(), Error> {
     let layout = keys_config(config)?.layout();
-    if *hot.layout() == layout {
+    if *hot == layout {
         return Ok(());
     }
     Err(Error::Usage(format!(
         "the hot keys do not match these settings (pass `apply`, `sign`, `decide` and `write` \
          the sketch and field options given to `keys`): {} (the hot keys' value first)",
-        hot.layout().differences(&layout).join("; ")
+        hot.differences(&layout).join("; ")
     )))
 }
 
@@ -615,7 +587,7 @@ fn apply_with_mask(
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    let mut cfg = apply_config(config)?;
+    let mut cfg = stage2_config(config)?;
     cfg.progress = control.stage2.clone();
     cfg.cancel = control.cancel.clone();
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
@@ -689,7 +661,7 @@ impl Pipeline {
             stats,
             ..
         } = run_keys(&files, 0, &keys)?;
-        let mut cfg = apply_config(&self.config)?;
+        let mut cfg = stage2_config(&self.config)?;
         cfg.progress = self.control.stage2.clone();
         cfg.cancel = self.control.cancel.clone();
         let stage2 = run_dedup_into(&rows, &mask, &cfg, &publication, observe)?;

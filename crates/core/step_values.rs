@@ -913,7 +913,7 @@ mod tests {
             settings: DecideSettings {
                 threshold: 0.8,
                 max_reps: Some(2),
-                verify: neardup_dedup::Verify::Exact,
+                verify: neardup_dedup::Verify::Jaccard,
             },
             signed: SignedCounts {
                 samples: vec![1; bytes.len()],

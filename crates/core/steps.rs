@@ -1,24 +1,28 @@
-//! Stage 1 as steps over files, for schedulers and the CLI: `keys` (one shard's inputs into a
-//! key-table file) and `hot` (the shards' tables into a hot-key file, with the plan of stage 2's
-//! groups). Each checks its paths before any work, publishes its file and report together at the
-//! end (all or nothing), stops at the next block when cancelled, and returns a typed report — the
-//! JSON the CLI's `--report` writes.
+//! Stage 1 as typed steps, for schedulers, the CLI and the Python package: [`KeysStep`] (one
+//! shard's inputs into a key table: a file, published with its report, or a value) and
+//! [`HotStep`] (the shards' tables into the hot keys, with the plan of stage 2's groups: a file,
+//! published with its report, or a value). Each checks its settings and paths before any work,
+//! stops at the next block when cancelled, and returns a typed report — the JSON the CLI's
+//! `--report` writes.
 //!
-//! The stage-2 steps (`sign`, `decide`, `write`) are in [`crate::distributed`]'s functions.
+//! Stage 2 is [`crate::apply`] in one step, or the `sign`, `decide` and `write` steps of
+//! [`crate::distributed`].
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use neardup_corpus::{Publication, PublishOptions};
-use neardup_keys::{CountStats, HotKeys, KeysStats, ShardTables, plan_from_tables};
+use neardup_corpus::{Discovery, InputFile, Publication, PublishOptions};
+use neardup_keys::{
+    CountStats, HotKeys, HotMask, KeyTable, KeysConfig, KeysStats, PlanBuilder, ShardTables,
+    collect_keys, merge_table_files, merge_tables, plan_from_tables,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
-    RunControl, discover_inputs_and_sources, keys_config, merge_hot_key_files_with, publish_error,
-    save_json_to,
+    KeyTables, RunControl, discover_inputs_and_sources, keys_config, publish_error, save_json_to,
 };
 
 /// What the `keys` step did (the JSON of `neardup keys --report`).
@@ -76,122 +80,278 @@ pub struct HotReport {
     pub seconds: f64,
 }
 
-/// The `keys` step: stage 1 over the inputs of `config` as shard `shard`, streamed into the
-/// key-table file `table`; with `report`, its JSON is published together with the table.
-pub fn keys_shard(
-    config: &Config,
+/// Stage 1 of one shard: its settings checked and its inputs listed once, then run into a
+/// key-table file ([`KeysStep::write`], the `keys` step) or a table in memory
+/// ([`KeysStep::table`]). Nothing is counted: the hot keys come from merging all shards' tables
+/// ([`HotStep`]).
+#[derive(Debug)]
+pub struct KeysStep {
+    keys: KeysConfig,
     shard: u32,
-    table: &Path,
-    report: Option<&Path>,
-    control: &RunControl,
-) -> Result<KeysReport, Error> {
-    let mut keys = keys_config(config)?;
-    let (found, problems) = discover_inputs_and_sources(config)?;
-    let mut paths = RunPaths::new();
-    paths
-        .read_discovered(&found)
-        .write_file("the key table (--output)", table);
-    if let Some(r) = report {
-        paths.write_file("the report (--report)", r);
-    }
-    paths.check()?;
-    for p in &problems {
-        tracing::warn!("input problem: {p}");
-    }
-    let files = found.files;
-    let publication = Publication::begin(&PublishOptions {
-        files: std::iter::once(table.to_path_buf())
-            .chain(report.map(Path::to_path_buf))
-            .collect(),
-        cancel: control.cancel.clone(),
-        ..PublishOptions::default()
-    })
-    .map_err(publish_error)?;
-    keys.progress = control.stage1.clone();
-    keys.cancel = control.cancel.clone();
-    let target = publication.file(table).map_err(publish_error)?;
-    let stats = neardup_keys::write_keys_to(&files, shard, &keys, target)?;
-    let made = KeysReport {
-        neardup: env!("CARGO_PKG_VERSION").into(),
-        shard,
-        table: table.to_path_buf(),
-        inputs: files.iter().map(|f| f.path.clone()).collect(),
-        input_problems: problems,
-        stage1: stats,
-    };
-    if let Some(path) = report {
-        save_json_to(publication.file(path).map_err(publish_error)?, &made)?;
-    }
-    publication.commit().map_err(publish_error)?;
-    Ok(made)
+    inputs: Discovery,
+    problems: Vec<String>,
 }
 
-/// The `hot` step: merges the key tables `tables` (every shard's, in any order) into the hot
-/// keys (`config.keys`: `min_key_count`, `memory_limit`, `spill_dir`; `config.run.threads`),
-/// planned in `groups` groups for stage 2 on many machines when more than one, and writes them to
-/// `output`; with `report`, its JSON is published together with the file. Returns the hot keys
-/// written and the report.
-pub fn hot_file(
-    config: &Config,
-    tables: &[PathBuf],
+impl KeysStep {
+    /// The shard `shard` of the inputs `config.input.inputs`, listed as [`crate::discover_inputs`]
+    /// lists them (failing as it does).
+    pub fn new(config: &Config, shard: u32) -> Result<KeysStep, Error> {
+        let keys = keys_config(config)?;
+        let (inputs, problems) = discover_inputs_and_sources(config)?;
+        Ok(KeysStep {
+            keys,
+            shard,
+            inputs,
+            problems,
+        })
+    }
+
+    /// The shard `shard` made of `files`, already listed (a scheduler's share of
+    /// [`crate::discover_inputs`]' files); `config.input.inputs` is not looked at.
+    pub fn with_files(config: &Config, files: &[InputFile], shard: u32) -> Result<KeysStep, Error> {
+        Ok(KeysStep {
+            keys: keys_config(config)?,
+            shard,
+            inputs: Discovery {
+                files: files.to_vec(),
+                problems: Vec::new(),
+                sources: Vec::new(),
+            },
+            problems: Vec::new(),
+        })
+    }
+
+    /// The shard's input files, in order.
+    pub fn files(&self) -> &[InputFile] {
+        &self.inputs.files
+    }
+
+    /// The problems met while listing the inputs (left out; the report lists them).
+    pub fn problems(&self) -> &[String] {
+        &self.problems
+    }
+
+    fn watched(&self, control: &RunControl) -> KeysConfig {
+        let mut keys = self.keys.clone();
+        keys.progress = control.stage1.clone();
+        keys.cancel = control.cancel.clone();
+        keys
+    }
+
+    /// The shard's key table in memory and its statistics (`keys.memory_limit` does not apply;
+    /// [`KeysStep::write`] streams a table of any size to a file).
+    pub fn table(&self, control: &RunControl) -> Result<(KeyTable, KeysStats), Error> {
+        Ok(collect_keys(
+            self.files(),
+            self.shard,
+            &self.watched(control),
+        )?)
+    }
+
+    /// The `keys` step: the shard's table streamed into the key-table file `table` (the same
+    /// bytes as [`KeysStep::table`]'s table saved with [`KeyTable::save`]; memory stays bounded
+    /// however large the shard), published at the end together with the report's JSON at
+    /// `report`, all or nothing. Input problems are logged.
+    pub fn write(
+        &self,
+        table: &Path,
+        report: Option<&Path>,
+        control: &RunControl,
+    ) -> Result<KeysReport, Error> {
+        let mut paths = RunPaths::new();
+        paths
+            .read_discovered(&self.inputs)
+            .write_file("the key table (--output)", table);
+        if let Some(r) = report {
+            paths.write_file("the report (--report)", r);
+        }
+        paths.check()?;
+        for p in &self.problems {
+            tracing::warn!("input problem: {p}");
+        }
+        let publication = Publication::begin(&PublishOptions {
+            files: std::iter::once(table.to_path_buf())
+                .chain(report.map(Path::to_path_buf))
+                .collect(),
+            cancel: control.cancel.clone(),
+            ..PublishOptions::default()
+        })
+        .map_err(publish_error)?;
+        let target = publication.file(table).map_err(publish_error)?;
+        let stats =
+            neardup_keys::write_keys(self.files(), self.shard, &self.watched(control), target)?;
+        let made = KeysReport {
+            neardup: env!("CARGO_PKG_VERSION").into(),
+            shard: self.shard,
+            table: table.to_path_buf(),
+            inputs: self.files().iter().map(|f| f.path.clone()).collect(),
+            input_problems: self.problems.clone(),
+            stage1: stats,
+        };
+        if let Some(path) = report {
+            save_json_to(publication.file(path).map_err(publish_error)?, &made)?;
+        }
+        publication.commit().map_err(publish_error)?;
+        Ok(made)
+    }
+}
+
+/// The merge of all shards' key tables into the hot keys (`config.keys`: `min_key_count`, and
+/// for files `memory_limit` and `spill_dir`; `config.run.threads`, 0: the current rayon pool,
+/// all cores by default), planned for stage 2 on many machines in `groups` groups when more
+/// than one: into a hot-key file ([`HotStep::write`], the `hot` step) or a value
+/// ([`HotStep::merge`]). Files stream in shard order and are never loaded whole; when their keys
+/// exceed the memory limit they are counted partition by partition from spill files.
+#[derive(Debug)]
+pub struct HotStep<'a> {
+    config: &'a Config,
+    tables: KeyTables<'a>,
     groups: u32,
-    output: &Path,
-    report: Option<&Path>,
-    control: &RunControl,
-) -> Result<(HotKeys, HotReport), Error> {
-    if groups == 0 {
-        return Err(Error::Usage("--groups must be at least 1".into()));
+}
+
+impl<'a> HotStep<'a> {
+    /// Checks the settings the merge uses and the number of groups.
+    pub fn new(
+        config: &'a Config,
+        tables: impl Into<KeyTables<'a>>,
+        groups: u32,
+    ) -> Result<HotStep<'a>, Error> {
+        if groups == 0 {
+            return Err(Error::Usage("--groups must be at least 1".into()));
+        }
+        config.validate_run()?;
+        Ok(HotStep {
+            config,
+            tables: tables.into(),
+            groups,
+        })
     }
-    config.validate_run()?;
-    let mut paths = RunPaths::new();
-    for t in tables {
-        paths.read_file("the key table", t);
+
+    /// The paths the merge reads and spills to.
+    fn paths(&self) -> RunPaths {
+        let mut paths = RunPaths::new();
+        self.tables.read_by(&mut paths);
+        if let Some(dir) = &self.config.keys.spill_dir {
+            paths.spill_dir(dir);
+        }
+        paths
     }
-    paths.write_file("the hot-key file (--output)", output);
-    if let Some(r) = report {
-        paths.write_file("the report (--report)", r);
+
+    /// The hot keys (with their plan when more than one group), the mask of all the tables' rows
+    /// in shard order, and the frequency filter's statistics; stopped by `control.cancel`
+    /// between blocks of keys read and between partitions counted.
+    pub fn merge(&self, control: &RunControl) -> Result<(HotKeys, HotMask, CountStats), Error> {
+        let paths = self.paths();
+        paths.check()?;
+        paths.prepare()?;
+        self.count_and_plan(control)
     }
-    if let Some(dir) = &config.keys.spill_dir {
-        paths.spill_dir(dir);
+
+    fn count_and_plan(
+        &self,
+        control: &RunControl,
+    ) -> Result<(HotKeys, HotMask, CountStats), Error> {
+        let keys = &self.config.keys;
+        let cancelled = || control.cancel.is_cancelled();
+        let work = || -> Result<(HotKeys, HotMask, CountStats), Error> {
+            match &self.tables {
+                KeyTables::Files(paths) => {
+                    let shards = ShardTables::open(paths)?;
+                    let (hot, mask, count) = merge_table_files(
+                        &shards,
+                        keys.min_key_count,
+                        keys.memory_limit,
+                        keys.spill_dir.as_deref(),
+                        &control.cancel,
+                    )?;
+                    if self.groups == 1 {
+                        return Ok((hot, mask, count));
+                    }
+                    let plan = plan_from_tables(&shards, &hot, self.groups, &cancelled)?;
+                    Ok((hot.with_plan(plan)?, mask, count))
+                }
+                KeyTables::Values(tables) => {
+                    let (hot, mask, count) = merge_tables(tables, keys.min_key_count)?;
+                    if self.groups == 1 {
+                        return Ok((hot, mask, count));
+                    }
+                    let mut ordered = tables.clone();
+                    ordered.sort_by_key(|t| t.shard());
+                    let mut builder = PlanBuilder::new(hot.keys())?;
+                    for table in ordered {
+                        if cancelled() {
+                            return Err(Error::Interrupted);
+                        }
+                        for row in table.keys().chunks_exact(table.columns().max(1)) {
+                            builder.add_row(row, |c| row[c] != neardup_sketch::NO_KEY);
+                        }
+                    }
+                    let plan = builder.finish(self.groups)?;
+                    Ok((hot.with_plan(plan)?, mask, count))
+                }
+            }
+        };
+        match self.config.run.threads {
+            0 => work(),
+            n => rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| Error::Run(format!("cannot start {n} threads: {e}")))?
+                .install(work),
+        }
     }
-    paths.check()?;
-    let started = Instant::now();
-    let publication = Publication::begin(&PublishOptions {
-        files: std::iter::once(output.to_path_buf())
-            .chain(report.map(Path::to_path_buf))
-            .collect(),
-        scratch_dirs: config.keys.spill_dir.iter().cloned().collect(),
-        cancel: control.cancel.clone(),
-        ..PublishOptions::default()
-    })
-    .map_err(publish_error)?;
-    let (mut hot, mask, count) = merge_hot_key_files_with(config, tables, control)?;
-    if groups > 1 {
-        let shards = ShardTables::open(tables)?;
-        let plan = plan_from_tables(&shards, &hot, groups, &|| control.cancel.is_cancelled())?;
-        hot = hot.with_plan(plan)?;
+
+    /// The `hot` step: the hot keys written to `output`, published at the end together with the
+    /// report's JSON at `report`, all or nothing. Returns the hot keys written and the report.
+    pub fn write(
+        &self,
+        output: &Path,
+        report: Option<&Path>,
+        control: &RunControl,
+    ) -> Result<(HotKeys, HotReport), Error> {
+        let mut paths = self.paths();
+        paths.write_file("the hot-key file (--output)", output);
+        if let Some(r) = report {
+            paths.write_file("the report (--report)", r);
+        }
+        paths.check()?;
+        let started = Instant::now();
+        let publication = Publication::begin(&PublishOptions {
+            files: std::iter::once(output.to_path_buf())
+                .chain(report.map(Path::to_path_buf))
+                .collect(),
+            scratch_dirs: self.config.keys.spill_dir.iter().cloned().collect(),
+            cancel: control.cancel.clone(),
+            ..PublishOptions::default()
+        })
+        .map_err(publish_error)?;
+        paths.prepare()?;
+        let (hot, mask, count) = self.count_and_plan(control)?;
+        hot.save_to(publication.file(output).map_err(publish_error)?)?;
+        let made = HotReport {
+            neardup: env!("CARGO_PKG_VERSION").into(),
+            tables: match &self.tables {
+                KeyTables::Files(paths) => paths.to_vec(),
+                KeyTables::Values(_) => Vec::new(),
+            },
+            hot_keys_file: output.to_path_buf(),
+            min_key_count: self.config.keys.min_key_count,
+            count,
+            samples: mask.rows() as u64,
+            hot_samples: mask.hot_rows() as u64,
+            plan: hot.plan().map(|p| PlanSummary {
+                groups: p.groups,
+                group_rows: p.group_rows.clone(),
+                components: p.components,
+                largest_component: p.largest_component,
+                hot_rows: p.hot_rows,
+            }),
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        if let Some(path) = report {
+            save_json_to(publication.file(path).map_err(publish_error)?, &made)?;
+        }
+        publication.commit().map_err(publish_error)?;
+        Ok((hot, made))
     }
-    hot.save_to(publication.file(output).map_err(publish_error)?)?;
-    let made = HotReport {
-        neardup: env!("CARGO_PKG_VERSION").into(),
-        tables: tables.to_vec(),
-        hot_keys_file: output.to_path_buf(),
-        min_key_count: config.keys.min_key_count,
-        count,
-        samples: mask.rows() as u64,
-        hot_samples: mask.hot_rows() as u64,
-        plan: hot.plan().map(|p| PlanSummary {
-            groups: p.groups,
-            group_rows: p.group_rows.clone(),
-            components: p.components,
-            largest_component: p.largest_component,
-            hot_rows: p.hot_rows,
-        }),
-        seconds: started.elapsed().as_secs_f64(),
-    };
-    if let Some(path) = report {
-        save_json_to(publication.file(path).map_err(publish_error)?, &made)?;
-    }
-    publication.commit().map_err(publish_error)?;
-    Ok((hot, made))
 }

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Verify};
-use neardup::keys::OnError;
+use neardup::exec::OnError;
 use neardup::sketch::{BandKeyScheme, HashScheme};
-use neardup::{Config, Error, FieldsModeSetting, Tokenize};
+use neardup::{Config, DedupSettings, Error, FieldsModeSetting, Layers, Preset, ShingleUnit};
 
 /// Near-duplicate detection for large text corpora (MinHash + LSH in two streaming stages).
 #[derive(Parser, Debug)]
@@ -103,7 +103,7 @@ pub(crate) struct HotArgs {
     #[arg(long = "output", short = 'o', visible_alias = "out")]
     pub(crate) output: PathBuf,
     /// A key is hot when seen more than this many times.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = Config::default().keys.min_key_count)]
     pub(crate) min_key_count: u32,
     /// When all tables' keys exceed this (e.g. 4GiB), count them from spill files
     /// partition by partition instead of in memory; tables are never loaded whole
@@ -263,10 +263,10 @@ pub(crate) struct EvalArgs {
 #[derive(Args, Debug)]
 pub(crate) struct ParamsArgs {
     /// Similarity threshold.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = Config::default().dedup.threshold)]
     pub(crate) threshold: f64,
     /// Signature width.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = Config::default().sketch.num_perm)]
     pub(crate) num_perm: usize,
     /// Explicit bands (with --rows) instead of the optimum [default: optimal for --threshold
     /// and --num-perm].
@@ -447,7 +447,7 @@ macro_rules! value_enum {
 value_enum!(FormatArg => Format { Jsonl => Format::Jsonl, Parquet => Format::Parquet });
 value_enum!(HashArg => HashScheme { Fast => HashScheme::Fast, Datasketch => HashScheme::Datasketch, Oph => HashScheme::Oph });
 value_enum!(BandKeysArg => BandKeyScheme { Fast => BandKeyScheme::Fast, Lshcurator => BandKeyScheme::Lshcurator });
-value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Exact });
+value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Jaccard });
 value_enum!(OnErrorArg => OnError { Skip => OnError::Skip, Fail => OnError::Fail });
 value_enum!(EmptyArg => EmptyPolicy { Keep => EmptyPolicy::Keep, Drop => EmptyPolicy::Drop });
 value_enum!(FieldsModeArg => FieldsModeSetting {
@@ -456,13 +456,13 @@ value_enum!(FieldsModeArg => FieldsModeSetting {
     /// One sample per field (lshcurator's semantics).
     Expand => FieldsModeSetting::Expand,
 });
-value_enum!(TokenizeArg => Tokenize {
+value_enum!(TokenizeArg => ShingleUnit {
     /// Unicode characters.
-    Char => Tokenize::Char,
+    Char => ShingleUnit::Char,
     /// UTF-8 bytes.
-    Byte => Tokenize::Byte,
+    Byte => ShingleUnit::Byte,
     /// Words (Unicode word boundaries).
-    Word => Tokenize::Word,
+    Word => ShingleUnit::Word,
 });
 
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
@@ -489,37 +489,30 @@ pub(crate) fn parse_size(s: &str) -> Result<u64, String> {
     Ok((n * mult) as u64)
 }
 
-/// Builds the settings: defaults, then the settings file, then each group's flags, then the
-/// compatibility preset (which keeps an explicit --max-reps).
+/// Builds the settings in the library's one order ([`Layers`]): the defaults, the preset's
+/// defaults, the settings file (`--config`), the inputs and each group's flags, then what the
+/// preset (`--compat`) pins.
 pub(crate) fn build_config(
     inputs: &[String],
     input: &InputOpts,
     groups: &[&dyn Overrides],
-    max_reps: Option<usize>,
 ) -> Result<Config, Error> {
-    let mut c = match &input.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
+    let preset = input
+        .compat
+        .as_deref()
+        .map(str::parse::<Preset>)
+        .transpose()
+        .map_err(|e| Error::Usage(e.to_string()))?;
+    let mut layers = Layers::new(preset, input.config.as_deref())?;
+    let c = layers.given();
     if !inputs.is_empty() {
         c.input.inputs = inputs.to_vec();
     }
-    input.apply(&mut c);
+    input.apply(c);
     for g in groups {
-        g.apply(&mut c);
+        g.apply(c);
     }
-    if let Some(preset) = &input.compat {
-        match preset.as_str() {
-            "lshcurator" => {
-                c = c.lshcurator();
-                if let Some(v) = max_reps {
-                    c.dedup.max_reps = (v > 0).then_some(v);
-                }
-            }
-            other => return Err(Error::Usage(format!("unknown --compat preset {other:?}"))),
-        }
-    }
-    Ok(c)
+    Ok(layers.finish())
 }
 
 /// An option group's flags written over the settings.
@@ -616,7 +609,7 @@ impl Overrides for CountOpts {
 impl Overrides for DecideOpts {
     fn apply(&self, c: &mut Config) {
         if let Some(v) = self.max_reps {
-            c.dedup.max_reps = (v > 0).then_some(v);
+            c.dedup.max_reps = DedupSettings::max_reps_given(v);
         }
         if let Some(v) = self.verify {
             c.dedup.verify = v.into();
@@ -780,14 +773,14 @@ mod tests {
             tokenize: Some(TokenizeArg::Byte),
             ..SketchOpts::default()
         };
-        let c = build_config(&["x.jsonl".into()], &input, &[&sketch], None).unwrap();
+        let c = build_config(&["x.jsonl".into()], &input, &[&sketch]).unwrap();
         assert_eq!(c.sketch.hash, HashScheme::Datasketch);
         assert_eq!(c.sketch.band_keys, BandKeyScheme::Lshcurator);
         assert_eq!(c.sketch.seed, 36);
         assert_eq!(c.sketch.num_perm, 32);
         assert_eq!(
             (c.sketch.shingle, c.sketch.step, c.sketch.tokenize),
-            (3, 2, Tokenize::Byte)
+            (3, 2, ShingleUnit::Byte)
         );
         assert_eq!(c.keys.short_texts, ShortTextPolicy::EmptySignature);
         assert!(!c.keys.exact);

@@ -1,12 +1,11 @@
 //! One function per command: each builds its settings, checks, runs the library's step with a
 //! progress view and the signal handlers, and says what it did.
 
-use std::sync::Arc;
-
-use neardup::corpus::AtomicFile;
-use neardup::keys::{HotKeys, KeysError, Progress};
+use neardup::keys::{HotKeys, HotSummary, KeysError};
 use neardup::sketch::LshParams;
-use neardup::{Config, Error, Pipeline, Report, RunControl, RunPaths};
+use neardup::{
+    Config, Error, HotStep, KeysStep, Pipeline, Report, RunControl, RunPaths, save_json,
+};
 
 use super::args::*;
 use super::signals::handle_signals;
@@ -14,35 +13,37 @@ use super::view::{ProgressView, answer, note};
 
 /// Both stages (`dedup`, `exact`) with a progress view, stopped by the signal handlers.
 pub(crate) fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error> {
-    let cancel = handle_signals();
-    let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let control = watched_step();
+    let (Some(stage1), Some(stage2)) = (control.stage1.clone(), control.stage2.clone()) else {
+        unreachable!("a watched control has both stages' counters")
+    };
     let pipeline = Pipeline::new(config)?
-        .with_progress(stages[0].clone(), stages[1].clone())
-        .with_cancel(cancel);
-    let _view = ProgressView::start(stages, quiet);
+        .with_progress(stage1, stage2)
+        .with_cancel(control.cancel.clone());
+    let _view = ProgressView::start(&control, quiet);
     pipeline.run()
 }
 
-/// The progress counters a step's view shows and the control that stops the step on a signal,
-/// the step reporting its progress as stage `stage` (1 or 2).
-fn watched_step(stage: usize) -> ([Arc<Progress>; 2], RunControl) {
-    let progress = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-    let counters = Some(progress[stage - 1].clone());
-    let control = RunControl {
-        stage1: if stage == 1 { counters.clone() } else { None },
-        stage2: if stage == 2 { counters } else { None },
+/// The control of a step the user watches: progress counters for its view, stopped by a signal.
+fn watched_step() -> RunControl {
+    RunControl {
         cancel: handle_signals(),
-    };
-    (progress, control)
+        ..RunControl::watched()
+    }
 }
 
 /// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
 /// failure of stage 1.
 pub(crate) fn load_hot_argument(path: &std::path::Path) -> Result<HotKeys, Error> {
-    HotKeys::load(path).map_err(|e| match e {
+    HotKeys::load(path).map_err(hot_argument_error)
+}
+
+/// A hot-key file that cannot be used: a usage error when it is the wrong file for the run.
+fn hot_argument_error(e: KeysError) -> Error {
+    match e {
         KeysError::Config(m) => Error::Usage(m),
         other => Error::Run(other.to_string()),
-    })
+    }
 }
 
 /// A run that writes nothing would throw its work away: refused before any.
@@ -53,30 +54,6 @@ pub(crate) fn require_outputs(config: &Config) -> Result<(), Error> {
         ));
     }
     Ok(())
-}
-
-/// Writes `value` as pretty JSON, atomically.
-pub(crate) fn save_json(
-    path: &std::path::Path,
-    value: &impl serde::Serialize,
-) -> Result<(), Error> {
-    save_json_to(
-        AtomicFile::create(path)
-            .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
-        value,
-    )
-}
-
-/// Writes `value` as pretty JSON into `file` and commits it.
-pub(crate) fn save_json_to(
-    mut file: AtomicFile,
-    value: &impl serde::Serialize,
-) -> Result<(), Error> {
-    let path = file.path().to_path_buf();
-    let fail =
-        |e: &dyn std::fmt::Display| Error::Run(format!("cannot write {}: {e}", path.display()));
-    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(&e))?;
-    file.commit().map_err(|e| fail(&e))
 }
 
 /// Runs the command line's command.
@@ -105,12 +82,7 @@ pub(crate) fn dedup(args: DedupArgs, quiet: bool) -> Result<(), Error> {
         decide,
         output,
     } = args;
-    let config = build_config(
-        &inputs,
-        &input,
-        &[&sketch, &count, &decide, &output],
-        decide.max_reps,
-    )?;
+    let config = build_config(&inputs, &input, &[&sketch, &count, &decide, &output])?;
     require_outputs(&config)?;
     let report = run_pipeline(config, quiet)?;
     note(quiet, report.summary());
@@ -135,11 +107,11 @@ pub(crate) fn keys(args: KeysArgs, quiet: bool) -> Result<(), Error> {
                 .into(),
         ));
     }
-    let config = build_config(&inputs, &input, &[&sketch], None)?;
-    let (progress, control) = watched_step(1);
+    let config = build_config(&inputs, &input, &[&sketch])?;
+    let control = watched_step();
     let made = {
-        let _view = ProgressView::start(progress, quiet);
-        neardup::keys_shard(&config, shard, &output, report.as_deref(), &control)?
+        let _view = ProgressView::start(&control, quiet);
+        KeysStep::new(&config, shard)?.write(&output, report.as_deref(), &control)?
     };
     let stats = &made.stage1;
     note(
@@ -177,14 +149,8 @@ pub(crate) fn hot(args: HotArgs, quiet: bool) -> Result<(), Error> {
         cancel: handle_signals(),
         ..RunControl::default()
     };
-    let (_, made) = neardup::hot_file(
-        &config,
-        &tables,
-        groups,
-        &output,
-        report.as_deref(),
-        &control,
-    )?;
+    let (_, made) =
+        HotStep::new(&config, &tables, groups)?.write(&output, report.as_deref(), &control)?;
     let stats = &made.count;
     note(
         quiet,
@@ -214,7 +180,7 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
         sketch,
         decide,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide])?;
     config.validate()?;
     let mut paths = RunPaths::new();
     paths
@@ -225,9 +191,9 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     }
     paths.check()?;
     let hot = load_hot_argument(&hot)?;
-    let (progress, control) = watched_step(2);
+    let control = watched_step();
     let signed = {
-        let _view = ProgressView::start(progress, quiet);
+        let _view = ProgressView::start(&control, quiet);
         neardup::sign_shard(&config, &table, &hot, &output, &control)?
     };
     if let Some(path) = &report {
@@ -264,7 +230,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         sketch,
         decide,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide])?;
     config.validate()?;
     let mut paths = RunPaths::new();
     paths.read_file("the hot-key file (--hot)", &hot);
@@ -272,7 +238,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         paths.write_file("the report (--report)", r);
     }
     paths.check()?;
-    let hot = load_hot_argument(&hot)?;
+    let hot = HotSummary::load(&hot).map_err(hot_argument_error)?;
     let control = RunControl {
         cancel: handle_signals(),
         ..RunControl::default()
@@ -311,7 +277,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
         decide,
         output,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide, &output])?;
     require_outputs(&config)?;
     config.validate()?;
     let mut paths = RunPaths::new();
@@ -321,9 +287,9 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
     paths.write_config_outputs(&config, &[]);
     paths.check()?;
     let hot = load_hot_argument(&hot)?;
-    let (progress, control) = watched_step(2);
+    let control = watched_step();
     let report = {
-        let _view = ProgressView::start(progress, quiet);
+        let _view = ProgressView::start(&control, quiet);
         let decided: Vec<neardup::DecidedInput> = decided.iter().map(Into::into).collect();
         neardup::write_shard(&config, &table, &hot, &decided, &control)?
     };
@@ -343,7 +309,7 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
         output,
     } = args;
     tables.extend(keys);
-    let config = build_config(&[], &input, &[&sketch, &decide, &output], decide.max_reps)?;
+    let config = build_config(&[], &input, &[&sketch, &decide, &output])?;
     require_outputs(&config)?;
     config.validate()?;
     // The tables' input files are checked too, by the library, once their headers are read.
@@ -355,10 +321,10 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
     paths.write_config_outputs(&config, &[]);
     paths.check()?;
     let hot = load_hot_argument(&hot)?;
-    let (progress, control) = watched_step(2);
+    let control = watched_step();
     let report = {
-        let _view = ProgressView::start(progress, quiet);
-        neardup::apply_files_with(&config, &hot, &tables, &control, &mut |_| {})?
+        let _view = ProgressView::start(&control, quiet);
+        neardup::apply(&config, &hot, &tables, &control, &mut |_| {})?
     };
     note(quiet, report.summary());
     Ok(())
@@ -373,7 +339,7 @@ pub(crate) fn exact(args: ExactArgs, quiet: bool) -> Result<(), Error> {
         count,
         output,
     } = args;
-    let mut config = build_config(&inputs, &input, &[&normalize, &count, &output], None)?;
+    let mut config = build_config(&inputs, &input, &[&normalize, &count, &output])?;
     require_outputs(&config)?;
     config.keys.exact = true;
     config.keys.near = false;
@@ -395,7 +361,7 @@ pub(crate) fn eval(args: EvalArgs) -> Result<(), Error> {
         sketch,
     } = args;
     inputs.extend(inputs_flag);
-    let config = build_config(&inputs, &input, &[&sketch], None)?;
+    let config = build_config(&inputs, &input, &[&sketch])?;
     let sketch = config.sketch_config()?;
     config.validate_run()?;
     let (found, _) = neardup::discover_inputs_and_sources(&config)?;

@@ -7,8 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use neardup::Error;
-use neardup::keys::Progress;
+use neardup::{Error, RunControl};
 
 pub(crate) fn init_logging(quiet: bool, verbose: u8) {
     let default = if quiet {
@@ -37,19 +36,22 @@ pub(crate) struct ProgressView {
 }
 
 impl ProgressView {
-    pub(crate) fn start(stages: [Arc<Progress>; 2], quiet: bool) -> ProgressView {
+    /// Shows the counters of `control`'s stages.
+    pub(crate) fn start(control: &RunControl, quiet: bool) -> ProgressView {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = (!quiet).then(|| {
             let stop = stop.clone();
+            let control = control.clone();
             std::thread::spawn(move || {
                 let terminal = std::io::stderr().is_terminal();
                 let started = Instant::now();
                 let mut last_log = Instant::now();
-                let mut bar: Option<(usize, ProgressBar)> = None;
+                let mut bar: Option<(u8, ProgressBar)> = None;
                 while !stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(200));
-                    let stage = if stages[1].bytes() > 0 { 1 } else { 0 };
-                    let p = &stages[stage];
+                    let Some((stage, p)) = control.current() else {
+                        return;
+                    };
                     if terminal {
                         if bar.as_ref().is_none_or(|(s, _)| *s != stage) {
                             if let Some((_, b)) = bar.take() {
@@ -63,7 +65,7 @@ impl ProgressView {
                                 .expect("progress template")
                                 .progress_chars("=> "),
                             );
-                            b.set_prefix(if stage == 0 { "stage 1 keys " } else { "stage 2 dedup" });
+                            b.set_prefix(if stage == 1 { "stage 1 keys " } else { "stage 2 dedup" });
                             bar = Some((stage, b));
                         }
                         let (_, b) = bar.as_ref().expect("bar");
@@ -75,7 +77,7 @@ impl ProgressView {
                         let secs = started.elapsed().as_secs_f64();
                         tracing::info!(
                             "stage {}: {:.0} MB of ~{:.0} MB, {} samples ({:.0} s elapsed)",
-                            stage + 1,
+                            stage,
                             p.bytes() as f64 / 1e6,
                             p.total() as f64 / 1e6,
                             p.samples(),

@@ -65,7 +65,7 @@ pub use publish::{
     PublishOptions, Published, RunId, ScratchDir, ScratchFile, read_manifest,
 };
 pub use read::{ChunkReader, read_chunk, record_fields, reread_chunk};
-pub use select::{FieldPath, FieldPathError, FieldsMode, TextSelector};
+pub use select::{DEFAULT_SEPARATOR, FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use write::{FileWriter, OutputDir, OutputOptions, WrittenFile};
 
 #[cfg(test)]

@@ -66,10 +66,13 @@ impl<'de> serde::Deserialize<'de> for FieldPath {
     }
 }
 
+/// What [`FieldsMode::Join`] puts between fields by default: a newline.
+pub const DEFAULT_SEPARATOR: &str = "\n";
+
 /// How several selected fields become samples.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum FieldsMode {
-    /// One sample per record: present fields joined with `separator` (default "\n").
+    /// One sample per record: present fields joined with `separator` ([`DEFAULT_SEPARATOR`]).
     Join {
         /// Inserted between the texts of consecutive present fields.
         separator: String,
@@ -81,7 +84,7 @@ pub enum FieldsMode {
 impl Default for FieldsMode {
     fn default() -> Self {
         FieldsMode::Join {
-            separator: "\n".to_owned(),
+            separator: DEFAULT_SEPARATOR.to_owned(),
         }
     }
 }

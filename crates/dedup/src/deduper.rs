@@ -5,8 +5,9 @@ use neardup_keys::{HotKeys, RowKind, RowRule};
 use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
 use serde::{Deserialize, Serialize};
 
+use crate::error::SettingsError;
 use crate::reps::{BucketIndex, RepArena, RepId};
-use crate::verify::{SetBuilder, ShingleStore};
+use crate::verify::ShingleStore;
 
 pub use neardup_corpus::SampleAddr;
 
@@ -21,33 +22,36 @@ pub enum Verify {
     /// The default. A candidate is confirmed only if the true Jaccard of the shingle sets reaches
     /// the threshold: nothing is ever dropped for a false positive of the estimate. Candidates are
     /// taken from three standard errors of the estimate below the threshold, so pairs whose
-    /// estimate fell short by chance are still found.
+    /// estimate fell short by chance are still found. Named `exact` in settings and flags
+    /// (`--verify exact`); in code, "exact" is reserved for identical texts
+    /// (`neardup_corpus::Reason::Exact`).
     #[default]
-    Exact,
+    #[serde(rename = "exact")]
+    Jaccard,
 }
 
 /// Settings of stage 2's decisions.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DedupConfig {
+pub struct DeduperConfig {
     /// A sample whose similarity with an earlier kept sample reaches this is a duplicate.
     pub threshold: f64,
     /// At most this many representatives per hot bucket (unbounded when `None`).
     pub max_reps: Option<usize>,
     /// How candidates are confirmed.
     pub verify: Verify,
-    /// Memory for representatives' shingle sets under [`Verify::Exact`] before they spill to disk.
+    /// Memory for representatives' shingle sets under [`Verify::Jaccard`] before they spill to disk.
     pub verify_memory: u64,
     /// Where sets past `verify_memory` spill (the system's temporary directory when unset).
     #[serde(default)]
     pub spill_dir: Option<std::path::PathBuf>,
 }
 
-impl Default for DedupConfig {
+impl Default for DeduperConfig {
     fn default() -> Self {
-        DedupConfig {
+        DeduperConfig {
             threshold: 0.8,
             max_reps: Some(64),
-            verify: Verify::Exact,
+            verify: Verify::Jaccard,
             verify_memory: 1 << 30,
             spill_dir: None,
         }
@@ -68,7 +72,7 @@ pub enum Verdict {
     Near {
         /// The representative it matched.
         of: SampleAddr,
-        /// The similarity that decided (estimated, or exact Jaccard under [`Verify::Exact`]).
+        /// The similarity that decided (estimated, or exact Jaccard under [`Verify::Jaccard`]).
         similarity: f64,
     },
 }
@@ -124,23 +128,11 @@ pub struct Candidate<'a> {
     pub shingles: Option<&'a [u32]>,
 }
 
-/// What exact verification compares a sample by.
-#[derive(Clone, Copy)]
-enum Material<'a> {
-    None,
-    Set(&'a [u32]),
-    /// Its text; `built` once its set is in `Deduper::text_set`.
-    Text {
-        text: &'a str,
-        built: bool,
-    },
-}
-
 /// Decides hot samples in input order against bounded representative sets.
 ///
 /// Deterministic: the verdict depends only on the sequence of candidates given.
 pub struct Deduper {
-    config: DedupConfig,
+    config: DeduperConfig,
     bands: usize,
     exact_column: Option<usize>,
     arena: RepArena,
@@ -151,10 +143,6 @@ pub struct Deduper {
     /// colliding texts came first (a distributed decide step relies on that).
     exact_seen: HashMap<u128, SampleAddr>,
     shingle_sets: Option<ShingleStore>,
-    /// Builds the sets of samples decided by their texts ([`Deduper::decide_by_text`]).
-    set_builder: Option<SetBuilder>,
-    /// The set of the sample being decided by its text, once built.
-    text_set: Vec<u32>,
     seen_reps: HashSet<RepId>,
     /// Estimates below this are not candidates. The threshold itself when the estimate decides;
     /// under exact verification, three standard errors of the estimate lower, so that pairs
@@ -166,22 +154,19 @@ pub struct Deduper {
 impl Deduper {
     /// A decision core for signatures of `num_perm` positions and rows of `bands` bands under `rule`.
     pub fn new(
-        config: DedupConfig,
+        config: DeduperConfig,
         num_perm: usize,
         bands: usize,
         rule: RowRule,
-    ) -> Result<Deduper, String> {
+    ) -> Result<Deduper, SettingsError> {
         if !(0.0..=1.0).contains(&config.threshold) || config.threshold.is_nan() {
-            return Err(format!(
-                "threshold must be in [0, 1], got {}",
-                config.threshold
-            ));
+            return Err(SettingsError::Threshold(config.threshold));
         }
         if config.max_reps == Some(0) {
-            return Err("max_reps must be at least 1 (or unset for no bound)".into());
+            return Err(SettingsError::NoRepresentatives);
         }
         let shingle_sets = match config.verify {
-            Verify::Exact => Some(ShingleStore::new(
+            Verify::Jaccard => Some(ShingleStore::new(
                 config.verify_memory,
                 config.spill_dir.clone(),
             )),
@@ -191,7 +176,7 @@ impl Deduper {
         let t = config.threshold;
         let candidate_floor = match config.verify {
             Verify::Estimate => t,
-            Verify::Exact => (t - 3.0 * (t * (1.0 - t) / num_perm.max(1) as f64).sqrt()).max(0.0),
+            Verify::Jaccard => (t - 3.0 * (t * (1.0 - t) / num_perm.max(1) as f64).sqrt()).max(0.0),
         };
         Ok(Deduper {
             candidate_floor,
@@ -201,8 +186,6 @@ impl Deduper {
             buckets: BucketIndex::default(),
             exact_seen: HashMap::new(),
             shingle_sets,
-            set_builder: None,
-            text_set: Vec::new(),
             seen_reps: HashSet::new(),
             stats: DeduperStats::default(),
             config,
@@ -210,11 +193,11 @@ impl Deduper {
     }
 
     /// The settings.
-    pub fn config(&self) -> &DedupConfig {
+    pub fn config(&self) -> &DeduperConfig {
         &self.config
     }
 
-    /// Whether candidates need their shingle sets ([`Verify::Exact`]).
+    /// Whether candidates need their shingle sets ([`Verify::Jaccard`]).
     pub fn needs_shingles(&self) -> bool {
         self.shingle_sets.is_some()
     }
@@ -230,37 +213,19 @@ impl Deduper {
         Some(Verdict::Exact { of: first })
     }
 
-    /// Lets [`Deduper::decide_by_text`] build shingle sets from texts with `sketcher` (the
-    /// sketch settings the samples were signed with).
-    pub fn building_sets_with(mut self, sketcher: Sketcher) -> Deduper {
-        self.set_builder = Some(SetBuilder::new(sketcher));
-        self
+    /// [`Deduper::decide`]'s verdict for a sample whose hot columns are `hot`, when its content
+    /// hash alone gives it (its content key is hot and an earlier sample had the same content):
+    /// then it needs no signature. `None` otherwise.
+    pub fn decide_known_copy(&mut self, content_hash: u128, hot: &[bool]) -> Option<Verdict> {
+        let col = self.exact_column?;
+        if !hot.get(col).copied().unwrap_or(false) {
+            return None;
+        }
+        self.decide_copy(content_hash)
     }
 
     /// Decides one hot sample. Call in input order.
     pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
-        let shingles = match c.shingles {
-            Some(set) => Material::Set(set),
-            None => Material::None,
-        };
-        self.decide_with(c, shingles)
-    }
-
-    /// [`Deduper::decide`] for a sample that brings its text instead of its shingle set
-    /// (`c.shingles` is not looked at): under exact verification the set is built from `text`
-    /// only if the sample is compared with a representative, and a sample that becomes a
-    /// representative is held as its text until a later candidate is compared with it. The
-    /// verdicts are those [`Deduper::decide`] gives with the sets. Needs
-    /// [`Deduper::building_sets_with`].
-    pub fn decide_by_text(&mut self, c: &Candidate<'_>, text: &str) -> Verdict {
-        assert!(
-            self.set_builder.is_some() || self.shingle_sets.is_none(),
-            "decide_by_text under exact verification needs building_sets_with"
-        );
-        self.decide_with(c, Material::Text { text, built: false })
-    }
-
-    fn decide_with(&mut self, c: &Candidate<'_>, mut shingles: Material<'_>) -> Verdict {
         self.stats.checked += 1;
         if let Some(col) = self.exact_column
             && c.hot[col]
@@ -292,28 +257,10 @@ impl Deduper {
                 if sim < self.candidate_floor {
                     continue;
                 }
-                let mine: Option<&[u32]> = match &mut shingles {
-                    Material::None => None,
-                    Material::Set(set) => Some(*set),
-                    Material::Text { text, built } => {
-                        if !*built {
-                            if let Some(b) = &mut self.set_builder {
-                                b.build(text, &mut self.text_set);
-                            }
-                            *built = true;
-                        }
-                        Some(&self.text_set)
-                    }
-                };
-                let decided = match (&mut self.shingle_sets, mine) {
+                let decided = match (&mut self.shingle_sets, c.shingles) {
                     (Some(store), Some(mine)) => {
                         self.stats.verifications += 1;
-                        let exact = store.jaccard_at_least(
-                            rep,
-                            mine,
-                            self.config.threshold,
-                            self.set_builder.as_mut(),
-                        );
+                        let exact = store.jaccard_at_least(rep, mine, self.config.threshold);
                         if exact.is_none() {
                             self.stats.rejected_by_verification += 1;
                         }
@@ -347,14 +294,8 @@ impl Deduper {
             }
             let id = *rep.get_or_insert_with(|| {
                 let id = self.arena.push(c.signature, c.addr);
-                if let Some(store) = &mut self.shingle_sets {
-                    match shingles {
-                        Material::None => {}
-                        Material::Set(set) => store.push(id, set),
-                        // Built already: a candidate compared with it needs no second build.
-                        Material::Text { built: true, .. } => store.push(id, &self.text_set),
-                        Material::Text { text, built: false } => store.push_text(id, text),
-                    }
+                if let (Some(store), Some(set)) = (&mut self.shingle_sets, c.shingles) {
+                    store.push(id, set);
                 }
                 id
             });
@@ -388,7 +329,7 @@ impl Deduper {
 /// pipeline run.
 ///
 /// ```no_run
-/// use neardup_dedup::{DedupConfig, TextDeduper};
+/// use neardup_dedup::{DeduperConfig, TextDeduper};
 /// use neardup_keys::{HotKeys, RowRule};
 /// use neardup_sketch::{Sketcher, SketchConfig};
 ///
@@ -396,7 +337,7 @@ impl Deduper {
 /// // The sketch settings and row rule stage 1 used for these hot keys.
 /// let sketcher = Sketcher::new(sketch_config()).unwrap();
 /// let hot = HotKeys::load("hot.ndh".as_ref()).unwrap();
-/// let mut dedup = TextDeduper::new(sketcher, RowRule::default(), &hot, DedupConfig::default()).unwrap();
+/// let mut dedup = TextDeduper::new(sketcher, RowRule::default(), &hot, DeduperConfig::default()).unwrap();
 /// for text in ["first text …", "first text …!"] {
 ///     let verdict = dedup.check(text);
 ///     println!("keep={} {verdict:?}", verdict.keep());
@@ -421,12 +362,12 @@ impl TextDeduper {
         sketcher: Sketcher,
         rule: RowRule,
         hot: &HotKeys,
-        config: DedupConfig,
-    ) -> Result<TextDeduper, String> {
+        config: DeduperConfig,
+    ) -> Result<TextDeduper, SettingsError> {
         if hot.layout().sketch_fingerprint != sketcher.config().fingerprint()
             || hot.layout().rule != rule
         {
-            return Err("the hot keys were made with different sketch settings".into());
+            return Err(SettingsError::OtherSketch);
         }
         let core = Deduper::new(config, sketcher.num_perm(), sketcher.bands(), rule)?;
         let scratch = if core.needs_shingles() {
@@ -530,7 +471,7 @@ mod tests {
         }
     }
 
-    fn deduper(config: DedupConfig) -> Deduper {
+    fn deduper(config: DeduperConfig) -> Deduper {
         Deduper::new(config, NUM_PERM, BANDS, RowRule::default()).unwrap()
     }
 
@@ -545,11 +486,38 @@ mod tests {
         })
     }
 
-    fn estimate() -> DedupConfig {
-        DedupConfig {
+    fn estimate() -> DeduperConfig {
+        DeduperConfig {
             verify: Verify::Estimate,
-            ..DedupConfig::default()
+            ..DeduperConfig::default()
         }
+    }
+
+    #[test]
+    fn settings_it_cannot_decide_with_are_refused_by_value() {
+        let refused = |config: DeduperConfig| {
+            Deduper::new(config, NUM_PERM, BANDS, RowRule::default())
+                .err()
+                .expect("refused")
+        };
+        let e = refused(DeduperConfig {
+            threshold: 1.5,
+            ..DeduperConfig::default()
+        });
+        assert_eq!(e, SettingsError::Threshold(1.5));
+        assert_eq!(e.to_string(), "threshold must be in [0, 1], got 1.5");
+        let e = refused(DeduperConfig {
+            max_reps: Some(0),
+            ..DeduperConfig::default()
+        });
+        assert_eq!(e, SettingsError::NoRepresentatives);
+        let stage2 = crate::DedupError::from(e);
+        assert!(
+            stage2
+                .to_string()
+                .starts_with("invalid settings: max_reps must be at least 1")
+        );
+        assert!(std::error::Error::source(&stage2).is_some());
     }
 
     #[test]
@@ -593,7 +561,7 @@ mod tests {
         // Similar to the third only, sharing just the full bucket.
         let late = sample([3, 3, 3, 3, 3, 3, 3, 9], [10, 14], 4);
         for (max_reps, expect_late_near) in [(Some(2), false), (None, true)] {
-            let mut d = deduper(DedupConfig {
+            let mut d = deduper(DeduperConfig {
                 max_reps,
                 threshold: 0.8,
                 ..estimate()
@@ -612,7 +580,7 @@ mod tests {
 
     #[test]
     fn exact_verification_rejects_a_candidate_whose_sets_are_not_similar() {
-        let mut d = deduper(DedupConfig::default());
+        let mut d = deduper(DeduperConfig::default());
         assert!(d.needs_shingles());
         let mut a = sample([1; NUM_PERM], [10, 20], 1);
         a.shingles = (0..100).collect();

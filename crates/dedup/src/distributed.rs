@@ -20,24 +20,28 @@
 //! (same content key), so the hash finds it. Any other later copy (by stage 1's count) travels as
 //! its hash, hot columns and text ([`SignedKind::CopyWithText`]): the hash decides it unless two
 //! texts' content keys collided, and only then is it sketched, in decide. Every other hot sample
-//! carries its signature, hot columns and, under exact verification, its text
-//! ([`SignedKind::Full`]); decide computes its keys from the signature and builds shingle sets
-//! only for the samples it compares (see [`Deduper::decide_by_text`]).
+//! ([`SignedKind::Full`]) carries, under exact verification, its hot columns and text: decide
+//! sketches the text once for its signature, keys and shingle set, as a one-process run does in
+//! its workers, so no shingle is hashed twice and sign hashes none. Under `--verify estimate` it
+//! carries its signature and hot columns instead, and decide computes its keys from the
+//! signature.
 
 use std::io::{self, BufWriter, Read, Write};
 
 use hashbrown::{HashMap, HashSet};
 use neardup_corpus::{AtomicFile, CancelToken, Publication};
-use neardup_keys::{FileRows, HotKeys, HotMask, RowRule, ShardPlace, content_key};
+use neardup_keys::{
+    FileRows, HotKeys, HotMask, HotRowGroups, RowKind, RowRule, ShardPlace, content_key,
+};
 use neardup_sketch::{Scratch, Sketcher, band_keys};
 
-use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verdict};
+use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
 use crate::error::DedupError;
 use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
 };
-use crate::stage::{Addressing, ApplyConfig, DedupStats, run_stage2};
+use crate::stage::{Addressing, DedupStats, Stage2Config, run_stage2};
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
 /// the steps' values as bytes).
@@ -115,7 +119,8 @@ impl Write for StepSink {
 
 /// Writes the signed samples of one shard, one stream per group (see the module docs).
 pub struct Signer<'a> {
-    hot: &'a HotKeys,
+    /// The group of each hot row of the shard (from the hot-key file's plan).
+    groups: HotRowGroups<'a>,
     shape: SignedShape,
     streams: Vec<RecordWriter<StepSink>>,
     /// Content hashes of this shard's hot samples so far: a later copy of one is sent as its
@@ -137,15 +142,23 @@ pub struct SignedCounts {
 }
 
 impl<'a> Signer<'a> {
-    /// A signer writing group `g`'s samples to `sinks[g]` (one sink per group of `hot`).
-    pub fn new(hot: &'a HotKeys, shape: SignedShape, sinks: Vec<StepSink>) -> io::Result<Self> {
+    /// A signer of the hot rows of `mask` (one shard's, made with `hot` by
+    /// [`HotMask::for_shard_grouped`] or [`HotMask::for_table_grouped`]) writing group `g`'s
+    /// samples to `sinks[g]` (one sink per group of `hot`).
+    pub fn new(
+        hot: &HotKeys,
+        mask: &'a HotMask,
+        shape: SignedShape,
+        sinks: Vec<StepSink>,
+    ) -> io::Result<Self> {
         assert_eq!(sinks.len(), hot.groups() as usize, "one sink per group");
+        assert!(mask.has_groups(), "a signer's mask knows its rows' groups");
         let streams = sinks
             .into_iter()
             .map(RecordWriter::new)
             .collect::<io::Result<Vec<_>>>()?;
         Ok(Signer {
-            hot,
+            groups: mask.groups(),
             shape,
             samples: vec![0; streams.len()],
             streams,
@@ -168,24 +181,32 @@ impl<'a> Signer<'a> {
         Ok(())
     }
 
-    /// Writes a hot sample decided by its signature: `keys` are its row of keys (they name its
-    /// group; decide computes them again), `text` what exact verification needs.
+    /// The group of the shard's hot row `local_row` (rows come in ascending order).
+    fn group_of(&mut self, local_row: u64) -> io::Result<u32> {
+        self.groups.group_of(local_row as usize).ok_or_else(|| {
+            io::Error::other(format!(
+                "row {local_row} of the shard is signed but the hot keys mark it cold"
+            ))
+        })
+    }
+
+    /// Writes a hot sample: with its signature (`--verify estimate`: decide computes its keys
+    /// from it), or, when this signer's shape carries texts, with its text alone (decide
+    /// sketches it); `signature` is then empty. `row` is its global row, `local_row` its row in
+    /// the shard.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn push_full(
         &mut self,
         row: u64,
+        local_row: u64,
         addr: SampleAddr,
         id: Option<&str>,
         content_hash: u128,
         signature: &[u32],
-        keys: &[u64],
         hot: &[bool],
         text: &str,
     ) -> io::Result<()> {
-        let group = self
-            .hot
-            .group_of_row(keys)
-            .ok_or_else(|| io::Error::other(format!("row {row} is signed but has no hot key")))?;
+        let group = self.group_of(local_row)?;
         self.seen.insert(content_hash);
         self.write(
             group,
@@ -205,23 +226,18 @@ impl<'a> Signer<'a> {
     /// Writes a later exact copy by stage 1's count: as its content hash alone when an earlier
     /// hot sample of this shard had the same hash, else with its hot columns (`is_hot` of each)
     /// and text (decide sketches it only if the hash finds no earlier sample).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn push_copy(
         &mut self,
         row: u64,
+        local_row: u64,
         addr: SampleAddr,
         id: Option<&str>,
         content_hash: u128,
         is_hot: impl Fn(usize) -> bool,
         text: &str,
     ) -> io::Result<()> {
-        let group = self
-            .hot
-            .group_of_row(&[content_key(content_hash)])
-            .ok_or_else(|| {
-                io::Error::other(format!(
-                    "row {row} is a later copy but its content key is cold"
-                ))
-            })?;
+        let group = self.group_of(local_row)?;
         let by_hash = !self.seen.insert(content_hash);
         let mut hot = std::mem::take(&mut self.copy_hot);
         hot.clear();
@@ -251,6 +267,28 @@ impl<'a> Signer<'a> {
             self.copies_by_hash += 1;
         }
         Ok(())
+    }
+
+    /// [`Signer::push_full`] of a sample sent as its text (the shape carries texts), its hot
+    /// columns `is_hot` of each.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn push_text(
+        &mut self,
+        row: u64,
+        local_row: u64,
+        addr: SampleAddr,
+        id: Option<&str>,
+        content_hash: u128,
+        is_hot: impl Fn(usize) -> bool,
+        text: &str,
+    ) -> io::Result<()> {
+        debug_assert!(self.shape.texts);
+        let mut hot = std::mem::take(&mut self.copy_hot);
+        hot.clear();
+        hot.extend((0..self.shape.columns).map(is_hot));
+        let written = self.push_full(row, local_row, addr, id, content_hash, &[], &hot, text);
+        self.copy_hot = hot;
+        written
     }
 
     /// Ends every stream; returns the sinks (in group order) and what was written.
@@ -376,17 +414,20 @@ pub struct DecideShape {
 /// A signed sample made whole for the decision core: its row of keys computed again, or, for a
 /// later copy whose hash found no original, its signature and keys sketched from its text.
 struct Rebuilt {
+    /// Collects each text's shingles while signing it, so that its set costs only a sort.
     scratch: Scratch,
     signature: Vec<u32>,
     keys: Vec<u64>,
+    set: Vec<u32>,
 }
 
 impl Rebuilt {
     fn new(sketch: &DecideShape) -> Rebuilt {
         Rebuilt {
-            scratch: Scratch::default(),
+            scratch: Scratch::collecting_shingle_sets(),
             signature: vec![0; sketch.sketcher.num_perm()],
             keys: vec![0; sketch.rule.columns(sketch.sketcher.bands())],
+            set: Vec::new(),
         }
     }
 
@@ -406,16 +447,49 @@ impl Rebuilt {
         }
     }
 
-    /// Sketches `text` as stage 2 does (signature and keys).
-    fn sketch(&mut self, sketch: &DecideShape, text: &str) {
-        sketch.rule.sketch(
+    /// Decides a sample sent as its text: sketched here as a one-process run sketches it from
+    /// its block (signature, keys and, under exact verification, its shingle set, from one
+    /// pass over the text).
+    fn decide_text(
+        &mut self,
+        deduper: &mut Deduper,
+        sketch: &DecideShape,
+        sample: &SignedSample,
+        name: &str,
+    ) -> Result<Verdict, DedupError> {
+        let r = sketch.rule.sketch(
             &sketch.sketcher,
-            text,
+            &sample.text,
             &mut self.scratch,
             &mut self.signature,
             &mut self.keys,
         );
+        if r.kind != RowKind::Blank && r.content_hash != sample.content_hash {
+            return Err(sketch_mismatch(name, sample.row));
+        }
+        let with_set = deduper.needs_shingles() && sketch.rule.band_keys;
+        if with_set {
+            self.set.clear();
+            sketch
+                .sketcher
+                .last_shingle_set(&mut self.scratch, &mut self.set);
+        }
+        Ok(deduper.decide(&Candidate {
+            addr: sample.addr,
+            signature: &self.signature,
+            row: &self.keys,
+            hot: &sample.hot,
+            content_hash: sample.content_hash,
+            shingles: with_set.then_some(&self.set[..]),
+        }))
     }
+}
+
+fn sketch_mismatch(name: &str, row: u64) -> DedupError {
+    DedupError::Step(format!(
+        "{name}: row {row} does not hash to the content hash its sign step sent; the sign output \
+         was made with other sketch settings or is damaged"
+    ))
 }
 
 /// Decides one group: `signed` are the group's streams of every shard, in shard order (the global
@@ -424,7 +498,7 @@ impl Rebuilt {
 pub fn decide_group<R: Read>(
     signed: Vec<(String, RecordReader<R>)>,
     shape: SignedShape,
-    dedup: &DedupConfig,
+    dedup: &DeduperConfig,
     sketch: &DecideShape,
     out: &mut [RecordWriter<StepSink>],
     cancel: &CancelToken,
@@ -437,9 +511,7 @@ pub fn decide_group<R: Read>(
         num_perm,
         sketch.sketcher.bands(),
         sketch.rule,
-    )
-    .map_err(DedupError::Config)?
-    .building_sets_with(sketch.sketcher.clone());
+    )?;
     let needs_texts = deduper.needs_shingles() && sketch.rule.band_keys;
     if needs_texts && !shape.texts {
         return Err(DedupError::Config(
@@ -474,12 +546,13 @@ pub fn decide_group<R: Read>(
             if !more {
                 break;
             }
-            if last_row.is_some_and(|r| sample.row <= r) {
+            if let Some(last) = last_row
+                && sample.row <= last
+            {
                 return Err(DedupError::Step(format!(
-                    "{name}: row {} comes after row {}: sign outputs must be given in shard \
+                    "{name}: row {} comes after row {last}: sign outputs must be given in shard \
                      order, each shard once",
-                    sample.row,
-                    last_row.unwrap_or(0)
+                    sample.row
                 )));
             }
             last_row = Some(sample.row);
@@ -494,32 +567,31 @@ pub fn decide_group<R: Read>(
                 })?,
                 SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
                     Some(v) => v,
-                    None => {
-                        // Its content key collided with another text's: sketched here, as a
-                        // one-process run sketches it from its block.
-                        rebuilt.sketch(sketch, &sample.text);
-                        decide_full(
-                            &mut deduper,
-                            &sample,
-                            &rebuilt.signature,
-                            &rebuilt.keys,
-                            shape.texts,
-                        )
-                    }
+                    // Its content key collided with another text's.
+                    None => rebuilt.decide_text(&mut deduper, sketch, &sample, &name)?,
                 },
+                // A copy of a sample of an earlier shard (its sign step saw only its own shard's
+                // copies): decided by its hash, as the decision core would after sketching it.
+                SignedKind::Full if shape.texts => {
+                    match deduper.decide_known_copy(sample.content_hash, &sample.hot) {
+                        Some(v) => v,
+                        None => rebuilt.decide_text(&mut deduper, sketch, &sample, &name)?,
+                    }
+                }
                 SignedKind::Full => {
                     rebuilt.keys_of(sketch, &sample.signature, sample.content_hash);
-                    decide_full(
-                        &mut deduper,
-                        &sample,
-                        &sample.signature,
-                        &rebuilt.keys,
-                        shape.texts,
-                    )
+                    deduper.decide(&Candidate {
+                        addr: sample.addr,
+                        signature: &sample.signature,
+                        row: &rebuilt.keys,
+                        hot: &sample.hot,
+                        content_hash: sample.content_hash,
+                        shingles: None,
+                    })
                 }
             };
             if let Some(e) = deduper.take_io_error() {
-                return Err(DedupError::Spill(e.to_string()));
+                return Err(DedupError::Spill(e));
             }
             // Any hot sample may be named as the original of a later one.
             if let Some(id) = &sample.id {
@@ -537,9 +609,10 @@ pub fn decide_group<R: Read>(
                 dup_of_id,
             };
             encode_decided(&decided, out[s].buffer());
-            out[s]
-                .record_done()
-                .map_err(|e| DedupError::Output(e.to_string()))?;
+            out[s].record_done().map_err(|e| DedupError::StepOutput {
+                what: "the decided samples",
+                source: e,
+            })?;
             written[s] += 1;
         }
     }
@@ -547,28 +620,6 @@ pub fn decide_group<R: Read>(
 }
 
 /// Decides a sample by its signature (its text the verification material when carried).
-fn decide_full(
-    deduper: &mut Deduper,
-    sample: &SignedSample,
-    signature: &[u32],
-    keys: &[u64],
-    texts: bool,
-) -> Verdict {
-    let c = Candidate {
-        addr: sample.addr,
-        signature,
-        row: keys,
-        hot: &sample.hot,
-        content_hash: sample.content_hash,
-        shingles: None,
-    };
-    if texts && deduper.needs_shingles() {
-        deduper.decide_by_text(&c, &sample.text)
-    } else {
-        deduper.decide(&c)
-    }
-}
-
 /// The `sign` step over one shard: re-reads its inputs (`files`, with the shard's hot mask from
 /// [`neardup_keys::HotMask::for_shard`]) and writes each hot sample to `sinks[group]`. Nothing
 /// is decided or written besides the sinks (`cfg.output` and `cfg.decisions` must be unset).
@@ -576,7 +627,7 @@ fn decide_full(
 pub fn run_sign(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     place: &ShardPlace,
     hot: &HotKeys,
     sinks: Vec<StepSink>,
@@ -590,7 +641,7 @@ pub fn run_sign(
         ));
     }
     let shape = signed_shape(cfg);
-    let signer = Signer::new(hot, shape, sinks).map_err(sign_stream_error)?;
+    let signer = Signer::new(hot, mask, shape, sinks).map_err(sign_stream_error)?;
     let names: Vec<String> = files
         .iter()
         .map(|f| f.input.path.display().to_string())
@@ -615,11 +666,14 @@ pub fn run_sign(
 }
 
 fn sign_stream_error(e: io::Error) -> DedupError {
-    DedupError::Output(format!("writing the signed samples: {e}"))
+    DedupError::StepOutput {
+        what: "the signed samples",
+        source: e,
+    }
 }
 
 /// The shape of the samples `sign` writes under `cfg`.
-pub fn signed_shape(cfg: &ApplyConfig) -> SignedShape {
+pub fn signed_shape(cfg: &Stage2Config) -> SignedShape {
     SignedShape {
         num_perm: cfg.sketcher.num_perm(),
         columns: cfg.rule.columns(cfg.sketcher.bands()),
@@ -636,7 +690,7 @@ pub fn signed_shape(cfg: &ApplyConfig) -> SignedShape {
 pub fn run_write(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     place: &ShardPlace,
     names: &[String],
     decided: DecidedMerge<Box<dyn Read + Send>>,
@@ -685,7 +739,7 @@ mod tests {
 
     /// The verdicts of a one-process run: every text sketched, with its set.
     fn one_process(sketch: &DecideShape, texts: &[&str]) -> Vec<Verdict> {
-        let mut d = Deduper::new(DedupConfig::default(), 128, 16, sketch.rule).unwrap();
+        let mut d = Deduper::new(DeduperConfig::default(), 128, 16, sketch.rule).unwrap();
         let columns = sketch.rule.columns(16);
         let mut scratch = Scratch::collecting_shingle_sets();
         texts
@@ -764,7 +818,7 @@ mod tests {
         let (stats, written) = decide_group(
             vec![("g".into(), RecordReader::new(bytes.as_slice()).unwrap())],
             shape,
-            &DedupConfig::default(),
+            &DeduperConfig::default(),
             &sketch,
             &mut out,
             &CancelToken::default(),

@@ -7,7 +7,7 @@
 //!   representative compared once); a match at the threshold drops the sample and names the
 //!   representative, otherwise the sample is kept and joins every hot bucket with room
 //!   (`max_reps`). Representatives' signatures live once in a contiguous arena; buckets hold small
-//!   indices ([`DeduperStats`] reports the bytes). Optional exact verification ([`Verify::Exact`])
+//!   indices ([`DeduperStats`] reports the bytes). Optional exact verification ([`Verify::Jaccard`])
 //!   confirms each candidate with the true Jaccard of the shingle sets;
 //! - the **pipeline** ([`run_dedup`]), a step of the one executor (`neardup_exec`): worker threads
 //!   re-read the inputs chunk by chunk (the chunks stage 1 recorded, so each worker knows the
@@ -23,8 +23,8 @@
 //!   into sign per shard, decide per group of connected components, write per shard, with the
 //!   values between them ([`SignedSample`], [`DecidedSample`], framed streams); the same
 //!   pipeline with another route for the hot samples (the one-process decision core, the signer
-//!   or the decided streams: `route.rs`), and the same decision core, which in decide builds the
-//!   shingle sets of the samples it compares from their texts ([`Deduper::decide_by_text`]);
+//!   or the decided streams: `route.rs`), and the same decision core, fed in decide by
+//!   sketching the texts sign sent;
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse
@@ -41,17 +41,17 @@ mod stage;
 mod verify;
 
 pub use deduper::{
-    Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
+    Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
 };
 pub use distributed::{
     DecideShape, DecidedMerge, SignedCounts, Signer, StepSink, decide_group, run_sign, run_write,
     signed_shape,
 };
-pub use error::DedupError;
+pub use error::{DedupError, SettingsError};
 pub use handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed,
 };
 pub use stage::{
-    ApplyConfig, Decision, DedupStats, EmptyPolicy, OutputFile, run_dedup, run_dedup_into,
+    Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config, run_dedup, run_dedup_into,
 };

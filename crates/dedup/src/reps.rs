@@ -3,7 +3,7 @@
 
 use hashbrown::HashMap;
 
-use crate::deduper::SampleAddr;
+use neardup_corpus::SampleAddr;
 
 /// Index of a representative in the arena.
 pub type RepId = u32;

@@ -14,17 +14,17 @@ use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
 use crate::distributed::{DecidedMerge, Signer};
 use crate::error::DedupError;
 use crate::stage::{
-    Addressing, ApplyConfig, BlockWork, Decision, DedupStats, EmptyPolicy, HotWork, Kind,
-    SampleWork, needs_shingles, sketch_from_block,
+    Addressing, Decision, DedupStats, EmptyPolicy, HotWork, PreparedBlock, PreparedSample,
+    SampleKind, Stage2Config, needs_shingles, sketch_from_block,
 };
 
 /// One hot sample as its block holds it, for a [`HotRoute`].
 pub(crate) struct HotSample<'a> {
-    pub block: &'a BlockWork,
-    pub sample: &'a SampleWork,
+    pub block: &'a PreparedBlock,
+    pub sample: &'a PreparedSample,
     pub addr: SampleAddr,
     pub id: Option<&'a str>,
-    pub cfg: &'a ApplyConfig,
+    pub cfg: &'a Stage2Config,
     pub mask: &'a HotMask,
     /// The shard's first row in the global row order.
     pub row_base: u64,
@@ -41,7 +41,7 @@ pub(crate) enum DupOfId {
 /// What happens to the hot samples of a stage-2 pass (see the module docs).
 pub(crate) trait HotRoute {
     /// What the workers prepare of each hot sample for this route.
-    fn hot_work(&self, cfg: &ApplyConfig) -> HotWork;
+    fn hot_work(&self, cfg: &Stage2Config) -> HotWork;
 
     /// The verdict of one hot sample (a route that only passes the sample on calls it unique:
     /// nothing is written by such a pass).
@@ -68,12 +68,15 @@ fn wrong_route(what: &str) -> DedupError {
 }
 
 fn sign_error(e: std::io::Error) -> DedupError {
-    DedupError::Output(format!("writing the signed samples: {e}"))
+    DedupError::StepOutput {
+        what: "the signed samples",
+        source: e,
+    }
 }
 
 /// One-process stage 2: the decision core decides here and now.
 impl HotRoute for Deduper {
-    fn hot_work(&self, cfg: &ApplyConfig) -> HotWork {
+    fn hot_work(&self, cfg: &Stage2Config) -> HotWork {
         HotWork::Decide {
             shingles: needs_shingles(cfg),
         }
@@ -81,7 +84,7 @@ impl HotRoute for Deduper {
 
     fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
         let verdict = match hot.sample.kind {
-            Kind::Copy {
+            SampleKind::Copy {
                 content_hash, row, ..
             } => match self.decide_copy(content_hash) {
                 Some(v) => v,
@@ -101,13 +104,13 @@ impl HotRoute for Deduper {
                     verdict
                 }
             },
-            Kind::Hot {
+            SampleKind::Hot {
                 content_hash,
-                sig,
+                slot,
                 material,
                 ..
             } => {
-                let (signature, keys, hot_columns) = hot.block.signed(sig, hot.cfg);
+                let (signature, keys, hot_columns) = hot.block.signed(slot, hot.cfg);
                 let shingles = self
                     .needs_shingles()
                     .then(|| &hot.block.shingles[material.0 as usize..material.1 as usize]);
@@ -127,7 +130,7 @@ impl HotRoute for Deduper {
 
     fn block_done(&mut self) -> Result<(), DedupError> {
         match self.take_io_error() {
-            Some(e) => Err(DedupError::Spill(e.to_string())),
+            Some(e) => Err(DedupError::Spill(e)),
             None => Ok(()),
         }
     }
@@ -139,7 +142,7 @@ impl HotRoute for Deduper {
 
 /// A `sign` step: hot samples go to the signer, nothing is decided.
 impl HotRoute for Signer<'_> {
-    fn hot_work(&self, _cfg: &ApplyConfig) -> HotWork {
+    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
         HotWork::Sign {
             texts: self.shape().texts,
         }
@@ -148,34 +151,48 @@ impl HotRoute for Signer<'_> {
     fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
         let carried = |range: (u32, u32)| &hot.block.carried[range.0 as usize..range.1 as usize];
         match hot.sample.kind {
-            Kind::Copy {
+            SampleKind::Copy {
                 content_hash,
                 row,
                 text,
             } => self.push_copy(
                 hot.row_base + row,
+                row,
                 hot.addr,
                 hot.id,
                 content_hash,
                 |c| hot.mask.is_hot(row as usize, c),
                 carried(text),
             ),
-            Kind::Hot {
+            SampleKind::Text {
                 content_hash,
-                sig,
-                material,
                 row,
+                text,
+            } => self.push_text(
+                hot.row_base + row,
+                row,
+                hot.addr,
+                hot.id,
+                content_hash,
+                |c| hot.mask.is_hot(row as usize, c),
+                carried(text),
+            ),
+            SampleKind::Hot {
+                content_hash,
+                slot,
+                row,
+                ..
             } => {
-                let (signature, keys, hot_columns) = hot.block.signed(sig, hot.cfg);
+                let (signature, _, hot_columns) = hot.block.signed(slot, hot.cfg);
                 self.push_full(
                     hot.row_base + row,
+                    row,
                     hot.addr,
                     hot.id,
                     content_hash,
                     signature,
-                    keys,
                     hot_columns,
-                    carried(material),
+                    "",
                 )
             }
             _ => return Err(wrong_route("a hot sample without its signature")),
@@ -187,17 +204,19 @@ impl HotRoute for Signer<'_> {
 
 /// A `write` step: hot samples' verdicts come from the decided streams.
 impl<R: std::io::Read> HotRoute for DecidedMerge<R> {
-    fn hot_work(&self, _cfg: &ApplyConfig) -> HotWork {
+    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
         HotWork::Decided
     }
 
     fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
         match hot.sample.kind {
-            Kind::Decided { row } => {
+            SampleKind::Decided { row } => {
                 let d = self.take(hot.row_base + row)?;
                 Ok((d.verdict, DupOfId::Decided(d.dup_of_id)))
             }
-            Kind::Copy { .. } => Err(wrong_route("a later copy to sign")),
+            SampleKind::Copy { .. } | SampleKind::Text { .. } => {
+                Err(wrong_route("a hot sample to sign"))
+            }
             _ => Err(wrong_route("a hot sample to sign")),
         }
     }
@@ -214,7 +233,7 @@ pub(crate) struct BlockPlace {
 pub(crate) struct Decider<'a, R> {
     pub route: R,
     pub stats: DedupStats,
-    cfg: &'a ApplyConfig,
+    cfg: &'a Stage2Config,
     mask: &'a HotMask,
     addressing: &'a Addressing<'a>,
     /// Ids of the hot samples met: any may be named as the original of a later one.
@@ -245,7 +264,7 @@ impl Decided {
 impl<'a, R: HotRoute> Decider<'a, R> {
     pub fn new(
         route: R,
-        cfg: &'a ApplyConfig,
+        cfg: &'a Stage2Config,
         mask: &'a HotMask,
         addressing: &'a Addressing<'a>,
         decisions: Option<DecisionWriter>,
@@ -271,7 +290,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
     /// Decides every sample of one block in order; returns the keep flag of each record.
     pub fn decide_block(
         &mut self,
-        w: &BlockWork,
+        w: &PreparedBlock,
         place: BlockPlace,
     ) -> Result<Vec<bool>, DedupError> {
         let n = w.block.num_records();
@@ -290,7 +309,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
             self.stats.samples += 1;
             let t = &mut tally[s.record as usize];
             if d.keep {
-                if !matches!(s.kind, Kind::Skipped(_) | Kind::Blank) {
+                if !matches!(s.kind, SampleKind::Skipped(_) | SampleKind::Blank) {
                     t.0 += 1;
                 }
             } else {
@@ -312,14 +331,14 @@ impl<'a, R: HotRoute> Decider<'a, R> {
 
     fn decide_sample(
         &mut self,
-        w: &BlockWork,
-        s: &SampleWork,
+        w: &PreparedBlock,
+        s: &PreparedSample,
         addr: SampleAddr,
         id: Option<&str>,
     ) -> Result<Decided, DedupError> {
         let stats = &mut self.stats;
         match s.kind {
-            Kind::Skipped(why) => {
+            SampleKind::Skipped(why) => {
                 stats.errors += 1;
                 match stats.skipped.get_mut(why) {
                     Some(n) => *n += 1,
@@ -329,19 +348,22 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                 }
                 Ok(Decided::of(true, Reason::Error))
             }
-            Kind::Blank => {
+            SampleKind::Blank => {
                 stats.empty += 1;
                 Ok(Decided::of(
                     self.cfg.empty == EmptyPolicy::Keep,
                     Reason::Empty,
                 ))
             }
-            Kind::Cold => {
+            SampleKind::Cold => {
                 stats.cold += 1;
                 stats.unique += 1;
                 Ok(Decided::of(true, Reason::Unique))
             }
-            Kind::Copy { .. } | Kind::Hot { .. } | Kind::Decided { .. } => {
+            SampleKind::Copy { .. }
+            | SampleKind::Text { .. }
+            | SampleKind::Hot { .. }
+            | SampleKind::Decided { .. } => {
                 let (verdict, dup_of_id) = self.route.verdict(&HotSample {
                     block: w,
                     sample: s,
@@ -352,7 +374,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                     row_base: self.addressing.row_base,
                 })?;
                 // Any hot sample this pass met may be named as the original of a later one.
-                if !matches!(s.kind, Kind::Decided { .. })
+                if !matches!(s.kind, SampleKind::Decided { .. })
                     && let Some(id) = id
                 {
                     self.ids.insert(addr, id.into());
@@ -402,7 +424,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                 dup_of_id: dup_of_id.as_deref(),
                 similarity,
             })
-            .map_err(|e| DedupError::Output(e.to_string()))?;
+            .map_err(DedupError::Output)?;
         }
         (self.observe)(&Decision {
             addr,

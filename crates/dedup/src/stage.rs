@@ -11,11 +11,12 @@ use neardup_corpus::{
     Projection, Publication, PublishOptions, ReadOptions, Reason, SampleText, TextSelector,
     Unreadable, WriteError, WrittenFile, reread_chunk,
 };
-use neardup_keys::{FileRows, HotMask, OnError, RowKind, RowRule, UnreadableRange};
+use neardup_exec::{OnError, Progress};
+use neardup_keys::{FileRows, HotMask, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
-use crate::deduper::{Candidate, DedupConfig, Deduper, DeduperStats, SampleAddr, Verify};
+use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verify};
 use crate::error::DedupError;
 use crate::route::{BlockPlace, Decider, HotRoute};
 
@@ -32,7 +33,7 @@ pub enum EmptyPolicy {
 
 /// Settings of a stage-2 run.
 #[derive(Clone, Debug)]
-pub struct ApplyConfig {
+pub struct Stage2Config {
     /// The sketch settings stage 1 used.
     pub sketcher: Sketcher,
     /// The row rule stage 1 used.
@@ -40,7 +41,7 @@ pub struct ApplyConfig {
     /// The text selection stage 1 used.
     pub selector: TextSelector,
     /// Decision settings.
-    pub dedup: DedupConfig,
+    pub deduper: DeduperConfig,
     /// Empty-text policy.
     pub empty: EmptyPolicy,
     /// Worker threads (0 = all cores).
@@ -54,7 +55,7 @@ pub struct ApplyConfig {
     /// Where the decisions go (`.jsonl` or `.parquet`).
     pub decisions: Option<PathBuf>,
     /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<neardup_keys::Progress>>,
+    pub progress: Option<std::sync::Arc<Progress>>,
     /// Stops the run between blocks with [`DedupError::Interrupted`]; nothing is published then.
     pub cancel: CancelToken,
 }
@@ -64,7 +65,7 @@ fn output_error(e: WriteError) -> DedupError {
     if e.kind() == "interrupted" {
         DedupError::Interrupted
     } else {
-        DedupError::Output(e.to_string())
+        DedupError::Output(e)
     }
 }
 
@@ -158,19 +159,29 @@ impl From<WrittenFile> for OutputFile {
 }
 
 #[derive(Clone, Copy)]
-pub(crate) enum Kind {
+pub(crate) enum SampleKind {
     /// No text; the reason's kind.
     Skipped(&'static str),
     Blank,
     Cold,
     Hot {
         content_hash: u128,
-        sig: u32,
-        /// Its shingle set in the block's `shingles` (one-process run) or its text in the block's
-        /// `carried` (sign step), under exact verification.
+        /// Its place among the block's signed samples: where its signature, keys and hot
+        /// columns are in the block's vectors ([`PreparedBlock::signed`]).
+        slot: u32,
+        /// Its shingle set in the block's `shingles` (a one-process run under exact
+        /// verification).
         material: (u32, u32),
         /// Its table row.
         row: u64,
+    },
+    /// A hot sample of a `sign` step under exact verification: only its content hash was
+    /// computed; decide sketches its text.
+    Text {
+        content_hash: u128,
+        row: u64,
+        /// Its text in the block's `carried`.
+        text: (u32, u32),
     },
     /// A later exact copy by stage 1's count: only its content hash was computed.
     Copy {
@@ -196,19 +207,19 @@ pub(crate) struct Addressing<'a> {
     pub names: &'a [String],
 }
 
-pub(crate) struct SampleWork {
+pub(crate) struct PreparedSample {
     pub record: u32,
     pub field: u32,
-    pub kind: Kind,
+    pub kind: SampleKind,
     pub id: Option<(u32, u32)>,
 }
 
 /// One block, read and prepared by a worker.
-pub(crate) struct BlockWork {
+pub(crate) struct PreparedBlock {
     pub block: Block,
     /// Table rows the block covers (its samples with a text).
     pub texts: u64,
-    pub samples: Vec<SampleWork>,
+    pub samples: Vec<PreparedSample>,
     pub signatures: Vec<u32>,
     pub rows: Vec<u64>,
     pub hot: Vec<bool>,
@@ -218,14 +229,14 @@ pub(crate) struct BlockWork {
     pub ids: String,
 }
 
-impl BlockWork {
-    /// The signature, row of keys and hot columns of the hot sample signed at `sig`.
-    pub fn signed(&self, sig: u32, cfg: &ApplyConfig) -> (&[u32], &[u64], &[bool]) {
+impl PreparedBlock {
+    /// The signature, row of keys and hot columns of the hot sample signed at `slot`.
+    pub fn signed(&self, slot: u32, cfg: &Stage2Config) -> (&[u32], &[u64], &[bool]) {
         let (num_perm, columns) = (
             cfg.sketcher.num_perm(),
             cfg.rule.columns(cfg.sketcher.bands()),
         );
-        let i = sig as usize;
+        let i = slot as usize;
         (
             &self.signatures[i * num_perm..(i + 1) * num_perm],
             &self.rows[i * columns..(i + 1) * columns],
@@ -238,8 +249,8 @@ impl BlockWork {
 /// are megabytes, and a fresh vector of that size per block costs page faults and copies as it
 /// grows.
 #[derive(Default)]
-struct Spare {
-    samples: Vec<SampleWork>,
+struct RecycledBuffers {
+    samples: Vec<PreparedSample>,
     signatures: Vec<u32>,
     rows: Vec<u64>,
     hot: Vec<bool>,
@@ -247,9 +258,9 @@ struct Spare {
     carried: String,
 }
 
-impl Spare {
-    fn from_work(w: &mut BlockWork) -> Spare {
-        Spare {
+impl RecycledBuffers {
+    fn from_block(w: &mut PreparedBlock) -> RecycledBuffers {
+        RecycledBuffers {
             samples: std::mem::take(&mut w.samples),
             signatures: std::mem::take(&mut w.signatures),
             rows: std::mem::take(&mut w.rows),
@@ -259,7 +270,7 @@ impl Spare {
         }
     }
 
-    fn cleared(mut self) -> Spare {
+    fn cleared(mut self) -> RecycledBuffers {
         self.samples.clear();
         self.signatures.clear();
         self.rows.clear();
@@ -279,11 +290,11 @@ struct ChunkJob<'a> {
 
 /// What every thread shares while preparing blocks: the stage-2 pass as a step of the executor
 /// (`neardup_exec`).
-struct Prep<'a> {
+struct PrepareWork<'a> {
     mask: &'a HotMask,
-    cfg: &'a ApplyConfig,
+    cfg: &'a Stage2Config,
     hot_work: HotWork,
-    spares: &'a crossbeam_channel::Receiver<Spare>,
+    spares: &'a crossbeam_channel::Receiver<RecycledBuffers>,
     /// The inputs the jobs read.
     inputs: &'a [neardup_corpus::InputFile],
 }
@@ -294,16 +305,17 @@ pub(crate) enum HotWork {
     /// Its signature and keys, and its shingle set when `shingles` (a one-process run under
     /// exact verification: the sets are a by-product of signing).
     Decide { shingles: bool },
-    /// Its signature and keys, and its text when `texts` (a `sign` step under exact
-    /// verification: decide builds sets only for the samples it compares). Later copies bring
-    /// their text too.
+    /// A `sign` step. Under exact verification (`texts`), only its content hash and text:
+    /// decide sketches the text once for both its signature and its shingle set, as a
+    /// one-process run does. Otherwise (`--verify estimate`, no texts) its signature and keys.
+    /// Later copies bring their text in both cases.
     Sign { texts: bool },
     /// Nothing: a `write` step, whose hot samples were decided elsewhere.
     Decided,
 }
 
 /// Per-thread preparing buffers.
-struct PrepWorker {
+struct PrepareBuffers {
     /// One scratch per thread, not per chunk: its buffers grow to the largest text seen, and
     /// growing them again for every chunk cost page faults and copies.
     scratch: Scratch,
@@ -311,9 +323,9 @@ struct PrepWorker {
     row_keys: Vec<u64>,
 }
 
-impl PrepWorker {
-    fn new(prep: &Prep<'_>) -> PrepWorker {
-        PrepWorker {
+impl PrepareBuffers {
+    fn new(prep: &PrepareWork<'_>) -> PrepareBuffers {
+        PrepareBuffers {
             scratch: if prep.hot_work == (HotWork::Decide { shingles: true }) {
                 Scratch::collecting_shingle_sets()
             } else {
@@ -325,7 +337,7 @@ impl PrepWorker {
     }
 }
 
-fn read_options(cfg: &ApplyConfig) -> ReadOptions {
+fn read_options(cfg: &Stage2Config) -> ReadOptions {
     ReadOptions {
         selector: cfg.selector.clone(),
         projection: Projection::FullRecords,
@@ -345,12 +357,12 @@ fn count_texts(block: &Block, selector: &TextSelector) -> u64 {
 /// Classifies a block's samples (`row` is the table row of its first text, advanced past its
 /// last), signing the hot ones.
 fn prepare_block(
-    prep: &Prep<'_>,
+    prep: &PrepareWork<'_>,
     block: Block,
     row: &mut u64,
-    worker: &mut PrepWorker,
-) -> BlockWork {
-    let Prep {
+    worker: &mut PrepareBuffers,
+) -> PreparedBlock {
+    let PrepareWork {
         mask,
         cfg,
         hot_work,
@@ -362,7 +374,7 @@ fn prepare_block(
         HotWork::Sign { texts } => (false, texts, true),
         HotWork::Decided => (false, false, false),
     };
-    let PrepWorker {
+    let PrepareBuffers {
         scratch,
         sig,
         row_keys,
@@ -372,7 +384,7 @@ fn prepare_block(
         // over, and they are neither decided nor written (the loss before them reports them).
         let texts = count_texts(&block, &cfg.selector);
         *row += texts;
-        return BlockWork {
+        return PreparedBlock {
             block,
             texts,
             samples: Vec::new(),
@@ -386,14 +398,17 @@ fn prepare_block(
     }
     let columns = row_keys.len();
     let num_perm = sig.len();
-    let Spare {
+    let RecycledBuffers {
         mut samples,
         mut signatures,
         mut rows,
         mut hot,
         mut shingles,
         mut carried,
-    } = spares.try_recv().map(Spare::cleared).unwrap_or_default();
+    } = spares
+        .try_recv()
+        .map(RecycledBuffers::cleared)
+        .unwrap_or_default();
     let mut carry = |text: &str| {
         let start = carried.len() as u32;
         carried.push_str(text);
@@ -408,20 +423,20 @@ fn prepare_block(
             (start, ids.len() as u32)
         });
         let kind = match s.text {
-            SampleText::Skipped(reason) => Kind::Skipped(reason.kind()),
+            SampleText::Skipped(reason) => SampleKind::Skipped(reason.kind()),
             SampleText::Text(text) => {
                 let this_row = next_row;
                 next_row += 1;
                 if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
                     if cfg.rule.is_blank(&cfg.sketcher, &text) {
-                        Kind::Blank
+                        SampleKind::Blank
                     } else {
-                        Kind::Cold
+                        SampleKind::Cold
                     }
                 } else if hot_work == HotWork::Decided {
-                    Kind::Decided { row: this_row }
+                    SampleKind::Decided { row: this_row }
                 } else if mask.is_later_copy(this_row as usize) {
-                    Kind::Copy {
+                    SampleKind::Copy {
                         content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
                         row: this_row,
                         text: if texts_of_copies {
@@ -430,14 +445,22 @@ fn prepare_block(
                             (0, 0)
                         },
                     }
+                } else if texts_of_hot {
+                    // Stage 1 found one of its keys hot, so it is not blank (its keys would all
+                    // be NO_KEY): nothing to sketch here.
+                    SampleKind::Text {
+                        content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
+                        row: this_row,
+                        text: carry(&text),
+                    }
                 } else {
                     let r = cfg
                         .rule
                         .sketch(&cfg.sketcher, &text, scratch, sig, row_keys);
                     if r.kind == RowKind::Blank {
-                        Kind::Blank
+                        SampleKind::Blank
                     } else {
-                        let sig_at = (signatures.len() / num_perm) as u32;
+                        let slot = (signatures.len() / num_perm) as u32;
                         signatures.extend_from_slice(sig);
                         rows.extend_from_slice(row_keys);
                         hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
@@ -445,14 +468,12 @@ fn prepare_block(
                             let start = shingles.len() as u32;
                             cfg.sketcher.last_shingle_set(scratch, &mut shingles);
                             (start, shingles.len() as u32)
-                        } else if texts_of_hot {
-                            carry(&text)
                         } else {
                             (0, 0)
                         };
-                        Kind::Hot {
+                        SampleKind::Hot {
                             content_hash: r.content_hash,
-                            sig: sig_at,
+                            slot,
                             material,
                             row: this_row,
                         }
@@ -460,7 +481,7 @@ fn prepare_block(
                 }
             }
         };
-        samples.push(SampleWork {
+        samples.push(PreparedSample {
             record: s.record as u32,
             field: s.field,
             kind,
@@ -472,7 +493,7 @@ fn prepare_block(
     if let Some(p) = &cfg.progress {
         p.add(block.input_bytes(), samples.len() as u64);
     }
-    BlockWork {
+    PreparedBlock {
         block,
         texts,
         samples,
@@ -485,17 +506,17 @@ fn prepare_block(
     }
 }
 
-impl<'a> neardup_exec::ChunkWork for Prep<'a> {
+impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
     type Job = ChunkJob<'a>;
     type Block = Block;
     type ReadError = Unreadable;
-    type Worker = PrepWorker;
-    type Out = Box<BlockWork>;
+    type Worker = PrepareBuffers;
+    type Out = Box<PreparedBlock>;
     // Signing needs each sample's table row (the hot mask is by row).
     const RELAYS_POSITION: bool = true;
 
-    fn worker(&self) -> PrepWorker {
-        PrepWorker::new(self)
+    fn worker(&self) -> PrepareBuffers {
+        PrepareBuffers::new(self)
     }
 
     /// The chunk is read up to where stage 1 lost records (see [`reread_chunk`]), so both stages
@@ -526,11 +547,11 @@ impl<'a> neardup_exec::ChunkWork for Prep<'a> {
 
     fn prepare(
         &self,
-        worker: &mut PrepWorker,
+        worker: &mut PrepareBuffers,
         _job: &ChunkJob<'a>,
         block: Block,
         position: u64,
-    ) -> (Box<BlockWork>, u64) {
+    ) -> (Box<PreparedBlock>, u64) {
         let mut row = position;
         let work = prepare_block(self, block, &mut row, worker);
         (Box::new(work), row)
@@ -544,7 +565,7 @@ impl<'a> neardup_exec::ChunkWork for Prep<'a> {
 pub fn run_dedup(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
     let publication = Publication::begin(&PublishOptions {
@@ -566,17 +587,16 @@ pub fn run_dedup(
 pub fn run_dedup_into(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
     let deduper = Deduper::new(
-        cfg.dedup.clone(),
+        cfg.deduper.clone(),
         cfg.sketcher.num_perm(),
         cfg.sketcher.bands(),
         cfg.rule,
-    )
-    .map_err(DedupError::Config)?;
+    )?;
     let names: Vec<String> = files
         .iter()
         .map(|f| f.input.path.display().to_string())
@@ -592,8 +612,8 @@ pub fn run_dedup_into(
 
 /// Whether hot samples carry their shingle sets: under exact verification, when rows have band
 /// keys (an exact-only run never compares sets).
-pub(crate) fn needs_shingles(cfg: &ApplyConfig) -> bool {
-    cfg.dedup.verify == Verify::Exact && cfg.rule.band_keys
+pub(crate) fn needs_shingles(cfg: &Stage2Config) -> bool {
+    cfg.deduper.verify == Verify::Jaccard && cfg.rule.band_keys
 }
 
 /// Every chunk of every file as a job, with the row its first sample has in the table; and per
@@ -636,7 +656,7 @@ impl OutputLink {
             && tx.send(msg).is_err()
         {
             self.gone = true;
-            return Err(DedupError::Output("the output writer stopped".into()));
+            return Err(DedupError::WriterStopped);
         }
         Ok(())
     }
@@ -657,10 +677,10 @@ struct Pass<'a, R> {
     jobs: &'a [ChunkJob<'a>],
     record_bases: &'a [u64],
     inputs: &'a [neardup_corpus::InputFile],
-    cfg: &'a ApplyConfig,
+    cfg: &'a Stage2Config,
     decider: Decider<'a, R>,
     output: OutputLink,
-    spares: crossbeam_channel::Sender<Spare>,
+    spares: crossbeam_channel::Sender<RecycledBuffers>,
     /// Per input: whether a block of it started its output, whether part of it could not be
     /// read, whether its last job ended. An input's output is started by its first block: an
     /// input of which nothing could be read gets no output file (a Parquet file without a
@@ -677,7 +697,7 @@ struct Pass<'a, R> {
 impl<R: HotRoute> Pass<'_, R> {
     fn on_event(
         &mut self,
-        event: neardup_exec::Event<Box<BlockWork>, Unreadable>,
+        event: neardup_exec::Event<Box<PreparedBlock>, Unreadable>,
     ) -> Result<(), DedupError> {
         match event {
             neardup_exec::Event::Block { job, out } => self.on_block(job, out),
@@ -686,13 +706,13 @@ impl<R: HotRoute> Pass<'_, R> {
         }
     }
 
-    fn on_block(&mut self, job: usize, mut work: Box<BlockWork>) -> Result<(), DedupError> {
+    fn on_block(&mut self, job: usize, mut work: Box<PreparedBlock>) -> Result<(), DedupError> {
         let fi = self.jobs[job].file;
         self.job_records += work.block.num_records() as u64;
         self.job_rows += work.texts;
         if work.block.texts_only() {
             // Counted with the loss before it; only its table rows mattered.
-            let _ = self.spares.try_send(Spare::from_work(&mut work));
+            let _ = self.spares.try_send(RecycledBuffers::from_block(&mut work));
             return Ok(());
         }
         if !self.file_started[fi] {
@@ -707,7 +727,7 @@ impl<R: HotRoute> Pass<'_, R> {
             },
         );
         // Full means the workers hold enough spares: this one is dropped.
-        let _ = self.spares.try_send(Spare::from_work(&mut work));
+        let _ = self.spares.try_send(RecycledBuffers::from_block(&mut work));
         let keep = keep?;
         self.decider.stats.bytes += work.block.input_bytes();
         self.output.send(WriterMsg::Block(work.block, keep))
@@ -779,7 +799,7 @@ impl<R: HotRoute> Pass<'_, R> {
 pub(crate) fn run_stage2<R: HotRoute>(
     files: &[FileRows],
     mask: &HotMask,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
     route: R,
@@ -819,8 +839,8 @@ pub(crate) fn run_stage2<R: HotRoute>(
 
     let window = threads * 2;
     let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(8);
-    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<Spare>(window);
-    let prep = Prep {
+    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<RecycledBuffers>(window);
+    let prep = PrepareWork {
         mask,
         cfg,
         hot_work: route.hot_work(cfg),
@@ -929,10 +949,10 @@ fn write_outputs(
 /// The rare path of a later copy whose full content hash matched no earlier sample: sketch it
 /// here from the block's text and hand its candidate to `use_it` (which decides or signs it).
 pub(crate) fn sketch_from_block(
-    w: &BlockWork,
-    target: &SampleWork,
+    w: &PreparedBlock,
+    target: &PreparedSample,
     row: u64,
-    cfg: &ApplyConfig,
+    cfg: &Stage2Config,
     mask: &HotMask,
     addr: SampleAddr,
     mut use_it: impl FnMut(&Candidate<'_>),

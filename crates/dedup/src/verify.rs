@@ -6,9 +6,6 @@
 //! (in the configured spill directory, else the system's) and read back with positioned reads,
 //! helped by the page cache, only when a candidate needs confirming.
 //!
-//! A representative may instead be held as its text (a distributed decide step's samples carry
-//! texts, not sets): its set is built the first time a candidate is compared with it, and kept.
-//!
 //! A disk error does not abort the decision in progress: the set that could not be written or
 //! read confirms nothing (so nothing is dropped on its account), and the error is kept for the
 //! stage to report as a failed run — a run that lost sets is never reported as complete.
@@ -18,7 +15,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use neardup_sketch::{Scratch, Sketcher, jaccard_at_least};
+use neardup_sketch::jaccard_at_least;
 
 use crate::reps::RepId;
 
@@ -32,53 +29,17 @@ enum Place {
         offset: u64,
         len: usize,
     },
-    /// A text whose set is built only when a candidate is first compared with it.
-    TextMemory {
-        chunk: usize,
-        start: usize,
-        len: usize,
-    },
-    TextDisk {
-        offset: u64,
-        len: usize,
-    },
 }
 
 /// Sets live in fixed chunks of this many values (4 MB), never moved once written: one growing
 /// vector would copy everything held so far at each doubling (and fault its pages in twice).
 const CHUNK_VALUES: usize = 1 << 20;
-/// Texts live in fixed chunks of this many bytes, for the same reason.
-const CHUNK_BYTES: usize = 4 << 20;
-
-/// Builds shingle sets from texts ([`Sketcher::shingle_set`]): for a store whose
-/// representatives come as texts (a distributed `decide` step, whose samples carry their texts
-/// instead of their sets).
-pub struct SetBuilder {
-    sketcher: Sketcher,
-    scratch: Scratch,
-}
-
-impl SetBuilder {
-    pub fn new(sketcher: Sketcher) -> SetBuilder {
-        SetBuilder {
-            sketcher,
-            scratch: Scratch::default(),
-        }
-    }
-
-    /// Replaces `out` with the shingle set of `text`.
-    pub fn build(&mut self, text: &str, out: &mut Vec<u32>) {
-        self.sketcher.shingle_set(text, &mut self.scratch, out);
-    }
-}
 
 pub struct ShingleStore {
     budget: u64,
     spill_dir: Option<PathBuf>,
     chunks: Vec<Vec<u32>>,
     memory_values: usize,
-    text_chunks: Vec<Vec<u8>>,
-    memory_text_bytes: usize,
     places: Vec<Option<Place>>,
     spill: Option<File>,
     spill_len: u64,
@@ -94,8 +55,6 @@ impl ShingleStore {
             spill_dir,
             chunks: Vec::new(),
             memory_values: 0,
-            text_chunks: Vec::new(),
-            memory_text_bytes: 0,
             places: Vec::new(),
             spill: None,
             spill_len: 0,
@@ -106,7 +65,7 @@ impl ShingleStore {
     }
 
     fn memory_bytes(&self) -> u64 {
-        (self.memory_values * 4 + self.memory_text_bytes) as u64
+        (self.memory_values * 4) as u64
     }
 
     fn place(&mut self, id: RepId) -> &mut Option<Place> {
@@ -155,47 +114,6 @@ impl ShingleStore {
         }
     }
 
-    /// Holds representative `id`'s text; its set is built the first time a candidate is compared
-    /// with it (most representatives of a distributed decide step never are).
-    pub fn push_text(&mut self, id: RepId, text: &str) {
-        let text = text.as_bytes();
-        if self.memory_bytes() + text.len() as u64 <= self.budget {
-            let fits = self
-                .text_chunks
-                .last()
-                .is_some_and(|c| c.capacity() - c.len() >= text.len());
-            if !fits {
-                self.text_chunks
-                    .push(Vec::with_capacity(CHUNK_BYTES.max(text.len())));
-            }
-            let chunk = self.text_chunks.len() - 1;
-            let c = &mut self.text_chunks[chunk];
-            let place = Place::TextMemory {
-                chunk,
-                start: c.len(),
-                len: text.len(),
-            };
-            c.extend_from_slice(text);
-            self.memory_text_bytes += text.len();
-            *self.place(id) = Some(place);
-            return;
-        }
-        self.bytes.clear();
-        self.bytes.extend_from_slice(text);
-        match self.spill_bytes() {
-            Ok(offset) => {
-                *self.place(id) = Some(Place::TextDisk {
-                    offset,
-                    len: text.len(),
-                })
-            }
-            Err(e) => {
-                *self.place(id) = None;
-                self.fail(e);
-            }
-        }
-    }
-
     fn fail(&mut self, e: io::Error) {
         self.error.get_or_insert(io::Error::new(
             e.kind(),
@@ -233,15 +151,7 @@ impl ShingleStore {
     }
 
     /// Exact Jaccard between representative `id`'s set and `other` when it reaches `threshold`.
-    /// A representative held as its text gets its set built by `builder` (and kept: a
-    /// representative compared once is often compared again).
-    pub fn jaccard_at_least(
-        &mut self,
-        id: RepId,
-        other: &[u32],
-        threshold: f64,
-        builder: Option<&mut SetBuilder>,
-    ) -> Option<f64> {
+    pub fn jaccard_at_least(&mut self, id: RepId, other: &[u32], threshold: f64) -> Option<f64> {
         match self.places.get(id as usize).and_then(|p| p.as_ref()) {
             Some(&Place::Memory { chunk, start, len }) => {
                 jaccard_at_least(&self.chunks[chunk][start..start + len], other, threshold)
@@ -257,36 +167,6 @@ impl ShingleStore {
                         .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))),
                 );
                 jaccard_at_least(&self.buf, other, threshold)
-            }
-            Some(&Place::TextMemory { chunk, start, len }) => {
-                let builder = builder.expect("a store holding texts has a set builder");
-                let text = std::str::from_utf8(&self.text_chunks[chunk][start..start + len])
-                    .expect("texts are stored from &str");
-                let mut set = std::mem::take(&mut self.buf);
-                builder.build(text, &mut set);
-                self.push(id, &set);
-                let j = jaccard_at_least(&set, other, threshold);
-                self.buf = set;
-                j
-            }
-            Some(&Place::TextDisk { offset, len }) => {
-                let builder = builder.expect("a store holding texts has a set builder");
-                if !self.read_spilled(offset, len) {
-                    return None;
-                }
-                let Ok(text) = std::str::from_utf8(&self.bytes) else {
-                    self.fail(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "a text read back is not UTF-8",
-                    ));
-                    return None;
-                };
-                let mut set = std::mem::take(&mut self.buf);
-                builder.build(text, &mut set);
-                self.push(id, &set);
-                let j = jaccard_at_least(&set, other, threshold);
-                self.buf = set;
-                j
             }
             // A representative stored without its set (its spill write failed) confirms nothing.
             None => None,
@@ -316,55 +196,11 @@ mod tests {
         store.push(0, &a);
         store.push(1, &b); // over budget: on disk
         assert_eq!(store.bytes(), 80);
-        assert_eq!(store.jaccard_at_least(0, &a, 0.8, None), Some(1.0));
-        assert_eq!(store.jaccard_at_least(1, &b, 0.8, None), Some(1.0));
-        assert_eq!(store.jaccard_at_least(1, &a, 0.3, None), Some(5.0 / 15.0));
-        assert_eq!(store.jaccard_at_least(1, &a, 0.8, None), None);
+        assert_eq!(store.jaccard_at_least(0, &a, 0.8), Some(1.0));
+        assert_eq!(store.jaccard_at_least(1, &b, 0.8), Some(1.0));
+        assert_eq!(store.jaccard_at_least(1, &a, 0.3), Some(5.0 / 15.0));
+        assert_eq!(store.jaccard_at_least(1, &a, 0.8), None);
         assert!(store.take_error().is_none());
-    }
-
-    /// A representative held as its text verifies as its set would, in memory and spilled.
-    #[test]
-    fn texts_held_for_representatives_verify_as_their_sets() {
-        use neardup_sketch::{BandKeyScheme, HashScheme, LshParams, Normalizer, SketchConfig};
-        let sketcher = Sketcher::new(SketchConfig {
-            normalizer: Normalizer::default(),
-            shingler: neardup_sketch::Shingler::Chars { k: 5, step: 1 },
-            scheme: HashScheme::Oph,
-            num_perm: 128,
-            seed: 1,
-            lsh: LshParams::new(16, 8).unwrap(),
-            band_keys: BandKeyScheme::Fast,
-        })
-        .unwrap();
-        let mut builder = SetBuilder::new(sketcher.clone());
-        let texts = [
-            "a text that is held as its text, and long enough",
-            "another text entirely",
-        ];
-        let mut sets = Vec::new();
-        for t in texts {
-            let mut set = Vec::new();
-            sketcher.shingle_set(t, &mut Scratch::default(), &mut set);
-            sets.push(set);
-        }
-        let dir = tempfile::tempdir().unwrap();
-        for budget in [1 << 20, 0] {
-            let mut store = ShingleStore::new(budget, Some(dir.path().to_path_buf()));
-            store.push_text(0, texts[0]);
-            store.push_text(1, texts[1]);
-            for _ in 0..2 {
-                assert_eq!(
-                    store.jaccard_at_least(0, &sets[0], 0.9, Some(&mut builder)),
-                    Some(1.0)
-                );
-                assert_eq!(
-                    store.jaccard_at_least(1, &sets[0], 0.9, Some(&mut builder)),
-                    None
-                );
-            }
-            assert!(store.take_error().is_none());
-        }
     }
 
     #[test]
@@ -372,7 +208,7 @@ mod tests {
         let mut store = ShingleStore::new(0, Some(PathBuf::from("/nonexistent/neardup-spill")));
         let a: Vec<u32> = (0..10).collect();
         store.push(0, &a);
-        assert_eq!(store.jaccard_at_least(0, &a, 0.5, None), None);
+        assert_eq!(store.jaccard_at_least(0, &a, 0.5), None);
         let e = store.take_error().expect("the failed spill is reported");
         assert!(e.to_string().contains("spill"), "{e}");
     }

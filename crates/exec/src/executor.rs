@@ -130,14 +130,16 @@ impl ExecOptions {
 /// How often a waiting consumer or worker looks at the stop flags.
 const POLL: Duration = Duration::from_millis(20);
 
-enum Msg<O, E> {
+/// What a worker hands the consumer about a job: a prepared block, a read error, or the job's
+/// end.
+enum JobOutput<O, E> {
     Block(O),
     Error(E),
     End,
 }
 
-/// (job, event number within the job, event)
-type Sent<O, E> = (usize, usize, Msg<O, E>);
+/// A [`JobOutput`] with its place in the order: (job, its number within the job, the output).
+type Numbered<O, E> = (usize, usize, JobOutput<O, E>);
 
 /// A shared block waiting for any thread to prepare it.
 struct Queued<B> {
@@ -178,7 +180,7 @@ impl<W: ChunkWork> Run<'_, W> {
         &self,
         queued: Queued<W::Block>,
         worker: &mut W::Worker,
-        tx: &crossbeam_channel::Sender<Sent<W::Out, W::ReadError>>,
+        tx: &crossbeam_channel::Sender<Numbered<W::Out, W::ReadError>>,
     ) {
         let Queued {
             block,
@@ -200,7 +202,7 @@ impl<W: ChunkWork> Run<'_, W> {
         };
         let (out, _end) = self.work.prepare(worker, &self.jobs[job], block, position);
         // Fails only when the consumer has stopped.
-        let _ = tx.send((job, seq, Msg::Block(out)));
+        let _ = tx.send((job, seq, JobOutput::Block(out)));
     }
 
     /// Waits until job `i` is within the window of the consumer, preparing queued blocks
@@ -209,7 +211,7 @@ impl<W: ChunkWork> Run<'_, W> {
         &self,
         i: usize,
         worker: &mut W::Worker,
-        tx: &crossbeam_channel::Sender<Sent<W::Out, W::ReadError>>,
+        tx: &crossbeam_channel::Sender<Numbered<W::Out, W::ReadError>>,
     ) -> bool {
         loop {
             if self.should_stop() {
@@ -236,7 +238,7 @@ impl<W: ChunkWork> Run<'_, W> {
         &self,
         i: usize,
         worker: &mut W::Worker,
-        tx: &crossbeam_channel::Sender<Sent<W::Out, W::ReadError>>,
+        tx: &crossbeam_channel::Sender<Numbered<W::Out, W::ReadError>>,
     ) {
         let job = &self.jobs[i];
         let mut position = if W::RELAYS_POSITION {
@@ -255,16 +257,16 @@ impl<W: ChunkWork> Run<'_, W> {
                     if W::RELAYS_POSITION {
                         position = end;
                     }
-                    Msg::Block(out)
+                    JobOutput::Block(out)
                 }
-                Err(e) => Msg::Error(e),
+                Err(e) => JobOutput::Error(e),
             };
             if tx.send((i, seq, msg)).is_err() {
                 return;
             }
             seq += 1;
         }
-        let _ = tx.send((i, seq, Msg::End));
+        let _ = tx.send((i, seq, JobOutput::End));
     }
 
     /// Reads job `i` on this thread and queues its blocks for every free thread.
@@ -272,7 +274,7 @@ impl<W: ChunkWork> Run<'_, W> {
         &self,
         i: usize,
         worker: &mut W::Worker,
-        tx: &crossbeam_channel::Sender<Sent<W::Out, W::ReadError>>,
+        tx: &crossbeam_channel::Sender<Numbered<W::Out, W::ReadError>>,
     ) {
         let job = &self.jobs[i];
         let relay = W::RELAYS_POSITION.then(|| Arc::new(Relay::new(self.work.first_position(job))));
@@ -296,7 +298,7 @@ impl<W: ChunkWork> Run<'_, W> {
                     }
                 }
                 Err(e) => {
-                    if tx.send((i, seq, Msg::Error(e))).is_err() {
+                    if tx.send((i, seq, JobOutput::Error(e))).is_err() {
                         return;
                     }
                 }
@@ -304,10 +306,10 @@ impl<W: ChunkWork> Run<'_, W> {
             seq += 1;
         }
         // The end goes behind every block in the consumer's order, whoever prepares them.
-        let _ = tx.send((i, seq, Msg::End));
+        let _ = tx.send((i, seq, JobOutput::End));
     }
 
-    fn worker_loop(&self, tx: crossbeam_channel::Sender<Sent<W::Out, W::ReadError>>) {
+    fn worker_loop(&self, tx: crossbeam_channel::Sender<Numbered<W::Out, W::ReadError>>) {
         let mut worker = self.work.worker();
         loop {
             let i = self.next_job.fetch_add(1, Ordering::Relaxed);
@@ -360,7 +362,7 @@ pub fn run_ordered<W: ChunkWork, C>(
         cancelled,
         queue: BlockQueue::new(jobs.len(), threads),
     };
-    let (tx, rx) = crossbeam_channel::bounded::<Sent<W::Out, W::ReadError>>(window * 4);
+    let (tx, rx) = crossbeam_channel::bounded::<Numbered<W::Out, W::ReadError>>(window * 4);
     let mut failure: Option<C> = None;
     let mut next = (0usize, 0usize);
     std::thread::scope(|scope| {
@@ -370,7 +372,8 @@ pub fn run_ordered<W: ChunkWork, C>(
             scope.spawn(move || run.worker_loop(tx));
         }
         drop(tx);
-        let mut pending: BTreeMap<(usize, usize), Msg<W::Out, W::ReadError>> = BTreeMap::new();
+        let mut pending: BTreeMap<(usize, usize), JobOutput<W::Out, W::ReadError>> =
+            BTreeMap::new();
         'receive: loop {
             if (run.cancelled)() {
                 break;
@@ -384,9 +387,9 @@ pub fn run_ordered<W: ChunkWork, C>(
             while let Some(msg) = pending.remove(&next) {
                 let (job, seq) = next;
                 let consumed = match msg {
-                    Msg::Block(out) => consume(Event::Block { job, out }),
-                    Msg::Error(error) => consume(Event::ReadError { job, error }),
-                    Msg::End => {
+                    JobOutput::Block(out) => consume(Event::Block { job, out }),
+                    JobOutput::Error(error) => consume(Event::ReadError { job, error }),
+                    JobOutput::End => {
                         next = (job + 1, 0);
                         *run.consumed.lock().unwrap_or_else(|e| e.into_inner()) = job + 1;
                         run.consumed_changed.notify_all();

@@ -7,14 +7,21 @@
 //!   look-ahead. Stage 1 (keys), stage 2's sign and write steps and the one-process stage 2 all
 //!   run on it, so parallelism, ordering and back-pressure are written once;
 //! - sharing the blocks of a job only one thread can read ([`BlockQueue`]) and relaying a running
-//!   position from block to block ([`Relay`]).
+//!   position from block to block ([`Relay`]);
+//! - what every streaming step shares about running: the live counters a caller watches it by
+//!   ([`Progress`]) and the policy for input it cannot read ([`OnError`]).
 //!
 //! It does not know what a block is: reading files is `neardup-corpus`, and what a step does
-//! with a block is the step's own ([`ChunkWork`]).
+//! with a block is the step's own ([`ChunkWork`]). The cancel token a run is stopped with is
+//! `neardup_corpus::CancelToken`, since publishing outputs looks at it too.
 #![warn(missing_docs)]
 
 mod executor;
+mod on_error;
+mod progress;
 mod share;
 
 pub use executor::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
+pub use on_error::OnError;
+pub use progress::Progress;
 pub use share::{BlockQueue, Relay};

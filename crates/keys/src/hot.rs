@@ -17,8 +17,145 @@ use crate::table::{
     write_framed_header, write_u64s,
 };
 
+/// Reads and checks a hot-key file's header.
+fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, KeysError> {
+    let header: HotHeader = read_framed_header(input, HOT_MAGIC, path)?;
+    if header.format_version == 1 {
+        return Err(KeysError::Config(format!(
+            "{}: this hot-key file was written by an older neardup (format version 1), which \
+             did not record the key tables it was counted from; run `neardup hot` again to \
+             rewrite it",
+            path.display()
+        )));
+    }
+    if header.format_version != HOT_FORMAT_VERSION {
+        return Err(KeysError::Corrupt(format!(
+            "{}: hot-key format version {} is not supported (this build reads version \
+             {HOT_FORMAT_VERSION})",
+            path.display(),
+            header.format_version
+        )));
+    }
+    Ok(header)
+}
+
+/// What a hot-key file says about itself, without its keys: its settings, the tables it was
+/// counted from, its groups and its fingerprint ([`HotKeys::fingerprint`]). All that a `decide`
+/// step needs of it: loading it reads and checks the whole file but holds none of its keys, so
+/// a decide step's memory does not grow with the corpus's hot keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotSummary {
+    layout: TableLayout,
+    keys: u64,
+    tables: Vec<TableIdentity>,
+    groups: u32,
+    fingerprint: u64,
+}
+
+/// Hashes every byte read through it.
+struct Fingerprinting<R> {
+    inner: R,
+    hash: xxhash_rust::xxh3::Xxh3,
+}
+
+impl<R: Read> Read for Fingerprinting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+impl HotSummary {
+    /// Reads a hot-key file, checking it as [`HotKeys::load`] does (checksum, key order, plan),
+    /// and keeps only its summary. Its fingerprint is the hash of the file's bytes, which are
+    /// the bytes [`HotKeys::fingerprint`] hashes.
+    pub fn load(path: &Path) -> Result<HotSummary, KeysError> {
+        let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+        let mut whole = Fingerprinting {
+            inner: BufReader::with_capacity(1 << 20, file),
+            hash: xxhash_rust::xxh3::Xxh3::new(),
+        };
+        let mut input = ChecksumReader::new(&mut whole);
+        let header = read_hot_header(&mut input, path)?;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut previous: Option<u64> = None;
+        let mut left = header.keys;
+        while left > 0 {
+            let take = left.min(buf.len() as u64 / 8) as usize;
+            input
+                .read_exact(&mut buf[..take * 8])
+                .map_err(|e| truncated(path, e))?;
+            for b in buf[..take * 8].chunks_exact(8) {
+                let key = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                if previous.is_some_and(|p| p >= key) {
+                    return Err(KeysError::Corrupt(format!(
+                        "{}: hot keys are not strictly ascending",
+                        path.display()
+                    )));
+                }
+                previous = Some(key);
+            }
+            left -= take as u64;
+        }
+        let groups = match &header.plan {
+            None => 1,
+            Some(plan) => {
+                let mut left = header.keys;
+                while left > 0 {
+                    let take = left.min(buf.len() as u64 / 4) as usize;
+                    input
+                        .read_exact(&mut buf[..take * 4])
+                        .map_err(|e| truncated(path, e))?;
+                    let outside = buf[..take * 4]
+                        .chunks_exact(4)
+                        .any(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) >= plan.groups);
+                    if plan.groups == 0 || outside {
+                        return Err(KeysError::Corrupt(format!(
+                            "{}: the plan names a group outside its {} groups",
+                            path.display(),
+                            plan.groups
+                        )));
+                    }
+                    left -= take as u64;
+                }
+                plan.groups
+            }
+        };
+        verify_trailer(input, path, HOT_END)?;
+        Ok(HotSummary {
+            layout: header.layout,
+            keys: header.keys,
+            tables: header.tables,
+            groups,
+            fingerprint: whole.hash.digest(),
+        })
+    }
+
+    /// The settings the keys were computed with.
+    pub fn layout(&self) -> &TableLayout {
+        &self.layout
+    }
+    /// Number of hot keys.
+    pub fn keys(&self) -> u64 {
+        self.keys
+    }
+    /// The tables the keys were counted from, in shard order.
+    pub fn tables(&self) -> &[TableIdentity] {
+        &self.tables
+    }
+    /// Number of groups of the plan (1 without one).
+    pub fn groups(&self) -> u32 {
+        self.groups
+    }
+    /// The file's fingerprint ([`HotKeys::fingerprint`]).
+    pub fn fingerprint(&self) -> u64 {
+        self.fingerprint
+    }
+}
+
 /// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
-struct MaskMarker {
+struct MaskMarker<'a> {
     mask: HotMask,
     set: HashSet<u64>,
     columns: usize,
@@ -27,17 +164,37 @@ struct MaskMarker {
     first_seen: HashSet<u64>,
     /// Position of the next key.
     pos: usize,
+    /// With a plan, when the rows' groups are recorded: the hot keys and their groups.
+    plan: Option<(&'a [u64], &'a [u32])>,
+    /// The last row whose group was recorded.
+    grouped_row: Option<usize>,
 }
 
-impl MaskMarker {
-    fn new(hot: &HotKeys, rows: usize, columns: usize) -> MaskMarker {
+impl<'a> MaskMarker<'a> {
+    /// A marker of `rows` rows of `columns` keys; `groups`: record each hot row's group
+    /// ([`HotMask::groups`]).
+    fn new(hot: &'a HotKeys, rows: usize, columns: usize, groups: bool) -> MaskMarker<'a> {
+        let mut mask = HotMask::new(rows, columns);
+        let plan = match (&hot.plan, groups) {
+            (Some(plan), true) => {
+                mask.row_groups = RowGroups::Recorded(Vec::new());
+                Some((&hot.keys[..], &plan.group_of_key[..]))
+            }
+            (None, true) => {
+                mask.row_groups = RowGroups::One;
+                None
+            }
+            (_, false) => None,
+        };
         MaskMarker {
-            mask: HotMask::new(rows, columns),
+            mask,
             set: hot.lookup(),
             columns,
             content_col: hot.layout().rule.exact_key.then(|| columns - 1),
             first_seen: HashSet::new(),
             pos: 0,
+            plan,
+            grouped_row: None,
         }
     }
 
@@ -49,6 +206,18 @@ impl MaskMarker {
                 self.mask.set_position(pos);
                 if self.content_col == Some(pos % self.columns) && !self.first_seen.insert(*key) {
                     self.mask.set_later_copy(pos / self.columns);
+                }
+                let row = pos / self.columns;
+                if let Some((hot_keys, group_of_key)) = self.plan
+                    && self.grouped_row != Some(row)
+                {
+                    // All of a row's hot keys are in one component, so in one group: one search
+                    // per hot row.
+                    self.grouped_row = Some(row);
+                    let i = hot_keys.binary_search(key).expect("a hot key is a hot key");
+                    if let RowGroups::Recorded(groups) = &mut self.mask.row_groups {
+                        groups.push(group_of_key[i]);
+                    }
                 }
             }
         }
@@ -154,7 +323,35 @@ impl HotKeys {
     /// the distributed steps can be tied to the hot-key file they were made with. Keys counted
     /// within one run are refused, as by [`HotKeys::save`].
     pub fn fingerprint(&self) -> Result<u64, KeysError> {
-        Ok(xxhash_rust::xxh3::xxh3_64(&self.to_bytes()?))
+        /// Hashes what is written to it: the file's bytes are never held (every step process
+        /// fingerprints its hot-key file, which can be large).
+        struct HashingWriter(xxhash_rust::xxh3::Xxh3);
+        impl Write for HashingWriter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.update(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let tables = self.saved_tables(Path::new(BYTES_NAME))?;
+        let mut hasher = HashingWriter(xxhash_rust::xxh3::Xxh3::new());
+        self.write_to(&mut hasher, tables)
+            .expect("hashing cannot fail");
+        Ok(hasher.0.digest())
+    }
+
+    /// The summary a saved file of these keys has ([`HotSummary::load`]). Keys counted within
+    /// one run are refused, as by [`HotKeys::save`].
+    pub fn summary(&self) -> Result<HotSummary, KeysError> {
+        Ok(HotSummary {
+            layout: self.layout.clone(),
+            keys: self.keys.len() as u64,
+            tables: self.saved_tables(Path::new(BYTES_NAME))?.to_vec(),
+            groups: self.groups(),
+            fingerprint: self.fingerprint()?,
+        })
     }
 
     /// These keys as counted from `tables` (in shard order): the tables `apply` must be given.
@@ -347,23 +544,7 @@ impl HotKeys {
     /// Reads a hot-key file's contents from `input`; `size` bounds the keys it can hold.
     fn read_from<R: Read>(input: R, path: &Path, size: u64) -> Result<HotKeys, KeysError> {
         let mut input = ChecksumReader::new(input);
-        let header: HotHeader = read_framed_header(&mut input, HOT_MAGIC, path)?;
-        if header.format_version == 1 {
-            return Err(KeysError::Config(format!(
-                "{}: this hot-key file was written by an older neardup (format version 1), which \
-                 did not record the key tables it was counted from; run `neardup hot` again to \
-                 rewrite it",
-                path.display()
-            )));
-        }
-        if header.format_version != HOT_FORMAT_VERSION {
-            return Err(KeysError::Corrupt(format!(
-                "{}: hot-key format version {} is not supported (this build reads version \
-                 {HOT_FORMAT_VERSION})",
-                path.display(),
-                header.format_version
-            )));
-        }
+        let header = read_hot_header(&mut input, path)?;
         if header.keys.saturating_mul(8) > size {
             return Err(truncated(path, std::io::ErrorKind::UnexpectedEof.into()));
         }
@@ -441,6 +622,20 @@ pub struct HotMask {
     bits: Vec<u64>,
     /// One bit per row: its content key is hot and an earlier row has the same one.
     copies: Vec<u64>,
+    /// The group of each hot row, when recorded (a `sign` step sends each hot sample to its
+    /// group's stream without computing its keys).
+    row_groups: RowGroups,
+}
+
+/// Which groups a [`HotMask`] knows its hot rows to be in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum RowGroups {
+    /// Not recorded (the mask was built without [`HotMask::for_shard_grouped`]).
+    NotRecorded,
+    /// One group (no plan).
+    One,
+    /// With a plan: the group of each hot row, in row order.
+    Recorded(Vec<u32>),
 }
 
 /// Where the table `identity` (named `name` in messages) sits among the tables `hot` was
@@ -485,6 +680,7 @@ impl HotMask {
             rows,
             bits: vec![0; (rows * columns).div_ceil(64)],
             copies: vec![0; rows.div_ceil(64)],
+            row_groups: RowGroups::NotRecorded,
         }
     }
 
@@ -501,6 +697,7 @@ impl HotMask {
             rows,
             bits,
             copies,
+            row_groups: RowGroups::NotRecorded,
         }
     }
 
@@ -517,7 +714,7 @@ impl HotMask {
             return Ok(HotMask::new(0, 0));
         };
         let rows = tables.iter().map(|t| t.rows()).sum();
-        let mut marker = MaskMarker::new(hot, rows, first.columns());
+        let mut marker = MaskMarker::new(hot, rows, first.columns(), false);
         for t in tables {
             marker.mark(t.keys());
         }
@@ -533,7 +730,7 @@ impl HotMask {
         tables.layout.check_compatible(hot.layout())?;
         hot.check_tables(&tables.identities, Some(&tables.paths))?;
         let rows = tables.rows.iter().sum::<u64>() as usize;
-        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns());
+        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns(), false);
         let mut files = Vec::new();
         let mut block = Vec::new();
         for p in &tables.paths {
@@ -560,11 +757,29 @@ impl HotMask {
         table: &Path,
         hot: &HotKeys,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::shard_mask(table, hot, false)
+    }
+
+    /// [`HotMask::for_shard`], also recording the group of each hot row
+    /// ([`HotMask::groups`]): what a `sign` step needs.
+    pub fn for_shard_grouped(
+        table: &Path,
+        hot: &HotKeys,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::shard_mask(table, hot, true)
+    }
+
+    fn shard_mask(
+        table: &Path,
+        hot: &HotKeys,
+        groups: bool,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
         shards.layout.check_compatible(hot.layout())?;
         let identity = shards.identities[0];
         let place = shard_place(identity, hot, &table.display().to_string())?;
-        let mut marker = MaskMarker::new(hot, identity.rows as usize, shards.layout.columns());
+        let mut marker =
+            MaskMarker::new(hot, identity.rows as usize, shards.layout.columns(), groups);
         let mut reader = TableReader::open(table)?;
         let mut block = Vec::new();
         loop {
@@ -584,10 +799,27 @@ impl HotMask {
         table: &KeyTable,
         hot: &HotKeys,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::table_mask(table, hot, false)
+    }
+
+    /// [`HotMask::for_table`], also recording the group of each hot row
+    /// ([`HotMask::groups`]): what a `sign` step needs.
+    pub fn for_table_grouped(
+        table: &KeyTable,
+        hot: &HotKeys,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
+        Self::table_mask(table, hot, true)
+    }
+
+    fn table_mask(
+        table: &KeyTable,
+        hot: &HotKeys,
+        groups: bool,
+    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         table.layout().check_compatible(hot.layout())?;
         let name = format!("the key table of shard {}", table.shard());
         let place = shard_place(table.identity(), hot, &name)?;
-        let mut marker = MaskMarker::new(hot, table.rows(), table.columns());
+        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), groups);
         marker.mark(table.keys());
         Ok((marker.mask, table.files().to_vec(), place))
     }
@@ -626,6 +858,22 @@ impl HotMask {
         let start = row * self.columns;
         (start..start + self.columns).any(|p| self.get_position(p))
     }
+    /// Whether the mask knows its hot rows' groups (made by [`HotMask::for_shard_grouped`] or
+    /// [`HotMask::for_table_grouped`]).
+    pub fn has_groups(&self) -> bool {
+        self.row_groups != RowGroups::NotRecorded
+    }
+
+    /// The groups of the hot rows, asked for in ascending row order
+    /// ([`HotRowGroups::group_of`]); every answer is `None` without [`HotMask::has_groups`].
+    pub fn groups(&self) -> HotRowGroups<'_> {
+        HotRowGroups {
+            mask: self,
+            next_row: 0,
+            hot_before: 0,
+        }
+    }
+
     /// Number of rows with at least one hot key.
     pub fn hot_rows(&self) -> usize {
         (0..self.rows).filter(|&r| self.is_hot_row(r)).count()
@@ -633,6 +881,34 @@ impl HotMask {
     /// Bytes held.
     pub fn heap_bytes(&self) -> usize {
         self.bits.len() * 8
+    }
+}
+
+/// The group of each hot row of a [`HotMask`], for rows asked for in ascending order (each step
+/// scans the rows in between, so a pass costs one bit test per row).
+pub struct HotRowGroups<'a> {
+    mask: &'a HotMask,
+    next_row: usize,
+    /// Hot rows before `next_row`.
+    hot_before: usize,
+}
+
+impl HotRowGroups<'_> {
+    /// The group that decides hot row `row`: 0 without a plan. `None` for a cold row, a row
+    /// past the mask, or a row below one asked for before.
+    pub fn group_of(&mut self, row: usize) -> Option<u32> {
+        if row < self.next_row || row >= self.mask.rows || !self.mask.is_hot_row(row) {
+            return None;
+        }
+        while self.next_row < row {
+            self.hot_before += usize::from(self.mask.is_hot_row(self.next_row));
+            self.next_row += 1;
+        }
+        match &self.mask.row_groups {
+            RowGroups::NotRecorded => None,
+            RowGroups::One => Some(0),
+            RowGroups::Recorded(groups) => groups.get(self.hot_before).copied(),
+        }
     }
 }
 
@@ -683,6 +959,94 @@ mod tests {
             table(1, vec![1, 5, 6, 7]),
             table(2, vec![3, 8, 9, 2]),
         ]
+    }
+
+    #[test]
+    fn a_summary_is_loaded_without_the_keys_and_checked_like_the_file() {
+        let (hot, _, _) = merge_tables(&tables(), 1).unwrap();
+        let planned = hot
+            .clone()
+            .with_plan(Plan {
+                groups: 2,
+                group_of_key: vec![0, 0, 1],
+                group_rows: vec![3, 2],
+                components: 2,
+                largest_component: 3,
+                hot_rows: 5,
+            })
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        for (name, keys) in [("plain.ndh", &hot), ("planned.ndh", &planned)] {
+            let path = dir.path().join(name);
+            keys.save(&path).unwrap();
+            let summary = HotSummary::load(&path).unwrap();
+            assert_eq!(summary, keys.summary().unwrap());
+            assert_eq!(summary.fingerprint(), keys.fingerprint().unwrap());
+            assert_eq!(summary.groups(), keys.groups());
+            assert_eq!((summary.keys(), summary.tables().len()), (3, 3));
+            // Damage anywhere is found, as by a full load.
+            let bytes = std::fs::read(&path).unwrap();
+            for at in [bytes.len() / 2, bytes.len() - 20] {
+                let mut damaged = bytes.clone();
+                damaged[at] ^= 1;
+                std::fs::write(&path, &damaged).unwrap();
+                let err = HotSummary::load(&path).unwrap_err().to_string();
+                assert!(err.contains(name), "{err}");
+                assert!(HotKeys::load(&path).is_err());
+            }
+            std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+            let err = HotSummary::load(&path).unwrap_err().to_string();
+            assert!(err.contains("truncated"), "{err}");
+        }
+    }
+
+    #[test]
+    fn with_a_plan_the_mask_knows_each_hot_rows_group() {
+        let tables = tables();
+        let (hot, _, _) = merge_tables(&tables, 1).unwrap();
+        // Hot keys 1, 2 (one component, through row 0) and 3.
+        assert_eq!(hot.keys(), &[1, 2, 3]);
+        let plan = Plan {
+            groups: 2,
+            group_of_key: vec![0, 0, 1],
+            group_rows: vec![3, 2],
+            components: 2,
+            largest_component: 3,
+            hot_rows: 5,
+        };
+        let hot = hot.with_plan(plan).unwrap();
+        // Each shard's mask numbers its own rows.
+        let mut got = Vec::new();
+        for t in &tables {
+            let (mask, _, _) = HotMask::for_table_grouped(t, &hot).unwrap();
+            assert!(mask.has_groups());
+            let mut groups = mask.groups();
+            for row in 0..2 {
+                let group = groups.group_of(row);
+                assert_eq!(
+                    group,
+                    hot.group_of_row(&t.keys()[row * 2..row * 2 + 2]),
+                    "shard {} row {row}",
+                    t.shard()
+                );
+                got.push(group);
+            }
+        }
+        assert_eq!(got, [Some(0), Some(1), Some(0), None, Some(1), Some(0)]);
+        let (mask, _, _) = HotMask::for_table_grouped(&tables[0], &hot).unwrap();
+        let mut groups = mask.groups();
+        assert_eq!(groups.group_of(1), Some(1), "rows may be skipped");
+        assert_eq!(groups.group_of(0), None, "but not asked for backwards");
+        assert_eq!(groups.group_of(2), None, "past the mask");
+        // A mask made without groups answers none, and says so.
+        let (plain_mask, _, _) = HotMask::for_table(&tables[0], &hot).unwrap();
+        assert!(!plain_mask.has_groups());
+        assert_eq!(plain_mask.groups().group_of(0), None);
+        // Without a plan every hot row is in group 0.
+        let (plain, _, _) = merge_tables(&tables, 1).unwrap();
+        let (mask, _, _) = HotMask::for_table_grouped(&tables[2], &plain).unwrap();
+        let mut groups = mask.groups();
+        assert_eq!((groups.group_of(0), groups.group_of(1)), (Some(0), Some(0)));
     }
 
     #[test]

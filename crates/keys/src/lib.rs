@@ -30,21 +30,22 @@ mod count;
 mod error;
 mod hot;
 mod plan;
-mod progress;
 mod row;
 mod stage;
 mod table;
 
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::KeysError;
-pub use hot::{HotKeys, HotMask, ShardPlace};
+pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, ShardPlace};
+/// Re-exported for compatibility: [`Progress`] and [`OnError`] were stage 1's before every step
+/// ran on `neardup-exec`, and `neardup::keys::{Progress, OnError}` is public API.
+pub use neardup_exec::{OnError, Progress};
 pub use plan::{Plan, PlanBuilder, plan_from_tables};
-pub use progress::Progress;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
-    KeysConfig, KeysOutput, KeysStats, OnError, Problem, QUOTED_PROBLEMS, TableStore,
-    UnreadableRange, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
-    write_keys_to,
+    DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, KeysConfig, KeysOutput, KeysStats, Problem,
+    QUOTED_PROBLEMS, TableStore, UnreadableRange, collect_keys, merge_table_files, merge_tables,
+    run_keys, write_keys,
 };
 pub use table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableIdentity, TableLayout,

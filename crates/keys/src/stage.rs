@@ -12,7 +12,7 @@ use neardup_corpus::{
     ReadOptions, SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks,
     read_chunk, record_fields,
 };
-use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
+use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, OnError, Progress, run_ordered};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
@@ -25,16 +25,10 @@ use crate::table::{
     check_shards,
 };
 
-/// What to do when an input record or file cannot be read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnError {
-    /// Count it, quote it in the report, and go on.
-    #[default]
-    Skip,
-    /// Stop the run at the first problem.
-    Fail,
-}
+/// Largest unit of parallel work within a large file, by default: 32 MiB.
+pub const DEFAULT_CHUNK_BYTES: u64 = 32 << 20;
+/// A key is hot when seen more than this many times, by default: seen twice.
+pub const DEFAULT_MIN_COUNT: u32 = 1;
 
 /// Settings of stage 1.
 #[derive(Clone, Debug)]
@@ -61,7 +55,7 @@ pub struct KeysConfig {
     /// Bad input policy.
     pub on_error: OnError,
     /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<crate::Progress>>,
+    pub progress: Option<std::sync::Arc<Progress>>,
     /// Stops the run (between blocks while reading, between partitions while counting) with
     /// [`KeysError::Interrupted`].
     pub cancel: CancelToken,
@@ -74,13 +68,13 @@ impl KeysConfig {
             sketcher,
             rule: RowRule::default(),
             selector,
-            min_count: 1,
+            min_count: DEFAULT_MIN_COUNT,
             threads: 0,
-            chunk_bytes: 32 << 20,
-            block_bytes: 4 << 20,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            block_bytes: ReadOptions::DEFAULT_BLOCK_BYTES,
             memory_limit: None,
             spill_dir: None,
-            on_error: OnError::Skip,
+            on_error: OnError::default(),
             progress: None,
             cancel: CancelToken::new(),
         }
@@ -525,28 +519,14 @@ pub fn run_keys(
     })
 }
 
-/// Stage 1 of one shard straight to a key-table file (the `keys` step of a distributed run): the
-/// rows stream to disk as they are assembled, so memory stays bounded however large the shard
+/// Stage 1 of one shard straight into a key-table file (the `keys` step of a distributed run),
+/// written through `target` (an [`AtomicFile`], alone or one output of a
+/// [`neardup_corpus::Publication`] that publishes the table with the shard's report): the rows
+/// stream to disk as they are assembled, so memory stays bounded however large the shard
 /// (`cfg.memory_limit` does not apply: nothing grows but the per-file row counts). Nothing is
 /// counted: hot keys come from merging all shards' tables ([`merge_table_files`]). The file is
-/// byte-identical to [`KeyTable::save`] of [`run_keys`]' table, and is written atomically.
+/// byte-identical to [`KeyTable::save`] of [`collect_keys`]' table.
 pub fn write_keys(
-    files: &[InputFile],
-    shard: u32,
-    cfg: &KeysConfig,
-    path: &std::path::Path,
-) -> Result<KeysStats, KeysError> {
-    write_keys_to(
-        files,
-        shard,
-        cfg,
-        AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?,
-    )
-}
-
-/// [`write_keys`] into `target`, e.g. one output of a [`neardup_corpus::Publication`] that
-/// publishes the table with the shard's report.
-pub fn write_keys_to(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,

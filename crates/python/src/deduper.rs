@@ -353,12 +353,12 @@ impl Deduper {
         }
         let hot = hot_keys.map(|h| hot_set(h, &sketcher, rule)).transpose()?;
         let core = Core::new(
-            config.dedup_config(),
+            config.deduper_config(),
             sketcher.num_perm(),
             sketcher.bands(),
             rule,
         )
-        .map_err(PyValueError::new_err)?;
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let scratch = if core.needs_shingles() {
             Scratch::collecting_shingle_sets()
         } else {

@@ -73,7 +73,10 @@ pub fn to_py(e: Error) -> PyErr {
         Error::Dedup(d) => match d {
             DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),
             DedupError::Input(_) | DedupError::Mismatch(_) => InputError::new_err(message),
-            DedupError::Output(_) | DedupError::Spill(_) => PyOSError::new_err(message),
+            DedupError::StepOutput { source, .. } | DedupError::Spill(source) => {
+                Python::attach(|py| os_error(py, &source, message))
+            }
+            DedupError::Output(_) | DedupError::WriterStopped => PyOSError::new_err(message),
             DedupError::Interrupted => PyKeyboardInterrupt::new_err(message),
         },
     }

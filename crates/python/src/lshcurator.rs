@@ -15,7 +15,7 @@ use neardup::corpus::{
 };
 use neardup::dedup::{Decision, SampleAddr};
 use neardup::sketch::{NO_KEY, is_blank, py_strip};
-use neardup::{Config, Error, Tokenize};
+use neardup::{Config, Error, ShingleUnit};
 
 use crate::errors::{discovery_to_py, to_py};
 
@@ -42,8 +42,8 @@ fn lshcurator_config(s: &CuratorSettings) -> PyResult<(Config, Vec<InputFile>)> 
     c.input.inputs = s.inputs.clone();
     c.input.fields = s.fields.clone();
     c.sketch.tokenize = match s.compute_mode.as_str() {
-        "char" => Tokenize::Char,
-        "byte" => Tokenize::Byte,
+        "char" => ShingleUnit::Char,
+        "byte" => ShingleUnit::Byte,
         other => {
             return Err(PyValueError::new_err(format!(
                 "Invalid compute_mode: {other}. Must be one of {{'char', 'byte'}}"
@@ -216,7 +216,7 @@ impl CorpusStream {
 pub fn process_corpus(settings: CuratorSettings) -> PyResult<CorpusStream> {
     let (config, files) = lshcurator_config(&settings)?;
     let keys = neardup::keys_config(&config).map_err(to_py)?;
-    let apply = neardup::apply_config(&config).map_err(to_py)?;
+    let apply = neardup::stage2_config(&config).map_err(to_py)?;
     let texts = TextReader::new(files.clone(), keys.selector.clone());
     let (hot_tx, hot_rx) = bounded(1);
     let (tx, rx) = bounded(4096);
@@ -253,7 +253,10 @@ pub fn compute_bucket_keys<'py>(
 ) -> PyResult<(Bound<'py, PyArray2<u64>>, Vec<(String, u64)>)> {
     let (config, files) = lshcurator_config(&settings)?;
     let (table, _stats) = py
-        .detach(|| neardup::compute_keys(&config, &files, 0))
+        .detach(|| {
+            neardup::KeysStep::with_files(&config, &files, 0)?
+                .table(&neardup::RunControl::default())
+        })
         .map_err(to_py)?;
     let bands = table.columns();
     let mut keys = Vec::with_capacity(table.keys().len());

@@ -11,8 +11,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use neardup::keys::Progress;
-use neardup::{CancelToken, Config, Error, NextDecision, Pipeline, Report};
+use neardup::{Config, Error, NextDecision, Pipeline, Report, RunControl};
 
 use crate::deduper::Decision;
 use crate::errors::{discovery_to_py, to_py};
@@ -40,8 +39,8 @@ pub struct Run {
     done: Receiver<Result<Output, Error>>,
     result: std::sync::Mutex<Option<Result<Output, Error>>>,
     thread: std::sync::Mutex<Option<JoinHandle<()>>>,
-    stages: [Arc<Progress>; 2],
-    cancel: CancelToken,
+    /// Its progress counters and cancel token.
+    control: RunControl,
     /// How the run's error becomes a Python exception.
     error: fn(Error) -> PyErr,
 }
@@ -73,7 +72,7 @@ impl Drop for Run {
             .take();
         if let Some(thread) = thread {
             if !thread.is_finished() {
-                self.cancel.cancel();
+                self.control.cancel.cancel();
             }
             Python::attach(|py| {
                 py.detach(|| {
@@ -126,14 +125,15 @@ impl Run {
     /// Stops the run at its next block (Ctrl-C): nothing is published and what it wrote is
     /// removed, unless it had already begun publishing (then its outputs are published whole).
     fn cancel(&self) {
-        self.cancel.cancel();
+        self.control.cancel.cancel();
     }
 
     /// `(stage, bytes done, bytes expected, samples done)` of the stage running now (1 or 2).
     fn progress(&self) -> (u8, u64, u64, u64) {
-        let stage = usize::from(self.stages[1].bytes() > 0);
-        let p = &self.stages[stage];
-        (stage as u8 + 1, p.bytes(), p.total(), p.samples())
+        match self.control.current() {
+            Some((stage, p)) => (stage, p.bytes(), p.total(), p.samples()),
+            None => (1, 0, 0, 0),
+        }
     }
 
     /// The report as JSON once the run has ended; raises its error otherwise.
@@ -192,37 +192,35 @@ pub fn start_dedup(
     config.output.decisions = decisions;
     config.output.report = report;
     input_names(&config)?;
-    let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
-    let cancel = CancelToken::new();
+    let control = RunControl::watched();
+    let (Some(stage1), Some(stage2)) = (control.stage1.clone(), control.stage2.clone()) else {
+        unreachable!("a watched control has both stages' counters")
+    };
     let pipeline = Pipeline::new(config)
         .map_err(to_py)?
-        .with_progress(stages[0].clone(), stages[1].clone())
-        .with_cancel(cancel.clone());
-    Run::spawn("neardup-dedup", stages, cancel, move || {
+        .with_progress(stage1, stage2)
+        .with_cancel(control.cancel.clone());
+    Run::spawn("neardup-dedup", &control, move || {
         pipeline.run().map(|r| report_json(&r))
     })
 }
 
 impl Run {
-    /// Runs `work` on a thread of its own; `stages` are the progress counters it updates and
-    /// `cancel` stops it. `work` returns the JSON of its report.
+    /// Runs `work` on a thread of its own; `control` holds the progress counters it updates and
+    /// the token that stops it. `work` returns the JSON of its report.
     pub(crate) fn spawn(
         name: &str,
-        stages: [Arc<Progress>; 2],
-        cancel: CancelToken,
+        control: &RunControl,
         work: impl FnOnce() -> Result<String, Error> + Send + 'static,
     ) -> PyResult<Run> {
-        Run::spawn_output(name, stages, cancel, to_py, move || {
-            work().map(Output::Json)
-        })
+        Run::spawn_output(name, control, to_py, move || work().map(Output::Json))
     }
 
     /// Runs `work`, a merge of key tables, like [`Run::spawn`]; its errors keep the key tables'
     /// own messages.
     pub(crate) fn spawn_hot(
         name: &str,
-        stages: [Arc<Progress>; 2],
-        cancel: CancelToken,
+        control: &RunControl,
         work: impl FnOnce() -> Result<(neardup::keys::HotKeys, neardup::keys::CountStats), Error>
         + Send
         + 'static,
@@ -233,7 +231,7 @@ impl Run {
                 other => to_py(other),
             }
         }
-        Run::spawn_output(name, stages, cancel, hot_error, move || {
+        Run::spawn_output(name, control, hot_error, move || {
             work().map(|(hot, stats)| {
                 Output::Hot(
                     Box::new(hot),
@@ -245,8 +243,7 @@ impl Run {
 
     pub(crate) fn spawn_output(
         name: &str,
-        stages: [Arc<Progress>; 2],
-        cancel: CancelToken,
+        control: &RunControl,
         error: fn(Error) -> PyErr,
         work: impl FnOnce() -> Result<Output, Error> + Send + 'static,
     ) -> PyResult<Run> {
@@ -261,8 +258,7 @@ impl Run {
             done: rx,
             result: std::sync::Mutex::new(None),
             thread: std::sync::Mutex::new(Some(thread)),
-            stages,
-            cancel,
+            control: control.clone(),
             error,
         })
     }

@@ -3,9 +3,9 @@
 //! Settings are keyword arguments named as in a settings file (`docs/tuning.md`): the field names
 //! of `Config`'s sections, flat (`threshold=0.7`, `num_perm=256`, `fields=["title", "body"]`),
 //! since no name appears in two sections. Two more names work as the CLI's flags of the same
-//! name: `config` (a settings file, applied first) and `compat` (`"lshcurator"`, applied last,
-//! keeping an explicit `max_reps`). The list of names comes from `Config` itself, so a new setting
-//! is accepted as soon as the library has it.
+//! name: `config` (a settings file) and `compat` (`"lshcurator"`, a preset); the layers apply in
+//! the library's one order ([`neardup::Layers`]), the CLI's. The list of names comes from
+//! `Config` itself, so a new setting is accepted as soon as the library has it.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
-use neardup::Config;
+use neardup::{Config, Layers, Preset};
 
 /// What an entry point accepts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -211,28 +211,31 @@ fn apply_one(config: &mut Config, section: &str, name: &str, value: Value) -> Re
     }
 }
 
-/// Builds the configuration of a call from its keyword arguments: the defaults, then the
-/// settings file `config=`, then every other setting, then the `compat=` preset.
+/// Builds the configuration of a call from its keyword arguments, in the library's one order
+/// ([`Layers`]): the defaults, the `compat=` preset's defaults, the settings file `config=`,
+/// every other setting, then what the preset pins.
 pub fn config_from(settings: Option<&Bound<'_, PyDict>>, scope: Scope) -> PyResult<Config> {
-    let mut config = Config::default();
     let Some(settings) = settings else {
-        return Ok(config);
+        return Ok(Config::default());
     };
-    if let Some(path) = settings.get_item("config")? {
-        let path: PathBuf = path.extract()?;
-        config = Config::load(&path).map_err(crate::errors::to_py)?;
-    }
-    let mut compat: Option<String> = None;
-    let mut explicit_max_reps = None;
+    let preset = match settings.get_item("compat")? {
+        Some(name) => Some(
+            name.extract::<String>()?
+                .parse::<Preset>()
+                .map_err(|e| PyValueError::new_err(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let file: Option<PathBuf> = settings
+        .get_item("config")?
+        .map(|path| path.extract())
+        .transpose()?;
+    let mut layers = Layers::new(preset, file.as_deref()).map_err(crate::errors::to_py)?;
+    let config = layers.given();
     for (key, value) in settings.iter() {
         let name: String = key.extract()?;
-        match name.as_str() {
-            "config" => continue,
-            "compat" => {
-                compat = Some(value.extract()?);
-                continue;
-            }
-            _ => {}
+        if name == "config" || name == "compat" {
+            continue;
         }
         let unknown = || {
             let valid = scope.valid_names();
@@ -259,28 +262,10 @@ pub fn config_from(settings: Option<&Bound<'_, PyDict>>, scope: Scope) -> PyResu
         {
             json = Value::Array(vec![Value::String(s)]);
         }
-        if name == "max_reps" {
-            explicit_max_reps = Some(json.clone());
-        }
-        apply_one(&mut config, &section, &name, json)
+        apply_one(config, &section, &name, json)
             .map_err(|e| PyValueError::new_err(format!("setting {name}: {e}")))?;
     }
-    if let Some(preset) = compat {
-        match preset.as_str() {
-            "lshcurator" => {
-                config = config.lshcurator();
-                if let Some(max_reps) = explicit_max_reps {
-                    apply_one(&mut config, "dedup", "max_reps", max_reps)
-                        .map_err(|e| PyValueError::new_err(format!("setting max_reps: {e}")))?;
-                }
-            }
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown compat preset {other:?} (known: \"lshcurator\")"
-                )));
-            }
-        }
-    }
+    let config = layers.finish();
     config.validate().map_err(crate::errors::to_py)?;
     Ok(config)
 }

@@ -5,16 +5,14 @@
 //! so that Python can wait with the GIL released and cancel it on Ctrl-C.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use neardup::keys::{HotKeys, KeysError, Progress};
+use neardup::keys::{HotKeys, HotSummary, KeysError};
 use neardup::{
-    CancelToken, Config, DecidedInput, Error, RunControl, RunPaths, SignedInput, StepInput,
-    TableInput,
+    Config, DecidedInput, Error, KeysStep, RunControl, RunPaths, SignedInput, StepInput, TableInput,
 };
 
 use crate::errors::discovery_to_py;
@@ -26,14 +24,15 @@ use crate::values::{Decided, Signed, StepArg, step_args};
 /// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
 /// failure of stage 1 (as the CLI's steps load it).
 fn load_hot(path: &Path) -> Result<HotKeys, Error> {
-    HotKeys::load(path).map_err(|e| match e {
-        KeysError::Config(m) => Error::Usage(m),
-        other => Error::Run(other.to_string()),
-    })
+    HotKeys::load(path).map_err(hot_error)
 }
 
-fn progress() -> [Arc<Progress>; 2] {
-    [Arc::new(Progress::default()), Arc::new(Progress::default())]
+/// A hot-key file that cannot be used: a usage error when it is the wrong file for the run.
+fn hot_error(e: KeysError) -> Error {
+    match e {
+        KeysError::Config(m) => Error::Usage(m),
+        other => Error::Run(other.to_string()),
+    }
 }
 
 /// Starts `neardup.keys`: stage 1 of one shard, streamed into a key-table file.
@@ -47,17 +46,12 @@ pub fn start_keys(
 ) -> PyResult<Run> {
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
-    // Inputs that do not exist are FileNotFoundError at the call (the step lists them again).
-    neardup::discover_inputs_and_sources(&config).map_err(discovery_to_py)?;
-    let stages = progress();
-    let control = RunControl {
-        stage1: Some(stages[0].clone()),
-        cancel: CancelToken::new(),
-        ..RunControl::default()
-    };
-    let cancel = control.cancel.clone();
-    Run::spawn("neardup-keys", stages, cancel, move || {
-        let made = neardup::keys_shard(&config, shard, &output, None, &control)?;
+    // Inputs that do not exist are FileNotFoundError at the call; the step keeps the listing.
+    let step = KeysStep::new(&config, shard).map_err(discovery_to_py)?;
+    let control = RunControl::watched();
+    let watched = control.clone();
+    Run::spawn("neardup-keys", &control, move || {
+        let made = step.write(&output, None, &watched)?;
         Ok(serde_json::to_string(&made).expect("a report serialises"))
     })
 }
@@ -144,6 +138,14 @@ impl HotArg {
             HotArg::File(p) => load_hot(p).map(|h| HotRef::Loaded(Box::new(h))),
         }
     }
+
+    /// What `decide` needs: the summary, read from a file without holding its keys.
+    fn summary(&self) -> Result<HotSummary, Error> {
+        match self {
+            HotArg::Value(h) => h.get().inner.summary().map_err(hot_error),
+            HotArg::File(p) => HotSummary::load(p).map_err(hot_error),
+        }
+    }
 }
 
 fn signed_inputs(args: &[StepArg<Signed>]) -> Vec<SignedInput<'_>> {
@@ -181,28 +183,17 @@ pub fn start_sign(
     hot.read_paths(&mut paths);
     table.read_paths(&mut paths);
     paths.check().map_err(crate::errors::to_py)?;
-    let stages = progress();
-    let cancel = CancelToken::new();
-    let control = RunControl {
-        stage2: Some(stages[1].clone()),
-        cancel: cancel.clone(),
-        ..RunControl::default()
-    };
+    let control = RunControl::watched();
+    let watched = control.clone();
     let Some(output) = output else {
-        return Run::spawn_output(
-            "neardup-sign",
-            stages,
-            cancel,
-            crate::errors::to_py,
-            move || {
-                let hot = hot.get()?;
-                let (signed, stats) = neardup::sign(&config, table.input(), &hot, &control)?;
-                let stats = serde_json::to_value(stats).expect("statistics serialise");
-                Ok(Output::Signed(Box::new(signed), stats))
-            },
-        );
+        return Run::spawn_output("neardup-sign", &watched, crate::errors::to_py, move || {
+            let hot = hot.get()?;
+            let (signed, stats) = neardup::sign(&config, table.input(), &hot, &control)?;
+            let stats = serde_json::to_value(stats).expect("statistics serialise");
+            Ok(Output::Signed(Box::new(signed), stats))
+        });
     };
-    Run::spawn("neardup-sign", stages, cancel, move || {
+    Run::spawn("neardup-sign", &watched, move || {
         let hot = hot.get()?;
         let signed = neardup::sign_shard(&config, table.input(), &hot, &output, &control)?;
         Ok(serde_json::to_string(&signed).expect("reports serialise"))
@@ -242,28 +233,23 @@ pub fn start_decide(
     let mut paths = RunPaths::new();
     hot.read_paths(&mut paths);
     paths.check().map_err(crate::errors::to_py)?;
-    let stages = progress();
-    let cancel = CancelToken::new();
-    let control = RunControl {
-        cancel: cancel.clone(),
-        ..RunControl::default()
-    };
+    let control = RunControl::watched();
+    let watched = control.clone();
     let Some(output) = output else {
         return Run::spawn_output(
             "neardup-decide",
-            stages,
-            cancel,
+            &watched,
             crate::errors::to_py,
             move || {
-                let hot = hot.get()?;
+                let hot = hot.summary()?;
                 let inputs = signed_inputs(&signed);
                 let decided = neardup::decide(&config, &inputs, &hot, group, &control)?;
                 Ok(Output::Decided(Box::new(decided)))
             },
         );
     };
-    Run::spawn("neardup-decide", stages, cancel, move || {
-        let hot = hot.get()?;
+    Run::spawn("neardup-decide", &watched, move || {
+        let hot = hot.summary()?;
         let inputs = signed_inputs(&signed);
         let decided = neardup::decide_group_dirs(&config, &inputs, &hot, group, &output, &control)?;
         Ok(serde_json::to_string(&decided).expect("reports serialise"))
@@ -314,14 +300,9 @@ pub fn start_write(
     table.read_paths(&mut paths);
     paths.write_config_outputs(&config, &[]);
     paths.check().map_err(crate::errors::to_py)?;
-    let stages = progress();
-    let cancel = CancelToken::new();
-    let control = RunControl {
-        stage2: Some(stages[1].clone()),
-        cancel: cancel.clone(),
-        ..RunControl::default()
-    };
-    Run::spawn("neardup-write", stages, cancel, move || {
+    let control = RunControl::watched();
+    let watched = control.clone();
+    Run::spawn("neardup-write", &watched, move || {
         let hot = hot.get()?;
         let inputs = decided_inputs(&decided);
         let report = neardup::write_shard(&config, table.input(), &hot, &inputs, &control)?;

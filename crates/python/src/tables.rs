@@ -9,10 +9,6 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use std::sync::Arc;
-
-use neardup::CancelToken;
-use neardup::keys::{PlanBuilder, Progress};
 use pyo3::exceptions::PyValueError;
 
 use crate::errors::{discovery_to_py, keys_to_py, to_py};
@@ -286,9 +282,9 @@ pub fn compute_keys(
 ) -> PyResult<KeyTable> {
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
-    let (files, _problems) = neardup::discover_inputs(&config).map_err(discovery_to_py)?;
+    let step = neardup::KeysStep::new(&config, shard).map_err(discovery_to_py)?;
     let (inner, stats) = py
-        .detach(|| neardup::compute_keys(&config, &files, shard))
+        .detach(|| step.table(&neardup::RunControl::default()))
         .map_err(to_py)?;
     Ok(KeyTable {
         inner,
@@ -315,37 +311,25 @@ pub fn hot_keys(
     if items.is_empty() {
         return Err(PyValueError::new_err("no key tables given"));
     }
-    let cancel = CancelToken::new();
-    let stages = [Arc::new(Progress::default()), Arc::new(Progress::default())];
+    let mut config = neardup::Config::default();
+    config.keys.min_key_count = min_key_count;
+    config.keys.memory_limit = memory_limit;
+    config.keys.spill_dir = spill_dir;
+    config.run.threads = threads;
+    config.validate_run().map_err(to_py)?;
+    let control = neardup::RunControl::watched();
+    let watched = control.clone();
     if items.iter().all(|t| t.cast::<KeyTable>().is_ok()) {
         // In memory: the frozen tables are read on the run's thread without the GIL (no copy).
         let owned: Vec<Py<KeyTable>> = items
             .iter()
             .map(|t| t.cast::<KeyTable>().expect("checked").clone().unbind())
             .collect();
-        let stop = cancel.clone();
-        return Run::spawn_hot("neardup-hot", stages, cancel, move || {
+        return Run::spawn_hot("neardup-hot", &watched, move || {
             let refs: Vec<&neardup::keys::KeyTable> =
                 owned.iter().map(|t| &t.get().inner).collect();
             let (hot, _mask, stats) =
-                neardup::keys::merge_tables(&refs, min_key_count).map_err(keys_error)?;
-            let hot = if groups > 1 {
-                let mut ordered = refs.clone();
-                ordered.sort_by_key(|t| t.shard());
-                let mut builder = PlanBuilder::new(hot.keys()).map_err(keys_error)?;
-                for table in ordered {
-                    if stop.is_cancelled() {
-                        return Err(neardup::Error::Interrupted);
-                    }
-                    for row in table.keys().chunks_exact(table.columns().max(1)) {
-                        builder.add_row(row, |c| row[c] != neardup::sketch::NO_KEY);
-                    }
-                }
-                hot.with_plan(builder.finish(groups).map_err(keys_error)?)
-                    .map_err(keys_error)?
-            } else {
-                hot
-            };
+                neardup::HotStep::new(&config, refs.as_slice(), groups)?.merge(&control)?;
             Ok((hot, stats))
         });
     }
@@ -359,34 +343,11 @@ pub fn hot_keys(
             })
         })
         .collect::<PyResult<_>>()?;
-    let mut config = neardup::Config::default();
-    config.keys.min_key_count = min_key_count;
-    config.keys.memory_limit = memory_limit;
-    config.keys.spill_dir = spill_dir;
-    config.run.threads = threads;
-    config.validate_run().map_err(to_py)?;
-    let control = neardup::RunControl {
-        cancel: cancel.clone(),
-        ..neardup::RunControl::default()
-    };
-    Run::spawn_hot("neardup-hot", stages, cancel, move || {
-        let (hot, _mask, stats) = neardup::merge_hot_key_files_with(&config, &paths, &control)?;
-        let hot = if groups > 1 {
-            let shards = neardup::keys::ShardTables::open(&paths)?;
-            let plan = neardup::keys::plan_from_tables(&shards, &hot, groups, &|| {
-                control.cancel.is_cancelled()
-            })?;
-            hot.with_plan(plan)?
-        } else {
-            hot
-        };
+    Run::spawn_hot("neardup-hot", &watched, move || {
+        let (hot, _mask, stats) =
+            neardup::HotStep::new(&config, &paths, groups)?.merge(&control)?;
         Ok((hot, stats))
     })
-}
-
-/// A key-table error of a merge as the facade's error (so that it maps like a run's).
-fn keys_error(e: neardup::keys::KeysError) -> neardup::Error {
-    neardup::Error::Keys(e)
 }
 
 /// The `HotKeys` a hot-key [`Run`] made.

@@ -5,7 +5,7 @@
 //! `1 - (1 - s^rows)^bands` at Jaccard `s`. Each band is reduced to one u64 key so that tables
 //! hold `bands` u64 per text.
 
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +64,31 @@ impl LshParams {
         if !(fp_weight >= 0.0 && fn_weight >= 0.0) {
             return Err(SketchError::InvalidLsh("weights must be >= 0".into()));
         }
+        // A pure function of its inputs, asked for several times per process (every settings
+        // check resolves it) and costing milliseconds each: a distributed run's many short
+        // processes paid for it a dozen times each.
+        type Memo = Vec<((u64, usize, u64, u64), LshParams)>;
+        static MEMO: Mutex<Memo> = Mutex::new(Vec::new());
+        let key = (
+            threshold.to_bits(),
+            num_perm,
+            fp_weight.to_bits(),
+            fn_weight.to_bits(),
+        );
+        let memo = |m: &Memo| m.iter().find(|(k, _)| *k == key).map(|&(_, p)| p);
+        if let Some(p) = memo(&MEMO.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(p);
+        }
+        let best = Self::search(threshold, num_perm, fp_weight, fn_weight);
+        let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+        if memo(&m).is_none() {
+            m.push((key, best));
+        }
+        Ok(best)
+    }
+
+    /// [`LshParams::optimal`]'s search, on checked inputs.
+    fn search(threshold: f64, num_perm: usize, fp_weight: f64, fn_weight: f64) -> LshParams {
         let mut best = LshParams { bands: 0, rows: 0 };
         let mut min_error = f64::INFINITY;
         // The search skips what cannot win, so its cost stays small for wide signatures (all
@@ -97,7 +122,7 @@ impl LshParams {
                 }
             }
         }
-        Ok(best)
+        best
     }
 
     /// `bands * rows`: the signature positions the keys depend on.
