@@ -26,15 +26,14 @@ use neardup_dedup::{
     DecideShape, DecidedMerge, DedupStats, DeduperStats, RecordWriter, SignedCounts, SignedShape,
     StepSink, decide_group, run_sign, run_write, signed_shape,
 };
-use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, ShardPlace};
+use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping, ShardPlace};
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::error::Error;
 use crate::paths::RunPaths;
 use crate::pipeline::{
-    Report, RunControl, check_hot_layout, check_hot_layout_is, keys_config, publish_error,
-    stage2_config, wrong_tables,
+    Report, RunControl, check_hot_layout, keys_config, publish_error, stage2_config, wrong_tables,
 };
 #[cfg(doc)]
 use crate::step_values::StepInput;
@@ -213,18 +212,15 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
 pub(crate) const STEP_FORMAT_VERSION: u32 = 3;
 
 impl TableInput<'_> {
-    /// The shard's hot mask, files and place among the shards `hot` was counted from; with
-    /// `groups`, the mask knows each hot row's group (what `sign` needs).
+    /// The shard's hot mask, files and place among the shards `hot` was counted from.
     fn mask(
         &self,
         hot: &HotKeys,
-        groups: bool,
+        grouping: RowGrouping,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
-        match (self, groups) {
-            (TableInput::File(path), false) => HotMask::for_shard(path, hot),
-            (TableInput::File(path), true) => HotMask::for_shard_grouped(path, hot),
-            (TableInput::Value(table), false) => HotMask::for_table(table, hot),
-            (TableInput::Value(table), true) => HotMask::for_table_grouped(table, hot),
+        match self {
+            TableInput::File(path) => HotMask::for_shard(path, hot, grouping),
+            TableInput::Value(table) => HotMask::for_table(table, hot, grouping),
         }
         .map_err(wrong_tables)
     }
@@ -262,9 +258,9 @@ fn sign_into(
     control: &RunControl,
 ) -> Result<(SignManifest, Vec<Vec<u8>>, DedupStats), Error> {
     config.validate()?;
-    check_hot_layout(config, hot)?;
+    check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot, true)?;
+    let (mask, files, place) = table.mask(hot, RowGrouping::Record)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let mut paths = RunPaths::new();
@@ -352,7 +348,7 @@ fn decide_into(
     control: &RunControl,
 ) -> Result<(DecideManifest, Vec<Vec<u8>>), Error> {
     config.validate()?;
-    check_hot_layout_is(config, hot.layout())?;
+    check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint();
     let groups = hot.groups();
     if group >= groups {
@@ -523,9 +519,9 @@ pub fn write_shard<'a>(
 ) -> Result<Report, Error> {
     let table = table.into();
     config.validate()?;
-    check_hot_layout(config, hot)?;
+    check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot, false)?;
+    let (mask, files, place) = table.mask(hot, RowGrouping::Skip)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config);

@@ -512,7 +512,7 @@ pub fn apply<'a>(
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    check_hot_layout(config, hot)?;
+    check_hot_layout(config, hot.layout())?;
     match tables.into() {
         KeyTables::Values(mut ordered) => {
             ordered.sort_by_key(|t| t.shard());
@@ -562,12 +562,9 @@ fn check_apply_paths(config: &Config, files: &[FileRows], tables: &[PathBuf]) ->
     paths.prepare()
 }
 
-pub(crate) fn check_hot_layout(config: &Config, hot: &HotKeys) -> Result<(), Error> {
-    check_hot_layout_is(config, hot.layout())
-}
-
-/// [`check_hot_layout`] of the layout a hot-key file (or its summary) records.
-pub(crate) fn check_hot_layout_is(config: &Config, hot: &TableLayout) -> Result<(), Error> {
+/// Refuses hot keys (a hot-key file or its summary: `hot` is the layout it records) made with
+/// other sketch or field settings than `config`'s.
+pub(crate) fn check_hot_layout(config: &Config, hot: &TableLayout) -> Result<(), Error> {
     let layout = keys_config(config)?.layout();
     if *hot == layout {
         return Ok(());

@@ -119,6 +119,8 @@ impl Write for StepSink {
 
 /// Writes the signed samples of one shard, one stream per group (see the module docs).
 pub struct Signer<'a> {
+    /// The shard's hot mask: each sample's hot columns.
+    mask: &'a HotMask,
     /// The group of each hot row of the shard (from the hot-key file's plan).
     groups: HotRowGroups<'a>,
     shape: SignedShape,
@@ -128,8 +130,19 @@ pub struct Signer<'a> {
     seen: HashSet<u128>,
     samples: Vec<u64>,
     copies_by_hash: u64,
-    /// A later copy's hot columns (reused).
-    copy_hot: Vec<bool>,
+    /// The hot columns of the sample being written (reused).
+    hot_columns: Vec<bool>,
+}
+
+/// Where a hot sample of a `sign` step is, and what names it.
+pub(crate) struct SampleAt<'s> {
+    /// Its row in the global row order.
+    pub row: u64,
+    /// Its row in the shard (the mask's numbering).
+    pub local_row: u64,
+    pub addr: SampleAddr,
+    pub id: Option<&'s str>,
+    pub content_hash: u128,
 }
 
 /// What a [`Signer`] wrote.
@@ -142,9 +155,9 @@ pub struct SignedCounts {
 }
 
 impl<'a> Signer<'a> {
-    /// A signer of the hot rows of `mask` (one shard's, made with `hot` by
-    /// [`HotMask::for_shard_grouped`] or [`HotMask::for_table_grouped`]) writing group `g`'s
-    /// samples to `sinks[g]` (one sink per group of `hot`).
+    /// A signer of the hot rows of `mask` (one shard's, made with `hot` and
+    /// [`neardup_keys::RowGrouping::Record`]) writing group `g`'s samples to `sinks[g]` (one sink
+    /// per group of `hot`).
     pub fn new(
         hot: &HotKeys,
         mask: &'a HotMask,
@@ -158,13 +171,14 @@ impl<'a> Signer<'a> {
             .map(RecordWriter::new)
             .collect::<io::Result<Vec<_>>>()?;
         Ok(Signer {
+            mask,
             groups: mask.groups(),
             shape,
             samples: vec![0; streams.len()],
             streams,
             seen: HashSet::new(),
             copies_by_hash: 0,
-            copy_hot: Vec::new(),
+            hot_columns: Vec::new(),
         })
     }
 
@@ -173,122 +187,69 @@ impl<'a> Signer<'a> {
         self.shape
     }
 
-    fn write(&mut self, group: u32, sample: &SignedParts<'_>) -> io::Result<()> {
+    /// Writes one sample to its group's stream; a sample of any kind but
+    /// [`SignedKind::Copy`] carries its hot columns, read from the mask.
+    fn write(
+        &mut self,
+        at: &SampleAt<'_>,
+        kind: SignedKind,
+        signature: &[u32],
+        text: &str,
+    ) -> io::Result<()> {
+        let group = self.groups.group_of(at.local_row as usize).ok_or_else(|| {
+            io::Error::other(format!(
+                "row {} of the shard is signed but the hot keys mark it cold",
+                at.local_row
+            ))
+        })?;
+        let mut hot = std::mem::take(&mut self.hot_columns);
+        hot.clear();
+        if kind != SignedKind::Copy {
+            let (mask, row) = (self.mask, at.local_row as usize);
+            hot.extend((0..self.shape.columns).map(|c| mask.is_hot(row, c)));
+        }
         let stream = &mut self.streams[group as usize];
-        encode_signed_parts(sample, self.shape, stream.buffer());
+        let sample = SignedParts {
+            row: at.row,
+            addr: at.addr,
+            id: at.id,
+            content_hash: at.content_hash,
+            kind,
+            signature,
+            hot: &hot,
+            text,
+        };
+        encode_signed_parts(&sample, self.shape, stream.buffer());
+        self.hot_columns = hot;
         stream.record_done()?;
         self.samples[group as usize] += 1;
         Ok(())
     }
 
-    /// The group of the shard's hot row `local_row` (rows come in ascending order).
-    fn group_of(&mut self, local_row: u64) -> io::Result<u32> {
-        self.groups.group_of(local_row as usize).ok_or_else(|| {
-            io::Error::other(format!(
-                "row {local_row} of the shard is signed but the hot keys mark it cold"
-            ))
-        })
-    }
-
-    /// Writes a hot sample: with its signature (`--verify estimate`: decide computes its keys
-    /// from it), or, when this signer's shape carries texts, with its text alone (decide
-    /// sketches it); `signature` is then empty. `row` is its global row, `local_row` its row in
-    /// the shard.
-    #[allow(clippy::too_many_arguments)]
+    /// Writes a hot sample that is not a later copy: with its `signature` under
+    /// `--verify estimate` (decide computes its keys from it), with its `text` alone when this
+    /// signer's shape carries texts (decide sketches it); the other one is not written.
     pub(crate) fn push_full(
         &mut self,
-        row: u64,
-        local_row: u64,
-        addr: SampleAddr,
-        id: Option<&str>,
-        content_hash: u128,
+        at: &SampleAt<'_>,
         signature: &[u32],
-        hot: &[bool],
         text: &str,
     ) -> io::Result<()> {
-        let group = self.group_of(local_row)?;
-        self.seen.insert(content_hash);
-        self.write(
-            group,
-            &SignedParts {
-                row,
-                addr,
-                id,
-                content_hash,
-                kind: SignedKind::Full,
-                signature,
-                hot,
-                text: if self.shape.texts { text } else { "" },
-            },
-        )
+        self.seen.insert(at.content_hash);
+        self.write(at, SignedKind::Full, signature, text)
     }
 
     /// Writes a later exact copy by stage 1's count: as its content hash alone when an earlier
-    /// hot sample of this shard had the same hash, else with its hot columns (`is_hot` of each)
-    /// and text (decide sketches it only if the hash finds no earlier sample).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn push_copy(
-        &mut self,
-        row: u64,
-        local_row: u64,
-        addr: SampleAddr,
-        id: Option<&str>,
-        content_hash: u128,
-        is_hot: impl Fn(usize) -> bool,
-        text: &str,
-    ) -> io::Result<()> {
-        let group = self.group_of(local_row)?;
-        let by_hash = !self.seen.insert(content_hash);
-        let mut hot = std::mem::take(&mut self.copy_hot);
-        hot.clear();
-        if !by_hash {
-            hot.extend((0..self.shape.columns).map(is_hot));
-        }
-        let written = self.write(
-            group,
-            &SignedParts {
-                row,
-                addr,
-                id,
-                content_hash,
-                kind: if by_hash {
-                    SignedKind::Copy
-                } else {
-                    SignedKind::CopyWithText
-                },
-                signature: &[],
-                hot: &hot,
-                text: if by_hash { "" } else { text },
-            },
-        );
-        self.copy_hot = hot;
-        written?;
-        if by_hash {
+    /// hot sample of this shard had the same hash, else with its hot columns and text (decide
+    /// sketches it only if the hash finds no earlier sample).
+    pub(crate) fn push_copy(&mut self, at: &SampleAt<'_>, text: &str) -> io::Result<()> {
+        if self.seen.insert(at.content_hash) {
+            self.write(at, SignedKind::CopyWithText, &[], text)
+        } else {
+            self.write(at, SignedKind::Copy, &[], "")?;
             self.copies_by_hash += 1;
+            Ok(())
         }
-        Ok(())
-    }
-
-    /// [`Signer::push_full`] of a sample sent as its text (the shape carries texts), its hot
-    /// columns `is_hot` of each.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn push_text(
-        &mut self,
-        row: u64,
-        local_row: u64,
-        addr: SampleAddr,
-        id: Option<&str>,
-        content_hash: u128,
-        is_hot: impl Fn(usize) -> bool,
-        text: &str,
-    ) -> io::Result<()> {
-        debug_assert!(self.shape.texts);
-        let mut hot = std::mem::take(&mut self.copy_hot);
-        hot.clear();
-        hot.extend((0..self.shape.columns).map(is_hot));
-        let written = self.push_full(row, local_row, addr, id, content_hash, &[], &hot, text);
-        self.copy_hot = hot;
-        written
     }
 
     /// Ends every stream; returns the sinks (in group order) and what was written.

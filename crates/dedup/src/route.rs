@@ -11,7 +11,7 @@ use neardup_corpus::{DecisionRow, DecisionWriter, Reason};
 use neardup_keys::HotMask;
 
 use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
-use crate::distributed::{DecidedMerge, Signer};
+use crate::distributed::{DecidedMerge, SampleAt, Signer};
 use crate::error::DedupError;
 use crate::stage::{
     Addressing, Decision, DedupStats, EmptyPolicy, HotWork, PreparedBlock, PreparedSample,
@@ -150,50 +150,32 @@ impl HotRoute for Signer<'_> {
 
     fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
         let carried = |range: (u32, u32)| &hot.block.carried[range.0 as usize..range.1 as usize];
+        let at = |row: u64, content_hash: u128| SampleAt {
+            row: hot.row_base + row,
+            local_row: row,
+            addr: hot.addr,
+            id: hot.id,
+            content_hash,
+        };
         match hot.sample.kind {
             SampleKind::Copy {
                 content_hash,
                 row,
                 text,
-            } => self.push_copy(
-                hot.row_base + row,
-                row,
-                hot.addr,
-                hot.id,
-                content_hash,
-                |c| hot.mask.is_hot(row as usize, c),
-                carried(text),
-            ),
+            } => self.push_copy(&at(row, content_hash), carried(text)),
             SampleKind::Text {
                 content_hash,
                 row,
                 text,
-            } => self.push_text(
-                hot.row_base + row,
-                row,
-                hot.addr,
-                hot.id,
-                content_hash,
-                |c| hot.mask.is_hot(row as usize, c),
-                carried(text),
-            ),
+            } => self.push_full(&at(row, content_hash), &[], carried(text)),
             SampleKind::Hot {
                 content_hash,
                 slot,
                 row,
                 ..
             } => {
-                let (signature, _, hot_columns) = hot.block.signed(slot, hot.cfg);
-                self.push_full(
-                    hot.row_base + row,
-                    row,
-                    hot.addr,
-                    hot.id,
-                    content_hash,
-                    signature,
-                    hot_columns,
-                    "",
-                )
+                let (signature, _, _) = hot.block.signed(slot, hot.cfg);
+                self.push_full(&at(row, content_hash), signature, "")
             }
             _ => return Err(wrong_route("a hot sample without its signature")),
         }

@@ -437,7 +437,7 @@ fn prepare_block(
                     SampleKind::Decided { row: this_row }
                 } else if mask.is_later_copy(this_row as usize) {
                     SampleKind::Copy {
-                        content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
+                        content_hash: cfg.sketcher.content_hash(&text, scratch),
                         row: this_row,
                         text: if texts_of_copies {
                             carry(&text)
@@ -449,7 +449,7 @@ fn prepare_block(
                     // Stage 1 found one of its keys hot, so it is not blank (its keys would all
                     // be NO_KEY): nothing to sketch here.
                     SampleKind::Text {
-                        content_hash: cfg.rule.content_hash(&cfg.sketcher, &text),
+                        content_hash: cfg.sketcher.content_hash(&text, scratch),
                         row: this_row,
                         text: carry(&text),
                     }

@@ -13,8 +13,8 @@ use crate::error::KeysError;
 use crate::plan::Plan;
 use crate::table::{
     BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
-    TableLayout, TableReader, read_framed_header, read_u64s, truncated, verify_trailer,
-    write_framed_header, write_u64s,
+    TableLayout, TableReader, read_framed_header, truncated, verify_trailer, write_framed_header,
+    write_u64s,
 };
 
 /// Reads and checks a hot-key file's header.
@@ -39,6 +39,73 @@ fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, Key
     Ok(header)
 }
 
+/// Reads what follows a hot-key file's header — its keys, its plan's group per key — and its
+/// trailer, handing each key to `key` and each group to `group`. The whole is checked: the
+/// checksum first (a damaged file is reported as damaged), then that the keys ascend strictly
+/// and that every group is within the plan.
+fn read_hot_body<R: Read>(
+    mut input: ChecksumReader<R>,
+    header: &HotHeader,
+    path: &Path,
+    mut key: impl FnMut(u64),
+    mut group: impl FnMut(u32),
+) -> Result<(), KeysError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut previous, mut ascending) = (None::<u64>, true);
+    read_values(&mut input, &mut buf, header.keys, path, |b: [u8; 8]| {
+        let k = u64::from_le_bytes(b);
+        ascending &= previous.is_none_or(|p| p < k);
+        previous = Some(k);
+        key(k);
+    })?;
+    let mut within_plan = true;
+    if let Some(plan) = &header.plan {
+        within_plan = plan.groups > 0;
+        read_values(&mut input, &mut buf, header.keys, path, |b: [u8; 4]| {
+            let g = u32::from_le_bytes(b);
+            within_plan &= g < plan.groups;
+            group(g);
+        })?;
+    }
+    verify_trailer(input, path, HOT_END)?;
+    if !ascending {
+        return Err(KeysError::Corrupt(format!(
+            "{}: hot keys are not strictly ascending",
+            path.display()
+        )));
+    }
+    if let (Some(plan), false) = (&header.plan, within_plan) {
+        return Err(KeysError::Corrupt(format!(
+            "{}: the plan names a group outside its {} groups",
+            path.display(),
+            plan.groups
+        )));
+    }
+    Ok(())
+}
+
+/// Reads `n` little-endian values of `W` bytes through `buf`, handing each to `each`.
+fn read_values<R: Read, const W: usize>(
+    input: &mut R,
+    buf: &mut [u8],
+    n: u64,
+    path: &Path,
+    mut each: impl FnMut([u8; W]),
+) -> Result<(), KeysError> {
+    let mut left = n;
+    while left > 0 {
+        let take = left.min((buf.len() / W) as u64) as usize;
+        input
+            .read_exact(&mut buf[..take * W])
+            .map_err(|e| truncated(path, e))?;
+        for b in buf[..take * W].chunks_exact(W) {
+            each(b.try_into().expect("W bytes"));
+        }
+        left -= take as u64;
+    }
+    Ok(())
+}
+
 /// What a hot-key file says about itself, without its keys: its settings, the tables it was
 /// counted from, its groups and its fingerprint ([`HotKeys::fingerprint`]). All that a `decide`
 /// step needs of it: loading it reads and checks the whole file but holds none of its keys, so
@@ -52,83 +119,25 @@ pub struct HotSummary {
     fingerprint: u64,
 }
 
-/// Hashes every byte read through it.
-struct Fingerprinting<R> {
-    inner: R,
-    hash: xxhash_rust::xxh3::Xxh3,
-}
-
-impl<R: Read> Read for Fingerprinting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hash.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
 impl HotSummary {
     /// Reads a hot-key file, checking it as [`HotKeys::load`] does (checksum, key order, plan),
     /// and keeps only its summary. Its fingerprint is the hash of the file's bytes, which are
     /// the bytes [`HotKeys::fingerprint`] hashes.
     pub fn load(path: &Path) -> Result<HotSummary, KeysError> {
         let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
-        let mut whole = Fingerprinting {
-            inner: BufReader::with_capacity(1 << 20, file),
-            hash: xxhash_rust::xxh3::Xxh3::new(),
-        };
+        // The whole file's hash (its trailer included) is its fingerprint; the inner one is
+        // checked against the trailer.
+        let mut whole = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
         let mut input = ChecksumReader::new(&mut whole);
         let header = read_hot_header(&mut input, path)?;
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut previous: Option<u64> = None;
-        let mut left = header.keys;
-        while left > 0 {
-            let take = left.min(buf.len() as u64 / 8) as usize;
-            input
-                .read_exact(&mut buf[..take * 8])
-                .map_err(|e| truncated(path, e))?;
-            for b in buf[..take * 8].chunks_exact(8) {
-                let key = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-                if previous.is_some_and(|p| p >= key) {
-                    return Err(KeysError::Corrupt(format!(
-                        "{}: hot keys are not strictly ascending",
-                        path.display()
-                    )));
-                }
-                previous = Some(key);
-            }
-            left -= take as u64;
-        }
-        let groups = match &header.plan {
-            None => 1,
-            Some(plan) => {
-                let mut left = header.keys;
-                while left > 0 {
-                    let take = left.min(buf.len() as u64 / 4) as usize;
-                    input
-                        .read_exact(&mut buf[..take * 4])
-                        .map_err(|e| truncated(path, e))?;
-                    let outside = buf[..take * 4]
-                        .chunks_exact(4)
-                        .any(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) >= plan.groups);
-                    if plan.groups == 0 || outside {
-                        return Err(KeysError::Corrupt(format!(
-                            "{}: the plan names a group outside its {} groups",
-                            path.display(),
-                            plan.groups
-                        )));
-                    }
-                    left -= take as u64;
-                }
-                plan.groups
-            }
-        };
-        verify_trailer(input, path, HOT_END)?;
+        read_hot_body(input, &header, path, |_| {}, |_| {})?;
+        let groups = header.plan.as_ref().map_or(1, |p| p.groups);
         Ok(HotSummary {
             layout: header.layout,
             keys: header.keys,
             tables: header.tables,
             groups,
-            fingerprint: whole.hash.digest(),
+            fingerprint: whole.digest(),
         })
     }
 
@@ -171,20 +180,19 @@ struct MaskMarker<'a> {
 }
 
 impl<'a> MaskMarker<'a> {
-    /// A marker of `rows` rows of `columns` keys; `groups`: record each hot row's group
-    /// ([`HotMask::groups`]).
-    fn new(hot: &'a HotKeys, rows: usize, columns: usize, groups: bool) -> MaskMarker<'a> {
+    /// A marker of `rows` rows of `columns` keys.
+    fn new(hot: &'a HotKeys, rows: usize, columns: usize, grouping: RowGrouping) -> MaskMarker<'a> {
         let mut mask = HotMask::new(rows, columns);
-        let plan = match (&hot.plan, groups) {
-            (Some(plan), true) => {
+        let plan = match (&hot.plan, grouping) {
+            (Some(plan), RowGrouping::Record) => {
                 mask.row_groups = RowGroups::Recorded(Vec::new());
                 Some((&hot.keys[..], &plan.group_of_key[..]))
             }
-            (None, true) => {
+            (None, RowGrouping::Record) => {
                 mask.row_groups = RowGroups::One;
                 None
             }
-            (_, false) => None,
+            (_, RowGrouping::Skip) => None,
         };
         MaskMarker {
             mask,
@@ -323,23 +331,13 @@ impl HotKeys {
     /// the distributed steps can be tied to the hot-key file they were made with. Keys counted
     /// within one run are refused, as by [`HotKeys::save`].
     pub fn fingerprint(&self) -> Result<u64, KeysError> {
-        /// Hashes what is written to it: the file's bytes are never held (every step process
-        /// fingerprints its hot-key file, which can be large).
-        struct HashingWriter(xxhash_rust::xxh3::Xxh3);
-        impl Write for HashingWriter {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.update(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
         let tables = self.saved_tables(Path::new(BYTES_NAME))?;
-        let mut hasher = HashingWriter(xxhash_rust::xxh3::Xxh3::new());
-        self.write_to(&mut hasher, tables)
+        // The bytes are hashed as they are serialised, never held: every step process
+        // fingerprints its hot-key file, which can be large.
+        let mut hashing = ChecksumWriter::new(std::io::sink());
+        self.write_to(&mut hashing, tables)
             .expect("hashing cannot fail");
-        Ok(hasher.0.digest())
+        Ok(hashing.finish().1)
     }
 
     /// The summary a saved file of these keys has ([`HotSummary::load`]). Keys counted within
@@ -548,42 +546,23 @@ impl HotKeys {
         if header.keys.saturating_mul(8) > size {
             return Err(truncated(path, std::io::ErrorKind::UnexpectedEof.into()));
         }
-        let keys = read_u64s(&mut input, header.keys as usize).map_err(|e| truncated(path, e))?;
-        let plan = match header.plan {
-            None => None,
-            Some(summary) => {
-                let mut bytes = vec![0u8; keys.len() * 4];
-                input
-                    .read_exact(&mut bytes)
-                    .map_err(|e| truncated(path, e))?;
-                let group_of_key: Vec<u32> = bytes
-                    .chunks_exact(4)
-                    .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-                    .collect();
-                if summary.groups == 0 || group_of_key.iter().any(|g| *g >= summary.groups) {
-                    return Err(KeysError::Corrupt(format!(
-                        "{}: the plan names a group outside its {} groups",
-                        path.display(),
-                        summary.groups
-                    )));
-                }
-                Some(Plan {
-                    groups: summary.groups,
-                    group_of_key,
-                    group_rows: summary.group_rows,
-                    components: summary.components,
-                    largest_component: summary.largest_component,
-                    hot_rows: summary.hot_rows,
-                })
-            }
-        };
-        verify_trailer(input, path, HOT_END)?;
-        if !keys.windows(2).all(|w| w[0] < w[1]) {
-            return Err(KeysError::Corrupt(format!(
-                "{}: hot keys are not strictly ascending",
-                path.display()
-            )));
-        }
+        let mut keys = Vec::with_capacity(header.keys as usize);
+        let mut group_of_key = Vec::new();
+        read_hot_body(
+            input,
+            &header,
+            path,
+            |k| keys.push(k),
+            |g| group_of_key.push(g),
+        )?;
+        let plan = header.plan.map(|summary| Plan {
+            groups: summary.groups,
+            group_of_key,
+            group_rows: summary.group_rows,
+            components: summary.components,
+            largest_component: summary.largest_component,
+            hot_rows: summary.hot_rows,
+        });
         Ok(HotKeys {
             layout: header.layout,
             min_count: header.min_count,
@@ -627,10 +606,20 @@ pub struct HotMask {
     row_groups: RowGroups,
 }
 
+/// Whether a shard's mask records the group of each hot row ([`HotMask::groups`]): a `sign`
+/// step needs them, a `write` step does not (recording costs a search per hot row).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowGrouping {
+    /// Record them.
+    Record,
+    /// Do not.
+    Skip,
+}
+
 /// Which groups a [`HotMask`] knows its hot rows to be in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum RowGroups {
-    /// Not recorded (the mask was built without [`HotMask::for_shard_grouped`]).
+    /// Not recorded ([`RowGrouping::Skip`]).
     NotRecorded,
     /// One group (no plan).
     One,
@@ -714,7 +703,7 @@ impl HotMask {
             return Ok(HotMask::new(0, 0));
         };
         let rows = tables.iter().map(|t| t.rows()).sum();
-        let mut marker = MaskMarker::new(hot, rows, first.columns(), false);
+        let mut marker = MaskMarker::new(hot, rows, first.columns(), RowGrouping::Skip);
         for t in tables {
             marker.mark(t.keys());
         }
@@ -730,7 +719,7 @@ impl HotMask {
         tables.layout.check_compatible(hot.layout())?;
         hot.check_tables(&tables.identities, Some(&tables.paths))?;
         let rows = tables.rows.iter().sum::<u64>() as usize;
-        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns(), false);
+        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns(), RowGrouping::Skip);
         let mut files = Vec::new();
         let mut block = Vec::new();
         for p in &tables.paths {
@@ -756,30 +745,18 @@ impl HotMask {
     pub fn for_shard(
         table: &Path,
         hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::shard_mask(table, hot, false)
-    }
-
-    /// [`HotMask::for_shard`], also recording the group of each hot row
-    /// ([`HotMask::groups`]): what a `sign` step needs.
-    pub fn for_shard_grouped(
-        table: &Path,
-        hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::shard_mask(table, hot, true)
-    }
-
-    fn shard_mask(
-        table: &Path,
-        hot: &HotKeys,
-        groups: bool,
+        grouping: RowGrouping,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
         shards.layout.check_compatible(hot.layout())?;
         let identity = shards.identities[0];
         let place = shard_place(identity, hot, &table.display().to_string())?;
-        let mut marker =
-            MaskMarker::new(hot, identity.rows as usize, shards.layout.columns(), groups);
+        let mut marker = MaskMarker::new(
+            hot,
+            identity.rows as usize,
+            shards.layout.columns(),
+            grouping,
+        );
         let mut reader = TableReader::open(table)?;
         let mut block = Vec::new();
         loop {
@@ -798,28 +775,12 @@ impl HotMask {
     pub fn for_table(
         table: &KeyTable,
         hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::table_mask(table, hot, false)
-    }
-
-    /// [`HotMask::for_table`], also recording the group of each hot row
-    /// ([`HotMask::groups`]): what a `sign` step needs.
-    pub fn for_table_grouped(
-        table: &KeyTable,
-        hot: &HotKeys,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        Self::table_mask(table, hot, true)
-    }
-
-    fn table_mask(
-        table: &KeyTable,
-        hot: &HotKeys,
-        groups: bool,
+        grouping: RowGrouping,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         table.layout().check_compatible(hot.layout())?;
         let name = format!("the key table of shard {}", table.shard());
         let place = shard_place(table.identity(), hot, &name)?;
-        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), groups);
+        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), grouping);
         marker.mark(table.keys());
         Ok((marker.mask, table.files().to_vec(), place))
     }
@@ -858,8 +819,7 @@ impl HotMask {
         let start = row * self.columns;
         (start..start + self.columns).any(|p| self.get_position(p))
     }
-    /// Whether the mask knows its hot rows' groups (made by [`HotMask::for_shard_grouped`] or
-    /// [`HotMask::for_table_grouped`]).
+    /// Whether the mask knows its hot rows' groups (made with [`RowGrouping::Record`]).
     pub fn has_groups(&self) -> bool {
         self.row_groups != RowGroups::NotRecorded
     }
@@ -1018,7 +978,7 @@ mod tests {
         // Each shard's mask numbers its own rows.
         let mut got = Vec::new();
         for t in &tables {
-            let (mask, _, _) = HotMask::for_table_grouped(t, &hot).unwrap();
+            let (mask, _, _) = HotMask::for_table(t, &hot, RowGrouping::Record).unwrap();
             assert!(mask.has_groups());
             let mut groups = mask.groups();
             for row in 0..2 {
@@ -1033,18 +993,18 @@ mod tests {
             }
         }
         assert_eq!(got, [Some(0), Some(1), Some(0), None, Some(1), Some(0)]);
-        let (mask, _, _) = HotMask::for_table_grouped(&tables[0], &hot).unwrap();
+        let (mask, _, _) = HotMask::for_table(&tables[0], &hot, RowGrouping::Record).unwrap();
         let mut groups = mask.groups();
         assert_eq!(groups.group_of(1), Some(1), "rows may be skipped");
         assert_eq!(groups.group_of(0), None, "but not asked for backwards");
         assert_eq!(groups.group_of(2), None, "past the mask");
         // A mask made without groups answers none, and says so.
-        let (plain_mask, _, _) = HotMask::for_table(&tables[0], &hot).unwrap();
+        let (plain_mask, _, _) = HotMask::for_table(&tables[0], &hot, RowGrouping::Skip).unwrap();
         assert!(!plain_mask.has_groups());
         assert_eq!(plain_mask.groups().group_of(0), None);
         // Without a plan every hot row is in group 0.
         let (plain, _, _) = merge_tables(&tables, 1).unwrap();
-        let (mask, _, _) = HotMask::for_table_grouped(&tables[2], &plain).unwrap();
+        let (mask, _, _) = HotMask::for_table(&tables[2], &plain, RowGrouping::Record).unwrap();
         let mut groups = mask.groups();
         assert_eq!((groups.group_of(0), groups.group_of(1)), (Some(0), Some(0)));
     }

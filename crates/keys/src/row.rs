@@ -3,7 +3,7 @@
 //! Both stages must turn a sample into exactly the same row, so the rule lives here, once, and
 //! stage 2 calls it for the samples it re-checks.
 
-use neardup_sketch::{NO_KEY, Scratch, Sketcher, content_hash, is_blank};
+use neardup_sketch::{NO_KEY, Scratch, Sketcher, is_blank};
 use serde::{Deserialize, Serialize};
 
 /// What to do with samples whose shingle set is empty (text shorter than the shingle size after
@@ -100,12 +100,6 @@ impl RowRule {
         !only_trim && is_blank(&n.normalize(text))
     }
 
-    /// The 128-bit content hash of `text` after normalisation: all that stage 2 needs of a
-    /// sample whose content key marks it as a later exact copy.
-    pub fn content_hash(&self, sketcher: &Sketcher, text: &str) -> u128 {
-        content_hash(&sketcher.config().normalizer.normalize(text))
-    }
-
     /// Sketches `text` into `row` (`row.len() == self.columns(bands)`), using `sig`
     /// (`len == num_perm`) as the signature buffer, which holds the signature afterwards for
     /// [`RowKind::Normal`] (and for [`RowKind::Short`]).
@@ -127,7 +121,7 @@ impl RowRule {
             };
         }
         if !self.band_keys {
-            let hash = content_hash(&sketcher.config().normalizer.normalize(text));
+            let hash = sketcher.content_hash(text, scratch);
             if let Some(slot) = row.first_mut() {
                 *slot = content_key(hash);
             }

@@ -799,6 +799,10 @@ impl<R: Read> ChecksumReader<R> {
             hasher: Xxh3::new(),
         }
     }
+    /// The hash of everything read so far.
+    pub(crate) fn digest(&self) -> u64 {
+        self.hasher.digest()
+    }
 }
 
 impl<R: Read> Read for ChecksumReader<R> {

@@ -26,6 +26,7 @@ pub mod error;
 pub mod lsh;
 pub mod minhash;
 pub mod normalize;
+mod sha1_block;
 mod sha1x16;
 pub mod shingle;
 mod shingle_hash;

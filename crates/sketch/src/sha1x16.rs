@@ -14,19 +14,11 @@ use std::arch::x86_64::*;
 
 use neardup_cpu::{Feature, Features};
 
-/// The longest message that fits one block with its padding (0x80 and the 8-byte length).
-pub(crate) const MAX_LEN: usize = 55;
+use crate::sha1_block::{H0, MAX_LEN, padded_block};
 
 /// Lanes per batch.
 pub(crate) const LANES: usize = 16;
 
-const H0: [u32; 5] = [
-    0x6745_2301,
-    0xEFCD_AB89,
-    0x98BA_DCFE,
-    0x1032_5476,
-    0xC3D2_E1F0,
-];
 const K: [u32; 4] = [0x5A82_7999, 0x6ED9_EBA1, 0x8F1B_BCDC, 0xCA62_C1D6];
 
 /// Up to [`LANES`] messages of at most [`MAX_LEN`] bytes, padded into their blocks as they are
@@ -65,11 +57,7 @@ impl Batch {
     /// When the batch is full or `message` is longer than [`MAX_LEN`].
     pub(crate) fn push(&mut self, message: &[u8]) {
         assert!(message.len() <= MAX_LEN && self.len < LANES);
-        let block = &mut self.blocks[self.len];
-        *block = [0; 64];
-        block[..message.len()].copy_from_slice(message);
-        block[message.len()] = 0x80;
-        block[56..].copy_from_slice(&(message.len() as u64 * 8).to_be_bytes());
+        self.blocks[self.len] = padded_block(message);
         self.len += 1;
     }
 
@@ -190,6 +178,12 @@ mod tests {
     use super::*;
     use sha1::{Digest, Sha1};
 
+    /// The reference: the first state word of `m`'s digest by the sha1 crate.
+    fn sha1_first_word(m: &[u8]) -> u32 {
+        let digest = Sha1::digest(m);
+        u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]])
+    }
+
     #[test]
     fn transpose_swaps_rows_and_columns() {
         if !Batch::supported() {
@@ -240,9 +234,7 @@ mod tests {
             }
             let got = batch.first_words().unwrap();
             for (lane, m) in messages.iter().enumerate() {
-                let digest = Sha1::digest(m);
-                let want = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
-                assert_eq!(got[lane], want, "len {}", m.len());
+                assert_eq!(got[lane], sha1_first_word(m), "len {}", m.len());
                 assert_eq!(batch.message(lane), &m[..]);
             }
         }
@@ -267,9 +259,7 @@ mod tests {
                 }
                 let got = batch.first_words().unwrap();
                 for (lane, m) in messages.iter().enumerate() {
-                    let digest = Sha1::digest(m);
-                    let want = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
-                    proptest::prop_assert_eq!(got[lane], want, "len {}", m.len());
+                    proptest::prop_assert_eq!(got[lane], sha1_first_word(m), "len {}", m.len());
                 }
             }
         }

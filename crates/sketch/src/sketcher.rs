@@ -244,6 +244,17 @@ impl Sketcher {
         fingerprint_set(sign.mostly_distinct_hashes(), out, set);
     }
 
+    /// The 128-bit content hash of `text` after normalisation (what [`Sketcher::sketch`] reports
+    /// as `content_hash`), normalising into `scratch`'s buffers: no shingle is hashed and
+    /// nothing is allocated once the buffers have grown.
+    pub fn content_hash(&self, text: &str, scratch: &mut Scratch) -> u128 {
+        content_hash(
+            self.config
+                .normalizer
+                .normalize_into(text, &mut scratch.norm),
+        )
+    }
+
     /// Appends to `out` the shingle set of the text last passed to [`Sketcher::signature`] or
     /// [`Sketcher::sketch`] with this scratch, as [`Sketcher::shingle_set`] would return it,
     /// without normalising and hashing the text again.

@@ -7,6 +7,7 @@ use sha1::digest::generic_array::GenericArray;
 use sha1::{Digest, Sha1};
 
 use super::{EMPTY_SLOT, Kernel};
+use crate::sha1_block::{H0, MAX_LEN, padded_block};
 use crate::shingle::Shingler;
 
 pub(super) const MERSENNE_61: u64 = (1 << 61) - 1;
@@ -15,7 +16,7 @@ pub(super) const MERSENNE_61: u64 = (1 << 61) - 1;
 /// are queued in text order with a placeholder in `hashes`, which each full batch fills in.
 #[cfg(target_arch = "x86_64")]
 pub(super) fn hash_shingles_x16(shingler: &Shingler, text: &str, hashes: &mut Vec<u64>) {
-    use crate::sha1x16::{Batch, LANES, MAX_LEN};
+    use crate::sha1x16::{Batch, LANES};
 
     /// Fills in the placeholders `slots[..batch.len()]`; a batch of a few messages (the end of
     /// a text) is cheaper one by one.
@@ -55,23 +56,14 @@ pub(super) fn hash_shingles_x16(shingler: &Shingler, text: &str, hashes: &mut Ve
     finish(&mut batch, &slots, hashes);
 }
 
-/// The first 4 bytes of `sha1(shingle)` as a little-endian u32. A shingle of at most 55 bytes
-/// is one padded block: building it here and calling the compression function directly skips
-/// the `Digest` buffering, which costs more than the compression itself for short inputs.
+/// The first 4 bytes of `sha1(shingle)` as a little-endian u32. A shingle of at most
+/// [`MAX_LEN`] bytes is one padded block: building it here and calling the compression function
+/// directly skips the `Digest` buffering, which costs more than the compression itself for short
+/// inputs.
 #[inline]
 pub(super) fn shingle_hash(shingle: &[u8]) -> u64 {
-    const H0: [u32; 5] = [
-        0x6745_2301,
-        0xEFCD_AB89,
-        0x98BA_DCFE,
-        0x1032_5476,
-        0xC3D2_E1F0,
-    ];
-    let digest_word = if shingle.len() <= 55 {
-        let mut block = [0u8; 64];
-        block[..shingle.len()].copy_from_slice(shingle);
-        block[shingle.len()] = 0x80;
-        block[56..].copy_from_slice(&(shingle.len() as u64 * 8).to_be_bytes());
+    let digest_word = if shingle.len() <= MAX_LEN {
+        let block = padded_block(shingle);
         let mut state = H0;
         sha1::compress(
             &mut state,
