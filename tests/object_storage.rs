@@ -458,3 +458,222 @@ fn an_interrupted_run_leaves_no_object_under_a_final_name() {
         }
     }
 }
+
+/// Runs `neardup ARGS` in `cwd` against the server; asserts it succeeded.
+fn step(s3: &S3Server, cwd: &Path, args: &[&str]) -> Output {
+    let o = with_env(neardup().current_dir(cwd).args(args), &s3.env());
+    assert!(o.status.success(), "{args:?}: {}", support::stderr(&o));
+    o
+}
+
+#[test]
+fn the_staged_steps_with_every_file_between_them_on_object_storage_match_one_local_dedup() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.create_bucket("work");
+    s3.upload_dir("corpus", "in/", &local);
+    let cwd = tmp.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let settings = ["--threshold", "0.7", "-j", "2"];
+
+    // The reference: one process over the same shards, on disk.
+    let shards = ["a/", "b/", "big.jsonl"];
+    let local_shards: Vec<String> = shards
+        .iter()
+        .map(|s| local.join(s).to_str().unwrap().to_string())
+        .collect();
+    let out = tmp.path().join("out-local");
+    let decisions = tmp.path().join("d-local.jsonl");
+    let mut args: Vec<&str> = vec!["dedup"];
+    args.extend(local_shards.iter().map(String::as_str));
+    args.extend(["--output", out.to_str().unwrap()]);
+    args.extend(["--decisions", decisions.to_str().unwrap()]);
+    args.extend(settings);
+    step(&s3, &cwd, &args);
+
+    // keys per shard → hot with 2 groups → sign per shard → decide per group → write per shard,
+    // every table, hot-key file, sign and decide directory, report and decisions file on S3.
+    let w = "s3://work/run";
+    for (i, shard) in shards.iter().enumerate() {
+        let input = format!("s3://corpus/in/{shard}");
+        let table = format!("{w}/keys-{i}.ndk");
+        let report = format!("{w}/keys-{i}.json");
+        let shard_no = i.to_string();
+        let mut args = vec!["keys", &input, "--shard", &shard_no, "-o", &table];
+        args.extend(["--report", &report]);
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+    let tables: Vec<String> = (0..shards.len())
+        .map(|i| format!("{w}/keys-{i}.ndk"))
+        .collect();
+    let hot = format!("{w}/hot.ndh");
+    let mut args = vec!["hot"];
+    args.extend(tables.iter().map(String::as_str));
+    args.extend(["--groups", "2", "-o", &hot]);
+    let hot_report = format!("{w}/hot.json");
+    args.extend(["--report", &hot_report]);
+    step(&s3, &cwd, &args);
+    let sigs: Vec<String> = (0..shards.len()).map(|i| format!("{w}/sig-{i}")).collect();
+    for (table, sig) in tables.iter().zip(&sigs) {
+        let mut args = vec!["sign", table, "--hot", &hot, "-o", sig];
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+    let decided: Vec<String> = (0..2).map(|g| format!("{w}/decided-{g}")).collect();
+    for (g, dir) in decided.iter().enumerate() {
+        let group = g.to_string();
+        let mut args = vec!["decide"];
+        args.extend(sigs.iter().map(String::as_str));
+        args.extend(["--hot", &hot, "--group", &group, "-o", dir]);
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+    for (i, table) in tables.iter().enumerate() {
+        let d = format!("{w}/d-{i}.jsonl");
+        let mut args = vec!["write", table, "--hot", &hot, "--decided"];
+        args.extend(decided.iter().map(String::as_str));
+        args.extend(["-o", "s3://corpus/out/", "--decisions", &d]);
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+
+    let concatenated: String = (0..shards.len())
+        .map(|i| String::from_utf8(s3.get("work", &format!("run/d-{i}.jsonl")).unwrap()).unwrap())
+        .collect();
+    let want = std::fs::read_to_string(&decisions)
+        .unwrap()
+        .replace(&format!("{}/", local.display()), "s3://corpus/in/");
+    assert!(concatenated == want, "the staged decisions differ");
+    let files = tree(&out);
+    assert_eq!(files.len(), 6);
+    for (name, bytes) in &files {
+        assert!(
+            s3.get("corpus", &format!("out/{name}")).as_ref() == Some(bytes),
+            "{name} differs"
+        );
+    }
+    let published = s3.keys("corpus", "out/");
+    assert_eq!(
+        published
+            .iter()
+            .filter(|k| k.contains("_SUCCESS.shard-"))
+            .count(),
+        shards.len(),
+        "{published:?}"
+    );
+    assert_eq!(published.len(), files.len() + shards.len(), "{published:?}");
+    let mut intermediates = s3.keys("work", "run/");
+    intermediates.retain(|k| !k.contains("/sig-") && !k.contains("/decided-"));
+    assert_eq!(
+        intermediates,
+        [
+            "run/d-0.jsonl",
+            "run/d-1.jsonl",
+            "run/d-2.jsonl",
+            "run/hot.json",
+            "run/hot.ndh",
+            "run/keys-0.json",
+            "run/keys-0.ndk",
+            "run/keys-1.json",
+            "run/keys-1.ndk",
+            "run/keys-2.json",
+            "run/keys-2.ndk",
+        ]
+    );
+    assert_eq!(
+        s3.keys("work", "run/sig-0/"),
+        [
+            "run/sig-0/group-00000.bin",
+            "run/sig-0/group-00001.bin",
+            "run/sig-0/manifest.json"
+        ]
+    );
+    assert_eq!(s3.keys("work", "run/decided-1/").len(), shards.len() + 1);
+    assert_eq!(s3.open_uploads("work") + s3.open_uploads("corpus"), 0);
+    // Nothing was written on disk under a name that looks like a URL.
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0);
+    let report: serde_json::Value =
+        serde_json::from_slice(&s3.get("work", "run/hot.json").unwrap()).unwrap();
+    assert_eq!(report["hot_keys_file"], hot.as_str());
+    assert_eq!(report["plan"]["groups"], 2);
+
+    // `apply` reads the tables and the hot-key file from object storage too.
+    let mut args = vec!["apply"];
+    args.extend(tables.iter().map(String::as_str));
+    args.extend(["--hot", &hot, "--decisions", "s3://work/apply.jsonl"]);
+    args.extend(settings);
+    step(&s3, &cwd, &args);
+    assert!(s3.get("work", "apply.jsonl").unwrap() == want.as_bytes());
+
+    // The same checks as for files: an output that is an input of its step is refused before
+    // any work, and a missing step output is named. Spill files stay on a local disk.
+    let o = with_env(
+        neardup()
+            .current_dir(&cwd)
+            .args(["hot", &tables[0], &tables[1], "-o", &tables[1]]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the hot-key file (--output) {} is the key table {}",
+            tables[1], tables[1]
+        )),
+        "{err}"
+    );
+    let o = with_env(
+        neardup().current_dir(&cwd).args([
+            "hot",
+            &tables[0],
+            "--spill-dir",
+            "s3://work/spill/",
+            "-o",
+            "s3://work/hot-0.ndh",
+        ]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the spill directory (--spill-dir) s3://work/spill/: spill files are"),
+        "{err}"
+    );
+    let mut args = vec!["decide", &sigs[0], &sigs[1], "s3://work/run/sig-9"];
+    args.extend([
+        "--hot",
+        &hot,
+        "--group",
+        "0",
+        "-o",
+        "s3://work/run/decided-x",
+    ]);
+    args.extend(settings);
+    let o = with_env(neardup().current_dir(&cwd).args(&args), &s3.env());
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("s3://work/run/sig-9: not a `neardup sign` output")
+            && err.contains("no such object"),
+        "{err}"
+    );
+    assert!(s3.keys("work", "run/decided-x").is_empty());
+    let o = with_env(
+        neardup()
+            .current_dir(&cwd)
+            .args(["sign", "s3://work/run/keys-7.ndk", "--hot", &hot, "-o"])
+            .arg(tmp.path().join("sig-7"))
+            .args(settings),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("s3://work/run/keys-7.ndk: no such object"),
+        "{err}"
+    );
+}

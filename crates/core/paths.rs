@@ -301,30 +301,19 @@ impl RunPaths {
 
     /// The checks above for outputs on object storage, by URL: an output that is an input
     /// object, a dataset prefix holding inputs, an output a directory or glob argument would read
-    /// back, and outputs that are one another or lie in a dataset prefix.
+    /// back, and outputs that are one another or lie in a dataset prefix; and a spill directory,
+    /// which must be local.
     fn check_object_outputs(&self, refusals: &mut Refusals) {
-        // Object storage takes the inputs, the dataset, the decisions and the report; the files
-        // between the staged steps (key tables, hot-key files, sign and decide directories)
-        // are local paths (shared storage on a cluster) for now.
-        const LOCAL_ONLY: &str = "key tables, hot-key files, spill and step directories are \
-                                  local paths (object storage takes the inputs, the output \
-                                  directory, the decisions and the report): give a local or \
-                                  shared-storage path";
-        for (what, path) in &self.inputs {
-            if what != "the input file" && is_url_path(path) {
-                refusals
-                    .lines
-                    .push(format!("{what} {}: {LOCAL_ONLY}", path.display()));
-            }
-        }
+        // Spill files are scratch space the run reads back many times over: a local disk.
         for out in &self.outputs {
-            let takes_urls = matches!(out.kind, OutputKind::Dataset { .. })
-                || out.what.starts_with("the decisions file")
-                || out.what.starts_with("the report");
-            if !takes_urls && is_url_path(&out.path) {
+            if matches!(out.kind, OutputKind::SpillDir) && is_url_path(&out.path) {
                 refusals.push(
                     out,
-                    format!("{} {}: {LOCAL_ONLY}", out.what, out.path.display()),
+                    format!(
+                        "{} {}: spill files are scratch space read back many times over; give                          a local directory (object storage takes every input and output of a                          run, not its scratch space)",
+                        out.what,
+                        out.path.display()
+                    ),
                 );
             }
         }

@@ -237,6 +237,11 @@ impl StorageError {
         }
     }
 
+    /// The error of an object that is not there (a lookup that found nothing).
+    pub fn not_found(url: &ObjectUrl, message: impl Into<String>) -> StorageError {
+        StorageError::new(url, StorageErrorKind::NotFound, message)
+    }
+
     /// Classifies a client error of a request `doing` something (`"reading bytes 0..100"`).
     pub(crate) fn from_store(url: &ObjectUrl, doing: &str, e: object_store::Error) -> StorageError {
         let text = e.to_string();

@@ -15,13 +15,16 @@
 //!   then only the column chunks asked for, concurrently ([`ObjectRanges`]);
 //! - **writing** objects as multipart uploads that a run completes all together when it
 //!   publishes, and aborts when it does not ([`UploadSet`], [`ObjectWriter`]); whole small
-//!   objects ([`put`], [`get`], [`delete`]).
+//!   objects ([`put`], [`get`], [`delete`]);
+//! - **files or objects alike** by a path that may hold a URL ([`file`]): how the steps of a
+//!   run read what earlier steps wrote (key tables, hot-key files, sign and decide outputs).
 //!
 //! It does not own formats, records, or which files a run reads or writes: `neardup-corpus`
 //! asks it for bytes where a path names object storage, and keeps every rule about files.
 //! Requests run on a small runtime of its own; callers block on them from their own threads.
 
 mod client;
+pub mod file;
 mod location;
 mod read;
 mod write;

@@ -702,10 +702,13 @@ impl Publication {
     }
 
     /// Publishes the outputs on object storage: checks them all, then completes every upload
-    /// at once; for a dataset prefix, the earlier manifest is deleted first (so no manifest ever
-    /// lists objects being replaced), the objects it listed that this run does not write again
-    /// are deleted after, and the new manifest is put last. Any error before the uploads are
-    /// completed aborts them all: nothing is published.
+    /// at once but one; for a dataset prefix, the earlier manifest is deleted first (so no
+    /// manifest ever lists objects being replaced), the objects it listed that this run does not
+    /// write again are deleted after, and the new manifest is put. The one upload completed last
+    /// is the report, or without a dataset the file reserved last (a step directory's manifest):
+    /// whoever finds it finds every other output of the run (object storage has no rename that
+    /// would publish several objects at once). Any error before the uploads are completed aborts
+    /// them all: nothing is published.
     fn commit_objects(
         &mut self,
         dataset: Option<&Dataset>,
@@ -736,8 +739,25 @@ impl Publication {
                 }
             }
         }
+        let report = self.report.as_deref().and_then(ObjectUrl::from_path);
+        let last = match (report, dataset) {
+            (Some(r), _) if urls.contains(&r) => Some(r),
+            (_, None) => urls.last().cloned(),
+            _ => None,
+        };
+        if let Some(last) = &last {
+            urls.retain(|u| u != last);
+        }
+        let complete_last = || match &last {
+            Some(url) => self
+                .uploads
+                .complete(std::slice::from_ref(url))
+                .map_err(storage_failure),
+            None => Ok(()),
+        };
         let Some(d) = dataset else {
             self.uploads.complete(&urls).map_err(storage_failure)?;
+            complete_last()?;
             return Ok(None);
         };
         let dir = d.object.as_ref().expect("an object dataset");
@@ -815,6 +835,7 @@ impl Publication {
             neardup_storage::delete(&dir.join(&utf8(rel, d.out.path())?)).map_err(at)?;
         }
         neardup_storage::put(&manifest_url, manifest_bytes).map_err(at)?;
+        complete_last()?;
         Ok(Some(m))
     }
 
