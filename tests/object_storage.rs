@@ -211,30 +211,46 @@ fn a_connection_that_keeps_dropping_fails_the_run_naming_the_object() {
     s3.put(
         "corpus",
         "in/small.jsonl",
-        unique_lines("small", 20).as_bytes(),
+        unique_lines("small", 4).as_bytes(),
     );
-    let proxy = DroppingProxy::start(s3.port, 50_000, usize::MAX);
+    // Responses of more than 2 KB are cut: the small object and the lookups pass, and each
+    // retry (resumed from the byte it reached) brings too little for the objects to be read.
+    let proxy = DroppingProxy::start(s3.port, 2_000, usize::MAX);
     let env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
-    // Another input reads fine: the run fails all the same, whatever --on-error says.
-    let o = with_env(
-        neardup()
-            .args([
-                "dedup",
-                "s3://corpus/in/small.jsonl",
-                "s3://corpus/in/big.jsonl",
-            ])
-            .args(["--on-error", "skip", "--decisions"])
-            .arg(tmp.path().join("d.jsonl")),
-        &env,
-    );
-    let err = support::stderr(&o);
-    assert!(!o.status.success(), "{err}");
-    assert!(!err.contains("nothing to deduplicate"), "{err}");
-    assert!(err.contains("s3://corpus/in/big.jsonl"), "{err}");
-    assert!(err.contains("retries"), "{err}");
-    assert!(!err.contains("Generic") && !err.contains("{ "), "{err}");
-    assert!(proxy.dropped() > 3);
-    assert!(!tmp.path().join("d.jsonl").exists());
+    // Whatever the format, and whatever --on-error says: another input reads fine and the run
+    // fails all the same, publishing nothing. A failed request is no fault of the data.
+    for (object, step) in [
+        ("big.jsonl", "dedup"),
+        ("a/part-1.jsonl.zst", "dedup"),
+        ("a/copy.jsonl.gz", "keys"),
+        ("b/groups.parquet", "dedup"),
+    ] {
+        let url = format!("s3://corpus/in/{object}");
+        let dropped = proxy.dropped();
+        let mut cmd = neardup();
+        cmd.args([step, "s3://corpus/in/small.jsonl", &url])
+            .args(["--on-error", "skip", "--report"])
+            .arg(tmp.path().join("r.json"));
+        match step {
+            "keys" => cmd.arg("-o").arg(tmp.path().join("k.ndk")),
+            _ => cmd.arg("--decisions").arg(tmp.path().join("d.jsonl")),
+        };
+        let o = with_env(&mut cmd, &env);
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{object}: {err}");
+        assert!(!err.contains("nothing to deduplicate"), "{err}");
+        assert!(err.contains(&url), "{object}: {err}");
+        assert!(err.contains("retries"), "{object}: {err}");
+        assert!(
+            err.contains("--on-error skip does not skip"),
+            "{object}: {err}"
+        );
+        assert!(!err.contains("Generic") && !err.contains("{ "), "{err}");
+        assert!(proxy.dropped() > dropped + 3, "{object}");
+        assert!(!tmp.path().join("d.jsonl").exists());
+        assert!(!tmp.path().join("k.ndk").exists());
+        assert!(!tmp.path().join("r.json").exists());
+    }
 }
 
 #[test]
@@ -427,11 +443,30 @@ fn an_interrupted_run_leaves_no_object_under_a_final_name() {
     // Every uploaded part is held for two seconds: the run is stopped while it uploads.
     let proxy = s3::DelayingProxy::start(s3.port, b"partNumber=", Duration::from_secs(2));
     let env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
-    for (signal, code) in [(libc::SIGINT, Some(130)), (libc::SIGKILL, None)] {
+    // The dataset and decisions of a run, and a key table with its report (whose rows wait in
+    // a local scratch file until the table is uploaded).
+    let runs = [
+        (libc::SIGINT, Some(130), "dedup"),
+        (libc::SIGINT, Some(130), "keys"),
+        // Last: what it leaves is open uploads, invisible, until a lifecycle rule ends them.
+        (libc::SIGKILL, None, "dedup"),
+    ];
+    for (signal, code, step) in runs {
         let mut cmd = neardup();
-        cmd.args(["dedup", "s3://corpus/in/", "--output", "s3://corpus/out/"])
-            .args(["--decisions", "s3://corpus/decisions.jsonl"])
-            .stderr(std::process::Stdio::piped());
+        match step {
+            "dedup" => cmd
+                .args(["dedup", "s3://corpus/in/", "--output", "s3://corpus/out/"])
+                .args(["--decisions", "s3://corpus/decisions.jsonl"]),
+            _ => cmd
+                .args([
+                    "keys",
+                    "s3://corpus/in/",
+                    "-o",
+                    "s3://corpus/work/keys-0.ndk",
+                ])
+                .args(["--report", "s3://corpus/work/keys-0.json"]),
+        };
+        cmd.stderr(std::process::Stdio::piped());
         for (k, v) in &env {
             cmd.env(k, v);
         }
@@ -452,6 +487,7 @@ fn an_interrupted_run_leaves_no_object_under_a_final_name() {
         assert_eq!(status.code(), code, "{status:?}");
         assert_eq!(s3.keys("corpus", "out/"), Vec::<String>::new());
         assert_eq!(s3.get("corpus", "decisions.jsonl"), None);
+        assert_eq!(s3.keys("corpus", "work/"), Vec::<String>::new());
         if signal == libc::SIGINT {
             // Stopped by a signal it handles, the run aborts its uploads.
             assert_eq!(s3.open_uploads("corpus"), 0);
@@ -676,4 +712,110 @@ fn the_staged_steps_with_every_file_between_them_on_object_storage_match_one_loc
         err.contains("s3://work/run/keys-7.ndk: no such object"),
         "{err}"
     );
+}
+
+#[test]
+fn no_credential_reaches_logs_reports_decisions_manifests_or_errors() {
+    let secrets = ["AKIDsecretid7", "SECRETkey9xyzzy", "TOKENsession4plugh"];
+    let leaks = |what: &str, text: &str| {
+        for s in secrets.iter().chain(&[
+            "Signature=",
+            "X-Amz-Signature",
+            "Authorization",
+            "x-amz-security-token",
+        ]) {
+            assert!(
+                !text.to_ascii_lowercase().contains(&s.to_ascii_lowercase()),
+                "{what} holds {s}"
+            );
+        }
+    };
+    let env = |endpoint: &str| {
+        let mut env = s3::env_for(endpoint);
+        for (k, v) in &mut env {
+            match *k {
+                "AWS_ACCESS_KEY_ID" => *v = secrets[0].to_string(),
+                "AWS_SECRET_ACCESS_KEY" => *v = secrets[1].to_string(),
+                _ => {}
+            }
+        }
+        env.push(("AWS_SESSION_TOKEN", secrets[2].to_string()));
+        env
+    };
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+
+    // A whole run at the most verbose log level, every output on the server.
+    let o = with_env(
+        neardup()
+            .args([
+                "-vv",
+                "dedup",
+                "s3://corpus/in/",
+                "--output",
+                "s3://corpus/out/",
+            ])
+            .args([
+                "--decisions",
+                "s3://corpus/d.jsonl",
+                "--report",
+                "s3://corpus/r.json",
+            ]),
+        &env(&s3.endpoint()),
+    );
+    let err = support::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("TRACE"), "not the most verbose log");
+    leaks("the log", &err);
+    for key in s3.keys("corpus", "") {
+        if !key.starts_with("in/") {
+            leaks(
+                &key,
+                &String::from_utf8_lossy(&s3.get("corpus", &key).unwrap()),
+            );
+        }
+    }
+    // Failed runs: a connection that keeps dropping, a missing object, refused credentials.
+    let proxy = DroppingProxy::start(s3.port, 2_000, usize::MAX);
+    let o = with_env(
+        neardup()
+            .args(["-vv", "dedup", "s3://corpus/in/big.jsonl", "--decisions"])
+            .arg(tmp.path().join("d.jsonl")),
+        &env(&format!("http://127.0.0.1:{}", proxy.port)),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    leaks("the error of a dropped connection", &support::stderr(&o));
+    let o = with_env(
+        neardup().args([
+            "-vv",
+            "keys",
+            "s3://corpus/in/nothing.jsonl",
+            "-o",
+            "s3://corpus/k.ndk",
+        ]),
+        &env(&s3.endpoint()),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    leaks("the error of a missing object", &support::stderr(&o));
+    let denying = S3Server::start(&[("INITIAL_NO_AUTH_ACTION_COUNT", "2")]);
+    denying.create_bucket("corpus");
+    denying.put("corpus", "in/a.jsonl", b"{\"text\":\"x\"}\n");
+    let o = with_env(
+        neardup().args([
+            "-vv",
+            "dedup",
+            "s3://corpus/in/a.jsonl",
+            "--decisions",
+            "s3://corpus/d.jsonl",
+        ]),
+        &env(&denying.endpoint()),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("access denied"), "{err}");
+    leaks("the error of refused credentials", &err);
 }

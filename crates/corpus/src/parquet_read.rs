@@ -410,6 +410,17 @@ impl ParquetSource {
                         self.replay_skip = None;
                     }
                     Some(Err(e)) => {
+                        // A range fetched while decoding failed: the request, not the data.
+                        if let ParquetBytes::Object(o) = &self.file
+                            && let Some(failure) = o.take_failure()
+                        {
+                            let e = ReadError::from_io(
+                                &self.path,
+                                Some(self.location()),
+                                &object_io_error(failure),
+                            );
+                            return Some(Err(self.group_failed(e)));
+                        }
                         let kind = match &e {
                             ArrowError::SchemaError(_) | ArrowError::CastError(_) => {
                                 "schema_mismatch"

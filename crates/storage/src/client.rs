@@ -339,7 +339,7 @@ impl StorageError {
 
 /// A [`StorageError`] shown without its URL.
 #[derive(Debug)]
-struct Unnamed(StorageError);
+pub(crate) struct Unnamed(pub(crate) StorageError);
 
 impl fmt::Display for Unnamed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

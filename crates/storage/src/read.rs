@@ -196,6 +196,8 @@ struct RangesInner {
     size: u64,
     /// Fetched pieces, `(offset, bytes)`, ascending and contiguous where they were one range.
     cache: Mutex<Vec<(u64, Bytes)>>,
+    /// The last request that failed under Parquet's readers, which keep only its text.
+    failed: Mutex<Option<StorageError>>,
 }
 
 /// How much of an object's end is fetched to read a Parquet footer in one request.
@@ -209,6 +211,7 @@ impl ObjectRanges {
                 object: Object::new(url)?,
                 size,
                 cache: Mutex::new(Vec::new()),
+                failed: Mutex::new(None),
             }),
         };
         let footer = size.saturating_sub(FOOTER_PREFETCH)..size;
@@ -219,6 +222,18 @@ impl ObjectRanges {
     /// The object's URL.
     pub fn url(&self) -> &ObjectUrl {
         &self.inner.object.url
+    }
+
+    /// The request that failed while Parquet's readers read through these ranges, if one did
+    /// (taken): their errors keep only its text, and a failed request must not pass for
+    /// corrupt data.
+    pub fn take_failure(&self) -> Option<StorageError> {
+        self.inner.failed.lock().unwrap().take()
+    }
+
+    fn failed(&self, e: StorageError) -> parquet::errors::ParquetError {
+        *self.inner.failed.lock().unwrap() = Some(e.clone());
+        parquet::errors::ParquetError::External(Box::new(e))
     }
 
     /// Fetches `ranges` (offsets in the object) concurrently, replacing what was fetched before
@@ -333,8 +348,8 @@ impl parquet::file::reader::Length for ObjectRanges {
 pub enum RangeRead {
     /// Served from prefetched bytes (consecutive pieces).
     Cached(VecDeque<Bytes>),
-    /// Fetched as it is read.
-    Stream(Box<ObjectReader>),
+    /// Fetched as it is read; a failure is recorded in the ranges it came from.
+    Stream(Box<ObjectReader>, ObjectRanges),
 }
 
 impl Read for RangeRead {
@@ -351,13 +366,16 @@ impl Read for RangeRead {
                 part.copy_to_slice(&mut buf[..n]);
                 Ok(n)
             }
-            RangeRead::Stream(r) => r.read(buf),
+            RangeRead::Stream(r, ranges) => r.read(buf).inspect_err(|e| {
+                if let Some(failure) = e
+                    .get_ref()
+                    .and_then(|inner| inner.downcast_ref::<crate::client::Unnamed>())
+                {
+                    *ranges.inner.failed.lock().unwrap() = Some(failure.0.clone());
+                }
+            }),
         }
     }
-}
-
-fn parquet_error(e: StorageError) -> parquet::errors::ParquetError {
-    parquet::errors::ParquetError::External(Box::new(e))
 }
 
 impl parquet::file::reader::ChunkReader for ObjectRanges {
@@ -388,11 +406,11 @@ impl parquet::file::reader::ChunkReader for ObjectRanges {
             start,
             start + TAIL_PIECE,
         )
-        .map_err(parquet_error)?;
-        Ok(RangeRead::Stream(Box::new(reader)))
+        .map_err(|e| self.failed(e))?;
+        Ok(RangeRead::Stream(Box::new(reader), self.clone()))
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        self.bytes(start, length).map_err(parquet_error)
+        self.bytes(start, length).map_err(|e| self.failed(e))
     }
 }
