@@ -121,7 +121,9 @@ def test_dedup_reads_and_writes_object_storage_as_files(s3, tmp_path):
     assert [f["path"] for f in manifest["files"]] == FILES
 
 
-def test_the_ray_runner_reads_and_writes_object_storage(s3, tmp_path, cli):
+def test_the_ray_runner_keeps_everything_on_object_storage_and_resumes(s3, tmp_path, cli):
+    """Inputs, output, decisions and the work directory all on the S3 server: no node shares a
+    disk with another; the decisions and outputs are the CLI's; a second run reuses every task."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'neardup[ray]')")
     from local_ray import RAY_ENV, LocalCluster, kill_session
 
@@ -130,22 +132,21 @@ def test_the_ray_runner_reads_and_writes_object_storage(s3, tmp_path, cli):
 
     # Started after the fixture set the environment: every node reaches the server.
     cluster = LocalCluster(workers=2)
-    try:
-        cluster.start()
-        driver = (
-            "import json, sys, neardup.ray\n"
-            "print(json.dumps(neardup.ray.dedup(**json.loads(sys.argv[1]))))\n"
-        )
-        args = {
-            "address": cluster.address,
-            "inputs": inputs,
-            "output": "s3://corpus/ray-out/",
-            "decisions": str(tmp_path / "ray.jsonl"),
-            "work_dir": str(tmp_path / "work"),
-            "groups": 2,
-        }
+    driver = (
+        "import json, sys, neardup.ray\n"
+        "print(json.dumps(neardup.ray.dedup(**json.loads(sys.argv[1]))))\n"
+    )
+    args = {
+        "inputs": inputs,
+        "output": "s3://corpus/ray-out/",
+        "decisions": "s3://corpus/ray.jsonl",
+        "work_dir": "s3://corpus/ray-work/",
+        "groups": 2,
+    }
+
+    def drive() -> dict:
         proc = subprocess.Popen(
-            [sys.executable, "-c", driver, json.dumps(args)],
+            [sys.executable, "-c", driver, json.dumps({"address": cluster.address, **args})],
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -158,18 +159,36 @@ def test_the_ray_runner_reads_and_writes_object_storage(s3, tmp_path, cli):
         finally:
             kill_session(proc.pid)
         assert proc.returncode == 0, err[-4000:]
+        return json.loads(out.strip().splitlines()[-1])
+
+    try:
+        cluster.start()
+        first = drive()
+        decisions = _get(s3, "ray.jsonl")
+        s3.delete_object(Bucket=BUCKET, Key="ray.jsonl")
+        again = drive()
     finally:
         cluster.stop()
-    assert (tmp_path / "ray.jsonl").read_text() == (tmp_path / "cli.jsonl").read_text()
-    assert read_jsonl(tmp_path / "ray.jsonl")[0]["file"] == "s3://corpus/in/part-0.jsonl"
+    assert first["tasks_reused"] == 0
+    assert len(first["nodes"]) >= 2, first["nodes"]
+    assert again["tasks_reused"] == again["tasks"], again["steps"]
+    assert again["totals"] == first["totals"]
+
+    assert decisions.decode() == (tmp_path / "cli.jsonl").read_text()
+    assert _get(s3, "ray.jsonl") == decisions
+    assert read_jsonl(tmp_path / "cli.jsonl")[0]["file"] == "s3://corpus/in/part-0.jsonl"
     for name in FILES:
         assert _get(s3, f"ray-out/{name}") == (tmp_path / "cli-out" / name).read_bytes(), name
     shard_manifests = [k for k in _keys(s3, "ray-out/") if "_SUCCESS" in k]
     assert len(shard_manifests) == len(FILES)
-
-    with pytest.raises(ValueError, match="not an object storage URL"):
-        import neardup.ray
-
-        neardup.ray.dedup(
-            inputs, output=None, decisions="s3://corpus/ray.jsonl", work_dir=tmp_path / "w2"
-        )
+    work = _keys(s3, "ray-work/")
+    assert "ray-work/run.json" in work and "ray-work/hot.ndh" in work
+    assert [k for k in work if k.startswith("ray-work/keys/")] == [
+        f"ray-work/keys/keys-{i:05d}.ndk" for i in range(len(FILES))
+    ]
+    assert "ray-work/decide/decided-00001/manifest.json" in work
+    assert f"ray-work/write/report-{len(FILES) - 1:05d}.json" in work
+    # Nothing was written on the driver's disk.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cli-out", "cli.jsonl"]
+    uploads = s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
+    assert uploads == []
