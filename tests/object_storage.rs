@@ -637,6 +637,40 @@ fn the_staged_steps_with_every_file_between_them_on_object_storage_match_one_loc
     assert_eq!(report["hot_keys_file"], hot.as_str());
     assert_eq!(report["plan"]["groups"], 2);
 
+    // A shard written again replaces only what its own manifest lists: the other shards' and
+    // a stranger's objects in the shared prefix stay; without --overwrite it is refused.
+    s3.put("corpus", "out/notes.txt", b"mine");
+    let other_manifest = s3.get("corpus", "out/_SUCCESS.shard-00001").unwrap();
+    let mut args = vec!["write", &tables[0], "--hot", &hot, "--decided"];
+    args.extend(decided.iter().map(String::as_str));
+    args.extend([
+        "-o",
+        "s3://corpus/out/",
+        "--decisions",
+        "s3://work/d-0-again.jsonl",
+    ]);
+    args.extend(settings);
+    let o = with_env(neardup().current_dir(&cwd).args(&args), &s3.env());
+    let err = support::stderr(&o);
+    assert!(!o.status.success() && err.contains("--overwrite"), "{err}");
+    args.push("--overwrite");
+    step(&s3, &cwd, &args);
+    assert_eq!(s3.get("corpus", "out/notes.txt").unwrap(), b"mine");
+    assert_eq!(
+        s3.get("corpus", "out/_SUCCESS.shard-00001").unwrap(),
+        other_manifest
+    );
+    let mut again = s3.keys("corpus", "out/");
+    again.retain(|k| k != "out/notes.txt");
+    assert_eq!(again, published);
+    for (name, bytes) in &files {
+        assert!(
+            s3.get("corpus", &format!("out/{name}")).as_ref() == Some(bytes),
+            "{name} differs after the shard was written again"
+        );
+    }
+    assert!(s3.get("work", "d-0-again.jsonl").unwrap() == s3.get("work", "run/d-0.jsonl").unwrap());
+
     // `apply` reads the tables and the hot-key file from object storage too.
     let mut args = vec!["apply"];
     args.extend(tables.iter().map(String::as_str));
