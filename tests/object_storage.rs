@@ -286,6 +286,34 @@ fn missing_buckets_objects_and_prefixes_are_refused_before_any_work() {
 }
 
 #[test]
+fn an_output_in_a_missing_bucket_is_refused_before_any_work() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = support::data("sample");
+    for (flag, url) in [
+        ("--decisions", "s3://no-such-bucket/d.jsonl"),
+        ("--report", "s3://no-such-bucket/r.json"),
+        ("--output", "s3://no-such-bucket/out/"),
+    ] {
+        let mut cmd = neardup();
+        cmd.arg("dedup").arg(&sample).args([flag, url]);
+        if flag == "--report" {
+            cmd.arg("--decisions").arg(tmp.path().join("d.jsonl"));
+        }
+        let o = with_env(&mut cmd, &s3.env());
+        let err = support::stderr(&o);
+        assert!(!o.status.success(), "{err}");
+        assert!(
+            err.contains("the bucket no-such-bucket does not exist"),
+            "{err}"
+        );
+        // Refused before anything was read or written.
+        assert!(!err.contains("records in"), "{err}");
+        assert!(!tmp.path().join("d.jsonl").exists());
+    }
+}
+
+#[test]
 fn refused_credentials_are_reported_as_denied_access() {
     // Authentication on from the third request: the bucket and its object are made first.
     let s3 = S3Server::start(&[("INITIAL_NO_AUTH_ACTION_COUNT", "2")]);

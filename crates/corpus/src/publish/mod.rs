@@ -560,6 +560,9 @@ impl Publication {
         if let Some(url) = ObjectUrl::from_path(target) {
             let mut objects = self.shared.objects();
             if !objects.iter().any(|o| o.target == url) {
+                // A missing bucket or refused credentials are found before any work, not when
+                // the output is written at the end of it.
+                neardup_storage::head(&url).map_err(|e| storage_error(target, e))?;
                 objects.push(StagedObject {
                     target: url,
                     state: State::Reserved,
