@@ -21,7 +21,10 @@
 //! directories ([`sign_shard`], [`decide_group_dirs`]), mixed freely. Every step takes its
 //! settings (a [`Config`]) and, beside them, its runtime handles (a [`RunControl`]: progress
 //! counters and the cancel token). The building blocks are re-exported: [`sketch`] (text →
-//! signature → keys), [`corpus`] (reading and writing datasets), [`keys`] and [`dedup`].
+//! signature → keys), [`corpus`] (reading and writing datasets), [`keys`], [`dedup`] and
+//! [`storage`] (local paths and object storage URLs read alike). Any path of a run — inputs,
+//! outputs, key tables, hot-key files, step directories — may be an `s3://`, `gs://` or `az://`
+//! URL, except the spill directory.
 //!
 //! ```no_run
 //! use neardup::{Config, Pipeline};
@@ -69,3 +72,4 @@ pub use neardup_dedup as dedup;
 pub use neardup_exec as exec;
 pub use neardup_keys as keys;
 pub use neardup_sketch as sketch;
+pub use neardup_storage as storage;

@@ -27,6 +27,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use neardup_corpus::{Discovery, InputFile, InputSource, SourceKind};
+use neardup_storage::{ObjectUrl, is_url_path};
 
 use crate::config::Config;
 use crate::error::Error;
@@ -186,6 +187,7 @@ impl RunPaths {
         self.check_datasets_around_inputs(&outputs, &mut refusals);
         self.check_against_input_files(&outputs, &ids, &mut refusals, true);
         check_between_outputs(&outputs, &mut refusals);
+        self.check_object_outputs(&mut refusals);
         check_dataset_names(&outputs, &mut refusals);
         for (out, resolved) in &outputs {
             if let Err(e) = writable(out, resolved) {
@@ -214,7 +216,8 @@ impl RunPaths {
 
     fn resolve_outputs(&self, refusals: &mut Refusals) -> Vec<(&Output, Resolved)> {
         let mut resolved = Vec::new();
-        for out in &self.outputs {
+        // Object storage outputs are checked by `check_object_outputs`.
+        for out in self.outputs.iter().filter(|o| !is_url_path(&o.path)) {
             // Reports and decisions record paths as text.
             if out.path.to_str().is_none() {
                 refusals.push(
@@ -292,6 +295,102 @@ impl RunPaths {
                         ),
                     );
                 }
+            }
+        }
+    }
+
+    /// The checks above for outputs on object storage, by URL: an output that is an input
+    /// object, a dataset prefix holding inputs, an output a directory or glob argument would read
+    /// back, and outputs that are one another or lie in a dataset prefix; and a spill directory,
+    /// which must be local.
+    fn check_object_outputs(&self, refusals: &mut Refusals) {
+        // Spill files are scratch space the run reads back many times over: a local disk.
+        for out in &self.outputs {
+            if matches!(out.kind, OutputKind::SpillDir) && is_url_path(&out.path) {
+                refusals.push(
+                    out,
+                    format!(
+                        "{} {}: spill files are scratch space read back many times over; give                          a local directory (object storage takes every input and output of a                          run, not its scratch space)",
+                        out.what,
+                        out.path.display()
+                    ),
+                );
+            }
+        }
+        let urls: Vec<(&Output, ObjectUrl)> = self
+            .outputs
+            .iter()
+            .filter_map(|o| Some((o, ObjectUrl::from_path(&o.path)?)))
+            .collect();
+        for (i, (out, url)) in urls.iter().enumerate() {
+            let (what, shown) = (&out.what, out.path.display());
+            let is_dataset = matches!(out.kind, OutputKind::Dataset { .. });
+            for (input_what, input) in &self.inputs {
+                let Some(input_url) = ObjectUrl::from_path(input) else {
+                    continue;
+                };
+                let clash = if is_dataset {
+                    url.contains(&input_url)
+                } else {
+                    url.trimmed_key() == input_url.trimmed_key() && url.contains(&input_url)
+                };
+                if clash {
+                    let relation = if is_dataset { "contains" } else { "is" };
+                    refusals.push(
+                        out,
+                        format!(
+                            "{what} {shown} {relation} {input_what} {}: the run would replace \
+                             its own input; choose another path",
+                            input.display()
+                        ),
+                    );
+                }
+            }
+            for source in &self.sources {
+                let Some(root) = ObjectUrl::from_path(source.root()) else {
+                    continue;
+                };
+                let what_source = match source.kind {
+                    SourceKind::File(_) => continue,
+                    SourceKind::Dir(_) => format!("the input prefix {}", source.arg),
+                    SourceKind::Glob { .. } => format!("the input glob {}", source.arg),
+                };
+                let Some(below) = root.relative(url) else {
+                    continue;
+                };
+                let read_back = match out.kind {
+                    OutputKind::File => source.reads_file(Path::new(below)),
+                    _ => source.may_read_inside(Path::new(below)),
+                };
+                if read_back {
+                    refusals.push(
+                        out,
+                        format!(
+                            "{what} {shown} is within {what_source}: a later run over it would \
+                             read the outputs back as input; choose a path outside it"
+                        ),
+                    );
+                }
+            }
+            for (other, other_url) in &urls[i + 1..] {
+                let same = url.trimmed_key() == other_url.trimmed_key() && url.contains(other_url);
+                let (outer, inner) = match (&out.kind, &other.kind) {
+                    (OutputKind::Dataset { .. }, _) if url.contains(other_url) => (out, other),
+                    (_, OutputKind::Dataset { .. }) if other_url.contains(url) => (other, out),
+                    _ if same => (out, other),
+                    _ => continue,
+                };
+                refusals.push(
+                    inner,
+                    format!(
+                        "{} {} is {} {} {}: give each its own path",
+                        inner.what,
+                        inner.path.display(),
+                        if same { "the same as" } else { "inside" },
+                        outer.what,
+                        outer.path.display()
+                    ),
+                );
             }
         }
     }

@@ -160,14 +160,20 @@ impl StepManifest for DecideManifest {
 pub(crate) fn read_manifest<M: StepManifest>(dir: &Path) -> Result<M, Error> {
     let what = format!("a `{}` output", M::STEP.command);
     let path = dir.join(STEP_MANIFEST);
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        Error::Usage(format!(
-            "{}: not {what} ({} cannot be read: {e})",
-            dir.display(),
-            path.display()
-        ))
+    let bytes = neardup_storage::file::read(&path).map_err(|e| {
+        // A directory without a manifest is not a step's output; a manifest that cannot be
+        // read (a disk or storage failure) is a failure of the run.
+        if e.kind() == std::io::ErrorKind::NotFound {
+            Error::Usage(format!(
+                "{}: not {what} ({} cannot be read: {e})",
+                dir.display(),
+                path.display()
+            ))
+        } else {
+            Error::Run(format!("cannot read {}: {e}", path.display()))
+        }
     })?;
-    serde_json::from_str(&text).map_err(|e| {
+    serde_json::from_slice(&bytes).map_err(|e| {
         Error::Usage(format!(
             "{}: not {what} ({} is not its manifest: {e})",
             dir.display(),
@@ -506,7 +512,7 @@ impl<M: StepManifest> StepValue<M> {
         let mut streams = Vec::new();
         for i in 0..manifest.streams() {
             let path = M::stream_file(dir, i);
-            match std::fs::read(&path) {
+            match neardup_storage::file::read(&path) {
                 Ok(bytes) => streams.push((i, Shared(Arc::new(bytes)))),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
@@ -745,7 +751,7 @@ impl<'a, M: StepManifest> Given<'a, M> {
         let (name, reader): (String, Box<dyn Read + Send>) = match self.from {
             Source::Dir(dir) => {
                 let path = M::stream_file(dir, index);
-                let file = std::fs::File::open(&path)
+                let file = neardup_storage::file::open(&path)
                     .map_err(|e| Error::Run(format!("cannot read {}: {e}", path.display())))?;
                 (
                     path.display().to_string(),

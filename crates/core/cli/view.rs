@@ -13,8 +13,10 @@ pub(crate) fn init_logging(quiet: bool, verbose: u8) {
     let default = if quiet {
         "error"
     } else {
+        // The storage client's retries (which do not name the object) only with -v: the
+        // request that fails after its last retry is reported, naming it.
         match verbose {
-            0 => "info",
+            0 => "info,object_store=warn",
             1 => "debug",
             _ => "trace",
         }

@@ -97,14 +97,30 @@ pub fn plan_chunks(files: &[InputFile], target_bytes: u64) -> Vec<Chunk> {
 }
 
 fn jsonl_ranges(file: &InputFile, target: u64) -> Vec<ChunkRange> {
+    if let Some(url) = file.object_url() {
+        return cut_ranges(file.size, target, |pos| {
+            let reader = neardup_storage::ObjectReader::open(&url, file.size, pos - 1, pos + 4096)?;
+            first_line_start(reader, pos - 1, file.size)
+        });
+    }
     let Ok(mut f) = File::open(&file.path) else {
         return vec![ChunkRange::Whole];
     };
-    let size = file.size;
+    cut_ranges(file.size, target, |pos| {
+        next_line_start(&mut f, pos, file.size)
+    })
+}
+
+/// Cuts `size` bytes at the line start found at or after each multiple of `target`.
+fn cut_ranges(
+    size: u64,
+    target: u64,
+    mut next_line_start: impl FnMut(u64) -> std::io::Result<u64>,
+) -> Vec<ChunkRange> {
     let mut cuts = vec![0u64];
     let mut nominal = target;
     while nominal < size {
-        match next_line_start(&mut f, nominal, size) {
+        match next_line_start(nominal) {
             Ok(ls) if ls < size => {
                 cuts.push(ls);
                 nominal = ls + target;
@@ -127,11 +143,15 @@ fn jsonl_ranges(file: &InputFile, target: u64) -> Vec<ChunkRange> {
 
 /// The smallest line start `>= pos` (a line starts at 0 or right after a newline), or `size`.
 fn next_line_start(f: &mut File, pos: u64, size: u64) -> std::io::Result<u64> {
-    let mut at = pos - 1;
-    f.seek(SeekFrom::Start(at))?;
+    f.seek(SeekFrom::Start(pos - 1))?;
+    first_line_start(f, pos - 1, size)
+}
+
+/// The offset after the first newline `reader` (positioned at `at`) meets, or `size`.
+fn first_line_start(mut reader: impl Read, mut at: u64, size: u64) -> std::io::Result<u64> {
     let mut buf = vec![0u8; 64 << 10];
     while at < size {
-        let n = f.read(&mut buf)?;
+        let n = reader.read(&mut buf)?;
         if n == 0 {
             break;
         }
@@ -144,7 +164,7 @@ fn next_line_start(f: &mut File, pos: u64, size: u64) -> std::io::Result<u64> {
 }
 
 fn parquet_ranges(file: &InputFile, target: u64) -> Vec<ChunkRange> {
-    let Ok((_, meta)) = read_footer(&file.path) else {
+    let Ok((_, meta)) = read_footer(file) else {
         return vec![ChunkRange::Whole];
     };
     let groups = meta.row_groups();

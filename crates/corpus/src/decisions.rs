@@ -354,7 +354,7 @@ pub fn read_decisions(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
 }
 
 fn read_jsonl(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
-    let f = std::fs::File::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
+    let f = neardup_storage::file::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(f).lines().enumerate() {
         let line =
@@ -376,10 +376,33 @@ fn read_jsonl(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
 }
 
 fn read_parquet(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
-    let f = std::fs::File::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
+    match neardup_storage::ObjectUrl::from_path(path) {
+        Some(url) => {
+            let size = neardup_storage::head(&url)
+                .and_then(|size| {
+                    size.ok_or_else(|| {
+                        neardup_storage::StorageError::not_found(&url, "no such object")
+                    })
+                })
+                .map_err(|e| ReadError::from_io(path, None, &e.into_unnamed_io()))?;
+            let object = neardup_storage::ObjectRanges::open(&url, size)
+                .map_err(|e| ReadError::from_io(path, None, &e.into_unnamed_io()))?;
+            parquet_rows(path, object)
+        }
+        None => {
+            let f = std::fs::File::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
+            parquet_rows(path, f)
+        }
+    }
+}
+
+fn parquet_rows<T: parquet::file::reader::ChunkReader + 'static>(
+    path: &Path,
+    input: T,
+) -> Result<Vec<OwnedDecisionRow>, ReadError> {
     let corrupt =
         |e: &dyn std::fmt::Display| ReadError::new(path, "corrupt_parquet", None, e.to_string());
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+    let reader = ParquetRecordBatchReaderBuilder::try_new(input)
         .map_err(|e| corrupt(&e))?
         .build()
         .map_err(|e| corrupt(&e))?;

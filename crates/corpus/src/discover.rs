@@ -4,6 +4,8 @@ use std::collections::HashSet;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Component, Path, PathBuf};
 
+use neardup_storage::{ObjectEntry, ObjectUrl};
+
 use crate::format::{Format, InputFile};
 
 /// Options for [`discover`].
@@ -169,6 +171,9 @@ impl Discoverer<'_> {
                 format!("standard input cannot be an input: {READ_TWICE}"),
             );
         }
+        if neardup_storage::is_url(arg) {
+            return self.object_input(arg);
+        }
         let path = Path::new(arg);
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => {
@@ -196,6 +201,115 @@ impl Discoverer<'_> {
                 self.error(arg, "no such file or directory")
             }
             Err(e) => self.error(arg, format!("cannot access: {e}")),
+        }
+    }
+
+    /// An object storage URL: the object it names, else every object below it as a
+    /// directory, or, with glob characters in the key, the objects below its literal prefix that
+    /// match. Listings are sorted like a local walk, so the same files in a bucket and on disk
+    /// get the same order.
+    fn object_input(&mut self, arg: &str) {
+        let url = match ObjectUrl::parse(arg) {
+            Ok(Some(url)) => url,
+            Ok(None) => unreachable!("is_url said it is a URL"),
+            Err(e) => return self.error(arg, e.to_string()),
+        };
+        if is_glob(url.key()) {
+            return self.object_glob(arg, &url);
+        }
+        if !url.key().ends_with('/') {
+            match neardup_storage::head(&url) {
+                Ok(Some(size)) => {
+                    self.source(arg, SourceKind::File(PathBuf::from(arg)));
+                    let name = url.file_name().to_string();
+                    return self.add_object(arg, &url, Path::new(&name), size);
+                }
+                Ok(None) => {}
+                Err(e) => return self.error(arg, e.message()),
+            }
+        }
+        let entries = match neardup_storage::list(&url) {
+            Ok(entries) => entries,
+            Err(e) => return self.error(arg, e.message()),
+        };
+        if entries.is_empty() {
+            return self.error(arg, "no such object, and no object below this prefix");
+        }
+        self.source(arg, SourceKind::Dir(PathBuf::from(arg)));
+        self.add_listed(arg, &url, entries, |_| true);
+    }
+
+    fn object_glob(&mut self, arg: &str, url: &ObjectUrl) {
+        let (prefix, rest) = split_glob(url.key());
+        let matcher = match globset::GlobBuilder::new(url.key())
+            .literal_separator(true)
+            .build()
+        {
+            Ok(g) => g.compile_matcher(),
+            Err(e) => return self.error(arg, format!("invalid glob: {e}")),
+        };
+        let depth = if rest.contains("**") {
+            usize::MAX
+        } else {
+            rest.split('/').filter(|c| !c.is_empty()).count()
+        };
+        let base = url.with_key(prefix.to_str().unwrap_or(""));
+        let entries = match neardup_storage::list(&base) {
+            Ok(entries) => entries,
+            Err(e) => return self.error(arg, format!("glob matched no object: {}", e.message())),
+        };
+        let matching = |e: &ObjectEntry| matcher.is_match(e.url.key());
+        if !entries.iter().any(matching) {
+            return self.error(arg, "glob matched no object");
+        }
+        self.source(
+            arg,
+            SourceKind::Glob {
+                base: PathBuf::from(base.to_string()),
+                prefix,
+                matcher: matcher.clone(),
+                depth,
+            },
+        );
+        self.add_listed(arg, &base, entries, matching);
+    }
+
+    fn add_listed(
+        &mut self,
+        arg: &str,
+        base: &ObjectUrl,
+        entries: Vec<ObjectEntry>,
+        keep: impl Fn(&ObjectEntry) -> bool,
+    ) {
+        let mut found: Vec<(PathBuf, ObjectEntry)> = entries
+            .into_iter()
+            .filter(|e| keep(e))
+            .filter_map(|e| Some((PathBuf::from(base.relative(&e.url)?), e)))
+            .collect();
+        // By path components, as a local walk sorts.
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        for (relative, e) in found {
+            self.add_object(arg, &e.url, &relative, e.size);
+        }
+    }
+
+    fn add_object(&mut self, arg: &str, url: &ObjectUrl, relative: &Path, size: u64) {
+        let shown = url.to_string();
+        let named = shown == arg;
+        let key = PathBuf::from(&shown);
+        if self.seen.contains(&key) {
+            return;
+        }
+        match InputFile::detect_object(url, relative, size, self.opts.format) {
+            Some(f) => {
+                self.seen.insert(key);
+                self.out.files.push(f);
+            }
+            None if named => self.error(
+                shown,
+                format!("{UNKNOWN_EXTENSION}; to read it anyway, name its format with --format"),
+            ),
+            None => self.problem(shown, format!("{UNKNOWN_EXTENSION}: left out")),
         }
     }
 

@@ -98,6 +98,7 @@ impl ReadError {
     /// Classifies an I/O error raised while decompressing or reading bytes.
     pub(crate) fn from_io(path: &Path, location: Option<String>, e: &std::io::Error) -> ReadError {
         let kind = match e.kind() {
+            _ if neardup_storage::is_storage_failure(e) => "storage",
             std::io::ErrorKind::UnexpectedEof => "truncated",
             std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput => "corrupt",
             _ => "io",
@@ -113,7 +114,9 @@ impl ReadError {
     /// Stable snake_case class: `"io"` (open/read failure), `"truncated"` (compressed stream ends
     /// early), `"corrupt"` (invalid compressed data), `"corrupt_parquet"` (unreadable footer,
     /// page or column chunk), `"schema_mismatch"` (Parquet schema that cannot be read as
-    /// requested), `"invalid_chunk"` (a chunk that does not fit the file).
+    /// requested), `"invalid_chunk"` (a chunk that does not fit the file), `"storage"` (an
+    /// object storage request that failed after every retry: a fault of the service or the
+    /// network, not of the data, which stages do not skip whatever their error policy).
     pub fn kind(&self) -> &'static str {
         self.kind
     }

@@ -59,6 +59,31 @@ impl InputFile {
     }
 }
 
+impl InputFile {
+    /// Describes an object (`path` is its URL), detecting format and compression from its
+    /// name as [`InputFile::detect`] does; `size` is the listed size.
+    pub fn detect_object(
+        url: &neardup_storage::ObjectUrl,
+        relative: &Path,
+        size: u64,
+        forced: Option<Format>,
+    ) -> Option<InputFile> {
+        let (format, compression) = detect_name(url.file_name(), forced)?;
+        Some(InputFile {
+            path: PathBuf::from(url.to_string()),
+            relative: relative.to_path_buf(),
+            format,
+            compression,
+            size,
+        })
+    }
+
+    /// The object this input is, when its path is an object storage URL.
+    pub fn object_url(&self) -> Option<neardup_storage::ObjectUrl> {
+        neardup_storage::ObjectUrl::from_path(&self.path)
+    }
+}
+
 const JSONL_EXTS: [&str; 3] = ["jsonl", "json", "ndjson"];
 
 /// Splits a lower-cased file name into (format, compression) by its extensions.

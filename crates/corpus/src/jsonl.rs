@@ -4,6 +4,8 @@ use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
+use neardup_storage::ObjectReader;
+
 use crate::block::{
     BlockData, FieldValue, FieldsSeen, Sample, SkipReason, buffers, emit_bad, emit_record,
     reuse_vec,
@@ -18,6 +20,21 @@ use crate::select::TextSelector;
 /// a chunk starting mid-line reads to find its first line start). Reading a whole block there
 /// instead read most chunks twice over: the block past the end was read, copied and thrown away.
 const LOOKAHEAD: usize = 64 << 10;
+
+/// The decompressing reader of `raw` (a file, or an object's stream).
+fn decoder<R: Read + Send + 'static>(
+    raw: R,
+    compression: Compression,
+) -> std::io::Result<Box<dyn Read + Send>> {
+    Ok(match compression {
+        Compression::None => Box::new(raw),
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
+            1 << 20,
+            raw,
+        ))),
+        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw)?),
+    })
+}
 
 pub(crate) struct JsonlSource {
     path: PathBuf,
@@ -73,20 +90,22 @@ impl JsonlSource {
         let io_err = |e: &std::io::Error| {
             ReadError::from_io(&file.path, None, e).losing(0, None, None, Some(start))
         };
-        let mut f = File::open(&file.path).map_err(|e| io_err(&e))?;
         // Whether `start` is a line start depends on the byte before it.
         let skip_partial = start > 0;
         let pos = start.saturating_sub(1);
-        if pos > 0 {
-            f.seek(SeekFrom::Start(pos)).map_err(|e| io_err(&e))?;
-        }
-        let reader: Box<dyn Read + Send> = match file.compression {
-            Compression::None => Box::new(f),
-            Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(
-                BufReader::with_capacity(1 << 20, f),
-            )),
-            Compression::Zstd => {
-                Box::new(zstd::stream::read::Decoder::new(f).map_err(|e| io_err(&e))?)
+        let reader = match file.object_url() {
+            Some(url) => {
+                let hint_end = end.saturating_add(LOOKAHEAD as u64);
+                let object = ObjectReader::open(&url, file.size, pos, hint_end)
+                    .map_err(|e| io_err(&crate::parquet_read::object_io_error(e)))?;
+                decoder(object, file.compression).map_err(|e| io_err(&e))?
+            }
+            None => {
+                let mut f = File::open(&file.path).map_err(|e| io_err(&e))?;
+                if pos > 0 {
+                    f.seek(SeekFrom::Start(pos)).map_err(|e| io_err(&e))?;
+                }
+                decoder(f, file.compression).map_err(|e| io_err(&e))?
             }
         };
         Ok(JsonlSource {

@@ -20,6 +20,10 @@
 //!   spill directories ([`ScratchFile`], [`ScratchDir`]) and the removal of what dead runs left;
 //!   the [`CancelToken`] that stops a run.
 //!
+//! Any of these paths may be an object storage URL (`s3://`, `gs://`, `az://`): discovery lists
+//! prefixes, the readers take their bytes, and publication uploads its outputs, through
+//! `neardup-storage`, which owns the clients; every rule about files stays here.
+//!
 //! It does not own hashing, sketching, deduplication, threading or reporting policy: callers
 //! decide what an empty text means, whether an error stops the run, and how chunks are scheduled.
 //!

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
@@ -21,6 +21,8 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
+use neardup_storage::ObjectRanges;
+
 use crate::block::{
     BlockData, FieldValue, FieldsSeen, Projection, ReadOptions, Sample, emit_record, reuse_vec,
 };
@@ -34,29 +36,108 @@ use crate::select::{FieldPath, TextSelector};
 const MIN_BATCH_ROWS: usize = 64;
 const MAX_BATCH_ROWS: usize = 65536;
 
+/// Where a Parquet file's bytes come from: a local file, or ranged reads of an object.
+pub(crate) enum ParquetBytes {
+    File(File),
+    Object(ObjectRanges),
+}
+
+impl ParquetBytes {
+    fn open(file: &InputFile) -> Result<ParquetBytes, ReadError> {
+        match file.object_url() {
+            Some(url) => ObjectRanges::open(&url, file.size)
+                .map(ParquetBytes::Object)
+                .map_err(|e| ReadError::from_io(&file.path, None, &object_io_error(e))),
+            None => File::open(&file.path)
+                .map(ParquetBytes::File)
+                .map_err(|e| ReadError::from_io(&file.path, None, &e)),
+        }
+    }
+
+    fn try_clone(&self) -> std::io::Result<ParquetBytes> {
+        Ok(match self {
+            ParquetBytes::File(f) => ParquetBytes::File(f.try_clone()?),
+            ParquetBytes::Object(o) => ParquetBytes::Object(o.clone()),
+        })
+    }
+
+    /// Fetches the byte ranges of `leaves` in row group `group` before they are decoded (an
+    /// object's column chunks arrive together, over concurrent requests; a file needs nothing).
+    fn prefetch(
+        &self,
+        meta: &ParquetMetaData,
+        group: usize,
+        leaves: &[usize],
+    ) -> Result<(), neardup_storage::StorageError> {
+        let ParquetBytes::Object(o) = self else {
+            return Ok(());
+        };
+        let rg = meta.row_group(group);
+        let ranges: Vec<std::ops::Range<u64>> = leaves
+            .iter()
+            .map(|&c| {
+                let (start, len) = rg.column(c).byte_range();
+                start..start + len
+            })
+            .collect();
+        o.prefetch(&ranges)
+    }
+}
+
+/// A storage error as the I/O error a reader reports: its message without the URL, which the
+/// read error names already.
+pub(crate) fn object_io_error(e: neardup_storage::StorageError) -> std::io::Error {
+    e.into_unnamed_io()
+}
+
 /// Reads and parses a Parquet footer. Errors are `corrupt_parquet` (or `io` if the file cannot be
 /// opened).
-pub(crate) fn read_footer(path: &Path) -> Result<(File, ParquetMetaData), ReadError> {
-    let f = File::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
-    let meta = ParquetMetaDataReader::new()
-        .parse_and_finish(&f)
-        .map_err(|e| {
-            ReadError::new(
-                path,
-                "corrupt_parquet",
-                Some("footer".into()),
-                format!("unreadable footer ({e})"),
-            )
-        })?;
-    Ok((f, meta))
+pub(crate) fn read_footer(file: &InputFile) -> Result<(ParquetBytes, ParquetMetaData), ReadError> {
+    let path = &file.path;
+    let bytes = ParquetBytes::open(file)?;
+    let parsed = match &bytes {
+        ParquetBytes::File(f) => ParquetMetaDataReader::new().parse_and_finish(f),
+        ParquetBytes::Object(o) => ParquetMetaDataReader::new().parse_and_finish(o),
+    };
+    let meta = parsed.map_err(|e| match e {
+        // A failed request is no sign of a corrupt file.
+        parquet::errors::ParquetError::External(inner) => {
+            ReadError::new(path, "storage", Some("footer".into()), inner.to_string())
+        }
+        e => ReadError::new(
+            path,
+            "corrupt_parquet",
+            Some("footer".into()),
+            format!("unreadable footer ({e})"),
+        ),
+    })?;
+    Ok((bytes, meta))
 }
 
 /// Loads the footer and its Arrow schema.
-pub(crate) fn load(path: &Path) -> Result<(File, ArrowReaderMetadata), ReadError> {
-    let (f, meta) = read_footer(path)?;
+pub(crate) fn load(file: &InputFile) -> Result<(ParquetBytes, ArrowReaderMetadata), ReadError> {
+    let (f, meta) = read_footer(file)?;
     let arrow = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::default())
-        .map_err(|e| ReadError::new(path, "schema_mismatch", None, e.to_string()))?;
+        .map_err(|e| ReadError::new(&file.path, "schema_mismatch", None, e.to_string()))?;
     Ok((f, arrow))
+}
+
+/// A row limit applied only when it cuts the group short (as the builder is given it for
+/// either source).
+trait LimitBelow: Sized {
+    fn with_limit_below(self, limit: u64, rows: u64) -> Self;
+}
+
+impl<T: parquet::file::reader::ChunkReader + 'static> LimitBelow
+    for ParquetRecordBatchReaderBuilder<T>
+{
+    fn with_limit_below(self, limit: u64, rows: u64) -> Self {
+        if limit < rows {
+            self.with_limit(limit as usize)
+        } else {
+            self
+        }
+    }
 }
 
 /// Reads one row group at a time (a fresh decoder per group, sharing the parsed footer) so
@@ -64,7 +145,7 @@ pub(crate) fn load(path: &Path) -> Result<(File, ArrowReaderMetadata), ReadError
 /// cannot be read to its end costs only its own unread rows: reading goes on with the next group.
 pub(crate) struct ParquetSource {
     path: PathBuf,
-    file: File,
+    file: ParquetBytes,
     meta: ArrowReaderMetadata,
     /// The columns this read decodes, and its rows per batch.
     read: Decoding,
@@ -89,6 +170,8 @@ pub(crate) struct ParquetSource {
 #[derive(Clone)]
 struct Decoding {
     mask: ProjectionMask,
+    /// The leaf columns the mask selects.
+    leaves: Vec<usize>,
     batch_rows: usize,
 }
 
@@ -124,7 +207,7 @@ impl ParquetSource {
     ) -> Result<ParquetSource, ReadError> {
         let path = &file.path;
         // Without a footer nothing is known, not even how many rows the chunk holds.
-        let (f, pmeta) = read_footer(path).map_err(|e| e.losing(0, None, None, None))?;
+        let (f, pmeta) = read_footer(file).map_err(|e| e.losing(0, None, None, None))?;
         let n = pmeta.num_row_groups();
         let groups: Vec<usize> = match chunk.range {
             ChunkRange::Whole => (0..n).collect(),
@@ -185,7 +268,8 @@ impl ParquetSource {
             Decoding {
                 batch_rows: ((opts.block_bytes as u64 / avg_row) as usize)
                     .clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS),
-                mask: ProjectionMask::leaves(schema, leaves),
+                mask: ProjectionMask::leaves(schema, leaves.iter().copied()),
+                leaves,
             }
         };
         let text_leaves = {
@@ -249,15 +333,29 @@ impl ParquetSource {
             .file
             .try_clone()
             .map_err(|e| ReadError::from_io(&self.path, Some(self.location()), &e))?;
-        let mut builder =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.meta.clone())
-                .with_row_groups(vec![self.current.index])
-                .with_projection(decoding.mask.clone())
-                .with_batch_size(decoding.batch_rows);
-        if limit < self.current.rows {
-            builder = builder.with_limit(limit as usize);
-        }
-        builder.build().map_err(|e| {
+        file.prefetch(self.meta.metadata(), self.current.index, &decoding.leaves)
+            .map_err(|e| {
+                ReadError::from_io(&self.path, Some(self.location()), &object_io_error(e))
+            })?;
+        let builder = match file {
+            ParquetBytes::File(f) => {
+                ParquetRecordBatchReaderBuilder::new_with_metadata(f, self.meta.clone())
+                    .with_row_groups(vec![self.current.index])
+                    .with_projection(decoding.mask.clone())
+                    .with_batch_size(decoding.batch_rows)
+                    .with_limit_below(limit, self.current.rows)
+                    .build()
+            }
+            ParquetBytes::Object(o) => {
+                ParquetRecordBatchReaderBuilder::new_with_metadata(o, self.meta.clone())
+                    .with_row_groups(vec![self.current.index])
+                    .with_projection(decoding.mask.clone())
+                    .with_batch_size(decoding.batch_rows)
+                    .with_limit_below(limit, self.current.rows)
+                    .build()
+            }
+        };
+        builder.map_err(|e| {
             ReadError::new(
                 &self.path,
                 "corrupt_parquet",
@@ -312,6 +410,17 @@ impl ParquetSource {
                         self.replay_skip = None;
                     }
                     Some(Err(e)) => {
+                        // A range fetched while decoding failed: the request, not the data.
+                        if let ParquetBytes::Object(o) = &self.file
+                            && let Some(failure) = o.take_failure()
+                        {
+                            let e = ReadError::from_io(
+                                &self.path,
+                                Some(self.location()),
+                                &object_io_error(failure),
+                            );
+                            return Some(Err(self.group_failed(e)));
+                        }
                         let kind = match &e {
                             ArrowError::SchemaError(_) | ArrowError::CastError(_) => {
                                 "schema_mismatch"

@@ -110,7 +110,7 @@ pub fn record_fields(files: &[InputFile], max_records: usize) -> Vec<String> {
         }
         match file.format {
             Format::Parquet => {
-                let Ok((_, meta)) = parquet_read::load(&file.path) else {
+                let Ok((_, meta)) = parquet_read::load(file) else {
                     continue;
                 };
                 for field in meta.schema().fields() {

@@ -14,6 +14,8 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{WriterProperties, WriterVersion};
 
+use neardup_storage::{ObjectUrl, ObjectWriter, UploadSet};
+
 use crate::block::{Block, BlockData};
 use crate::error::WriteError;
 use crate::format::{Compression, Format, InputFile, format_suffix_len};
@@ -53,6 +55,9 @@ pub(crate) struct FinishedPart {
 pub struct OutputDir {
     dir: PathBuf,
     staging: PathBuf,
+    /// Set when the directory is an object storage prefix: outputs are uploads of the run, to
+    /// be completed when it publishes (`staging` is then the prefix itself).
+    uploads: Option<Arc<UploadSet>>,
     max_output_bytes: Option<u64>,
     claimed: Mutex<HashSet<PathBuf>>,
     finished: Arc<Mutex<Vec<FinishedPart>>>,
@@ -64,6 +69,24 @@ impl OutputDir {
         OutputDir {
             dir,
             staging,
+            uploads: None,
+            max_output_bytes,
+            claimed: Mutex::new(HashSet::new()),
+            finished: Arc::new(Mutex::new(Vec::new())),
+        }
+    }
+
+    /// The object storage prefix `dir`, written as uploads of `uploads` under their final names
+    /// (invisible until the publication completes them).
+    pub(crate) fn uploaded(
+        dir: PathBuf,
+        uploads: Arc<UploadSet>,
+        max_output_bytes: Option<u64>,
+    ) -> Self {
+        OutputDir {
+            staging: dir.clone(),
+            dir,
+            uploads: Some(uploads),
             max_output_bytes,
             claimed: Mutex::new(HashSet::new()),
             finished: Arc::new(Mutex::new(Vec::new())),
@@ -128,6 +151,7 @@ impl OutputDir {
             rel,
             dir: self.dir.clone(),
             staging: self.staging.clone(),
+            uploads: self.uploads.clone(),
             max: self.max_output_bytes,
             claim,
             finished: self.finished.clone(),
@@ -156,8 +180,65 @@ pub(crate) fn part_name(rel: &Path, k: usize, split: bool) -> PathBuf {
     rel.with_file_name(format!("{}.part-{k:05}{}", &name[..cut], &name[cut..]))
 }
 
+/// A file being written under its staging name, or an object being uploaded under its final
+/// name (invisible until the run's publication completes it).
+pub(crate) enum OutFile {
+    Local(File),
+    Object(Box<ObjectWriter>),
+}
+
+impl OutFile {
+    /// Flushes it to stable storage (a file: fsync; an object: every part uploaded) and returns
+    /// its size.
+    pub(crate) fn finish(self) -> io::Result<u64> {
+        match self {
+            OutFile::Local(f) => {
+                f.sync_all()?;
+                Ok(f.metadata()?.len())
+            }
+            OutFile::Object(w) => w.finish(),
+        }
+    }
+}
+
+impl Write for OutFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            OutFile::Local(f) => f.write(buf),
+            OutFile::Object(w) => w.write(buf),
+        }
+    }
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            OutFile::Local(f) => f.write_all(buf),
+            OutFile::Object(w) => w.write_all(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            OutFile::Local(f) => f.flush(),
+            OutFile::Object(w) => w.flush(),
+        }
+    }
+}
+
+/// Creates an output: with `uploads`, an upload of the object `path` names; otherwise a new
+/// file.
+fn create_output(path: &Path, uploads: Option<&Arc<UploadSet>>) -> io::Result<OutFile> {
+    match uploads {
+        Some(set) => {
+            let url = ObjectUrl::from_path(path)
+                .ok_or_else(|| io::Error::other("not an object storage URL"))?;
+            Ok(OutFile::Object(Box::new(
+                set.create(&url).map_err(|e| e.into_unnamed_io())?,
+            )))
+        }
+        None => create_file(path).map(OutFile::Local),
+    }
+}
+
 /// Creates a new output file (0644 less the umask, like any data file; never an existing one).
-fn create_output(path: &Path) -> io::Result<File> {
+fn create_file(path: &Path) -> io::Result<File> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
@@ -185,7 +266,7 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
-type Out = Counting<BufWriter<File>>;
+type Out = Counting<BufWriter<OutFile>>;
 
 enum Enc {
     Plain(Out),
@@ -194,7 +275,7 @@ enum Enc {
 }
 
 impl Enc {
-    fn new(compression: Compression, f: File) -> io::Result<Enc> {
+    fn new(compression: Compression, f: OutFile) -> io::Result<Enc> {
         let out = Counting {
             inner: BufWriter::with_capacity(WRITE_BUF, f),
             n: 0,
@@ -226,7 +307,7 @@ impl Enc {
         }
     }
 
-    fn finish(self) -> io::Result<File> {
+    fn finish(self) -> io::Result<OutFile> {
         let out = match self {
             Enc::Plain(w) => w,
             Enc::Gzip(w) => w.finish()?,
@@ -271,7 +352,7 @@ impl JsonlSink {
 struct ParquetSink {
     schema: SchemaRef,
     props: WriterProperties,
-    writer: Option<ArrowWriter<File>>,
+    writer: Option<ArrowWriter<OutFile>>,
     /// In-memory bytes given to the current part's writer, to estimate its encoded ratio.
     mem_in: u64,
     /// Footer size estimate: a fixed part (schema, key-value metadata) plus a part per row group
@@ -282,7 +363,7 @@ struct ParquetSink {
 
 impl ParquetSink {
     fn for_input(input: &InputFile, base: &Path) -> Result<ParquetSink, WriteError> {
-        let (_, meta) = crate::parquet_read::load(&input.path)
+        let (_, meta) = crate::parquet_read::load(input)
             .map_err(|e| WriteError::new(base, "read_input", e.to_string()))?;
         let pmeta = meta.metadata();
         let fm = pmeta.file_metadata();
@@ -338,9 +419,10 @@ impl ParquetSink {
         &mut self,
         staged: &Path,
         shown: &Path,
-    ) -> Result<&mut ArrowWriter<File>, WriteError> {
+        uploads: Option<&Arc<UploadSet>>,
+    ) -> Result<&mut ArrowWriter<OutFile>, WriteError> {
         if self.writer.is_none() {
-            let f = create_output(staged).map_err(|e| WriteError::io(shown, e))?;
+            let f = create_output(staged, uploads).map_err(|e| WriteError::io(shown, e))?;
             let w = ArrowWriter::try_new(f, self.schema.clone(), Some(self.props.clone()))
                 .map_err(|e| WriteError::new(shown, "parquet", e.to_string()))?;
             self.writer = Some(w);
@@ -386,6 +468,7 @@ pub struct FileWriter {
     /// The output directory, as named by the caller (messages and returned paths).
     dir: PathBuf,
     staging: PathBuf,
+    uploads: Option<Arc<UploadSet>>,
     max: Option<u64>,
     /// Which claimed output this is.
     claim: usize,
@@ -431,8 +514,8 @@ impl FileWriter {
     }
 
     /// Creates the file of part `k` in the staging directory.
-    fn create_part(&self, k: usize) -> Result<File, WriteError> {
-        create_output(&self.staging.join(self.part_rel(k)))
+    fn create_part(&self, k: usize) -> Result<OutFile, WriteError> {
+        create_output(&self.staging.join(self.part_rel(k)), self.uploads.as_ref())
             .map_err(|e| WriteError::io(&self.shown(k), e))
     }
 
@@ -594,7 +677,7 @@ impl FileWriter {
             let Sink::Parquet(sink) = &mut self.sink else {
                 unreachable!("checked above");
             };
-            let w = sink.writer(&staged, &shown)?;
+            let w = sink.writer(&staged, &shown, self.uploads.as_ref())?;
             w.write(&slice)
                 .map_err(|e| WriteError::new(&shown, "parquet", e.to_string()))?;
             sink.mem_in += mem;
@@ -623,8 +706,7 @@ impl FileWriter {
                 None => return Ok(()),
             },
         };
-        file.sync_all().map_err(|e| WriteError::io(&path, e))?;
-        let bytes = file.metadata().map_err(|e| WriteError::io(&path, e))?.len();
+        let bytes = file.finish().map_err(|e| WriteError::io(&path, e))?;
         self.parts.push(FinishedPart {
             file: self.claim,
             rel: self.part_rel(k),
@@ -647,12 +729,13 @@ impl FileWriter {
             let (staged, shown) = (self.staging.join(self.part_rel(0)), self.shown(0));
             match &mut self.sink {
                 Sink::Jsonl(s) => {
-                    let f = create_output(&staged).map_err(|e| WriteError::io(&shown, e))?;
+                    let f = create_output(&staged, self.uploads.as_ref())
+                        .map_err(|e| WriteError::io(&shown, e))?;
                     s.enc =
                         Some(Enc::new(s.compression, f).map_err(|e| WriteError::io(&shown, e))?);
                 }
                 Sink::Parquet(s) => {
-                    s.writer(&staged, &shown)?;
+                    s.writer(&staged, &shown, self.uploads.as_ref())?;
                 }
             }
         }

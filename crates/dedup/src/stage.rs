@@ -744,6 +744,9 @@ impl<R: HotRoute> Pass<'_, R> {
     fn on_read_error(&mut self, job: usize, lost: &Unreadable) -> Result<(), DedupError> {
         let fi = self.jobs[job].file;
         let range = UnreadableRange::new(&self.inputs[fi].path, self.record_bases[job], lost);
+        if range.is_storage_failure() {
+            return Err(DedupError::Input(range.storage_failure()));
+        }
         if self.cfg.on_error == OnError::Fail {
             return Err(DedupError::Input(range.to_string()));
         }

@@ -1,6 +1,5 @@
 //! The key-frequency filter's products: the hot-key set and the per-row hot mask.
 
-use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
 
@@ -125,7 +124,7 @@ impl HotSummary {
     /// and keeps only its summary. Its fingerprint is the hash of the file's bytes, which are
     /// the bytes [`HotKeys::fingerprint`] hashes.
     pub fn load(path: &Path) -> Result<HotSummary, KeysError> {
-        let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+        let file = neardup_storage::file::open(path).map_err(|e| KeysError::io(path, e))?;
         // The whole file's hash (its trailer included) is its fingerprint; the inner one is
         // checked against the trailer.
         let mut whole = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
@@ -543,9 +542,10 @@ impl HotKeys {
         out.write_all(HOT_END)
     }
 
-    /// Reads a hot-key file, verifying its checksum and order.
+    /// Reads a hot-key file (or object, `path` holding its URL), verifying its checksum and
+    /// order.
     pub fn load(path: &Path) -> Result<HotKeys, KeysError> {
-        let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+        let file = neardup_storage::file::open(path).map_err(|e| KeysError::io(path, e))?;
         Self::read_from(BufReader::with_capacity(1 << 20, file), path, u64::MAX)
     }
 

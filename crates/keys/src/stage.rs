@@ -148,7 +148,7 @@ pub struct UnreadableRange {
     /// footer).
     pub records: Option<u64>,
     /// Stable class: `io`, `truncated`, `corrupt`, `corrupt_parquet`, `schema_mismatch`,
-    /// `invalid_chunk`.
+    /// `invalid_chunk` (`storage` stops a run, and is never listed).
     pub kind: String,
     /// Why, for people.
     pub reason: String,
@@ -191,6 +191,25 @@ impl UnreadableRange {
                 format!("unreadable from record {first}{place} on, how many records is unknown")
             }
         }
+    }
+
+    /// Whether the loss is a storage request that failed after its retries (kind `storage`):
+    /// a fault of the service or the network, not of the data, which stops a run whatever its
+    /// error policy (see `docs/formats.md`, "Object storage").
+    pub fn is_storage_failure(&self) -> bool {
+        self.kind == "storage"
+    }
+
+    /// The error that stops a run on a storage failure: the object, what failed, and why
+    /// `--on-error skip` does not skip it.
+    pub fn storage_failure(&self) -> String {
+        format!(
+            "{}: {}: the storage service or the network failed, not the data, and --on-error \
+             skip does not skip that (the dataset would lack records a later run reads); \
+             nothing was published: run again when the service answers",
+            self.file.display(),
+            self.reason
+        )
     }
 
     /// Whether the loss starts at the file's first record and its size is unknown: nothing of
@@ -697,6 +716,9 @@ fn absorb(
     }
     for lost in &out.unreadable {
         let range = UnreadableRange::new(path, record_base, lost);
+        if range.is_storage_failure() {
+            return Err(KeysError::Input(range.storage_failure()));
+        }
         if cfg.on_error == OnError::Fail {
             return Err(KeysError::Input(range.to_string()));
         }

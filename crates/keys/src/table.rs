@@ -440,7 +440,14 @@ impl KeyTableWriter {
     /// [`neardup_corpus::Publication`], published with the run's report).
     pub fn to_file(target: AtomicFile, columns: usize) -> Result<KeyTableWriter, KeysError> {
         let path = target.path().to_path_buf();
+        // The rows wait beside the table; a table going to object storage has no "beside", and
+        // they wait in the temporary directory (TMPDIR).
+        let temp;
         let dir = match path.parent() {
+            _ if neardup_storage::is_url_path(&path) => {
+                temp = std::env::temp_dir();
+                &temp
+            }
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
         };
@@ -541,15 +548,15 @@ impl KeyTableWriter {
 pub struct TableReader {
     path: PathBuf,
     header: TableHeader,
-    input: ChecksumReader<BufReader<File>>,
+    input: ChecksumReader<BufReader<Box<dyn Read + Send>>>,
     keys_left: u64,
     buf: Vec<u8>,
 }
 
 impl TableReader {
-    /// Opens a table file and reads its header.
+    /// Opens a table file (or object, `path` holding its URL) and reads its header.
     pub fn open(path: &Path) -> Result<TableReader, KeysError> {
-        let file = File::open(path).map_err(|e| KeysError::io(path, e))?;
+        let file = neardup_storage::file::open(path).map_err(|e| KeysError::io(path, e))?;
         let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
         let header: TableHeader = read_framed_header(&mut input, MAGIC, path)?;
         let keys_left = check_header(&header, path)?;
@@ -722,11 +729,10 @@ impl ShardTables {
 
 /// The checksum a table file ends with (before its end marker), read without reading the rest.
 fn stored_checksum(path: &Path) -> Result<u64, KeysError> {
-    let mut file = File::open(path).map_err(|e| KeysError::io(path, e))?;
-    let mut trailer = [0u8; 16];
-    file.seek(SeekFrom::End(-16))
-        .and_then(|_| file.read_exact(&mut trailer))
-        .map_err(|e| truncated(path, e))?;
+    let end = neardup_storage::file::read_end(path, 16).map_err(|e| KeysError::io(path, e))?;
+    let trailer: [u8; 16] = end
+        .try_into()
+        .map_err(|_| truncated(path, io::ErrorKind::UnexpectedEof.into()))?;
     if &trailer[8..] != END_MAGIC {
         return Err(KeysError::Corrupt(format!(
             "{}: missing end marker (truncated?)",

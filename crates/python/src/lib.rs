@@ -9,6 +9,7 @@
 
 mod deduper;
 mod errors;
+mod files;
 mod lshcurator;
 mod run;
 mod settings;
@@ -66,6 +67,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(steps::decided_result, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_write, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::process_corpus, m)?)?;
+    m.add_function(wrap_pyfunction!(files::file_exists, m)?)?;
+    m.add_function(wrap_pyfunction!(files::read_file, m)?)?;
+    m.add_function(wrap_pyfunction!(files::write_file, m)?)?;
+    m.add_function(wrap_pyfunction!(files::concatenate, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::compute_bucket_keys, m)?)?;
     Ok(())
 }

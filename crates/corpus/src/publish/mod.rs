@@ -14,6 +14,11 @@
 //! journal is removed. A run that dies inside this step is finished by the next one from the
 //! journal. A publication dropped without commit removes everything it created.
 //!
+//! Outputs on object storage (a dataset prefix, a decisions file or report named by URL) are
+//! multipart uploads under their final names, which no reader sees before they complete: the
+//! commit completes them all, then puts the prefix's manifest last; dropped without commit, the
+//! publication aborts them (see `docs/formats.md`, "Object storage").
+//!
 //! Scratch files and spill directories ([`ScratchFile`], [`ScratchDir`]) follow the same
 //! liveness rule: a run holds a lock on each as long as it lives, and a later run that can take
 //! the lock removes them.
@@ -31,8 +36,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use neardup_storage::{ObjectUrl, StorageError, UploadSet};
+
 use crate::error::WriteError;
-use crate::write::{OutputDir, OutputOptions, part_name};
+use crate::write::{OutFile, OutputDir, OutputOptions, part_name};
 use journal::{Applied, Journal, Op, make_dirs, sync_dir};
 pub use liveness::{RunId, ScratchDir, ScratchFile};
 use liveness::{aside_name, create_locked, create_locked_dir, sweep, temp_name};
@@ -170,9 +177,14 @@ pub fn read_manifest(dir: &Path, name: &str) -> Result<Option<Manifest>, WriteEr
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(WriteError::io(&path, e)),
     };
+    parse_manifest(&path, &bytes).map(Some)
+}
+
+/// A manifest's bytes, checked as [`read_manifest`] says.
+fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, WriteError> {
     let foreign = |why: &str| {
         WriteError::new(
-            &path,
+            path,
             "foreign_manifest",
             format!(
                 "not a neardup manifest ({why}); neardup replaces only files listed in its own \
@@ -181,7 +193,7 @@ pub fn read_manifest(dir: &Path, name: &str) -> Result<Option<Manifest>, WriteEr
         )
     };
     let m: Manifest =
-        serde_json::from_slice(&bytes).map_err(|_| foreign("not a neardup manifest's JSON"))?;
+        serde_json::from_slice(bytes).map_err(|_| foreign("not a neardup manifest's JSON"))?;
     if m.format != MANIFEST_FORMAT || m.format_version != 1 {
         return Err(foreign("unknown format"));
     }
@@ -193,7 +205,7 @@ pub fn read_manifest(dir: &Path, name: &str) -> Result<Option<Manifest>, WriteEr
             )));
         }
     }
-    Ok(Some(m))
+    Ok(m)
 }
 
 /// A relative path of normal components only (no `..`, no root).
@@ -215,6 +227,9 @@ pub struct Published {
 pub struct Publication {
     shared: Arc<Shared>,
     dataset: Option<Dataset>,
+    /// The run's object uploads (outputs on object storage), completed by the commit and
+    /// aborted when the publication is dropped without one.
+    uploads: Arc<UploadSet>,
     cancel: CancelToken,
     decisions: Option<PathBuf>,
     report: Option<PathBuf>,
@@ -241,20 +256,43 @@ impl std::fmt::Debug for Publication {
 struct Dataset {
     out: OutputDir,
     staging: PathBuf,
-    _lock: File,
+    _lock: Option<File>,
     manifest: String,
     overwrite: bool,
+    /// The prefix, when the dataset goes to object storage.
+    object: Option<ObjectUrl>,
 }
 
 struct Shared {
     run: RunId,
     files: Mutex<Vec<Staged>>,
+    /// Single-file outputs on object storage.
+    objects: Mutex<Vec<StagedObject>>,
 }
 
 impl Shared {
+    fn new(run: RunId) -> Arc<Shared> {
+        Arc::new(Shared {
+            run,
+            files: Mutex::new(Vec::new()),
+            objects: Mutex::new(Vec::new()),
+        })
+    }
+
     fn files(&self) -> MutexGuard<'_, Vec<Staged>> {
         lock_ignoring_poison(&self.files)
     }
+
+    fn objects(&self) -> MutexGuard<'_, Vec<StagedObject>> {
+        lock_ignoring_poison(&self.objects)
+    }
+}
+
+/// A single-file output on object storage: uploaded under its final name, visible once the
+/// commit completes the upload.
+struct StagedObject {
+    target: ObjectUrl,
+    state: State,
 }
 
 /// The lists behind these locks stay valid whatever a panicking holder was doing.
@@ -286,14 +324,12 @@ impl Publication {
     /// file no manifest lists (`"not_ours"`) or a listed file changed since (`"changed"`).
     pub fn begin(opts: &PublishOptions) -> Result<Publication, WriteError> {
         let mut p = Publication {
-            shared: Arc::new(Shared {
-                run: RunId::new(),
-                files: Mutex::new(Vec::new()),
-            }),
+            shared: Shared::new(RunId::new()),
             dataset: None,
+            uploads: UploadSet::new(),
             cancel: opts.cancel.clone(),
-            decisions: opts.decisions.as_deref().map(absolute).transpose()?,
-            report: opts.report.as_deref().map(absolute).transpose()?,
+            decisions: opts.decisions.as_deref().map(absolute_or_url).transpose()?,
+            report: opts.report.as_deref().map(absolute_or_url).transpose()?,
             created: Mutex::new(Vec::new()),
             swept: Mutex::new(BTreeSet::new()),
             committed: false,
@@ -321,6 +357,9 @@ impl Publication {
         outputs: &[PathBuf],
         shared: bool,
     ) -> Result<Dataset, WriteError> {
+        if let Some(url) = ObjectUrl::from_path(&opts.dir) {
+            return self.begin_object_dataset(opts, url, manifest, outputs, shared);
+        }
         let dir = absolute(&opts.dir)?;
         match fs::metadata(&dir) {
             Ok(m) if !m.is_dir() => {
@@ -418,17 +457,92 @@ impl Publication {
         .map_err(|e| WriteError::io(&opts.dir, e))?;
         if run != self.shared.run {
             // Nothing carries the first id yet: the dataset is reserved before any single file.
-            self.shared = Arc::new(Shared {
-                run,
-                files: Mutex::new(Vec::new()),
-            });
+            self.shared = Shared::new(run);
         }
         Ok(Dataset {
             out: OutputDir::staged(opts.dir.clone(), staging.clone(), opts.max_output_bytes),
             staging,
-            _lock: lock,
+            _lock: Some(lock),
             manifest: manifest.to_string(),
             overwrite: opts.overwrite,
+            object: None,
+        })
+    }
+
+    /// [`Publication::begin_dataset`] for an object storage prefix: the same refusals, from a
+    /// listing of the prefix and its manifest object. There is no staging: outputs are uploads
+    /// under their final names, invisible until the commit completes them. (Object storage has
+    /// no locks: a concurrent run writing the same prefix is not detected.)
+    fn begin_object_dataset(
+        &mut self,
+        opts: &OutputOptions,
+        dir: ObjectUrl,
+        manifest: &str,
+        outputs: &[PathBuf],
+        shared: bool,
+    ) -> Result<Dataset, WriteError> {
+        let held = object_sizes(&dir)?;
+        let listed = if opts.overwrite || shared {
+            read_object_manifest(&dir, manifest)?
+                .as_ref()
+                .map(listed_files)
+                .unwrap_or_default()
+        } else {
+            BTreeMap::new()
+        };
+        if !opts.overwrite && !shared && !held.is_empty() {
+            let first = held.keys().next().expect("not empty");
+            let more = match held.len() {
+                1 => String::new(),
+                n => format!(" and {} more", n - 1),
+            };
+            return Err(WriteError::new(
+                &opts.dir,
+                "exists",
+                format!(
+                    "the output prefix is not empty (it holds {}{more}); pass --overwrite to \
+                     replace the objects an earlier neardup run wrote there, or choose another \
+                     prefix",
+                    first.display()
+                ),
+            ));
+        }
+        if opts.overwrite {
+            check_unchanged_objects(&dir, &listed, &held)?;
+        }
+        let split = opts.max_output_bytes.is_some();
+        for rel in outputs {
+            let name = part_name(rel, 0, split);
+            if !held.contains_key(&name) {
+                continue;
+            }
+            let path = PathBuf::from(dir.join(&name.to_string_lossy()).to_string());
+            if !opts.overwrite {
+                return Err(WriteError::new(
+                    &path,
+                    "exists",
+                    format!(
+                        "an output of this run already exists in the shared output prefix; pass \
+                         --overwrite to replace what an earlier run with the manifest {manifest} \
+                         wrote, or choose another prefix"
+                    ),
+                ));
+            }
+            if !listed.contains_key(&name) {
+                return Err(not_ours(&path, manifest));
+            }
+        }
+        Ok(Dataset {
+            out: OutputDir::uploaded(
+                opts.dir.clone(),
+                self.uploads.clone(),
+                opts.max_output_bytes,
+            ),
+            staging: PathBuf::new(),
+            _lock: None,
+            manifest: manifest.to_string(),
+            overwrite: opts.overwrite,
+            object: Some(dir),
         })
     }
 
@@ -443,6 +557,19 @@ impl Publication {
 
     /// Reserves the temporary name of single-file output `target` (creating its directory).
     fn reserve(&self, target: &Path) -> Result<(), WriteError> {
+        if let Some(url) = ObjectUrl::from_path(target) {
+            let mut objects = self.shared.objects();
+            if !objects.iter().any(|o| o.target == url) {
+                // A missing bucket or refused credentials are found before any work, not when
+                // the output is written at the end of it.
+                neardup_storage::head(&url).map_err(|e| storage_error(target, e))?;
+                objects.push(StagedObject {
+                    target: url,
+                    state: State::Reserved,
+                });
+            }
+            return Ok(());
+        }
         let abs = absolute(target)?;
         if self.shared.files().iter().any(|s| s.target == abs) {
             return Ok(());
@@ -489,6 +616,31 @@ impl Publication {
     /// written once.
     pub fn file(&self, path: &Path) -> Result<AtomicFile, WriteError> {
         self.reserve(path)?;
+        if let Some(url) = ObjectUrl::from_path(path) {
+            let mut objects = self.shared.objects();
+            let (index, staged) = objects
+                .iter_mut()
+                .enumerate()
+                .find(|(_, s)| s.target == url)
+                .expect("reserved above");
+            if staged.state != State::Reserved {
+                return Err(WriteError::new(
+                    path,
+                    "duplicate_output",
+                    "this file is already written by this run",
+                ));
+            }
+            let writer = self
+                .uploads
+                .create(&url)
+                .map_err(|e| storage_error(path, e))?;
+            staged.state = State::Writing;
+            return Ok(AtomicFile {
+                path: path.to_path_buf(),
+                out: BufWriter::with_capacity(WRITE_BUF, OutFile::Object(Box::new(writer))),
+                owner: Owner::SharedObject(self.shared.clone(), index),
+            });
+        }
         let abs = absolute(path)?;
         let mut files = self.shared.files();
         let (index, staged) = files
@@ -510,7 +662,7 @@ impl Publication {
         staged.state = State::Writing;
         Ok(AtomicFile {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(WRITE_BUF, file),
+            out: BufWriter::with_capacity(WRITE_BUF, OutFile::Local(file)),
             owner: Owner::Shared(self.shared.clone(), index),
         })
     }
@@ -520,6 +672,178 @@ impl Publication {
     /// appeared where an output goes (`"not_ours"`); from its start on, the token is no longer
     /// looked at.
     pub fn commit(mut self) -> Result<Published, WriteError> {
+        if self.cancel.is_cancelled() {
+            let first = self
+                .dataset
+                .as_ref()
+                .map(|d| d.out.path().to_path_buf())
+                .unwrap_or_default();
+            return Err(WriteError::new(
+                &first,
+                "interrupted",
+                "interrupted before the outputs were published",
+            ));
+        }
+        // The side that holds the dataset's manifest publishes last, so the manifest comes
+        // after every other output.
+        let object_dataset = match &self.dataset {
+            Some(d) if d.object.is_some() => self.dataset.take(),
+            _ => None,
+        };
+        if object_dataset.is_none() {
+            self.commit_objects(None)?;
+        }
+        let local_manifest = self.commit_local()?;
+        let manifest = match &object_dataset {
+            Some(d) => self.commit_objects(Some(d))?,
+            None => local_manifest,
+        };
+        Ok(Published {
+            run_id: self.shared.run,
+            manifest,
+        })
+    }
+
+    /// Publishes the outputs on object storage: checks them all, then completes every upload
+    /// at once but one; for a dataset prefix, the earlier manifest is deleted first (so no
+    /// manifest ever lists objects being replaced), the objects it listed that this run does not
+    /// write again are deleted after, and the new manifest is put. The one upload completed last
+    /// is the report, or without a dataset the file reserved last (a step directory's manifest):
+    /// whoever finds it finds every other output of the run (object storage has no rename that
+    /// would publish several objects at once). Any error before the uploads are completed aborts
+    /// them all: nothing is published.
+    fn commit_objects(
+        &mut self,
+        dataset: Option<&Dataset>,
+    ) -> Result<Option<Manifest>, WriteError> {
+        let result = self.publish_objects(dataset);
+        if result.is_err() {
+            self.uploads.abort_all();
+        }
+        result
+    }
+
+    fn publish_objects(&self, dataset: Option<&Dataset>) -> Result<Option<Manifest>, WriteError> {
+        let mut urls = Vec::new();
+        let mut sizes: Vec<(PathBuf, u64)> = Vec::new();
+        for o in self.shared.objects().iter() {
+            let path = PathBuf::from(o.target.to_string());
+            match o.state {
+                State::Ready { bytes } => {
+                    urls.push(o.target.clone());
+                    sizes.push((path, bytes));
+                }
+                _ => {
+                    return Err(WriteError::new(
+                        &path,
+                        "unfinished",
+                        "this output was not finished; nothing was published",
+                    ));
+                }
+            }
+        }
+        let report = self.report.as_deref().and_then(ObjectUrl::from_path);
+        let last = match (report, dataset) {
+            (Some(r), _) if urls.contains(&r) => Some(r),
+            (_, None) => urls.last().cloned(),
+            _ => None,
+        };
+        if let Some(last) = &last {
+            urls.retain(|u| u != last);
+        }
+        let complete_last = || match &last {
+            Some(url) => self
+                .uploads
+                .complete(std::slice::from_ref(url))
+                .map_err(storage_failure),
+            None => Ok(()),
+        };
+        let Some(d) = dataset else {
+            self.uploads.complete(&urls).map_err(storage_failure)?;
+            complete_last()?;
+            return Ok(None);
+        };
+        let dir = d.object.as_ref().expect("an object dataset");
+        let (claimed, parts) = d.out.finished();
+        if claimed != parts.iter().map(|p| p.file).collect::<BTreeSet<_>>().len() {
+            return Err(WriteError::new(
+                d.out.path(),
+                "unfinished",
+                "an output file was not finished; nothing was published",
+            ));
+        }
+        let held = object_sizes(dir)?;
+        let listed = if d.overwrite {
+            read_object_manifest(dir, &d.manifest)?
+                .as_ref()
+                .map(listed_files)
+                .unwrap_or_default()
+        } else {
+            BTreeMap::new()
+        };
+        check_unchanged_objects(dir, &listed, &held)?;
+        let mut listing = Vec::with_capacity(parts.len());
+        for part in &parts {
+            let url = dir.join(&utf8(&part.rel, d.out.path())?);
+            // An object that appeared meanwhile is not replaced.
+            if held.contains_key(&part.rel) && !listed.contains_key(&part.rel) {
+                return Err(not_ours(Path::new(&url.to_string()), &d.manifest));
+            }
+            urls.push(url);
+            listing.push(ManifestFile {
+                path: utf8(&part.rel, d.out.path())?,
+                bytes: part.bytes,
+                records: part.records,
+            });
+        }
+        let files = self.shared.files();
+        let entry = |target: &Option<PathBuf>| {
+            let t = target.as_ref()?;
+            files
+                .iter()
+                .map(|f| (&f.target, f.state))
+                .chain(sizes.iter().map(|(p, b)| (p, State::Ready { bytes: *b })))
+                .find(|(p, _)| *p == t)
+                .and_then(|(p, state)| match state {
+                    State::Ready { bytes } => Some(ManifestEntry {
+                        path: p.clone(),
+                        bytes,
+                    }),
+                    _ => None,
+                })
+        };
+        let m = Manifest {
+            format: MANIFEST_FORMAT.to_string(),
+            format_version: 1,
+            run_id: self.shared.run.to_string(),
+            neardup_version: env!("CARGO_PKG_VERSION").to_string(),
+            committed_at: rfc3339_utc(SystemTime::now()),
+            files: listing,
+            decisions: entry(&self.decisions),
+            report: entry(&self.report),
+        };
+        drop(files);
+        let mut manifest_bytes = serde_json::to_vec_pretty(&m).map_err(|e| {
+            WriteError::new(d.out.path(), "invalid_output", format!("manifest: {e}"))
+        })?;
+        manifest_bytes.push(b'\n');
+        let manifest_url = dir.join(&d.manifest);
+        let at = storage_failure;
+        if d.overwrite && held.contains_key(Path::new(&d.manifest)) {
+            neardup_storage::delete(&manifest_url).map_err(at)?;
+        }
+        self.uploads.complete(&urls).map_err(at)?;
+        let written: BTreeSet<&PathBuf> = parts.iter().map(|p| &p.rel).collect();
+        for rel in listed.keys().filter(|r| !written.contains(r)) {
+            neardup_storage::delete(&dir.join(&utf8(rel, d.out.path())?)).map_err(at)?;
+        }
+        neardup_storage::put(&manifest_url, manifest_bytes).map_err(at)?;
+        complete_last()?;
+        Ok(Some(m))
+    }
+
+    /// Publishes the local outputs (see the module docs); returns the local dataset's manifest.
+    fn commit_local(&mut self) -> Result<Option<Manifest>, WriteError> {
         let run = self.shared.run;
         let first_output = || {
             self.dataset
@@ -700,10 +1024,7 @@ impl Publication {
                 }
             }
         }
-        Ok(Published {
-            run_id: run,
-            manifest,
-        })
+        Ok(manifest)
     }
 
     /// Writes the journal, applies its operations and removes it.
@@ -758,7 +1079,8 @@ impl Drop for Publication {
         if self.committed {
             return;
         }
-        if let Some(d) = &self.dataset {
+        self.uploads.abort_all();
+        if let Some(d) = self.dataset.as_ref().filter(|d| d.object.is_none()) {
             let _ = fs::remove_dir_all(&d.staging);
         }
         for s in self.shared.files().iter() {
@@ -821,6 +1143,67 @@ fn utf8(rel: &Path, dir: &Path) -> Result<String, WriteError> {
     })
 }
 
+/// A local path made absolute; an object URL as it is.
+fn absolute_or_url(path: &Path) -> Result<PathBuf, WriteError> {
+    if neardup_storage::is_url_path(path) {
+        Ok(path.to_path_buf())
+    } else {
+        absolute(path)
+    }
+}
+
+/// A failed object storage request, as the error of the output `path`.
+fn storage_error(path: &Path, e: StorageError) -> WriteError {
+    WriteError::io(path, e.into_unnamed_io())
+}
+
+/// A failed object storage request, as the error of the object it concerns.
+fn storage_failure(e: StorageError) -> WriteError {
+    let path = PathBuf::from(e.url());
+    storage_error(&path, e)
+}
+
+/// The objects below the prefix `dir`, by relative path, with their sizes.
+fn object_sizes(dir: &ObjectUrl) -> Result<BTreeMap<PathBuf, u64>, WriteError> {
+    let entries =
+        neardup_storage::list(dir).map_err(|e| storage_error(Path::new(&dir.to_string()), e))?;
+    Ok(entries
+        .iter()
+        .filter_map(|e| Some((PathBuf::from(dir.relative(&e.url)?), e.size)))
+        .collect())
+}
+
+/// [`read_manifest`] of a prefix's manifest object.
+fn read_object_manifest(dir: &ObjectUrl, name: &str) -> Result<Option<Manifest>, WriteError> {
+    let url = dir.join(name);
+    let path = PathBuf::from(url.to_string());
+    match neardup_storage::get(&url).map_err(|e| storage_error(&path, e))? {
+        Some(bytes) => parse_manifest(&path, &bytes).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Refuses to replace a listed object that changed size since the manifest was written.
+fn check_unchanged_objects(
+    dir: &ObjectUrl,
+    listed: &BTreeMap<PathBuf, u64>,
+    held: &BTreeMap<PathBuf, u64>,
+) -> Result<(), WriteError> {
+    for (rel, bytes) in listed {
+        if let Some(now) = held.get(rel).filter(|now| *now != bytes) {
+            return Err(WriteError::new(
+                Path::new(&dir.join(&rel.to_string_lossy()).to_string()),
+                "changed",
+                format!(
+                    "this object changed since neardup wrote it ({now} bytes now, {bytes} then), \
+                     so --overwrite will not replace it; move it away or choose another prefix"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn absolute(path: &Path) -> Result<PathBuf, WriteError> {
     std::path::absolute(path).map_err(|e| WriteError::io(path, e))
 }
@@ -866,6 +1249,8 @@ enum Owner {
     Alone(Box<Publication>),
     /// One output of a [`Publication`]: committing it marks it ready.
     Shared(Arc<Shared>, usize),
+    /// One object output of a [`Publication`]: committing it marks it ready.
+    SharedObject(Arc<Shared>, usize),
 }
 
 /// One file written atomically: the bytes go to a hidden, locked temporary file beside `path`
@@ -876,7 +1261,7 @@ enum Owner {
 /// committing).
 pub struct AtomicFile {
     path: PathBuf,
-    out: BufWriter<File>,
+    out: BufWriter<OutFile>,
     owner: Owner,
 }
 
@@ -911,15 +1296,22 @@ impl AtomicFile {
     /// marks it ready to be published.
     pub fn commit(self) -> io::Result<()> {
         let file = self.out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        let bytes = file.metadata()?.len();
+        let bytes = file.finish()?;
         match self.owner {
             Owner::Alone(p) => {
-                p.shared.files()[0].state = State::Ready { bytes };
+                if let Some(o) = p.shared.objects().first_mut() {
+                    o.state = State::Ready { bytes };
+                } else {
+                    p.shared.files()[0].state = State::Ready { bytes };
+                }
                 p.commit().map(|_| ()).map_err(without_path)
             }
             Owner::Shared(shared, index) => {
                 shared.files()[index].state = State::Ready { bytes };
+                Ok(())
+            }
+            Owner::SharedObject(shared, index) => {
+                shared.objects()[index].state = State::Ready { bytes };
                 Ok(())
             }
         }

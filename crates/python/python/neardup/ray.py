@@ -5,11 +5,15 @@
     keys (per shard) → hot + plan (once) → sign (per shard) → decide (per group) → write (per shard)
 
 The decisions and outputs are byte for byte those of one ``neardup dedup`` over the same inputs
-(shards in order). Every value between the steps is a file in ``work_dir``, which must be shared
+(shards in order). Every value between the steps is a file in ``work_dir``, which is either an
+object storage prefix (``s3://bucket/work/``, also ``gs://`` and ``az://``: every node reaches it
+with its own credentials, from the standard ``AWS_*`` environment or ``~/.aws``), or shared
 storage that the driver and every node see at the same path (NFS, a parallel file system, or one
-machine's disk for a one-machine cluster); the inputs and ``output`` must be too. Relative paths
-are read from the driver's working directory, on every node, so decisions name the files as
-given.
+machine's disk for a one-machine cluster). The inputs, ``output`` and ``decisions`` may be
+object storage URLs or such paths too. Relative paths are read from the driver's working
+directory, on every node, so decisions name the files as given. Only scratch space stays on each
+node's local disk (``TMPDIR``: the rows of a key table on their way to object storage, and the
+hot-key step's spill files).
 
 **Resumable.** A task whose output is complete in ``work_dir`` (published whole, and made with
 this run's hot-key file and settings) is not run again: a driver killed after hours loses only
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 import neardup
+from neardup import _native
 
 __all__ = ["dedup"]
 
@@ -46,24 +51,52 @@ PathLike = Union[str, "os.PathLike[str]"]
 _HOT_SETTINGS = ("min_key_count", "memory_limit", "spill_dir", "threads")
 
 
-def _table(work: Path, shard: int) -> Path:
-    return work / "keys" / f"keys-{shard:05d}.ndk"
+def _is_url(path: str) -> bool:
+    """Whether `path` names object storage (``s3://``, ``gs://``, ``az://``), which every node
+    reaches with its own credentials (the ``AWS_*`` environment, ``~/.aws``)."""
+    return "://" in path and path.split("://", 1)[0] in ("s3", "s3a", "gs", "az")
 
 
-def _sign_dir(work: Path, shard: int) -> Path:
-    return work / "sign" / f"sig-{shard:05d}"
+def _absolute(path: str) -> str:
+    """A local path made absolute (it must name the same place on every node); a URL as is."""
+    return path if _is_url(path) else os.path.abspath(path)
 
 
-def _decide_dir(work: Path, group: int) -> Path:
-    return work / "decide" / f"decided-{group:05d}"
+def _join(base: str, *parts: str) -> str:
+    """``base/part/…``: for a URL by ``/`` (a ``pathlib`` path would fold its ``//``)."""
+    if _is_url(base):
+        return "/".join([base.rstrip("/"), *parts])
+    return os.path.join(base, *parts)
 
 
-def _shard_decisions(work: Path, shard: int) -> Path:
-    return work / "write" / f"decisions-{shard:05d}.jsonl"
+def _make_parent(path: str) -> None:
+    """Creates the directory of a local file (object storage needs none)."""
+    if not _is_url(path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
-def _shard_report(work: Path, shard: int) -> Path:
-    return work / "write" / f"report-{shard:05d}.json"
+def _table(work: str, shard: int) -> str:
+    return _join(work, "keys", f"keys-{shard:05d}.ndk")
+
+
+def _hot_file(work: str) -> str:
+    return _join(work, "hot.ndh")
+
+
+def _sign_dir(work: str, shard: int) -> str:
+    return _join(work, "sign", f"sig-{shard:05d}")
+
+
+def _decide_dir(work: str, group: int) -> str:
+    return _join(work, "decide", f"decided-{group:05d}")
+
+
+def _shard_decisions(work: str, shard: int) -> str:
+    return _join(work, "write", f"decisions-{shard:05d}.jsonl")
+
+
+def _shard_report(work: str, shard: int) -> str:
+    return _join(work, "write", f"report-{shard:05d}.json")
 
 
 def _node() -> str:
@@ -72,14 +105,20 @@ def _node() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def _made_with(directory: Path, fingerprint: int) -> bool:
+def _made_with(directory: str, fingerprint: int) -> bool:
     """Whether a sign or decide output is complete (its manifest, published last, is there) and
     was made with the hot-key file of this fingerprint."""
     try:
-        with open(directory / "manifest.json", encoding="utf-8") as f:
-            return json.load(f).get("hot") == fingerprint
+        manifest = _native.read_file(_join(directory, "manifest.json"))
+        return manifest is not None and json.loads(manifest).get("hot") == fingerprint
     except (OSError, ValueError):
         return False
+
+
+def _read_report(path: str) -> Optional[Dict[str, Any]]:
+    """A write task's report (published last of its outputs), or None when it is not there."""
+    data = _native.read_file(path)
+    return None if data is None else json.loads(data)
 
 
 def _timed(task):
@@ -98,15 +137,15 @@ def _timed(task):
 @_timed
 def _keys_task(cwd: str, work: str, shard: int, inputs: List[str], settings: Dict[str, Any]):
     os.chdir(cwd)
-    table = _table(Path(work), shard)
-    if table.exists():
+    table = _table(work, shard)
+    if _native.file_exists(table):
         return {"reused": True, "node": _node()}
-    table.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(table)
     try:
         neardup.keys(inputs, shard, table, progress=False, **settings)
     except Exception:
-        # The retry of a task whose node died while renaming the table into place.
-        if table.exists():
+        # The retry of a task whose node died while publishing the table.
+        if _native.file_exists(table):
             return {"reused": True, "node": _node()}
         raise
     return {"reused": False, "node": _node()}
@@ -115,12 +154,12 @@ def _keys_task(cwd: str, work: str, shard: int, inputs: List[str], settings: Dic
 @_timed
 def _hot_task(cwd: str, work: str, shards: int, groups: int, hot_settings: Dict[str, Any], *_keys):
     os.chdir(cwd)
-    path = Path(work) / "hot.ndh"
-    reused = path.exists()
+    path = _hot_file(work)
+    reused = _native.file_exists(path)
     if reused:
         hot = neardup.HotKeys.load(path)
     else:
-        tables = [_table(Path(work), s) for s in range(shards)]
+        tables = [_table(work, s) for s in range(shards)]
         hot = neardup.hot_keys(tables, groups=groups, **hot_settings)
         hot.save(path)
     return {
@@ -135,12 +174,12 @@ def _hot_task(cwd: str, work: str, shards: int, groups: int, hot_settings: Dict[
 @_timed
 def _sign_task(cwd: str, work: str, shard: int, settings: Dict[str, Any], hot: Dict[str, Any]):
     os.chdir(cwd)
-    out = _sign_dir(Path(work), shard)
+    out = _sign_dir(work, shard)
     if _made_with(out, hot["fingerprint"]):
         return {"reused": True, "node": _node()}
-    out.parent.mkdir(parents=True, exist_ok=True)
+    _make_parent(out)
     try:
-        neardup.sign(_table(Path(work), shard), Path(work) / "hot.ndh", out, progress=False, **settings)
+        neardup.sign(_table(work, shard), _hot_file(work), out, progress=False, **settings)
     except Exception:
         if _made_with(out, hot["fingerprint"]):
             return {"reused": True, "node": _node()}
@@ -153,13 +192,13 @@ def _decide_task(
     cwd: str, work: str, group: int, shards: int, settings: Dict[str, Any], hot: Dict[str, Any], *_signed
 ):
     os.chdir(cwd)
-    out = _decide_dir(Path(work), group)
+    out = _decide_dir(work, group)
     if _made_with(out, hot["fingerprint"]):
         return {"reused": True, "node": _node()}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    signed = [_sign_dir(Path(work), s) for s in range(shards)]
+    _make_parent(out)
+    signed = [_sign_dir(work, s) for s in range(shards)]
     try:
-        neardup.decide(signed, Path(work) / "hot.ndh", group, out, **settings)
+        neardup.decide(signed, _hot_file(work), group, out, **settings)
     except Exception:
         if _made_with(out, hot["fingerprint"]):
             return {"reused": True, "node": _node()}
@@ -179,28 +218,29 @@ def _write_task(
     *_decided,
 ):
     os.chdir(cwd)
-    report = _shard_report(Path(work), shard)
-    # The report is published with the shard's outputs and decisions, all or nothing.
-    if report.exists():
-        with open(report, encoding="utf-8") as f:
-            return {"reused": True, "node": _node(), "report": json.load(f)}
-    report.parent.mkdir(parents=True, exist_ok=True)
-    decided = [_decide_dir(Path(work), g) for g in range(groups)]
+    report = _shard_report(work, shard)
+    # The report is published with the shard's outputs and decisions, all or nothing (on object
+    # storage, last of them).
+    done = _read_report(report)
+    if done is not None:
+        return {"reused": True, "node": _node(), "report": done}
+    _make_parent(report)
+    decided = [_decide_dir(work, g) for g in range(groups)]
     try:
         result = neardup.write(
-            _table(Path(work), shard),
-            Path(work) / "hot.ndh",
+            _table(work, shard),
+            _hot_file(work),
             decided,
             output=output,
-            decisions=_shard_decisions(Path(work), shard),
+            decisions=_shard_decisions(work, shard),
             report=report,
             progress=False,
             **settings,
         )
     except Exception:
-        if report.exists():
-            with open(report, encoding="utf-8") as f:
-                return {"reused": True, "node": _node(), "report": json.load(f)}
+        done = _read_report(report)
+        if done is not None:
+            return {"reused": True, "node": _node(), "report": done}
         raise
     return {"reused": False, "node": _node(), "report": result}
 
@@ -230,13 +270,13 @@ def _shards_of(inputs: Any, shards: Optional[Sequence[Sequence[PathLike]]]) -> L
     return split
 
 
-def _claim_work_dir(work: Path, identity: Dict[str, Any]) -> None:
+def _claim_work_dir(work: str, identity: Dict[str, Any]) -> None:
     """Records the run in ``work_dir/run.json``, or checks that the one recorded is this one."""
-    work.mkdir(parents=True, exist_ok=True)
-    path = work / "run.json"
-    if path.exists():
-        with open(path, encoding="utf-8") as f:
-            recorded = json.load(f)
+    path = _join(work, "run.json")
+    _make_parent(path)
+    data = _native.read_file(path)
+    if data is not None:
+        recorded = json.loads(data)
         if recorded != identity:
             differ = sorted(k for k in set(recorded) | set(identity) if recorded.get(k) != identity.get(k))
             raise ValueError(
@@ -244,39 +284,19 @@ def _claim_work_dir(work: Path, identity: Dict[str, Any]) -> None:
                 f"differ, see {path}): give this run a work_dir of its own, or remove that one"
             )
         return
-    tmp = path.with_name(f".run.json.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(identity, f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    _native.write_file(path, (json.dumps(identity, indent=2, sort_keys=True) + "\n").encode())
 
 
-def _concatenate(parts: List[Path], target: Path) -> None:
-    """Writes the parts one after the other into ``target``, atomically (a temporary file beside
-    it, renamed)."""
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as out:
-            for part in parts:
-                with open(part, "rb") as f:
-                    while True:
-                        block = f.read(1 << 20)
-                        if not block:
-                            break
-                        out.write(block)
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _merge_clusters(work: Path, groups: int) -> Dict[str, Any]:
+def _merge_clusters(work: str, groups: int) -> Dict[str, Any]:
     """The run's duplicate clusters, as a one-process run reports them (``stage2.clusters``):
     the decide steps' counts added up (a cluster never spans two groups)."""
     sizes: Dict[int, int] = {}
     largest: List[Dict[str, Any]] = []
     for g in range(groups):
-        with open(_decide_dir(work, g) / "manifest.json", encoding="utf-8") as f:
-            clusters = json.load(f)["clusters"]
+        manifest = _native.read_file(_join(_decide_dir(work, g), "manifest.json"))
+        if manifest is None:
+            raise FileNotFoundError(f"{_decide_dir(work, g)}: the decide output is gone")
+        clusters = json.loads(manifest)["clusters"]
         for s in clusters["sizes"]:
             sizes[s["size"]] = sizes.get(s["size"], 0) + s["clusters"]
         largest.extend(clusters["largest"])
@@ -313,11 +333,12 @@ def dedup(
         inputs: the input paths (files, directories, globs); each one a shard unless
             ``shards=`` is given. Decisions name files as given (relative paths are taken from
             the driver's working directory on every node).
-        output: the directory of the filtered dataset (shared storage), or None.
-        decisions: the decisions file (JSONL), the shards' decisions concatenated in order; or
-            None.
-        work_dir: the directory of the intermediate files (shared storage; see the module's
-            docs). Give the same one again to resume a run.
+        output: the directory of the filtered dataset (shared storage, or an object storage
+            prefix such as ``s3://bucket/out/``), or None.
+        decisions: the decisions file (JSONL; a path or a URL), the shards' decisions
+            concatenated in order; or None.
+        work_dir: the directory of the intermediate files (shared storage, or an object storage
+            prefix; see the module's docs). Give the same one again to resume a run.
         shards: lists of paths, one list per shard, in order (then ``inputs`` is None or the same
             paths in the same order).
         groups: ``decide`` tasks (the plan's groups) [default: the number of shards].
@@ -351,8 +372,8 @@ def dedup(
     if groups < 1:
         raise ValueError("groups must be at least 1")
     cwd = os.getcwd()
-    work = Path(os.path.abspath(os.fspath(work_dir)))
-    out = None if output is None else os.path.abspath(os.fspath(output))
+    work = _absolute(os.fspath(work_dir))
+    out = None if output is None else _absolute(os.fspath(output))
     output_names = set(neardup.settings().get("output", []))
     step_settings = {k: v for k, v in settings.items() if k not in output_names}
     hot_settings = {k: settings[k] for k in _HOT_SETTINGS if k in settings}
@@ -399,7 +420,7 @@ def dedup(
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
             return remotes[f].options(**options)
 
-        w = str(work)
+        w = work
         keys = [
             remote(_keys_task).remote(cwd, w, i, paths, step_settings) for i, paths in enumerate(split)
         ]
@@ -419,7 +440,10 @@ def dedup(
             ray.shutdown()
 
     if decisions is not None:
-        _concatenate([_shard_decisions(work, i) for i in range(len(split))], Path(decisions))
+        # Streamed from the work directory into one file or object, which appears whole.
+        _native.concatenate(
+            [_shard_decisions(work, i) for i in range(len(split))], os.fspath(decisions)
+        )
     shard_reports = [r["report"] for r in results[-len(split):]]
     hot_info = results[len(split)]
     kinds = [("keys", len(split)), ("hot", 1), ("sign", len(split)), ("decide", groups), ("write", len(split))]
@@ -442,7 +466,7 @@ def dedup(
         "tasks_reused": sum(1 for r in results if r["reused"]),
         "nodes": sorted({r["node"] for r in results}),
         "steps": steps,
-        "work_dir": str(work),
+        "work_dir": work,
         "output": out,
         "decisions": None if decisions is None else os.fspath(decisions),
         "totals": _sum_totals(shard_reports),

@@ -1,0 +1,883 @@
+//! Runs over object storage (`s3://`) against a real S3 API server on 127.0.0.1 (moto's, started
+//! by each test; see `tests/support/s3.rs`): the same decisions and byte-identical outputs as
+//! the same files on disk, outputs published all or nothing, and each failure of the service
+//! reported with the object it concerns.
+//!
+//! Needs `NEARDUP_MOTO_SERVER` (the `moto_server` binary); `tests/run` sets it. Without it every
+//! test fails saying how to run it.
+
+#[path = "support/s3.rs"]
+mod s3;
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use s3::{DroppingProxy, S3Server};
+use support::{neardup, unique_lines, write_compressed};
+
+/// A corpus of every input kind: plain JSONL large enough to be read in several byte-range
+/// chunks, zstd and gzip JSONL, a one-group Parquet file and a Parquet file of many row groups,
+/// with near and exact copies across them.
+fn corpus(dir: &Path) {
+    let sample = |name: &str| std::fs::read(support::data("sample").join(name)).unwrap();
+    std::fs::create_dir_all(dir.join("a")).unwrap();
+    std::fs::create_dir_all(dir.join("b")).unwrap();
+    std::fs::write(dir.join("a/part-0.jsonl"), sample("part-0.jsonl")).unwrap();
+    write_compressed(&dir.join("a/part-1.jsonl.zst"), &sample("part-1.jsonl"));
+    write_compressed(
+        &dir.join("a/copy.jsonl.gz"),
+        &sample("part-0.jsonl")[..60_000],
+    );
+    std::fs::write(dir.join("b/part-2.parquet"), sample("part-2.parquet")).unwrap();
+    // 3 MB: with the run's 1 MiB chunks, read from three offsets.
+    let mut big = unique_lines("big", 10_000).into_bytes();
+    big.extend_from_slice(&sample("part-1.jsonl"));
+    assert!(big.len() > 3 << 20);
+    std::fs::write(dir.join("big.jsonl"), big).unwrap();
+    // Row groups of 40 rows: read group by group, each by its own ranged requests.
+    let texts: Vec<String> = String::from_utf8(sample("part-1.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            Some(v.get("text")?.as_str()?.to_string())
+        })
+        .collect();
+    let ids: Vec<String> = (0..texts.len()).map(|i| format!("g-{i}")).collect();
+    write_grouped_parquet(&dir.join("b/groups.parquet"), &ids, &texts, 40);
+}
+
+fn write_grouped_parquet(path: &Path, ids: &[String], texts: &[String], group_rows: usize) {
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    use std::sync::Arc;
+    let schema = Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, false),
+        arrow_schema::Field::new("text", arrow_schema::DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(ids.to_vec())) as ArrayRef,
+            Arc::new(StringArray::from(texts.to_vec())) as ArrayRef,
+        ],
+    )
+    .unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, Some(props)).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+fn with_env(cmd: &mut Command, env: &[(&'static str, String)]) -> Output {
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    support::run(cmd)
+}
+
+/// Every file below `dir` (relative path → bytes), manifests left out (they name their run).
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else if !p.file_name().unwrap().to_str().unwrap().starts_with('_') {
+                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+#[test]
+fn a_run_over_objects_gives_the_decisions_and_outputs_of_the_same_files_on_disk() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+
+    let dedup = |input: &str, tag: &str| {
+        let out = tmp.path().join(format!("out-{tag}"));
+        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
+        let o = with_env(
+            neardup()
+                .arg("dedup")
+                .arg(input)
+                .arg("--output")
+                .arg(&out)
+                .arg("--decisions")
+                .arg(&decisions)
+                .args(["--threshold", "0.7", "-j", "3"]),
+            &s3.env(),
+        );
+        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
+        (tree(&out), std::fs::read_to_string(&decisions).unwrap())
+    };
+    let (files, decisions) = dedup(local.to_str().unwrap(), "local");
+    let (s3_files, s3_decisions) = dedup("s3://corpus/in/", "s3");
+
+    assert_eq!(
+        files.keys().collect::<Vec<_>>(),
+        vec![
+            "a/copy.jsonl.gz",
+            "a/part-0.jsonl",
+            "a/part-1.jsonl.zst",
+            "b/groups.parquet",
+            "b/part-2.parquet",
+            "big.jsonl"
+        ]
+    );
+    for (name, bytes) in &files {
+        assert!(s3_files.get(name) == Some(bytes), "{name} differs");
+    }
+    assert_eq!(files.len(), s3_files.len());
+    // The decisions name the objects by URL, and are otherwise those of the local run.
+    let local_prefix = format!("{}/", local.display());
+    assert_eq!(
+        s3_decisions,
+        decisions.replace(&local_prefix, "s3://corpus/in/")
+    );
+    assert!(s3_decisions.contains(r#""file":"s3://corpus/in/a/part-1.jsonl.zst""#));
+    assert!(s3_decisions.contains(r#""dup_of_file":"s3://corpus/in/a/part-0.jsonl""#));
+    assert!(s3_decisions.contains(r#""file":"s3://corpus/in/b/groups.parquet""#));
+    let dropped = s3_decisions.matches(r#""keep":false"#).count();
+    assert!(dropped > 300, "{dropped} dropped");
+
+    // A glob over the bucket reads the files it matches, in the same order as on disk.
+    let glob = with_env(
+        neardup()
+            .args(["dedup", "s3://corpus/in/**/*.parquet", "--decisions"])
+            .arg(tmp.path().join("glob.jsonl")),
+        &s3.env(),
+    );
+    assert!(glob.status.success(), "{}", support::stderr(&glob));
+    let got = std::fs::read_to_string(tmp.path().join("glob.jsonl")).unwrap();
+    assert!(
+        got.starts_with(r#"{"file":"s3://corpus/in/b/groups.parquet""#),
+        "{got:.200}"
+    );
+    assert!(!got.contains(".jsonl\""));
+}
+
+#[test]
+fn a_connection_dropped_mid_object_is_retried_and_changes_nothing() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    // Two responses cut after 50 KB: the first reads of the large objects.
+    let proxy = DroppingProxy::start(s3.port, 50_000, 2);
+    let mut env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
+    env.push(("RUST_LOG", "warn".to_string()));
+    let run = |input: &str, tag: &str, env: &[(&'static str, String)]| {
+        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
+        let o = with_env(
+            neardup()
+                .args(["dedup", input, "--decisions"])
+                .arg(&decisions)
+                .args(["-j", "2"]),
+            env,
+        );
+        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
+        std::fs::read_to_string(&decisions).unwrap()
+    };
+    let through_proxy = run("s3://corpus/in/big.jsonl", "proxy", &env);
+    assert_eq!(proxy.dropped(), 2, "the proxy cut no connection");
+    let direct = run("s3://corpus/in/big.jsonl", "direct", &s3.env());
+    assert_eq!(through_proxy, direct);
+}
+
+#[test]
+fn a_connection_that_keeps_dropping_fails_the_run_naming_the_object() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    s3.put(
+        "corpus",
+        "in/small.jsonl",
+        unique_lines("small", 4).as_bytes(),
+    );
+    // Responses of more than 2 KB are cut: the small object and the lookups pass, and each
+    // retry (resumed from the byte it reached) brings too little for the objects to be read.
+    let proxy = DroppingProxy::start(s3.port, 2_000, usize::MAX);
+    let env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
+    // Whatever the format, and whatever --on-error says: another input reads fine and the run
+    // fails all the same, publishing nothing. A failed request is no fault of the data.
+    for (object, step) in [
+        ("big.jsonl", "dedup"),
+        ("a/part-1.jsonl.zst", "dedup"),
+        ("a/copy.jsonl.gz", "keys"),
+        ("b/groups.parquet", "dedup"),
+    ] {
+        let url = format!("s3://corpus/in/{object}");
+        let dropped = proxy.dropped();
+        let mut cmd = neardup();
+        cmd.args([step, "s3://corpus/in/small.jsonl", &url])
+            .args(["--on-error", "skip", "--report"])
+            .arg(tmp.path().join("r.json"));
+        match step {
+            "keys" => cmd.arg("-o").arg(tmp.path().join("k.ndk")),
+            _ => cmd.arg("--decisions").arg(tmp.path().join("d.jsonl")),
+        };
+        let o = with_env(&mut cmd, &env);
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{object}: {err}");
+        assert!(!err.contains("nothing to deduplicate"), "{err}");
+        assert!(err.contains(&url), "{object}: {err}");
+        assert!(err.contains("retries"), "{object}: {err}");
+        assert!(
+            err.contains("--on-error skip does not skip"),
+            "{object}: {err}"
+        );
+        assert!(!err.contains("Generic") && !err.contains("{ "), "{err}");
+        assert!(proxy.dropped() > dropped + 3, "{object}");
+        assert!(!tmp.path().join("d.jsonl").exists());
+        assert!(!tmp.path().join("k.ndk").exists());
+        assert!(!tmp.path().join("r.json").exists());
+    }
+}
+
+#[test]
+fn missing_buckets_objects_and_prefixes_are_refused_before_any_work() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    s3.create_bucket("corpus");
+    s3.put("corpus", "in/a.jsonl", b"{\"text\":\"x\"}\n");
+    for (arg, want) in [
+        (
+            "s3://no-such-bucket/in/",
+            "the bucket no-such-bucket does not exist",
+        ),
+        ("s3://corpus/in/b.jsonl", "no such object"),
+        (
+            "s3://corpus/elsewhere/",
+            "no such object, and no object below this prefix",
+        ),
+        ("s3://corpus/in/*.parquet", "glob matched no object"),
+        ("s3://corpus/in//a.jsonl", "empty"),
+    ] {
+        let o = with_env(
+            neardup()
+                .args(["dedup", arg, "--decisions"])
+                .arg(tmp.path().join("d.jsonl")),
+            &s3.env(),
+        );
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{arg}: {err}");
+        assert!(err.contains(arg) && err.contains(want), "{arg}: {err}");
+        assert!(!err.contains("Generic") && !err.contains("{ "), "{err}");
+    }
+}
+
+#[test]
+fn an_output_in_a_missing_bucket_is_refused_before_any_work() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let sample = support::data("sample");
+    for (flag, url) in [
+        ("--decisions", "s3://no-such-bucket/d.jsonl"),
+        ("--report", "s3://no-such-bucket/r.json"),
+        ("--output", "s3://no-such-bucket/out/"),
+    ] {
+        let mut cmd = neardup();
+        cmd.arg("dedup").arg(&sample).args([flag, url]);
+        if flag == "--report" {
+            cmd.arg("--decisions").arg(tmp.path().join("d.jsonl"));
+        }
+        let o = with_env(&mut cmd, &s3.env());
+        let err = support::stderr(&o);
+        assert!(!o.status.success(), "{err}");
+        assert!(
+            err.contains("the bucket no-such-bucket does not exist"),
+            "{err}"
+        );
+        // Refused before anything was read or written.
+        assert!(!err.contains("records in"), "{err}");
+        assert!(!tmp.path().join("d.jsonl").exists());
+    }
+}
+
+#[test]
+fn refused_credentials_are_reported_as_denied_access() {
+    // Authentication on from the third request: the bucket and its object are made first.
+    let s3 = S3Server::start(&[("INITIAL_NO_AUTH_ACTION_COUNT", "2")]);
+    let tmp = tempfile::tempdir().unwrap();
+    s3.create_bucket("corpus");
+    s3.put("corpus", "in/a.jsonl", b"{\"text\":\"x\"}\n");
+    let o = with_env(
+        neardup()
+            .args(["dedup", "s3://corpus/in/a.jsonl", "--decisions"])
+            .arg(tmp.path().join("d.jsonl")),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("s3://corpus/in/a.jsonl") && err.contains("access denied"),
+        "{err}"
+    );
+    assert!(err.contains("AWS_ACCESS_KEY_ID"), "{err}");
+    // The secret never appears.
+    assert!(!err.contains("testing-secret"), "{err}");
+}
+
+#[test]
+fn outputs_decisions_and_reports_are_published_to_objects_as_to_files() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    let out = tmp.path().join("out");
+    let decisions = tmp.path().join("decisions.jsonl");
+    let o = with_env(
+        neardup()
+            .arg("dedup")
+            .arg(&local)
+            .arg("--output")
+            .arg(&out)
+            .arg("--decisions")
+            .arg(&decisions),
+        &s3.env(),
+    );
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    let files = tree(&out);
+
+    let to_s3 = |extra: &[&str]| {
+        with_env(
+            neardup()
+                .args(["dedup", "s3://corpus/in/", "--output", "s3://corpus/out/"])
+                .args(["--decisions", "s3://corpus/decisions.jsonl"])
+                .args(["--report", "s3://corpus/report.json"])
+                .args(extra),
+            &s3.env(),
+        )
+    };
+    let o = to_s3(&[]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    let keys = s3.keys("corpus", "out/");
+    let mut want: Vec<String> = files.keys().map(|k| format!("out/{k}")).collect();
+    want.push("out/_SUCCESS".to_string());
+    want.sort();
+    assert_eq!(keys, want);
+    for (name, bytes) in &files {
+        assert!(
+            s3.get("corpus", &format!("out/{name}")).as_ref() == Some(bytes),
+            "{name} differs"
+        );
+    }
+    let local_decisions = std::fs::read_to_string(&decisions).unwrap();
+    let s3_decisions = String::from_utf8(s3.get("corpus", "decisions.jsonl").unwrap()).unwrap();
+    assert_eq!(
+        s3_decisions,
+        local_decisions.replace(&format!("{}/", local.display()), "s3://corpus/in/")
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&s3.get("corpus", "out/_SUCCESS").unwrap()).unwrap();
+    assert_eq!(manifest["format"], "neardup-manifest");
+    assert_eq!(manifest["files"].as_array().unwrap().len(), files.len());
+    assert_eq!(manifest["decisions"]["path"], "s3://corpus/decisions.jsonl");
+    assert_eq!(manifest["report"]["path"], "s3://corpus/report.json");
+    let report: serde_json::Value =
+        serde_json::from_slice(&s3.get("corpus", "report.json").unwrap()).unwrap();
+    assert!(report["totals"]["records_in"].as_u64().unwrap() > 10_000);
+    assert_eq!(s3.open_uploads("corpus"), 0);
+
+    // A second run needs --overwrite, which replaces only what the manifest lists.
+    let o = to_s3(&[]);
+    let err = support::stderr(&o);
+    assert!(!o.status.success() && err.contains("--overwrite"), "{err}");
+    s3.put("corpus", "out/notes.txt", b"mine");
+    let o = to_s3(&["--overwrite", "--threshold", "0.9"]);
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    assert_eq!(s3.get("corpus", "out/notes.txt").unwrap(), b"mine");
+    let again: serde_json::Value =
+        serde_json::from_slice(&s3.get("corpus", "out/_SUCCESS").unwrap()).unwrap();
+    assert_ne!(again["run_id"], manifest["run_id"]);
+    // An object no manifest lists, where an output goes, is never replaced.
+    s3.put("corpus", "out/stranger/x.jsonl", b"{}\n");
+    s3.put(
+        "corpus",
+        "in2/stranger/x.jsonl",
+        b"{\"text\":\"a b c d e f\"}\n",
+    );
+    let o = with_env(
+        neardup().args([
+            "dedup",
+            "s3://corpus/in2/",
+            "--output",
+            "s3://corpus/out/",
+            "--overwrite",
+        ]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("s3://corpus/out/stranger/x.jsonl"),
+        "{err}"
+    );
+    assert!(err.contains("does not list it"), "{err}");
+    assert_eq!(s3.get("corpus", "out/stranger/x.jsonl").unwrap(), b"{}\n");
+
+    // Outputs that hold the inputs, or that a later run over the inputs would read back, are
+    // refused before any work.
+    let o = with_env(
+        neardup().args(["dedup", "s3://corpus/in/a/", "--output", "s3://corpus/in/"]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("s3://corpus/in/ contains"), "{err}");
+    let o = with_env(
+        neardup().args([
+            "dedup",
+            "s3://corpus/in/",
+            "--decisions",
+            "s3://corpus/in/d.jsonl",
+        ]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("read the outputs back"), "{err}");
+}
+
+#[test]
+fn an_interrupted_run_leaves_no_object_under_a_final_name() {
+    use std::time::{Duration, Instant};
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+    // Every uploaded part is held for two seconds: the run is stopped while it uploads.
+    let proxy = s3::DelayingProxy::start(s3.port, b"partNumber=", Duration::from_secs(2));
+    let env = s3::env_for(&format!("http://127.0.0.1:{}", proxy.port));
+    // The dataset and decisions of a run, and a key table with its report (whose rows wait in
+    // a local scratch file until the table is uploaded).
+    let runs = [
+        (libc::SIGINT, Some(130), "dedup"),
+        (libc::SIGINT, Some(130), "keys"),
+        // Last: what it leaves is open uploads, invisible, until a lifecycle rule ends them.
+        (libc::SIGKILL, None, "dedup"),
+    ];
+    for (signal, code, step) in runs {
+        let mut cmd = neardup();
+        match step {
+            "dedup" => cmd
+                .args(["dedup", "s3://corpus/in/", "--output", "s3://corpus/out/"])
+                .args(["--decisions", "s3://corpus/decisions.jsonl"]),
+            _ => cmd
+                .args([
+                    "keys",
+                    "s3://corpus/in/",
+                    "-o",
+                    "s3://corpus/work/keys-0.ndk",
+                ])
+                .args(["--report", "s3://corpus/work/keys-0.json"]),
+        };
+        cmd.stderr(std::process::Stdio::piped());
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        let before = proxy.seen();
+        let mut child = cmd.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while proxy.seen() == before {
+            assert!(Instant::now() < deadline, "no upload started");
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the run ended before uploading"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // SAFETY: signalling our own child by its pid.
+        unsafe { libc::kill(child.id() as i32, signal) };
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), code, "{status:?}");
+        assert_eq!(s3.keys("corpus", "out/"), Vec::<String>::new());
+        assert_eq!(s3.get("corpus", "decisions.jsonl"), None);
+        assert_eq!(s3.keys("corpus", "work/"), Vec::<String>::new());
+        if signal == libc::SIGINT {
+            // Stopped by a signal it handles, the run aborts its uploads.
+            assert_eq!(s3.open_uploads("corpus"), 0);
+        }
+    }
+}
+
+/// Runs `neardup ARGS` in `cwd` against the server; asserts it succeeded.
+fn step(s3: &S3Server, cwd: &Path, args: &[&str]) -> Output {
+    let o = with_env(neardup().current_dir(cwd).args(args), &s3.env());
+    assert!(o.status.success(), "{args:?}: {}", support::stderr(&o));
+    o
+}
+
+#[test]
+fn the_staged_steps_with_every_file_between_them_on_object_storage_match_one_local_dedup() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.create_bucket("work");
+    s3.upload_dir("corpus", "in/", &local);
+    let cwd = tmp.path().join("cwd");
+    std::fs::create_dir(&cwd).unwrap();
+    let settings = ["--threshold", "0.7", "-j", "2"];
+
+    // The reference: one process over the same shards, on disk.
+    let shards = ["a/", "b/", "big.jsonl"];
+    let local_shards: Vec<String> = shards
+        .iter()
+        .map(|s| local.join(s).to_str().unwrap().to_string())
+        .collect();
+    let out = tmp.path().join("out-local");
+    let decisions = tmp.path().join("d-local.jsonl");
+    let mut args: Vec<&str> = vec!["dedup"];
+    args.extend(local_shards.iter().map(String::as_str));
+    args.extend(["--output", out.to_str().unwrap()]);
+    args.extend(["--decisions", decisions.to_str().unwrap()]);
+    args.extend(settings);
+    step(&s3, &cwd, &args);
+
+    // keys per shard → hot with 2 groups → sign per shard → decide per group → write per shard,
+    // every table, hot-key file, sign and decide directory, report and decisions file on S3.
+    let w = "s3://work/run";
+    for (i, shard) in shards.iter().enumerate() {
+        let input = format!("s3://corpus/in/{shard}");
+        let table = format!("{w}/keys-{i}.ndk");
+        let report = format!("{w}/keys-{i}.json");
+        let shard_no = i.to_string();
+        let mut args = vec!["keys", &input, "--shard", &shard_no, "-o", &table];
+        args.extend(["--report", &report]);
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+    let tables: Vec<String> = (0..shards.len())
+        .map(|i| format!("{w}/keys-{i}.ndk"))
+        .collect();
+    let hot = format!("{w}/hot.ndh");
+    let mut args = vec!["hot"];
+    args.extend(tables.iter().map(String::as_str));
+    args.extend(["--groups", "2", "-o", &hot]);
+    let hot_report = format!("{w}/hot.json");
+    args.extend(["--report", &hot_report]);
+    step(&s3, &cwd, &args);
+    let sigs: Vec<String> = (0..shards.len()).map(|i| format!("{w}/sig-{i}")).collect();
+    for (table, sig) in tables.iter().zip(&sigs) {
+        let mut args = vec!["sign", table, "--hot", &hot, "-o", sig];
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+    let decided: Vec<String> = (0..2).map(|g| format!("{w}/decided-{g}")).collect();
+    for (g, dir) in decided.iter().enumerate() {
+        let group = g.to_string();
+        let mut args = vec!["decide"];
+        args.extend(sigs.iter().map(String::as_str));
+        args.extend(["--hot", &hot, "--group", &group, "-o", dir]);
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+    for (i, table) in tables.iter().enumerate() {
+        let d = format!("{w}/d-{i}.jsonl");
+        let mut args = vec!["write", table, "--hot", &hot, "--decided"];
+        args.extend(decided.iter().map(String::as_str));
+        args.extend(["-o", "s3://corpus/out/", "--decisions", &d]);
+        args.extend(settings);
+        step(&s3, &cwd, &args);
+    }
+
+    let concatenated: String = (0..shards.len())
+        .map(|i| String::from_utf8(s3.get("work", &format!("run/d-{i}.jsonl")).unwrap()).unwrap())
+        .collect();
+    let want = std::fs::read_to_string(&decisions)
+        .unwrap()
+        .replace(&format!("{}/", local.display()), "s3://corpus/in/");
+    assert!(concatenated == want, "the staged decisions differ");
+    let files = tree(&out);
+    assert_eq!(files.len(), 6);
+    for (name, bytes) in &files {
+        assert!(
+            s3.get("corpus", &format!("out/{name}")).as_ref() == Some(bytes),
+            "{name} differs"
+        );
+    }
+    let published = s3.keys("corpus", "out/");
+    assert_eq!(
+        published
+            .iter()
+            .filter(|k| k.contains("_SUCCESS.shard-"))
+            .count(),
+        shards.len(),
+        "{published:?}"
+    );
+    assert_eq!(published.len(), files.len() + shards.len(), "{published:?}");
+    let mut intermediates = s3.keys("work", "run/");
+    intermediates.retain(|k| !k.contains("/sig-") && !k.contains("/decided-"));
+    assert_eq!(
+        intermediates,
+        [
+            "run/d-0.jsonl",
+            "run/d-1.jsonl",
+            "run/d-2.jsonl",
+            "run/hot.json",
+            "run/hot.ndh",
+            "run/keys-0.json",
+            "run/keys-0.ndk",
+            "run/keys-1.json",
+            "run/keys-1.ndk",
+            "run/keys-2.json",
+            "run/keys-2.ndk",
+        ]
+    );
+    assert_eq!(
+        s3.keys("work", "run/sig-0/"),
+        [
+            "run/sig-0/group-00000.bin",
+            "run/sig-0/group-00001.bin",
+            "run/sig-0/manifest.json"
+        ]
+    );
+    assert_eq!(s3.keys("work", "run/decided-1/").len(), shards.len() + 1);
+    assert_eq!(s3.open_uploads("work") + s3.open_uploads("corpus"), 0);
+    // Nothing was written on disk under a name that looks like a URL.
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0);
+    let report: serde_json::Value =
+        serde_json::from_slice(&s3.get("work", "run/hot.json").unwrap()).unwrap();
+    assert_eq!(report["hot_keys_file"], hot.as_str());
+    assert_eq!(report["plan"]["groups"], 2);
+
+    // A shard written again replaces only what its own manifest lists: the other shards' and
+    // a stranger's objects in the shared prefix stay; without --overwrite it is refused.
+    s3.put("corpus", "out/notes.txt", b"mine");
+    let other_manifest = s3.get("corpus", "out/_SUCCESS.shard-00001").unwrap();
+    let mut args = vec!["write", &tables[0], "--hot", &hot, "--decided"];
+    args.extend(decided.iter().map(String::as_str));
+    args.extend([
+        "-o",
+        "s3://corpus/out/",
+        "--decisions",
+        "s3://work/d-0-again.jsonl",
+    ]);
+    args.extend(settings);
+    let o = with_env(neardup().current_dir(&cwd).args(&args), &s3.env());
+    let err = support::stderr(&o);
+    assert!(!o.status.success() && err.contains("--overwrite"), "{err}");
+    args.push("--overwrite");
+    step(&s3, &cwd, &args);
+    assert_eq!(s3.get("corpus", "out/notes.txt").unwrap(), b"mine");
+    assert_eq!(
+        s3.get("corpus", "out/_SUCCESS.shard-00001").unwrap(),
+        other_manifest
+    );
+    let mut again = s3.keys("corpus", "out/");
+    again.retain(|k| k != "out/notes.txt");
+    assert_eq!(again, published);
+    for (name, bytes) in &files {
+        assert!(
+            s3.get("corpus", &format!("out/{name}")).as_ref() == Some(bytes),
+            "{name} differs after the shard was written again"
+        );
+    }
+    assert!(s3.get("work", "d-0-again.jsonl").unwrap() == s3.get("work", "run/d-0.jsonl").unwrap());
+
+    // `apply` reads the tables and the hot-key file from object storage too.
+    let mut args = vec!["apply"];
+    args.extend(tables.iter().map(String::as_str));
+    args.extend(["--hot", &hot, "--decisions", "s3://work/apply.jsonl"]);
+    args.extend(settings);
+    step(&s3, &cwd, &args);
+    assert!(s3.get("work", "apply.jsonl").unwrap() == want.as_bytes());
+
+    // The same checks as for files: an output that is an input of its step is refused before
+    // any work, and a missing step output is named. Spill files stay on a local disk.
+    let o = with_env(
+        neardup()
+            .current_dir(&cwd)
+            .args(["hot", &tables[0], &tables[1], "-o", &tables[1]]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the hot-key file (--output) {} is the key table {}",
+            tables[1], tables[1]
+        )),
+        "{err}"
+    );
+    let o = with_env(
+        neardup().current_dir(&cwd).args([
+            "hot",
+            &tables[0],
+            "--spill-dir",
+            "s3://work/spill/",
+            "-o",
+            "s3://work/hot-0.ndh",
+        ]),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the spill directory (--spill-dir) s3://work/spill/: spill files are"),
+        "{err}"
+    );
+    let mut args = vec!["decide", &sigs[0], &sigs[1], "s3://work/run/sig-9"];
+    args.extend([
+        "--hot",
+        &hot,
+        "--group",
+        "0",
+        "-o",
+        "s3://work/run/decided-x",
+    ]);
+    args.extend(settings);
+    let o = with_env(neardup().current_dir(&cwd).args(&args), &s3.env());
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("s3://work/run/sig-9: not a `neardup sign` output")
+            && err.contains("no such object"),
+        "{err}"
+    );
+    assert!(s3.keys("work", "run/decided-x").is_empty());
+    let o = with_env(
+        neardup()
+            .current_dir(&cwd)
+            .args(["sign", "s3://work/run/keys-7.ndk", "--hot", &hot, "-o"])
+            .arg(tmp.path().join("sig-7"))
+            .args(settings),
+        &s3.env(),
+    );
+    let err = support::stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("s3://work/run/keys-7.ndk: no such object"),
+        "{err}"
+    );
+}
+
+#[test]
+fn no_credential_reaches_logs_reports_decisions_manifests_or_errors() {
+    let secrets = ["AKIDsecretid7", "SECRETkey9xyzzy", "TOKENsession4plugh"];
+    let leaks = |what: &str, text: &str| {
+        for s in secrets.iter().chain(&[
+            "Signature=",
+            "X-Amz-Signature",
+            "Authorization",
+            "x-amz-security-token",
+        ]) {
+            assert!(
+                !text.to_ascii_lowercase().contains(&s.to_ascii_lowercase()),
+                "{what} holds {s}"
+            );
+        }
+    };
+    let env = |endpoint: &str| {
+        let mut env = s3::env_for(endpoint);
+        for (k, v) in &mut env {
+            match *k {
+                "AWS_ACCESS_KEY_ID" => *v = secrets[0].to_string(),
+                "AWS_SECRET_ACCESS_KEY" => *v = secrets[1].to_string(),
+                _ => {}
+            }
+        }
+        env.push(("AWS_SESSION_TOKEN", secrets[2].to_string()));
+        env
+    };
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let local = tmp.path().join("corpus");
+    corpus(&local);
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "in/", &local);
+
+    // A whole run at the most verbose log level, every output on the server.
+    let o = with_env(
+        neardup()
+            .args([
+                "-vv",
+                "dedup",
+                "s3://corpus/in/",
+                "--output",
+                "s3://corpus/out/",
+            ])
+            .args([
+                "--decisions",
+                "s3://corpus/d.jsonl",
+                "--report",
+                "s3://corpus/r.json",
+            ]),
+        &env(&s3.endpoint()),
+    );
+    let err = support::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("TRACE"), "not the most verbose log");
+    leaks("the log", &err);
+    for key in s3.keys("corpus", "") {
+        if !key.starts_with("in/") {
+            leaks(
+                &key,
+                &String::from_utf8_lossy(&s3.get("corpus", &key).unwrap()),
+            );
+        }
+    }
+    // Failed runs: a connection that keeps dropping, a missing object, refused credentials.
+    let proxy = DroppingProxy::start(s3.port, 2_000, usize::MAX);
+    let o = with_env(
+        neardup()
+            .args(["-vv", "dedup", "s3://corpus/in/big.jsonl", "--decisions"])
+            .arg(tmp.path().join("d.jsonl")),
+        &env(&format!("http://127.0.0.1:{}", proxy.port)),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    leaks("the error of a dropped connection", &support::stderr(&o));
+    let o = with_env(
+        neardup().args([
+            "-vv",
+            "keys",
+            "s3://corpus/in/nothing.jsonl",
+            "-o",
+            "s3://corpus/k.ndk",
+        ]),
+        &env(&s3.endpoint()),
+    );
+    assert_eq!(o.status.code(), Some(1));
+    leaks("the error of a missing object", &support::stderr(&o));
+    let denying = S3Server::start(&[("INITIAL_NO_AUTH_ACTION_COUNT", "2")]);
+    denying.create_bucket("corpus");
+    denying.put("corpus", "in/a.jsonl", b"{\"text\":\"x\"}\n");
+    let o = with_env(
+        neardup().args([
+            "-vv",
+            "dedup",
+            "s3://corpus/in/a.jsonl",
+            "--decisions",
+            "s3://corpus/d.jsonl",
+        ]),
+        &env(&denying.endpoint()),
+    );
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("access denied"), "{err}");
+    leaks("the error of refused credentials", &err);
+}
