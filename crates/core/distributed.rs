@@ -274,13 +274,12 @@ fn sign_into(
     let mut cfg = stage2_config(config)?;
     cfg.output = None;
     cfg.decisions = None;
-    cfg.progress = control.stage2.clone();
-    cfg.cancel = control.cancel.clone();
     let shape = signed_shape(&cfg);
     let (sinks, signed, stage2) = run_sign(
         &files,
         &mask,
         &cfg,
+        &control.stage2_step(),
         &place,
         hot,
         sinks,
@@ -603,13 +602,12 @@ pub fn write_shard<'a>(
         ..PublishOptions::default()
     })
     .map_err(publish_error)?;
-    let mut cfg = stage2_config(config)?;
-    cfg.progress = control.stage2.clone();
-    cfg.cancel = control.cancel.clone();
+    let cfg = stage2_config(config)?;
     let stage2 = run_write(
         &files,
         &mask,
         &cfg,
+        &control.stage2_step(),
         &place,
         &names,
         merge,

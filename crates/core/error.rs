@@ -15,7 +15,7 @@ pub enum Error {
     Run(String),
     /// The bytes or files of a step's value are damaged, truncated or not neardup's.
     Corrupt(String),
-    /// The run was cancelled (its [`neardup_corpus::CancelToken`]; the CLI: a signal) before
+    /// The run was cancelled (its [`neardup_exec::CancelToken`]; the CLI: a signal) before
     /// its outputs were published; nothing was published and what it wrote was removed
     /// (exit code 130).
     Interrupted,

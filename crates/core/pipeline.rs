@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use neardup_corpus::{
-    AtomicFile, CancelToken, DiscoverOptions, Discovery, InputFile, OutputOptions, Publication,
-    PublishOptions, WriteError, discover,
+    AtomicFile, DiscoverOptions, Discovery, InputFile, OutputOptions, Publication, PublishOptions,
+    WriteError, discover,
 };
 use neardup_dedup::{Decision, DedupStats, Stage2Config, run_dedup_into};
-use neardup_exec::{OnError, Progress};
+use neardup_exec::{CancelToken, OnError, Progress, StepControl};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
     ShardTables, TableLayout, UnreadableRange, run_keys,
@@ -279,6 +279,17 @@ impl RunControl {
             (None, None) => None,
         }
     }
+
+    /// The handles stage 1 runs with ([`neardup_keys::run_keys`] and the keys step): its
+    /// counters and the run's token.
+    pub fn stage1_step(&self) -> StepControl {
+        StepControl::new(self.stage1.clone(), self.cancel.clone())
+    }
+
+    /// The handles stage 2 runs with (apply, sign, write): its counters and the run's token.
+    pub fn stage2_step(&self) -> StepControl {
+        StepControl::new(self.stage2.clone(), self.cancel.clone())
+    }
 }
 
 /// A publication error as the facade reports it.
@@ -413,8 +424,6 @@ pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
             max_output_bytes: config.output.max_output_bytes,
         }),
         decisions: config.output.decisions.clone(),
-        progress: None,
-        cancel: CancelToken::new(),
     })
 }
 
@@ -584,11 +593,16 @@ fn apply_with_mask(
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    let mut cfg = stage2_config(config)?;
-    cfg.progress = control.stage2.clone();
-    cfg.cancel = control.cancel.clone();
+    let cfg = stage2_config(config)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    let stage2 = run_dedup_into(files, mask, &cfg, &publication, observe)?;
+    let stage2 = run_dedup_into(
+        files,
+        mask,
+        &cfg,
+        &control.stage2_step(),
+        &publication,
+        observe,
+    )?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);
     publish_with_report(publication, config, &report)?;
     Ok(report)
@@ -649,19 +663,22 @@ impl Pipeline {
         paths.prepare()?;
         let files = found.files;
         let publication = begin_publication(&self.config, &files, &self.control.cancel)?;
-        let mut keys = keys_config(&self.config)?;
-        keys.progress = self.control.stage1.clone();
-        keys.cancel = self.control.cancel.clone();
+        let keys = keys_config(&self.config)?;
         let KeysOutput {
             files: rows,
             mask,
             stats,
             ..
-        } = run_keys(&files, 0, &keys)?;
-        let mut cfg = stage2_config(&self.config)?;
-        cfg.progress = self.control.stage2.clone();
-        cfg.cancel = self.control.cancel.clone();
-        let stage2 = run_dedup_into(&rows, &mask, &cfg, &publication, observe)?;
+        } = run_keys(&files, 0, &keys, &self.control.stage1_step())?;
+        let cfg = stage2_config(&self.config)?;
+        let stage2 = run_dedup_into(
+            &rows,
+            &mask,
+            &cfg,
+            &self.control.stage2_step(),
+            &publication,
+            observe,
+        )?;
         let report = Report::new(&self.config, &files, problems, Some(stats), stage2);
         publish_with_report(publication, &self.config, &report)?;
         Ok(report)

@@ -16,8 +16,9 @@ use std::io::{Cursor, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use neardup_corpus::{CancelToken, Publication, PublishOptions};
+use neardup_corpus::{Publication, PublishOptions};
 use neardup_dedup::{RecordReader, StepSink};
+use neardup_exec::CancelToken;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use xxhash_rust::xxh3::xxh3_64;

@@ -29,7 +29,8 @@
 use std::io::{self, BufWriter, Read, Write};
 
 use hashbrown::{HashMap, HashSet};
-use neardup_corpus::{AtomicFile, CancelToken, Publication};
+use neardup_corpus::{AtomicFile, Publication};
+use neardup_exec::{CancelToken, StepControl};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, HotRowGroups, RowKind, RowRule, ShardPlace, content_key,
 };
@@ -585,10 +586,12 @@ pub fn decide_group<R: Read>(
 /// [`neardup_keys::HotMask::for_shard`]) and writes each hot sample to `sinks[group]`. Nothing
 /// is decided or written besides the sinks (`cfg.output` and `cfg.decisions` must be unset).
 /// Returns the sinks (in group order), what was signed, and the pass's statistics.
+#[allow(clippy::too_many_arguments)]
 pub fn run_sign(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     place: &ShardPlace,
     hot: &HotKeys,
     sinks: Vec<StepSink>,
@@ -617,6 +620,7 @@ pub fn run_sign(
         files,
         mask,
         cfg,
+        control,
         publication,
         &mut |_| {},
         signer,
@@ -652,6 +656,7 @@ pub fn run_write(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     place: &ShardPlace,
     names: &[String],
     decided: DecidedMerge<Box<dyn Read + Send>>,
@@ -664,7 +669,16 @@ pub fn run_write(
         row_base: place.row_base,
         names,
     };
-    let (stats, merge) = run_stage2(files, mask, cfg, publication, observe, decided, &addressing)?;
+    let (stats, merge) = run_stage2(
+        files,
+        mask,
+        cfg,
+        control,
+        publication,
+        observe,
+        decided,
+        &addressing,
+    )?;
     merge.finish()?;
     Ok(stats)
 }

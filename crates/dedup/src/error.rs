@@ -28,7 +28,7 @@ pub enum DedupError {
     WriterStopped,
     /// The exact-verification spill file could not be written or read.
     Spill(io::Error),
-    /// The run's [`neardup_corpus::CancelToken`] was cancelled; nothing was published.
+    /// The run's [`neardup_exec::CancelToken`] was cancelled; nothing was published.
     Interrupted,
     /// The outputs of an earlier distributed step given to this one are damaged, missing, or
     /// belong to another run (another hot-key file, group or shard).

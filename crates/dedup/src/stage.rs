@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use neardup_corpus::{
-    Block, CancelToken, Chunk, ChunkRange, DecisionWriter, FileWriter, OutputDir, OutputOptions,
-    Projection, Publication, PublishOptions, ReadOptions, Reason, SampleText, TextSelector,
-    Unreadable, WriteError, WrittenFile, reread_chunk,
+    Block, Chunk, ChunkRange, DecisionWriter, FileWriter, OutputDir, OutputOptions, Projection,
+    Publication, PublishOptions, ReadOptions, Reason, SampleText, TextSelector, Unreadable,
+    WriteError, WrittenFile, reread_chunk,
 };
-use neardup_exec::{OnError, Progress};
+use neardup_exec::{OnError, StepControl};
 use neardup_keys::{FileRows, HotMask, RowKind, RowRule, UnreadableRange};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
@@ -31,7 +31,8 @@ pub enum EmptyPolicy {
     Drop,
 }
 
-/// Settings of a stage-2 run.
+/// Settings of a stage-2 run: what it computes and writes. The handles a caller watches and
+/// stops one run by are passed beside them ([`StepControl`]).
 #[derive(Clone, Debug)]
 pub struct Stage2Config {
     /// The sketch settings stage 1 used.
@@ -54,10 +55,6 @@ pub struct Stage2Config {
     pub output: Option<OutputOptions>,
     /// Where the decisions go (`.jsonl` or `.parquet`).
     pub decisions: Option<PathBuf>,
-    /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<Progress>>,
-    /// Stops the run between blocks with [`DedupError::Interrupted`]; nothing is published then.
-    pub cancel: CancelToken,
 }
 
 /// A write error as stage 2 reports it.
@@ -293,6 +290,7 @@ struct ChunkJob<'a> {
 struct PrepareWork<'a> {
     mask: &'a HotMask,
     cfg: &'a Stage2Config,
+    control: &'a StepControl,
     hot_work: HotWork,
     spares: &'a crossbeam_channel::Receiver<RecycledBuffers>,
     /// The inputs the jobs read.
@@ -365,6 +363,7 @@ fn prepare_block(
     let PrepareWork {
         mask,
         cfg,
+        control,
         hot_work,
         spares,
         ..
@@ -490,7 +489,7 @@ fn prepare_block(
     });
     let texts = next_row - *row;
     *row = next_row;
-    if let Some(p) = &cfg.progress {
+    if let Some(p) = control.progress() {
         p.add(block.input_bytes(), samples.len() as u64);
     }
     PreparedBlock {
@@ -561,22 +560,24 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
 /// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
 /// mask of their rows. Calls `observe` with every decision in input order. The filtered dataset
 /// (`cfg.output`) and the decisions (`cfg.decisions`) are published together at the end, all or
-/// nothing (see [`Publication`]).
+/// nothing (see [`Publication`]). `control` is watched and looked at between blocks: cancelled,
+/// the run fails with [`DedupError::Interrupted`] and publishes nothing.
 pub fn run_dedup(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
     let publication = Publication::begin(&PublishOptions {
         output: cfg.output.clone(),
         outputs: files.iter().map(|f| f.input.relative.clone()).collect(),
         decisions: cfg.decisions.clone(),
-        cancel: cfg.cancel.clone(),
+        cancel: control.cancel.clone(),
         ..PublishOptions::default()
     })
     .map_err(output_error)?;
-    let stats = run_dedup_into(files, mask, cfg, &publication, observe)?;
+    let stats = run_dedup_into(files, mask, cfg, control, &publication, observe)?;
     publication.commit().map_err(output_error)?;
     Ok(stats)
 }
@@ -588,6 +589,7 @@ pub fn run_dedup_into(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
@@ -606,7 +608,16 @@ pub fn run_dedup_into(
         row_base: 0,
         names: &names,
     };
-    let (stats, _) = run_stage2(files, mask, cfg, publication, observe, deduper, &addressing)?;
+    let (stats, _) = run_stage2(
+        files,
+        mask,
+        cfg,
+        control,
+        publication,
+        observe,
+        deduper,
+        &addressing,
+    )?;
     Ok(stats)
 }
 
@@ -796,17 +807,19 @@ impl<R: HotRoute> Pass<'_, R> {
 /// and prepares blocks on worker threads, and on this thread hands them in order to `route`
 /// (see [`HotRoute`]), the decisions file, `observe` and the writer. Returns the statistics and
 /// the route (to be finished by the caller).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_stage2<R: HotRoute>(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
     route: R,
     addressing: &Addressing<'_>,
 ) -> Result<(DedupStats, R), DedupError> {
     let started = Instant::now();
-    if cfg.cancel.is_cancelled() {
+    if control.is_cancelled() {
         return Err(DedupError::Interrupted);
     }
     let total_rows: u64 = files.iter().map(|f| f.rows).sum();
@@ -823,7 +836,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     };
     let (jobs, record_bases) = chunk_jobs(files);
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    if let Some(p) = &cfg.progress {
+    if let Some(p) = control.progress() {
         p.set_total(inputs.iter().map(|f| f.size).sum());
     }
     let output: Option<&OutputDir> = publication.dataset();
@@ -843,6 +856,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     let prep = PrepareWork {
         mask,
         cfg,
+        control,
         hot_work: route.hot_work(cfg),
         spares: &spare_rx,
         inputs: &inputs,
@@ -864,7 +878,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
         job_records: 0,
         job_rows: 0,
     };
-    let cancelled = || cfg.cancel.is_cancelled();
+    let cancelled = || control.is_cancelled();
     let (ran, written) = std::thread::scope(|scope| {
         let writer = output.map(|out| {
             let inputs = &inputs;

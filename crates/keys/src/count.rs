@@ -14,7 +14,8 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use neardup_corpus::{CancelToken, ScratchDir};
+use neardup_corpus::ScratchDir;
+use neardup_exec::CancelToken;
 use neardup_sketch::NO_KEY;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};

@@ -22,7 +22,7 @@ pub enum KeysError {
     Config(String),
     /// Bad input with `on_error = fail`: the first problem, naming the file and record.
     Input(String),
-    /// The run's [`neardup_corpus::CancelToken`] was cancelled.
+    /// The run's [`neardup_exec::CancelToken`] was cancelled.
     Interrupted,
 }
 

@@ -8,11 +8,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use neardup_corpus::{
-    AtomicFile, Block, CancelToken, Chunk, ChunkRange, FieldsSeen, InputFile, Projection,
-    ReadOptions, SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks,
-    read_chunk, record_fields,
+    AtomicFile, Block, Chunk, ChunkRange, FieldsSeen, InputFile, Projection, ReadOptions,
+    SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks, read_chunk,
+    record_fields,
 };
-use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, OnError, Progress, run_ordered};
+use neardup_exec::{
+    CancelToken, ChunkWork, Completion, Event, ExecOptions, OnError, StepControl, run_ordered,
+};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
@@ -30,7 +32,8 @@ pub const DEFAULT_CHUNK_BYTES: u64 = 32 << 20;
 /// A key is hot when seen more than this many times, by default: seen twice.
 pub const DEFAULT_MIN_COUNT: u32 = 1;
 
-/// Settings of stage 1.
+/// Settings of stage 1: what it computes. The handles a caller watches and stops one run by
+/// are passed beside them ([`StepControl`]).
 #[derive(Clone, Debug)]
 pub struct KeysConfig {
     /// How texts become keys.
@@ -54,11 +57,6 @@ pub struct KeysConfig {
     pub spill_dir: Option<PathBuf>,
     /// Bad input policy.
     pub on_error: OnError,
-    /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<Progress>>,
-    /// Stops the run (between blocks while reading, between partitions while counting) with
-    /// [`KeysError::Interrupted`].
-    pub cancel: CancelToken,
 }
 
 impl KeysConfig {
@@ -75,8 +73,6 @@ impl KeysConfig {
             memory_limit: None,
             spill_dir: None,
             on_error: OnError::default(),
-            progress: None,
-            cancel: CancelToken::new(),
         }
     }
 
@@ -366,6 +362,7 @@ fn read_options(cfg: &KeysConfig) -> ReadOptions {
 struct SketchWork<'a> {
     files: &'a [InputFile],
     cfg: &'a KeysConfig,
+    control: &'a StepControl,
     read: ReadOptions,
     /// Columns per row.
     columns: usize,
@@ -441,7 +438,7 @@ impl SketchWork<'_> {
                 }
             }
         });
-        if let Some(p) = &cfg.progress {
+        if let Some(p) = self.control.progress() {
             p.add(out.bytes, out.rows);
         }
         out
@@ -456,11 +453,14 @@ enum Sink {
 }
 
 /// Runs stage 1 over `files` (one shard): sketches every sample, counts the keys and finds the hot
-/// ones. Rows come out in input order whatever the thread count.
+/// ones. Rows come out in input order whatever the thread count. `control` is watched and looked
+/// at between blocks while reading and between partitions while counting: cancelled, the run
+/// fails with [`KeysError::Interrupted`].
 pub fn run_keys(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,
+    control: &StepControl,
 ) -> Result<KeysOutput, KeysError> {
     let layout = cfg.layout();
     let columns = layout.columns();
@@ -470,7 +470,7 @@ pub fn run_keys(
         mut stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, cfg, Sink::Memory(Vec::new()))?;
+    } = sketch_rows(files, cfg, control, Sink::Memory(Vec::new()))?;
 
     let count_started = Instant::now();
     let pool = rayon::ThreadPoolBuilder::new()
@@ -483,7 +483,13 @@ pub fn run_keys(
                 count_in_memory(&[], columns, cfg.min_count, content_col)
             } else {
                 pool.install(|| {
-                    count_in_memory_until(&keys, columns, cfg.min_count, content_col, &cfg.cancel)
+                    count_in_memory_until(
+                        &keys,
+                        columns,
+                        cfg.min_count,
+                        content_col,
+                        &control.cancel,
+                    )
                 })
                 .ok_or(KeysError::Interrupted)?
             };
@@ -491,7 +497,7 @@ pub fn run_keys(
             (counted, TableStore::Memory(table))
         }
         Sink::Spill(counter) => (
-            counter.finish(cfg.min_count, &cfg.cancel)?,
+            counter.finish(cfg.min_count, &control.cancel)?,
             TableStore::Spilled,
         ),
         Sink::File(_) => unreachable!("run_keys keeps its rows in memory or spills them"),
@@ -530,6 +536,7 @@ pub fn write_keys(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,
+    control: &StepControl,
     target: AtomicFile,
 ) -> Result<KeysStats, KeysError> {
     let layout = cfg.layout();
@@ -538,7 +545,7 @@ pub fn write_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, cfg, Sink::File(writer))?;
+    } = sketch_rows(files, cfg, control, Sink::File(writer))?;
     let Sink::File(writer) = sink else {
         unreachable!("a file sink stays a file sink")
     };
@@ -553,6 +560,7 @@ pub fn collect_keys(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,
+    control: &StepControl,
 ) -> Result<(KeyTable, KeysStats), KeysError> {
     let mut cfg = cfg.clone();
     cfg.memory_limit = None;
@@ -560,7 +568,7 @@ pub fn collect_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, &cfg, Sink::Memory(Vec::new()))?;
+    } = sketch_rows(files, &cfg, control, Sink::Memory(Vec::new()))?;
     let Sink::Memory(keys) = sink else {
         unreachable!("without a memory limit the rows stay in memory")
     };
@@ -577,7 +585,12 @@ struct Sketched {
 
 /// Reads and sketches every chunk with worker threads and hands the rows, in input order, to
 /// `sink`.
-fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sketched, KeysError> {
+fn sketch_rows(
+    files: &[InputFile],
+    cfg: &KeysConfig,
+    control: &StepControl,
+    sink: Sink,
+) -> Result<Sketched, KeysError> {
     cfg.sketcher
         .config()
         .validate()
@@ -586,7 +599,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     let threads = cfg.effective_threads();
     let chunks = plan_chunks(files, balanced_chunk_bytes(files, cfg.chunk_bytes));
     let started = Instant::now();
-    if let Some(p) = &cfg.progress {
+    if let Some(p) = control.progress() {
         p.set_total(files.iter().map(|f| f.size).sum());
     }
 
@@ -612,6 +625,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     let work = SketchWork {
         files,
         cfg,
+        control,
         read: read_options(cfg),
         columns,
     };
@@ -623,7 +637,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
         &work,
         &chunks,
         ExecOptions::threads(threads),
-        &|| cfg.cancel.is_cancelled(),
+        &|| control.is_cancelled(),
         |event| {
             match event {
                 Event::Block { out, .. } => {

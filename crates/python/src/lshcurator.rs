@@ -223,12 +223,14 @@ pub fn process_corpus(settings: CuratorSettings) -> PyResult<CorpusStream> {
     let thread = std::thread::Builder::new()
         .name("neardup-lshcurator".into())
         .spawn(move || -> Result<(), Error> {
-            let out = neardup::keys::run_keys(&files, 0, &keys)?;
+            // The stream cannot be cancelled: the caller stops by no longer iterating.
+            let control = neardup::exec::StepControl::default();
+            let out = neardup::keys::run_keys(&files, 0, &keys, &control)?;
             let hot = !out.hot.is_empty();
             let _ = hot_tx.send(hot);
             if hot {
                 // A closed channel only means the caller stopped iterating.
-                neardup::dedup::run_dedup(&out.files, &out.mask, &apply, &mut |d| {
+                neardup::dedup::run_dedup(&out.files, &out.mask, &apply, &control, &mut |d| {
                     let _ = tx.send(d.clone());
                 })?;
             }
