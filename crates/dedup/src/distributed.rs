@@ -42,7 +42,10 @@ use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
 };
-use crate::stage::{Addressing, DedupStats, Stage2Config, run_stage2};
+use crate::pass::{Addressing, DedupStats, Stage2Config, needs_shingles};
+use crate::prepare::{HotWork, SampleKind};
+use crate::route::{DupOfId, HotRoute, HotSample, wrong_route};
+use crate::stage::run_stage2;
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
 /// the steps' values as bytes).
@@ -581,7 +584,70 @@ pub fn decide_group<R: Read>(
     Ok((deduper.stats(), written))
 }
 
-/// Decides a sample by its signature (its text the verification material when carried).
+/// A `sign` step: hot samples go to the signer, nothing is decided.
+impl HotRoute for Signer<'_> {
+    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
+        HotWork::Sign {
+            texts: self.shape().texts,
+        }
+    }
+
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+        let carried = |range: (u32, u32)| &hot.block.carried[range.0 as usize..range.1 as usize];
+        let at = |row: u64, content_hash: u128| SampleAt {
+            row: hot.row_base + row,
+            local_row: row,
+            addr: hot.addr,
+            id: hot.id,
+            content_hash,
+        };
+        match hot.sample.kind {
+            SampleKind::Copy {
+                content_hash,
+                row,
+                text,
+            } => self.push_copy(&at(row, content_hash), carried(text)),
+            SampleKind::Text {
+                content_hash,
+                row,
+                text,
+            } => self.push_full(&at(row, content_hash), &[], carried(text)),
+            SampleKind::Hot {
+                content_hash,
+                slot,
+                row,
+                ..
+            } => {
+                let (signature, _, _) = hot.block.signed(slot, hot.cfg);
+                self.push_full(&at(row, content_hash), signature, "")
+            }
+            _ => return Err(wrong_route("a hot sample without its signature")),
+        }
+        .map_err(sign_stream_error)?;
+        Ok((Verdict::Unique, DupOfId::Seen))
+    }
+}
+
+/// A `write` step: hot samples' verdicts come from the decided streams.
+impl<R: Read> HotRoute for DecidedMerge<R> {
+    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
+        HotWork::Decided
+    }
+
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+        match hot.sample.kind {
+            SampleKind::Decided { row } => {
+                let d = self.take(hot.row_base + row)?;
+                Ok((d.verdict, DupOfId::Decided(d.dup_of_id)))
+            }
+            SampleKind::Copy { .. } | SampleKind::Text { .. } => {
+                Err(wrong_route("a hot sample to sign"))
+            }
+            _ => Err(wrong_route("a hot sample to sign")),
+        }
+    }
+}
+
 /// The `sign` step over one shard: re-reads its inputs (`files`, with the shard's hot mask from
 /// [`neardup_keys::HotMask::for_shard`]) and writes each hot sample to `sinks[group]`. Nothing
 /// is decided or written besides the sinks (`cfg.output` and `cfg.decisions` must be unset).
@@ -642,7 +708,7 @@ pub fn signed_shape(cfg: &Stage2Config) -> SignedShape {
     SignedShape {
         num_perm: cfg.sketcher.num_perm(),
         columns: cfg.rule.columns(cfg.sketcher.bands()),
-        texts: crate::stage::needs_shingles(cfg),
+        texts: needs_shingles(cfg),
     }
 }
 

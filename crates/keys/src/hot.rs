@@ -291,7 +291,7 @@ impl HotKeys {
         }
     }
 
-    /// These keys with the plan of a distributed stage 2 (see [`crate::plan`]): which group
+    /// These keys with the plan of a distributed stage 2 (see [`crate::Plan`]): which group
     /// decides the rows of each key. Errors when the plan is not one for these keys.
     pub fn with_plan(mut self, plan: Plan) -> Result<HotKeys, KeysError> {
         if plan.group_of_key.len() != self.keys.len()
