@@ -30,7 +30,7 @@ use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
-use crate::error::Error;
+use crate::error::{Error, IoOp, IoTarget};
 use crate::paths::RunPaths;
 use crate::pipeline::{
     Report, RunControl, check_hot_layout, keys_config, publish_error, stage2_config, wrong_tables,
@@ -243,7 +243,7 @@ impl TableInput<'_> {
 
 fn step_error(e: neardup_dedup::DedupError) -> Error {
     match e {
-        neardup_dedup::DedupError::Step(m) => Error::Usage(m),
+        neardup_dedup::DedupError::Step(e) => Error::StepInput(e),
         other => Error::Dedup(other),
     }
 }
@@ -425,9 +425,12 @@ fn decide_into(
         .sinks(shards as usize)?
         .into_iter()
         .map(|sink| {
-            RecordWriter::new(sink).map_err(|e| {
-                let to = out.map_or("the decisions".to_string(), |d| d.display().to_string());
-                Error::Run(format!("cannot write {to}: {e}"))
+            RecordWriter::new(sink).map_err(|e| Error::Io {
+                op: IoOp::Write,
+                target: out.map_or(IoTarget::Named("the decisions"), |d| {
+                    IoTarget::Path(d.to_path_buf())
+                }),
+                source: e,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -449,7 +452,11 @@ fn decide_into(
         .into_iter()
         .map(RecordWriter::finish)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Run(format!("cannot write the decisions: {e}")))?;
+        .map_err(|e| Error::Io {
+            op: IoOp::Write,
+            target: IoTarget::Named("the decisions"),
+            source: e,
+        })?;
     let manifest = DecideManifest {
         format: "neardup-decide".into(),
         format_version: STEP_FORMAT_VERSION,

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use neardup_corpus::{
-    AtomicFile, DiscoverOptions, Discovery, InputFile, OutputOptions, Publication, PublishOptions,
-    WriteError, discover,
+    AtomicFile, DiscoverOptions, Discovery, InputFile, InputProblem, OutputOptions, Publication,
+    PublishOptions, WriteError, discover,
 };
 use neardup_dedup::{Decision, DedupStats, Stage2Config, run_dedup_into};
 use neardup_exec::{CancelToken, OnError, Progress, StepControl};
@@ -17,7 +17,7 @@ use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, InputsError, IoOp};
 use crate::paths::RunPaths;
 
 /// Everything a run did, as written to `--report`.
@@ -229,8 +229,7 @@ impl Report {
 /// has its name only once whole.
 pub fn save_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
     save_json_to(
-        AtomicFile::create(path)
-            .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
+        AtomicFile::create(path).map_err(|e| Error::io(IoOp::Write, path, e))?,
         value,
     )
 }
@@ -238,11 +237,10 @@ pub fn save_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
 /// Writes `value` as pretty JSON (and a newline) into `file` and commits it.
 pub(crate) fn save_json_to(mut file: AtomicFile, value: &impl Serialize) -> Result<(), Error> {
     let path = file.path().to_path_buf();
-    let fail =
-        |e: &dyn std::fmt::Display| Error::Run(format!("cannot write {}: {e}", path.display()));
-    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(&e))?;
-    std::io::Write::write_all(&mut file, b"\n").map_err(|e| fail(&e))?;
-    file.commit().map_err(|e| fail(&e))
+    let fail = |e: std::io::Error| Error::io(IoOp::Write, &path, e);
+    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(e.into()))?;
+    std::io::Write::write_all(&mut file, b"\n").map_err(fail)?;
+    file.commit().map_err(fail)
 }
 
 /// What a caller watches a run by and stops it with.
@@ -297,7 +295,7 @@ pub(crate) fn publish_error(e: WriteError) -> Error {
     if e.kind() == "interrupted" {
         Error::Interrupted
     } else {
-        Error::Run(e.to_string())
+        Error::Publish(e)
     }
 }
 
@@ -359,34 +357,25 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
             format: config.input.format,
         },
     );
-    let errors: Vec<String> = found
-        .errors()
-        .map(|p| format!("input {}: {}", p.input, p.message))
-        .collect();
+    let errors: Vec<InputProblem> = found.errors().cloned().collect();
     if !errors.is_empty() {
-        return Err(Error::Run(errors.join("\n")));
+        return Err(Error::Inputs(InputsError::Unusable(errors)));
+    }
+    if !found.problems.is_empty() && config.run.on_error == OnError::Fail {
+        return Err(Error::Inputs(InputsError::FailOnProblem(
+            found.problems.clone(),
+        )));
+    }
+    if found.files.is_empty() {
+        return Err(Error::Inputs(InputsError::NoneFound(
+            found.problems.clone(),
+        )));
     }
     let problems: Vec<String> = found
         .problems
         .iter()
         .map(|p| format!("{}: {}", p.input, p.message))
         .collect();
-    if !problems.is_empty() && config.run.on_error == OnError::Fail {
-        return Err(Error::Run(format!(
-            "{} (--on-error fail stops at the first unusable input)",
-            problems.join("; ")
-        )));
-    }
-    if found.files.is_empty() {
-        return Err(Error::Run(format!(
-            "no input files found{}",
-            if problems.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", problems.join("; "))
-            }
-        )));
-    }
     Ok((found, problems))
 }
 
@@ -772,8 +761,8 @@ impl DecisionStream {
     pub fn finish(mut self) -> Result<Report, Error> {
         for _ in self.rx.iter() {}
         let handle = self.handle.take().expect("finish is called once");
-        handle
-            .join()
-            .map_err(|_| Error::Run("the pipeline thread panicked".into()))?
+        handle.join().map_err(|_| Error::ThreadLost {
+            thread: "the pipeline thread",
+        })?
     }
 }

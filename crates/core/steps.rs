@@ -295,7 +295,10 @@ impl<'a> HotStep<'a> {
             n => rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .build()
-                .map_err(|e| Error::Run(format!("cannot start {n} threads: {e}")))?
+                .map_err(|e| Error::Threads {
+                    threads: n,
+                    source: e,
+                })?
                 .install(work),
         }
     }

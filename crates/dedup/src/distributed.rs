@@ -37,7 +37,7 @@ use neardup_keys::{
 use neardup_sketch::{Scratch, Sketcher, band_keys};
 
 use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
-use crate::error::DedupError;
+use crate::error::{DedupError, StepInputError};
 use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
@@ -281,7 +281,10 @@ pub struct DecidedMerge<R: Read> {
 }
 
 fn step_error(name: &str, e: io::Error) -> DedupError {
-    DedupError::Step(format!("{name}: {e}"))
+    DedupError::Step(StepInputError::Read {
+        stream: name.to_string(),
+        source: e,
+    })
 }
 
 impl<R: Read> DecidedMerge<R> {
@@ -310,11 +313,11 @@ impl<R: Read> DecidedMerge<R> {
         if let (Some(next), Some(prev)) = (&got, &self.heads[i])
             && next.row <= prev.row
         {
-            return Err(DedupError::Step(format!(
-                "{name}: decided rows are out of order ({} after {}); the file is not what \
-                 `neardup decide` wrote",
-                next.row, prev.row
-            )));
+            return Err(DedupError::Step(StepInputError::DecidedOutOfOrder {
+                stream: name.clone(),
+                row: next.row,
+                after: prev.row,
+            }));
         }
         self.heads[i] = got;
         Ok(())
@@ -327,22 +330,18 @@ impl<R: Read> DecidedMerge<R> {
         for (i, head) in self.heads.iter().enumerate() {
             match head {
                 Some(d) if d.row < row => {
-                    return Err(DedupError::Step(format!(
-                        "{}: holds a decision for row {}, which is not a hot row of this shard \
-                         as this table and hot-key file see it; give `write` the decided \
-                         directories made from this shard's sign output",
-                        self.streams[i].0, d.row
-                    )));
+                    return Err(DedupError::Step(StepInputError::NotHotRow {
+                        stream: self.streams[i].0.clone(),
+                        row: d.row,
+                        before_end: true,
+                    }));
                 }
                 Some(d) if d.row == row => found = Some(i),
                 _ => {}
             }
         }
         let Some(i) = found else {
-            return Err(DedupError::Step(format!(
-                "no decided directory holds the decision of hot row {row}: pass `write` the \
-                 decided directories of every group (--decided decided-0 … decided-(G-1))"
-            )));
+            return Err(DedupError::Step(StepInputError::NoDecision { row }));
         };
         let d = self.heads[i].take().expect("found");
         self.advance(i)?;
@@ -353,11 +352,11 @@ impl<R: Read> DecidedMerge<R> {
     pub fn finish(self) -> Result<(), DedupError> {
         for (i, head) in self.heads.iter().enumerate() {
             if let Some(d) = head {
-                return Err(DedupError::Step(format!(
-                    "{}: holds a decision for row {}, which is not a hot row of this shard; give \
-                     `write` the decided directories made from this shard's sign output",
-                    self.streams[i].0, d.row
-                )));
+                return Err(DedupError::Step(StepInputError::NotHotRow {
+                    stream: self.streams[i].0.clone(),
+                    row: d.row,
+                    before_end: false,
+                }));
             }
         }
         Ok(())
@@ -451,10 +450,10 @@ impl Rebuilt {
 }
 
 fn sketch_mismatch(name: &str, row: u64) -> DedupError {
-    DedupError::Step(format!(
-        "{name}: row {row} does not hash to the content hash its sign step sent; the sign output \
-         was made with other sketch settings or is damaged"
-    ))
+    DedupError::Step(StepInputError::ContentHash {
+        stream: name.to_string(),
+        row,
+    })
 }
 
 /// Decides one group: `signed` are the group's streams of every shard, in shard order (the global
@@ -487,11 +486,10 @@ pub fn decide_group<R: Read>(
         ));
     }
     if shape.num_perm != num_perm || shape.columns != columns {
-        return Err(DedupError::Step(format!(
-            "the sign outputs hold {} permutations and {} keys per row, the hot keys' settings \
-             {num_perm} and {columns}: they were made with other settings",
-            shape.num_perm, shape.columns,
-        )));
+        return Err(DedupError::Step(StepInputError::Shape {
+            signed: (shape.num_perm, shape.columns),
+            expected: (num_perm, columns),
+        }));
     }
     let mut rebuilt = Rebuilt::new(sketch);
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
@@ -514,21 +512,19 @@ pub fn decide_group<R: Read>(
             if let Some(last) = last_row
                 && sample.row <= last
             {
-                return Err(DedupError::Step(format!(
-                    "{name}: row {} comes after row {last}: sign outputs must be given in shard \
-                     order, each shard once",
-                    sample.row
-                )));
+                return Err(DedupError::Step(StepInputError::SignedOutOfOrder {
+                    stream: name.clone(),
+                    row: sample.row,
+                    after: last,
+                }));
             }
             last_row = Some(sample.row);
             let verdict = match sample.kind {
                 SignedKind::Copy => deduper.decide_copy(sample.content_hash).ok_or_else(|| {
-                    DedupError::Step(format!(
-                        "{name}: row {} is sent as an exact copy, but no earlier sample of this \
-                         group has its content; the sign outputs are incomplete or from another \
-                         group",
-                        sample.row
-                    ))
+                    DedupError::Step(StepInputError::CopyWithoutOriginal {
+                        stream: name.clone(),
+                        row: sample.row,
+                    })
                 })?,
                 SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
                     Some(v) => v,

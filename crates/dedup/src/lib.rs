@@ -57,7 +57,7 @@ pub use distributed::{
     DecideShape, DecidedMerge, SignedCounts, Signer, StepSink, decide_group, run_sign, run_write,
     signed_shape,
 };
-pub use error::{DedupError, SettingsError};
+pub use error::{DedupError, Mismatch, SettingsError, StepInputError};
 pub use handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed,

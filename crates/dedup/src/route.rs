@@ -12,7 +12,7 @@ use neardup_corpus::{DecisionRow, DecisionWriter, Reason};
 use neardup_keys::HotMask;
 
 use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
-use crate::error::DedupError;
+use crate::error::{DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, EmptyPolicy, Stage2Config, needs_shingles};
 use crate::prepare::{HotWork, PreparedBlock, PreparedSample, SampleKind, sketch_from_block};
 
@@ -59,10 +59,8 @@ pub(crate) trait HotRoute {
 
 /// A hot sample met by a route that cannot take it: the inputs are not what the plan of the
 /// route expects.
-pub(crate) fn wrong_route(what: &str) -> DedupError {
-    DedupError::Mismatch(format!(
-        "{what}: the inputs, key table and hot-key file do not go together"
-    ))
+pub(crate) fn wrong_route(what: &'static str) -> DedupError {
+    DedupError::Mismatch(Mismatch::Route { what })
 }
 
 /// One-process stage 2: the decision core decides here and now.

@@ -13,7 +13,7 @@ use neardup_exec::{OnError, StepControl};
 use neardup_keys::{FileRows, HotMask, UnreadableRange};
 
 use crate::deduper::Deduper;
-use crate::error::DedupError;
+use crate::error::{DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
 use crate::prepare::{ChunkJob, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
@@ -213,7 +213,7 @@ impl<R: HotRoute> Pass<'_, R> {
         let range = UnreadableRange::new(&self.inputs[fi].path, self.record_bases[job], lost);
         // As in stage 1: a failed storage request is never skipped.
         if self.cfg.on_error == OnError::Fail || range.kind == "storage" {
-            return Err(DedupError::Input(range.to_string()));
+            return Err(DedupError::Input(range));
         }
         self.file_lost[fi] = true;
         let stats = &mut self.decider.stats;
@@ -228,13 +228,11 @@ impl<R: HotRoute> Pass<'_, R> {
         let (records, rows) = (self.job_records, self.job_rows);
         (self.job_records, self.job_rows) = (0, 0);
         if records != expect.records || rows != expect.rows {
-            return Err(DedupError::Mismatch(format!(
-                "{}: stage 1 read {} records / {} samples from this part of the file, stage 2 \
-                 read {records} / {rows}; did the input change between the stages?",
-                self.inputs[fi].path.display(),
-                expect.records,
-                expect.rows
-            )));
+            return Err(DedupError::Mismatch(Mismatch::ChunkCounts {
+                file: self.inputs[fi].path.clone(),
+                stage1: (expect.records, expect.rows),
+                stage2: (records, rows),
+            }));
         }
         let last_of_file = job + 1 == self.jobs.len() || self.jobs[job + 1].file != fi;
         if last_of_file {
@@ -288,10 +286,10 @@ pub(crate) fn run_stage2<R: HotRoute>(
     }
     let total_rows: u64 = files.iter().map(|f| f.rows).sum();
     if total_rows != mask.rows() as u64 {
-        return Err(DedupError::Mismatch(format!(
-            "the hot mask covers {} rows but the inputs have {total_rows}",
-            mask.rows()
-        )));
+        return Err(DedupError::Mismatch(Mismatch::MaskRows {
+            mask: mask.rows() as u64,
+            inputs: total_rows,
+        }));
     }
     let threads = if cfg.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())

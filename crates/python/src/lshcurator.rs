@@ -17,7 +17,7 @@ use neardup::dedup::{Decision, SampleAddr};
 use neardup::sketch::{NO_KEY, is_blank, py_strip};
 use neardup::{Config, Error, ShingleUnit};
 
-use crate::errors::{discovery_to_py, to_py};
+use crate::errors::to_py;
 
 /// lshcurator's settings (its `CuratorConfig` and `process_corpus` arguments).
 #[derive(FromPyObject)]
@@ -61,7 +61,7 @@ fn lshcurator_config(s: &CuratorSettings) -> PyResult<(Config, Vec<InputFile>)> 
     // lshcurator creates a bucket with its first representative whatever the bound, so a bound
     // of 0 acts as 1.
     c.dedup.max_reps = s.max_representatives_per_bucket.map(|m| m.max(1));
-    let (files, _problems) = neardup::discover_inputs(&c).map_err(discovery_to_py)?;
+    let (files, _problems) = neardup::discover_inputs(&c).map_err(to_py)?;
     // lshcurator strips JSONL values before signing them but signs Parquet values as they are:
     // the preset's trim matches the first, and an all-Parquet corpus gets the second exactly.
     if files.iter().all(|f| f.format == Format::Parquet) {
