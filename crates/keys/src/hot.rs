@@ -9,7 +9,7 @@ use neardup_corpus::AtomicFile;
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
-use crate::error::KeysError;
+use crate::error::{Damage, KeysError};
 use crate::plan::Plan;
 use crate::table::{
     BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
@@ -29,12 +29,14 @@ fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, Key
         )));
     }
     if header.format_version != HOT_FORMAT_VERSION {
-        return Err(KeysError::Corrupt(format!(
-            "{}: hot-key format version {} is not supported (this build reads version \
-             {HOT_FORMAT_VERSION})",
-            path.display(),
-            header.format_version
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::FormatVersion {
+                what: "hot-key",
+                found: header.format_version,
+                supported: HOT_FORMAT_VERSION,
+            },
+        ));
     }
     Ok(header)
 }
@@ -69,17 +71,15 @@ fn read_hot_body<R: Read>(
     }
     verify_trailer(input, path, HOT_END)?;
     if !ascending {
-        return Err(KeysError::Corrupt(format!(
-            "{}: hot keys are not strictly ascending",
-            path.display()
-        )));
+        return Err(KeysError::corrupt(path, Damage::NotAscending));
     }
     if let (Some(plan), false) = (&header.plan, within_plan) {
-        return Err(KeysError::Corrupt(format!(
-            "{}: the plan names a group outside its {} groups",
-            path.display(),
-            plan.groups
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::PlanGroup {
+                groups: plan.groups,
+            },
+        ));
     }
     Ok(())
 }

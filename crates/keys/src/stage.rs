@@ -19,7 +19,7 @@ use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
 use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
-use crate::error::KeysError;
+use crate::error::{InputFailure, KeysError};
 use crate::hot::{HotKeys, HotMask};
 use crate::row::{RowKind, RowRule};
 use crate::table::{
@@ -703,7 +703,7 @@ fn absorb(
             message,
         };
         if cfg.on_error == OnError::Fail {
-            return Err(KeysError::Input(problem.to_string()));
+            return Err(KeysError::Input(InputFailure::Record(problem)));
         }
         if stats.problems.len() < QUOTED_PROBLEMS {
             stats.problems.push(problem);
@@ -714,7 +714,7 @@ fn absorb(
         // A failed storage request says nothing about the data: skipping it would publish a
         // dataset short of records a later attempt reads.
         if cfg.on_error == OnError::Fail || range.kind == "storage" {
-            return Err(KeysError::Input(range.to_string()));
+            return Err(KeysError::Input(InputFailure::Unreadable(range)));
         }
         *stats.read_errors.entry(range.kind.clone()).or_default() += 1;
         stats.records_unreadable += range.records.unwrap_or(0);
@@ -784,27 +784,13 @@ fn check_something_read(
 ) -> Result<(), KeysError> {
     let never = fields.never_seen();
     if !never.is_empty() {
-        let quote = |names: &mut dyn Iterator<Item = String>| {
-            names
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let missing = quote(&mut never.iter().map(|&i| cfg.selector.fields[i].to_string()));
-        let seen = record_fields(files, 1000);
-        let one = if never.len() == 1 {
-            "the field"
-        } else {
-            "the fields"
-        };
-        let mut msg = format!("no record of the inputs has {one} {missing} (chosen with --field)");
-        if !seen.is_empty() {
-            msg += &format!(
-                "; the records have the fields {}",
-                quote(&mut seen.into_iter())
-            );
-        }
-        return Err(KeysError::Input(msg));
+        return Err(KeysError::Input(InputFailure::FieldsNeverSeen {
+            missing: never
+                .iter()
+                .map(|&i| cfg.selector.fields[i].to_string())
+                .collect(),
+            seen: record_fields(files, 1000).into_iter().collect(),
+        }));
     }
     if stats.samples > 0 {
         return Ok(());
@@ -813,54 +799,11 @@ fn check_something_read(
     if skipped == 0 && stats.unreadable.is_empty() {
         return Ok(());
     }
-    let mut why = Vec::new();
-    if skipped > 0 {
-        let describe = |kind: &str| match kind {
-            "malformed_json" => "not valid JSON".to_string(),
-            "invalid_utf8" => "not valid UTF-8".to_string(),
-            "missing_field" => "without the text field".to_string(),
-            "null_field" => "with a null text field".to_string(),
-            "not_a_string" => "with a text field that is not a string".to_string(),
-            other => other.to_string(),
-        };
-        let kinds: Vec<String> = stats
-            .skipped
-            .iter()
-            .map(|(kind, n)| format!("{n} {}", describe(kind)))
-            .collect();
-        why.push(format!(
-            "none of the {} records read has a text ({})",
-            stats.records,
-            kinds.join(", ")
-        ));
-    }
-    if !stats.unreadable.is_empty() {
-        let shown: Vec<String> = stats
-            .unreadable
-            .iter()
-            .take(3)
-            .map(UnreadableRange::to_string)
-            .collect();
-        let more = stats.unreadable.len().saturating_sub(shown.len());
-        why.push(format!(
-            "{}: {}{}",
-            if stats.records == 0 {
-                "no record could be read"
-            } else {
-                "the rest is unreadable"
-            },
-            shown.join("; "),
-            if more > 0 {
-                format!("; and {more} more unreadable parts")
-            } else {
-                String::new()
-            }
-        ));
-    }
-    Err(KeysError::Input(format!(
-        "nothing to deduplicate: {}",
-        why.join("; ")
-    )))
+    Err(KeysError::Input(InputFailure::NothingRead {
+        records: stats.records,
+        skipped: stats.skipped.iter().map(|(k, n)| (k.clone(), *n)).collect(),
+        unreadable: stats.unreadable.clone(),
+    }))
 }
 
 /// Like [`merge_tables`] over saved tables, without holding them: each file is read

@@ -94,7 +94,7 @@ pub fn keys_to_py(e: KeysError) -> PyErr {
 fn keys_error(e: KeysError, message: String) -> PyErr {
     match e {
         KeysError::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
-        KeysError::Corrupt(_) => CorruptFileError::new_err(message),
+        KeysError::Corrupt { .. } => CorruptFileError::new_err(message),
         KeysError::Incompatible(_) | KeysError::Config(_) => PyValueError::new_err(message),
         KeysError::Input(_) => InputError::new_err(message),
         KeysError::Interrupted => PyKeyboardInterrupt::new_err(message),
