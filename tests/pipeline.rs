@@ -741,3 +741,37 @@ fn progress_counters_follow_both_stages() {
     assert_eq!(stage1.total(), on_disk);
     assert_eq!(stage2.total(), on_disk);
 }
+
+#[test]
+fn errors_carry_what_failed_and_their_source() {
+    use std::error::Error as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-input.jsonl");
+    let mut c = Config::default();
+    c.input.inputs = vec![missing.display().to_string()];
+    match neardup::discover_inputs(&c).unwrap_err() {
+        neardup::Error::Inputs(e @ neardup::InputsError::Unusable(_)) => {
+            assert_eq!(e.problems().len(), 1);
+            assert_eq!(e.problems()[0].input, missing.display().to_string());
+            assert!(e.to_string().starts_with("input "), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A regular file where the report's directory should be.
+    std::fs::write(tmp.path().join("a-file"), b"").unwrap();
+    let unwritable = tmp.path().join("a-file").join("report.json");
+    let err = neardup::save_json(&unwritable, &serde_json::json!({})).unwrap_err();
+    match &err {
+        neardup::Error::Io {
+            op: neardup::IoOp::Write,
+            target: neardup::IoTarget::Path(p),
+            source,
+        } => {
+            assert_eq!(p, &unwritable);
+            assert!(!source.to_string().is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().starts_with("cannot write "), "{err}");
+    assert!(err.source().is_some());
+}

@@ -1000,6 +1000,59 @@ mod tests {
     }
 
     #[test]
+    fn damage_is_refused_with_its_file_its_values_and_its_source() {
+        use std::error::Error as _;
+        let bytes = table().to_bytes();
+        let mut flipped = bytes.clone();
+        let at = bytes.len() - 30;
+        flipped[at] ^= 1;
+        match KeyTable::from_bytes(&flipped).unwrap_err() {
+            KeysError::Corrupt {
+                path: Some(path),
+                damage: Damage::Checksum { stored, computed },
+            } => {
+                assert_eq!(path, Path::new(BYTES_NAME));
+                assert_ne!(stored, computed);
+            }
+            other => panic!("{other:?}"),
+        }
+        let truncated = KeyTable::from_bytes(&bytes[..40]).unwrap_err();
+        assert!(
+            matches!(
+                &truncated,
+                KeysError::Corrupt {
+                    damage: Damage::Truncated(_),
+                    ..
+                }
+            ),
+            "{truncated:?}"
+        );
+        let source = truncated.source().expect("the read's error");
+        assert_eq!(
+            source.downcast_ref::<io::Error>().map(io::Error::kind),
+            Some(io::ErrorKind::UnexpectedEof)
+        );
+        // Rows that do not fill the declared table: no file yet, then the file named.
+        let t = table();
+        let err = KeyTable::new(t.layout().clone(), 0, t.files().to_vec(), vec![1]).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                KeysError::Corrupt {
+                    path: None,
+                    damage: Damage::KeyCount { keys: 1, .. }
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.in_file(Path::new("t.ndk"))
+                .to_string()
+                .starts_with("t.ndk: table holds 1 keys")
+        );
+    }
+
+    #[test]
     fn hot_key_bytes_are_the_saved_file_and_read_back() {
         let t = table();
         let in_run = HotKeys::new(t.layout().clone(), 1, vec![3, 17, 99]);
