@@ -15,7 +15,7 @@ pub enum DedupError {
     Config(SettingsError),
     /// Bad input with `on_error = fail`, or a part of an input that could not be read from
     /// storage: where, how many records, and why.
-    Input(UnreadableRange),
+    Input(Box<UnreadableRange>),
     /// Stage 2 saw different inputs than stage 1 (files changed in between, or a mismatched table).
     Mismatch(Mismatch),
     /// Writing the filtered dataset or the decisions failed (the error names the file).

@@ -213,7 +213,7 @@ impl<R: HotRoute> Pass<'_, R> {
         let range = UnreadableRange::new(&self.inputs[fi].path, self.record_bases[job], lost);
         // As in stage 1: a failed storage request is never skipped.
         if self.cfg.on_error == OnError::Fail || range.kind == "storage" {
-            return Err(DedupError::Input(range));
+            return Err(DedupError::Input(Box::new(range)));
         }
         self.file_lost[fi] = true;
         let stats = &mut self.decider.stats;

@@ -30,8 +30,9 @@ pub enum KeysError {
     /// The settings are invalid.
     Config(String),
     /// Bad input with `on_error = fail` (the first problem, naming the file and record), or a
-    /// run that read nothing usable.
-    Input(InputFailure),
+    /// run that read nothing usable (boxed: errors pass through every call of the hot loops'
+    /// callers, and this one is rare and large).
+    Input(Box<InputFailure>),
     /// The run's [`neardup_exec::CancelToken`] was cancelled.
     Interrupted,
 }

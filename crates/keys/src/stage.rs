@@ -703,7 +703,7 @@ fn absorb(
             message,
         };
         if cfg.on_error == OnError::Fail {
-            return Err(KeysError::Input(InputFailure::Record(problem)));
+            return Err(KeysError::Input(Box::new(InputFailure::Record(problem))));
         }
         if stats.problems.len() < QUOTED_PROBLEMS {
             stats.problems.push(problem);
@@ -714,7 +714,7 @@ fn absorb(
         // A failed storage request says nothing about the data: skipping it would publish a
         // dataset short of records a later attempt reads.
         if cfg.on_error == OnError::Fail || range.kind == "storage" {
-            return Err(KeysError::Input(InputFailure::Unreadable(range)));
+            return Err(KeysError::Input(Box::new(InputFailure::Unreadable(range))));
         }
         *stats.read_errors.entry(range.kind.clone()).or_default() += 1;
         stats.records_unreadable += range.records.unwrap_or(0);
@@ -784,13 +784,13 @@ fn check_something_read(
 ) -> Result<(), KeysError> {
     let never = fields.never_seen();
     if !never.is_empty() {
-        return Err(KeysError::Input(InputFailure::FieldsNeverSeen {
+        return Err(KeysError::Input(Box::new(InputFailure::FieldsNeverSeen {
             missing: never
                 .iter()
                 .map(|&i| cfg.selector.fields[i].to_string())
                 .collect(),
             seen: record_fields(files, 1000).into_iter().collect(),
-        }));
+        })));
     }
     if stats.samples > 0 {
         return Ok(());
@@ -799,11 +799,11 @@ fn check_something_read(
     if skipped == 0 && stats.unreadable.is_empty() {
         return Ok(());
     }
-    Err(KeysError::Input(InputFailure::NothingRead {
+    Err(KeysError::Input(Box::new(InputFailure::NothingRead {
         records: stats.records,
         skipped: stats.skipped.iter().map(|(k, n)| (k.clone(), *n)).collect(),
         unreadable: stats.unreadable.clone(),
-    }))
+    })))
 }
 
 /// Like [`merge_tables`] over saved tables, without holding them: each file is read
