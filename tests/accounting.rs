@@ -654,11 +654,19 @@ fn corrupt_parquet_row_groups_and_pages_cost_only_their_rows() {
             let (files, _) = neardup::discover_inputs(&c).unwrap();
             let mut keys = neardup::keys_config(&c).unwrap();
             keys.block_bytes = stage1_bytes;
-            let stage1 = neardup::keys::run_keys(&files, 0, &keys).unwrap();
+            let stage1 =
+                neardup::keys::run_keys(&files, 0, &keys, &neardup::exec::StepControl::default())
+                    .unwrap();
             let mut apply = neardup::stage2_config(&c).unwrap();
             apply.block_bytes = stage2_bytes;
-            let stats = neardup::dedup::run_dedup(&stage1.files, &stage1.mask, &apply, &mut |_| {})
-                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            let stats = neardup::dedup::run_dedup(
+                &stage1.files,
+                &stage1.mask,
+                &apply,
+                &neardup::exec::StepControl::default(),
+                &mut |_| {},
+            )
+            .unwrap_or_else(|e| panic!("{case}: {e}"));
             let report = serde_json::json!({ "totals": {
                 "records_in": stats.records + stats.records_unreadable,
                 "records_kept": stats.records_kept,
@@ -744,7 +752,9 @@ fn a_file_gone_between_discovery_and_reading_is_listed() {
         let (files, _) = neardup::discover_inputs(&c).unwrap();
         std::fs::rename(&gone, tmp.path().join("moved")).unwrap();
         let keys = neardup::keys_config(&c).unwrap();
-        let stage1 = neardup::keys::run_keys(&files, 0, &keys).unwrap();
+        let stage1 =
+            neardup::keys::run_keys(&files, 0, &keys, &neardup::exec::StepControl::default())
+                .unwrap();
         assert_eq!(stage1.stats.unreadable.len(), 1);
         let mut apply = neardup::stage2_config(&c).unwrap();
         let out = tmp.path().join(format!("out-{threads}"));
@@ -753,8 +763,14 @@ fn a_file_gone_between_discovery_and_reading_is_listed() {
             overwrite: false,
             max_output_bytes: None,
         });
-        let stats =
-            neardup::dedup::run_dedup(&stage1.files, &stage1.mask, &apply, &mut |_| {}).unwrap();
+        let stats = neardup::dedup::run_dedup(
+            &stage1.files,
+            &stage1.mask,
+            &apply,
+            &neardup::exec::StepControl::default(),
+            &mut |_| {},
+        )
+        .unwrap();
         assert_eq!(stats.unreadable.len(), 1, "{:?}", stats.unreadable);
         let lost = &stats.unreadable[0];
         assert_eq!(lost.file, gone);

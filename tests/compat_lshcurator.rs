@@ -50,7 +50,13 @@ fn bucket_keys_and_hot_rows_equal_lshcurator() {
     for setting in fixture["settings"].as_array().unwrap() {
         let config = config_for(setting, 2);
         let (files, _) = neardup::discover_inputs(&config).unwrap();
-        let out = run_keys(&files, 0, &neardup::keys_config(&config).unwrap()).unwrap();
+        let out = run_keys(
+            &files,
+            0,
+            &neardup::keys_config(&config).unwrap(),
+            &neardup::exec::StepControl::default(),
+        )
+        .unwrap();
         let TableStore::Memory(table) = &out.table else {
             panic!("table spilled")
         };

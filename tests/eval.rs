@@ -616,16 +616,21 @@ fn bad_options_and_inputs_are_errors() {
     let selector = TextSelector::single(FieldPath::top("text"));
     let path = corpus.dir.path().join("missing-decisions.jsonl");
     let mut opts = options(path.clone(), vec![corpus.input()], selector);
-    let err = evaluate(&opts).unwrap_err();
+    let err = evaluate(&opts).unwrap_err().to_string();
     assert!(err.contains("missing-decisions.jsonl"), "{err}");
     opts.threshold = 1.5;
-    assert!(evaluate(&opts).unwrap_err().contains("threshold"));
+    assert!(
+        evaluate(&opts)
+            .unwrap_err()
+            .to_string()
+            .contains("threshold")
+    );
     opts.threshold = THRESHOLD;
     opts.shingler = Shingler::Chars { k: 0, step: 1 };
     assert!(evaluate(&opts).is_err());
     opts.shingler = Shingler::Chars { k: K, step: 1 };
     opts.inputs = vec![corpus.dir.path().join("nothing-here").display().to_string()];
-    let err = evaluate(&opts).unwrap_err();
+    let err = evaluate(&opts).unwrap_err().to_string();
     assert!(
         err.contains("nothing-here") && err.contains("no such file"),
         "{err}"

@@ -153,7 +153,13 @@ fn key_tables_are_identical_across_threads_and_spilling_and_match_brute_force() 
         let mut c = sample_config(threads);
         c.keys.chunk_bytes = 32 * 1024;
         c.keys.memory_limit = limit;
-        let out = run_keys(&files, 0, &neardup::keys_config(&c).unwrap()).unwrap();
+        let out = run_keys(
+            &files,
+            0,
+            &neardup::keys_config(&c).unwrap(),
+            &neardup::exec::StepControl::default(),
+        )
+        .unwrap();
         assert_eq!(out.stats.count.spilled, limit.is_some());
         let got = (out.hot.keys().to_vec(), out.mask.clone(), out.files.clone());
         match &reference {
@@ -212,7 +218,7 @@ fn whole_file_blocks_sketched_by_all_threads_give_the_same_rows() {
         let (files, _) = neardup::discover_inputs(&c).unwrap();
         let mut keys = neardup::keys_config(&c).unwrap();
         keys.block_bytes = 700;
-        let out = run_keys(&files, 0, &keys).unwrap();
+        let out = run_keys(&files, 0, &keys, &neardup::exec::StepControl::default()).unwrap();
         let TableStore::Memory(table) = &out.table else {
             panic!("in memory")
         };
@@ -297,11 +303,24 @@ fn stage1_tables_are_identical_across_threads_and_chunk_sizes() {
             keys.block_bytes = 3000;
             let path = tmp.path().join(format!("{chunk_bytes}-{threads}.ndk"));
             let target = neardup::corpus::AtomicFile::create(&path).unwrap();
-            let written = neardup::keys::write_keys(&files, 0, &keys, target).unwrap();
+            let written = neardup::keys::write_keys(
+                &files,
+                0,
+                &keys,
+                &neardup::exec::StepControl::default(),
+                target,
+            )
+            .unwrap();
             let file = std::fs::read(&path).unwrap();
-            let (table, stats) = neardup::keys::collect_keys(&files, 0, &keys).unwrap();
+            let (table, stats) = neardup::keys::collect_keys(
+                &files,
+                0,
+                &keys,
+                &neardup::exec::StepControl::default(),
+            )
+            .unwrap();
             assert_eq!(table.to_bytes(), file, "{case}");
-            let out = run_keys(&files, 0, &keys).unwrap();
+            let out = run_keys(&files, 0, &keys, &neardup::exec::StepControl::default()).unwrap();
             let TableStore::Memory(counted) = &out.table else {
                 panic!("{case}: in memory")
             };
@@ -376,8 +395,9 @@ fn a_cancel_stops_stage1_between_blocks() {
             keys.block_bytes = 2000;
             keys.chunk_bytes = 256 << 10;
             let progress = std::sync::Arc::new(neardup::keys::Progress::default());
-            keys.progress = Some(progress.clone());
-            let cancel = keys.cancel.clone();
+            let control =
+                neardup::exec::StepControl::new(Some(progress.clone()), Default::default());
+            let cancel = control.cancel.clone();
             if before {
                 cancel.cancel();
             }
@@ -390,7 +410,7 @@ fn a_cancel_stops_stage1_between_blocks() {
                         cancel.cancel();
                     });
                 }
-                neardup::keys::collect_keys(&files, 0, &keys)
+                neardup::keys::collect_keys(&files, 0, &keys, &control)
             });
             assert!(
                 matches!(result, Err(neardup::keys::KeysError::Interrupted)),
@@ -437,13 +457,17 @@ fn whole_file_blocks_prepared_by_all_threads_give_the_same_decisions() {
         let (files, _) = neardup::discover_inputs(&c).unwrap();
         let mut keys = neardup::keys_config(&c).unwrap();
         keys.block_bytes = 700;
-        let stage1 = run_keys(&files, 0, &keys).unwrap();
+        let stage1 = run_keys(&files, 0, &keys, &neardup::exec::StepControl::default()).unwrap();
         let mut apply = neardup::stage2_config(&c).unwrap();
         apply.block_bytes = 700;
         let mut decisions = Vec::new();
-        let stats = neardup::dedup::run_dedup(&stage1.files, &stage1.mask, &apply, &mut |d| {
-            decisions.push(d.clone())
-        })
+        let stats = neardup::dedup::run_dedup(
+            &stage1.files,
+            &stage1.mask,
+            &apply,
+            &neardup::exec::StepControl::default(),
+            &mut |d| decisions.push(d.clone()),
+        )
         .unwrap();
         let dropped = decisions.iter().filter(|d| !d.keep).count();
         runs.push((
@@ -716,4 +740,38 @@ fn progress_counters_follow_both_stages() {
         .sum();
     assert_eq!(stage1.total(), on_disk);
     assert_eq!(stage2.total(), on_disk);
+}
+
+#[test]
+fn errors_carry_what_failed_and_their_source() {
+    use std::error::Error as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-input.jsonl");
+    let mut c = Config::default();
+    c.input.inputs = vec![missing.display().to_string()];
+    match neardup::discover_inputs(&c).unwrap_err() {
+        neardup::Error::Inputs(e @ neardup::InputsError::Unusable(_)) => {
+            assert_eq!(e.problems().len(), 1);
+            assert_eq!(e.problems()[0].input, missing.display().to_string());
+            assert!(e.to_string().starts_with("input "), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A regular file where the report's directory should be.
+    std::fs::write(tmp.path().join("a-file"), b"").unwrap();
+    let unwritable = tmp.path().join("a-file").join("report.json");
+    let err = neardup::save_json(&unwritable, &serde_json::json!({})).unwrap_err();
+    match &err {
+        neardup::Error::Io {
+            op: neardup::IoOp::Write,
+            target: neardup::IoTarget::Path(p),
+            source,
+        } => {
+            assert_eq!(p, &unwritable);
+            assert!(!source.to_string().is_empty());
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(err.to_string().starts_with("cannot write "), "{err}");
+    assert!(err.source().is_some());
 }

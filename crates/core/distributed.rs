@@ -30,7 +30,7 @@ use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
-use crate::error::Error;
+use crate::error::{Error, IoOp, IoTarget};
 use crate::paths::RunPaths;
 use crate::pipeline::{
     Report, RunControl, check_hot_layout, keys_config, publish_error, stage2_config, wrong_tables,
@@ -247,7 +247,7 @@ impl TableInput<'_> {
 
 fn step_error(e: neardup_dedup::DedupError) -> Error {
     match e {
-        neardup_dedup::DedupError::Step(m) => Error::Usage(m),
+        neardup_dedup::DedupError::Step(e) => Error::StepInput(e),
         other => Error::Dedup(other),
     }
 }
@@ -278,13 +278,12 @@ fn sign_into(
     let mut cfg = stage2_config(config)?;
     cfg.output = None;
     cfg.decisions = None;
-    cfg.progress = control.stage2.clone();
-    cfg.cancel = control.cancel.clone();
     let shape = signed_shape(&cfg);
     let (sinks, signed, stage2) = run_sign(
         &files,
         &mask,
         &cfg,
+        &control.stage2_step(),
         &place,
         hot,
         sinks,
@@ -430,9 +429,12 @@ fn decide_into(
         .sinks(shards as usize)?
         .into_iter()
         .map(|sink| {
-            RecordWriter::new(sink).map_err(|e| {
-                let to = out.map_or("the decisions".to_string(), |d| d.display().to_string());
-                Error::Run(format!("cannot write {to}: {e}"))
+            RecordWriter::new(sink).map_err(|e| Error::Io {
+                op: IoOp::Write,
+                target: out.map_or(IoTarget::Named("the decisions"), |d| {
+                    IoTarget::Path(d.to_path_buf())
+                }),
+                source: e,
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -458,7 +460,11 @@ fn decide_into(
         .into_iter()
         .map(RecordWriter::finish)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Error::Run(format!("cannot write the decisions: {e}")))?;
+        .map_err(|e| Error::Io {
+            op: IoOp::Write,
+            target: IoTarget::Named("the decisions"),
+            source: e,
+        })?;
     let clusters = clusters.finish(&files);
     let manifest = DecideManifest {
         format: "neardup-decide".into(),
@@ -613,13 +619,12 @@ pub fn write_shard<'a>(
         ..PublishOptions::default()
     })
     .map_err(publish_error)?;
-    let mut cfg = stage2_config(config)?;
-    cfg.progress = control.stage2.clone();
-    cfg.cancel = control.cancel.clone();
+    let cfg = stage2_config(config)?;
     let stage2 = run_write(
         &files,
         &mask,
         &cfg,
+        &control.stage2_step(),
         &place,
         &names,
         merge,

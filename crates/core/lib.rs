@@ -57,8 +57,8 @@ pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
     TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
 };
-pub use error::Error;
-pub use neardup_corpus::CancelToken;
+pub use error::{Error, InputsError, IoOp, IoTarget};
+pub use neardup_exec::CancelToken;
 pub use paths::RunPaths;
 pub use pipeline::{
     DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,

@@ -30,7 +30,7 @@ use neardup_corpus::{Discovery, InputFile, InputSource, SourceKind};
 use neardup_storage::{ObjectUrl, is_url_path};
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, IoOp};
 
 /// What one run reads and writes, to be checked together by [`RunPaths::check`] before the run
 /// starts. Each path comes with what it is for the user ("the decisions file (--decisions)"),
@@ -203,11 +203,13 @@ impl RunPaths {
         for out in &self.outputs {
             if let OutputKind::SpillDir = out.kind {
                 std::fs::create_dir_all(&out.path).map_err(|e| {
-                    Error::Run(format!(
-                        "cannot create {} {}: {e}",
-                        out.what,
-                        out.path.display()
-                    ))
+                    Error::io(
+                        IoOp::Create {
+                            what: out.what.clone(),
+                        },
+                        &out.path,
+                        e,
+                    )
                 })?;
             }
         }

@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use neardup_corpus::{
-    AtomicFile, CancelToken, DiscoverOptions, Discovery, InputFile, OutputOptions, Publication,
+    AtomicFile, DiscoverOptions, Discovery, InputFile, InputProblem, OutputOptions, Publication,
     PublishOptions, WriteError, discover,
 };
 use neardup_dedup::{Decision, DedupStats, Stage2Config, run_dedup_into};
-use neardup_exec::{OnError, Progress};
+use neardup_exec::{CancelToken, OnError, Progress, StepControl};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
     ShardTables, TableLayout, UnreadableRange, run_keys,
@@ -17,7 +17,7 @@ use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, InputsError, IoOp};
 use crate::paths::RunPaths;
 
 /// Everything a run did, as written to `--report`.
@@ -229,8 +229,7 @@ impl Report {
 /// has its name only once whole.
 pub fn save_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
     save_json_to(
-        AtomicFile::create(path)
-            .map_err(|e| Error::Run(format!("cannot write {}: {e}", path.display())))?,
+        AtomicFile::create(path).map_err(|e| Error::io(IoOp::Write, path, e))?,
         value,
     )
 }
@@ -238,11 +237,10 @@ pub fn save_json(path: &Path, value: &impl Serialize) -> Result<(), Error> {
 /// Writes `value` as pretty JSON (and a newline) into `file` and commits it.
 pub(crate) fn save_json_to(mut file: AtomicFile, value: &impl Serialize) -> Result<(), Error> {
     let path = file.path().to_path_buf();
-    let fail =
-        |e: &dyn std::fmt::Display| Error::Run(format!("cannot write {}: {e}", path.display()));
-    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(&e))?;
-    std::io::Write::write_all(&mut file, b"\n").map_err(|e| fail(&e))?;
-    file.commit().map_err(|e| fail(&e))
+    let fail = |e: std::io::Error| Error::io(IoOp::Write, &path, e);
+    serde_json::to_writer_pretty(&mut file, value).map_err(|e| fail(e.into()))?;
+    std::io::Write::write_all(&mut file, b"\n").map_err(fail)?;
+    file.commit().map_err(fail)
 }
 
 /// What a caller watches a run by and stops it with.
@@ -279,6 +277,17 @@ impl RunControl {
             (None, None) => None,
         }
     }
+
+    /// The handles stage 1 runs with ([`neardup_keys::run_keys`] and the keys step): its
+    /// counters and the run's token.
+    pub fn stage1_step(&self) -> StepControl {
+        StepControl::new(self.stage1.clone(), self.cancel.clone())
+    }
+
+    /// The handles stage 2 runs with (apply, sign, write): its counters and the run's token.
+    pub fn stage2_step(&self) -> StepControl {
+        StepControl::new(self.stage2.clone(), self.cancel.clone())
+    }
 }
 
 /// A publication error as the facade reports it.
@@ -286,7 +295,7 @@ pub(crate) fn publish_error(e: WriteError) -> Error {
     if e.kind() == "interrupted" {
         Error::Interrupted
     } else {
-        Error::Run(e.to_string())
+        Error::Publish(e)
     }
 }
 
@@ -348,34 +357,25 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
             format: config.input.format,
         },
     );
-    let errors: Vec<String> = found
-        .errors()
-        .map(|p| format!("input {}: {}", p.input, p.message))
-        .collect();
+    let errors: Vec<InputProblem> = found.errors().cloned().collect();
     if !errors.is_empty() {
-        return Err(Error::Run(errors.join("\n")));
+        return Err(Error::Inputs(InputsError::Unusable(errors)));
+    }
+    if !found.problems.is_empty() && config.run.on_error == OnError::Fail {
+        return Err(Error::Inputs(InputsError::FailOnProblem(
+            found.problems.clone(),
+        )));
+    }
+    if found.files.is_empty() {
+        return Err(Error::Inputs(InputsError::NoneFound(
+            found.problems.clone(),
+        )));
     }
     let problems: Vec<String> = found
         .problems
         .iter()
         .map(|p| format!("{}: {}", p.input, p.message))
         .collect();
-    if !problems.is_empty() && config.run.on_error == OnError::Fail {
-        return Err(Error::Run(format!(
-            "{} (--on-error fail stops at the first unusable input)",
-            problems.join("; ")
-        )));
-    }
-    if found.files.is_empty() {
-        return Err(Error::Run(format!(
-            "no input files found{}",
-            if problems.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", problems.join("; "))
-            }
-        )));
-    }
     Ok((found, problems))
 }
 
@@ -413,8 +413,6 @@ pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
             max_output_bytes: config.output.max_output_bytes,
         }),
         decisions: config.output.decisions.clone(),
-        progress: None,
-        cancel: CancelToken::new(),
     })
 }
 
@@ -584,11 +582,16 @@ fn apply_with_mask(
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    let mut cfg = stage2_config(config)?;
-    cfg.progress = control.stage2.clone();
-    cfg.cancel = control.cancel.clone();
+    let cfg = stage2_config(config)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    let stage2 = run_dedup_into(files, mask, &cfg, &publication, observe)?;
+    let stage2 = run_dedup_into(
+        files,
+        mask,
+        &cfg,
+        &control.stage2_step(),
+        &publication,
+        observe,
+    )?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);
     publish_with_report(publication, config, &report)?;
     Ok(report)
@@ -649,19 +652,22 @@ impl Pipeline {
         paths.prepare()?;
         let files = found.files;
         let publication = begin_publication(&self.config, &files, &self.control.cancel)?;
-        let mut keys = keys_config(&self.config)?;
-        keys.progress = self.control.stage1.clone();
-        keys.cancel = self.control.cancel.clone();
+        let keys = keys_config(&self.config)?;
         let KeysOutput {
             files: rows,
             mask,
             stats,
             ..
-        } = run_keys(&files, 0, &keys)?;
-        let mut cfg = stage2_config(&self.config)?;
-        cfg.progress = self.control.stage2.clone();
-        cfg.cancel = self.control.cancel.clone();
-        let stage2 = run_dedup_into(&rows, &mask, &cfg, &publication, observe)?;
+        } = run_keys(&files, 0, &keys, &self.control.stage1_step())?;
+        let cfg = stage2_config(&self.config)?;
+        let stage2 = run_dedup_into(
+            &rows,
+            &mask,
+            &cfg,
+            &self.control.stage2_step(),
+            &publication,
+            observe,
+        )?;
         let report = Report::new(&self.config, &files, problems, Some(stats), stage2);
         publish_with_report(publication, &self.config, &report)?;
         Ok(report)
@@ -755,8 +761,8 @@ impl DecisionStream {
     pub fn finish(mut self) -> Result<Report, Error> {
         for _ in self.rx.iter() {}
         let handle = self.handle.take().expect("finish is called once");
-        handle
-            .join()
-            .map_err(|_| Error::Run("the pipeline thread panicked".into()))?
+        handle.join().map_err(|_| Error::ThreadLost {
+            thread: "the pipeline thread",
+        })?
     }
 }

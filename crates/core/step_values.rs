@@ -16,14 +16,15 @@ use std::io::{Cursor, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use neardup_corpus::{CancelToken, Publication, PublishOptions};
+use neardup_corpus::{Publication, PublishOptions};
 use neardup_dedup::{RecordReader, StepSink};
+use neardup_exec::CancelToken;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::distributed::{DecideManifest, DecideSettings, STEP_MANIFEST, SignManifest};
-use crate::error::Error;
+use crate::error::{Error, IoOp, IoTarget};
 use crate::paths::RunPaths;
 use crate::pipeline::{publish_error, save_json_to};
 
@@ -170,7 +171,7 @@ pub(crate) fn read_manifest<M: StepManifest>(dir: &Path) -> Result<M, Error> {
                 path.display()
             ))
         } else {
-            Error::Run(format!("cannot read {}: {e}", path.display()))
+            Error::io(IoOp::Read, &path, e)
         }
     })?;
     serde_json::from_slice(&bytes).map_err(|e| {
@@ -492,12 +493,8 @@ impl<M: StepManifest> StepValue<M> {
         let output = StepOutput::begin(Some(files), &CancelToken::new())?;
         let mut sinks = output.sinks(self.streams.len())?;
         for (sink, (i, s)) in sinks.iter_mut().zip(&self.streams) {
-            sink.write_all(s.as_ref()).map_err(|e| {
-                Error::Run(format!(
-                    "cannot write {}: {e}",
-                    M::stream_file(dir, *i).display()
-                ))
-            })?;
+            sink.write_all(s.as_ref())
+                .map_err(|e| Error::io(IoOp::Write, M::stream_file(dir, *i), e))?;
         }
         output.finish(sinks, &self.manifest)?;
         Ok(())
@@ -516,7 +513,7 @@ impl<M: StepManifest> StepValue<M> {
                 Ok(bytes) => streams.push((i, Shared(Arc::new(bytes)))),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    return Err(Error::Run(format!("cannot read {}: {e}", path.display())));
+                    return Err(Error::io(IoOp::Read, path, e));
                 }
             }
         }
@@ -608,9 +605,13 @@ impl StepOutput {
     ) -> Result<Vec<Vec<u8>>, Error> {
         let mut streams = Vec::new();
         for sink in sinks {
-            let bytes = sink.finish().map_err(|e| {
-                let dir = self.files.as_ref().map_or(Path::new("memory"), |f| &f.dir);
-                Error::Run(format!("cannot write {}: {e}", dir.display()))
+            let bytes = sink.finish().map_err(|e| Error::Io {
+                op: IoOp::Write,
+                target: self
+                    .files
+                    .as_ref()
+                    .map_or(IoTarget::Named("memory"), |f| IoTarget::Path(f.dir.clone())),
+                source: e,
             })?;
             streams.extend(bytes);
         }
@@ -752,7 +753,7 @@ impl<'a, M: StepManifest> Given<'a, M> {
             Source::Dir(dir) => {
                 let path = M::stream_file(dir, index);
                 let file = neardup_storage::file::open(&path)
-                    .map_err(|e| Error::Run(format!("cannot read {}: {e}", path.display())))?;
+                    .map_err(|e| Error::io(IoOp::Read, &path, e))?;
                 (
                     path.display().to_string(),
                     Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
@@ -768,7 +769,11 @@ impl<'a, M: StepManifest> Given<'a, M> {
                 )
             }
         };
-        let reader = RecordReader::new(reader).map_err(|e| Error::Run(format!("{name}: {e}")))?;
+        let reader = RecordReader::new(reader).map_err(|e| Error::Io {
+            op: IoOp::OpenStream,
+            target: IoTarget::Stream(name.clone()),
+            source: e,
+        })?;
         Ok((name, reader))
     }
 }

@@ -131,20 +131,14 @@ impl KeysStep {
         &self.problems
     }
 
-    fn watched(&self, control: &RunControl) -> KeysConfig {
-        let mut keys = self.keys.clone();
-        keys.progress = control.stage1.clone();
-        keys.cancel = control.cancel.clone();
-        keys
-    }
-
     /// The shard's key table in memory and its statistics (`keys.memory_limit` does not apply;
     /// [`KeysStep::write`] streams a table of any size to a file).
     pub fn table(&self, control: &RunControl) -> Result<(KeyTable, KeysStats), Error> {
         Ok(collect_keys(
             self.files(),
             self.shard,
-            &self.watched(control),
+            &self.keys,
+            &control.stage1_step(),
         )?)
     }
 
@@ -178,8 +172,13 @@ impl KeysStep {
         })
         .map_err(publish_error)?;
         let target = publication.file(table).map_err(publish_error)?;
-        let stats =
-            neardup_keys::write_keys(self.files(), self.shard, &self.watched(control), target)?;
+        let stats = neardup_keys::write_keys(
+            self.files(),
+            self.shard,
+            &self.keys,
+            &control.stage1_step(),
+            target,
+        )?;
         let made = KeysReport {
             neardup: env!("CARGO_PKG_VERSION").into(),
             shard: self.shard,
@@ -294,7 +293,10 @@ impl<'a> HotStep<'a> {
             n => rayon::ThreadPoolBuilder::new()
                 .num_threads(n)
                 .build()
-                .map_err(|e| Error::Run(format!("cannot start {n} threads: {e}")))?
+                .map_err(|e| Error::Threads {
+                    threads: n,
+                    source: e,
+                })?
                 .install(work),
         }
     }

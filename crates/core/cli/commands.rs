@@ -42,7 +42,7 @@ pub(crate) fn load_hot_argument(path: &std::path::Path) -> Result<HotKeys, Error
 fn hot_argument_error(e: KeysError) -> Error {
     match e {
         KeysError::Config(m) => Error::Usage(m),
-        other => Error::Run(other.to_string()),
+        other => Error::KeyFile(other),
     }
 }
 
@@ -387,7 +387,7 @@ pub(crate) fn eval(args: EvalArgs) -> Result<(), Error> {
         threads: config.run.threads,
         clusters,
     })
-    .map_err(Error::Run)?;
+    .map_err(Error::Eval)?;
     if let Some(path) = eval_report {
         save_json(&path, &report)?;
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use neardup::{Error, RunControl};
+use neardup::{Error, IoOp, IoTarget, RunControl};
 
 pub(crate) fn init_logging(quiet: bool, verbose: u8) {
     let default = if quiet {
@@ -117,9 +117,11 @@ pub(crate) fn note(quiet: bool, line: impl std::fmt::Display) {
 pub(crate) fn answer(text: &str) -> Result<(), Error> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Error::Run(format!("cannot write to standard output: {e}")))
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Io {
+            op: IoOp::Write,
+            target: IoTarget::Stdout,
+            source: e,
+        }),
         _ => Ok(()),
     }
 }

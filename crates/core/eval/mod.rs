@@ -45,8 +45,8 @@
 use std::path::PathBuf;
 
 use neardup_corpus::{
-    DiscoverOptions, Format, InputFile, Projection, ReadOptions, Reason, SampleAddr, TextSelector,
-    discover, read_decisions,
+    DiscoverOptions, Format, InputFile, InputProblem, Projection, ReadOptions, Reason, SampleAddr,
+    TextSelector, discover, read_decisions,
 };
 use neardup_sketch::normalize::NormalizeScratch;
 use neardup_sketch::{Normalizer, Shingler};
@@ -113,7 +113,7 @@ pub const DEFAULT_CLUSTERS_SHOWN: usize = 3;
 
 /// Runs both measurements. Errors when the options are invalid, no input file is found, or the
 /// decisions file cannot be read; unreadable inputs become warnings in the report.
-pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, String> {
+pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, EvalError> {
     validate(opts)?;
     let found = discover(
         &opts.inputs,
@@ -121,29 +121,26 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, String> {
             format: opts.format,
         },
     );
-    let errors: Vec<String> = found
-        .errors()
-        .map(|p| format!("input {}: {}", p.input, p.message))
-        .collect();
+    let errors: Vec<InputProblem> = found.errors().cloned().collect();
     if !errors.is_empty() {
-        return Err(errors.join("\n"));
+        return Err(EvalError::Inputs(errors));
+    }
+    if found.files.is_empty() {
+        return Err(EvalError::NoneFound(found.problems));
     }
     let mut warnings: Vec<String> = found
         .problems
         .iter()
         .map(|p| format!("{}: {}", p.input, p.message))
         .collect();
-    if found.files.is_empty() {
-        return Err(format!("no input file found{}", problems_suffix(&warnings)));
-    }
     let files = found.files;
     let names: Vec<String> = files.iter().map(|f| f.path.display().to_string()).collect();
-    let rows = read_decisions(&opts.decisions).map_err(|e| e.to_string())?;
+    let rows = read_decisions(&opts.decisions).map_err(EvalError::Decisions)?;
     let decisions = Decisions::load(rows, &files, &names);
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .build()
-        .map_err(|e| format!("cannot start worker threads: {e}"))?;
+        .map_err(EvalError::Threads)?;
     let ctx = Ctx {
         opts,
         files: &files,
@@ -195,28 +192,79 @@ pub fn evaluate(opts: &EvalOptions) -> Result<EvalReport, String> {
     })
 }
 
-fn validate(opts: &EvalOptions) -> Result<(), String> {
+fn validate(opts: &EvalOptions) -> Result<(), EvalError> {
     if !(0.0..=1.0).contains(&opts.threshold) {
-        return Err(format!(
-            "--threshold must be within [0, 1], got {}",
-            opts.threshold
-        ));
+        return Err(EvalError::Threshold(opts.threshold));
     }
-    opts.shingler.validate().map_err(|e| e.to_string())?;
+    opts.shingler.validate().map_err(EvalError::Shingler)?;
     if opts.selector.fields.is_empty() {
-        return Err("at least one text field is needed".into());
+        return Err(EvalError::NoFields);
     }
     if opts.inputs.is_empty() {
-        return Err("no inputs given".into());
+        return Err(EvalError::NoInputs);
     }
     Ok(())
 }
 
-fn problems_suffix(problems: &[String]) -> String {
-    if problems.is_empty() {
-        String::new()
-    } else {
-        format!(": {}", problems.join("; "))
+/// Why [`evaluate`] could not run.
+#[derive(Debug)]
+pub enum EvalError {
+    /// The threshold is outside [0, 1].
+    Threshold(f64),
+    /// The shingler's settings cannot be used.
+    Shingler(neardup_sketch::SketchError),
+    /// No text field is selected.
+    NoFields,
+    /// No input is given.
+    NoInputs,
+    /// Input arguments that cannot be used as given, each with its problem.
+    Inputs(Vec<InputProblem>),
+    /// No input file was found; the problems met while looking.
+    NoneFound(Vec<InputProblem>),
+    /// The decisions file cannot be read.
+    Decisions(neardup_corpus::ReadError),
+    /// The worker threads could not be started.
+    Threads(rayon::ThreadPoolBuildError),
+}
+
+impl std::fmt::Display for EvalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EvalError::Threshold(t) => write!(f, "--threshold must be within [0, 1], got {t}"),
+            EvalError::Shingler(e) => e.fmt(f),
+            EvalError::NoFields => f.write_str("at least one text field is needed"),
+            EvalError::NoInputs => f.write_str("no inputs given"),
+            EvalError::Inputs(problems) => {
+                let lines: Vec<String> = problems
+                    .iter()
+                    .map(|p| format!("input {}: {}", p.input, p.message))
+                    .collect();
+                f.write_str(&lines.join("\n"))
+            }
+            EvalError::NoneFound(problems) if problems.is_empty() => {
+                f.write_str("no input file found")
+            }
+            EvalError::NoneFound(problems) => {
+                let listed: Vec<String> = problems
+                    .iter()
+                    .map(|p| format!("{}: {}", p.input, p.message))
+                    .collect();
+                write!(f, "no input file found: {}", listed.join("; "))
+            }
+            EvalError::Decisions(e) => e.fmt(f),
+            EvalError::Threads(e) => write!(f, "cannot start worker threads: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for EvalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EvalError::Shingler(e) => Some(e),
+            EvalError::Decisions(e) => Some(e),
+            EvalError::Threads(e) => Some(e),
+            _ => None,
+        }
     }
 }
 

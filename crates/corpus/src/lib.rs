@@ -17,8 +17,8 @@
 //!   locked names carrying a [`RunId`], one commit with a journal (finished by the next run if
 //!   this one dies inside it), the output directory's manifest ([`Manifest`], `_SUCCESS`),
 //!   `overwrite` replacing only files an earlier manifest lists; the life of scratch files and
-//!   spill directories ([`ScratchFile`], [`ScratchDir`]) and the removal of what dead runs left;
-//!   the [`CancelToken`] that stops a run.
+//!   spill directories ([`ScratchFile`], [`ScratchDir`]) and the removal of what dead runs left.
+//!   A publication looks a last time at the run's `neardup_exec::CancelToken` before it commits.
 //!
 //! Any of these paths may be an object storage URL (`s3://`, `gs://`, `az://`): discovery lists
 //! prefixes, the readers take their bytes, and publication uploads its outputs, through
@@ -61,8 +61,8 @@ pub use discover::{DiscoverOptions, Discovery, InputProblem, InputSource, Source
 pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile};
 pub use publish::{
-    AtomicFile, CancelToken, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
-    PublishOptions, Published, RunId, ScratchDir, ScratchFile, read_manifest,
+    AtomicFile, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication, PublishOptions,
+    Published, RunId, ScratchDir, ScratchFile, read_manifest,
 };
 pub use read::{ChunkReader, read_chunk, record_fields, reread_chunk};
 pub use select::{DEFAULT_SEPARATOR, FieldPath, FieldPathError, FieldsMode, TextSelector};

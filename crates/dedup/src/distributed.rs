@@ -29,7 +29,8 @@
 use std::io::{self, BufWriter, Read, Write};
 
 use hashbrown::{HashMap, HashSet};
-use neardup_corpus::{AtomicFile, CancelToken, Publication};
+use neardup_corpus::{AtomicFile, Publication};
+use neardup_exec::{CancelToken, StepControl};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, HotRowGroups, RowKind, RowRule, ShardPlace, content_key,
 };
@@ -37,12 +38,15 @@ use neardup_sketch::{Scratch, Sketcher, band_keys};
 
 use crate::clusters::ClusterCounter;
 use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
-use crate::error::DedupError;
+use crate::error::{DedupError, StepInputError};
 use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
 };
-use crate::stage::{Addressing, DedupStats, Stage2Config, run_stage2};
+use crate::pass::{Addressing, DedupStats, Stage2Config, needs_shingles};
+use crate::prepare::{HotWork, SampleKind};
+use crate::route::{DupOfId, HotRoute, HotSample, wrong_route};
+use crate::stage::run_stage2;
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
 /// the steps' values as bytes).
@@ -278,7 +282,10 @@ pub struct DecidedMerge<R: Read> {
 }
 
 fn step_error(name: &str, e: io::Error) -> DedupError {
-    DedupError::Step(format!("{name}: {e}"))
+    DedupError::Step(StepInputError::Read {
+        stream: name.to_string(),
+        source: e,
+    })
 }
 
 impl<R: Read> DecidedMerge<R> {
@@ -307,11 +314,11 @@ impl<R: Read> DecidedMerge<R> {
         if let (Some(next), Some(prev)) = (&got, &self.heads[i])
             && next.row <= prev.row
         {
-            return Err(DedupError::Step(format!(
-                "{name}: decided rows are out of order ({} after {}); the file is not what \
-                 `neardup decide` wrote",
-                next.row, prev.row
-            )));
+            return Err(DedupError::Step(StepInputError::DecidedOutOfOrder {
+                stream: name.clone(),
+                row: next.row,
+                after: prev.row,
+            }));
         }
         self.heads[i] = got;
         Ok(())
@@ -324,22 +331,18 @@ impl<R: Read> DecidedMerge<R> {
         for (i, head) in self.heads.iter().enumerate() {
             match head {
                 Some(d) if d.row < row => {
-                    return Err(DedupError::Step(format!(
-                        "{}: holds a decision for row {}, which is not a hot row of this shard \
-                         as this table and hot-key file see it; give `write` the decided \
-                         directories made from this shard's sign output",
-                        self.streams[i].0, d.row
-                    )));
+                    return Err(DedupError::Step(StepInputError::NotHotRow {
+                        stream: self.streams[i].0.clone(),
+                        row: d.row,
+                        before_end: true,
+                    }));
                 }
                 Some(d) if d.row == row => found = Some(i),
                 _ => {}
             }
         }
         let Some(i) = found else {
-            return Err(DedupError::Step(format!(
-                "no decided directory holds the decision of hot row {row}: pass `write` the \
-                 decided directories of every group (--decided decided-0 … decided-(G-1))"
-            )));
+            return Err(DedupError::Step(StepInputError::NoDecision { row }));
         };
         let d = self.heads[i].take().expect("found");
         self.advance(i)?;
@@ -350,11 +353,11 @@ impl<R: Read> DecidedMerge<R> {
     pub fn finish(self) -> Result<(), DedupError> {
         for (i, head) in self.heads.iter().enumerate() {
             if let Some(d) = head {
-                return Err(DedupError::Step(format!(
-                    "{}: holds a decision for row {}, which is not a hot row of this shard; give \
-                     `write` the decided directories made from this shard's sign output",
-                    self.streams[i].0, d.row
-                )));
+                return Err(DedupError::Step(StepInputError::NotHotRow {
+                    stream: self.streams[i].0.clone(),
+                    row: d.row,
+                    before_end: false,
+                }));
             }
         }
         Ok(())
@@ -448,10 +451,10 @@ impl Rebuilt {
 }
 
 fn sketch_mismatch(name: &str, row: u64) -> DedupError {
-    DedupError::Step(format!(
-        "{name}: row {row} does not hash to the content hash its sign step sent; the sign output \
-         was made with other sketch settings or is damaged"
-    ))
+    DedupError::Step(StepInputError::ContentHash {
+        stream: name.to_string(),
+        row,
+    })
 }
 
 /// What deciding a group did.
@@ -494,11 +497,10 @@ pub fn decide_group<R: Read>(
         ));
     }
     if shape.num_perm != num_perm || shape.columns != columns {
-        return Err(DedupError::Step(format!(
-            "the sign outputs hold {} permutations and {} keys per row, the hot keys' settings \
-             {num_perm} and {columns}: they were made with other settings",
-            shape.num_perm, shape.columns,
-        )));
+        return Err(DedupError::Step(StepInputError::Shape {
+            signed: (shape.num_perm, shape.columns),
+            expected: (num_perm, columns),
+        }));
     }
     let mut rebuilt = Rebuilt::new(sketch);
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
@@ -522,21 +524,19 @@ pub fn decide_group<R: Read>(
             if let Some(last) = last_row
                 && sample.row <= last
             {
-                return Err(DedupError::Step(format!(
-                    "{name}: row {} comes after row {last}: sign outputs must be given in shard \
-                     order, each shard once",
-                    sample.row
-                )));
+                return Err(DedupError::Step(StepInputError::SignedOutOfOrder {
+                    stream: name.clone(),
+                    row: sample.row,
+                    after: last,
+                }));
             }
             last_row = Some(sample.row);
             let verdict = match sample.kind {
                 SignedKind::Copy => deduper.decide_copy(sample.content_hash).ok_or_else(|| {
-                    DedupError::Step(format!(
-                        "{name}: row {} is sent as an exact copy, but no earlier sample of this \
-                         group has its content; the sign outputs are incomplete or from another \
-                         group",
-                        sample.row
-                    ))
+                    DedupError::Step(StepInputError::CopyWithoutOriginal {
+                        stream: name.clone(),
+                        row: sample.row,
+                    })
                 })?,
                 SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
                     Some(v) => v,
@@ -597,15 +597,80 @@ pub fn decide_group<R: Read>(
     })
 }
 
-/// Decides a sample by its signature (its text the verification material when carried).
+/// A `sign` step: hot samples go to the signer, nothing is decided.
+impl HotRoute for Signer<'_> {
+    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
+        HotWork::Sign {
+            texts: self.shape().texts,
+        }
+    }
+
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+        let carried = |range: (u32, u32)| &hot.block.carried[range.0 as usize..range.1 as usize];
+        let at = |row: u64, content_hash: u128| SampleAt {
+            row: hot.row_base + row,
+            local_row: row,
+            addr: hot.addr,
+            id: hot.id,
+            content_hash,
+        };
+        match hot.sample.kind {
+            SampleKind::Copy {
+                content_hash,
+                row,
+                text,
+            } => self.push_copy(&at(row, content_hash), carried(text)),
+            SampleKind::Text {
+                content_hash,
+                row,
+                text,
+            } => self.push_full(&at(row, content_hash), &[], carried(text)),
+            SampleKind::Hot {
+                content_hash,
+                slot,
+                row,
+                ..
+            } => {
+                let (signature, _, _) = hot.block.signed(slot, hot.cfg);
+                self.push_full(&at(row, content_hash), signature, "")
+            }
+            _ => return Err(wrong_route("a hot sample without its signature")),
+        }
+        .map_err(sign_stream_error)?;
+        Ok((Verdict::Unique, DupOfId::Seen))
+    }
+}
+
+/// A `write` step: hot samples' verdicts come from the decided streams.
+impl<R: Read> HotRoute for DecidedMerge<R> {
+    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
+        HotWork::Decided
+    }
+
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+        match hot.sample.kind {
+            SampleKind::Decided { row } => {
+                let d = self.take(hot.row_base + row)?;
+                Ok((d.verdict, DupOfId::Decided(d.dup_of_id)))
+            }
+            SampleKind::Copy { .. } | SampleKind::Text { .. } => {
+                Err(wrong_route("a hot sample to sign"))
+            }
+            _ => Err(wrong_route("a hot sample to sign")),
+        }
+    }
+}
+
 /// The `sign` step over one shard: re-reads its inputs (`files`, with the shard's hot mask from
 /// [`neardup_keys::HotMask::for_shard`]) and writes each hot sample to `sinks[group]`. Nothing
 /// is decided or written besides the sinks (`cfg.output` and `cfg.decisions` must be unset).
 /// Returns the sinks (in group order), what was signed, and the pass's statistics.
+#[allow(clippy::too_many_arguments)]
 pub fn run_sign(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     place: &ShardPlace,
     hot: &HotKeys,
     sinks: Vec<StepSink>,
@@ -634,6 +699,7 @@ pub fn run_sign(
         files,
         mask,
         cfg,
+        control,
         publication,
         &mut |_| {},
         signer,
@@ -655,7 +721,7 @@ pub fn signed_shape(cfg: &Stage2Config) -> SignedShape {
     SignedShape {
         num_perm: cfg.sketcher.num_perm(),
         columns: cfg.rule.columns(cfg.sketcher.bands()),
-        texts: crate::stage::needs_shingles(cfg),
+        texts: needs_shingles(cfg),
     }
 }
 
@@ -669,6 +735,7 @@ pub fn run_write(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     place: &ShardPlace,
     names: &[String],
     decided: DecidedMerge<Box<dyn Read + Send>>,
@@ -681,7 +748,16 @@ pub fn run_write(
         row_base: place.row_base,
         names,
     };
-    let (stats, merge) = run_stage2(files, mask, cfg, publication, observe, decided, &addressing)?;
+    let (stats, merge) = run_stage2(
+        files,
+        mask,
+        cfg,
+        control,
+        publication,
+        observe,
+        decided,
+        &addressing,
+    )?;
     merge.finish()?;
     Ok(stats)
 }

@@ -3,18 +3,21 @@
 
 use std::fmt;
 use std::io;
+use std::path::PathBuf;
 
 use neardup_corpus::WriteError;
+use neardup_keys::UnreadableRange;
 
 /// Why stage 2 failed.
 #[derive(Debug)]
 pub enum DedupError {
     /// Invalid settings.
     Config(SettingsError),
-    /// Bad input with `on_error = fail`, or an input that could not be read.
-    Input(String),
+    /// Bad input with `on_error = fail`, or a part of an input that could not be read from
+    /// storage: where, how many records, and why.
+    Input(Box<UnreadableRange>),
     /// Stage 2 saw different inputs than stage 1 (files changed in between, or a mismatched table).
-    Mismatch(String),
+    Mismatch(Mismatch),
     /// Writing the filtered dataset or the decisions failed (the error names the file).
     Output(WriteError),
     /// Writing the streams of a distributed step failed.
@@ -28,11 +31,202 @@ pub enum DedupError {
     WriterStopped,
     /// The exact-verification spill file could not be written or read.
     Spill(io::Error),
-    /// The run's [`neardup_corpus::CancelToken`] was cancelled; nothing was published.
+    /// The run's [`neardup_exec::CancelToken`] was cancelled; nothing was published.
     Interrupted,
     /// The outputs of an earlier distributed step given to this one are damaged, missing, or
     /// belong to another run (another hot-key file, group or shard).
-    Step(String),
+    Step(StepInputError),
+}
+
+/// How the inputs stage 2 reads differ from what stage 1 recorded of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mismatch {
+    /// A part of an input (a chunk) holds other numbers of records or samples than stage 1 read.
+    ChunkCounts {
+        /// The input file.
+        file: PathBuf,
+        /// Records and samples stage 1 read from the chunk.
+        stage1: (u64, u64),
+        /// Records and samples stage 2 read from it.
+        stage2: (u64, u64),
+    },
+    /// The hot mask covers another number of rows than the inputs' table rows.
+    MaskRows {
+        /// Rows of the mask.
+        mask: u64,
+        /// Rows of the inputs.
+        inputs: u64,
+    },
+    /// A hot sample came to a route that cannot take it (`what` it was): the inputs, key table
+    /// and hot-key file do not go together.
+    Route {
+        /// What the sample was, e.g. "a hot sample without its signature".
+        what: &'static str,
+    },
+}
+
+impl fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mismatch::ChunkCounts {
+                file,
+                stage1,
+                stage2,
+            } => write!(
+                f,
+                "{}: stage 1 read {} records / {} samples from this part of the file, stage 2 \
+                 read {} / {}; did the input change between the stages?",
+                file.display(),
+                stage1.0,
+                stage1.1,
+                stage2.0,
+                stage2.1
+            ),
+            Mismatch::MaskRows { mask, inputs } => write!(
+                f,
+                "the hot mask covers {mask} rows but the inputs have {inputs}"
+            ),
+            Mismatch::Route { what } => write!(
+                f,
+                "{what}: the inputs, key table and hot-key file do not go together"
+            ),
+        }
+    }
+}
+
+/// What is wrong with the outputs of an earlier distributed step (`sign`'s signed streams,
+/// `decide`'s decided streams) given to this one. `stream` names the stream for people (the
+/// directory or value it came from); rows are in the global row order.
+#[derive(Debug)]
+pub enum StepInputError {
+    /// A stream could not be read or decoded.
+    Read {
+        /// The stream.
+        stream: String,
+        /// The error.
+        source: io::Error,
+    },
+    /// A decided stream's rows are not ascending.
+    DecidedOutOfOrder {
+        /// The stream.
+        stream: String,
+        /// The row that came after `after`.
+        row: u64,
+        /// The row before it.
+        after: u64,
+    },
+    /// A decided stream holds a decision for a row that is not a hot row of the shard;
+    /// `before_end` when this was found among the rows asked for (not after the last).
+    NotHotRow {
+        /// The stream.
+        stream: String,
+        /// The row.
+        row: u64,
+        /// Found while merging rather than at the end.
+        before_end: bool,
+    },
+    /// No decided stream holds the decision of a hot row (a group's stream is missing).
+    NoDecision {
+        /// The row.
+        row: u64,
+    },
+    /// The sign outputs were made with other sketch settings than the hot keys'.
+    Shape {
+        /// Permutations and keys per row the sign outputs hold.
+        signed: (usize, usize),
+        /// Permutations and keys per row of the hot keys' settings.
+        expected: (usize, usize),
+    },
+    /// A signed stream's rows are not after those of the streams before it.
+    SignedOutOfOrder {
+        /// The stream.
+        stream: String,
+        /// The row.
+        row: u64,
+        /// The row before it.
+        after: u64,
+    },
+    /// A sample sent as an exact copy has no earlier sample of its content in the group.
+    CopyWithoutOriginal {
+        /// The stream.
+        stream: String,
+        /// The row.
+        row: u64,
+    },
+    /// A sample's text does not hash to the content hash its sign step sent.
+    ContentHash {
+        /// The stream.
+        stream: String,
+        /// The row.
+        row: u64,
+    },
+}
+
+impl fmt::Display for StepInputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StepInputError::Read { stream, source } => write!(f, "{stream}: {source}"),
+            StepInputError::DecidedOutOfOrder { stream, row, after } => write!(
+                f,
+                "{stream}: decided rows are out of order ({row} after {after}); the file is not \
+                 what `neardup decide` wrote"
+            ),
+            StepInputError::NotHotRow {
+                stream,
+                row,
+                before_end: true,
+            } => write!(
+                f,
+                "{stream}: holds a decision for row {row}, which is not a hot row of this shard \
+                 as this table and hot-key file see it; give `write` the decided directories \
+                 made from this shard's sign output"
+            ),
+            StepInputError::NotHotRow {
+                stream,
+                row,
+                before_end: false,
+            } => write!(
+                f,
+                "{stream}: holds a decision for row {row}, which is not a hot row of this shard; \
+                 give `write` the decided directories made from this shard's sign output"
+            ),
+            StepInputError::NoDecision { row } => write!(
+                f,
+                "no decided directory holds the decision of hot row {row}: pass `write` the \
+                 decided directories of every group (--decided decided-0 … decided-(G-1))"
+            ),
+            StepInputError::Shape { signed, expected } => write!(
+                f,
+                "the sign outputs hold {} permutations and {} keys per row, the hot keys' \
+                 settings {} and {}: they were made with other settings",
+                signed.0, signed.1, expected.0, expected.1
+            ),
+            StepInputError::SignedOutOfOrder { stream, row, after } => write!(
+                f,
+                "{stream}: row {row} comes after row {after}: sign outputs must be given in \
+                 shard order, each shard once"
+            ),
+            StepInputError::CopyWithoutOriginal { stream, row } => write!(
+                f,
+                "{stream}: row {row} is sent as an exact copy, but no earlier sample of this \
+                 group has its content; the sign outputs are incomplete or from another group"
+            ),
+            StepInputError::ContentHash { stream, row } => write!(
+                f,
+                "{stream}: row {row} does not hash to the content hash its sign step sent; the \
+                 sign output was made with other sketch settings or is damaged"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StepInputError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StepInputError::Read { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 /// Settings stage 2 cannot run with.
@@ -87,7 +281,10 @@ impl fmt::Display for DedupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DedupError::Config(e) => write!(f, "invalid settings: {e}"),
-            DedupError::Input(m) => write!(f, "input error: {m}"),
+            DedupError::Input(range) if range.is_storage_failure() => {
+                write!(f, "input error: {}", range.storage_failure())
+            }
+            DedupError::Input(range) => write!(f, "input error: {range}"),
             DedupError::Mismatch(m) => write!(f, "inputs changed since stage 1: {m}"),
             DedupError::Output(e) => write!(f, "output error: {e}"),
             DedupError::StepOutput { what, source } => {
@@ -96,7 +293,7 @@ impl fmt::Display for DedupError {
             DedupError::WriterStopped => f.write_str("output error: the output writer stopped"),
             DedupError::Spill(e) => write!(f, "spill error: {e}"),
             DedupError::Interrupted => f.write_str("interrupted"),
-            DedupError::Step(m) => f.write_str(m),
+            DedupError::Step(e) => e.fmt(f),
         }
     }
 }
@@ -107,6 +304,7 @@ impl std::error::Error for DedupError {
             DedupError::Config(e) => Some(e),
             DedupError::Output(e) => Some(e),
             DedupError::StepOutput { source, .. } | DedupError::Spill(source) => Some(source),
+            DedupError::Step(e) => e.source(),
             _ => None,
         }
     }

@@ -29,6 +29,14 @@
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse
 //! inputs or format outputs (`neardup-corpus`), or run threads (`neardup-exec`).
+//!
+//! Where things live, each module building only on those before it: the decision core is
+//! `reps` (buckets and the representatives' arena), `verify` (exact verification's shingle
+//! sets) and `deduper`; a stage-2 pass starts from `pass` (its settings, [`Decision`],
+//! [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
+//! thread and the routes of hot samples), `stage` (the pass on the executor, and
+//! [`run_dedup`]); `handoff` is the values between the distributed steps and `distributed`
+//! the steps themselves, the same pass with the signer's and the decided streams' routes.
 #![warn(missing_docs)]
 
 mod clusters;
@@ -36,6 +44,8 @@ mod deduper;
 mod distributed;
 mod error;
 mod handoff;
+mod pass;
+mod prepare;
 mod reps;
 mod route;
 mod stage;
@@ -49,11 +59,10 @@ pub use distributed::{
     DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, StepSink, decide_group,
     run_sign, run_write, signed_shape,
 };
-pub use error::{DedupError, SettingsError};
+pub use error::{DedupError, Mismatch, SettingsError, StepInputError};
 pub use handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed,
 };
-pub use stage::{
-    Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config, run_dedup, run_dedup_into,
-};
+pub use pass::{Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config};
+pub use stage::{run_dedup, run_dedup_into};

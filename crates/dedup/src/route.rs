@@ -2,9 +2,10 @@
 //! decision, and the decision goes to the statistics, the decisions file and the observer.
 //!
 //! Only hot samples differ between the kinds of pass, and a [`HotRoute`] says what happens to
-//! them: the decision core decides them (one-process stage 2, [`Deduper`]), the signer writes
-//! them for a `decide` step ([`Signer`]), or their verdicts come from the decided streams (a
-//! `write` step, [`DecidedMerge`]).
+//! them: the decision core decides them (one-process stage 2, [`Deduper`], here), the signer
+//! writes them for a `decide` step (`crate::Signer`), or their verdicts come from the decided
+//! streams (a `write` step, `crate::DecidedMerge`); those two routes are `distributed`'s. Builds
+//! on `pass` and `prepare`.
 
 use hashbrown::HashMap;
 use neardup_corpus::{DecisionRow, DecisionWriter, Reason};
@@ -12,12 +13,9 @@ use neardup_keys::HotMask;
 
 use crate::clusters::{ClusterCounter, ClusterStats};
 use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
-use crate::distributed::{DecidedMerge, SampleAt, Signer};
-use crate::error::DedupError;
-use crate::stage::{
-    Addressing, Decision, DedupStats, EmptyPolicy, HotWork, PreparedBlock, PreparedSample,
-    SampleKind, Stage2Config, needs_shingles, sketch_from_block,
-};
+use crate::error::{DedupError, Mismatch};
+use crate::pass::{Addressing, Decision, DedupStats, EmptyPolicy, Stage2Config, needs_shingles};
+use crate::prepare::{HotWork, PreparedBlock, PreparedSample, SampleKind, sketch_from_block};
 
 /// One hot sample as its block holds it, for a [`HotRoute`].
 pub(crate) struct HotSample<'a> {
@@ -67,17 +65,8 @@ pub(crate) trait HotRoute {
 
 /// A hot sample met by a route that cannot take it: the inputs are not what the plan of the
 /// route expects.
-fn wrong_route(what: &str) -> DedupError {
-    DedupError::Mismatch(format!(
-        "{what}: the inputs, key table and hot-key file do not go together"
-    ))
-}
-
-fn sign_error(e: std::io::Error) -> DedupError {
-    DedupError::StepOutput {
-        what: "the signed samples",
-        source: e,
-    }
+pub(crate) fn wrong_route(what: &'static str) -> DedupError {
+    DedupError::Mismatch(Mismatch::Route { what })
 }
 
 /// One-process stage 2: the decision core decides here and now.
@@ -147,70 +136,6 @@ impl HotRoute for Deduper {
 
     fn sees_whole_clusters(&self) -> bool {
         true
-    }
-}
-
-/// A `sign` step: hot samples go to the signer, nothing is decided.
-impl HotRoute for Signer<'_> {
-    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
-        HotWork::Sign {
-            texts: self.shape().texts,
-        }
-    }
-
-    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
-        let carried = |range: (u32, u32)| &hot.block.carried[range.0 as usize..range.1 as usize];
-        let at = |row: u64, content_hash: u128| SampleAt {
-            row: hot.row_base + row,
-            local_row: row,
-            addr: hot.addr,
-            id: hot.id,
-            content_hash,
-        };
-        match hot.sample.kind {
-            SampleKind::Copy {
-                content_hash,
-                row,
-                text,
-            } => self.push_copy(&at(row, content_hash), carried(text)),
-            SampleKind::Text {
-                content_hash,
-                row,
-                text,
-            } => self.push_full(&at(row, content_hash), &[], carried(text)),
-            SampleKind::Hot {
-                content_hash,
-                slot,
-                row,
-                ..
-            } => {
-                let (signature, _, _) = hot.block.signed(slot, hot.cfg);
-                self.push_full(&at(row, content_hash), signature, "")
-            }
-            _ => return Err(wrong_route("a hot sample without its signature")),
-        }
-        .map_err(sign_error)?;
-        Ok((Verdict::Unique, DupOfId::Seen))
-    }
-}
-
-/// A `write` step: hot samples' verdicts come from the decided streams.
-impl<R: std::io::Read> HotRoute for DecidedMerge<R> {
-    fn hot_work(&self, _cfg: &Stage2Config) -> HotWork {
-        HotWork::Decided
-    }
-
-    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
-        match hot.sample.kind {
-            SampleKind::Decided { row } => {
-                let d = self.take(hot.row_base + row)?;
-                Ok((d.verdict, DupOfId::Decided(d.dup_of_id)))
-            }
-            SampleKind::Copy { .. } | SampleKind::Text { .. } => {
-                Err(wrong_route("a hot sample to sign"))
-            }
-            _ => Err(wrong_route("a hot sample to sign")),
-        }
     }
 }
 

@@ -1,65 +1,22 @@
-//! The stage-2 pipeline: re-stream the inputs chunk by chunk with worker threads that sign only
-//! the hot samples, decide in input order on one thread, and stream the filtered dataset and the
-//! decisions out of the same pass.
+//! The stage-2 pass: re-stream the inputs chunk by chunk with worker threads that sign only the
+//! hot samples (`prepare`), decide in input order on one thread (`route`), and stream the
+//! filtered dataset and the decisions out of the same pass; and the one-process stage 2 on it
+//! ([`run_dedup`]). Builds on `pass`, `prepare` and `route`; `distributed` builds on it.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use neardup_corpus::{
-    Block, CancelToken, Chunk, ChunkRange, DecisionWriter, FileWriter, OutputDir, OutputOptions,
-    Projection, Publication, PublishOptions, ReadOptions, Reason, SampleText, TextSelector,
-    Unreadable, WriteError, WrittenFile, reread_chunk,
+    Block, Chunk, DecisionWriter, FileWriter, OutputDir, Publication, PublishOptions, Unreadable,
+    WriteError, WrittenFile,
 };
-use neardup_exec::{OnError, Progress};
-use neardup_keys::{FileRows, HotMask, RowKind, RowRule, UnreadableRange};
-use neardup_sketch::{Scratch, Sketcher};
-use serde::{Deserialize, Serialize};
+use neardup_exec::{OnError, StepControl};
+use neardup_keys::{FileRows, HotMask, UnreadableRange};
 
-use crate::clusters::ClusterStats;
-use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verify};
-use crate::error::DedupError;
+use crate::deduper::Deduper;
+use crate::error::{DedupError, Mismatch};
+use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
+use crate::prepare::{ChunkJob, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
-
-/// What happens to samples whose text is empty or whitespace only.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum EmptyPolicy {
-    /// Pass them through to the output (decision reason `empty`, kept).
-    #[default]
-    Keep,
-    /// Drop them (decision reason `empty`, dropped).
-    Drop,
-}
-
-/// Settings of a stage-2 run.
-#[derive(Clone, Debug)]
-pub struct Stage2Config {
-    /// The sketch settings stage 1 used.
-    pub sketcher: Sketcher,
-    /// The row rule stage 1 used.
-    pub rule: RowRule,
-    /// The text selection stage 1 used.
-    pub selector: TextSelector,
-    /// Decision settings.
-    pub deduper: DeduperConfig,
-    /// Empty-text policy.
-    pub empty: EmptyPolicy,
-    /// Worker threads (0 = all cores).
-    pub threads: usize,
-    /// Target size of one read block.
-    pub block_bytes: usize,
-    /// Bad input policy.
-    pub on_error: OnError,
-    /// Where the filtered dataset goes (none: decide only).
-    pub output: Option<OutputOptions>,
-    /// Where the decisions go (`.jsonl` or `.parquet`).
-    pub decisions: Option<PathBuf>,
-    /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<Progress>>,
-    /// Stops the run between blocks with [`DedupError::Interrupted`]; nothing is published then.
-    pub cancel: CancelToken,
-}
 
 /// A write error as stage 2 reports it.
 fn output_error(e: WriteError) -> DedupError {
@@ -70,521 +27,27 @@ fn output_error(e: WriteError) -> DedupError {
     }
 }
 
-/// One decision, as handed to an observer (serialisable, for schedulers that pass decisions as
-/// values; addresses number files in input order).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Decision {
-    /// The sample.
-    pub addr: SampleAddr,
-    /// Its id, when an id field is configured and present.
-    pub id: Option<String>,
-    /// Kept or dropped.
-    pub keep: bool,
-    /// Why.
-    pub reason: Reason,
-    /// The sample it duplicates.
-    pub dup_of: Option<SampleAddr>,
-    /// That sample's id.
-    pub dup_of_id: Option<String>,
-    /// The similarity that decided (1.0 for exact copies).
-    pub similarity: Option<f64>,
-    /// The kept sample its duplicate set resolves to, whatever chain of `dup_of` led there
-    /// (`addr` itself when kept).
-    pub cluster: SampleAddr,
-}
-
-/// What stage 2 did.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct DedupStats {
-    /// Records read.
-    pub records: u64,
-    /// Records that could not be read, as far as their number is known (see `unreadable`):
-    /// `records + records_unreadable` are the records the inputs hold.
-    #[serde(default)]
-    pub records_unreadable: u64,
-    /// Every part of an input that could not be read, in input order.
-    #[serde(default)]
-    pub unreadable: Vec<UnreadableRange>,
-    /// Inputs of which nothing could be read: no output file is written for them.
-    #[serde(default)]
-    pub files_unreadable: Vec<PathBuf>,
-    /// Records written to the output.
-    pub records_kept: u64,
-    /// Records left out of the output.
-    pub records_dropped: u64,
-    /// Sample slots decided (= rows of the decisions file).
-    pub samples: u64,
-    /// Samples kept as unique (including cold ones).
-    pub unique: u64,
-    /// Samples that hit no hot key (kept without any signature work).
-    pub cold: u64,
-    /// Samples dropped as near duplicates.
-    pub near: u64,
-    /// Samples dropped as exact duplicates.
-    pub exact: u64,
-    /// Empty samples (kept or dropped per the policy).
-    pub empty: u64,
-    /// Sample slots that could not be read (passed through, reason `error`).
-    pub errors: u64,
-    /// Those sample slots by reason (`malformed_json`, `missing_field`, …).
-    #[serde(default)]
-    pub skipped: BTreeMap<String, u64>,
-    /// The decision core's counters.
-    pub deduper: DeduperStats,
-    /// Duplicate clusters. Absent from a distributed `write` step, which sees only its shard's
-    /// part of each cluster: the `decide` steps count them, a group each.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub clusters: Option<ClusterStats>,
-    /// Output files written.
-    pub outputs: Vec<OutputFile>,
-    /// Wall seconds.
-    pub seconds: f64,
-    /// Input MB/s.
-    pub mb_per_second: f64,
-    /// Input bytes read.
-    pub bytes: u64,
-}
-
-/// One output file (or its parts, when split by size).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputFile {
-    /// The files written.
-    pub paths: Vec<PathBuf>,
-    /// Records written.
-    pub records: u64,
-    /// Bytes written.
-    pub bytes: u64,
-}
-
-impl From<WrittenFile> for OutputFile {
-    fn from(w: WrittenFile) -> Self {
-        OutputFile {
-            paths: w.paths,
-            records: w.records,
-            bytes: w.bytes,
-        }
-    }
-}
-
-#[derive(Clone, Copy)]
-pub(crate) enum SampleKind {
-    /// No text; the reason's kind.
-    Skipped(&'static str),
-    Blank,
-    Cold,
-    Hot {
-        content_hash: u128,
-        /// Its place among the block's signed samples: where its signature, keys and hot
-        /// columns are in the block's vectors ([`PreparedBlock::signed`]).
-        slot: u32,
-        /// Its shingle set in the block's `shingles` (a one-process run under exact
-        /// verification).
-        material: (u32, u32),
-        /// Its table row.
-        row: u64,
-    },
-    /// A hot sample of a `sign` step under exact verification: only its content hash was
-    /// computed; decide sketches its text.
-    Text {
-        content_hash: u128,
-        row: u64,
-        /// Its text in the block's `carried`.
-        text: (u32, u32),
-    },
-    /// A later exact copy by stage 1's count: only its content hash was computed.
-    Copy {
-        content_hash: u128,
-        row: u64,
-        /// Its text in the block's `carried` (sign step).
-        text: (u32, u32),
-    },
-    /// A hot sample of a `write` step: decided elsewhere, nothing computed.
-    Decided {
-        row: u64,
-    },
-}
-
-/// How a shard's files and rows are numbered among all shards of a distributed run (the
-/// one-process run is its only shard).
-pub(crate) struct Addressing<'a> {
-    /// The number of the shard's first file.
-    pub file_base: u32,
-    /// The number of the shard's first row.
-    pub row_base: u64,
-    /// Every file's name as decisions print it, in global order.
-    pub names: &'a [String],
-}
-
-pub(crate) struct PreparedSample {
-    pub record: u32,
-    pub field: u32,
-    pub kind: SampleKind,
-    pub id: Option<(u32, u32)>,
-}
-
-/// One block, read and prepared by a worker.
-pub(crate) struct PreparedBlock {
-    pub block: Block,
-    /// Table rows the block covers (its samples with a text).
-    pub texts: u64,
-    pub samples: Vec<PreparedSample>,
-    pub signatures: Vec<u32>,
-    pub rows: Vec<u64>,
-    pub hot: Vec<bool>,
-    pub shingles: Vec<u32>,
-    /// The texts hot samples carry to a `sign` step's output.
-    pub carried: String,
-    pub ids: String,
-}
-
-impl PreparedBlock {
-    /// The signature, row of keys and hot columns of the hot sample signed at `slot`.
-    pub fn signed(&self, slot: u32, cfg: &Stage2Config) -> (&[u32], &[u64], &[bool]) {
-        let (num_perm, columns) = (
-            cfg.sketcher.num_perm(),
-            cfg.rule.columns(cfg.sketcher.bands()),
-        );
-        let i = slot as usize;
-        (
-            &self.signatures[i * num_perm..(i + 1) * num_perm],
-            &self.rows[i * columns..(i + 1) * columns],
-            &self.hot[i * columns..(i + 1) * columns],
-        )
-    }
-}
-
-/// The per-block vectors of a decided block, handed back to the workers: a block's shingle sets
-/// are megabytes, and a fresh vector of that size per block costs page faults and copies as it
-/// grows.
-#[derive(Default)]
-struct RecycledBuffers {
-    samples: Vec<PreparedSample>,
-    signatures: Vec<u32>,
-    rows: Vec<u64>,
-    hot: Vec<bool>,
-    shingles: Vec<u32>,
-    carried: String,
-}
-
-impl RecycledBuffers {
-    fn from_block(w: &mut PreparedBlock) -> RecycledBuffers {
-        RecycledBuffers {
-            samples: std::mem::take(&mut w.samples),
-            signatures: std::mem::take(&mut w.signatures),
-            rows: std::mem::take(&mut w.rows),
-            hot: std::mem::take(&mut w.hot),
-            shingles: std::mem::take(&mut w.shingles),
-            carried: std::mem::take(&mut w.carried),
-        }
-    }
-
-    fn cleared(mut self) -> RecycledBuffers {
-        self.samples.clear();
-        self.signatures.clear();
-        self.rows.clear();
-        self.hot.clear();
-        self.shingles.clear();
-        self.carried.clear();
-        self
-    }
-}
-
-struct ChunkJob<'a> {
-    file: usize,
-    chunk: Chunk,
-    row_base: u64,
-    expect: &'a neardup_keys::ChunkRows,
-}
-
-/// What every thread shares while preparing blocks: the stage-2 pass as a step of the executor
-/// (`neardup_exec`).
-struct PrepareWork<'a> {
-    mask: &'a HotMask,
-    cfg: &'a Stage2Config,
-    hot_work: HotWork,
-    spares: &'a crossbeam_channel::Receiver<RecycledBuffers>,
-    /// The inputs the jobs read.
-    inputs: &'a [neardup_corpus::InputFile],
-}
-
-/// What the workers prepare of each hot sample for the deciding thread.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HotWork {
-    /// Its signature and keys, and its shingle set when `shingles` (a one-process run under
-    /// exact verification: the sets are a by-product of signing).
-    Decide { shingles: bool },
-    /// A `sign` step. Under exact verification (`texts`), only its content hash and text:
-    /// decide sketches the text once for both its signature and its shingle set, as a
-    /// one-process run does. Otherwise (`--verify estimate`, no texts) its signature and keys.
-    /// Later copies bring their text in both cases.
-    Sign { texts: bool },
-    /// Nothing: a `write` step, whose hot samples were decided elsewhere.
-    Decided,
-}
-
-/// Per-thread preparing buffers.
-struct PrepareBuffers {
-    /// One scratch per thread, not per chunk: its buffers grow to the largest text seen, and
-    /// growing them again for every chunk cost page faults and copies.
-    scratch: Scratch,
-    sig: Vec<u32>,
-    row_keys: Vec<u64>,
-}
-
-impl PrepareBuffers {
-    fn new(prep: &PrepareWork<'_>) -> PrepareBuffers {
-        PrepareBuffers {
-            scratch: if prep.hot_work == (HotWork::Decide { shingles: true }) {
-                Scratch::collecting_shingle_sets()
-            } else {
-                Scratch::default()
-            },
-            sig: vec![0u32; prep.cfg.sketcher.num_perm()],
-            row_keys: vec![0u64; prep.cfg.rule.columns(prep.cfg.sketcher.bands())],
-        }
-    }
-}
-
-fn read_options(cfg: &Stage2Config) -> ReadOptions {
-    ReadOptions {
-        selector: cfg.selector.clone(),
-        projection: Projection::FullRecords,
-        block_bytes: cfg.block_bytes,
-    }
-}
-
-/// Samples with a text in `block` (the table rows it covers).
-fn count_texts(block: &Block, selector: &TextSelector) -> u64 {
-    let mut texts = 0u64;
-    block.for_each_sample(selector, |s| {
-        texts += u64::from(matches!(s.text, SampleText::Text(_)));
-    });
-    texts
-}
-
-/// Classifies a block's samples (`row` is the table row of its first text, advanced past its
-/// last), signing the hot ones.
-fn prepare_block(
-    prep: &PrepareWork<'_>,
-    block: Block,
-    row: &mut u64,
-    worker: &mut PrepareBuffers,
-) -> PreparedBlock {
-    let PrepareWork {
-        mask,
-        cfg,
-        hot_work,
-        spares,
-        ..
-    } = *prep;
-    let (shingles_of_hot, texts_of_hot, texts_of_copies) = match hot_work {
-        HotWork::Decide { shingles } => (shingles, false, false),
-        HotWork::Sign { texts } => (false, texts, true),
-        HotWork::Decided => (false, false, false),
-    };
-    let PrepareBuffers {
-        scratch,
-        sig,
-        row_keys,
-    } = worker;
-    if block.texts_only() {
-        // Records stage 1 sketched but stage 2 cannot read whole: their table rows are passed
-        // over, and they are neither decided nor written (the loss before them reports them).
-        let texts = count_texts(&block, &cfg.selector);
-        *row += texts;
-        return PreparedBlock {
-            block,
-            texts,
-            samples: Vec::new(),
-            signatures: Vec::new(),
-            rows: Vec::new(),
-            hot: Vec::new(),
-            shingles: Vec::new(),
-            carried: String::new(),
-            ids: String::new(),
-        };
-    }
-    let columns = row_keys.len();
-    let num_perm = sig.len();
-    let RecycledBuffers {
-        mut samples,
-        mut signatures,
-        mut rows,
-        mut hot,
-        mut shingles,
-        mut carried,
-    } = spares
-        .try_recv()
-        .map(RecycledBuffers::cleared)
-        .unwrap_or_default();
-    let mut carry = |text: &str| {
-        let start = carried.len() as u32;
-        carried.push_str(text);
-        (start, carried.len() as u32)
-    };
-    let mut ids = String::new();
-    let mut next_row = *row;
-    block.for_each_sample(&cfg.selector, |s| {
-        let id = s.id.as_ref().map(|id| {
-            let start = ids.len() as u32;
-            ids.push_str(id);
-            (start, ids.len() as u32)
-        });
-        let kind = match s.text {
-            SampleText::Skipped(reason) => SampleKind::Skipped(reason.kind()),
-            SampleText::Text(text) => {
-                let this_row = next_row;
-                next_row += 1;
-                if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
-                    if cfg.rule.is_blank(&cfg.sketcher, &text) {
-                        SampleKind::Blank
-                    } else {
-                        SampleKind::Cold
-                    }
-                } else if hot_work == HotWork::Decided {
-                    SampleKind::Decided { row: this_row }
-                } else if mask.is_later_copy(this_row as usize) {
-                    SampleKind::Copy {
-                        content_hash: cfg.sketcher.content_hash(&text, scratch),
-                        row: this_row,
-                        text: if texts_of_copies {
-                            carry(&text)
-                        } else {
-                            (0, 0)
-                        },
-                    }
-                } else if texts_of_hot {
-                    // Stage 1 found one of its keys hot, so it is not blank (its keys would all
-                    // be NO_KEY): nothing to sketch here.
-                    SampleKind::Text {
-                        content_hash: cfg.sketcher.content_hash(&text, scratch),
-                        row: this_row,
-                        text: carry(&text),
-                    }
-                } else {
-                    let r = cfg
-                        .rule
-                        .sketch(&cfg.sketcher, &text, scratch, sig, row_keys);
-                    if r.kind == RowKind::Blank {
-                        SampleKind::Blank
-                    } else {
-                        let slot = (signatures.len() / num_perm) as u32;
-                        signatures.extend_from_slice(sig);
-                        rows.extend_from_slice(row_keys);
-                        hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
-                        let material = if shingles_of_hot {
-                            let start = shingles.len() as u32;
-                            cfg.sketcher.last_shingle_set(scratch, &mut shingles);
-                            (start, shingles.len() as u32)
-                        } else {
-                            (0, 0)
-                        };
-                        SampleKind::Hot {
-                            content_hash: r.content_hash,
-                            slot,
-                            material,
-                            row: this_row,
-                        }
-                    }
-                }
-            }
-        };
-        samples.push(PreparedSample {
-            record: s.record as u32,
-            field: s.field,
-            kind,
-            id,
-        });
-    });
-    let texts = next_row - *row;
-    *row = next_row;
-    if let Some(p) = &cfg.progress {
-        p.add(block.input_bytes(), samples.len() as u64);
-    }
-    PreparedBlock {
-        block,
-        texts,
-        samples,
-        signatures,
-        rows,
-        hot,
-        shingles,
-        carried,
-        ids,
-    }
-}
-
-impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
-    type Job = ChunkJob<'a>;
-    type Block = Block;
-    type ReadError = Unreadable;
-    type Worker = PrepareBuffers;
-    type Out = Box<PreparedBlock>;
-    // Signing needs each sample's table row (the hot mask is by row).
-    const RELAYS_POSITION: bool = true;
-
-    fn worker(&self) -> PrepareBuffers {
-        PrepareBuffers::new(self)
-    }
-
-    /// The chunk is read up to where stage 1 lost records (see [`reread_chunk`]), so both stages
-    /// see the same records.
-    fn read(&self, job: &ChunkJob<'a>) -> impl Iterator<Item = Result<Block, Unreadable>> {
-        reread_chunk(
-            &self.inputs[job.file],
-            &job.chunk,
-            &read_options(self.cfg),
-            &job.expect.unreadable,
-        )
-        .map(|r| r.map_err(|e| e.unreadable()))
-    }
-
-    fn shares_blocks(&self, job: &ChunkJob<'a>) -> bool {
-        job.chunk.range == ChunkRange::Whole
-    }
-
-    fn first_position(&self, job: &ChunkJob<'a>) -> u64 {
-        job.row_base
-    }
-
-    /// Counting a shared block's texts costs a parse, but lets the next block start before this
-    /// one is signed.
-    fn advance(&self, block: &Block) -> u64 {
-        count_texts(block, &self.cfg.selector)
-    }
-
-    fn prepare(
-        &self,
-        worker: &mut PrepareBuffers,
-        _job: &ChunkJob<'a>,
-        block: Block,
-        position: u64,
-    ) -> (Box<PreparedBlock>, u64) {
-        let mut row = position;
-        let work = prepare_block(self, block, &mut row, worker);
-        (Box::new(work), row)
-    }
-}
-
 /// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
 /// mask of their rows. Calls `observe` with every decision in input order. The filtered dataset
 /// (`cfg.output`) and the decisions (`cfg.decisions`) are published together at the end, all or
-/// nothing (see [`Publication`]).
+/// nothing (see [`Publication`]). `control` is watched and looked at between blocks: cancelled,
+/// the run fails with [`DedupError::Interrupted`] and publishes nothing.
 pub fn run_dedup(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
     let publication = Publication::begin(&PublishOptions {
         output: cfg.output.clone(),
         outputs: files.iter().map(|f| f.input.relative.clone()).collect(),
         decisions: cfg.decisions.clone(),
-        cancel: cfg.cancel.clone(),
+        cancel: control.cancel.clone(),
         ..PublishOptions::default()
     })
     .map_err(output_error)?;
-    let stats = run_dedup_into(files, mask, cfg, &publication, observe)?;
+    let stats = run_dedup_into(files, mask, cfg, control, &publication, observe)?;
     publication.commit().map_err(output_error)?;
     Ok(stats)
 }
@@ -596,6 +59,7 @@ pub fn run_dedup_into(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
@@ -614,14 +78,17 @@ pub fn run_dedup_into(
         row_base: 0,
         names: &names,
     };
-    let (stats, _) = run_stage2(files, mask, cfg, publication, observe, deduper, &addressing)?;
+    let (stats, _) = run_stage2(
+        files,
+        mask,
+        cfg,
+        control,
+        publication,
+        observe,
+        deduper,
+        &addressing,
+    )?;
     Ok(stats)
-}
-
-/// Whether hot samples carry their shingle sets: under exact verification, when rows have band
-/// keys (an exact-only run never compares sets).
-pub(crate) fn needs_shingles(cfg: &Stage2Config) -> bool {
-    cfg.deduper.verify == Verify::Jaccard && cfg.rule.band_keys
 }
 
 /// Every chunk of every file as a job, with the row its first sample has in the table; and per
@@ -744,11 +211,9 @@ impl<R: HotRoute> Pass<'_, R> {
     fn on_read_error(&mut self, job: usize, lost: &Unreadable) -> Result<(), DedupError> {
         let fi = self.jobs[job].file;
         let range = UnreadableRange::new(&self.inputs[fi].path, self.record_bases[job], lost);
-        if range.is_storage_failure() {
-            return Err(DedupError::Input(range.storage_failure()));
-        }
-        if self.cfg.on_error == OnError::Fail {
-            return Err(DedupError::Input(range.to_string()));
+        // As in stage 1: a failed storage request is never skipped.
+        if self.cfg.on_error == OnError::Fail || range.is_storage_failure() {
+            return Err(DedupError::Input(Box::new(range)));
         }
         self.file_lost[fi] = true;
         let stats = &mut self.decider.stats;
@@ -763,13 +228,11 @@ impl<R: HotRoute> Pass<'_, R> {
         let (records, rows) = (self.job_records, self.job_rows);
         (self.job_records, self.job_rows) = (0, 0);
         if records != expect.records || rows != expect.rows {
-            return Err(DedupError::Mismatch(format!(
-                "{}: stage 1 read {} records / {} samples from this part of the file, stage 2 \
-                 read {records} / {rows}; did the input change between the stages?",
-                self.inputs[fi].path.display(),
-                expect.records,
-                expect.rows
-            )));
+            return Err(DedupError::Mismatch(Mismatch::ChunkCounts {
+                file: self.inputs[fi].path.clone(),
+                stage1: (expect.records, expect.rows),
+                stage2: (records, rows),
+            }));
         }
         let last_of_file = job + 1 == self.jobs.len() || self.jobs[job + 1].file != fi;
         if last_of_file {
@@ -806,25 +269,27 @@ impl<R: HotRoute> Pass<'_, R> {
 /// and prepares blocks on worker threads, and on this thread hands them in order to `route`
 /// (see [`HotRoute`]), the decisions file, `observe` and the writer. Returns the statistics and
 /// the route (to be finished by the caller).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_stage2<R: HotRoute>(
     files: &[FileRows],
     mask: &HotMask,
     cfg: &Stage2Config,
+    control: &StepControl,
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
     route: R,
     addressing: &Addressing<'_>,
 ) -> Result<(DedupStats, R), DedupError> {
     let started = Instant::now();
-    if cfg.cancel.is_cancelled() {
+    if control.is_cancelled() {
         return Err(DedupError::Interrupted);
     }
     let total_rows: u64 = files.iter().map(|f| f.rows).sum();
     if total_rows != mask.rows() as u64 {
-        return Err(DedupError::Mismatch(format!(
-            "the hot mask covers {} rows but the inputs have {total_rows}",
-            mask.rows()
-        )));
+        return Err(DedupError::Mismatch(Mismatch::MaskRows {
+            mask: mask.rows() as u64,
+            inputs: total_rows,
+        }));
     }
     let threads = if cfg.threads == 0 {
         std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -833,7 +298,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     };
     let (jobs, record_bases) = chunk_jobs(files);
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    if let Some(p) = &cfg.progress {
+    if let Some(p) = control.progress() {
         p.set_total(inputs.iter().map(|f| f.size).sum());
     }
     let output: Option<&OutputDir> = publication.dataset();
@@ -853,6 +318,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     let prep = PrepareWork {
         mask,
         cfg,
+        control,
         hot_work: route.hot_work(cfg),
         spares: &spare_rx,
         inputs: &inputs,
@@ -874,7 +340,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
         job_records: 0,
         job_rows: 0,
     };
-    let cancelled = || cfg.cancel.is_cancelled();
+    let cancelled = || control.is_cancelled();
     let (ran, written) = std::thread::scope(|scope| {
         let writer = output.map(|out| {
             let inputs = &inputs;
@@ -955,45 +421,4 @@ fn write_outputs(
         }
     }
     Ok(written)
-}
-
-/// The rare path of a later copy whose full content hash matched no earlier sample: sketch it
-/// here from the block's text and hand its candidate to `use_it` (which decides or signs it).
-pub(crate) fn sketch_from_block(
-    w: &PreparedBlock,
-    target: &PreparedSample,
-    row: u64,
-    cfg: &Stage2Config,
-    mask: &HotMask,
-    addr: SampleAddr,
-    mut use_it: impl FnMut(&Candidate<'_>),
-) {
-    let columns = cfg.rule.columns(cfg.sketcher.bands());
-    let mut scratch = Scratch::default();
-    let mut sig = vec![0u32; cfg.sketcher.num_perm()];
-    let mut keys = vec![0u64; columns];
-    let mut shingles = Vec::new();
-    let with_shingles = needs_shingles(cfg);
-    let hot: Vec<bool> = (0..columns).map(|c| mask.is_hot(row as usize, c)).collect();
-    w.block.for_each_sample(&cfg.selector, |s| {
-        if s.record as u32 != target.record || s.field != target.field {
-            return;
-        }
-        if let SampleText::Text(text) = s.text {
-            let r = cfg
-                .rule
-                .sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut keys);
-            if with_shingles {
-                cfg.sketcher.last_shingle_set(&mut scratch, &mut shingles);
-            }
-            use_it(&Candidate {
-                addr,
-                signature: &sig,
-                row: &keys,
-                hot: &hot,
-                content_hash: r.content_hash,
-                shingles: with_shingles.then_some(shingles.as_slice()),
-            });
-        }
-    });
 }

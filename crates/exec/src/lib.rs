@@ -9,18 +9,21 @@
 //! - sharing the blocks of a job only one thread can read ([`BlockQueue`]) and relaying a running
 //!   position from block to block ([`Relay`]);
 //! - what every streaming step shares about running: the live counters a caller watches it by
-//!   ([`Progress`]) and the policy for input it cannot read ([`OnError`]).
+//!   ([`Progress`]), the token that stops it ([`CancelToken`]; publishing outputs looks at it
+//!   too), both handed to a step beside its settings as one [`StepControl`], and the policy for
+//!   input it cannot read ([`OnError`]).
 //!
 //! It does not know what a block is: reading files is `neardup-corpus`, and what a step does
-//! with a block is the step's own ([`ChunkWork`]). The cancel token a run is stopped with is
-//! `neardup_corpus::CancelToken`, since publishing outputs looks at it too.
+//! with a block is the step's own ([`ChunkWork`]).
 #![warn(missing_docs)]
 
+mod control;
 mod executor;
 mod on_error;
 mod progress;
 mod share;
 
+pub use control::{CancelToken, StepControl};
 pub use executor::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
 pub use on_error::OnError;
 pub use progress::Progress;

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use neardup_corpus::{DiscoverOptions, FieldPath, InputFile, TextSelector, discover};
+use neardup_exec::StepControl;
 use neardup_keys::{KeysConfig, run_keys};
 use neardup_sketch::{
     BandKeyScheme, HashScheme, LshParams, Normalizer, Scratch, Shingler, SketchConfig, Sketcher,
@@ -121,7 +122,12 @@ fn bench(c: &mut Criterion) {
                 .and_then(|v| v.parse::<u64>().ok())
                 .unwrap_or(4)
                 << 20;
-            b.iter(|| run_keys(&files, 0, &cfg).unwrap().stats.samples)
+            b.iter(|| {
+                run_keys(&files, 0, &cfg, &StepControl::default())
+                    .unwrap()
+                    .stats
+                    .samples
+            })
         });
     }
     g.finish();

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use neardup_corpus::{DiscoverOptions, FieldPath, InputFile, TextSelector, discover};
+use neardup_exec::StepControl;
 use neardup_keys::{KeysConfig, run_keys};
 use neardup_sketch::{
     BandKeyScheme, HashScheme, LshParams, Normalizer, Scratch, Shingler, SketchConfig, Sketcher,
@@ -107,7 +108,7 @@ fn main() {
         cfg.threads = 2;
         let end_to_end = || {
             let t = Instant::now();
-            let out = run_keys(&files, 0, &cfg).unwrap();
+            let out = run_keys(&files, 0, &cfg, &StepControl::default()).unwrap();
             let total = t.elapsed().as_secs_f64();
             (total, out.stats.sketch_seconds)
         };

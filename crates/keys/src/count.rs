@@ -14,12 +14,13 @@ use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use neardup_corpus::{CancelToken, ScratchDir};
+use neardup_corpus::ScratchDir;
+use neardup_exec::CancelToken;
 use neardup_sketch::NO_KEY;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::error::KeysError;
+use crate::error::{Damage, KeysError};
 use crate::hot::HotMask;
 
 /// What counting found.
@@ -611,10 +612,7 @@ fn for_each_pair(
             filled += n;
         }
         if filled % 16 != 0 {
-            return Err(KeysError::Corrupt(format!(
-                "{}: spill file is truncated",
-                path.display()
-            )));
+            return Err(KeysError::corrupt(path, Damage::SpillTruncated));
         }
         for rec in buf[..filled].chunks_exact(16) {
             let k = u64::from_le_bytes(rec[..8].try_into().expect("8 bytes"));

@@ -8,7 +8,7 @@ use neardup_corpus::AtomicFile;
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
-use crate::error::KeysError;
+use crate::error::{Damage, KeysError};
 use crate::index::SortedKeyIndex;
 use crate::plan::Plan;
 use crate::table::{
@@ -29,12 +29,14 @@ fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, Key
         )));
     }
     if header.format_version != HOT_FORMAT_VERSION {
-        return Err(KeysError::Corrupt(format!(
-            "{}: hot-key format version {} is not supported (this build reads version \
-             {HOT_FORMAT_VERSION})",
-            path.display(),
-            header.format_version
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::FormatVersion {
+                what: "hot-key",
+                found: header.format_version,
+                supported: HOT_FORMAT_VERSION,
+            },
+        ));
     }
     Ok(header)
 }
@@ -69,17 +71,15 @@ fn read_hot_body<R: Read>(
     }
     verify_trailer(input, path, HOT_END)?;
     if !ascending {
-        return Err(KeysError::Corrupt(format!(
-            "{}: hot keys are not strictly ascending",
-            path.display()
-        )));
+        return Err(KeysError::corrupt(path, Damage::NotAscending));
     }
     if let (Some(plan), false) = (&header.plan, within_plan) {
-        return Err(KeysError::Corrupt(format!(
-            "{}: the plan names a group outside its {} groups",
-            path.display(),
-            plan.groups
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::PlanGroup {
+                groups: plan.groups,
+            },
+        ));
     }
     Ok(())
 }
@@ -306,7 +306,7 @@ impl HotKeys {
         }
     }
 
-    /// These keys with the plan of a distributed stage 2 (see [`crate::plan`]): which group
+    /// These keys with the plan of a distributed stage 2 (see [`crate::Plan`]): which group
     /// decides the rows of each key. Errors when the plan is not one for these keys.
     pub fn with_plan(mut self, plan: Plan) -> Result<HotKeys, KeysError> {
         if plan.group_of_key.len() != self.keys.len()

@@ -36,7 +36,7 @@ mod stage;
 mod table;
 
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
-pub use error::KeysError;
+pub use error::{Damage, InputFailure, KeysError};
 pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, RowGrouping, ShardPlace};
 /// Re-exported for compatibility: [`Progress`] and [`OnError`] were stage 1's before every step
 /// ran on `neardup-exec`, and `neardup::keys::{Progress, OnError}` is public API.

@@ -8,16 +8,18 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use neardup_corpus::{
-    AtomicFile, Block, CancelToken, Chunk, ChunkRange, FieldsSeen, InputFile, Projection,
-    ReadOptions, SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks,
-    read_chunk, record_fields,
+    AtomicFile, Block, Chunk, ChunkRange, FieldsSeen, InputFile, Projection, ReadOptions,
+    SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks, read_chunk,
+    record_fields,
 };
-use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, OnError, Progress, run_ordered};
+use neardup_exec::{
+    CancelToken, ChunkWork, Completion, Event, ExecOptions, OnError, StepControl, run_ordered,
+};
 use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
 use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
-use crate::error::KeysError;
+use crate::error::{InputFailure, KeysError};
 use crate::hot::{HotKeys, HotMask};
 use crate::row::{RowKind, RowRule};
 use crate::table::{
@@ -30,7 +32,8 @@ pub const DEFAULT_CHUNK_BYTES: u64 = 32 << 20;
 /// A key is hot when seen more than this many times, by default: seen twice.
 pub const DEFAULT_MIN_COUNT: u32 = 1;
 
-/// Settings of stage 1.
+/// Settings of stage 1: what it computes. The handles a caller watches and stops one run by
+/// are passed beside them ([`StepControl`]).
 #[derive(Clone, Debug)]
 pub struct KeysConfig {
     /// How texts become keys.
@@ -54,11 +57,6 @@ pub struct KeysConfig {
     pub spill_dir: Option<PathBuf>,
     /// Bad input policy.
     pub on_error: OnError,
-    /// Counters to watch the run by.
-    pub progress: Option<std::sync::Arc<Progress>>,
-    /// Stops the run (between blocks while reading, between partitions while counting) with
-    /// [`KeysError::Interrupted`].
-    pub cancel: CancelToken,
 }
 
 impl KeysConfig {
@@ -75,8 +73,6 @@ impl KeysConfig {
             memory_limit: None,
             spill_dir: None,
             on_error: OnError::default(),
-            progress: None,
-            cancel: CancelToken::new(),
         }
     }
 
@@ -385,6 +381,7 @@ fn read_options(cfg: &KeysConfig) -> ReadOptions {
 struct SketchWork<'a> {
     files: &'a [InputFile],
     cfg: &'a KeysConfig,
+    control: &'a StepControl,
     read: ReadOptions,
     /// Columns per row.
     columns: usize,
@@ -460,7 +457,7 @@ impl SketchWork<'_> {
                 }
             }
         });
-        if let Some(p) = &cfg.progress {
+        if let Some(p) = self.control.progress() {
             p.add(out.bytes, out.rows);
         }
         out
@@ -475,11 +472,14 @@ enum Sink {
 }
 
 /// Runs stage 1 over `files` (one shard): sketches every sample, counts the keys and finds the hot
-/// ones. Rows come out in input order whatever the thread count.
+/// ones. Rows come out in input order whatever the thread count. `control` is watched and looked
+/// at between blocks while reading and between partitions while counting: cancelled, the run
+/// fails with [`KeysError::Interrupted`].
 pub fn run_keys(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,
+    control: &StepControl,
 ) -> Result<KeysOutput, KeysError> {
     let layout = cfg.layout();
     let columns = layout.columns();
@@ -489,7 +489,7 @@ pub fn run_keys(
         mut stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, cfg, Sink::Memory(Vec::new()))?;
+    } = sketch_rows(files, cfg, control, Sink::Memory(Vec::new()))?;
 
     let count_started = Instant::now();
     let pool = rayon::ThreadPoolBuilder::new()
@@ -502,7 +502,13 @@ pub fn run_keys(
                 count_in_memory(&[], columns, cfg.min_count, content_col)
             } else {
                 pool.install(|| {
-                    count_in_memory_until(&keys, columns, cfg.min_count, content_col, &cfg.cancel)
+                    count_in_memory_until(
+                        &keys,
+                        columns,
+                        cfg.min_count,
+                        content_col,
+                        &control.cancel,
+                    )
                 })
                 .ok_or(KeysError::Interrupted)?
             };
@@ -510,7 +516,7 @@ pub fn run_keys(
             (counted, TableStore::Memory(table))
         }
         Sink::Spill(counter) => (
-            counter.finish(cfg.min_count, &cfg.cancel)?,
+            counter.finish(cfg.min_count, &control.cancel)?,
             TableStore::Spilled,
         ),
         Sink::File(_) => unreachable!("run_keys keeps its rows in memory or spills them"),
@@ -549,6 +555,7 @@ pub fn write_keys(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,
+    control: &StepControl,
     target: AtomicFile,
 ) -> Result<KeysStats, KeysError> {
     let layout = cfg.layout();
@@ -557,7 +564,7 @@ pub fn write_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, cfg, Sink::File(writer))?;
+    } = sketch_rows(files, cfg, control, Sink::File(writer))?;
     let Sink::File(writer) = sink else {
         unreachable!("a file sink stays a file sink")
     };
@@ -572,6 +579,7 @@ pub fn collect_keys(
     files: &[InputFile],
     shard: u32,
     cfg: &KeysConfig,
+    control: &StepControl,
 ) -> Result<(KeyTable, KeysStats), KeysError> {
     let mut cfg = cfg.clone();
     cfg.memory_limit = None;
@@ -579,7 +587,7 @@ pub fn collect_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, &cfg, Sink::Memory(Vec::new()))?;
+    } = sketch_rows(files, &cfg, control, Sink::Memory(Vec::new()))?;
     let Sink::Memory(keys) = sink else {
         unreachable!("without a memory limit the rows stay in memory")
     };
@@ -596,7 +604,12 @@ struct Sketched {
 
 /// Reads and sketches every chunk with worker threads and hands the rows, in input order, to
 /// `sink`.
-fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sketched, KeysError> {
+fn sketch_rows(
+    files: &[InputFile],
+    cfg: &KeysConfig,
+    control: &StepControl,
+    sink: Sink,
+) -> Result<Sketched, KeysError> {
     cfg.sketcher
         .config()
         .validate()
@@ -605,7 +618,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     let threads = cfg.effective_threads();
     let chunks = plan_chunks(files, balanced_chunk_bytes(files, cfg.chunk_bytes));
     let started = Instant::now();
-    if let Some(p) = &cfg.progress {
+    if let Some(p) = control.progress() {
         p.set_total(files.iter().map(|f| f.size).sum());
     }
 
@@ -631,6 +644,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
     let work = SketchWork {
         files,
         cfg,
+        control,
         read: read_options(cfg),
         columns,
     };
@@ -642,7 +656,7 @@ fn sketch_rows(files: &[InputFile], cfg: &KeysConfig, sink: Sink) -> Result<Sket
         &work,
         &chunks,
         ExecOptions::threads(threads),
-        &|| cfg.cancel.is_cancelled(),
+        &|| control.is_cancelled(),
         |event| {
             match event {
                 Event::Block { out, .. } => {
@@ -708,7 +722,7 @@ fn absorb(
             message,
         };
         if cfg.on_error == OnError::Fail {
-            return Err(KeysError::Input(problem.to_string()));
+            return Err(KeysError::Input(Box::new(InputFailure::Record(problem))));
         }
         if stats.problems.len() < QUOTED_PROBLEMS {
             stats.problems.push(problem);
@@ -716,11 +730,10 @@ fn absorb(
     }
     for lost in &out.unreadable {
         let range = UnreadableRange::new(path, record_base, lost);
-        if range.is_storage_failure() {
-            return Err(KeysError::Input(range.storage_failure()));
-        }
-        if cfg.on_error == OnError::Fail {
-            return Err(KeysError::Input(range.to_string()));
+        // A failed storage request says nothing about the data: skipping it would publish a
+        // dataset short of records a later attempt reads.
+        if cfg.on_error == OnError::Fail || range.is_storage_failure() {
+            return Err(KeysError::Input(Box::new(InputFailure::Unreadable(range))));
         }
         *stats.read_errors.entry(range.kind.clone()).or_default() += 1;
         stats.records_unreadable += range.records.unwrap_or(0);
@@ -790,27 +803,13 @@ fn check_something_read(
 ) -> Result<(), KeysError> {
     let never = fields.never_seen();
     if !never.is_empty() {
-        let quote = |names: &mut dyn Iterator<Item = String>| {
-            names
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let missing = quote(&mut never.iter().map(|&i| cfg.selector.fields[i].to_string()));
-        let seen = record_fields(files, 1000);
-        let one = if never.len() == 1 {
-            "the field"
-        } else {
-            "the fields"
-        };
-        let mut msg = format!("no record of the inputs has {one} {missing} (chosen with --field)");
-        if !seen.is_empty() {
-            msg += &format!(
-                "; the records have the fields {}",
-                quote(&mut seen.into_iter())
-            );
-        }
-        return Err(KeysError::Input(msg));
+        return Err(KeysError::Input(Box::new(InputFailure::FieldsNeverSeen {
+            missing: never
+                .iter()
+                .map(|&i| cfg.selector.fields[i].to_string())
+                .collect(),
+            seen: record_fields(files, 1000).into_iter().collect(),
+        })));
     }
     if stats.samples > 0 {
         return Ok(());
@@ -819,54 +818,11 @@ fn check_something_read(
     if skipped == 0 && stats.unreadable.is_empty() {
         return Ok(());
     }
-    let mut why = Vec::new();
-    if skipped > 0 {
-        let describe = |kind: &str| match kind {
-            "malformed_json" => "not valid JSON".to_string(),
-            "invalid_utf8" => "not valid UTF-8".to_string(),
-            "missing_field" => "without the text field".to_string(),
-            "null_field" => "with a null text field".to_string(),
-            "not_a_string" => "with a text field that is not a string".to_string(),
-            other => other.to_string(),
-        };
-        let kinds: Vec<String> = stats
-            .skipped
-            .iter()
-            .map(|(kind, n)| format!("{n} {}", describe(kind)))
-            .collect();
-        why.push(format!(
-            "none of the {} records read has a text ({})",
-            stats.records,
-            kinds.join(", ")
-        ));
-    }
-    if !stats.unreadable.is_empty() {
-        let shown: Vec<String> = stats
-            .unreadable
-            .iter()
-            .take(3)
-            .map(UnreadableRange::to_string)
-            .collect();
-        let more = stats.unreadable.len().saturating_sub(shown.len());
-        why.push(format!(
-            "{}: {}{}",
-            if stats.records == 0 {
-                "no record could be read"
-            } else {
-                "the rest is unreadable"
-            },
-            shown.join("; "),
-            if more > 0 {
-                format!("; and {more} more unreadable parts")
-            } else {
-                String::new()
-            }
-        ));
-    }
-    Err(KeysError::Input(format!(
-        "nothing to deduplicate: {}",
-        why.join("; ")
-    )))
+    Err(KeysError::Input(Box::new(InputFailure::NothingRead {
+        records: stats.records,
+        skipped: stats.skipped.iter().map(|(k, n)| (k.clone(), *n)).collect(),
+        unreadable: stats.unreadable.clone(),
+    })))
 }
 
 /// Like [`merge_tables`] over saved tables, without holding them: each file is read

@@ -10,7 +10,7 @@ use neardup_corpus::{
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::error::KeysError;
+use crate::error::{Damage, KeysError};
 use crate::row::{RowRule, ShortTextPolicy};
 
 /// Rows of one input file, in the order the file's samples were read.
@@ -255,11 +255,15 @@ impl KeyTable {
     ) -> Result<KeyTable, KeysError> {
         let rows: u64 = files.iter().map(|f| f.rows).sum();
         if rows as usize * layout.columns() != keys.len() {
-            return Err(KeysError::Corrupt(format!(
-                "table holds {} keys, but {rows} rows × {} columns were declared",
-                keys.len(),
-                layout.columns()
-            )));
+            return Err(KeysError::Corrupt {
+                path: None,
+                damage: Damage::KeyCount {
+                    keys: keys.len() as u64,
+                    rows,
+                    columns: layout.columns(),
+                    written: false,
+                },
+            });
         }
         Ok(KeyTable {
             layout,
@@ -367,8 +371,7 @@ impl KeyTable {
         let mut keys = Vec::with_capacity(reader.keys_left().min(1 << 30) as usize);
         while reader.read_keys(usize::MAX, &mut keys)? > 0 {}
         let header = reader.finish()?;
-        KeyTable::new(header.layout, header.shard, header.files, keys)
-            .map_err(|e| KeysError::Corrupt(format!("{}: {e}", path.display())))
+        KeyTable::new(header.layout, header.shard, header.files, keys).map_err(|e| e.in_file(path))
     }
 
     /// Reads a table from the bytes of [`KeyTable::to_bytes`] (or of a table file), verifying
@@ -383,8 +386,7 @@ impl KeyTable {
         }
         let keys = read_u64s(&mut input, keys_left as usize).map_err(|e| truncated(name, e))?;
         verify_trailer(input, name, END_MAGIC)?;
-        KeyTable::new(header.layout, header.shard, header.files, keys)
-            .map_err(|e| KeysError::Corrupt(format!("{BYTES_NAME}: {e}")))
+        KeyTable::new(header.layout, header.shard, header.files, keys).map_err(|e| e.in_file(name))
     }
 }
 
@@ -394,24 +396,29 @@ pub(crate) const BYTES_NAME: &str = "<bytes>";
 /// Checks a table header's version and row counts; returns the number of keys that follow.
 fn check_header(header: &TableHeader, path: &Path) -> Result<u64, KeysError> {
     if header.format_version != 1 {
-        return Err(KeysError::Corrupt(format!(
-            "{}: key table format version {} is not supported (this build reads version 1)",
-            path.display(),
-            header.format_version
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::FormatVersion {
+                what: "key table",
+                found: header.format_version,
+                supported: 1,
+            },
+        ));
     }
     let files_rows: u64 = header.files.iter().map(|f| f.rows).sum();
     if files_rows != header.rows {
-        return Err(KeysError::Corrupt(format!(
-            "{}: the header's files hold {files_rows} rows but it declares {}",
-            path.display(),
-            header.rows
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::DeclaredRows {
+                files_rows,
+                declared: header.rows,
+            },
+        ));
     }
     header
         .rows
         .checked_mul(header.layout.columns() as u64)
-        .ok_or_else(|| KeysError::Corrupt(format!("{}: implausible size", path.display())))
+        .ok_or_else(|| KeysError::corrupt(path, Damage::ImplausibleSize))
 }
 
 /// Writes a key table file as its rows are produced, holding none of them: for a shard whose table
@@ -500,12 +507,15 @@ impl KeyTableWriter {
         let io_err = |e: io::Error| KeysError::io(&path, e);
         let rows: u64 = files.iter().map(|f| f.rows).sum();
         if layout.columns() != self.columns || rows * self.columns as u64 != self.keys {
-            return Err(KeysError::Corrupt(format!(
-                "{}: {} keys were written, but {rows} rows × {} columns were declared",
-                path.display(),
-                self.keys,
-                layout.columns()
-            )));
+            return Err(KeysError::corrupt(
+                &path,
+                Damage::KeyCount {
+                    keys: self.keys,
+                    rows,
+                    columns: layout.columns(),
+                    written: true,
+                },
+            ));
         }
         let scratch = self.rows_file.path().to_path_buf();
         let mut body = self
@@ -525,11 +535,13 @@ impl KeyTableWriter {
         write_framed_header(&mut out, MAGIC, &header).map_err(io_err)?;
         let copied = io::copy(&mut (&mut body).take(self.keys * 8), &mut out).map_err(io_err)?;
         if copied != self.keys * 8 {
-            return Err(KeysError::Corrupt(format!(
-                "{}: the scratch file of its rows holds {copied} bytes, {} were written",
-                path.display(),
-                self.keys * 8
-            )));
+            return Err(KeysError::corrupt(
+                &path,
+                Damage::ScratchSize {
+                    copied,
+                    written: self.keys * 8,
+                },
+            ));
         }
         let (mut buf, sum) = out.finish();
         buf.write_all(&sum.to_le_bytes()).map_err(io_err)?;
@@ -734,10 +746,7 @@ fn stored_checksum(path: &Path) -> Result<u64, KeysError> {
         .try_into()
         .map_err(|_| truncated(path, io::ErrorKind::UnexpectedEof.into()))?;
     if &trailer[8..] != END_MAGIC {
-        return Err(KeysError::Corrupt(format!(
-            "{}: missing end marker (truncated?)",
-            path.display()
-        )));
+        return Err(KeysError::corrupt(path, Damage::MissingEndMarker));
     }
     Ok(u64::from_le_bytes(
         trailer[..8].try_into().expect("8 bytes"),
@@ -838,27 +847,24 @@ pub(crate) fn read_framed_header<R: Read, T: for<'de> Deserialize<'de>>(
     let mut got = [0u8; 8];
     input.read_exact(&mut got).map_err(|e| truncated(path, e))?;
     if &got != magic {
-        return Err(KeysError::Corrupt(format!(
-            "{}: not a neardup {} file (bad magic bytes)",
-            path.display(),
-            String::from_utf8_lossy(&magic[..6])
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::BadMagic {
+                kind: String::from_utf8_lossy(&magic[..6]).into_owned(),
+            },
+        ));
     }
     let mut len = [0u8; 8];
     input.read_exact(&mut len).map_err(|e| truncated(path, e))?;
     let len = u64::from_le_bytes(len);
     if len > 1 << 34 {
-        return Err(KeysError::Corrupt(format!(
-            "{}: implausible header length {len}",
-            path.display()
-        )));
+        return Err(KeysError::corrupt(path, Damage::HeaderLength(len)));
     }
     let mut json = vec![0u8; len as usize];
     input
         .read_exact(&mut json)
         .map_err(|e| truncated(path, e))?;
-    serde_json::from_slice(&json)
-        .map_err(|e| KeysError::Corrupt(format!("{}: unreadable header: {e}", path.display())))
+    serde_json::from_slice(&json).map_err(|e| KeysError::corrupt(path, Damage::Header(e)))
 }
 
 pub(crate) fn verify_trailer<R: Read>(
@@ -874,23 +880,20 @@ pub(crate) fn verify_trailer<R: Read>(
         .map_err(|e| truncated(path, e))?;
     let stored = u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"));
     if &trailer[8..] != end_magic {
-        return Err(KeysError::Corrupt(format!(
-            "{}: missing end marker (truncated?)",
-            path.display()
-        )));
+        return Err(KeysError::corrupt(path, Damage::MissingEndMarker));
     }
     if stored != expected {
-        return Err(KeysError::Corrupt(format!(
-            "{}: checksum mismatch (stored {stored:016x}, computed {expected:016x})",
-            path.display()
-        )));
+        return Err(KeysError::corrupt(
+            path,
+            Damage::Checksum {
+                stored,
+                computed: expected,
+            },
+        ));
     }
     let mut extra = [0u8; 1];
     if inner.read(&mut extra).map_err(|e| KeysError::io(path, e))? != 0 {
-        return Err(KeysError::Corrupt(format!(
-            "{}: trailing bytes after end marker",
-            path.display()
-        )));
+        return Err(KeysError::corrupt(path, Damage::TrailingBytes));
     }
     Ok(())
 }
@@ -926,7 +929,7 @@ pub(crate) fn read_u64s<R: Read>(input: &mut R, n: usize) -> io::Result<Vec<u64>
 
 pub(crate) fn truncated(path: &Path, e: io::Error) -> KeysError {
     if e.kind() == io::ErrorKind::UnexpectedEof {
-        KeysError::Corrupt(format!("{}: file is truncated", path.display()))
+        KeysError::corrupt(path, Damage::Truncated(e))
     } else {
         KeysError::io(path, e)
     }
@@ -1000,6 +1003,59 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(err(&longer).contains("trailing bytes"));
+    }
+
+    #[test]
+    fn damage_is_refused_with_its_file_its_values_and_its_source() {
+        use std::error::Error as _;
+        let bytes = table().to_bytes();
+        let mut flipped = bytes.clone();
+        let at = bytes.len() - 30;
+        flipped[at] ^= 1;
+        match KeyTable::from_bytes(&flipped).unwrap_err() {
+            KeysError::Corrupt {
+                path: Some(path),
+                damage: Damage::Checksum { stored, computed },
+            } => {
+                assert_eq!(path, Path::new(BYTES_NAME));
+                assert_ne!(stored, computed);
+            }
+            other => panic!("{other:?}"),
+        }
+        let truncated = KeyTable::from_bytes(&bytes[..40]).unwrap_err();
+        assert!(
+            matches!(
+                &truncated,
+                KeysError::Corrupt {
+                    damage: Damage::Truncated(_),
+                    ..
+                }
+            ),
+            "{truncated:?}"
+        );
+        let source = truncated.source().expect("the read's error");
+        assert_eq!(
+            source.downcast_ref::<io::Error>().map(io::Error::kind),
+            Some(io::ErrorKind::UnexpectedEof)
+        );
+        // Rows that do not fill the declared table: no file yet, then the file named.
+        let t = table();
+        let err = KeyTable::new(t.layout().clone(), 0, t.files().to_vec(), vec![1]).unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                KeysError::Corrupt {
+                    path: None,
+                    damage: Damage::KeyCount { keys: 1, .. }
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.in_file(Path::new("t.ndk"))
+                .to_string()
+                .starts_with("t.ndk: table holds 1 keys")
+        );
     }
 
     #[test]

@@ -2,13 +2,16 @@
 //!
 //! | Rust error | Python exception |
 //! | --- | --- |
-//! | invalid settings (`Error::Usage`, `Config` of either stage, tables made with other settings) | `ValueError` |
+//! | invalid settings (`Error::Usage`, `Config` of either stage, tables made with other settings), outputs of an earlier step that do not fit (`Error::StepInput`) | `ValueError` |
 //! | bad input with `on_error="fail"`, inputs changed between the stages | `neardup.InputError` (a `ValueError`) |
-//! | no input found | `FileNotFoundError` |
-//! | an I/O error on a named file | the `OSError` subclass of its kind (`FileNotFoundError`, `PermissionError`, …), `errno` set |
+//! | inputs that cannot be used or no input found (`Error::Inputs`) | `FileNotFoundError` |
+//! | an I/O error on a named file (`Error::Io`, `KeysError::Io`, spill and step streams) | the `OSError` subclass of its kind (`FileNotFoundError`, `PermissionError`, …), `errno` set |
 //! | a damaged key-table or hot-key file, or damaged bytes of a step value | `neardup.CorruptFileError` (an `OSError`) |
-//! | writing outputs, decisions, the report or spill files failed | `OSError` |
+//! | publishing outputs, decisions or the report failed, a run's thread lost | `OSError` |
 //! | the run was cancelled (Ctrl-C) | `KeyboardInterrupt` |
+//!
+//! The type is chosen from the error's variant and its source (an `io::Error`'s kind), never
+//! from its message.
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
@@ -59,17 +62,15 @@ pub fn os_error(py: Python<'_>, source: &std::io::Error, message: String) -> PyE
 pub fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e {
-        Error::Usage(_) => PyValueError::new_err(message),
-        Error::Run(_) => PyOSError::new_err(message),
+        Error::Usage(_) | Error::StepInput(_) | Error::Eval(_) => PyValueError::new_err(message),
+        Error::Inputs(_) => PyFileNotFoundError::new_err(message),
+        Error::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
+        Error::Publish(_) | Error::Threads { .. } | Error::ThreadLost { .. } => {
+            PyOSError::new_err(message)
+        }
         Error::Corrupt(_) => CorruptFileError::new_err(message),
         Error::Interrupted => PyKeyboardInterrupt::new_err(message),
-        Error::Keys(k) => match k {
-            KeysError::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
-            KeysError::Corrupt(_) => CorruptFileError::new_err(message),
-            KeysError::Incompatible(_) | KeysError::Config(_) => PyValueError::new_err(message),
-            KeysError::Input(_) => InputError::new_err(message),
-            KeysError::Interrupted => PyKeyboardInterrupt::new_err(message),
-        },
+        Error::Keys(k) | Error::KeyFile(k) => keys_error(k, message),
         Error::Dedup(d) => match d {
             DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),
             DedupError::Input(_) | DedupError::Mismatch(_) => InputError::new_err(message),
@@ -86,19 +87,16 @@ pub fn to_py(e: Error) -> PyErr {
 /// message (it names the file; there is no stage to name).
 pub fn keys_to_py(e: KeysError) -> PyErr {
     let message = e.to_string();
+    keys_error(e, message)
+}
+
+/// The exception of a stage-1 or key-file error, carrying `message`.
+fn keys_error(e: KeysError, message: String) -> PyErr {
     match e {
         KeysError::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
-        KeysError::Corrupt(_) => CorruptFileError::new_err(message),
+        KeysError::Corrupt { .. } => CorruptFileError::new_err(message),
         KeysError::Incompatible(_) | KeysError::Config(_) => PyValueError::new_err(message),
         KeysError::Input(_) => InputError::new_err(message),
         KeysError::Interrupted => PyKeyboardInterrupt::new_err(message),
-    }
-}
-
-/// The error of finding no usable input: `FileNotFoundError`, with the CLI's message.
-pub fn discovery_to_py(e: Error) -> PyErr {
-    match e {
-        Error::Run(m) => PyFileNotFoundError::new_err(m),
-        other => to_py(other),
     }
 }

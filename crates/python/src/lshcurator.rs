@@ -17,7 +17,7 @@ use neardup::dedup::{Decision, SampleAddr};
 use neardup::sketch::{NO_KEY, is_blank, py_strip};
 use neardup::{Config, Error, ShingleUnit};
 
-use crate::errors::{discovery_to_py, to_py};
+use crate::errors::to_py;
 
 /// lshcurator's settings (its `CuratorConfig` and `process_corpus` arguments).
 #[derive(FromPyObject)]
@@ -61,7 +61,7 @@ fn lshcurator_config(s: &CuratorSettings) -> PyResult<(Config, Vec<InputFile>)> 
     // lshcurator creates a bucket with its first representative whatever the bound, so a bound
     // of 0 acts as 1.
     c.dedup.max_reps = s.max_representatives_per_bucket.map(|m| m.max(1));
-    let (files, _problems) = neardup::discover_inputs(&c).map_err(discovery_to_py)?;
+    let (files, _problems) = neardup::discover_inputs(&c).map_err(to_py)?;
     // lshcurator strips JSONL values before signing them but signs Parquet values as they are:
     // the preset's trim matches the first, and an all-Parquet corpus gets the second exactly.
     if files.iter().all(|f| f.format == Format::Parquet) {
@@ -223,12 +223,14 @@ pub fn process_corpus(settings: CuratorSettings) -> PyResult<CorpusStream> {
     let thread = std::thread::Builder::new()
         .name("neardup-lshcurator".into())
         .spawn(move || -> Result<(), Error> {
-            let out = neardup::keys::run_keys(&files, 0, &keys)?;
+            // The stream cannot be cancelled: the caller stops by no longer iterating.
+            let control = neardup::exec::StepControl::default();
+            let out = neardup::keys::run_keys(&files, 0, &keys, &control)?;
             let hot = !out.hot.is_empty();
             let _ = hot_tx.send(hot);
             if hot {
                 // A closed channel only means the caller stopped iterating.
-                neardup::dedup::run_dedup(&out.files, &out.mask, &apply, &mut |d| {
+                neardup::dedup::run_dedup(&out.files, &out.mask, &apply, &control, &mut |d| {
                     let _ = tx.send(d.clone());
                 })?;
             }

@@ -14,7 +14,7 @@ use pyo3::types::PyDict;
 use neardup::{Config, Error, NextDecision, Pipeline, Report, RunControl};
 
 use crate::deduper::Decision;
-use crate::errors::{discovery_to_py, to_py};
+use crate::errors::to_py;
 use crate::settings::{Scope, config_from, inputs_from};
 
 /// The report as the JSON `--report` writes.
@@ -25,7 +25,7 @@ pub(crate) fn report_json(report: &Report) -> String {
 /// The discovered inputs' names as decisions print them (`Path::display`, as the decisions file
 /// does), checked up front so that a missing input is a FileNotFoundError before any work.
 fn input_names(config: &Config) -> PyResult<Vec<Arc<str>>> {
-    let (files, _problems) = neardup::discover_inputs(config).map_err(discovery_to_py)?;
+    let (files, _problems) = neardup::discover_inputs(config).map_err(to_py)?;
     Ok(files
         .iter()
         .map(|f| Arc::from(f.path.display().to_string()))
@@ -113,9 +113,9 @@ impl Run {
                 if self.finished() {
                     return true;
                 }
-                Err(Error::Run(
-                    "the run's thread stopped without a result".into(),
-                ))
+                Err(Error::ThreadLost {
+                    thread: "the run's thread",
+                })
             }
         };
         *self.result.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);

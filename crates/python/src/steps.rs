@@ -15,7 +15,7 @@ use neardup::{
     Config, DecidedInput, Error, KeysStep, RunControl, RunPaths, SignedInput, StepInput, TableInput,
 };
 
-use crate::errors::discovery_to_py;
+use crate::errors::to_py;
 use crate::run::{Output, Run, report_json};
 use crate::settings::{Scope, config_from, inputs_from};
 use crate::tables::KeyTable;
@@ -31,7 +31,7 @@ fn load_hot(path: &Path) -> Result<HotKeys, Error> {
 fn hot_error(e: KeysError) -> Error {
     match e {
         KeysError::Config(m) => Error::Usage(m),
-        other => Error::Run(other.to_string()),
+        other => Error::KeyFile(other),
     }
 }
 
@@ -47,7 +47,7 @@ pub fn start_keys(
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
     // Inputs that do not exist are FileNotFoundError at the call; the step keeps the listing.
-    let step = KeysStep::new(&config, shard).map_err(discovery_to_py)?;
+    let step = KeysStep::new(&config, shard).map_err(to_py)?;
     let control = RunControl::watched();
     let watched = control.clone();
     Run::spawn("neardup-keys", &control, move || {

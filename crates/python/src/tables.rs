@@ -11,7 +11,7 @@ use pyo3::types::{PyBytes, PyDict, PyList};
 
 use pyo3::exceptions::PyValueError;
 
-use crate::errors::{discovery_to_py, keys_to_py, to_py};
+use crate::errors::{keys_to_py, to_py};
 use crate::run::Run;
 use crate::settings::{Scope, config_from, inputs_from};
 
@@ -282,7 +282,7 @@ pub fn compute_keys(
 ) -> PyResult<KeyTable> {
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
-    let step = neardup::KeysStep::new(&config, shard).map_err(discovery_to_py)?;
+    let step = neardup::KeysStep::new(&config, shard).map_err(to_py)?;
     let (inner, stats) = py
         .detach(|| step.table(&neardup::RunControl::default()))
         .map_err(to_py)?;

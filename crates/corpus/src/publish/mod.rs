@@ -30,10 +30,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use neardup_exec::CancelToken;
 use serde::{Deserialize, Serialize};
 
 use neardup_storage::{ObjectUrl, StorageError, UploadSet};
@@ -50,32 +50,6 @@ pub const MANIFEST: &str = "_SUCCESS";
 
 /// Buffer between writers and a single-file output.
 const WRITE_BUF: usize = 1 << 20;
-
-/// Asks a running stage to stop: set it from any thread (or a signal handler — [`cancel`] only
-/// stores a flag, which is async-signal-safe), and the stages end at their next block, partition
-/// or file with an "interrupted" error; a [`Publication`] not yet committed then removes what it
-/// wrote. Cloning shares the flag.
-///
-/// [`cancel`]: CancelToken::cancel
-#[derive(Clone, Debug, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
-
-impl CancelToken {
-    /// A token not cancelled yet.
-    pub fn new() -> CancelToken {
-        CancelToken::default()
-    }
-
-    /// Asks every stage holding this token to stop.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether [`CancelToken::cancel`] was called.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-}
 
 /// Everything a run will publish, known before it starts.
 #[derive(Clone, Debug)]

@@ -1,0 +1,450 @@
+//! What the worker threads of a stage-2 pass make of each block, for the deciding thread: every
+//! sample classified ([`SampleKind`]), the hot ones signed as the pass's route asks
+//! ([`HotWork`]), in a [`PreparedBlock`] whose vectors are recycled ([`RecycledBuffers`]). The
+//! pass is a step of the executor here ([`PrepareWork`] is its `neardup_exec::ChunkWork`).
+//! Builds on `pass`.
+
+use neardup_corpus::{
+    Block, Chunk, ChunkRange, Projection, ReadOptions, SampleText, TextSelector, Unreadable,
+    reread_chunk,
+};
+use neardup_exec::StepControl;
+use neardup_keys::{HotMask, RowKind};
+use neardup_sketch::Scratch;
+
+use crate::deduper::{Candidate, SampleAddr};
+use crate::pass::{Stage2Config, needs_shingles};
+
+#[derive(Clone, Copy)]
+pub(crate) enum SampleKind {
+    /// No text; the reason's kind.
+    Skipped(&'static str),
+    Blank,
+    Cold,
+    Hot {
+        content_hash: u128,
+        /// Its place among the block's signed samples: where its signature, keys and hot
+        /// columns are in the block's vectors ([`PreparedBlock::signed`]).
+        slot: u32,
+        /// Its shingle set in the block's `shingles` (a one-process run under exact
+        /// verification).
+        material: (u32, u32),
+        /// Its table row.
+        row: u64,
+    },
+    /// A hot sample of a `sign` step under exact verification: only its content hash was
+    /// computed; decide sketches its text.
+    Text {
+        content_hash: u128,
+        row: u64,
+        /// Its text in the block's `carried`.
+        text: (u32, u32),
+    },
+    /// A later exact copy by stage 1's count: only its content hash was computed.
+    Copy {
+        content_hash: u128,
+        row: u64,
+        /// Its text in the block's `carried` (sign step).
+        text: (u32, u32),
+    },
+    /// A hot sample of a `write` step: decided elsewhere, nothing computed.
+    Decided {
+        row: u64,
+    },
+}
+
+pub(crate) struct PreparedSample {
+    pub record: u32,
+    pub field: u32,
+    pub kind: SampleKind,
+    pub id: Option<(u32, u32)>,
+}
+
+/// One block, read and prepared by a worker.
+pub(crate) struct PreparedBlock {
+    pub block: Block,
+    /// Table rows the block covers (its samples with a text).
+    pub texts: u64,
+    pub samples: Vec<PreparedSample>,
+    pub signatures: Vec<u32>,
+    pub rows: Vec<u64>,
+    pub hot: Vec<bool>,
+    pub shingles: Vec<u32>,
+    /// The texts hot samples carry to a `sign` step's output.
+    pub carried: String,
+    pub ids: String,
+}
+
+impl PreparedBlock {
+    /// The signature, row of keys and hot columns of the hot sample signed at `slot`.
+    pub fn signed(&self, slot: u32, cfg: &Stage2Config) -> (&[u32], &[u64], &[bool]) {
+        let (num_perm, columns) = (
+            cfg.sketcher.num_perm(),
+            cfg.rule.columns(cfg.sketcher.bands()),
+        );
+        let i = slot as usize;
+        (
+            &self.signatures[i * num_perm..(i + 1) * num_perm],
+            &self.rows[i * columns..(i + 1) * columns],
+            &self.hot[i * columns..(i + 1) * columns],
+        )
+    }
+}
+
+/// The per-block vectors of a decided block, handed back to the workers: a block's shingle sets
+/// are megabytes, and a fresh vector of that size per block costs page faults and copies as it
+/// grows.
+#[derive(Default)]
+pub(crate) struct RecycledBuffers {
+    samples: Vec<PreparedSample>,
+    signatures: Vec<u32>,
+    rows: Vec<u64>,
+    hot: Vec<bool>,
+    shingles: Vec<u32>,
+    carried: String,
+}
+
+impl RecycledBuffers {
+    pub fn from_block(w: &mut PreparedBlock) -> RecycledBuffers {
+        RecycledBuffers {
+            samples: std::mem::take(&mut w.samples),
+            signatures: std::mem::take(&mut w.signatures),
+            rows: std::mem::take(&mut w.rows),
+            hot: std::mem::take(&mut w.hot),
+            shingles: std::mem::take(&mut w.shingles),
+            carried: std::mem::take(&mut w.carried),
+        }
+    }
+
+    fn cleared(mut self) -> RecycledBuffers {
+        self.samples.clear();
+        self.signatures.clear();
+        self.rows.clear();
+        self.hot.clear();
+        self.shingles.clear();
+        self.carried.clear();
+        self
+    }
+}
+
+/// One chunk of an input as a job of the executor, with the table row of its first sample and
+/// stage 1's counts of it.
+pub(crate) struct ChunkJob<'a> {
+    pub file: usize,
+    pub chunk: Chunk,
+    pub row_base: u64,
+    pub expect: &'a neardup_keys::ChunkRows,
+}
+
+/// What every thread shares while preparing blocks: the stage-2 pass as a step of the executor
+/// (`neardup_exec`).
+pub(crate) struct PrepareWork<'a> {
+    pub mask: &'a HotMask,
+    pub cfg: &'a Stage2Config,
+    pub control: &'a StepControl,
+    pub hot_work: HotWork,
+    pub spares: &'a crossbeam_channel::Receiver<RecycledBuffers>,
+    /// The inputs the jobs read.
+    pub inputs: &'a [neardup_corpus::InputFile],
+}
+
+/// What the workers prepare of each hot sample for the deciding thread.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HotWork {
+    /// Its signature and keys, and its shingle set when `shingles` (a one-process run under
+    /// exact verification: the sets are a by-product of signing).
+    Decide { shingles: bool },
+    /// A `sign` step. Under exact verification (`texts`), only its content hash and text:
+    /// decide sketches the text once for both its signature and its shingle set, as a
+    /// one-process run does. Otherwise (`--verify estimate`, no texts) its signature and keys.
+    /// Later copies bring their text in both cases.
+    Sign { texts: bool },
+    /// Nothing: a `write` step, whose hot samples were decided elsewhere.
+    Decided,
+}
+
+/// Per-thread preparing buffers.
+pub(crate) struct PrepareBuffers {
+    /// One scratch per thread, not per chunk: its buffers grow to the largest text seen, and
+    /// growing them again for every chunk cost page faults and copies.
+    scratch: Scratch,
+    sig: Vec<u32>,
+    row_keys: Vec<u64>,
+}
+
+impl PrepareBuffers {
+    fn new(prep: &PrepareWork<'_>) -> PrepareBuffers {
+        PrepareBuffers {
+            scratch: if prep.hot_work == (HotWork::Decide { shingles: true }) {
+                Scratch::collecting_shingle_sets()
+            } else {
+                Scratch::default()
+            },
+            sig: vec![0u32; prep.cfg.sketcher.num_perm()],
+            row_keys: vec![0u64; prep.cfg.rule.columns(prep.cfg.sketcher.bands())],
+        }
+    }
+}
+
+fn read_options(cfg: &Stage2Config) -> ReadOptions {
+    ReadOptions {
+        selector: cfg.selector.clone(),
+        projection: Projection::FullRecords,
+        block_bytes: cfg.block_bytes,
+    }
+}
+
+/// Samples with a text in `block` (the table rows it covers).
+fn count_texts(block: &Block, selector: &TextSelector) -> u64 {
+    let mut texts = 0u64;
+    block.for_each_sample(selector, |s| {
+        texts += u64::from(matches!(s.text, SampleText::Text(_)));
+    });
+    texts
+}
+
+/// Classifies a block's samples (`row` is the table row of its first text, advanced past its
+/// last), signing the hot ones.
+fn prepare_block(
+    prep: &PrepareWork<'_>,
+    block: Block,
+    row: &mut u64,
+    worker: &mut PrepareBuffers,
+) -> PreparedBlock {
+    let PrepareWork {
+        mask,
+        cfg,
+        control,
+        hot_work,
+        spares,
+        ..
+    } = *prep;
+    let (shingles_of_hot, texts_of_hot, texts_of_copies) = match hot_work {
+        HotWork::Decide { shingles } => (shingles, false, false),
+        HotWork::Sign { texts } => (false, texts, true),
+        HotWork::Decided => (false, false, false),
+    };
+    let PrepareBuffers {
+        scratch,
+        sig,
+        row_keys,
+    } = worker;
+    if block.texts_only() {
+        // Records stage 1 sketched but stage 2 cannot read whole: their table rows are passed
+        // over, and they are neither decided nor written (the loss before them reports them).
+        let texts = count_texts(&block, &cfg.selector);
+        *row += texts;
+        return PreparedBlock {
+            block,
+            texts,
+            samples: Vec::new(),
+            signatures: Vec::new(),
+            rows: Vec::new(),
+            hot: Vec::new(),
+            shingles: Vec::new(),
+            carried: String::new(),
+            ids: String::new(),
+        };
+    }
+    let columns = row_keys.len();
+    let num_perm = sig.len();
+    let RecycledBuffers {
+        mut samples,
+        mut signatures,
+        mut rows,
+        mut hot,
+        mut shingles,
+        mut carried,
+    } = spares
+        .try_recv()
+        .map(RecycledBuffers::cleared)
+        .unwrap_or_default();
+    let mut carry = |text: &str| {
+        let start = carried.len() as u32;
+        carried.push_str(text);
+        (start, carried.len() as u32)
+    };
+    let mut ids = String::new();
+    let mut next_row = *row;
+    block.for_each_sample(&cfg.selector, |s| {
+        let id = s.id.as_ref().map(|id| {
+            let start = ids.len() as u32;
+            ids.push_str(id);
+            (start, ids.len() as u32)
+        });
+        let kind = match s.text {
+            SampleText::Skipped(reason) => SampleKind::Skipped(reason.kind()),
+            SampleText::Text(text) => {
+                let this_row = next_row;
+                next_row += 1;
+                if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
+                    if cfg.rule.is_blank(&cfg.sketcher, &text) {
+                        SampleKind::Blank
+                    } else {
+                        SampleKind::Cold
+                    }
+                } else if hot_work == HotWork::Decided {
+                    SampleKind::Decided { row: this_row }
+                } else if mask.is_later_copy(this_row as usize) {
+                    SampleKind::Copy {
+                        content_hash: cfg.sketcher.content_hash(&text, scratch),
+                        row: this_row,
+                        text: if texts_of_copies {
+                            carry(&text)
+                        } else {
+                            (0, 0)
+                        },
+                    }
+                } else if texts_of_hot {
+                    // Stage 1 found one of its keys hot, so it is not blank (its keys would all
+                    // be NO_KEY): nothing to sketch here.
+                    SampleKind::Text {
+                        content_hash: cfg.sketcher.content_hash(&text, scratch),
+                        row: this_row,
+                        text: carry(&text),
+                    }
+                } else {
+                    let r = cfg
+                        .rule
+                        .sketch(&cfg.sketcher, &text, scratch, sig, row_keys);
+                    if r.kind == RowKind::Blank {
+                        SampleKind::Blank
+                    } else {
+                        let slot = (signatures.len() / num_perm) as u32;
+                        signatures.extend_from_slice(sig);
+                        rows.extend_from_slice(row_keys);
+                        hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
+                        let material = if shingles_of_hot {
+                            let start = shingles.len() as u32;
+                            cfg.sketcher.last_shingle_set(scratch, &mut shingles);
+                            (start, shingles.len() as u32)
+                        } else {
+                            (0, 0)
+                        };
+                        SampleKind::Hot {
+                            content_hash: r.content_hash,
+                            slot,
+                            material,
+                            row: this_row,
+                        }
+                    }
+                }
+            }
+        };
+        samples.push(PreparedSample {
+            record: s.record as u32,
+            field: s.field,
+            kind,
+            id,
+        });
+    });
+    let texts = next_row - *row;
+    *row = next_row;
+    if let Some(p) = control.progress() {
+        p.add(block.input_bytes(), samples.len() as u64);
+    }
+    PreparedBlock {
+        block,
+        texts,
+        samples,
+        signatures,
+        rows,
+        hot,
+        shingles,
+        carried,
+        ids,
+    }
+}
+
+impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
+    type Job = ChunkJob<'a>;
+    type Block = Block;
+    type ReadError = Unreadable;
+    type Worker = PrepareBuffers;
+    type Out = Box<PreparedBlock>;
+    // Signing needs each sample's table row (the hot mask is by row).
+    const RELAYS_POSITION: bool = true;
+
+    fn worker(&self) -> PrepareBuffers {
+        PrepareBuffers::new(self)
+    }
+
+    /// The chunk is read up to where stage 1 lost records (see [`reread_chunk`]), so both stages
+    /// see the same records.
+    fn read(&self, job: &ChunkJob<'a>) -> impl Iterator<Item = Result<Block, Unreadable>> {
+        reread_chunk(
+            &self.inputs[job.file],
+            &job.chunk,
+            &read_options(self.cfg),
+            &job.expect.unreadable,
+        )
+        .map(|r| r.map_err(|e| e.unreadable()))
+    }
+
+    fn shares_blocks(&self, job: &ChunkJob<'a>) -> bool {
+        job.chunk.range == ChunkRange::Whole
+    }
+
+    fn first_position(&self, job: &ChunkJob<'a>) -> u64 {
+        job.row_base
+    }
+
+    /// Counting a shared block's texts costs a parse, but lets the next block start before this
+    /// one is signed.
+    fn advance(&self, block: &Block) -> u64 {
+        count_texts(block, &self.cfg.selector)
+    }
+
+    fn prepare(
+        &self,
+        worker: &mut PrepareBuffers,
+        _job: &ChunkJob<'a>,
+        block: Block,
+        position: u64,
+    ) -> (Box<PreparedBlock>, u64) {
+        let mut row = position;
+        let work = prepare_block(self, block, &mut row, worker);
+        (Box::new(work), row)
+    }
+}
+
+/// The rare path of a later copy whose full content hash matched no earlier sample: sketch it
+/// here from the block's text and hand its candidate to `use_it` (which decides or signs it).
+pub(crate) fn sketch_from_block(
+    w: &PreparedBlock,
+    target: &PreparedSample,
+    row: u64,
+    cfg: &Stage2Config,
+    mask: &HotMask,
+    addr: SampleAddr,
+    mut use_it: impl FnMut(&Candidate<'_>),
+) {
+    let columns = cfg.rule.columns(cfg.sketcher.bands());
+    let mut scratch = Scratch::default();
+    let mut sig = vec![0u32; cfg.sketcher.num_perm()];
+    let mut keys = vec![0u64; columns];
+    let mut shingles = Vec::new();
+    let with_shingles = needs_shingles(cfg);
+    let hot: Vec<bool> = (0..columns).map(|c| mask.is_hot(row as usize, c)).collect();
+    w.block.for_each_sample(&cfg.selector, |s| {
+        if s.record as u32 != target.record || s.field != target.field {
+            return;
+        }
+        if let SampleText::Text(text) = s.text {
+            let r = cfg
+                .rule
+                .sketch(&cfg.sketcher, &text, &mut scratch, &mut sig, &mut keys);
+            if with_shingles {
+                cfg.sketcher.last_shingle_set(&mut scratch, &mut shingles);
+            }
+            use_it(&Candidate {
+                addr,
+                signature: &sig,
+                row: &keys,
+                hot: &hot,
+                content_hash: r.content_hash,
+                shingles: with_shingles.then_some(shingles.as_slice()),
+            });
+        }
+    });
+}
