@@ -281,9 +281,6 @@ impl fmt::Display for DedupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DedupError::Config(e) => write!(f, "invalid settings: {e}"),
-            DedupError::Input(range) if range.is_storage_failure() => {
-                write!(f, "input error: {}", range.storage_failure())
-            }
             DedupError::Input(range) => write!(f, "input error: {range}"),
             DedupError::Mismatch(m) => write!(f, "inputs changed since stage 1: {m}"),
             DedupError::Output(e) => write!(f, "output error: {e}"),

@@ -234,9 +234,6 @@ impl fmt::Display for InputFailure {
         };
         match self {
             InputFailure::Record(problem) => problem.fmt(f),
-            InputFailure::Unreadable(range) if range.is_storage_failure() => {
-                f.write_str(&range.storage_failure())
-            }
             InputFailure::Unreadable(range) => range.fmt(f),
             InputFailure::FieldsNeverSeen { missing, seen } => {
                 let one = if missing.len() == 1 {

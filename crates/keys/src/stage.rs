@@ -196,18 +196,6 @@ impl UnreadableRange {
         self.kind == "storage"
     }
 
-    /// The error that stops a run on a storage failure: the object, what failed, and why
-    /// `--on-error skip` does not skip it.
-    pub fn storage_failure(&self) -> String {
-        format!(
-            "{}: {}: the storage service or the network failed, not the data, and --on-error \
-             skip does not skip that (the dataset would lack records a later run reads); \
-             nothing was published: run again when the service answers",
-            self.file.display(),
-            self.reason
-        )
-    }
-
     /// Whether the loss starts at the file's first record and its size is unknown: nothing of
     /// the file could be read, not even how many records it holds.
     pub fn whole_file_unknown(&self) -> bool {
@@ -215,8 +203,20 @@ impl UnreadableRange {
     }
 }
 
+/// A storage failure reads as the error that stops the run: the object, what failed, and why
+/// `--on-error skip` does not skip it; any other range as where and how many records were lost.
 impl std::fmt::Display for UnreadableRange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.is_storage_failure() {
+            return write!(
+                f,
+                "{}: {}: the storage service or the network failed, not the data, and \
+                 --on-error skip does not skip that (the dataset would lack records a later run \
+                 reads); nothing was published: run again when the service answers",
+                self.file.display(),
+                self.reason
+            );
+        }
         write!(
             f,
             "{}: {}: {}",
