@@ -289,6 +289,18 @@ enum State {
     Ready { bytes: u64 },
 }
 
+/// A single-file output (a local file or an object) can be written once per run.
+fn still_reserved(state: State, path: &Path) -> Result<(), WriteError> {
+    if state == State::Reserved {
+        return Ok(());
+    }
+    Err(WriteError::new(
+        path,
+        "duplicate_output",
+        "this file is already written by this run",
+    ))
+}
+
 impl Publication {
     /// Checks where the run will write and reserves its names, before any work: creates the
     /// output directory (and single files' directories) when missing; removes what dead runs
@@ -597,13 +609,7 @@ impl Publication {
                 .enumerate()
                 .find(|(_, s)| s.target == url)
                 .expect("reserved above");
-            if staged.state != State::Reserved {
-                return Err(WriteError::new(
-                    path,
-                    "duplicate_output",
-                    "this file is already written by this run",
-                ));
-            }
+            still_reserved(staged.state, path)?;
             let writer = self
                 .uploads
                 .create(&url)
@@ -622,13 +628,7 @@ impl Publication {
             .enumerate()
             .find(|(_, s)| s.target == abs)
             .expect("reserved above");
-        if staged.state != State::Reserved {
-            return Err(WriteError::new(
-                path,
-                "duplicate_output",
-                "this file is already written by this run",
-            ));
-        }
+        still_reserved(staged.state, path)?;
         let file = staged
             .lock
             .try_clone()
