@@ -241,17 +241,9 @@ impl Discoverer<'_> {
 
     fn object_glob(&mut self, arg: &str, url: &ObjectUrl) {
         let (prefix, rest) = split_glob(url.key());
-        let matcher = match globset::GlobBuilder::new(url.key())
-            .literal_separator(true)
-            .build()
-        {
-            Ok(g) => g.compile_matcher(),
+        let (matcher, depth) = match compile_glob(url.key(), &rest) {
+            Ok(m) => m,
             Err(e) => return self.error(arg, format!("invalid glob: {e}")),
-        };
-        let depth = if rest.contains("**") {
-            usize::MAX
-        } else {
-            rest.split('/').filter(|c| !c.is_empty()).count()
         };
         let base = url.with_key(prefix.to_str().unwrap_or(""));
         let entries = match neardup_storage::list(&base) {
@@ -370,17 +362,9 @@ impl Discoverer<'_> {
 
     fn glob(&mut self, arg: &str) {
         let (prefix, rest) = split_glob(arg);
-        let matcher = match globset::GlobBuilder::new(arg)
-            .literal_separator(true)
-            .build()
-        {
-            Ok(g) => g.compile_matcher(),
+        let (matcher, depth) = match compile_glob(arg, &rest) {
+            Ok(m) => m,
             Err(e) => return self.error(arg, format!("invalid glob: {e}")),
-        };
-        let depth = if rest.contains("**") {
-            usize::MAX
-        } else {
-            rest.split('/').filter(|c| !c.is_empty()).count()
         };
         let root = if prefix.as_os_str().is_empty() {
             PathBuf::from(".")
@@ -514,6 +498,25 @@ fn walk(
         }
     }
     Ok(())
+}
+
+/// The matcher of glob `pattern` (`*` stays within one path component, as in a shell) and how
+/// many components below its literal prefix it can reach (`rest`, the part from its first glob
+/// character; unbounded with `**`).
+fn compile_glob(
+    pattern: &str,
+    rest: &str,
+) -> Result<(globset::GlobMatcher, usize), globset::Error> {
+    let matcher = globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()?
+        .compile_matcher();
+    let depth = if rest.contains("**") {
+        usize::MAX
+    } else {
+        rest.split('/').filter(|c| !c.is_empty()).count()
+    };
+    Ok((matcher, depth))
 }
 
 #[cfg(test)]
