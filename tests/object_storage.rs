@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use s3::{DroppingProxy, S3Server};
-use support::{neardup, unique_lines, write_compressed};
+use support::{neardup, unique_lines, write_compressed, write_parquet_in_groups};
 
 /// A corpus of every input kind: plain JSONL large enough to be read in several byte-range
 /// chunks, zstd and gzip JSONL, a one-group Parquet file and a Parquet file of many row groups,
@@ -46,31 +46,7 @@ fn corpus(dir: &Path) {
         })
         .collect();
     let ids: Vec<String> = (0..texts.len()).map(|i| format!("g-{i}")).collect();
-    write_grouped_parquet(&dir.join("b/groups.parquet"), &ids, &texts, 40);
-}
-
-fn write_grouped_parquet(path: &Path, ids: &[String], texts: &[String], group_rows: usize) {
-    use arrow_array::{ArrayRef, RecordBatch, StringArray};
-    use std::sync::Arc;
-    let schema = Arc::new(arrow_schema::Schema::new(vec![
-        arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, false),
-        arrow_schema::Field::new("text", arrow_schema::DataType::Utf8, false),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from(ids.to_vec())) as ArrayRef,
-            Arc::new(StringArray::from(texts.to_vec())) as ArrayRef,
-        ],
-    )
-    .unwrap();
-    let props = parquet::file::properties::WriterProperties::builder()
-        .set_max_row_group_row_count(Some(group_rows))
-        .build();
-    let file = std::fs::File::create(path).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, Some(props)).unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    write_parquet_in_groups(&dir.join("b/groups.parquet"), &ids, &texts, Some(40));
 }
 
 fn with_env(cmd: &mut Command, env: &[(&'static str, String)]) -> Output {

@@ -78,6 +78,17 @@ pub fn write_compressed(path: &Path, body: &[u8]) {
 
 /// A Parquet file with columns `id` and `text`.
 pub fn write_parquet(path: &Path, ids: &[String], texts: &[String]) {
+    write_parquet_in_groups(path, ids, texts, None);
+}
+
+/// [`write_parquet`] with row groups of at most `group_rows` rows (the writer's default when
+/// `None`).
+pub fn write_parquet_in_groups(
+    path: &Path,
+    ids: &[String],
+    texts: &[String],
+    group_rows: Option<usize>,
+) {
     use arrow_array::{ArrayRef, RecordBatch, StringArray};
     let schema = Arc::new(arrow_schema::Schema::new(vec![
         arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, false),
@@ -91,8 +102,13 @@ pub fn write_parquet(path: &Path, ids: &[String], texts: &[String]) {
         ],
     )
     .unwrap();
+    let mut props = parquet::file::properties::WriterProperties::builder();
+    if group_rows.is_some() {
+        props = props.set_max_row_group_row_count(group_rows);
+    }
+    let props = props.build();
     let file = std::fs::File::create(path).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, None).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema, Some(props)).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
 }
