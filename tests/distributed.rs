@@ -86,20 +86,32 @@ fn texts(rng: &mut Rng, n: usize, bases: u64) -> Vec<String> {
         .collect()
 }
 
+/// The quality score of record `i` (for `--prefer score:…`): a few records have none (missing
+/// in JSONL, null in both formats), and values repeat, so ties occur.
+fn score(i: usize) -> Option<f64> {
+    (i % 11 != 5 && i % 13 != 7).then(|| ((i * 37) % 23) as f64 / 4.0 - 2.0)
+}
+
 fn jsonl_lines(prefix: &str, texts: &[String], titles: &[String]) -> Vec<u8> {
     let mut out = Vec::new();
     for (i, (t, title)) in texts.iter().zip(titles).enumerate() {
-        let record = serde_json::json!({"id": format!("{prefix}-{i}"), "text": t, "title": title});
+        let mut record =
+            serde_json::json!({"id": format!("{prefix}-{i}"), "text": t, "title": title});
+        if i % 11 != 5 {
+            record["score"] = score(i).into();
+        }
         writeln!(out, "{record}").unwrap();
     }
     out
 }
 
 fn write_parquet(path: &Path, prefix: &str, texts: &[String], titles: &[String]) {
-    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    use arrow_array::{ArrayRef, Float64Array, RecordBatch, StringArray};
     let ids: Vec<String> = (0..texts.len()).map(|i| format!("{prefix}-{i}")).collect();
+    let scores: Vec<Option<f64>> = (0..texts.len()).map(score).collect();
     let batch = RecordBatch::try_from_iter([
         ("id", Arc::new(StringArray::from(ids)) as ArrayRef),
+        ("score", Arc::new(Float64Array::from(scores)) as ArrayRef),
         (
             "text",
             Arc::new(StringArray::from(texts.to_vec())) as ArrayRef,
@@ -121,17 +133,40 @@ fn write_parquet(path: &Path, prefix: &str, texts: &[String], titles: &[String])
 
 /// Four inputs in three formats (plain JSONL, zstd JSONL, Parquet); returns their paths in order.
 fn corpus(dir: &Path, seed: u64, records: usize, bases: u64) -> Vec<PathBuf> {
+    corpus_with_texts(dir, seed, records, bases).0
+}
+
+/// What a record offers to `--prefer`, by (file as decisions name it, record).
+type Preferences = BTreeMap<(String, u64), (usize, Option<f64>)>;
+
+/// [`corpus`], with each record's text length after trimming and score.
+fn corpus_with_texts(
+    dir: &Path,
+    seed: u64,
+    records: usize,
+    bases: u64,
+) -> (Vec<PathBuf>, Preferences) {
     std::fs::create_dir_all(dir).unwrap();
     let mut rng = Rng(seed | 1);
+    let mut prefs = Preferences::new();
     let mut part = |n: usize| {
         let t = texts(&mut rng, n, bases);
         let titles = texts(&mut rng, n, bases);
         (t, titles)
     };
+    let mut note = |path: &Path, texts: &[String]| {
+        for (i, t) in texts.iter().enumerate() {
+            prefs.insert(
+                (path.display().to_string(), i as u64),
+                (t.trim().len(), score(i)),
+            );
+        }
+    };
     let per = records / 4;
     let a = dir.join("a.jsonl");
     let (t, ti) = part(per);
     std::fs::write(&a, jsonl_lines("a", &t, &ti)).unwrap();
+    note(&a, &t);
     let b = dir.join("b.jsonl.zst");
     let (t, ti) = part(per);
     std::fs::write(
@@ -139,13 +174,16 @@ fn corpus(dir: &Path, seed: u64, records: usize, bases: u64) -> Vec<PathBuf> {
         zstd::encode_all(&jsonl_lines("b", &t, &ti)[..], 3).unwrap(),
     )
     .unwrap();
+    note(&b, &t);
     let c = dir.join("c.parquet");
     let (t, ti) = part(per);
     write_parquet(&c, "c", &t, &ti);
+    note(&c, &t);
     let d = dir.join("d.jsonl");
     let (t, ti) = part(records - 3 * per);
     std::fs::write(&d, jsonl_lines("d", &t, &ti)).unwrap();
-    vec![a, b, c, d]
+    note(&d, &t);
+    (vec![a, b, c, d], prefs)
 }
 
 /// `files` cut into `shards` contiguous non-empty shards.
@@ -727,6 +765,210 @@ fn write_steps_share_one_output_directory_safely() {
     assert_eq!(data_files(&out), before);
 }
 
+/// How much a record is preferred under `--prefer` (higher is kept), with input order breaking
+/// ties (an earlier record is preferred).
+fn preference(
+    prefer: &str,
+    prefs: &Preferences,
+    at: &(String, u64),
+) -> (f64, std::cmp::Reverse<(usize, u64)>) {
+    let (len, score) = prefs[at];
+    let value = match prefer {
+        "longest" => len as f64,
+        "shortest" => -(len as f64),
+        "score:desc" => score.unwrap_or(f64::NEG_INFINITY),
+        "score:asc" => score.map_or(f64::NEG_INFINITY, |s| -s),
+        other => panic!("unknown preference {other}"),
+    };
+    let file_order = at.0.rsplit('/').next().unwrap().as_bytes()[0] as usize;
+    (value, std::cmp::Reverse((file_order, at.1)))
+}
+
+/// Every drop's `dup_of` and cluster are at least as preferred as the drop; returns how many
+/// drops name a `dup_of` later in input order (which input order never gives).
+fn check_preferred(decisions: &[u8], prefer: &str, prefs: &Preferences) -> usize {
+    let mut later = 0;
+    for line in String::from_utf8(decisions.to_vec()).unwrap().lines() {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        if r["keep"].as_bool().unwrap() || r["reason"] == "empty" {
+            continue;
+        }
+        let at = |file: &str, record: &str| {
+            (
+                r[file].as_str().unwrap().to_string(),
+                r[record].as_u64().unwrap(),
+            )
+        };
+        let me = at("file", "record");
+        let of = at("dup_of_file", "dup_of_record");
+        let cluster = at("cluster_file", "cluster_record");
+        let mine = preference(prefer, prefs, &me);
+        for other in [&of, &cluster] {
+            let theirs = preference(prefer, prefs, other);
+            assert!(
+                theirs.0 >= mine.0,
+                "--prefer {prefer}: {me:?} ({:?}) was dropped for {other:?} ({:?})",
+                prefs[&me],
+                prefs[other]
+            );
+            if theirs.0 == mine.0 {
+                assert!(
+                    theirs > mine,
+                    "--prefer {prefer}: a tie kept the later record {other:?} over {me:?}"
+                );
+            }
+        }
+        if preference(prefer, prefs, &of).1 < mine.1 {
+            later += 1;
+        }
+    }
+    later
+}
+
+#[test]
+fn prefer_keeps_the_preferred_copy_in_one_process_and_in_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (files, prefs) = corpus_with_texts(&tmp.path().join("in"), 23, 800, 30);
+    let cases: &[(&[&str], &[&str], usize, u32)] = &[
+        (&["--id-field", "id"], &["--prefer", "longest"], 3, 3),
+        (
+            &[],
+            &[
+                "--prefer",
+                "shortest",
+                "--verify",
+                "estimate",
+                "--max-reps",
+                "2",
+            ],
+            2,
+            4,
+        ),
+        (&["--id-field", "id"], &["--prefer", "score:desc"], 4, 2),
+        (&[], &["--prefer", "score:asc", "--max-reps", "1"], 1, 1),
+    ];
+    let first = {
+        let work = tmp.path().join("first");
+        std::fs::create_dir_all(&work).unwrap();
+        Run {
+            work: &work,
+            keys_flags: &[],
+            decide_flags: &[],
+        }
+        .single(&files)
+        .0
+    };
+    for (n, (keys_flags, decide_flags, shards, groups)) in cases.iter().enumerate() {
+        let work = tmp.path().join(format!("case-{n}"));
+        std::fs::create_dir_all(&work).unwrap();
+        let run = Run {
+            work: &work,
+            keys_flags,
+            decide_flags,
+        };
+        // The steps give the one-process decisions and outputs, whatever the groups and shards.
+        run.check(&files, *shards, *groups);
+        let one = std::fs::read(work.join("one.jsonl")).unwrap();
+        let prefer = decide_flags[1];
+        let later = check_preferred(&one, prefer, &prefs);
+        assert!(
+            later > 0,
+            "--prefer {prefer} never kept a later copy over an earlier one"
+        );
+        assert_ne!(one, first, "--prefer {prefer} decided as input order does");
+        // Thread counts do not matter, nor does how much of the sort spills.
+        for (threads, settings) in [("1", None), ("2", Some("[dedup]\nsort_memory = 2000\n"))] {
+            let dec = work.join(format!("threads-{threads}.jsonl"));
+            let mut cmd = neardup();
+            cmd.arg("dedup")
+                .args(&files)
+                .arg("--decisions")
+                .arg(&dec)
+                .arg("--threads")
+                .arg(threads);
+            if let Some(settings) = settings {
+                let path = work.join("settings.toml");
+                std::fs::write(&path, settings).unwrap();
+                cmd.arg("--config").arg(&path);
+            }
+            run_ok(cmd.args(*keys_flags).args(*decide_flags));
+            assert!(
+                std::fs::read(&dec).unwrap() == one,
+                "--threads {threads} {settings:?} decided otherwise"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_preference_field_that_is_not_a_number_stops_the_run_and_steps_must_agree_on_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = corpus(&tmp.path().join("in"), 5, 200, 4);
+    // A hot record whose score is a string.
+    let bad = tmp.path().join("in").join("e.jsonl");
+    let text = std::fs::read_to_string(&files[0]).unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().find(|l| l.contains("\"w")).unwrap()).unwrap();
+    let mut copy = first.clone();
+    copy["score"] = "high".into();
+    std::fs::write(&bad, format!("{first}\n{copy}\n")).unwrap();
+    let out = tmp.path().join("out");
+    let o = exec(
+        neardup()
+            .arg("dedup")
+            .arg(&bad)
+            .arg("-o")
+            .arg(&out)
+            .args(["--prefer", "score:desc"]),
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "{}: record 1: the field `score` holds a string",
+            bad.display()
+        )) && err.contains("--prefer score:desc"),
+        "{err}"
+    );
+    assert!(!out.exists(), "a failed run published its output");
+    // The same corpus ranked by length runs.
+    run_ok(
+        neardup()
+            .arg("dedup")
+            .arg(&bad)
+            .arg("--decisions")
+            .arg(tmp.path().join("d.jsonl"))
+            .args(["--prefer", "longest"]),
+    );
+
+    // Decide refuses sign outputs made with another preference, naming it.
+    let work = tmp.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = Run {
+        work: &work,
+        keys_flags: &[],
+        decide_flags: &["--prefer", "longest"],
+    };
+    let (tables, hot) = run.keys_and_hot(&split(&files, 2), 2);
+    let sigs = run.sign(&tables, &hot);
+    let o = exec(
+        neardup()
+            .arg("decide")
+            .args(&sigs)
+            .arg("--hot")
+            .arg(&hot)
+            .args(["--group", "0", "-o"])
+            .arg(work.join("decided"))
+            .args(["--prefer", "shortest"]),
+    );
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--prefer: shortest here, longest there"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
 
@@ -743,7 +985,12 @@ proptest! {
         let files = corpus(&tmp.path().join("in"), seed, 240, bases);
         let work = tmp.path().join("w");
         std::fs::create_dir_all(&work).unwrap();
-        let run = Run { work: &work, keys_flags: &["--id-field", "id"], decide_flags: &[] };
+        let prefer: &[&str] = match seed % 3 {
+            0 => &[],
+            1 => &["--prefer", "longest"],
+            _ => &["--prefer", "score:desc"],
+        };
+        let run = Run { work: &work, keys_flags: &["--id-field", "id"], decide_flags: prefer };
         let (one, _) = run.single(&files);
         let split = split(&files, shards);
         let (tables, hot) = run.keys_and_hot(&split, groups);

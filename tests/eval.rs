@@ -583,6 +583,7 @@ fn expand_mode_compares_with_the_best_field_of_the_dup_of_record() {
         fields: vec![FieldPath::top("title"), FieldPath::top("body")],
         mode: FieldsMode::Expand,
         id_field: None,
+        rank_field: None,
     };
     let r = evaluate(&options(path, vec![input.display().to_string()], selector)).unwrap();
     assert_eq!(r.samples, 6);

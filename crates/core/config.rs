@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use neardup_corpus::{DEFAULT_SEPARATOR, FieldPath, FieldsMode, Format, TextSelector};
-use neardup_dedup::{DeduperConfig, EmptyPolicy, Verify};
+use neardup_dedup::{DeduperConfig, EmptyPolicy, Prefer, Verify};
 use neardup_exec::OnError;
 use neardup_keys::{DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, RowRule, ShortTextPolicy};
 use neardup_sketch::{
@@ -225,7 +225,16 @@ pub struct DedupSettings {
     pub verify_memory: u64,
     /// Keep or drop empty texts.
     pub empty: EmptyPolicy,
+    /// Which copy of a duplicate set is kept: `first` (input order), `longest`, `shortest`,
+    /// `FIELD:desc` or `FIELD:asc` (see `neardup_dedup::Prefer`).
+    pub prefer: Prefer,
+    /// With a preference other than `first`: memory for the ranked hot samples a run (or a
+    /// `sign` step) sorts before sorted runs spill to `keys.spill_dir`.
+    pub sort_memory: u64,
 }
+
+/// The default of [`DedupSettings::sort_memory`].
+pub const DEFAULT_SORT_MEMORY: u64 = 256 << 20;
 
 impl Default for DedupSettings {
     fn default() -> Self {
@@ -236,6 +245,8 @@ impl Default for DedupSettings {
             verify: d.verify,
             verify_memory: d.verify_memory,
             empty: EmptyPolicy::default(),
+            prefer: Prefer::First,
+            sort_memory: DEFAULT_SORT_MEMORY,
         }
     }
 }
@@ -326,6 +337,8 @@ impl Preset {
         match self {
             Preset::Lshcurator => {
                 c.input.fields_mode = FieldsModeSetting::Expand;
+                // lshcurator keeps the first copy.
+                c.dedup.prefer = Prefer::First;
                 c.sketch = SketchSettings {
                     tokenize: if c.sketch.tokenize == ShingleUnit::Byte {
                         ShingleUnit::Byte
@@ -552,6 +565,7 @@ impl Config {
                 FieldsModeSetting::Expand => FieldsMode::Expand,
             },
             id_field: i.id_field.as_ref().map(parse).transpose()?,
+            rank_field: None,
         })
     }
 

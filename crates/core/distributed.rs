@@ -23,8 +23,9 @@ use std::path::{Path, PathBuf};
 
 use neardup_corpus::{InputFile, Publication, PublishOptions};
 use neardup_dedup::{
-    ClusterStats, DecideShape, DecidedMerge, DedupStats, DeduperStats, GroupDecided, RecordWriter,
-    SignedCounts, SignedShape, StepSink, decide_group, run_sign, run_write, signed_shape,
+    ClusterStats, DecideShape, DecidedMerge, DedupStats, DeduperStats, GroupDecided, Prefer,
+    RecordWriter, SignedCounts, SignedShape, StepSink, decide_group, run_sign, run_write,
+    signed_shape,
 };
 use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping, ShardPlace};
 use serde::{Deserialize, Serialize};
@@ -54,6 +55,10 @@ pub struct DecideSettings {
     pub max_reps: Option<usize>,
     /// `--verify`.
     pub verify: neardup_dedup::Verify,
+    /// `--prefer` (absent from manifests made in input order, and from those made before it
+    /// existed).
+    #[serde(default, skip_serializing_if = "Prefer::is_input_order")]
+    pub prefer: Prefer,
 }
 
 impl DecideSettings {
@@ -63,6 +68,7 @@ impl DecideSettings {
             threshold: d.threshold,
             max_reps: d.max_reps,
             verify: d.verify,
+            prefer: config.dedup.prefer.clone(),
         }
     }
 
@@ -97,12 +103,18 @@ impl DecideSettings {
                 .to_lowercase(),
             );
         }
+        if self.prefer != theirs.prefer {
+            differ.push(format!(
+                "--prefer: {} here, {} there",
+                self.prefer, theirs.prefer
+            ));
+        }
         if differ.is_empty() {
             return Ok(());
         }
         Err(Error::Usage(format!(
             "{what} was made by `{step}` with other decision settings ({}): give every step the \
-             same --threshold, --max-reps and --verify",
+             same --threshold, --max-reps, --verify and --prefer",
             differ.join("; ")
         )))
     }
@@ -399,6 +411,7 @@ fn decide_into(
         num_perm: first.num_perm,
         columns: first.columns,
         texts: first.shingles,
+        ranked: !settings.prefer.is_input_order(),
     };
     let wanted_by = format!("`decide --group {group}`");
     let mut files = Vec::new();

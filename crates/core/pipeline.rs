@@ -398,12 +398,16 @@ pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
 /// Stage-2 settings from a config.
 pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
     let k = keys_config(config)?;
+    let mut selector = k.selector;
+    selector.rank_field = config.dedup.prefer.rank_field().cloned();
     Ok(Stage2Config {
         sketcher: k.sketcher,
         rule: k.rule,
-        selector: k.selector,
+        selector,
         deduper: config.deduper_config(),
         empty: config.dedup.empty,
+        prefer: config.dedup.prefer.clone(),
+        sort_memory: usize::try_from(config.dedup.sort_memory).unwrap_or(usize::MAX),
         threads: config.run.threads,
         block_bytes: k.block_bytes,
         on_error: config.run.on_error,

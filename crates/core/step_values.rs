@@ -925,6 +925,7 @@ mod tests {
                 threshold: 0.8,
                 max_reps: Some(2),
                 verify: neardup_dedup::Verify::Jaccard,
+                prefer: neardup_dedup::Prefer::First,
             },
             signed: SignedCounts {
                 samples: vec![1; bytes.len()],

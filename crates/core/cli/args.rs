@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 use neardup::corpus::Format;
-use neardup::dedup::{EmptyPolicy, Verify};
+use neardup::dedup::{EmptyPolicy, Prefer, Verify};
 use neardup::exec::OnError;
 use neardup::sketch::{BandKeyScheme, HashScheme};
 use neardup::{Config, DedupSettings, Error, FieldsModeSetting, Layers, Preset, ShingleUnit};
@@ -410,6 +410,11 @@ pub(crate) struct DecideOpts {
     /// signatures' estimate [default: exact].
     #[arg(long)]
     pub(crate) verify: Option<VerifyArg>,
+    /// Which copy of each duplicate set is kept: first (input order), longest or shortest (UTF-8
+    /// bytes of the text after trimming), or FIELD:desc / FIELD:asc (a numeric field, e.g.
+    /// quality:desc; records without it rank last) [default: first].
+    #[arg(long, value_name = "ORDER")]
+    pub(crate) prefer: Option<Prefer>,
 }
 
 /// What a deduplicating run writes, and where it spills.
@@ -618,6 +623,9 @@ impl Overrides for DecideOpts {
         if let Some(v) = self.verify {
             c.dedup.verify = v.into();
         }
+        if let Some(p) = &self.prefer {
+            c.dedup.prefer = p.clone();
+        }
     }
 }
 
@@ -728,6 +736,7 @@ mod tests {
             ("min-key-count", text("/keys/min_key_count")),
             ("max-reps", text("/dedup/max_reps")),
             ("verify", text("/dedup/verify")),
+            ("prefer", text("/dedup/prefer")),
             ("empty", text("/dedup/empty")),
             ("on-error", text("/run/on_error")),
             ("field", text("/input/fields")),

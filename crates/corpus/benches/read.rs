@@ -228,6 +228,7 @@ fn bench(c: &mut Criterion<ThreadCpu>) {
         fields: vec![FieldPath::top("text")],
         mode: Default::default(),
         id_field: Some(FieldPath::top("id")),
+        rank_field: None,
     };
     let opts = ReadOptions::new(sel, Projection::TextOnly);
 

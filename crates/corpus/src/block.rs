@@ -124,7 +124,7 @@ pub enum SampleText<'a> {
 }
 
 /// One sample slot of one record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Sample<'a> {
     /// Record index within the block (add block.first_record for the chunk-local index).
     pub record: usize,
@@ -135,6 +135,20 @@ pub struct Sample<'a> {
     /// The id field's value as a string (JSON numbers rendered as written), if configured and
     /// present (a JSON null or a missing id gives `None`).
     pub id: Option<Cow<'a, str>>,
+    /// The value of the selector's rank field, when one is configured.
+    pub rank: RankValue,
+}
+
+/// The value of a record's rank field ([`crate::TextSelector::rank_field`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum RankValue {
+    /// No rank field is configured, the record lacks it, or it is null.
+    #[default]
+    Absent,
+    /// A number (a JSON number; a Parquet integer, float or decimal column), as `f64`.
+    Number(f64),
+    /// Something else: what it is ("a string", "a boolean", …), for messages.
+    NotANumber(&'static str),
 }
 
 /// A run of consecutive records of one chunk. Send (moved between threads).
@@ -394,6 +408,7 @@ pub(crate) fn emit_record<'a, F: FnMut(Sample<'_>)>(
     record: usize,
     values: &[FieldValue<'a>],
     id: Option<&'a str>,
+    rank: RankValue,
     mode: &FieldsMode,
     join_buf: &mut String,
     f: &mut F,
@@ -410,6 +425,7 @@ pub(crate) fn emit_record<'a, F: FnMut(Sample<'_>)>(
                     field: i as u32,
                     text,
                     id: id.map(Cow::Borrowed),
+                    rank,
                 });
             }
         }
@@ -443,6 +459,7 @@ pub(crate) fn emit_record<'a, F: FnMut(Sample<'_>)>(
                 field: 0,
                 text,
                 id: id.map(Cow::Borrowed),
+                rank,
             });
         }
     }
@@ -461,6 +478,7 @@ pub(crate) fn emit_bad<F: FnMut(Sample<'_>)>(
             field: field as u32,
             text: SampleText::Skipped(reason.clone()),
             id: None,
+            rank: RankValue::Absent,
         });
     }
 }

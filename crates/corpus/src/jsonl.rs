@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use neardup_storage::ObjectReader;
 
 use crate::block::{
-    BlockData, FieldValue, FieldsSeen, Sample, SkipReason, buffers, emit_bad, emit_record,
-    reuse_vec,
+    BlockData, FieldValue, FieldsSeen, RankValue, Sample, SkipReason, buffers, emit_bad,
+    emit_record, reuse_vec,
 };
 use crate::chunk::{Chunk, ChunkRange};
 use crate::error::ReadError;
@@ -276,6 +276,20 @@ impl JsonlSource {
         Some(Ok((first, BlockData::Jsonl { bytes, starts })))
     }
 }
+/// A JSON value that is not a string or null, as a rank: a number, or what else it is.
+fn json_number(raw: &str) -> RankValue {
+    match raw.as_bytes().first() {
+        Some(b'-' | b'0'..=b'9') => raw.parse::<f64>().map_or(
+            RankValue::NotANumber("a malformed number"),
+            RankValue::Number,
+        ),
+        Some(b't' | b'f') => RankValue::NotANumber("a boolean"),
+        Some(b'{') => RankValue::NotANumber("an object"),
+        Some(b'[') => RankValue::NotANumber("an array"),
+        _ => RankValue::NotANumber("not a number"),
+    }
+}
+
 /// The samples of a JSONL block's lines (`starts` are the line starts in `bytes`), as
 /// [`crate::Block::for_each_sample`] hands them out; with `seen`, noting which selected fields the
 /// records have.
@@ -287,8 +301,22 @@ pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
     f: &mut F,
 ) {
     let nfields = selector.fields.len();
-    let plan = json::build_plan(selector.fields.iter().chain(selector.id_field.as_ref()));
-    let mut slots = vec![Slot::Missing; nfields + usize::from(selector.id_field.is_some())];
+    let plan = json::build_plan(
+        selector
+            .fields
+            .iter()
+            .chain(selector.id_field.as_ref())
+            .chain(selector.rank_field.as_ref()),
+    );
+    let id_slot = selector.id_field.as_ref().map(|_| nfields);
+    let rank_slot = selector
+        .rank_field
+        .as_ref()
+        .map(|_| nfields + usize::from(id_slot.is_some()));
+    let mut slots = vec![
+        Slot::Missing;
+        nfields + usize::from(id_slot.is_some()) + usize::from(rank_slot.is_some())
+    ];
     let mut scratch = Vec::new();
     let string_paths = json::StringPaths::detected();
     let mut join_buf = String::new();
@@ -334,12 +362,17 @@ pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
                 FieldValue::Str(s.text(line, &scratch).expect("string slot"))
             }
         }));
-        let id = slots.get(nfields).and_then(|s| match *s {
+        let id = id_slot.and_then(|i| match slots[i] {
             Slot::Missing | Slot::Null => None,
             Slot::Other(a, b) => Some(&line[a..b]),
-            Slot::Str(..) | Slot::Decoded(..) => s.text(line, &scratch),
+            ref s @ (Slot::Str(..) | Slot::Decoded(..)) => s.text(line, &scratch),
         });
-        emit_record(record, &values, id, &selector.mode, &mut join_buf, f);
+        let rank = rank_slot.map_or(RankValue::Absent, |i| match slots[i] {
+            Slot::Missing | Slot::Null => RankValue::Absent,
+            Slot::Other(a, b) => json_number(&line[a..b]),
+            Slot::Str(..) | Slot::Decoded(..) => RankValue::NotANumber("a string"),
+        });
+        emit_record(record, &values, id, rank, &selector.mode, &mut join_buf, f);
         values_buf = reuse_vec(values);
     }
 }

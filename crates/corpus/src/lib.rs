@@ -53,7 +53,8 @@ mod select;
 mod write;
 
 pub use block::{
-    Block, FieldsSeen, Projection, ReadOptions, Sample, SampleAddr, SampleText, SkipReason,
+    Block, FieldsSeen, Projection, RankValue, ReadOptions, Sample, SampleAddr, SampleText,
+    SkipReason,
 };
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
-    UInt32Type, UInt64Type,
+    Decimal128Type, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_buffer::NullBuffer;
@@ -24,7 +24,8 @@ use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use neardup_storage::ObjectRanges;
 
 use crate::block::{
-    BlockData, FieldValue, FieldsSeen, Projection, ReadOptions, Sample, emit_record, reuse_vec,
+    BlockData, FieldValue, FieldsSeen, Projection, RankValue, ReadOptions, Sample, emit_record,
+    reuse_vec,
 };
 use crate::chunk::{Chunk, ChunkRange};
 use crate::error::{ReadError, Unreadable};
@@ -278,6 +279,7 @@ impl ParquetSource {
                 .fields
                 .iter()
                 .chain(opts.selector.id_field.as_ref())
+                .chain(opts.selector.rank_field.as_ref())
                 .collect();
             let mut l: Vec<usize> = (0..schema.num_columns())
                 .filter(|&i| {
@@ -646,6 +648,47 @@ fn text_bytes(batch: &RecordBatch, selector: &TextSelector) -> u64 {
         .sum()
 }
 
+/// A rank column's value at `row`: a number from any integer, float or decimal column.
+fn rank_of(c: &Resolved<'_>, row: usize) -> RankValue {
+    let a = match c.get(row) {
+        FieldValue::Missing | FieldValue::Null => return RankValue::Absent,
+        FieldValue::NotString => match &c.col {
+            TextCol::Other(a) => *a,
+            _ => return RankValue::NotANumber("not a number"),
+        },
+        FieldValue::Str(_) | FieldValue::InvalidUtf8 => return RankValue::NotANumber("a string"),
+    };
+    macro_rules! prim {
+        ($($t:ty),*) => {
+            $(if let Some(p) = a.as_primitive_opt::<$t>() {
+                return RankValue::Number(p.value(row) as f64);
+            })*
+        };
+    }
+    prim!(
+        Int8Type,
+        Int16Type,
+        Int32Type,
+        Int64Type,
+        UInt8Type,
+        UInt16Type,
+        UInt32Type,
+        UInt64Type,
+        Float32Type,
+        Float64Type
+    );
+    if let Some(p) = a.as_primitive_opt::<Float16Type>() {
+        return RankValue::Number(p.value(row).to_f64());
+    }
+    if let Some(p) = a.as_primitive_opt::<Decimal128Type>() {
+        return RankValue::Number(p.value(row) as f64 / 10f64.powi(i32::from(p.scale())));
+    }
+    if a.as_boolean_opt().is_some() {
+        return RankValue::NotANumber("a boolean");
+    }
+    RankValue::NotANumber("not a number")
+}
+
 /// Renders a non-string id value into `buf`; `false` if the type has no plain rendering.
 fn render_id(a: &dyn Array, row: usize, buf: &mut String) -> bool {
     buf.clear();
@@ -694,6 +737,7 @@ pub(crate) fn batch_samples<F: FnMut(Sample<'_>)>(
         }
     }
     let id_col = selector.id_field.as_ref().map(|p| resolve(batch, p));
+    let rank_col = selector.rank_field.as_ref().map(|p| resolve(batch, p));
     let mut join_buf = String::new();
     let mut id_buf = String::new();
     let mut values_buf: Vec<FieldValue<'static>> = Vec::with_capacity(cols.len());
@@ -711,7 +755,10 @@ pub(crate) fn batch_samples<F: FnMut(Sample<'_>)>(
                 _ => None,
             },
         };
-        emit_record(row, &values, id, &selector.mode, &mut join_buf, f);
+        let rank = rank_col
+            .as_ref()
+            .map_or(RankValue::Absent, |c| rank_of(c, row));
+        emit_record(row, &values, id, rank, &selector.mode, &mut join_buf, f);
         values_buf = reuse_vec(values);
     }
 }

@@ -248,6 +248,7 @@ mod tests {
                 .collect(),
             mode,
             id_field: id.map(|i| i.parse().unwrap()),
+            rank_field: None,
         }
     }
 
@@ -294,5 +295,64 @@ mod tests {
                 (1, 1, "S:invalid_utf8".into(), None),
             ]
         );
+    }
+
+    #[test]
+    fn rank_field_values_are_numbers_or_say_what_they_are() {
+        use crate::RankValue;
+        let data = concat!(
+            "{\"t\":\"a\",\"m\":{\"q\":0.25}}\n",
+            "{\"t\":\"b\",\"m\":{\"q\":-3e2}}\n",
+            "{\"t\":\"c\",\"m\":{\"q\":null}}\n",
+            "{\"t\":\"d\",\"m\":{}}\n",
+            "{\"t\":\"e\",\"m\":null}\n",
+            "{\"t\":\"f\",\"m\":{\"q\":\"0.5\"}}\n",
+            "{\"t\":\"g\",\"m\":{\"q\":true}}\n",
+            "{\"t\":\"h\",\"m\":{\"q\":[1]}}\n",
+            "{\"t\":\"i\",\"m\":{\"q\":{\"v\":1}}}\n",
+            "{\"m\":{\"q\":7},\"t\":\"j\",\"id\":\"x\"}\n",
+        );
+        let mut s = sel(&["t"], FieldsMode::default(), Some("id"));
+        s.rank_field = Some("m.q".parse().unwrap());
+        let bytes = data.as_bytes();
+        let mut starts = vec![0];
+        starts.extend(
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|(i, b)| **b == b'\n' && i + 1 < bytes.len())
+                .map(|(i, _)| i + 1),
+        );
+        let block = Block {
+            file: 0,
+            chunk_seq: 0,
+            first_record: 0,
+            data: BlockData::Jsonl {
+                bytes: bytes.to_vec().into(),
+                starts,
+            },
+        };
+        let mut got = Vec::new();
+        block.for_each_sample(&s, |sample| {
+            got.push((sample.rank, sample.id.map(|i| i.into_owned())))
+        });
+        assert_eq!(
+            got,
+            vec![
+                (RankValue::Number(0.25), None),
+                (RankValue::Number(-300.0), None),
+                (RankValue::Absent, None),
+                (RankValue::Absent, None),
+                (RankValue::Absent, None),
+                (RankValue::NotANumber("a string"), None),
+                (RankValue::NotANumber("a boolean"), None),
+                (RankValue::NotANumber("an array"), None),
+                (RankValue::NotANumber("an object"), None),
+                (RankValue::Number(7.0), Some("x".into())),
+            ]
+        );
+        // Without a rank field, nothing is read.
+        s.rank_field = None;
+        block.for_each_sample(&s, |sample| assert_eq!(sample.rank, RankValue::Absent));
     }
 }

@@ -98,6 +98,10 @@ pub struct TextSelector {
     pub mode: FieldsMode,
     /// Field whose value identifies the record in decisions.
     pub id_field: Option<FieldPath>,
+    /// A numeric field read with every record as its [`crate::Sample::rank`] (stage 2's
+    /// `--prefer FIELD:desc|asc`). Stage 1 never reads it, so key tables do not record it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rank_field: Option<FieldPath>,
 }
 
 impl TextSelector {
@@ -107,6 +111,7 @@ impl TextSelector {
             fields: vec![field],
             mode: FieldsMode::default(),
             id_field: None,
+            rank_field: None,
         }
     }
 

@@ -328,6 +328,7 @@ fn parquet_string_types_and_struct_children() {
             .collect(),
         mode: FieldsMode::Expand,
         id_field: Some("id".parse().unwrap()),
+        rank_field: None,
     };
     for projection in [Projection::TextOnly, Projection::FullRecords] {
         let (got, n, err) = read_all(&f, &whole(0), &opts(sel.clone(), projection, 1 << 12), 0);

@@ -433,3 +433,80 @@ fn decisions_without_clusters_read() {
     );
     assert_eq!(rows[0].dup_of_record, Some(0));
 }
+
+#[test]
+fn parquet_rank_columns_of_every_numeric_type_are_read_as_numbers() {
+    use arrow_array::{
+        ArrayRef, BooleanArray, Decimal128Array, Float32Array, Int64Array, RecordBatch,
+        StringArray, UInt8Array,
+    };
+    use neardup_corpus::RankValue;
+    use std::fs::File;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("ranks.parquet");
+    let decimals = Decimal128Array::from(vec![Some(1234), None, Some(-5)])
+        .with_precision_and_scale(10, 2)
+        .unwrap();
+    let batch = RecordBatch::try_from_iter([
+        (
+            "text",
+            Arc::new(StringArray::from(vec!["a", "b", "c"])) as ArrayRef,
+        ),
+        (
+            "i",
+            Arc::new(Int64Array::from(vec![Some(-7), None, Some(9)])) as ArrayRef,
+        ),
+        (
+            "f",
+            Arc::new(Float32Array::from(vec![Some(0.5), Some(f32::NAN), None])) as ArrayRef,
+        ),
+        (
+            "u",
+            Arc::new(UInt8Array::from(vec![1u8, 2, 255])) as ArrayRef,
+        ),
+        ("d", Arc::new(decimals) as ArrayRef),
+        (
+            "s",
+            Arc::new(StringArray::from(vec![Some("1"), None, Some("x")])) as ArrayRef,
+        ),
+        (
+            "b",
+            Arc::new(BooleanArray::from(vec![true, false, true])) as ArrayRef,
+        ),
+    ])
+    .unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None)
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let ranks = |column: &str| -> Vec<RankValue> {
+        let mut sel = common::selector(&["text"], None);
+        sel.rank_field = Some(column.parse().unwrap());
+        let f = common::input(&path);
+        let mut out = Vec::new();
+        for block in read_chunk(
+            &f,
+            &common::whole(0),
+            &common::opts(sel.clone(), Projection::FullRecords, 1 << 20),
+        ) {
+            block.unwrap().for_each_sample(&sel, |s| out.push(s.rank));
+        }
+        out
+    };
+    use RankValue::{Absent, NotANumber, Number};
+    assert_eq!(ranks("i"), vec![Number(-7.0), Absent, Number(9.0)]);
+    let f = ranks("f");
+    assert_eq!(f[0], Number(0.5));
+    assert!(matches!(f[1], Number(v) if v.is_nan()));
+    assert_eq!(f[2], Absent);
+    assert_eq!(ranks("u"), vec![Number(1.0), Number(2.0), Number(255.0)]);
+    assert_eq!(ranks("d"), vec![Number(12.34), Absent, Number(-0.05)]);
+    assert_eq!(
+        ranks("s"),
+        vec![NotANumber("a string"), Absent, NotANumber("a string")]
+    );
+    assert_eq!(ranks("b"), vec![NotANumber("a boolean"); 3]);
+    assert_eq!(ranks("missing"), vec![Absent; 3]);
+}

@@ -26,7 +26,11 @@
 //! carries its signature and hot columns instead, and decide computes its keys from the
 //! signature.
 
-use std::io::{self, BufWriter, Read, Write};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::PathBuf;
 
 use hashbrown::{HashMap, HashSet};
 use neardup_corpus::{AtomicFile, Publication};
@@ -45,6 +49,7 @@ use crate::handoff::{
 };
 use crate::pass::{Addressing, DedupStats, Stage2Config, needs_shingles};
 use crate::prepare::{HotWork, SampleKind};
+use crate::rank_order::RankSorter;
 use crate::route::{DupOfId, HotRoute, HotSample, wrong_route};
 use crate::stage::run_stage2;
 
@@ -58,6 +63,7 @@ pub struct StepSink {
 enum Target {
     File(BufWriter<AtomicFile>),
     Memory(Vec<u8>),
+    Scratch(BufWriter<File>),
 }
 
 impl StepSink {
@@ -66,6 +72,15 @@ impl StepSink {
     pub fn file(file: AtomicFile) -> StepSink {
         StepSink {
             target: Target::File(BufWriter::with_capacity(1 << 20, file)),
+            bytes: 0,
+        }
+    }
+
+    /// A sink writing to a scratch file (a one-process run's own steps, [`crate::run_dedup`]
+    /// with a preference), read back through another handle of the file.
+    pub(crate) fn scratch(file: File) -> StepSink {
+        StepSink {
+            target: Target::Scratch(BufWriter::with_capacity(1 << 20, file)),
             bytes: 0,
         }
     }
@@ -93,6 +108,10 @@ impl StepSink {
                 Ok(None)
             }
             Target::Memory(bytes) => Ok(Some(bytes)),
+            Target::Scratch(mut w) => {
+                w.flush()?;
+                Ok(None)
+            }
         }
     }
 }
@@ -102,6 +121,7 @@ impl Write for StepSink {
         let n = match &mut self.target {
             Target::File(w) => w.write(buf)?,
             Target::Memory(v) => v.write(buf)?,
+            Target::Scratch(w) => w.write(buf)?,
         };
         self.bytes += n as u64;
         Ok(n)
@@ -110,6 +130,7 @@ impl Write for StepSink {
         match &mut self.target {
             Target::File(w) => w.write_all(buf)?,
             Target::Memory(v) => v.write_all(buf)?,
+            Target::Scratch(w) => w.write_all(buf)?,
         }
         self.bytes += buf.len() as u64;
         Ok(())
@@ -118,6 +139,7 @@ impl Write for StepSink {
         match &mut self.target {
             Target::File(w) => w.flush(),
             Target::Memory(_) => Ok(()),
+            Target::Scratch(w) => w.flush(),
         }
     }
 }
@@ -126,8 +148,9 @@ impl Write for StepSink {
 pub struct Signer<'a> {
     /// The shard's hot mask: each sample's hot columns.
     mask: &'a HotMask,
-    /// The group of each hot row of the shard (from the hot-key file's plan).
-    groups: HotRowGroups<'a>,
+    /// The group of each hot row of the shard (from the hot-key file's plan); all hot rows are
+    /// in one group without.
+    groups: Option<HotRowGroups<'a>>,
     shape: SignedShape,
     streams: Vec<RecordWriter<StepSink>>,
     /// Content hashes of this shard's hot samples so far: a later copy of one is sent as its
@@ -137,6 +160,10 @@ pub struct Signer<'a> {
     copies_by_hash: u64,
     /// The hot columns of the sample being written (reused).
     hot_columns: Vec<bool>,
+    /// Ranked samples wait here to be written in (rank, row) order ([`SignedShape::ranked`]).
+    sorter: Option<RankSorter>,
+    /// The sample being encoded for the sorter (reused).
+    encoded: Vec<u8>,
 }
 
 /// Where a hot sample of a `sign` step is, and what names it.
@@ -145,6 +172,8 @@ pub(crate) struct SampleAt<'s> {
     pub row: u64,
     /// Its row in the shard (the mask's numbering).
     pub local_row: u64,
+    /// Its rank (0 unless the signer's shape is ranked).
+    pub rank: u64,
     pub addr: SampleAddr,
     pub id: Option<&'s str>,
     pub content_hash: u128,
@@ -170,21 +199,47 @@ impl<'a> Signer<'a> {
         sinks: Vec<StepSink>,
     ) -> io::Result<Self> {
         assert_eq!(sinks.len(), hot.groups() as usize, "one sink per group");
+        Signer::for_mask(mask, shape, sinks)
+    }
+
+    /// A signer of the hot rows of `mask`, whose groups it knows, into one sink per group.
+    fn for_mask(mask: &'a HotMask, shape: SignedShape, sinks: Vec<StepSink>) -> io::Result<Self> {
         assert!(mask.has_groups(), "a signer's mask knows its rows' groups");
+        Signer::with_groups(mask, Some(mask.groups()), shape, sinks)
+    }
+
+    fn with_groups(
+        mask: &'a HotMask,
+        groups: Option<HotRowGroups<'a>>,
+        shape: SignedShape,
+        sinks: Vec<StepSink>,
+    ) -> io::Result<Self> {
         let streams = sinks
             .into_iter()
             .map(RecordWriter::new)
             .collect::<io::Result<Vec<_>>>()?;
         Ok(Signer {
             mask,
-            groups: mask.groups(),
+            groups,
             shape,
             samples: vec![0; streams.len()],
             streams,
             seen: HashSet::new(),
             copies_by_hash: 0,
             hot_columns: Vec::new(),
+            sorter: None,
+            encoded: Vec::new(),
         })
+    }
+
+    /// Where ranked samples are sorted: up to `memory` bytes are held before sorted runs spill
+    /// to `spill_dir` (the system's temporary directory when unset). Without it, a ranked
+    /// signer holds them all.
+    pub fn sorting_in(mut self, memory: usize, spill_dir: Option<PathBuf>) -> Self {
+        if self.shape.ranked {
+            self.sorter = Some(RankSorter::new(self.streams.len(), memory, spill_dir));
+        }
+        self
     }
 
     /// The shape of every sample this signer writes.
@@ -201,7 +256,12 @@ impl<'a> Signer<'a> {
         signature: &[u32],
         text: &str,
     ) -> io::Result<()> {
-        let group = self.groups.group_of(at.local_row as usize).ok_or_else(|| {
+        let row = at.local_row as usize;
+        let group = match &mut self.groups {
+            Some(groups) => groups.group_of(row),
+            None => (row < self.mask.rows() && self.mask.is_hot_row(row)).then_some(0),
+        };
+        let group = group.ok_or_else(|| {
             io::Error::other(format!(
                 "row {} of the shard is signed but the hot keys mark it cold",
                 at.local_row
@@ -213,8 +273,8 @@ impl<'a> Signer<'a> {
             let (mask, row) = (self.mask, at.local_row as usize);
             hot.extend((0..self.shape.columns).map(|c| mask.is_hot(row, c)));
         }
-        let stream = &mut self.streams[group as usize];
         let sample = SignedParts {
+            rank: at.rank,
             row: at.row,
             addr: at.addr,
             id: at.id,
@@ -224,9 +284,19 @@ impl<'a> Signer<'a> {
             hot: &hot,
             text,
         };
-        encode_signed_parts(&sample, self.shape, stream.buffer());
+        if self.shape.ranked {
+            let sorter = self
+                .sorter
+                .get_or_insert_with(|| RankSorter::new(self.streams.len(), usize::MAX, None));
+            self.encoded.clear();
+            encode_signed_parts(&sample, self.shape, &mut self.encoded);
+            sorter.push(group, &self.encoded)?;
+        } else {
+            let stream = &mut self.streams[group as usize];
+            encode_signed_parts(&sample, self.shape, stream.buffer());
+            stream.record_done()?;
+        }
         self.hot_columns = hot;
-        stream.record_done()?;
         self.samples[group as usize] += 1;
         Ok(())
     }
@@ -247,8 +317,10 @@ impl<'a> Signer<'a> {
     /// Writes a later exact copy by stage 1's count: as its content hash alone when an earlier
     /// hot sample of this shard had the same hash, else with its hot columns and text (decide
     /// sketches it only if the hash finds no earlier sample).
+    /// Ranked samples are decided in rank order, where the original may come after its copy:
+    /// every copy carries its text.
     pub(crate) fn push_copy(&mut self, at: &SampleAt<'_>, text: &str) -> io::Result<()> {
-        if self.seen.insert(at.content_hash) {
+        if self.seen.insert(at.content_hash) || self.shape.ranked {
             self.write(at, SignedKind::CopyWithText, &[], text)
         } else {
             self.write(at, SignedKind::Copy, &[], "")?;
@@ -258,7 +330,10 @@ impl<'a> Signer<'a> {
     }
 
     /// Ends every stream; returns the sinks (in group order) and what was written.
-    pub fn finish(self) -> io::Result<(Vec<StepSink>, SignedCounts)> {
+    pub fn finish(mut self) -> io::Result<(Vec<StepSink>, SignedCounts)> {
+        if let Some(sorter) = self.sorter.take() {
+            sorter.finish(&mut self.streams)?;
+        }
         let sinks = self
             .streams
             .into_iter()
@@ -457,6 +532,113 @@ fn sketch_mismatch(name: &str, row: u64) -> DedupError {
     })
 }
 
+fn write_decided(out: &mut RecordWriter<StepSink>, d: &DecidedSample) -> Result<(), DedupError> {
+    encode_decided(d, out.buffer());
+    out.record_done().map_err(|e| DedupError::StepOutput {
+        what: "the decided samples",
+        source: e,
+    })
+}
+
+/// A group's signed samples in the order they are decided: global row order (the streams one
+/// after another, as the shards' rows follow each other), or for ranked streams (rank, row)
+/// order, merged from the streams, each sorted so by its sign step.
+struct DecideOrder<R: Read> {
+    streams: Vec<(String, RecordReader<R>)>,
+    shape: SignedShape,
+    /// Row order: the stream being read, and the last row taken.
+    current: usize,
+    last_row: Option<u64>,
+    /// Ranked: the next sample of each stream, and their keys.
+    heads: Vec<SignedSample>,
+    queue: BinaryHeap<Reverse<((u64, u64), usize)>>,
+}
+
+impl<R: Read> DecideOrder<R> {
+    fn new(
+        streams: Vec<(String, RecordReader<R>)>,
+        shape: SignedShape,
+    ) -> Result<Self, DedupError> {
+        let mut order = DecideOrder {
+            heads: vec![SignedSample::default(); if shape.ranked { streams.len() } else { 0 }],
+            streams,
+            shape,
+            current: 0,
+            last_row: None,
+            queue: BinaryHeap::new(),
+        };
+        if shape.ranked {
+            for s in 0..order.streams.len() {
+                if order.read(s)? {
+                    let h = &order.heads[s];
+                    order.queue.push(Reverse(((h.rank, h.row), s)));
+                }
+            }
+        }
+        Ok(order)
+    }
+
+    /// How messages name stream `s`.
+    fn name(&self, s: usize) -> &str {
+        &self.streams[s].0
+    }
+
+    /// Reads the next sample of ranked stream `s` into its head.
+    fn read(&mut self, s: usize) -> Result<bool, DedupError> {
+        let (name, reader) = &mut self.streams[s];
+        let shape = self.shape;
+        let head = &mut self.heads[s];
+        reader
+            .next(|b| decode_signed(b, shape, head))
+            .map_err(|e| step_error(name, e))
+    }
+
+    /// The next sample to decide, into `sample`, and the stream (shard) it came from.
+    fn next(&mut self, sample: &mut SignedSample) -> Result<Option<usize>, DedupError> {
+        if !self.shape.ranked {
+            while self.current < self.streams.len() {
+                let s = self.current;
+                let (name, reader) = &mut self.streams[s];
+                let more = reader
+                    .next(|b| decode_signed(b, self.shape, sample))
+                    .map_err(|e| step_error(name, e))?;
+                if !more {
+                    self.current += 1;
+                    continue;
+                }
+                if let Some(last) = self.last_row
+                    && sample.row <= last
+                {
+                    return Err(DedupError::Step(StepInputError::SignedOutOfOrder {
+                        stream: name.clone(),
+                        row: sample.row,
+                        after: last,
+                    }));
+                }
+                self.last_row = Some(sample.row);
+                return Ok(Some(s));
+            }
+            return Ok(None);
+        }
+        let Some(Reverse((key, s))) = self.queue.pop() else {
+            return Ok(None);
+        };
+        std::mem::swap(sample, &mut self.heads[s]);
+        if self.read(s)? {
+            let h = &self.heads[s];
+            if (h.rank, h.row) <= key {
+                return Err(DedupError::Step(StepInputError::RankOutOfOrder {
+                    stream: self.streams[s].0.clone(),
+                    row: h.row,
+                    after: key.1,
+                }));
+            }
+            self.queue.push(Reverse(((h.rank, h.row), s)));
+        }
+        Ok(Some(s))
+    }
+}
+
 /// What deciding a group did.
 pub struct GroupDecided {
     /// The decision core's counters.
@@ -506,88 +688,84 @@ pub fn decide_group<R: Read>(
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
     let mut clusters = ClusterCounter::default();
     let mut written = vec![0u64; out.len()];
+    // Ranked samples are decided out of row order; their decisions are written in row order
+    // at the end, as `write` reads them.
+    let mut held: Vec<Vec<DecidedSample>> = vec![Vec::new(); out.len()];
     let mut sample = SignedSample::default();
-    let mut last_row: Option<u64> = None;
+    let mut order = DecideOrder::new(signed, shape)?;
     let mut decided = 0u64;
-    for (s, (name, mut reader)) in signed.into_iter().enumerate() {
-        loop {
-            if decided.is_multiple_of(4096) && cancel.is_cancelled() {
-                return Err(DedupError::Interrupted);
-            }
-            decided += 1;
-            let more = reader
-                .next(|b| decode_signed(b, shape, &mut sample))
-                .map_err(|e| step_error(&name, e))?;
-            if !more {
-                break;
-            }
-            if let Some(last) = last_row
-                && sample.row <= last
-            {
-                return Err(DedupError::Step(StepInputError::SignedOutOfOrder {
-                    stream: name.clone(),
+    loop {
+        if decided.is_multiple_of(4096) && cancel.is_cancelled() {
+            return Err(DedupError::Interrupted);
+        }
+        decided += 1;
+        let Some(s) = order.next(&mut sample)? else {
+            break;
+        };
+        let name = order.name(s);
+        let verdict = match sample.kind {
+            SignedKind::Copy => deduper.decide_copy(sample.content_hash).ok_or_else(|| {
+                DedupError::Step(StepInputError::CopyWithoutOriginal {
+                    stream: name.to_string(),
                     row: sample.row,
-                    after: last,
-                }));
-            }
-            last_row = Some(sample.row);
-            let verdict = match sample.kind {
-                SignedKind::Copy => deduper.decide_copy(sample.content_hash).ok_or_else(|| {
-                    DedupError::Step(StepInputError::CopyWithoutOriginal {
-                        stream: name.clone(),
-                        row: sample.row,
-                    })
-                })?,
-                SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
+                })
+            })?,
+            SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
+                Some(v) => v,
+                // Its content key collided with another text's (or, ranked, it is the first
+                // copy decided).
+                None => rebuilt.decide_text(&mut deduper, sketch, &sample, name)?,
+            },
+            // A copy of a sample of an earlier shard (its sign step saw only its own shard's
+            // copies): decided by its hash, as the decision core would after sketching it.
+            SignedKind::Full if shape.texts => {
+                match deduper.decide_known_copy(sample.content_hash, &sample.hot) {
                     Some(v) => v,
-                    // Its content key collided with another text's.
-                    None => rebuilt.decide_text(&mut deduper, sketch, &sample, &name)?,
-                },
-                // A copy of a sample of an earlier shard (its sign step saw only its own shard's
-                // copies): decided by its hash, as the decision core would after sketching it.
-                SignedKind::Full if shape.texts => {
-                    match deduper.decide_known_copy(sample.content_hash, &sample.hot) {
-                        Some(v) => v,
-                        None => rebuilt.decide_text(&mut deduper, sketch, &sample, &name)?,
-                    }
+                    None => rebuilt.decide_text(&mut deduper, sketch, &sample, name)?,
                 }
-                SignedKind::Full => {
-                    rebuilt.keys_of(sketch, &sample.signature, sample.content_hash);
-                    deduper.decide(&Candidate {
-                        addr: sample.addr,
-                        signature: &sample.signature,
-                        row: &rebuilt.keys,
-                        hot: &sample.hot,
-                        content_hash: sample.content_hash,
-                        shingles: None,
-                    })
-                }
-            };
-            if let Some(e) = deduper.take_io_error() {
-                return Err(DedupError::Spill(e));
             }
-            // Any hot sample may be named as the original of a later one.
-            if let Some(id) = &sample.id {
-                ids.insert(sample.addr, id.as_str().into());
+            SignedKind::Full => {
+                rebuilt.keys_of(sketch, &sample.signature, sample.content_hash);
+                deduper.decide(&Candidate {
+                    addr: sample.addr,
+                    signature: &sample.signature,
+                    row: &rebuilt.keys,
+                    hot: &sample.hot,
+                    content_hash: sample.content_hash,
+                    shingles: None,
+                })
             }
-            let dup_of_id = match verdict {
-                Verdict::Unique => None,
-                Verdict::Near { of, .. } | Verdict::Exact { of, .. } => {
-                    clusters.add_drop(verdict.cluster(sample.addr));
-                    ids.get(&of).map(|s| s.to_string())
-                }
-            };
-            let decided = DecidedSample {
-                row: sample.row,
-                verdict,
-                dup_of_id,
-            };
-            encode_decided(&decided, out[s].buffer());
-            out[s].record_done().map_err(|e| DedupError::StepOutput {
-                what: "the decided samples",
-                source: e,
-            })?;
-            written[s] += 1;
+        };
+        if let Some(e) = deduper.take_io_error() {
+            return Err(DedupError::Spill(e));
+        }
+        // Any hot sample may be named as the original of a later one.
+        if let Some(id) = &sample.id {
+            ids.insert(sample.addr, id.as_str().into());
+        }
+        let dup_of_id = match verdict {
+            Verdict::Unique => None,
+            Verdict::Near { of, .. } | Verdict::Exact { of, .. } => {
+                clusters.add_drop(verdict.cluster(sample.addr));
+                ids.get(&of).map(|s| s.to_string())
+            }
+        };
+        let decided = DecidedSample {
+            row: sample.row,
+            verdict,
+            dup_of_id,
+        };
+        if shape.ranked {
+            held[s].push(decided);
+        } else {
+            write_decided(&mut out[s], &decided)?;
+        }
+        written[s] += 1;
+    }
+    for (stream, mut decisions) in out.iter_mut().zip(held) {
+        decisions.sort_unstable_by_key(|d| d.row);
+        for d in &decisions {
+            write_decided(stream, d)?;
         }
     }
     Ok(GroupDecided {
@@ -610,6 +788,7 @@ impl HotRoute for Signer<'_> {
         let at = |row: u64, content_hash: u128| SampleAt {
             row: hot.row_base + row,
             local_row: row,
+            rank: hot.sample.rank,
             addr: hot.addr,
             id: hot.id,
             content_hash,
@@ -684,7 +863,9 @@ pub fn run_sign(
         ));
     }
     let shape = signed_shape(cfg);
-    let signer = Signer::new(hot, mask, shape, sinks).map_err(sign_stream_error)?;
+    let signer = Signer::new(hot, mask, shape, sinks)
+        .map_err(sign_stream_error)?
+        .sorting_in(cfg.sort_memory, cfg.deduper.spill_dir.clone());
     let names: Vec<String> = files
         .iter()
         .map(|f| f.input.path.display().to_string())
@@ -722,6 +903,7 @@ pub fn signed_shape(cfg: &Stage2Config) -> SignedShape {
         num_perm: cfg.sketcher.num_perm(),
         columns: cfg.rule.columns(cfg.sketcher.bands()),
         texts: needs_shingles(cfg),
+        ranked: !cfg.prefer.is_input_order(),
     }
 }
 
@@ -759,6 +941,115 @@ pub fn run_write(
         &addressing,
     )?;
     merge.finish()?;
+    Ok(stats)
+}
+
+/// One-process stage 2 with a preference ([`Stage2Config::prefer`]): the hot samples must be
+/// decided in rank order, which the inputs' order is not, so this runs the three steps itself
+/// with one group, through scratch files in `cfg.deduper.spill_dir` (unnamed, so nothing is left
+/// behind whatever ends the run): a sign pass over the inputs (holding up to `cfg.sort_memory`
+/// of ranked samples), decide, and a write pass into `publication` as [`crate::run_dedup_into`]
+/// writes. The inputs are read twice in stage 2; the statistics are the write pass's, with the
+/// decision core's counters and the clusters from decide, and the time of all three.
+pub(crate) fn run_ranked_into(
+    files: &[FileRows],
+    mask: &HotMask,
+    cfg: &Stage2Config,
+    control: &StepControl,
+    publication: &Publication,
+    observe: &mut dyn FnMut(&crate::Decision),
+    addressing: &Addressing<'_>,
+) -> Result<DedupStats, DedupError> {
+    let started = std::time::Instant::now();
+    let scratch = || -> Result<(File, File), DedupError> {
+        let file = match &cfg.deduper.spill_dir {
+            Some(dir) => tempfile::tempfile_in(dir),
+            None => tempfile::tempfile(),
+        }
+        .and_then(|f| Ok((f.try_clone()?, f)))
+        .map_err(DedupError::Spill)?;
+        Ok(file)
+    };
+    let rewind = |mut f: File| -> Result<BufReader<File>, DedupError> {
+        f.seek(SeekFrom::Start(0)).map_err(DedupError::Spill)?;
+        Ok(BufReader::with_capacity(1 << 20, f))
+    };
+
+    let (signed_out, signed_in) = scratch()?;
+    let shape = signed_shape(cfg);
+    let signer = Signer::with_groups(mask, None, shape, vec![StepSink::scratch(signed_out)])
+        .map_err(sign_stream_error)?
+        .sorting_in(cfg.sort_memory, cfg.deduper.spill_dir.clone());
+    let mut sign_cfg = cfg.clone();
+    sign_cfg.output = None;
+    sign_cfg.decisions = None;
+    let nothing = Publication::begin(&neardup_corpus::PublishOptions {
+        cancel: control.cancel.clone(),
+        ..Default::default()
+    })
+    .map_err(DedupError::Output)?;
+    let (_, signer) = run_stage2(
+        files,
+        mask,
+        &sign_cfg,
+        control,
+        &nothing,
+        &mut |_| {},
+        signer,
+        addressing,
+    )?;
+    signer.finish().map_err(sign_stream_error)?;
+
+    let (decided_out, decided_in) = scratch()?;
+    let signed =
+        RecordReader::new(rewind(signed_in)?).map_err(|e| step_error("the signed samples", e))?;
+    let mut out = [
+        RecordWriter::new(StepSink::scratch(decided_out)).map_err(|e| DedupError::StepOutput {
+            what: "the decided samples",
+            source: e,
+        })?,
+    ];
+    let sketch = DecideShape {
+        sketcher: cfg.sketcher.clone(),
+        rule: cfg.rule,
+    };
+    let group = decide_group(
+        vec![("the signed samples".to_string(), signed)],
+        shape,
+        &cfg.deduper,
+        &sketch,
+        &mut out,
+        &control.cancel,
+    )?;
+    let [out] = out;
+    out.finish()
+        .and_then(StepSink::finish)
+        .map_err(|e| DedupError::StepOutput {
+            what: "the decided samples",
+            source: e,
+        })?;
+
+    let decided: Box<dyn Read + Send> = Box::new(rewind(decided_in)?);
+    let decided = RecordReader::new(decided).map_err(|e| step_error("the decided samples", e))?;
+    let merge = DecidedMerge::new(vec![("the decided samples".to_string(), decided)])?;
+    if let Some(p) = control.progress() {
+        p.restart();
+    }
+    let (mut stats, merge) = run_stage2(
+        files,
+        mask,
+        cfg,
+        control,
+        publication,
+        observe,
+        merge,
+        addressing,
+    )?;
+    merge.finish()?;
+    stats.deduper = group.deduper;
+    stats.clusters = Some(group.clusters.finish(addressing.names));
+    stats.seconds = started.elapsed().as_secs_f64();
+    stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.seconds.max(1e-9);
     Ok(stats)
 }
 
@@ -843,6 +1134,7 @@ mod tests {
             num_perm: 128,
             columns,
             texts: true,
+            ranked: false,
         };
         let mut w = RecordWriter::new(Vec::new()).unwrap();
         let mut scratch = Scratch::default();
@@ -854,6 +1146,7 @@ mod tests {
             let hot = vec![true; columns];
             encode_signed_parts(
                 &SignedParts {
+                    rank: 0,
                     row: i as u64,
                     addr: addr(i as u64),
                     id: None,

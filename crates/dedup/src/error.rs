@@ -36,6 +36,22 @@ pub enum DedupError {
     /// The outputs of an earlier distributed step given to this one are damaged, missing, or
     /// belong to another run (another hot-key file, group or shard).
     Step(StepInputError),
+    /// A hot sample's record holds something other than a number in the field its rank is read
+    /// from (`Prefer::Field`).
+    BadRank(Box<BadRank>),
+}
+
+/// Where a rank field holds something other than a number (see [`DedupError::BadRank`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRank {
+    /// The input file.
+    pub file: PathBuf,
+    /// The record (numbered from 0 in the file, as decisions number them).
+    pub record: u64,
+    /// The preference (`quality:desc`).
+    pub prefer: String,
+    /// What the field holds ("a string", "a boolean", …).
+    pub found: &'static str,
 }
 
 /// How the inputs stage 2 reads differ from what stage 1 recorded of them.
@@ -146,6 +162,15 @@ pub enum StepInputError {
         /// The row before it.
         after: u64,
     },
+    /// A ranked stream (`--prefer`) is not in (rank, row) order.
+    RankOutOfOrder {
+        /// The stream.
+        stream: String,
+        /// The row.
+        row: u64,
+        /// The row before it in the stream, which ranks after it.
+        after: u64,
+    },
     /// A sample sent as an exact copy has no earlier sample of its content in the group.
     CopyWithoutOriginal {
         /// The stream.
@@ -205,6 +230,11 @@ impl fmt::Display for StepInputError {
                 f,
                 "{stream}: row {row} comes after row {after}: sign outputs must be given in \
                  shard order, each shard once"
+            ),
+            StepInputError::RankOutOfOrder { stream, row, after } => write!(
+                f,
+                "{stream}: row {row} comes after row {after} but ranks before it: a sign output \
+                 made with --prefer is sorted by rank; this one is damaged, sign the shard again"
             ),
             StepInputError::CopyWithoutOriginal { stream, row } => write!(
                 f,
@@ -291,6 +321,20 @@ impl fmt::Display for DedupError {
             DedupError::Spill(e) => write!(f, "spill error: {e}"),
             DedupError::Interrupted => f.write_str("interrupted"),
             DedupError::Step(e) => e.fmt(f),
+            DedupError::BadRank(b) => {
+                let field = b.prefer.rsplit_once(':').map_or(b.prefer.as_str(), |p| p.0);
+                write!(
+                    f,
+                    "input error: {}: record {}: the field `{field}` holds {}, and --prefer {} \
+                     ranks records by it as a number: fix the value, or remove it (a record \
+                     without the field, or with null, ranks after every number), or choose \
+                     another --prefer",
+                    b.file.display(),
+                    b.record,
+                    b.found,
+                    b.prefer
+                )
+            }
         }
     }
 }

@@ -42,6 +42,9 @@ pub enum SignedKind {
 /// verification) and the content key from the content hash.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SignedSample {
+    /// Its rank when the stream is ranked ([`SignedShape::ranked`]; 0 otherwise): decide takes
+    /// the samples in (rank, row) order.
+    pub rank: u64,
     /// Its row in the global row order (all shards' tables, in shard order).
     pub row: u64,
     /// Its address; `file` numbers the files of all shards in shard order.
@@ -65,6 +68,7 @@ pub struct SignedSample {
 /// A signed sample as borrowed parts: what [`encode_signed`] writes, without copying a sample
 /// into a [`SignedSample`] first.
 pub(crate) struct SignedParts<'a> {
+    pub rank: u64,
     pub row: u64,
     pub addr: SampleAddr,
     pub id: Option<&'a str>,
@@ -96,6 +100,10 @@ pub struct SignedShape {
     /// Whether full samples carry their texts (exact verification, which compares the shingle
     /// sets decide builds from them).
     pub texts: bool,
+    /// Whether samples carry a rank and a stream is in (rank, row) order instead of row order
+    /// (a preference other than input order, `crate::Prefer`). A ranked sample begins with its
+    /// rank, so that a record's first 16 bytes are its sort key.
+    pub ranked: bool,
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -132,6 +140,7 @@ fn put_addr(out: &mut Vec<u8>, a: SampleAddr) {
 pub fn encode_signed(s: &SignedSample, shape: SignedShape, out: &mut Vec<u8>) {
     encode_signed_parts(
         &SignedParts {
+            rank: s.rank,
             row: s.row,
             addr: s.addr,
             id: s.id.as_deref(),
@@ -163,6 +172,9 @@ fn put_text(out: &mut Vec<u8>, text: &str) {
 
 /// [`encode_signed`] of borrowed parts.
 pub(crate) fn encode_signed_parts(s: &SignedParts<'_>, shape: SignedShape, out: &mut Vec<u8>) {
+    if shape.ranked {
+        put_u64(out, s.rank);
+    }
     put_u64(out, s.row);
     put_addr(out, s.addr);
     put_str(out, s.id);
@@ -283,6 +295,7 @@ impl<'a> Cursor<'a> {
 /// buffers); returns the bytes it took.
 pub fn decode_signed(bytes: &[u8], shape: SignedShape, s: &mut SignedSample) -> io::Result<usize> {
     let mut c = Cursor { bytes };
+    s.rank = if shape.ranked { c.u64()? } else { 0 };
     s.row = c.u64()?;
     s.addr = c.addr()?;
     s.id = c.string()?;
@@ -542,6 +555,7 @@ mod tests {
             num_perm: 8,
             columns: 11,
             texts,
+            ranked: false,
         }
     }
 
@@ -591,7 +605,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn signed_samples_round_trip_through_a_stream(texts in any::<bool>(), samples in prop::collection::vec(signed_strategy(true), 0..20)) {
+        fn signed_samples_round_trip_through_a_stream(texts in any::<bool>(), ranked in any::<bool>(), rank in any::<u64>(), samples in prop::collection::vec(signed_strategy(true), 0..20)) {
             // Full samples carry their text with texts, their signature without.
             let samples: Vec<SignedSample> = samples
                 .into_iter()
@@ -600,10 +614,14 @@ mod tests {
                         s.text.clear();
                         s.signature = (0..8).map(|i| s.row as u32 ^ i).collect();
                     }
+                    // A ranked sample carries its rank; an unranked one reads back as rank 0.
+                    if ranked {
+                        s.rank = rank ^ s.row;
+                    }
                     s
                 })
                 .collect();
-            let shape = shape(texts);
+            let shape = SignedShape { ranked, ..shape(texts) };
             let mut w = RecordWriter::new(Vec::new()).unwrap();
             for s in &samples {
                 encode_signed(s, shape, w.buffer());

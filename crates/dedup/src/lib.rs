@@ -45,7 +45,9 @@ mod distributed;
 mod error;
 mod handoff;
 mod pass;
+mod prefer;
 mod prepare;
+mod rank_order;
 mod reps;
 mod route;
 mod stage;
@@ -59,10 +61,11 @@ pub use distributed::{
     DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, StepSink, decide_group,
     run_sign, run_write, signed_shape,
 };
-pub use error::{DedupError, Mismatch, SettingsError, StepInputError};
+pub use error::{BadRank, DedupError, Mismatch, SettingsError, StepInputError};
 pub use handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed,
 };
 pub use pass::{Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config};
+pub use prefer::{FieldOrder, Prefer, PreferParseError};
 pub use stage::{run_dedup, run_dedup_into};

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clusters::ClusterStats;
 use crate::deduper::{DeduperConfig, DeduperStats, SampleAddr, Verify};
+use crate::prefer::Prefer;
 
 /// What happens to samples whose text is empty or whitespace only.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,6 +46,14 @@ pub struct Stage2Config {
     pub deduper: DeduperConfig,
     /// Empty-text policy.
     pub empty: EmptyPolicy,
+    /// Which copy of a duplicate set is kept (the selector's `rank_field` must be the field of a
+    /// [`Prefer::Field`]). Any other than [`Prefer::First`] decides the hot samples in rank
+    /// order: a sign step ranks them, and a one-process run goes through sign, decide and write
+    /// itself ([`crate::run_dedup`]).
+    pub prefer: Prefer,
+    /// Bytes of ranked hot samples a sign step holds to sort before it spills sorted runs to
+    /// `deduper.spill_dir` (only when ranking: see `prefer`).
+    pub sort_memory: usize,
     /// Worker threads (0 = all cores).
     pub threads: usize,
     /// Target size of one read block.

@@ -58,6 +58,8 @@ pub(crate) struct PreparedSample {
     pub field: u32,
     pub kind: SampleKind,
     pub id: Option<(u32, u32)>,
+    /// Its rank, when a `sign` step ranks hot samples (`Stage2Config::prefer`); else 0.
+    pub rank: u64,
 }
 
 /// One block, read and prepared by a worker.
@@ -73,6 +75,9 @@ pub(crate) struct PreparedBlock {
     /// The texts hot samples carry to a `sign` step's output.
     pub carried: String,
     pub ids: String,
+    /// The first hot sample (its index in `samples`) whose rank field holds something that is
+    /// not a number, and what it holds: the pass stops there.
+    pub bad_rank: Option<(u32, &'static str)>,
 }
 
 impl PreparedBlock {
@@ -244,6 +249,7 @@ fn prepare_block(
             shingles: Vec::new(),
             carried: String::new(),
             ids: String::new(),
+            bad_rank: None,
         };
     }
     let columns = row_keys.len();
@@ -266,7 +272,10 @@ fn prepare_block(
     };
     let mut ids = String::new();
     let mut next_row = *row;
+    let ranking = matches!(hot_work, HotWork::Sign { .. }) && !cfg.prefer.is_input_order();
+    let mut bad_rank = None;
     block.for_each_sample(&cfg.selector, |s| {
+        let mut rank = 0;
         let id = s.id.as_ref().map(|id| {
             let start = ids.len() as u32;
             ids.push_str(id);
@@ -277,7 +286,8 @@ fn prepare_block(
             SampleText::Text(text) => {
                 let this_row = next_row;
                 next_row += 1;
-                if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize) {
+                let kind = if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize)
+                {
                     if cfg.rule.is_blank(&cfg.sketcher, &text) {
                         SampleKind::Blank
                     } else {
@@ -328,7 +338,19 @@ fn prepare_block(
                             row: this_row,
                         }
                     }
+                };
+                if ranking
+                    && matches!(
+                        kind,
+                        SampleKind::Hot { .. } | SampleKind::Text { .. } | SampleKind::Copy { .. }
+                    )
+                {
+                    rank = cfg.prefer.rank(&text, s.rank).unwrap_or_else(|what| {
+                        bad_rank.get_or_insert((samples.len() as u32, what));
+                        u64::MAX
+                    });
                 }
+                kind
             }
         };
         samples.push(PreparedSample {
@@ -336,6 +358,7 @@ fn prepare_block(
             field: s.field,
             kind,
             id,
+            rank,
         });
     });
     let texts = next_row - *row;
@@ -353,6 +376,7 @@ fn prepare_block(
         shingles,
         carried,
         ids,
+        bad_rank,
     }
 }
 

@@ -13,7 +13,8 @@ use neardup_exec::{OnError, StepControl};
 use neardup_keys::{FileRows, HotMask, UnreadableRange};
 
 use crate::deduper::Deduper;
-use crate::error::{DedupError, Mismatch};
+use crate::distributed::run_ranked_into;
+use crate::error::{BadRank, DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
 use crate::prepare::{ChunkJob, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
@@ -78,6 +79,9 @@ pub fn run_dedup_into(
         row_base: 0,
         names: &names,
     };
+    if !cfg.prefer.is_input_order() {
+        return run_ranked_into(files, mask, cfg, control, publication, observe, &addressing);
+    }
     let (stats, _) = run_stage2(
         files,
         mask,
@@ -189,6 +193,17 @@ impl<R: HotRoute> Pass<'_, R> {
             // Counted with the loss before it; only its table rows mattered.
             let _ = self.spares.try_send(RecycledBuffers::from_block(&mut work));
             return Ok(());
+        }
+        if let Some((sample, found)) = work.bad_rank {
+            let record = self.record_bases[job]
+                + work.block.first_record
+                + u64::from(work.samples[sample as usize].record);
+            return Err(DedupError::BadRank(Box::new(BadRank {
+                file: self.inputs[fi].path.clone(),
+                record,
+                prefer: self.cfg.prefer.to_string(),
+                found,
+            })));
         }
         if !self.file_started[fi] {
             self.file_started[fi] = true;

@@ -25,6 +25,11 @@ impl Progress {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.samples.fetch_add(samples, Ordering::Relaxed);
     }
+    /// Starts the counts again from zero, for a stage that reads its inputs a second time.
+    pub fn restart(&self) {
+        self.bytes.store(0, Ordering::Relaxed);
+        self.samples.store(0, Ordering::Relaxed);
+    }
     /// Input bytes done so far.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)

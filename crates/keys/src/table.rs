@@ -951,6 +951,7 @@ mod tests {
                 fields: vec![FieldPath::top("text")],
                 mode: FieldsMode::Expand,
                 id_field: None,
+                rank_field: None,
             },
         };
         let file = |name: &str, rows: u64| FileRows {

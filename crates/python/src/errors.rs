@@ -73,7 +73,9 @@ pub fn to_py(e: Error) -> PyErr {
         Error::Keys(k) | Error::KeyFile(k) => keys_error(k, message),
         Error::Dedup(d) => match d {
             DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),
-            DedupError::Input(_) | DedupError::Mismatch(_) => InputError::new_err(message),
+            DedupError::Input(_) | DedupError::Mismatch(_) | DedupError::BadRank(_) => {
+                InputError::new_err(message)
+            }
             DedupError::StepOutput { source, .. } | DedupError::Spill(source) => {
                 Python::attach(|py| os_error(py, &source, message))
             }

@@ -27,6 +27,7 @@ pub fn selector(fields: &[&str], id: Option<&str>) -> TextSelector {
             .collect(),
         mode: Default::default(),
         id_field: id.map(|i| i.parse().unwrap()),
+        rank_field: None,
     }
 }
 
