@@ -25,6 +25,10 @@
 //!   pipeline with another route for the hot samples (the one-process decision core, the signer
 //!   or the decided streams: `route.rs`), and the same decision core, fed in decide by
 //!   sketching the texts sign sent;
+//! - **which copy is kept** ([`Prefer`]): input order by default; any other preference ranks
+//!   the hot samples in the sign step (`prefer`), sorts each group's stream by rank (`rank_order`,
+//!   spilling past a budget), and decide takes them in that order; a one-process run with a
+//!   preference runs the three steps itself;
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse

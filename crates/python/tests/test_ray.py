@@ -120,6 +120,22 @@ def test_ray_runs_are_the_clis_and_resume(tmp_path, cluster, cli, monkeypatch):
     assert (tmp_path / "d.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     assert data_files(tmp_path / "out") == data_files(tmp_path / "one")
 
+    # Keeping the longest copy: the CLI's decisions too.
+    cli(
+        "dedup", *inputs, "--decisions", tmp_path / "longest.jsonl", "--threshold", "0.7",
+        "--prefer", "longest",
+    )
+    longest = {
+        **args,
+        "output": str(tmp_path / "out-longest"),
+        "decisions": str(tmp_path / "d-longest.jsonl"),
+        "work_dir": str(tmp_path / "work-longest"),
+        "prefer": "longest",
+    }
+    finish(drive(cluster, REPO, **longest))
+    assert (tmp_path / "d-longest.jsonl").read_bytes() == (tmp_path / "longest.jsonl").read_bytes()
+    assert (tmp_path / "d-longest.jsonl").read_bytes() != (tmp_path / "one.jsonl").read_bytes()
+
     # The work directory belongs to its run: other settings are refused.
     other = drive(cluster, REPO, **{**args, "threshold": 0.8})
     out, err = other.communicate(timeout=120)

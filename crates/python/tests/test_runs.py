@@ -16,6 +16,7 @@ VARIANTS = [
         {"threshold": 0.7, "id_field": "id", "lowercase": True, "max_reps": 4, "threads": 1},
         ["--threshold", "0.7", "--id-field", "id", "--lowercase", "--max-reps", "4", "-j", "1"],
     ),
+    ({"prefer": "longest", "threshold": 0.7}, ["--prefer", "longest", "--threshold", "0.7"]),
     (
         {"compat": "lshcurator", "bands": 16, "rows": 8, "threshold": 0.7},
         ["--compat", "lshcurator", "--bands", "16", "--rows", "8", "--threshold", "0.7"],
@@ -161,6 +162,36 @@ def test_output_errors_are_os_errors(tmp_path):
     # Paths that cannot be written are refused before any work, as the CLI's usage errors.
     with pytest.raises(ValueError, match="file is not a directory"):
         neardup.dedup(SAMPLE, decisions=tmp_path / "file" / "d.jsonl")
+
+
+def test_prefer_keeps_the_preferred_copy_and_bad_ranks_are_input_errors(tmp_path):
+    base = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron"
+    rows = [
+        {"text": base, "score": 1},
+        {"text": base + " pi rho", "score": 5},
+        {"text": base + " pi", "score": None},
+    ]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def kept(**settings) -> list:
+        return [d.record for d in neardup.stream(str(path), threshold=0.7, **settings) if d.keep]
+
+    assert kept() == [0]
+    assert kept(prefer="longest") == [1]
+    assert kept(prefer="shortest") == [0]
+    assert kept(prefer="score:desc") == [1]
+    # A null score ranks after every number.
+    assert kept(prefer="score:asc") == [0]
+    with pytest.raises(ValueError, match="FIELD:desc"):
+        kept(prefer="score")
+    rows[2]["score"] = "high"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(neardup.InputError, match="record 2: the field `score` holds a string"):
+        kept(prefer="score:desc")
+    # The in-memory deduper decides texts as they come: it has no preference.
+    with pytest.raises(ValueError, match="prefer"):
+        neardup.Deduper(prefer="longest")
 
 
 def test_bad_records_with_on_error_fail_are_input_errors():
