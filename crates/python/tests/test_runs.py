@@ -190,7 +190,7 @@ def test_prefer_keeps_the_preferred_copy_and_bad_ranks_are_input_errors(tmp_path
     with pytest.raises(neardup.InputError, match="record 2: the field `score` holds a string"):
         kept(prefer="score:desc")
     # The in-memory deduper decides texts as they come: it has no preference.
-    with pytest.raises(ValueError, match="prefer"):
+    with pytest.raises(TypeError, match="prefer is not taken here"):
         neardup.Deduper(prefer="longest")
 
 
