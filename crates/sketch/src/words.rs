@@ -58,8 +58,8 @@ fn class(b: u8) -> u8 {
 /// the same.
 ///
 /// The text is cut into spans at positions where UAX #29 always breaks and where no rule looks
-/// across (see [`is_hard_cut`]); spans of ASCII and separators ([`separator_len`]) go through [`ascii_words`],
-/// the rest through unicode-segmentation, span by span.
+/// across (see [`is_hard_cut`]); spans of ASCII and separators ([`separator_len`]) go through
+/// [`ascii_words`] (or its bit-mask twin), the rest through unicode-segmentation, span by span.
 pub(crate) fn unicode_words(text: &str, word: &mut impl FnMut(usize, usize)) {
     #[cfg(target_arch = "x86_64")]
     let scanner = AsciiScanner::Masks(BlockClasses::sse2);
@@ -98,7 +98,7 @@ pub(crate) fn unicode_words_with(
             return;
         }
         // The general span reaches back to the last cut before the multi-byte character and
-        // forward to the first cut after it; everything before it is ASCII.
+        // forward to the first cut after it; everything before it is ASCII or separators.
         let general_start = (pos + 1..first_high)
             .rev()
             .find(|&p| is_hard_cut(bytes, p))
@@ -115,6 +115,7 @@ pub(crate) fn unicode_words_with(
     }
 }
 
+/// The words of `from..end`, a span of ASCII and separators, by the chosen scanner.
 #[inline(always)]
 fn ascii_span(
     bytes: &[u8],
