@@ -322,3 +322,48 @@ fn a_settings_file_layers_under_flags_and_over_a_presets_defaults() {
     let r = report_of("[dedup]\nmax_reps = 0\n", &[], "zero");
     assert_eq!(r["config"]["dedup"]["max_reps"], Value::Null);
 }
+
+/// `--tokenize ascii-word` cuts texts as hojichar's `non_alpha_num_splitter` does: every
+/// character outside `[A-Za-z0-9_]` separates, so two texts that differ only in their accented
+/// letters have the same tokens and are duplicates, while Unicode words (`--tokenize word`)
+/// keep them apart. The setting is reported under its settings-file name.
+#[test]
+fn ascii_word_tokens_split_at_every_non_ascii_character() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("accents.jsonl");
+    let sentence = |accent: &str| {
+        (0..40)
+            .map(|i| format!("caf{accent}{i} na{accent}ve_{i} r{accent}sum{accent}{i}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let records = [sentence("é"), sentence("è"), sentence("ü")]
+        .iter()
+        .map(|t| serde_json::json!({ "text": t }).to_string() + "\n")
+        .collect::<String>();
+    std::fs::write(&input, records).unwrap();
+    let decide = |tokenize: &str| {
+        let dec = tmp.path().join(format!("{tokenize}.jsonl"));
+        let report = tmp.path().join(format!("{tokenize}.report.json"));
+        let o = run(neardup()
+            .arg("dedup")
+            .arg(&input)
+            .args(["--tokenize", tokenize, "-q", "--decisions"])
+            .arg(&dec)
+            .arg("--report")
+            .arg(&report));
+        assert!(o.status.success(), "--tokenize {tokenize}");
+        let report: Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(report["config"]["sketch"]["tokenize"], tokenize);
+        read_jsonl(&dec)
+            .iter()
+            .map(|d| (d["keep"].as_bool().unwrap(), d["similarity"].as_f64()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        decide("ascii-word"),
+        [(true, None), (false, Some(1.0)), (false, Some(1.0))]
+    );
+    assert_eq!(decide("word"), [(true, None), (true, None), (true, None)]);
+}

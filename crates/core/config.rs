@@ -111,6 +111,9 @@ pub enum ShingleUnit {
     Byte,
     /// Words (Unicode word boundaries).
     Word,
+    /// Runs of ASCII letters, digits and `_` (hojichar's `non_alpha_num_splitter`).
+    #[serde(rename = "ascii-word")]
+    AsciiWord,
 }
 
 /// How texts become signatures and keys.
@@ -470,6 +473,10 @@ impl Config {
                 step: s.step,
             },
             ShingleUnit::Word => Shingler::Words {
+                n: s.shingle,
+                step: s.step,
+            },
+            ShingleUnit::AsciiWord => Shingler::AsciiWords {
                 n: s.shingle,
                 step: s.step,
             },

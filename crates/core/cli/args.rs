@@ -470,8 +470,11 @@ value_enum!(TokenizeArg => ShingleUnit {
     Char => ShingleUnit::Char,
     /// UTF-8 bytes.
     Byte => ShingleUnit::Byte,
-    /// Words (Unicode word boundaries).
+    /// Words (Unicode word boundaries, UAX #29), joined by one space per shingle.
     Word => ShingleUnit::Word,
+    /// Runs of ASCII letters, digits and '_' ([A-Za-z0-9_]); every other character, any non-ASCII
+    /// one included, separates; case kept (hojichar's non_alpha_num_splitter). Joined by one space.
+    AsciiWord => ShingleUnit::AsciiWord,
 });
 
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {

@@ -1,7 +1,8 @@
 //! neardup-sketch: turns one text into numbers.
 //!
 //! This crate owns the pure, deterministic part of near-duplicate detection:
-//! opt-in text normalisation ([`normalize`]), shingling ([`shingle`]), MinHash signatures
+//! opt-in text normalisation ([`normalize`]), shingling ([`shingle`]; words found by UAX #29 with
+//! an ASCII fast path, or as hojichar's ASCII alphanumeric runs), MinHash signatures
 //! ([`minhash`], with the default one-permutation `oph` scheme, a SIMD k-permutation `fast`
 //! scheme and a bit-exact `datasketch` 1.9 scheme), LSH banding and band keys ([`lsh`], including
 //! lshcurator 0.2.3 compatible keys), signature similarity and exact shingle-set Jaccard
@@ -32,6 +33,7 @@ pub mod shingle;
 mod shingle_hash;
 pub mod similarity;
 pub mod sketcher;
+mod words;
 
 pub use content::content_hash;
 pub use error::SketchError;

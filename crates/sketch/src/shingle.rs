@@ -7,8 +7,6 @@
 use std::fmt;
 use std::sync::Arc;
 
-use unicode_segmentation::UnicodeSegmentation;
-
 use crate::SketchError;
 
 /// User-pluggable tokenizer (e.g. a Japanese morphological analyser).
@@ -45,6 +43,16 @@ pub enum Shingler {
         /// Window stride in words.
         step: usize,
     },
+    /// n consecutive tokens moved by `step` tokens, a token being a maximal run of ASCII
+    /// letters, digits and `_` (every other character, non-ASCII ones included, separates; no
+    /// case folding): hojichar's `non_alpha_num_splitter`. Shingle = tokens joined by one ASCII
+    /// space, as hojichar joins them.
+    AsciiWords {
+        /// Window width in tokens.
+        n: usize,
+        /// Window stride in tokens.
+        step: usize,
+    },
     /// A user tokenizer; its shingles are used as they are.
     Custom(Arc<dyn Tokenizer>),
 }
@@ -56,6 +64,7 @@ impl Shingler {
             Shingler::Chars { k, step } => ("char k", *k, *step),
             Shingler::Bytes { k, step } => ("byte k", *k, *step),
             Shingler::Words { n, step } => ("word n", *n, *step),
+            Shingler::AsciiWords { n, step } => ("ascii-word n", *n, *step),
             Shingler::Custom(_) => return Ok(()),
         };
         if width == 0 {
@@ -80,18 +89,22 @@ impl Shingler {
                 byte_windows(text.as_bytes(), k, step, &mut f)
             }
             Shingler::Chars { k, step } => char_windows(text, k, step, &mut f),
-            Shingler::Words { n, step } => word_windows(text, n, step, &mut f),
+            Shingler::Words { n, step } => word_windows(text, n, step, &mut f, WordSplit::Unicode),
+            Shingler::AsciiWords { n, step } => {
+                word_windows(text, n, step, &mut f, WordSplit::AsciiAlphanumeric)
+            }
             Shingler::Custom(ref t) => t.shingles(text, &mut f),
         }
     }
 
     /// Stable short description for reports and fingerprints, e.g. `"char:5:1"`, `"byte:5:1"`,
-    /// `"word:3:1"`, `"custom:<debug>"`.
+    /// `"word:3:1"`, `"ascii-word:3:1"`, `"custom:<debug>"`.
     pub fn describe(&self) -> String {
         match self {
             Shingler::Chars { k, step } => format!("char:{k}:{step}"),
             Shingler::Bytes { k, step } => format!("byte:{k}:{step}"),
             Shingler::Words { n, step } => format!("word:{n}:{step}"),
+            Shingler::AsciiWords { n, step } => format!("ascii-word:{n}:{step}"),
             Shingler::Custom(t) => format!("custom:{t:?}"),
         }
     }
@@ -155,30 +168,67 @@ fn wide_char_windows(text: &str, k: usize, step: usize, f: &mut impl FnMut(&[u8]
     }
 }
 
-fn word_windows(text: &str, n: usize, step: usize, f: &mut impl FnMut(&[u8])) {
+/// What a word is for [`word_windows`].
+#[derive(Clone, Copy)]
+enum WordSplit {
+    /// [`Shingler::Words`].
+    Unicode,
+    /// [`Shingler::AsciiWords`].
+    AsciiAlphanumeric,
+}
+
+/// Word `n`-gram windows moved by `step` words.
+///
+/// The words are copied once, each followed by one space, into a buffer in which every window
+/// is a slice: each word is copied once however many windows hold it.
+fn word_windows(text: &str, n: usize, step: usize, f: &mut impl FnMut(&[u8]), split: WordSplit) {
     check(n, step);
-    let words: Vec<&str> = text.unicode_words().collect();
-    if words.len() < n {
-        return;
-    }
-    let mut buf = String::new();
-    let mut i = 0;
-    while i + n <= words.len() {
-        buf.clear();
-        for (j, w) in words[i..i + n].iter().enumerate() {
-            if j > 0 {
-                buf.push(' ');
-            }
-            buf.push_str(w);
+    let bytes = text.as_bytes();
+    // Short words are copied as one 16-byte block, which may write past the word (the bytes
+    // after it are overwritten by the next word or never read); the buffer keeps that room.
+    const BLOCK: usize = 16;
+    let mut joined = vec![0u8; bytes.len() + BLOCK + 1];
+    let mut len = 0;
+    // Where the last n words start in `joined`: a ring whose next slot to write is `next`, which
+    // once n words are in is also the oldest word's.
+    let mut starts = vec![0usize; n];
+    let mut next = 0;
+    // Words to read before the next emitted window ends (counts, not remainders: no division
+    // per word).
+    let mut until_window = n;
+    let mut on_word = |start: usize, end: usize| {
+        let word = end - start;
+        // Words of the general path may touch (CJK ideographs are one word each), so the
+        // joined text can outgrow the text.
+        if len + word.max(BLOCK) + 1 > joined.len() {
+            joined.resize((2 * joined.len()).max(len + word + BLOCK + 1), 0);
         }
-        f(buf.as_bytes());
-        i += step;
+        if word <= BLOCK && start + BLOCK <= bytes.len() {
+            joined[len..len + BLOCK].copy_from_slice(&bytes[start..start + BLOCK]);
+        } else {
+            joined[len..len + word].copy_from_slice(&bytes[start..end]);
+        }
+        starts[next] = len;
+        next = if next + 1 == n { 0 } else { next + 1 };
+        len += word;
+        until_window -= 1;
+        if until_window == 0 {
+            f(&joined[starts[next]..len]);
+            until_window = step;
+        }
+        joined[len] = b' ';
+        len += 1;
+    };
+    match split {
+        WordSplit::Unicode => crate::words::unicode_words(text, &mut on_word),
+        WordSplit::AsciiAlphanumeric => crate::words::ascii_alphanumeric_runs(text, &mut on_word),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use unicode_segmentation::UnicodeSegmentation;
 
     fn collect(s: &Shingler, text: &str) -> Vec<Vec<u8>> {
         let mut v = Vec::new();
@@ -252,6 +302,67 @@ mod tests {
             collect(&s, "a b c d e"),
             vec![b"a".to_vec(), b"c".to_vec(), b"e".to_vec()]
         );
+    }
+
+    /// Words of `words` joined by one space per window: word shingles as written before the
+    /// shared buffer (and as hojichar and datatrove join their n-grams).
+    fn joined_windows(words: &[&str], n: usize, step: usize) -> Vec<Vec<u8>> {
+        if words.len() < n {
+            return Vec::new();
+        }
+        (0..=words.len() - n)
+            .step_by(step)
+            .map(|i| words[i..i + n].join(" ").into_bytes())
+            .collect()
+    }
+
+    #[test]
+    fn ascii_words_are_hojichar_tokens_joined_by_spaces() {
+        let s = Shingler::AsciiWords { n: 2, step: 1 };
+        assert_eq!(
+            collect(&s, "Don't stop: café_au_lait, 文字 x1__y"),
+            vec![
+                b"Don t".to_vec(),
+                b"t stop".to_vec(),
+                b"stop caf".to_vec(),
+                b"caf _au_lait".to_vec(),
+                b"_au_lait x1__y".to_vec(),
+            ]
+        );
+        assert_eq!(s.describe(), "ascii-word:2:1");
+        assert!(Shingler::AsciiWords { n: 0, step: 1 }.validate().is_err());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1500))]
+
+        #[test]
+        fn word_shingles_join_unicode_words(
+            text in proptest::prop_oneof![
+                crate::words::tests::mixed_text(),
+                crate::words::tests::mostly_ascii_text(),
+            ],
+            n in 1usize..7,
+            step in 1usize..4,
+        ) {
+            let words: Vec<&str> = text.unicode_words().collect();
+            let s = Shingler::Words { n, step };
+            proptest::prop_assert_eq!(collect(&s, &text), joined_windows(&words, n, step));
+        }
+
+        #[test]
+        fn ascii_word_shingles_join_the_regex_split(
+            text in crate::words::tests::mixed_text(),
+            n in 1usize..7,
+            step in 1usize..4,
+        ) {
+            let tokens: Vec<&str> = text
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|t| !t.is_empty())
+                .collect();
+            let s = Shingler::AsciiWords { n, step };
+            proptest::prop_assert_eq!(collect(&s, &text), joined_windows(&tokens, n, step));
+        }
     }
 
     #[derive(Debug)]

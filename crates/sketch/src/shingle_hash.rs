@@ -11,13 +11,17 @@
 
 use crate::shingle::Shingler;
 
-/// The first 72 bytes of xxh3's default secret (`XXH3_kSecret`), all the short path reads.
-const SECRET: [u8; 72] = [
+/// The first 128 bytes of xxh3's default secret (`XXH3_kSecret`), all the paths up to 128
+/// bytes of input read.
+const SECRET: [u8; 128] = [
     0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
     0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
     0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
     0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
-    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb,
+    0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+    0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+    0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+    0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
 ];
 
 const fn secret64(offset: usize) -> u64 {
@@ -34,6 +38,7 @@ const fn secret32(offset: usize) -> u32 {
     secret64(offset) as u32
 }
 
+const PRIME64_1: u64 = 0x9E37_79B1_85EB_CA87;
 const PRIME64_2: u64 = 0xC2B2_AE3D_27D4_EB4F;
 const PRIME64_3: u64 = 0x1656_67B1_9E37_79F9;
 const PRIME_MX1: u64 = 0x1656_6791_9E37_79F9;
@@ -114,7 +119,39 @@ pub(crate) fn xxh3_9to16(b: &[u8]) -> u64 {
     xxh3_avalanche(acc)
 }
 
-/// `xxh3_64(bytes)` with seed 0: short inputs inline, longer ones through xxhash-rust.
+/// xxh3's 16-byte mix of `b[at..at + 16]` with the secret at `secret_at` (seed 0).
+#[inline(always)]
+fn mix16(b: &[u8], at: usize, secret_at: usize) -> u64 {
+    let lo = read64(b, at) ^ read64(&SECRET, secret_at);
+    let hi = read64(b, at + 8) ^ read64(&SECRET, secret_at + 8);
+    let product = u128::from(lo) * u128::from(hi);
+    product as u64 ^ (product >> 64) as u64
+}
+
+/// xxh3_64 of 17..=128 bytes (word shingles are mostly 20 to 60 bytes long).
+#[inline(always)]
+pub(crate) fn xxh3_17to128(b: &[u8]) -> u64 {
+    let len = b.len();
+    debug_assert!((17..=128).contains(&len));
+    let mut acc = (len as u64).wrapping_mul(PRIME64_1);
+    if len > 32 {
+        if len > 64 {
+            if len > 96 {
+                acc = acc.wrapping_add(mix16(b, 48, 96));
+                acc = acc.wrapping_add(mix16(b, len - 64, 112));
+            }
+            acc = acc.wrapping_add(mix16(b, 32, 64));
+            acc = acc.wrapping_add(mix16(b, len - 48, 80));
+        }
+        acc = acc.wrapping_add(mix16(b, 16, 32));
+        acc = acc.wrapping_add(mix16(b, len - 32, 48));
+    }
+    acc = acc.wrapping_add(mix16(b, 0, 0));
+    acc = acc.wrapping_add(mix16(b, len - 16, 16));
+    xxh3_avalanche(acc)
+}
+
+/// `xxh3_64(bytes)` with seed 0: inputs up to 16 bytes inline, longer ones through xxhash-rust.
 #[inline(always)]
 pub(crate) fn xxh3_64(b: &[u8]) -> u64 {
     match b.len() {
@@ -123,6 +160,16 @@ pub(crate) fn xxh3_64(b: &[u8]) -> u64 {
         4..=8 => xxh3_4to8(b),
         9..=16 => xxh3_9to16(b),
         _ => xxhash_rust::xxh3::xxh3_64(b),
+    }
+}
+
+/// `xxh3_64(bytes)` with seed 0 with the 17..=128-byte path inline too: for word shingles,
+/// which are mostly that long (a larger function than [`xxh3_64`], so only where it pays).
+#[inline(always)]
+pub(crate) fn xxh3_64_up_to_128(b: &[u8]) -> u64 {
+    match b.len() {
+        17..=128 => xxh3_17to128(b),
+        _ => xxh3_64(b),
     }
 }
 
@@ -231,7 +278,7 @@ fn hash_windows_4to8_avx512(bytes: &[u8], k: usize, out: &mut Vec<u64>) {
 
 /// Index of the first non-ASCII byte at or after `from` (or `bytes.len()`).
 #[inline]
-fn ascii_run_end(bytes: &[u8], from: usize) -> usize {
+pub(crate) fn ascii_run_end(bytes: &[u8], from: usize) -> usize {
     const HIGH: u64 = 0x8080_8080_8080_8080;
     let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
     let mut i = from;
@@ -349,9 +396,10 @@ pub(crate) fn fast_hash_shingles(
             assert!(k > 0 && step > 0, "shingle width and step must be >= 1");
             ascii(text.as_bytes(), k, step, out);
         }
-        Shingler::Words { .. } | Shingler::Custom(_) => {
-            shingler.for_each(text, |s| out.push(xxh3_64(s)))
+        Shingler::Words { .. } | Shingler::AsciiWords { .. } => {
+            shingler.for_each(text, |s| out.push(xxh3_64_up_to_128(s)))
         }
+        Shingler::Custom(_) => shingler.for_each(text, |s| out.push(xxh3_64(s))),
     }
 }
 
@@ -366,7 +414,7 @@ mod tests {
     #[test]
     fn short_xxh3_equals_xxhash_rust_for_every_length() {
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut buf = [0u8; 40];
+        let mut buf = [0u8; 140];
         for round in 0..2000 {
             for byte in buf.iter_mut() {
                 state = state
@@ -383,6 +431,7 @@ mod tests {
             for len in 0..=buf.len() {
                 let b = &buf[..len];
                 assert_eq!(xxh3_64(b), library(b), "len {len} {b:02x?}");
+                assert_eq!(xxh3_64_up_to_128(b), library(b), "len {len} {b:02x?}");
             }
         }
     }
@@ -416,6 +465,7 @@ mod tests {
                         Shingler::Chars { k, step },
                         Shingler::Bytes { k, step },
                         Shingler::Words { n: k, step },
+                        Shingler::AsciiWords { n: k, step },
                     ] {
                         let mut got = vec![7];
                         fast_hash_shingles(&shingler, text, &mut got, hash_windows);
