@@ -466,6 +466,7 @@ fn decide_into(
         &config.deduper_config(),
         &sketch,
         &mut outs,
+        config.run.threads,
         &control.cancel,
     )
     .map_err(step_error)?;

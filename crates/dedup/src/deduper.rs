@@ -238,6 +238,12 @@ impl Deduper {
         })
     }
 
+    /// Whether an earlier hot sample had this full content hash (so that a later sample with it
+    /// may be decided by the hash alone, [`Deduper::decide_known_copy`]).
+    pub fn knows_content(&self, content_hash: u128) -> bool {
+        self.exact_seen.contains_key(&content_hash)
+    }
+
     /// [`Deduper::decide`]'s verdict for a sample whose hot columns are `hot`, when its content
     /// hash alone gives it (its content key is hot and an earlier sample had the same content):
     /// then it needs no signature. `None` otherwise.

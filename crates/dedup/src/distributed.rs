@@ -525,6 +525,181 @@ impl Rebuilt {
     }
 }
 
+/// A text sketched ahead of its turn: what [`Rebuilt::decide_text`] computes, made on a worker
+/// thread.
+#[derive(Default)]
+struct Sketched {
+    blank: bool,
+    content_hash: u128,
+    signature: Vec<u32>,
+    keys: Vec<u64>,
+    set: Vec<u32>,
+    with_set: bool,
+}
+
+impl Sketched {
+    /// The verdict of `sample`, whose text this is the sketch of (as `Rebuilt::decide_text`).
+    fn decide(
+        &self,
+        deduper: &mut Deduper,
+        sample: &SignedSample,
+        name: &str,
+    ) -> Result<Verdict, DedupError> {
+        if !self.blank && self.content_hash != sample.content_hash {
+            return Err(sketch_mismatch(name, sample.row));
+        }
+        Ok(deduper.decide(&Candidate {
+            addr: sample.addr,
+            signature: &self.signature,
+            row: &self.keys,
+            hot: &sample.hot,
+            content_hash: sample.content_hash,
+            shingles: self.with_set.then_some(&self.set[..]),
+        }))
+    }
+}
+
+/// The next samples of a group in decide order, with the texts decide will sketch (full samples
+/// under exact verification) sketched on worker threads ahead of their turn: the decision core
+/// runs on one thread, in order, and sketching is most of a decide step's work. A text is not
+/// sketched ahead when its hash already names an earlier sample (it is then, almost surely,
+/// decided as a copy by its hash); when such a guess is wrong, it is sketched in its turn. The
+/// decisions are those of sketching each in its turn.
+struct SketchAhead<'a> {
+    sketch: &'a DecideShape,
+    threads: usize,
+    with_set: bool,
+    samples: Vec<SignedSample>,
+    streams: Vec<usize>,
+    sketched: Vec<Option<Sketched>>,
+    /// One scratch per worker, kept across batches.
+    scratches: Vec<Scratch>,
+}
+
+/// Samples per batch, and the text bytes that end a batch early.
+const AHEAD_SAMPLES: usize = 1024;
+const AHEAD_TEXT_BYTES: usize = 16 << 20;
+
+impl<'a> SketchAhead<'a> {
+    fn new(sketch: &'a DecideShape, threads: usize, with_texts: bool) -> Self {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        SketchAhead {
+            sketch,
+            threads: if with_texts { threads } else { 0 },
+            with_set: with_texts && sketch.rule.band_keys,
+            samples: Vec::new(),
+            streams: Vec::new(),
+            sketched: Vec::new(),
+            scratches: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// Reads the next batch; `false` when there is none.
+    fn fill<R: Read>(
+        &mut self,
+        order: &mut DecideOrder<R>,
+        deduper: &Deduper,
+    ) -> Result<bool, DedupError> {
+        // The buffers of the last batch are reused.
+        let mut spare = std::mem::take(&mut self.samples);
+        spare.reverse();
+        self.streams.clear();
+        let mut text_bytes = 0;
+        while self.samples.len() < AHEAD_SAMPLES && text_bytes < AHEAD_TEXT_BYTES {
+            let mut sample = spare.pop().unwrap_or_default();
+            let Some(s) = order.next(&mut sample)? else {
+                break;
+            };
+            text_bytes += sample.text.len();
+            self.samples.push(sample);
+            self.streams.push(s);
+        }
+        self.sketched.clear();
+        self.sketched.resize_with(self.samples.len(), || None);
+        if self.threads > 0 {
+            let mut seen: HashSet<u128> = HashSet::new();
+            let wanted: Vec<usize> = (0..self.samples.len())
+                .filter(|&i| {
+                    let s = &self.samples[i];
+                    let first = seen.insert(s.content_hash);
+                    s.kind == SignedKind::Full && first && !deduper.knows_content(s.content_hash)
+                })
+                .collect();
+            self.sketch_all(&wanted);
+        }
+        Ok(!self.samples.is_empty())
+    }
+
+    /// Sketches the samples at `wanted` on the worker threads.
+    fn sketch_all(&mut self, wanted: &[usize]) {
+        if wanted.is_empty() {
+            return;
+        }
+        let workers = self.threads.min(wanted.len());
+        while self.scratches.len() < workers {
+            self.scratches.push(Scratch::collecting_shingle_sets());
+        }
+        let (sketch, with_set, samples) = (self.sketch, self.with_set, &self.samples);
+        let per = wanted.len().div_ceil(workers);
+        let results: Vec<Vec<(usize, Sketched)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = wanted
+                .chunks(per)
+                .zip(self.scratches.iter_mut())
+                .map(|(chunk, scratch)| {
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|&i| (i, sketch_text(sketch, with_set, &samples[i].text, scratch)))
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a sketching thread panicked"))
+                .collect()
+        });
+        for (i, done) in results.into_iter().flatten() {
+            self.sketched[i] = Some(done);
+        }
+    }
+}
+
+fn sketch_text(
+    sketch: &DecideShape,
+    with_set: bool,
+    text: &str,
+    scratch: &mut Scratch,
+) -> Sketched {
+    let mut done = Sketched {
+        signature: vec![0; sketch.sketcher.num_perm()],
+        keys: vec![0; sketch.rule.columns(sketch.sketcher.bands())],
+        with_set,
+        ..Sketched::default()
+    };
+    let r = sketch.rule.sketch(
+        &sketch.sketcher,
+        text,
+        scratch,
+        &mut done.signature,
+        &mut done.keys,
+    );
+    done.blank = r.kind == RowKind::Blank;
+    done.content_hash = r.content_hash;
+    if with_set {
+        sketch.sketcher.last_shingle_set(scratch, &mut done.set);
+    }
+    done
+}
+
 fn sketch_mismatch(name: &str, row: u64) -> DedupError {
     DedupError::Step(StepInputError::ContentHash {
         stream: name.to_string(),
@@ -658,6 +833,7 @@ pub fn decide_group<R: Read>(
     dedup: &DeduperConfig,
     sketch: &DecideShape,
     out: &mut [RecordWriter<StepSink>],
+    threads: usize,
     cancel: &CancelToken,
 ) -> Result<GroupDecided, DedupError> {
     assert_eq!(signed.len(), out.len(), "one output per shard");
@@ -691,77 +867,85 @@ pub fn decide_group<R: Read>(
     // Ranked samples are decided out of row order; their decisions are written in row order
     // at the end, as `write` reads them.
     let mut held: Vec<Vec<DecidedSample>> = vec![Vec::new(); out.len()];
-    let mut sample = SignedSample::default();
     let mut order = DecideOrder::new(signed, shape)?;
+    let mut ahead = SketchAhead::new(sketch, threads, deduper.needs_shingles() && shape.texts);
     let mut decided = 0u64;
     loop {
-        if decided.is_multiple_of(4096) && cancel.is_cancelled() {
+        if cancel.is_cancelled() {
             return Err(DedupError::Interrupted);
         }
-        decided += 1;
-        let Some(s) = order.next(&mut sample)? else {
+        if !ahead.fill(&mut order, &deduper)? {
             break;
-        };
-        let name = order.name(s);
-        let verdict = match sample.kind {
-            SignedKind::Copy => deduper.decide_copy(sample.content_hash).ok_or_else(|| {
-                DedupError::Step(StepInputError::CopyWithoutOriginal {
-                    stream: name.to_string(),
-                    row: sample.row,
-                })
-            })?,
-            SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
-                Some(v) => v,
-                // Its content key collided with another text's (or, ranked, it is the first
-                // copy decided).
-                None => rebuilt.decide_text(&mut deduper, sketch, &sample, name)?,
-            },
-            // A copy of a sample of an earlier shard (its sign step saw only its own shard's
-            // copies): decided by its hash, as the decision core would after sketching it.
-            SignedKind::Full if shape.texts => {
-                match deduper.decide_known_copy(sample.content_hash, &sample.hot) {
+        }
+        for i in 0..ahead.len() {
+            let (s, sample) = (ahead.streams[i], &ahead.samples[i]);
+            let name = order.name(s);
+            let verdict = match sample.kind {
+                SignedKind::Copy => deduper.decide_copy(sample.content_hash).ok_or_else(|| {
+                    DedupError::Step(StepInputError::CopyWithoutOriginal {
+                        stream: name.to_string(),
+                        row: sample.row,
+                    })
+                })?,
+                SignedKind::CopyWithText => match deduper.decide_copy(sample.content_hash) {
                     Some(v) => v,
-                    None => rebuilt.decide_text(&mut deduper, sketch, &sample, name)?,
+                    // Its content key collided with another text's (or, ranked, it is the
+                    // first copy decided).
+                    None => rebuilt.decide_text(&mut deduper, sketch, sample, name)?,
+                },
+                // A copy of a sample of an earlier shard (its sign step saw only its own
+                // shard's copies): decided by its hash, as the decision core would after
+                // sketching it.
+                SignedKind::Full if shape.texts => {
+                    match deduper.decide_known_copy(sample.content_hash, &sample.hot) {
+                        Some(v) => v,
+                        None => match &ahead.sketched[i] {
+                            Some(done) => done.decide(&mut deduper, sample, name)?,
+                            None => rebuilt.decide_text(&mut deduper, sketch, sample, name)?,
+                        },
+                    }
                 }
+                SignedKind::Full => {
+                    rebuilt.keys_of(sketch, &sample.signature, sample.content_hash);
+                    deduper.decide(&Candidate {
+                        addr: sample.addr,
+                        signature: &sample.signature,
+                        row: &rebuilt.keys,
+                        hot: &sample.hot,
+                        content_hash: sample.content_hash,
+                        shingles: None,
+                    })
+                }
+            };
+            if let Some(e) = deduper.take_io_error() {
+                return Err(DedupError::Spill(e));
             }
-            SignedKind::Full => {
-                rebuilt.keys_of(sketch, &sample.signature, sample.content_hash);
-                deduper.decide(&Candidate {
-                    addr: sample.addr,
-                    signature: &sample.signature,
-                    row: &rebuilt.keys,
-                    hot: &sample.hot,
-                    content_hash: sample.content_hash,
-                    shingles: None,
-                })
+            // Any hot sample may be named as the original of a later one.
+            if let Some(id) = &sample.id {
+                ids.insert(sample.addr, id.as_str().into());
             }
-        };
-        if let Some(e) = deduper.take_io_error() {
-            return Err(DedupError::Spill(e));
-        }
-        // Any hot sample may be named as the original of a later one.
-        if let Some(id) = &sample.id {
-            ids.insert(sample.addr, id.as_str().into());
-        }
-        let dup_of_id = match verdict {
-            Verdict::Unique => None,
-            Verdict::Near { of, .. } | Verdict::Exact { of, .. } => {
-                clusters.add_drop(verdict.cluster(sample.addr));
-                ids.get(&of).map(|s| s.to_string())
+            let dup_of_id = match verdict {
+                Verdict::Unique => None,
+                Verdict::Near { of, .. } | Verdict::Exact { of, .. } => {
+                    clusters.add_drop(verdict.cluster(sample.addr));
+                    ids.get(&of).map(|s| s.to_string())
+                }
+            };
+            let decided_sample = DecidedSample {
+                row: sample.row,
+                verdict,
+                dup_of_id,
+            };
+            if shape.ranked {
+                held[s].push(decided_sample);
+            } else {
+                write_decided(&mut out[s], &decided_sample)?;
             }
-        };
-        let decided = DecidedSample {
-            row: sample.row,
-            verdict,
-            dup_of_id,
-        };
-        if shape.ranked {
-            held[s].push(decided);
-        } else {
-            write_decided(&mut out[s], &decided)?;
+            written[s] += 1;
+            decided += 1;
         }
-        written[s] += 1;
     }
+    debug_assert_eq!(decided, written.iter().sum::<u64>());
     for (stream, mut decisions) in out.iter_mut().zip(held) {
         decisions.sort_unstable_by_key(|d| d.row);
         for d in &decisions {
@@ -1019,6 +1203,7 @@ pub(crate) fn run_ranked_into(
         &cfg.deduper,
         &sketch,
         &mut out,
+        cfg.threads,
         &control.cancel,
     )?;
     let [out] = out;
@@ -1178,6 +1363,7 @@ mod tests {
             &DeduperConfig::default(),
             &sketch,
             &mut out,
+            2,
             &CancelToken::default(),
         )
         .unwrap();
@@ -1202,5 +1388,101 @@ mod tests {
             .unwrap()
         {}
         assert_eq!(got, want);
+    }
+
+    /// Decide sketches texts ahead of their turn on worker threads, in batches: across batches,
+    /// with exact copies of samples of earlier batches and of the same batch sent as full samples
+    /// (as copies from another shard are), any thread count gives the one-process verdicts.
+    #[test]
+    fn sketching_ahead_on_any_threads_gives_the_verdicts_of_sketching_in_turn() {
+        let sketch = sketch();
+        let columns = sketch.rule.columns(16);
+        let shape = SignedShape {
+            num_perm: 128,
+            columns,
+            texts: true,
+            ranked: false,
+        };
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut below = |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let bases: Vec<Vec<String>> = (0..40)
+            .map(|_| (0..40).map(|_| format!("w{}", below(500))).collect())
+            .collect();
+        let texts: Vec<String> = (0..AHEAD_SAMPLES as u64 * 2 + 300)
+            .map(|_| {
+                let mut t = bases[below(40) as usize].clone();
+                for _ in 0..below(4) {
+                    let at = below(40) as usize;
+                    t[at] = format!("w{}", below(500));
+                }
+                t.join(" ")
+            })
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let want = one_process(&sketch, &refs);
+        assert!(want.iter().any(|v| matches!(v, Verdict::Exact { .. })));
+        assert!(want.iter().any(|v| matches!(v, Verdict::Near { .. })));
+        let mut w = RecordWriter::new(Vec::new()).unwrap();
+        let mut scratch = Scratch::default();
+        for (i, text) in refs.iter().enumerate() {
+            let (mut sig, mut keys) = (vec![0; 128], vec![0; columns]);
+            let r = sketch
+                .rule
+                .sketch(&sketch.sketcher, text, &mut scratch, &mut sig, &mut keys);
+            encode_signed_parts(
+                &SignedParts {
+                    rank: 0,
+                    row: i as u64,
+                    addr: addr(i as u64),
+                    id: None,
+                    content_hash: r.content_hash,
+                    kind: SignedKind::Full,
+                    signature: &[],
+                    hot: &vec![true; columns],
+                    text,
+                },
+                shape,
+                w.buffer(),
+            );
+            w.record_done().unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        for threads in [1, 2, 3] {
+            let mut out = vec![RecordWriter::new(StepSink::memory()).unwrap()];
+            decide_group(
+                vec![("g".into(), RecordReader::new(bytes.as_slice()).unwrap())],
+                shape,
+                &DeduperConfig::default(),
+                &sketch,
+                &mut out,
+                threads,
+                &CancelToken::default(),
+            )
+            .unwrap();
+            let decided = out
+                .pop()
+                .unwrap()
+                .finish()
+                .unwrap()
+                .finish()
+                .unwrap()
+                .unwrap();
+            let mut r = RecordReader::new(decided.as_slice()).unwrap();
+            let mut got = Vec::new();
+            while r
+                .next(|b| {
+                    let (d, n) = decode_decided(b)?;
+                    got.push(d.verdict);
+                    Ok(n)
+                })
+                .unwrap()
+            {}
+            assert!(got == want, "{threads} threads decided otherwise");
+        }
     }
 }
