@@ -298,7 +298,7 @@ impl DecisionWriter {
         match &mut self.sink {
             Sink::Jsonl(f) => {
                 serde_json::to_writer(&mut *f, row)
-                    .map_err(|e| WriteError::new(&self.path, "io", e.to_string()))?;
+                    .map_err(|e| WriteError::io(&self.path, e.into()))?;
                 f.write_all(b"\n")
                     .map_err(|e| WriteError::io(&self.path, e))?;
             }

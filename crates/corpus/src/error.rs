@@ -178,6 +178,8 @@ pub struct WriteError {
     path: PathBuf,
     kind: &'static str,
     message: String,
+    /// The system's error, for kind `"io"`.
+    source: Option<std::io::Error>,
 }
 
 impl WriteError {
@@ -186,11 +188,34 @@ impl WriteError {
             path: path.to_path_buf(),
             kind,
             message: message.into(),
+            source: None,
         }
     }
 
     pub(crate) fn io(path: &Path, e: std::io::Error) -> WriteError {
-        WriteError::new(path, "io", e.to_string())
+        WriteError {
+            source: Some(e),
+            ..WriteError::new(path, "io", String::new())
+        }
+        .with_source_message()
+    }
+
+    fn with_source_message(mut self) -> WriteError {
+        if let Some(e) = &self.source {
+            self.message = e.to_string();
+        }
+        self
+    }
+
+    /// The system's error, when the kind is `"io"` (its kind and OS error code say what failed:
+    /// no space, permission denied, …).
+    pub fn io_error(&self) -> Option<&std::io::Error> {
+        self.source.as_ref()
+    }
+
+    /// [`WriteError::io_error`], taken.
+    pub fn into_io_error(self) -> Option<std::io::Error> {
+        self.source
     }
 
     /// The file or directory concerned.
@@ -226,4 +251,10 @@ impl fmt::Display for WriteError {
     }
 }
 
-impl std::error::Error for WriteError {}
+impl std::error::Error for WriteError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

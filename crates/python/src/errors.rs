@@ -65,9 +65,8 @@ pub fn to_py(e: Error) -> PyErr {
         Error::Usage(_) | Error::StepInput(_) | Error::Eval(_) => PyValueError::new_err(message),
         Error::Inputs(_) => PyFileNotFoundError::new_err(message),
         Error::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
-        Error::Publish(_) | Error::Threads { .. } | Error::ThreadLost { .. } => {
-            PyOSError::new_err(message)
-        }
+        Error::Publish(w) => written(w, message),
+        Error::Threads { .. } | Error::ThreadLost { .. } => PyOSError::new_err(message),
         Error::Corrupt(_) => CorruptFileError::new_err(message),
         Error::Interrupted => PyKeyboardInterrupt::new_err(message),
         Error::Keys(k) | Error::KeyFile(k) => keys_error(k, message),
@@ -79,9 +78,19 @@ pub fn to_py(e: Error) -> PyErr {
             DedupError::StepOutput { source, .. } | DedupError::Spill(source) => {
                 Python::attach(|py| os_error(py, &source, message))
             }
-            DedupError::Output(_) | DedupError::WriterStopped => PyOSError::new_err(message),
+            DedupError::Output(w) => written(w, message),
+            DedupError::WriterStopped => PyOSError::new_err(message),
             DedupError::Interrupted => PyKeyboardInterrupt::new_err(message),
         },
+    }
+}
+
+/// The exception of an output that could not be written: of the system's error when there is
+/// one (`PermissionError`, `IsADirectoryError`, … with its `errno`), else `OSError`.
+fn written(e: neardup::corpus::WriteError, message: String) -> PyErr {
+    match e.io_error() {
+        Some(source) => Python::attach(|py| os_error(py, source, message)),
+        None => PyOSError::new_err(message),
     }
 }
 

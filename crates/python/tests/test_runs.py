@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 
 import pytest
@@ -162,6 +163,10 @@ def test_output_errors_are_os_errors(tmp_path):
     # Paths that cannot be written are refused before any work, as the CLI's usage errors.
     with pytest.raises(ValueError, match="file is not a directory"):
         neardup.dedup(SAMPLE, decisions=tmp_path / "file" / "d.jsonl")
+    # The system's error keeps its errno.
+    with pytest.raises(OSError, match="File name too long") as caught:
+        neardup.dedup(SAMPLE, decisions=tmp_path / ("n" * 300 + ".jsonl"))
+    assert caught.value.errno == errno.ENAMETOOLONG
 
 
 def test_prefer_keeps_the_preferred_copy_and_bad_ranks_are_input_errors(tmp_path):

@@ -1292,15 +1292,20 @@ impl AtomicFile {
     }
 }
 
-/// An error of a file's own publication, for callers who name the file themselves.
+/// An error of a file's own publication, for callers who name the file themselves: the
+/// system's error itself when there is one (so its kind and OS error code survive).
 fn without_path(e: WriteError) -> io::Error {
+    let message = e.message().to_string();
     let kind = match e.kind() {
         "not_a_file" => io::ErrorKind::IsADirectory,
         "not_a_directory" => io::ErrorKind::NotADirectory,
         "interrupted" => io::ErrorKind::Interrupted,
         _ => io::ErrorKind::Other,
     };
-    io::Error::new(kind, e.message().to_string())
+    match e.into_io_error() {
+        Some(system) => system,
+        None => io::Error::new(kind, message),
+    }
 }
 
 impl Write for AtomicFile {

@@ -512,3 +512,27 @@ fn a_manifest_being_committed_survives_another_runs_sweep() {
     sweep(dir.path()).unwrap();
     assert!(!temp.exists(), "a dead run's manifest is swept");
 }
+
+/// A system error writing a file keeps its kind and OS error code through the publication
+/// (callers map them: Python raises the matching `OSError` subclass with its `errno`).
+#[test]
+fn a_system_error_keeps_its_kind_and_code() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Longer than any file name may be (255 bytes on Linux file systems).
+    let path = tmp.path().join("n".repeat(300));
+    let e = AtomicFile::create(&path)
+        .err()
+        .expect("the name is too long");
+    assert_eq!(e.kind(), io::ErrorKind::InvalidFilename, "{e}");
+    assert_eq!(e.raw_os_error(), Some(36), "{e}");
+    let e = Publication::begin(&PublishOptions {
+        files: vec![path.clone()],
+        ..PublishOptions::default()
+    })
+    .err()
+    .expect("the name is too long");
+    assert!(e.to_string().contains("File name too long"), "{e}");
+    let system = e.io_error().expect("the system's error is kept");
+    assert_eq!(system.raw_os_error(), Some(36));
+    assert!(std::error::Error::source(&e).is_some());
+}
