@@ -525,12 +525,12 @@ fn a_system_error_keeps_its_kind_and_code() {
         .expect("the name is too long");
     assert_eq!(e.kind(), io::ErrorKind::InvalidFilename, "{e}");
     assert_eq!(e.raw_os_error(), Some(36), "{e}");
-    let e = Publication::begin(&PublishOptions {
+    let Err(e) = Publication::begin(&PublishOptions {
         files: vec![path.clone()],
         ..PublishOptions::default()
-    })
-    .err()
-    .expect("the name is too long");
+    }) else {
+        panic!("the name is too long")
+    };
     assert!(e.to_string().contains("File name too long"), "{e}");
     let system = e.io_error().expect("the system's error is kept");
     assert_eq!(system.raw_os_error(), Some(36));
