@@ -520,9 +520,9 @@ fn a_system_error_keeps_its_kind_and_code() {
     let tmp = tempfile::tempdir().unwrap();
     // Longer than any file name may be (255 bytes on Linux file systems).
     let path = tmp.path().join("n".repeat(300));
-    let e = AtomicFile::create(&path)
-        .err()
-        .expect("the name is too long");
+    let Err(e) = AtomicFile::create(&path) else {
+        panic!("the name is too long")
+    };
     assert_eq!(e.kind(), io::ErrorKind::InvalidFilename, "{e}");
     assert_eq!(e.raw_os_error(), Some(36), "{e}");
     let Err(e) = Publication::begin(&PublishOptions {
