@@ -920,3 +920,230 @@ pub fn merge_tables<T: std::borrow::Borrow<KeyTable>>(
         counted.stats,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup_corpus::{FieldPath, SkipReason};
+    use neardup_sketch::{BandKeyScheme, HashScheme, LshParams, Normalizer, SketchConfig};
+
+    fn config(threads: usize, chunk_bytes: u64) -> KeysConfig {
+        let sketcher = Sketcher::new(SketchConfig {
+            normalizer: Normalizer::default(),
+            shingler: neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+            scheme: HashScheme::Oph,
+            num_perm: 128,
+            seed: 1,
+            lsh: LshParams::new(16, 8).unwrap(),
+            band_keys: BandKeyScheme::Fast,
+        })
+        .unwrap();
+        let mut cfg = KeysConfig::new(sketcher, TextSelector::single(FieldPath::top("text")));
+        cfg.threads = threads;
+        cfg.chunk_bytes = chunk_bytes;
+        cfg.block_bytes = 256;
+        cfg
+    }
+
+    /// Texts in groups of near copies, exact copies, singletons, one empty text and a malformed
+    /// line, over two files.
+    fn inputs(dir: &std::path::Path) -> (Vec<InputFile>, Vec<String>) {
+        let base = |b: usize| -> String {
+            (0..60)
+                .map(|i| format!("w{}", (i * 7 + b * 131) % 997))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let mut texts = Vec::new();
+        for i in 0..120 {
+            texts.push(match i % 6 {
+                0 | 1 => base(i % 12),
+                2 => format!("{} tail{}", base(i % 12), i),
+                3 => (0..60)
+                    .map(|k| format!("u{}", (k * 7919 + i * 104_729) % 1_000_003))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                4 => base(3),
+                _ => format!("{} {}", base(i % 5), base(i % 7)),
+            });
+        }
+        let mut files = Vec::new();
+        for (f, part) in texts.chunks(60).enumerate() {
+            let path = dir.join(format!("in-{f}.jsonl"));
+            let mut body = String::new();
+            for (i, t) in part.iter().enumerate() {
+                body.push_str(&serde_json::json!({ "text": t }).to_string());
+                body.push('\n');
+                if f == 1 && i == 10 {
+                    body.push_str("{\"text\": broken\n");
+                    body.push_str("{\"text\": \"\"}\n");
+                }
+            }
+            std::fs::write(&path, body).unwrap();
+            let name = std::path::PathBuf::from(path.file_name().unwrap());
+            files.push(InputFile::detect(&path, &name, None).unwrap());
+        }
+        (files, texts)
+    }
+
+    fn run(files: &[InputFile], cfg: &KeysConfig) -> KeysOutput {
+        run_keys(files, 0, cfg, &StepControl::default()).unwrap()
+    }
+
+    fn table(out: &KeysOutput) -> &KeyTable {
+        match &out.table {
+            TableStore::Memory(t) => t,
+            TableStore::Spilled => panic!("the table spilled"),
+        }
+    }
+
+    #[test]
+    fn rows_are_the_sketches_of_the_texts_in_input_order_whatever_the_threads_and_chunks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (files, texts) = inputs(tmp.path());
+        let cfg = config(1, 1 << 20);
+        let one = run(&files, &cfg);
+        let columns = one.layout.columns();
+        // Every text gives a row (the empty one too: its row is all NO_KEY); the malformed line
+        // gives none.
+        assert_eq!(table(&one).rows(), texts.len() + 1);
+        assert_eq!(one.stats.records, texts.len() as u64 + 2);
+        assert_eq!(
+            one.stats
+                .skipped
+                .get(SkipReason::MalformedJson(String::new()).kind()),
+            Some(&1)
+        );
+        let mut scratch = neardup_sketch::Scratch::default();
+        let (mut sig, mut row) = (vec![0; 128], vec![0; columns]);
+        let mut expected_rows: Vec<&str> = texts.iter().map(String::as_str).collect();
+        expected_rows.insert(71, "");
+        for (r, text) in expected_rows.iter().enumerate() {
+            cfg.rule
+                .sketch(&cfg.sketcher, text, &mut scratch, &mut sig, &mut row);
+            assert_eq!(table(&one).row(r), &row[..], "row {r}");
+        }
+        assert_eq!(
+            one.files.iter().map(|f| f.rows).collect::<Vec<_>>(),
+            vec![60, 61]
+        );
+        // Rows sharing a key are hot, the unique texts are not.
+        assert!(one.mask.is_hot_row(0) && one.mask.is_hot_row(1));
+        assert!(!one.mask.is_hot_row(3));
+        assert!(one.mask.is_later_copy(10), "an exact copy of row 4");
+        assert!(one.mask.is_later_copy(12), "an exact copy of row 0");
+        assert!(!one.mask.is_later_copy(4) && !one.mask.is_later_copy(0));
+        // Threads and chunks change nothing.
+        for (threads, chunk_bytes) in [(2, 1 << 20), (3, 700), (4, 64)] {
+            let other = run(&files, &config(threads, chunk_bytes));
+            assert_eq!(table(&other).keys(), table(&one).keys());
+            assert_eq!(other.hot.keys(), one.hot.keys());
+            assert!(
+                (0..one.mask.rows()).all(|r| (0..columns)
+                    .all(|c| other.mask.is_hot(r, c) == one.mask.is_hot(r, c))),
+                "{threads} threads, chunks of {chunk_bytes} bytes"
+            );
+            assert_eq!(
+                other
+                    .files
+                    .iter()
+                    .map(|f| (f.records, f.rows))
+                    .collect::<Vec<_>>(),
+                one.files
+                    .iter()
+                    .map(|f| (f.records, f.rows))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn shards_merged_and_a_spilled_count_give_the_one_runs_hot_keys() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (files, _) = inputs(tmp.path());
+        let cfg = config(2, 1 << 20);
+        let one = run(&files, &cfg);
+        let tables: Vec<KeyTable> = files
+            .iter()
+            .enumerate()
+            .map(|(shard, f)| {
+                collect_keys(
+                    std::slice::from_ref(f),
+                    shard as u32,
+                    &cfg,
+                    &StepControl::default(),
+                )
+                .unwrap()
+                .0
+            })
+            .collect();
+        let (hot, mask, _) = merge_tables(&tables, cfg.min_count).unwrap();
+        assert_eq!(hot.keys(), one.hot.keys());
+        assert_eq!(mask.hot_rows(), one.mask.hot_rows());
+        let mut spilling = cfg.clone();
+        spilling.memory_limit = Some(1024);
+        spilling.spill_dir = Some(tmp.path().to_path_buf());
+        let spilled = run(&files, &spilling);
+        assert!(matches!(spilled.table, TableStore::Spilled));
+        assert_eq!(spilled.hot.keys(), one.hot.keys());
+        assert_eq!(spilled.mask.hot_rows(), one.mask.hot_rows());
+    }
+
+    #[test]
+    fn a_field_no_record_has_stops_the_run_naming_the_fields_records_have() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (files, _) = inputs(tmp.path());
+        let mut cfg = config(1, 1 << 20);
+        cfg.selector = TextSelector::single(FieldPath::top("txt"));
+        let Err(KeysError::Input(failure)) = run_keys(&files, 0, &cfg, &StepControl::default())
+        else {
+            panic!("a field no record has is an error")
+        };
+        match *failure {
+            InputFailure::FieldsNeverSeen { missing, seen } => {
+                assert_eq!(missing, vec!["txt".to_string()]);
+                assert!(seen.contains(&"text".to_string()), "{seen:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn lost_records_are_described_by_what_is_known_of_them() {
+        let range = |first_record, records, row_group, byte_offset| UnreadableRange {
+            file: "f.jsonl".into(),
+            first_record,
+            records,
+            kind: "corrupt".into(),
+            reason: "bad".into(),
+            row_group,
+            byte_offset,
+        };
+        assert_eq!(range(5, Some(1), None, None).what(), "record 5 unreadable");
+        assert_eq!(
+            range(100, Some(100), Some(1), None).what(),
+            "records 100 to 199 (row group 1) unreadable"
+        );
+        assert_eq!(
+            range(0, None, None, None).what(),
+            "unreadable, how many records it holds is unknown"
+        );
+        assert_eq!(
+            range(543, None, None, Some(118000)).what(),
+            "unreadable from record 543 (decompressed byte 118000) on, how many records is unknown"
+        );
+        assert_eq!(range(7, Some(0), None, None).what(), "no record unreadable");
+        assert_eq!(
+            range(5, Some(2), None, None).to_string(),
+            "f.jsonl: records 5 to 6 unreadable: bad"
+        );
+        let mut storage = range(0, None, None, None);
+        storage.kind = "storage".into();
+        assert!(storage.is_storage_failure() && storage.whole_file_unknown());
+        assert!(
+            storage
+                .to_string()
+                .contains("--on-error skip does not skip that")
+        );
+    }
+}
