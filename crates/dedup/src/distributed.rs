@@ -42,7 +42,7 @@ use neardup_sketch::{Scratch, Sketcher, band_keys};
 
 use crate::clusters::ClusterCounter;
 use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
-use crate::error::{DedupError, StepInputError};
+use crate::error::{DedupError, SettingsError, StepInputError};
 use crate::handoff::{
     DecidedSample, RecordReader, RecordWriter, SignedKind, SignedParts, SignedSample, SignedShape,
     decode_decided, decode_signed, encode_decided, encode_signed_parts,
@@ -847,12 +847,7 @@ pub fn decide_group<R: Read>(
     )?;
     let needs_texts = deduper.needs_shingles() && sketch.rule.band_keys;
     if needs_texts && !shape.texts {
-        return Err(DedupError::Config(
-            "exact verification needs the samples' texts, and these sign outputs were made \
-             without them (with --verify estimate): run `neardup sign` with the same --verify as \
-             `decide`"
-                .into(),
-        ));
+        return Err(DedupError::Config(SettingsError::SignedWithoutTexts));
     }
     if shape.num_perm != num_perm || shape.columns != columns {
         return Err(DedupError::Step(StepInputError::Shape {
@@ -1040,11 +1035,7 @@ pub fn run_sign(
     publication: &Publication,
 ) -> Result<(Vec<StepSink>, SignedCounts, DedupStats), DedupError> {
     if cfg.output.is_some() || cfg.decisions.is_some() {
-        return Err(DedupError::Config(
-            "`sign` writes only its signed samples: the dataset and the decisions are written by \
-             `write`"
-                .into(),
-        ));
+        return Err(DedupError::Config(SettingsError::SignWritesNothing));
     }
     let shape = signed_shape(cfg);
     let signer = Signer::new(hot, mask, shape, sinks)
@@ -1056,7 +1047,7 @@ pub fn run_sign(
         .collect();
     let addressing = Addressing {
         file_base: u32::try_from(place.file_base)
-            .map_err(|_| DedupError::Config("more than 4,294,967,295 input files".into()))?,
+            .map_err(|_| DedupError::Config(SettingsError::TooManyFiles))?,
         row_base: place.row_base,
         names: &names,
     };
@@ -1110,7 +1101,7 @@ pub fn run_write(
 ) -> Result<DedupStats, DedupError> {
     let addressing = Addressing {
         file_base: u32::try_from(place.file_base)
-            .map_err(|_| DedupError::Config("more than 4,294,967,295 input files".into()))?,
+            .map_err(|_| DedupError::Config(SettingsError::TooManyFiles))?,
         row_base: place.row_base,
         names,
     };

@@ -268,8 +268,13 @@ pub enum SettingsError {
     NoRepresentatives,
     /// The hot keys were made with other sketch settings or another row rule than the deduper's.
     OtherSketch,
-    /// Any other setting, as a message naming it and the fix.
-    Message(String),
+    /// Exact verification was asked of a decide step whose sign outputs carry no texts (they
+    /// were made under `--verify estimate`).
+    SignedWithoutTexts,
+    /// A sign step was given outputs to write (the dataset and decisions are the write step's).
+    SignWritesNothing,
+    /// More input files than a sample address can number.
+    TooManyFiles,
 }
 
 impl fmt::Display for SettingsError {
@@ -282,24 +287,21 @@ impl fmt::Display for SettingsError {
             SettingsError::OtherSketch => {
                 f.write_str("the hot keys were made with different sketch settings")
             }
-            SettingsError::Message(m) => f.write_str(m),
+            SettingsError::SignedWithoutTexts => f.write_str(
+                "exact verification needs the samples' texts, and these sign outputs were made \
+                 without them (with --verify estimate): run `neardup sign` with the same --verify \
+                 as `decide`",
+            ),
+            SettingsError::SignWritesNothing => f.write_str(
+                "`sign` writes only its signed samples: the dataset and the decisions are written \
+                 by `write`",
+            ),
+            SettingsError::TooManyFiles => f.write_str("more than 4,294,967,295 input files"),
         }
     }
 }
 
 impl std::error::Error for SettingsError {}
-
-impl From<String> for SettingsError {
-    fn from(message: String) -> Self {
-        SettingsError::Message(message)
-    }
-}
-
-impl From<&str> for SettingsError {
-    fn from(message: &str) -> Self {
-        SettingsError::Message(message.to_string())
-    }
-}
 
 impl From<SettingsError> for DedupError {
     fn from(e: SettingsError) -> Self {
