@@ -120,6 +120,63 @@ fn split_parts_of_two_inputs_never_collide() {
     }
 }
 
+/// A record appended to an input read in several chunks, between `keys` and `apply`, lies past
+/// every chunk stage 1 recorded: `apply` refuses the input by its size instead of leaving the
+/// record out of the dataset unsaid.
+#[test]
+fn a_record_appended_between_the_stages_is_not_lost_silently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("a.jsonl");
+    std::fs::copy(data("sample/part-0.jsonl"), &input).unwrap();
+    let settings = tmp.path().join("s.toml");
+    std::fs::write(&settings, "[keys]\nchunk_bytes = 65536\n").unwrap();
+    let table = tmp.path().join("t.ndk");
+    let hot = tmp.path().join("h.ndh");
+    for cmd in [
+        neardup()
+            .arg("keys")
+            .arg(&input)
+            .arg("--out")
+            .arg(&table)
+            .arg("--config")
+            .arg(&settings),
+        neardup().arg("hot").arg(&table).arg("--out").arg(&hot),
+    ] {
+        assert!(run(cmd.arg("-q")).status.success());
+    }
+    let before = std::fs::metadata(&input).unwrap().len();
+    let mut body = std::fs::read_to_string(&input).unwrap();
+    body.push_str("{\"id\": \"late\", \"text\": \"a record added after stage 1\"}\n");
+    std::fs::write(&input, &body).unwrap();
+    let out = tmp.path().join("out");
+    let dec = tmp.path().join("d.jsonl");
+    let o = run(neardup()
+        .arg("apply")
+        .arg("--hot")
+        .arg(&hot)
+        .arg("--keys")
+        .arg(&table)
+        .arg("--config")
+        .arg(&settings)
+        .arg("-o")
+        .arg(&out)
+        .arg("--decisions")
+        .arg(&dec)
+        .arg("-q"));
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{}: {} bytes now, {before} bytes when stage 1 read it",
+            input.display(),
+            body.len()
+        )),
+        "{err}"
+    );
+    assert!(published(&out).is_empty());
+    assert!(!dec.exists());
+}
+
 /// `apply` that fails (an input changed since stage 1) publishes no output file, no decisions.
 #[test]
 fn a_failed_apply_publishes_nothing() {

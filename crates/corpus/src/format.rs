@@ -176,3 +176,9 @@ mod tests {
         assert_eq!(format_suffix_len(".hidden"), 0);
     }
 }
+
+/// The size of the input file or object `path` now (for an object, a request), to compare with
+/// [`InputFile::size`].
+pub fn current_size(path: &Path) -> std::io::Result<u64> {
+    neardup_storage::file::size(path)
+}

@@ -60,7 +60,7 @@ pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
 pub use discover::{DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, discover};
 pub use error::{ReadError, Unreadable, WriteError};
-pub use format::{Compression, Format, InputFile};
+pub use format::{Compression, Format, InputFile, current_size};
 pub use publish::{
     AtomicFile, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication, PublishOptions,
     Published, RunId, ScratchDir, ScratchFile, read_manifest,

@@ -66,6 +66,16 @@ pub enum Mismatch {
         /// Records and samples stage 2 read from it.
         stage2: (u64, u64),
     },
+    /// An input's size is not what it was when stage 1 read it (a record appended past the
+    /// last chunk stage 1 read would otherwise go unread).
+    Size {
+        /// The input file.
+        file: PathBuf,
+        /// Its size when stage 1 found it.
+        stage1: u64,
+        /// Its size now.
+        now: u64,
+    },
     /// The hot mask covers another number of rows than the inputs' table rows.
     MaskRows {
         /// Rows of the mask.
@@ -97,6 +107,12 @@ impl fmt::Display for Mismatch {
                 stage1.1,
                 stage2.0,
                 stage2.1
+            ),
+            Mismatch::Size { file, stage1, now } => write!(
+                f,
+                "{}: {now} bytes now, {stage1} bytes when stage 1 read it; the input changed \
+                 between the stages: run stage 1 again on the inputs as they are",
+                file.display()
             ),
             Mismatch::MaskRows { mask, inputs } => write!(
                 f,

@@ -95,6 +95,43 @@ pub fn run_dedup_into(
     Ok(stats)
 }
 
+/// Refuses inputs whose size changed since stage 1 found them: stage 2 reads the chunks stage 1
+/// recorded, so what was appended after the last of them would be neither decided nor written,
+/// and a changed record count inside a chunk is caught only by that chunk's counts. Objects are
+/// looked up a few at a time. An input that cannot be looked up is left to its reader, whose
+/// error says why.
+fn check_sizes(inputs: &[neardup_corpus::InputFile]) -> Result<(), DedupError> {
+    let sizes: Vec<Option<u64>> = std::thread::scope(|scope| {
+        let per = inputs.len().div_ceil(8).max(1);
+        let parts: Vec<_> = inputs
+            .chunks(per)
+            .map(|part| {
+                scope.spawn(move || {
+                    part.iter()
+                        .map(|f| neardup_corpus::current_size(&f.path).ok())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().expect("a size lookup panicked"))
+            .collect()
+    });
+    for (f, now) in inputs.iter().zip(sizes) {
+        if let Some(now) = now
+            && now != f.size
+        {
+            return Err(DedupError::Mismatch(Mismatch::Size {
+                file: f.path.clone(),
+                stage1: f.size,
+                now,
+            }));
+        }
+    }
+    Ok(())
+}
+
 /// Every chunk of every file as a job, with the row its first sample has in the table; and per
 /// job, its file's records before it.
 fn chunk_jobs(files: &[FileRows]) -> (Vec<ChunkJob<'_>>, Vec<u64>) {
@@ -313,6 +350,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     };
     let (jobs, record_bases) = chunk_jobs(files);
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
+    check_sizes(&inputs)?;
     if let Some(p) = control.progress() {
         p.set_total(inputs.iter().map(|f| f.size).sum());
     }
@@ -436,4 +474,176 @@ fn write_outputs(
         }
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, Verdict};
+    use neardup_corpus::{FieldPath, InputFile, TextSelector};
+    use neardup_exec::{CancelToken, OnError};
+    use neardup_keys::{KeysConfig, RowRule, run_keys};
+    use neardup_sketch::{
+        BandKeyScheme, HashScheme, LshParams, Normalizer, SketchConfig, Sketcher,
+    };
+
+    fn sketcher() -> Sketcher {
+        Sketcher::new(SketchConfig {
+            normalizer: Normalizer::default(),
+            shingler: neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+            scheme: HashScheme::Oph,
+            num_perm: 128,
+            seed: 1,
+            lsh: LshParams::new(16, 8).unwrap(),
+            band_keys: BandKeyScheme::Fast,
+        })
+        .unwrap()
+    }
+
+    /// Texts with near and exact copies over three files, one of them empty.
+    fn inputs(dir: &std::path::Path) -> (Vec<InputFile>, Vec<String>) {
+        let base = |b: u64| -> Vec<String> {
+            (0..50)
+                .map(|i| format!("w{}", (i * 31 + b * 977) % 1009))
+                .collect()
+        };
+        let mut state = 7u64;
+        let mut texts = Vec::new();
+        for _ in 0..300 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let mut t = base((state >> 33) % 25);
+            for k in 0..(state >> 60) as usize % 4 {
+                t[(k * 13 + (state >> 20) as usize) % 50] = format!("x{}", state >> (k + 40));
+            }
+            texts.push(t.join(" "));
+        }
+        let mut files = Vec::new();
+        for (f, part) in [&texts[..140], &texts[140..], &[]].into_iter().enumerate() {
+            let path = dir.join(format!("in-{f}.jsonl"));
+            let body: String = part
+                .iter()
+                .map(|t| format!("{}\n", serde_json_line(t)))
+                .collect();
+            std::fs::write(&path, body).unwrap();
+            let name = std::path::PathBuf::from(path.file_name().unwrap());
+            files.push(InputFile::detect(&path, &name, None).unwrap());
+        }
+        (files, texts)
+    }
+
+    fn serde_json_line(text: &str) -> String {
+        format!("{{\"text\":\"{text}\"}}")
+    }
+
+    fn stage2(threads: usize, block_bytes: usize) -> Stage2Config {
+        Stage2Config {
+            sketcher: sketcher(),
+            rule: RowRule::default(),
+            selector: TextSelector::single(FieldPath::top("text")),
+            deduper: DeduperConfig::default(),
+            empty: EmptyPolicy::Keep,
+            threads,
+            block_bytes,
+            on_error: OnError::Skip,
+            output: None,
+            decisions: None,
+            prefer: Prefer::First,
+            sort_memory: 1 << 20,
+        }
+    }
+
+    fn keys(files: &[InputFile]) -> neardup_keys::KeysOutput {
+        let mut cfg = KeysConfig::new(sketcher(), TextSelector::single(FieldPath::top("text")));
+        cfg.chunk_bytes = 4096;
+        run_keys(files, 0, &cfg, &StepControl::default()).unwrap()
+    }
+
+    fn verdicts(
+        files: &[FileRows],
+        mask: &HotMask,
+        cfg: &Stage2Config,
+    ) -> Result<Vec<(SampleAddr, Option<SampleAddr>)>, DedupError> {
+        let mut got = Vec::new();
+        run_dedup(files, mask, cfg, &StepControl::default(), &mut |d| {
+            got.push((d.addr, d.dup_of))
+        })?;
+        Ok(got)
+    }
+
+    #[test]
+    fn decisions_are_the_decision_cores_in_input_order_for_any_threads_and_blocks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (files, texts) = inputs(tmp.path());
+        let stage1 = keys(&files);
+        let one = verdicts(&stage1.files, &stage1.mask, &stage2(1, 1 << 16)).unwrap();
+        // The core fed the texts one by one against the same hot keys decides the same.
+        let mut core = TextDeduper::new(
+            sketcher(),
+            RowRule::default(),
+            &stage1.hot,
+            DeduperConfig::default(),
+        )
+        .unwrap();
+        let expected: Vec<Verdict> = texts.iter().map(|t| core.check(t)).collect();
+        assert_eq!(one.len(), texts.len());
+        let mut drops = 0;
+        for (i, ((addr, dup_of), want)) in one.iter().zip(&expected).enumerate() {
+            let (file, record) = if i < 140 { (0, i) } else { (1, i - 140) };
+            assert_eq!((addr.file, addr.record), (file, record as u64));
+            let want_of = match want {
+                Verdict::Unique => None,
+                Verdict::Near { of, .. } | Verdict::Exact { of, .. } => Some(of.record),
+            };
+            let got_of = dup_of.map(|a| {
+                if a.file == 0 {
+                    a.record
+                } else {
+                    a.record + 140
+                }
+            });
+            assert_eq!(got_of, want_of, "sample {i}");
+            drops += usize::from(got_of.is_some());
+        }
+        assert!(drops > 50, "the texts hold duplicates");
+        for (threads, block_bytes) in [(2, 1 << 16), (3, 300), (4, 64)] {
+            let other = verdicts(&stage1.files, &stage1.mask, &stage2(threads, block_bytes));
+            assert!(
+                other.unwrap() == one,
+                "{threads} threads, {block_bytes}-byte blocks"
+            );
+        }
+    }
+
+    #[test]
+    fn an_input_changed_since_stage_1_or_a_cancelled_run_stops_the_pass() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (files, _) = inputs(tmp.path());
+        let stage1 = keys(&files);
+        let path = files[1].path.clone();
+        let mut body = std::fs::read_to_string(&path).unwrap();
+        body.push_str("{\"text\":\"a record added after stage 1\"}\n");
+        std::fs::write(&path, body).unwrap();
+        // Appended past the last chunk stage 1 read: only the size says it.
+        assert!(stage1.files[1].chunks.len() > 1);
+        match verdicts(&stage1.files, &stage1.mask, &stage2(2, 1 << 16)) {
+            Err(DedupError::Mismatch(Mismatch::Size { file, stage1, now })) => {
+                assert_eq!(file, path);
+                assert!(now > stage1);
+            }
+            other => panic!("{:?}", other.map(|v| v.len())),
+        }
+        let cancel = CancelToken::default();
+        cancel.cancel();
+        let control = StepControl::new(None, cancel);
+        let r = run_dedup(
+            &stage1.files,
+            &stage1.mask,
+            &stage2(2, 1 << 16),
+            &control,
+            &mut |_| {},
+        );
+        assert!(matches!(r, Err(DedupError::Interrupted)));
+    }
 }

@@ -83,6 +83,14 @@ pub fn read_end(path: &Path, len: u64) -> io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The size of the file or object `path` now (for an object, a request).
+pub fn size(path: &Path) -> io::Result<u64> {
+    match object_of(path)? {
+        Some(url) => object_size(&url),
+        None => Ok(std::fs::metadata(path)?.len()),
+    }
+}
+
 /// Whether the file or object `path` exists (for an object, a request; its failure is an
 /// error, not a "no").
 pub fn exists(path: &Path) -> io::Result<bool> {
