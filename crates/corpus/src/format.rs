@@ -133,6 +133,12 @@ pub(crate) fn format_suffix_len(name: &str) -> usize {
     }
 }
 
+/// The size of the input file or object `path` now (for an object, a request), to compare with
+/// [`InputFile::size`].
+pub fn current_size(path: &Path) -> std::io::Result<u64> {
+    neardup_storage::file::size(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,10 +181,4 @@ mod tests {
         assert_eq!(format_suffix_len("noext.zst"), ".zst".len());
         assert_eq!(format_suffix_len(".hidden"), 0);
     }
-}
-
-/// The size of the input file or object `path` now (for an object, a request), to compare with
-/// [`InputFile::size`].
-pub fn current_size(path: &Path) -> std::io::Result<u64> {
-    neardup_storage::file::size(path)
 }
