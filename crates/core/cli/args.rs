@@ -87,6 +87,10 @@ pub(crate) struct KeysArgs {
     // A stage-2 output, accepted only to say where it belongs instead of an unknown-flag error.
     #[arg(long, hide = true)]
     pub(crate) decisions: Option<PathBuf>,
+    /// How stage 2 will confirm candidates: without --bands and --rows it chooses them, so give
+    /// the later steps' --verify here too [default: exact].
+    #[arg(long, help_heading = "Sketch")]
+    pub(crate) verify: Option<VerifyArg>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]
@@ -279,6 +283,10 @@ pub(crate) struct ParamsArgs {
     /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
     #[arg(long, requires = "bands")]
     pub(crate) rows: Option<usize>,
+    /// How the run confirms candidates, which sets the weighting that chooses bands and rows
+    /// (--compat lshcurator estimates) [default: exact].
+    #[arg(long)]
+    pub(crate) verify: Option<VerifyArg>,
     /// Points of the S-curve table (2 to 10000).
     #[arg(long, default_value_t = 11)]
     pub(crate) points: usize,
