@@ -809,8 +809,9 @@ mod tests {
                     exact.false_negative_area(t) < estimate.false_negative_area(t),
                     "{at}: {exact:?} misses no less than {estimate:?}"
                 );
-                // A pair right at the threshold is a candidate at least 97% of the time.
-                assert!(exact.collision_probability(t) > 0.97, "{at}: {exact:?}");
+                // A pair right at the threshold is a candidate at least 98.5% of the time (the
+                // lowest is 0.9899, at 0.7 with 128 permutations).
+                assert!(exact.collision_probability(t) > 0.985, "{at}: {exact:?}");
             }
         }
     }
