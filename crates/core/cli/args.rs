@@ -276,11 +276,12 @@ pub(crate) struct ParamsArgs {
     /// Signature width.
     #[arg(long, default_value_t = Config::default().sketch.num_perm)]
     pub(crate) num_perm: usize,
-    /// Explicit bands (with --rows) instead of the optimum [default: optimal for --threshold
-    /// and --num-perm].
+    /// Explicit bands (with --rows) instead of the optimum [default: optimal for --threshold,
+    /// --num-perm and --verify].
     #[arg(long, requires = "rows")]
     pub(crate) bands: Option<usize>,
-    /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
+    /// Rows per band (with --bands) [default: optimal for --threshold, --num-perm and
+    /// --verify].
     #[arg(long, requires = "bands")]
     pub(crate) rows: Option<usize>,
     /// How the run confirms candidates, which sets the weighting that chooses bands and rows
@@ -362,10 +363,11 @@ pub(crate) struct SketchOpts {
     #[arg(long)]
     pub(crate) num_perm: Option<usize>,
     /// LSH bands (with --rows; bands × rows at most --num-perm) [default: optimal for
-    /// --threshold and --num-perm].
+    /// --threshold, --num-perm and --verify].
     #[arg(long, requires = "rows")]
     pub(crate) bands: Option<usize>,
-    /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
+    /// Rows per band (with --bands) [default: optimal for --threshold, --num-perm and
+    /// --verify].
     #[arg(long, requires = "bands")]
     pub(crate) rows: Option<usize>,
     /// Shingle unit [default: char].
