@@ -186,8 +186,38 @@ fn params_shows_the_chosen_setting() {
     let o = run(neardup().args(["params", "--threshold", "0.8", "--num-perm", "128"]));
     assert!(o.status.success());
     let s = String::from_utf8(o.stdout).unwrap();
-    assert!(s.contains("bands = 16, rows = 8"), "{s}");
+    assert!(s.contains("bands = 20, rows = 6"), "{s}");
     assert!(s.contains("false-positive area"));
+}
+
+/// Exact verification, the default, leans to recall; `--verify estimate` keeps the earlier
+/// weighting; `params` says which weighting chose the setting and why.
+#[test]
+fn params_weighting_follows_verify_and_says_why() {
+    let params = |extra: &[&str]| {
+        let o = run(neardup().arg("params").args(extra));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let exact = params(&["--verify", "exact"]);
+    assert_eq!(exact, params(&[]), "exact verification is the default");
+    assert!(exact.contains("bands = 20, rows = 6"), "{exact}");
+    assert!(
+        exact.contains("chosen for --verify exact: false-positive area weighted 0.003"),
+        "{exact}"
+    );
+    assert!(exact.contains("never drop a document"), "{exact}");
+
+    let estimate = params(&["--verify", "estimate"]);
+    assert!(estimate.contains("bands = 16, rows = 8"), "{estimate}");
+    assert!(
+        estimate.contains("chosen for --verify estimate: false-positive area weighted 0.05"),
+        "{estimate}"
+    );
+
+    let given = params(&["--bands", "16", "--rows", "8"]);
+    assert!(given.contains("bands = 16, rows = 8"), "{given}");
+    assert!(given.contains("no weighting applies"), "{given}");
 }
 
 #[test]

@@ -299,6 +299,59 @@ fn apply_refuses_settings_other_than_the_hot_keys_were_made_with() {
     assert!(!dec.exists(), "decisions were written anyway");
 }
 
+/// Without --bands and --rows, --verify chooses them: stage 1 takes the later steps' --verify,
+/// and a table made under the other weighting is refused, naming the bands.
+#[test]
+fn keys_takes_verify_because_it_chooses_the_bands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let all: Vec<String> = shards().concat();
+    let apply = |tables: &[PathBuf], hot: &Path, dec: &Path| {
+        run(neardup()
+            .arg("apply")
+            .arg("--hot")
+            .arg(hot)
+            .args(tables)
+            .args(["--id-field", "id", "--verify", "estimate", "-q"])
+            .arg("--decisions")
+            .arg(dec))
+    };
+
+    // Made under the default (exact) weighting, used under the estimate's: refused.
+    let default_dir = dir.join("default");
+    std::fs::create_dir(&default_dir).unwrap();
+    let tables = keys_per_shard(&default_dir, &[&[], &[]]);
+    let hot = default_dir.join("hot.ndh");
+    run_ok(neardup().arg("hot").args(&tables).arg("--out").arg(&hot));
+    let refused = default_dir.join("d.jsonl");
+    let o = apply(&tables, &hot, &refused);
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("bands"),
+        "the bands are not named: {stderr}"
+    );
+    assert!(!refused.exists(), "decisions were written anyway");
+
+    // Made with the same --verify: the decisions of one run.
+    let tables = keys_per_shard(dir, &[&["--verify", "estimate"], &["--verify", "estimate"]]);
+    let hot = dir.join("hot.ndh");
+    run_ok(neardup().arg("hot").args(&tables).arg("--out").arg(&hot));
+    let split = dir.join("split.jsonl");
+    let o = apply(&tables, &hot, &split);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let single = dir.join("single.jsonl");
+    run_ok(
+        neardup()
+            .arg("dedup")
+            .args(&all)
+            .args(["--id-field", "id", "--verify", "estimate", "-q"])
+            .arg("--decisions")
+            .arg(&single),
+    );
+    assert!(std::fs::read(&single).unwrap() == std::fs::read(&split).unwrap());
+}
+
 #[test]
 fn keys_and_hot_write_reports_that_account_for_every_record() {
     let tmp = tempfile::tempdir().unwrap();
@@ -351,7 +404,8 @@ fn each_staged_command_lists_only_the_options_it_uses() {
         String::from_utf8(o.stdout).unwrap()
     };
     let keys = help("keys");
-    for absent in ["--decisions", "--max-reps", "--verify", "--min-key-count"] {
+    // --verify is there: without --bands and --rows it chooses them (docs/tuning.md).
+    for absent in ["--decisions", "--max-reps", "--prefer", "--min-key-count"] {
         assert!(
             !keys.contains(absent),
             "keys --help lists {absent}:\n{keys}"
@@ -364,6 +418,7 @@ fn each_staged_command_lists_only_the_options_it_uses() {
         "--report",
         "--shard",
         "--no-exact",
+        "--verify",
         "-o, --output",
     ] {
         assert!(

@@ -481,7 +481,8 @@ fn distributed_runs_equal_one_process_for_any_groups_and_shards() {
         (&["--id-field", "id"], &[], 2, 2),
         (&["--id-field", "id"], &[], 3, 3),
         (&["--id-field", "id"], &[], 4, 8),
-        (&[], &["--verify", "estimate", "--max-reps", "2"], 2, 3),
+        // --verify chooses the bands, so stage 1 is given it too.
+        (&["--verify", "estimate"], &["--max-reps", "2"], 2, 3),
         (&["--id-field", "id"], &["--max-reps", "1"], 4, 2),
         (&[], &["--max-reps", "0"], 3, 8),
         (
@@ -832,15 +833,8 @@ fn prefer_keeps_the_preferred_copy_in_one_process_and_in_steps() {
     let cases: &[(&[&str], &[&str], usize, u32)] = &[
         (&["--id-field", "id"], &["--prefer", "longest"], 3, 3),
         (
-            &[],
-            &[
-                "--prefer",
-                "shortest",
-                "--verify",
-                "estimate",
-                "--max-reps",
-                "2",
-            ],
+            &["--verify", "estimate"],
+            &["--prefer", "shortest", "--max-reps", "2"],
             2,
             4,
         ),

@@ -20,13 +20,66 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 
-/// Weight of the false-positive area when (bands, rows) are chosen for a threshold. A false
-/// positive of LSH only costs one signature comparison (and, under exact verification, one
-/// Jaccard computation); a false negative is a duplicate never found. So misses weigh 19 times
-/// more: at threshold 0.8 and 128 permutations this picks 16 bands × 8 rows.
-pub const FP_WEIGHT: f64 = 0.05;
-/// Weight of the false-negative area; see [`FP_WEIGHT`].
-pub const FN_WEIGHT: f64 = 0.95;
+/// How (bands, rows) are chosen for a threshold when they are not given: the weights of LSH's
+/// false-positive area (pairs below the threshold that become candidates) and false-negative
+/// area (pairs above it that never do) in [`LshParams::optimal`]. Only their ratio matters.
+///
+/// The weighting follows [`Verify`], because what a false candidate costs depends on it (see
+/// `docs/tuning.md`, "threshold, and how (bands, rows) are chosen").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LshWeights {
+    /// Weight of the false-positive area.
+    pub false_positive: f64,
+    /// Weight of the false-negative area.
+    pub false_negative: f64,
+}
+
+impl LshWeights {
+    /// Under `--verify estimate`, and so under `--compat lshcurator`, which pins it: a false
+    /// candidate costs one signature comparison but may be dropped when its estimate reaches the
+    /// threshold by chance, so false candidates are not free; a miss still weighs 19 times more.
+    /// At threshold 0.8 and 128 permutations this picks 16 bands × 8 rows.
+    pub const ESTIMATE: LshWeights = LshWeights {
+        false_positive: 0.05,
+        false_negative: 0.95,
+    };
+
+    /// Under `--verify exact` (the default): a false candidate costs at most one set
+    /// intersection and can never drop a document, while a miss is a duplicate kept for good.
+    /// So a miss weighs about 330 false candidates. At threshold 0.8 and 128 permutations this
+    /// picks 20 bands × 6 rows, which found every duplicate on the two measured slices where
+    /// 16 × 8 missed 0.6 % of them, for about 2 % more wall time (`docs/benchmarks.md`).
+    pub const EXACT: LshWeights = LshWeights {
+        false_positive: 0.003,
+        false_negative: 0.997,
+    };
+
+    /// The weighting for a way of confirming candidates.
+    pub fn for_verify(verify: Verify) -> LshWeights {
+        match verify {
+            Verify::Estimate => LshWeights::ESTIMATE,
+            Verify::Jaccard => LshWeights::EXACT,
+        }
+    }
+
+    /// Why this weighting, for `neardup params`: lines of at most 80 characters.
+    pub fn reason(verify: Verify) -> &'static str {
+        match verify {
+            Verify::Estimate => concat!(
+                "a candidate whose estimated similarity reaches the threshold is dropped, and\n",
+                "the estimate errs (about 0.035 near 0.8 with 128 permutations), so a false\n",
+                "candidate may drop a document: a miss weighs 19 false candidates\n",
+                "(--compat lshcurator estimates too, so it keeps this weighting)",
+            ),
+            Verify::Jaccard => concat!(
+                "a candidate is dropped only when the exact Jaccard of its shingle sets reaches\n",
+                "the threshold, so a false candidate costs at most one set intersection and can\n",
+                "never drop a document, while a miss is a duplicate kept for good: a miss\n",
+                "weighs about 330 false candidates, leaning to recall",
+            ),
+        }
+    }
+}
 
 /// Most worker threads a run may ask for. Decisions never depend on the thread count, and each
 /// thread holds buffers and chunks in flight, so thousands only cost memory and start-up time
@@ -511,8 +564,9 @@ impl Config {
         Ok(config)
     }
 
-    /// The LSH parameters: explicit, or optimal for the threshold and width. Checks the
-    /// threshold, the signature width (1 to [`MAX_NUM_PERM`]) and that the bands fit it.
+    /// The LSH parameters: explicit, or optimal for the threshold and width under the weighting
+    /// that `verify` calls for ([`LshWeights::for_verify`]). Checks the threshold, the signature
+    /// width (1 to [`MAX_NUM_PERM`]) and that the bands fit it.
     pub fn lsh_params(&self) -> Result<LshParams, Error> {
         let s = &self.sketch;
         let t = self.dedup.threshold;
@@ -546,8 +600,14 @@ impl Config {
                 LshParams::new(b, r).map_err(|e| Error::Usage(format!("--bands/--rows: {e}")))
             }
             (None, None) => {
-                LshParams::optimal(t.clamp(0.01, 0.99), s.num_perm, FP_WEIGHT, FN_WEIGHT)
-                    .map_err(|e| Error::Usage(e.to_string()))
+                let w = LshWeights::for_verify(self.dedup.verify);
+                LshParams::optimal(
+                    t.clamp(0.01, 0.99),
+                    s.num_perm,
+                    w.false_positive,
+                    w.false_negative,
+                )
+                .map_err(|e| Error::Usage(e.to_string()))
             }
             _ => Err(Error::Usage("--bands and --rows go together".into())),
         }
@@ -710,6 +770,50 @@ mod tests {
         let toml = file(&dir, "s.toml", "[dedup]\nthreshold = \"high\"\n");
         let err = Layers::new(None, Some(&toml)).unwrap_err().to_string();
         assert!(err.contains("s.toml") && err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn default_bands_lean_to_recall_under_exact_verification_only() {
+        let lsh = |c: &Config| c.lsh_params().unwrap();
+        let mut c = Config::default();
+        assert_eq!(c.dedup.verify, Verify::Jaccard);
+        assert_eq!(lsh(&c), LshParams::new(20, 6).unwrap());
+        c.dedup.verify = Verify::Estimate;
+        assert_eq!(lsh(&c), LshParams::new(16, 8).unwrap());
+        // The preset estimates, so it keeps the setting it always had.
+        assert_eq!(
+            lsh(&Config::default().lshcurator()),
+            LshParams::new(16, 8).unwrap()
+        );
+        // Given bands and rows win over any weighting.
+        for verify in [Verify::Jaccard, Verify::Estimate] {
+            c.dedup.verify = verify;
+            (c.sketch.bands, c.sketch.rows) = (Some(9), Some(13));
+            assert_eq!(lsh(&c), LshParams::new(9, 13).unwrap());
+        }
+    }
+
+    #[test]
+    fn the_recall_weighting_misses_less_at_every_threshold_and_width() {
+        for num_perm in [64, 128, 256] {
+            for t in [0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95] {
+                let mut c = Config::default();
+                c.dedup.threshold = t;
+                c.sketch.num_perm = num_perm;
+                let exact = c.lsh_params().unwrap();
+                c.dedup.verify = Verify::Estimate;
+                let estimate = c.lsh_params().unwrap();
+                let at = format!("threshold {t}, num_perm {num_perm}");
+                assert!(exact.num_perm_used() <= num_perm, "{at}");
+                assert!(
+                    exact.false_negative_area(t) < estimate.false_negative_area(t),
+                    "{at}: {exact:?} misses no less than {estimate:?}"
+                );
+                // A pair right at the threshold is a candidate at least 98.5% of the time (the
+                // lowest is 0.9899, at 0.7 with 128 permutations).
+                assert!(exact.collision_probability(t) > 0.985, "{at}: {exact:?}");
+            }
+        }
     }
 
     #[test]

@@ -49,9 +49,9 @@ mod step_values;
 mod steps;
 
 pub use config::{
-    Config, DedupSettings, FN_WEIGHT, FP_WEIGHT, FieldsModeSetting, InputSettings, KeysSettings,
-    Layers, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit,
-    SketchSettings, UnknownPreset,
+    Config, DedupSettings, FieldsModeSetting, InputSettings, KeysSettings, Layers, LshWeights,
+    MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings,
+    UnknownPreset,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,

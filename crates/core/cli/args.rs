@@ -87,6 +87,10 @@ pub(crate) struct KeysArgs {
     // A stage-2 output, accepted only to say where it belongs instead of an unknown-flag error.
     #[arg(long, hide = true)]
     pub(crate) decisions: Option<PathBuf>,
+    /// How stage 2 will confirm candidates: without --bands and --rows it chooses them, so give
+    /// the later steps' --verify here too [default: exact].
+    #[arg(long, help_heading = "Sketch")]
+    pub(crate) verify: Option<VerifyArg>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]
@@ -272,13 +276,18 @@ pub(crate) struct ParamsArgs {
     /// Signature width.
     #[arg(long, default_value_t = Config::default().sketch.num_perm)]
     pub(crate) num_perm: usize,
-    /// Explicit bands (with --rows) instead of the optimum [default: optimal for --threshold
-    /// and --num-perm].
+    /// Explicit bands (with --rows) instead of the optimum [default: optimal for --threshold,
+    /// --num-perm and --verify].
     #[arg(long, requires = "rows")]
     pub(crate) bands: Option<usize>,
-    /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
+    /// Rows per band (with --bands) [default: optimal for --threshold, --num-perm and
+    /// --verify].
     #[arg(long, requires = "bands")]
     pub(crate) rows: Option<usize>,
+    /// How the run confirms candidates, which sets the weighting that chooses bands and rows
+    /// (--compat lshcurator estimates) [default: exact].
+    #[arg(long)]
+    pub(crate) verify: Option<VerifyArg>,
     /// Points of the S-curve table (2 to 10000).
     #[arg(long, default_value_t = 11)]
     pub(crate) points: usize,
@@ -354,10 +363,11 @@ pub(crate) struct SketchOpts {
     #[arg(long)]
     pub(crate) num_perm: Option<usize>,
     /// LSH bands (with --rows; bands × rows at most --num-perm) [default: optimal for
-    /// --threshold and --num-perm].
+    /// --threshold, --num-perm and --verify].
     #[arg(long, requires = "rows")]
     pub(crate) bands: Option<usize>,
-    /// Rows per band (with --bands) [default: optimal for --threshold and --num-perm].
+    /// Rows per band (with --bands) [default: optimal for --threshold, --num-perm and
+    /// --verify].
     #[arg(long, requires = "bands")]
     pub(crate) rows: Option<usize>,
     /// Shingle unit [default: char].

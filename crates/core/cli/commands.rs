@@ -4,7 +4,7 @@
 use neardup::keys::{HotKeys, HotSummary, KeysError};
 use neardup::sketch::LshParams;
 use neardup::{
-    Config, Error, HotStep, KeysStep, Pipeline, Report, RunControl, RunPaths, save_json,
+    Config, Error, HotStep, KeysStep, LshWeights, Pipeline, Report, RunControl, RunPaths, save_json,
 };
 
 use super::args::*;
@@ -97,6 +97,7 @@ pub(crate) fn keys(args: KeysArgs, quiet: bool) -> Result<(), Error> {
         shard,
         report,
         decisions,
+        verify,
         input,
         sketch,
     } = args;
@@ -107,7 +108,11 @@ pub(crate) fn keys(args: KeysArgs, quiet: bool) -> Result<(), Error> {
                 .into(),
         ));
     }
-    let config = build_config(&inputs, &input, &[&sketch])?;
+    let decide = DecideOpts {
+        verify,
+        ..DecideOpts::default()
+    };
+    let config = build_config(&inputs, &input, &[&sketch, &decide])?;
     let control = watched_step();
     let made = {
         let _view = ProgressView::start(&control, quiet);
@@ -402,6 +407,7 @@ pub(crate) fn params(args: ParamsArgs) -> Result<(), Error> {
         num_perm,
         bands,
         rows,
+        verify,
         points,
     } = args;
     if !(2..=MAX_POINTS).contains(&points) {
@@ -415,11 +421,30 @@ pub(crate) fn params(args: ParamsArgs) -> Result<(), Error> {
     config.sketch.num_perm = num_perm;
     config.sketch.bands = bands;
     config.sketch.rows = rows;
+    if let Some(v) = verify {
+        config.dedup.verify = v.into();
+    }
     let params = config.lsh_params()?;
-    answer(&format!(
-        "{}\n",
-        params_table(&params, threshold, num_perm, points)
-    ))?;
+    let mut table = params_table(&params, threshold, num_perm, points);
+    let choice = if bands.is_some() {
+        "bands and rows given (--bands, --rows): no weighting applies\n".to_string()
+    } else {
+        let v = config.dedup.verify;
+        let w = LshWeights::for_verify(v);
+        format!(
+            "chosen for --verify {}: false-positive area weighted {}, false-negative area {}:\n{}\n",
+            match v {
+                neardup::dedup::Verify::Estimate => "estimate",
+                neardup::dedup::Verify::Jaccard => "exact",
+            },
+            w.false_positive,
+            w.false_negative,
+            LshWeights::reason(v)
+        )
+    };
+    let first_line = table.find('\n').map_or(table.len(), |i| i + 1);
+    table.insert_str(first_line, &choice);
+    answer(&format!("{table}\n"))?;
     Ok(())
 }
 

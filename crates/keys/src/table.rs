@@ -134,7 +134,7 @@ impl TableLayout {
             b.get("shingles"),
         );
         differ(
-            "bands × rows (--bands/--rows, or chosen from --threshold and --num-perm)",
+            "bands × rows (--bands/--rows, or chosen from --threshold, --num-perm and --verify)",
             a.get("bands").replace('x', " × "),
             b.get("bands").replace('x', " × "),
         );

@@ -30,8 +30,9 @@ pub enum Scope {
     Deduper,
 }
 
-/// Names of the `dedup` section a sketcher needs too (`threshold` chooses bands and rows).
-const SKETCH_EXTRA: &[&str] = &["threshold", "short_texts", "threads"];
+/// Names of the `dedup` section a sketcher needs too (`threshold` and `verify` choose bands and
+/// rows).
+const SKETCH_EXTRA: &[&str] = &["threshold", "verify", "short_texts", "threads"];
 /// Names outside the sketch section an in-memory deduper uses.
 const DEDUPER_EXTRA: &[&str] = &[
     "threshold",

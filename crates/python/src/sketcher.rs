@@ -17,8 +17,8 @@ const TEXTS_PER_TASK: usize = 64;
 
 /// Turns texts into MinHash signatures and LSH band keys, exactly as stage 1 does.
 ///
-/// Takes the sketch settings of a run as keyword arguments (``num_perm``, ``threshold`` or
-/// ``bands`` + ``rows``, ``hash``, ``tokenize``, ``shingle``, ``lowercase``, …, ``short_texts``,
+/// Takes the sketch settings of a run as keyword arguments (``num_perm``, ``threshold`` and
+/// ``verify`` or ``bands`` + ``rows``, ``hash``, ``tokenize``, ``shingle``, ``lowercase``, …, ``short_texts``,
 /// ``threads``; see ``docs/tuning.md``), so its band keys equal the key table's band columns of a
 /// run with the same settings. Work runs on ``threads`` threads (0: all cores) with the GIL
 /// released; texts are a list of ``str`` or an Arrow string array (pyarrow ``Array`` or

@@ -16,8 +16,8 @@ def table():
 
 def test_key_table_view_shares_the_tables_memory(table):
     keys = table.keys
-    assert keys.dtype == np.uint64 and keys.shape == (500, 17)
-    assert (table.rows, table.columns, table.bands, len(table)) == (500, 17, 16, 500)
+    assert keys.dtype == np.uint64 and keys.shape == (500, 21)
+    assert (table.rows, table.columns, table.bands, len(table)) == (500, 21, 20, 500)
     again = table.keys
     assert np.shares_memory(keys, again)
     assert keys.ctypes.data == again.ctypes.data

@@ -41,8 +41,8 @@ def test_blank_and_short_texts():
     assert keys[3].all()
     with_short = neardup.Sketcher(short_texts="empty_signature").band_keys(["abc", "xy"])
     assert with_short.all() and np.array_equal(with_short[0], with_short[1])
-    assert np.array_equal(sketcher.band_keys(pa.array(["", None])), np.zeros((2, 16), np.uint64))
-    assert sketcher.band_keys([]).shape == (0, 16)
+    assert np.array_equal(sketcher.band_keys(pa.array(["", None])), np.zeros((2, 20), np.uint64))
+    assert sketcher.band_keys([]).shape == (0, 20)
     assert sketcher.signatures([]).shape == (0, 128)
 
 
@@ -90,9 +90,12 @@ def test_texts_must_be_strings():
 
 def test_sketcher_settings():
     s = neardup.Sketcher(threshold=0.7)
-    assert (s.bands, s.rows, s.num_perm) == (21, 6, 128)
-    assert s.settings["bands"] == 21 and s.settings["hash"] == "oph"
-    assert "bands=21" in repr(s)
+    assert (s.bands, s.rows, s.num_perm) == (25, 5, 128)
+    assert s.settings["bands"] == 25 and s.settings["hash"] == "oph"
+    assert "bands=25" in repr(s)
+    # Bands and rows follow verify, as a run's do.
+    estimate = neardup.Sketcher(threshold=0.7, verify="estimate")
+    assert (estimate.bands, estimate.rows) == (21, 6)
 
 
 @pytest.mark.parametrize("settings", [{}, {"verify": "estimate", "max_reps": 2, "threshold": 0.7}])

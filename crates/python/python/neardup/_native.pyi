@@ -118,8 +118,8 @@ class Sketcher:
     """Texts → MinHash signatures and LSH band keys, as stage 1 computes them."""
 
     def __new__(cls, **settings: Any) -> "Sketcher":
-        """Sketch settings by name (num_perm, threshold or bands + rows, hash, tokenize,
-        shingle, step, normalisation, band_keys, seed, short_texts, threads)."""
+        """Sketch settings by name (num_perm, threshold and verify or bands + rows, hash,
+        tokenize, shingle, step, normalisation, band_keys, seed, short_texts, threads)."""
     def signatures(self, texts: _Texts) -> numpy.typing.NDArray[numpy.uint32]:
         """MinHash signatures, shape (len(texts), num_perm); a text without shingles gets
         2**32 - 1 in every position."""
