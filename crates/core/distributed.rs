@@ -499,7 +499,8 @@ fn decide_into(
 
 /// The `decide` step: reads group `group`'s streams from the `sign` outputs of every shard
 /// (`signed`: directories or values, in any order; each shard exactly once), decides them in
-/// global row order with the decision core of a one-process run, and writes the decisions into
+/// global row order (with `--prefer`, in preference order, ties in row order) with the
+/// decision core of a one-process run, and writes the decisions into
 /// `out` (one stream per shard and a manifest). Opens no input file. [`decide`] makes the same
 /// as a value. `hot` is the hot-key file's summary ([`HotSummary::load`], or
 /// [`HotKeys::summary`] of keys in memory): decide needs none of the keys.

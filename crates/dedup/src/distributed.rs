@@ -7,9 +7,11 @@
 //!   thread hands each hot sample to a [`Signer`] instead of the decision core. The signer writes
 //!   what deciding the sample needs ([`SignedSample`]) to the stream of the sample's group.
 //! - **decide** (per group, [`decide_group`]): reads its group's streams of every shard in shard
-//!   order (the global row order), runs the decision core exactly as a one-process run does, and
-//!   writes one [`DecidedSample`] per hot sample to the stream of the sample's shard. It opens no
-//!   input file.
+//!   order (the global row order; with a preference, `crate::Prefer`, merged in (rank, row)
+//!   order, each stream sorted so by its sign step), runs the decision core exactly as a
+//!   one-process run does, and writes one [`DecidedSample`] per hot sample to the stream of the
+//!   sample's shard, in row order. It opens no input file; the texts it sketches are sketched
+//!   ahead of their turn on worker threads, the decision core running in order on one.
 //! - **write** (per shard, [`crate::run_write`]): the stage-2 pass over one shard again, without
 //!   signing; its hot samples take their verdicts from a [`DecidedMerge`] of every group's stream
 //!   for the shard, cold ones are kept as in a one-process run, and the dataset and decisions are
@@ -17,7 +19,8 @@
 //!
 //! A later exact copy whose original is an earlier hot sample of its own shard travels as its
 //! content hash alone ([`SignedKind::Copy`]): the original is decided first, in the same group
-//! (same content key), so the hash finds it. Any other later copy (by stage 1's count) travels as
+//! (same content key), so the hash finds it (not so with a preference, where every copy travels
+//! with its text). Any other later copy (by stage 1's count) travels as
 //! its hash, hot columns and text ([`SignedKind::CopyWithText`]): the hash decides it unless two
 //! texts' content keys collided, and only then is it sketched, in decide. Every other hot sample
 //! ([`SignedKind::Full`]) carries, under exact verification, its hot columns and text: decide

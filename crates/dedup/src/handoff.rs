@@ -2,10 +2,10 @@
 //!
 //! - **sign** (per shard) writes, for each hot sample, what deciding it needs: a
 //!   [`SignedSample`]. Samples are partitioned by the plan's group and stay in global row order
-//!   within a group.
+//!   within a group (in (rank, row) order when ranked, [`SignedShape::ranked`]).
 //! - **decide** (per group) reads its group's signed samples of every shard, runs the decision
-//!   core in global row order and writes one [`DecidedSample`] per hot sample, partitioned by
-//!   shard.
+//!   core in global row order (or (rank, row) order) and writes one [`DecidedSample`] per hot
+//!   sample, partitioned by shard, in row order.
 //! - **write** (per shard) reads its shard's decided samples of every group, merged by row.
 //!
 //! Records are length-free and little-endian; a stream of records is framed by
