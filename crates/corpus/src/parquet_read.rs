@@ -648,7 +648,23 @@ fn text_bytes(batch: &RecordBatch, selector: &TextSelector) -> u64 {
         .sum()
 }
 
+/// Returns `$body` from the enclosing function, with `$p` the array `$a` as a primitive array of
+/// its type, when that type is an integer or float one (the id and rank columns read them).
+macro_rules! return_if_integer_or_float {
+    ($a:expr, $p:ident => $body:expr) => {
+        return_if_integer_or_float!(@each $a, $p => $body; Int8Type, Int16Type, Int32Type,
+            Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type, Float32Type, Float64Type)
+    };
+    (@each $a:expr, $p:ident => $body:expr; $($t:ty),*) => {
+        $(if let Some($p) = $a.as_primitive_opt::<$t>() {
+            return $body;
+        })*
+    };
+}
+
 /// A rank column's value at `row`: a number from any integer, float or decimal column.
+// The macro casts every type to f64, Float64 too.
+#[allow(clippy::unnecessary_cast)]
 fn rank_of(c: &Resolved<'_>, row: usize) -> RankValue {
     let a = match c.get(row) {
         FieldValue::Missing | FieldValue::Null => return RankValue::Absent,
@@ -658,25 +674,7 @@ fn rank_of(c: &Resolved<'_>, row: usize) -> RankValue {
         },
         FieldValue::Str(_) | FieldValue::InvalidUtf8 => return RankValue::NotANumber("a string"),
     };
-    macro_rules! prim {
-        ($($t:ty),*) => {
-            $(if let Some(p) = a.as_primitive_opt::<$t>() {
-                return RankValue::Number(p.value(row) as f64);
-            })*
-        };
-    }
-    prim!(
-        Int8Type,
-        Int16Type,
-        Int32Type,
-        Int64Type,
-        UInt8Type,
-        UInt16Type,
-        UInt32Type,
-        UInt64Type,
-        Float32Type,
-        Float64Type
-    );
+    return_if_integer_or_float!(a, p => RankValue::Number(p.value(row) as f64));
     if let Some(p) = a.as_primitive_opt::<Float16Type>() {
         return RankValue::Number(p.value(row).to_f64());
     }
@@ -692,26 +690,10 @@ fn rank_of(c: &Resolved<'_>, row: usize) -> RankValue {
 /// Renders a non-string id value into `buf`; `false` if the type has no plain rendering.
 fn render_id(a: &dyn Array, row: usize, buf: &mut String) -> bool {
     buf.clear();
-    macro_rules! prim {
-        ($($t:ty),*) => {
-            $(if let Some(p) = a.as_primitive_opt::<$t>() {
-                let _ = write!(buf, "{}", p.value(row));
-                return true;
-            })*
-        };
-    }
-    prim!(
-        Int8Type,
-        Int16Type,
-        Int32Type,
-        Int64Type,
-        UInt8Type,
-        UInt16Type,
-        UInt32Type,
-        UInt64Type,
-        Float32Type,
-        Float64Type
-    );
+    return_if_integer_or_float!(a, p => {
+        let _ = write!(buf, "{}", p.value(row));
+        true
+    });
     if let Some(b) = a.as_boolean_opt() {
         let _ = write!(buf, "{}", b.value(row));
         return true;

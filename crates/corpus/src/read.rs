@@ -213,14 +213,15 @@ mod tests {
     use crate::block::SampleText;
     use crate::select::{FieldPath, FieldsMode};
 
-    fn collect(bytes: &[u8], sel: &TextSelector) -> Vec<(usize, u32, String, Option<String>)> {
+    /// A block of the JSONL lines in `bytes`.
+    fn jsonl_block(bytes: &[u8]) -> Block {
         let mut starts = vec![0];
         for (i, b) in bytes.iter().enumerate() {
             if *b == b'\n' && i + 1 < bytes.len() {
                 starts.push(i + 1);
             }
         }
-        let block = Block {
+        Block {
             file: 0,
             chunk_seq: 0,
             first_record: 0,
@@ -228,7 +229,11 @@ mod tests {
                 bytes: bytes.to_vec().into(),
                 starts,
             },
-        };
+        }
+    }
+
+    fn collect(bytes: &[u8], sel: &TextSelector) -> Vec<(usize, u32, String, Option<String>)> {
+        let block = jsonl_block(bytes);
         let mut out = Vec::new();
         block.for_each_sample(sel, |s| {
             let t = match s.text {
@@ -314,24 +319,7 @@ mod tests {
         );
         let mut s = sel(&["t"], FieldsMode::default(), Some("id"));
         s.rank_field = Some("m.q".parse().unwrap());
-        let bytes = data.as_bytes();
-        let mut starts = vec![0];
-        starts.extend(
-            bytes
-                .iter()
-                .enumerate()
-                .filter(|(i, b)| **b == b'\n' && i + 1 < bytes.len())
-                .map(|(i, _)| i + 1),
-        );
-        let block = Block {
-            file: 0,
-            chunk_seq: 0,
-            first_record: 0,
-            data: BlockData::Jsonl {
-                bytes: bytes.to_vec().into(),
-                starts,
-            },
-        };
+        let block = jsonl_block(data.as_bytes());
         let mut got = Vec::new();
         block.for_each_sample(&s, |sample| {
             got.push((sample.rank, sample.id.map(|i| i.into_owned())))

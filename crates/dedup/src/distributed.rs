@@ -651,26 +651,11 @@ impl<'a> SketchAhead<'a> {
             self.scratches.push(Scratch::collecting_shingle_sets());
         }
         let (sketch, with_set, samples) = (self.sketch, self.with_set, &self.samples);
-        let per = wanted.len().div_ceil(workers);
-        let results: Vec<Vec<(usize, Sketched)>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = wanted
-                .chunks(per)
-                .zip(self.scratches.iter_mut())
-                .map(|(chunk, scratch)| {
-                    scope.spawn(move || {
-                        chunk
-                            .iter()
-                            .map(|&i| (i, sketch_text(sketch, with_set, &samples[i].text, scratch)))
-                            .collect::<Vec<_>>()
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("a sketching thread panicked"))
-                .collect()
-        });
-        for (i, done) in results.into_iter().flatten() {
+        let done =
+            neardup_exec::map_in_parts(wanted, &mut self.scratches[..workers], |scratch, &i| {
+                sketch_text(sketch, with_set, &samples[i].text, scratch)
+            });
+        for (&i, done) in wanted.iter().zip(done) {
             self.sketched[i] = Some(done);
         }
     }
@@ -1262,6 +1247,22 @@ mod tests {
     }
 
     /// The verdicts of a one-process run: every text sketched, with its set.
+    /// The verdicts a decide step wrote to a stream in memory.
+    fn verdicts_of(out: RecordWriter<StepSink>) -> Vec<Verdict> {
+        let decided = out.finish().unwrap().finish().unwrap().unwrap();
+        let mut r = RecordReader::new(decided.as_slice()).unwrap();
+        let mut got = Vec::new();
+        while r
+            .next(|b| {
+                let (d, n) = decode_decided(b)?;
+                got.push(d.verdict);
+                Ok(n)
+            })
+            .unwrap()
+        {}
+        got
+    }
+
     fn one_process(sketch: &DecideShape, texts: &[&str]) -> Vec<Verdict> {
         let mut d = Deduper::new(DeduperConfig::default(), 128, 16, sketch.rule).unwrap();
         let columns = sketch.rule.columns(16);
@@ -1363,25 +1364,7 @@ mod tests {
         .unwrap();
         assert_eq!(written, vec![3]);
         assert_eq!(stats.verifications, 1);
-        let decided = out
-            .pop()
-            .unwrap()
-            .finish()
-            .unwrap()
-            .finish()
-            .unwrap()
-            .unwrap();
-        let mut r = RecordReader::new(decided.as_slice()).unwrap();
-        let mut got = Vec::new();
-        while r
-            .next(|b| {
-                let (d, n) = decode_decided(b)?;
-                got.push(d.verdict);
-                Ok(n)
-            })
-            .unwrap()
-        {}
-        assert_eq!(got, want);
+        assert_eq!(verdicts_of(out.pop().unwrap()), want);
     }
 
     /// Decide sketches texts ahead of their turn on worker threads, in batches: across batches,
@@ -1458,24 +1441,7 @@ mod tests {
                 &CancelToken::default(),
             )
             .unwrap();
-            let decided = out
-                .pop()
-                .unwrap()
-                .finish()
-                .unwrap()
-                .finish()
-                .unwrap()
-                .unwrap();
-            let mut r = RecordReader::new(decided.as_slice()).unwrap();
-            let mut got = Vec::new();
-            while r
-                .next(|b| {
-                    let (d, n) = decode_decided(b)?;
-                    got.push(d.verdict);
-                    Ok(n)
-                })
-                .unwrap()
-            {}
+            let got = verdicts_of(out.pop().unwrap());
             assert!(got == want, "{threads} threads decided otherwise");
         }
     }

@@ -101,22 +101,8 @@ pub fn run_dedup_into(
 /// looked up a few at a time. An input that cannot be looked up is left to its reader, whose
 /// error says why.
 fn check_sizes(inputs: &[neardup_corpus::InputFile]) -> Result<(), DedupError> {
-    let sizes: Vec<Option<u64>> = std::thread::scope(|scope| {
-        let per = inputs.len().div_ceil(8).max(1);
-        let parts: Vec<_> = inputs
-            .chunks(per)
-            .map(|part| {
-                scope.spawn(move || {
-                    part.iter()
-                        .map(|f| neardup_corpus::current_size(&f.path).ok())
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|p| p.join().expect("a size lookup panicked"))
-            .collect()
+    let sizes = neardup_exec::map_in_parts(inputs, &mut [(); 8], |_, f| {
+        neardup_corpus::current_size(&f.path).ok()
     });
     for (f, now) in inputs.iter().zip(sizes) {
         if let Some(now) = now

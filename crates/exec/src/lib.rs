@@ -20,11 +20,13 @@
 mod control;
 mod executor;
 mod on_error;
+mod parts;
 mod progress;
 mod share;
 
 pub use control::{CancelToken, StepControl};
 pub use executor::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
 pub use on_error::OnError;
+pub use parts::map_in_parts;
 pub use progress::Progress;
 pub use share::{BlockQueue, Relay};
