@@ -8,6 +8,8 @@
 //!   run on it, so parallelism, ordering and back-pressure are written once;
 //! - sharing the blocks of a job only one thread can read ([`BlockQueue`]) and relaying a running
 //!   position from block to block ([`Relay`]);
+//! - a bounded fan-out for a slice of items that is not a stream ([`map_in_parts`]: one part per
+//!   worker, each with its own state, results in order), e.g. decide's sketching ahead;
 //! - what every streaming step shares about running: the live counters a caller watches it by
 //!   ([`Progress`]), the token that stops it ([`CancelToken`]; publishing outputs looks at it
 //!   too), both handed to a step beside its settings as one [`StepControl`], and the policy for
