@@ -19,13 +19,48 @@ pub struct S3Server {
     pub port: u16,
 }
 
-/// A free port on 127.0.0.1 (the OS's choice; released before the server binds it).
+/// A free port on 127.0.0.1 (the OS's choice; released before the server binds it), never the
+/// same one twice in this process, so two tests starting servers at once do not pick one port.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
+}
+
+/// Whether process `pid` holds the socket listening on 127.0.0.1:`port`. Something answering on
+/// the port is not enough: until our server has bound it, another test's server (or proxy) may
+/// answer there, and our server then exits with "address in use" and the test talks to a port
+/// that closes under it when the other test ends.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    let local = format!("0100007F:{port:04X}");
+    let Some(inode) = table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.len() > 9 && fields[1] == local && fields[3] == "0A").then(|| fields[9].to_string())
+    }) else {
+        return false;
+    };
+    let socket = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|target| target.as_os_str() == socket.as_str())
+            })
+        })
+        .unwrap_or(false)
 }
 
 impl S3Server {
@@ -59,7 +94,9 @@ impl S3Server {
                 if let Ok(Some(_)) = server.child.try_wait() {
                     break; // the port was taken meanwhile: try another
                 }
-                if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                if listens_on(server.child.id(), port)
+                    && TcpStream::connect(("127.0.0.1", port)).is_ok()
+                {
                     return server;
                 }
                 std::thread::sleep(Duration::from_millis(100));
