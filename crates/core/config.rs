@@ -287,6 +287,10 @@ pub struct DedupSettings {
     /// With a preference other than `first`: memory for the ranked hot samples a run (or a
     /// `sign` step) sorts before sorted runs spill to `keys.spill_dir`.
     pub sort_memory: u64,
+    /// Saved indexes of earlier runs to deduplicate against (`--against`), in order: this run's
+    /// records get the decisions they get in one run over the indexed runs' inputs, then these.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub against: Vec<PathBuf>,
 }
 
 /// The default of [`DedupSettings::sort_memory`].
@@ -303,6 +307,7 @@ impl Default for DedupSettings {
             empty: EmptyPolicy::default(),
             prefer: Prefer::First,
             sort_memory: DEFAULT_SORT_MEMORY,
+            against: Vec::new(),
         }
     }
 }
@@ -343,6 +348,10 @@ pub struct OutputSettings {
     pub overwrite: bool,
     /// Split outputs into parts of at most this many bytes.
     pub max_output_bytes: Option<u64>,
+    /// Where to save the index of this run (with the indexes it was made against), for later
+    /// runs to deduplicate against (`--index-out`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<PathBuf>,
 }
 
 /// A preset reproducing another tool's decisions (the CLI's `--compat`, Python's `compat=`).
@@ -675,6 +684,23 @@ impl Config {
                  --max-reps 0)"
                     .into(),
             ));
+        }
+        if !self.dedup.against.is_empty() || self.output.index.is_some() {
+            if self.keys.min_key_count != 1 {
+                return Err(Error::Usage(format!(
+                    "a run against an index or saving one needs keys.min_key_count = 1 (got {}): \
+                     with more, records of a later run could change this run's decisions",
+                    self.keys.min_key_count
+                )));
+            }
+            if !self.dedup.prefer.is_input_order() {
+                return Err(Error::Usage(
+                    "a run against an index or saving one keeps the first copy (dedup.prefer = \
+                     first): the indexed runs' decisions are final, and a preference would rank \
+                     later records before theirs"
+                        .into(),
+                ));
+            }
         }
         if self.keys.chunk_bytes == 0 {
             return Err(Error::Usage(

@@ -27,6 +27,7 @@ use neardup_dedup::{
     RecordWriter, SignedCounts, SignedShape, StepSink, decide_group, run_sign, run_write,
     signed_shape,
 };
+use neardup_index::SavedIndex;
 use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping, ShardPlace};
 use serde::{Deserialize, Serialize};
 
@@ -59,16 +60,33 @@ pub struct DecideSettings {
     /// existed).
     #[serde(default, skip_serializing_if = "Prefer::is_input_order")]
     pub prefer: Prefer,
+    /// The saved indexes the run is made against (`--against`): their files and fingerprint
+    /// (absent without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<AgainstId>,
+}
+
+/// Which saved indexes a distributed run was made against ([`DecideSettings::against`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgainstId {
+    /// Input files of the indexed runs (numbered before this run's).
+    pub files: u64,
+    /// [`neardup_index::SavedIndex::fingerprint`] of the indexes, combined.
+    pub fingerprint: u64,
 }
 
 impl DecideSettings {
-    fn of(config: &Config) -> DecideSettings {
+    fn of(config: &Config, against: Option<&SavedIndex>) -> DecideSettings {
         let d = config.deduper_config();
         DecideSettings {
             threshold: d.threshold,
             max_reps: d.max_reps,
             verify: d.verify,
             prefer: config.dedup.prefer.clone(),
+            against: against.map(|i| AgainstId {
+                files: i.files().len() as u64,
+                fingerprint: i.fingerprint(),
+            }),
         }
     }
 
@@ -109,12 +127,24 @@ impl DecideSettings {
                 self.prefer, theirs.prefer
             ));
         }
+        if self.against != theirs.against {
+            let show = |a: Option<AgainstId>| {
+                a.map_or("no index".to_string(), |a| {
+                    format!("indexes of {} files ({:016x})", a.files, a.fingerprint)
+                })
+            };
+            differ.push(format!(
+                "--against: {} here, {} there",
+                show(self.against),
+                show(theirs.against)
+            ));
+        }
         if differ.is_empty() {
             return Ok(());
         }
         Err(Error::Usage(format!(
             "{what} was made by `{step}` with other decision settings ({}): give every step the \
-             same --threshold, --max-reps, --verify and --prefer",
+             same --threshold, --max-reps, --verify, --prefer and --against",
             differ.join("; ")
         )))
     }
@@ -274,6 +304,8 @@ fn sign_into(
     control: &RunControl,
 ) -> Result<(SignManifest, Vec<Vec<u8>>, DedupStats), Error> {
     config.validate()?;
+    crate::against::not_in_steps(config, "sign")?;
+    let against = crate::against::load_against(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
     let (mask, files, place) = table.mask(hot, RowGrouping::Record)?;
@@ -290,6 +322,8 @@ fn sign_into(
     let mut cfg = stage2_config(config)?;
     cfg.output = None;
     cfg.decisions = None;
+    // Its files are numbered after the indexed runs'.
+    cfg.prior = against.as_ref().map(crate::against::numbering_only);
     let shape = signed_shape(&cfg);
     let (sinks, signed, stage2) = run_sign(
         &files,
@@ -315,7 +349,7 @@ fn sign_into(
         num_perm: shape.num_perm,
         columns: shape.columns,
         shingles: shape.texts,
-        settings: DecideSettings::of(config),
+        settings: DecideSettings::of(config, against.as_ref()),
         signed,
         bytes,
     };
@@ -363,6 +397,8 @@ fn decide_into(
     control: &RunControl,
 ) -> Result<(DecideManifest, Vec<Vec<u8>>), Error> {
     config.validate()?;
+    crate::against::not_in_steps(config, "decide")?;
+    let against = crate::against::load_against(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint();
     let groups = hot.groups();
@@ -375,7 +411,7 @@ fn decide_into(
         )));
     }
     let shards = hot.tables().len() as u32;
-    let settings = DecideSettings::of(config);
+    let settings = DecideSettings::of(config, against.as_ref());
     let mut given: Vec<Given<'_, SignManifest>> = Vec::new();
     for input in signed {
         let g = Given::read(input, fingerprint, &settings)?;
@@ -414,7 +450,11 @@ fn decide_into(
         ranked: !settings.prefer.is_input_order(),
     };
     let wanted_by = format!("`decide --group {group}`");
-    let mut files = Vec::new();
+    // Files are numbered with the indexed runs' first.
+    let mut files: Vec<String> = against
+        .as_ref()
+        .map(|i| i.files().iter().map(|f| f.name.clone()).collect())
+        .unwrap_or_default();
     for g in &given {
         let m = &g.manifest;
         if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.texts) {
@@ -452,6 +492,10 @@ fn decide_into(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let k = keys_config(config)?;
+    let prior = match &against {
+        Some(index) => Some(crate::against::group_start(config, index, hot, group)?),
+        None => None,
+    };
     let sketch = DecideShape {
         sketcher: k.sketcher,
         rule: k.rule,
@@ -468,6 +512,7 @@ fn decide_into(
         &mut outs,
         config.run.threads,
         &control.cancel,
+        prior.as_ref(),
     )
     .map_err(step_error)?;
     let sinks = outs
@@ -550,12 +595,14 @@ pub fn write_shard<'a>(
 ) -> Result<Report, Error> {
     let table = table.into();
     config.validate()?;
+    crate::against::not_in_steps(config, "write")?;
+    let against = crate::against::load_against(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
     let (mask, files, place) = table.mask(hot, RowGrouping::Skip)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
-    let settings = DecideSettings::of(config);
+    let settings = DecideSettings::of(config, against.as_ref());
     let mut given: Vec<Given<'_, DecideManifest>> = Vec::new();
     for input in decided {
         let g = Given::read(input, fingerprint, &settings)?;
@@ -587,7 +634,7 @@ pub fn write_shard<'a>(
         .iter()
         .map(|f| f.path.display().to_string())
         .collect();
-    let base = place.file_base as usize;
+    let base = place.file_base as usize + against.as_ref().map_or(0, |i| i.files().len());
     if names.get(base..base + shard_names.len()) != Some(&shard_names[..]) {
         return Err(Error::Usage(format!(
             "{}: the decided files name other input files for shard {} than its key table \
@@ -634,7 +681,9 @@ pub fn write_shard<'a>(
         ..PublishOptions::default()
     })
     .map_err(publish_error)?;
-    let cfg = stage2_config(config)?;
+    let mut cfg = stage2_config(config)?;
+    // Its files are numbered after the indexed runs'.
+    cfg.prior = against.as_ref().map(crate::against::numbering_only);
     let stage2 = run_write(
         &files,
         &mask,

@@ -51,6 +51,9 @@ pub enum Error {
     },
     /// The evaluation (`neardup eval`) could not run.
     Eval(crate::eval::EvalError),
+    /// A saved index (`--against`, `--index-out`, `neardup index`) cannot be made, read or used
+    /// (exit code 2 when it was made with other settings or the arguments do not fit it).
+    Index(neardup_index::IndexError),
     /// The bytes or files of a step's value are damaged, truncated or not neardup's.
     Corrupt(String),
     /// The run was cancelled (its [`neardup_exec::CancelToken`]; the CLI: a signal) before
@@ -64,6 +67,13 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_) | Error::StepInput(_) => 2,
+            Error::Index(
+                neardup_index::IndexError::OtherSettings { .. }
+                | neardup_index::IndexError::Overlap { .. }
+                | neardup_index::IndexError::NotAnIndex { .. }
+                | neardup_index::IndexError::MinCount(_)
+                | neardup_index::IndexError::Decisions(_),
+            ) => 2,
             Error::Interrupted => 130,
             Error::Keys(neardup_keys::KeysError::Config(_))
             | Error::Dedup(neardup_dedup::DedupError::Config(_)) => 2,
@@ -91,6 +101,7 @@ impl fmt::Display for Error {
             }
             Error::ThreadLost { thread } => write!(f, "{thread} panicked"),
             Error::Eval(e) => e.fmt(f),
+            Error::Index(e) => e.fmt(f),
             Error::Interrupted => f.write_str(
                 "interrupted before the outputs were published; nothing was published and the \
                  files the run had written were removed",
@@ -112,10 +123,17 @@ impl std::error::Error for Error {
             Error::StepInput(e) => Some(e),
             Error::Threads { source, .. } => Some(source),
             Error::Eval(e) => Some(e),
+            Error::Index(e) => Some(e),
             Error::Usage(_) | Error::Corrupt(_) | Error::ThreadLost { .. } | Error::Interrupted => {
                 None
             }
         }
+    }
+}
+
+impl From<neardup_index::IndexError> for Error {
+    fn from(e: neardup_index::IndexError) -> Self {
+        Error::Index(e)
     }
 }
 

@@ -39,6 +39,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod against;
 mod config;
 mod distributed;
 mod error;
@@ -70,6 +71,7 @@ pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};
 pub use neardup_corpus as corpus;
 pub use neardup_dedup as dedup;
 pub use neardup_exec as exec;
+pub use neardup_index as index;
 pub use neardup_keys as keys;
 pub use neardup_sketch as sketch;
 pub use neardup_storage as storage;

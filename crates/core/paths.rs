@@ -161,6 +161,12 @@ impl RunPaths {
         if let Some(p) = &config.output.report {
             self.write_file("the report (--report)", p);
         }
+        if let Some(p) = &config.output.index {
+            self.write_file("the index (--index-out)", p);
+        }
+        for p in &config.dedup.against {
+            self.read_file("the index (--against)", p);
+        }
         if let Some(dir) = &config.keys.spill_dir {
             self.spill_dir(dir);
         }

@@ -11,11 +11,12 @@ use neardup_dedup::{Decision, DedupStats, Stage2Config, run_dedup_into};
 use neardup_exec::{CancelToken, OnError, Progress, StepControl};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
-    ShardTables, TableLayout, UnreadableRange, run_keys,
+    ShardTables, TableLayout, TableStore, UnreadableRange, run_keys,
 };
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
 
+use crate::against;
 use crate::config::Config;
 use crate::error::{Error, InputsError, IoOp};
 use crate::paths::RunPaths;
@@ -38,6 +39,12 @@ pub struct Report {
     pub stage2: DedupStats,
     /// The accounting every user checks first.
     pub totals: Totals,
+    /// What a run against saved indexes (`--against`) read of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub against: Option<against::AgainstReport>,
+    /// The index this run saved (`--index-out`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<against::IndexReport>,
 }
 
 /// Record and sample accounting, from what stage 2 read:
@@ -113,6 +120,8 @@ impl Report {
             stage1,
             stage2,
             totals,
+            against: None,
+            index: None,
         }
     }
 
@@ -315,6 +324,7 @@ fn begin_publication(
         outputs: inputs.iter().map(|f| f.relative.clone()).collect(),
         decisions: config.output.decisions.clone(),
         report: config.output.report.clone(),
+        files: config.output.index.iter().cloned().collect(),
         scratch_dirs: config.keys.spill_dir.iter().cloned().collect(),
         cancel: cancel.clone(),
         ..PublishOptions::default()
@@ -417,6 +427,7 @@ pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
             max_output_bytes: config.output.max_output_bytes,
         }),
         decisions: config.output.decisions.clone(),
+        prior: None,
     })
 }
 
@@ -515,6 +526,25 @@ pub fn apply<'a>(
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
     check_hot_layout(config, hot.layout())?;
+    if config.output.index.is_some() {
+        return Err(Error::Usage(
+            "`apply` does not save an index (--index-out): make it from the key tables and the \
+             decisions with `neardup index`"
+                .into(),
+        ));
+    }
+    let against = against::load_against(config)?;
+    let start = |cfg: &mut Stage2Config| -> Result<Option<against::AgainstReport>, Error> {
+        match &against {
+            Some(index) => Ok(Some(against::start_from(
+                index,
+                &config.dedup.against,
+                hot,
+                cfg,
+            )?)),
+            None => Ok(None),
+        }
+    };
     match tables.into() {
         KeyTables::Values(mut ordered) => {
             ordered.sort_by_key(|t| t.shard());
@@ -522,21 +552,21 @@ pub fn apply<'a>(
                 .iter()
                 .flat_map(|t| t.files().iter().cloned())
                 .collect();
-            check_apply_paths(config, &files, &[])?;
+            check_apply_paths(config, &files, &[], against.as_ref())?;
             let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
             let publication = begin_publication(config, &inputs, &control.cancel)?;
             let mask = HotMask::from_tables(&ordered, hot).map_err(wrong_tables)?;
-            apply_with_mask(config, &files, &mask, publication, control, observe)
+            apply_with_mask(config, &files, &mask, publication, control, observe, &start)
         }
         KeyTables::Files(tables) => {
             let shards = ShardTables::open(tables).map_err(wrong_tables)?;
             hot.check_tables(&shards.identities, Some(&shards.paths))
                 .map_err(wrong_tables)?;
-            check_apply_paths(config, &shards.files, tables)?;
+            check_apply_paths(config, &shards.files, tables, against.as_ref())?;
             let inputs: Vec<InputFile> = shards.files.iter().map(|f| f.input.clone()).collect();
             let publication = begin_publication(config, &inputs, &control.cancel)?;
             let (mask, files) = HotMask::from_table_files(&shards, hot)?;
-            apply_with_mask(config, &files, &mask, publication, control, observe)
+            apply_with_mask(config, &files, &mask, publication, control, observe, &start)
         }
     }
 }
@@ -552,10 +582,18 @@ pub(crate) fn wrong_tables(e: KeysError) -> Error {
 
 /// The path checks of stage 2 run apart: outputs against the inputs the tables list and the
 /// tables themselves.
-fn check_apply_paths(config: &Config, files: &[FileRows], tables: &[PathBuf]) -> Result<(), Error> {
+fn check_apply_paths(
+    config: &Config,
+    files: &[FileRows],
+    tables: &[PathBuf],
+    against: Option<&neardup_index::SavedIndex>,
+) -> Result<(), Error> {
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let mut paths = RunPaths::new();
     paths.read_inputs(&inputs);
+    if let Some(index) = against {
+        paths.read_inputs(&against::indexed_inputs(index));
+    }
     for t in tables {
         paths.read_file("the key table", t);
     }
@@ -585,8 +623,10 @@ fn apply_with_mask(
     publication: Publication,
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
+    start: &dyn Fn(&mut Stage2Config) -> Result<Option<against::AgainstReport>, Error>,
 ) -> Result<Report, Error> {
-    let cfg = stage2_config(config)?;
+    let mut cfg = stage2_config(config)?;
+    let against_report = start(&mut cfg)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let stage2 = run_dedup_into(
         files,
@@ -596,7 +636,8 @@ fn apply_with_mask(
         &publication,
         observe,
     )?;
-    let report = Report::new(config, &inputs, Vec::new(), None, stage2);
+    let mut report = Report::new(config, &inputs, Vec::new(), None, stage2);
+    report.against = against_report;
     publish_with_report(publication, config, &report)?;
     Ok(report)
 }
@@ -648,31 +689,76 @@ impl Pipeline {
     /// filter in their own process).
     pub fn run_with(&self, observe: &mut dyn FnMut(&Decision)) -> Result<Report, Error> {
         let (found, problems) = discover_inputs_and_sources(&self.config)?;
+        let against = against::load_against(&self.config)?;
         let mut paths = RunPaths::new();
         paths
             .read_discovered(&found)
             .write_config_outputs(&self.config, &found.files);
+        if let Some(index) = &against {
+            // The indexed runs' files are read back too: nothing may be written over them.
+            paths.read_inputs(&against::indexed_inputs(index));
+        }
         paths.check()?;
         paths.prepare()?;
         let files = found.files;
         let publication = begin_publication(&self.config, &files, &self.control.cancel)?;
-        let keys = keys_config(&self.config)?;
+        let keys = against::with_prior_keys(keys_config(&self.config)?, against.as_ref());
         let KeysOutput {
             files: rows,
             mask,
             stats,
+            hot,
+            table,
             ..
         } = run_keys(&files, 0, &keys, &self.control.stage1_step())?;
-        let cfg = stage2_config(&self.config)?;
+        let mut cfg = stage2_config(&self.config)?;
+        let against_report = match &against {
+            Some(index) => Some(against::start_from(
+                index,
+                &self.config.dedup.against,
+                &hot,
+                &mut cfg,
+            )?),
+            None => None,
+        };
+        let mut recorder = match (&self.config.output.index, &table) {
+            (None, _) => None,
+            (Some(_), TableStore::Memory(t)) => Some(against::IndexRecorder::new(
+                &self.config,
+                &rows,
+                t.keys(),
+                against,
+            )?),
+            (Some(_), TableStore::Spilled) => {
+                return Err(Error::Usage(
+                    "--index-out needs stage 1's key table in memory, and this run's table \
+                     exceeded --memory-limit: raise the limit, or run the staged steps (`keys`, \
+                     `hot`, `apply`) and make the index with `neardup index`"
+                        .into(),
+                ));
+            }
+        };
         let stage2 = run_dedup_into(
             &rows,
             &mask,
             &cfg,
             &self.control.stage2_step(),
             &publication,
-            observe,
+            &mut |d| {
+                if let Some(r) = &mut recorder {
+                    r.record(d);
+                }
+                observe(d)
+            },
         )?;
-        let report = Report::new(&self.config, &files, problems, Some(stats), stage2);
+        let mut report = Report::new(&self.config, &files, problems, Some(stats), stage2);
+        report.against = against_report;
+        if let (Some(path), Some(recorder)) = (&self.config.output.index, recorder) {
+            let mut index = recorder.finish()?;
+            let read = against::complete_index(&self.config, &mut index)?;
+            let file = publication.file(path).map_err(publish_error)?;
+            report.index = Some(against::save_index(&index, path, file, read)?);
+        }
         publish_with_report(publication, &self.config, &report)?;
         Ok(report)
     }

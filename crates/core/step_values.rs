@@ -926,6 +926,7 @@ mod tests {
                 max_reps: Some(2),
                 verify: neardup_dedup::Verify::Jaccard,
                 prefer: neardup_dedup::Prefer::First,
+                against: None,
             },
             signed: SignedCounts {
                 samples: vec![1; bytes.len()],

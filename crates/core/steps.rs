@@ -230,6 +230,9 @@ impl<'a> HotStep<'a> {
     fn paths(&self) -> RunPaths {
         let mut paths = RunPaths::new();
         self.tables.read_by(&mut paths);
+        for p in &self.config.dedup.against {
+            paths.read_file("the index (--against)", p);
+        }
         if let Some(dir) = &self.config.keys.spill_dir {
             paths.spill_dir(dir);
         }
@@ -256,9 +259,18 @@ impl<'a> HotStep<'a> {
             match &self.tables {
                 KeyTables::Files(paths) => {
                     let shards = ShardTables::open(paths)?;
+                    // Against saved indexes, their keys count once more each (see
+                    // `neardup_keys::PriorKeys`).
+                    let against = crate::against::load_against_tables(
+                        &self.config.dedup.against,
+                        &shards.layout,
+                        keys.min_key_count,
+                    )?;
+                    let prior = against.as_ref().map(|i| i.prior_keys());
                     let (hot, mask, count) = merge_table_files(
                         &shards,
                         keys.min_key_count,
+                        prior.as_ref(),
                         keys.memory_limit,
                         keys.spill_dir.as_deref(),
                         &control.cancel,
@@ -270,6 +282,13 @@ impl<'a> HotStep<'a> {
                     Ok((hot.with_plan(plan)?, mask, count))
                 }
                 KeyTables::Values(tables) => {
+                    if !self.config.dedup.against.is_empty() {
+                        return Err(Error::Usage(
+                            "against a saved index, the hot step counts key-table files (tables \
+                             in memory are counted without the index's keys)"
+                                .into(),
+                        ));
+                    }
                     let (hot, mask, count) = merge_tables(tables, keys.min_key_count)?;
                     if self.groups == 1 {
                         return Ok((hot, mask, count));

@@ -43,6 +43,9 @@ pub(crate) enum Command {
     Write(WriteArgs),
     /// Stage 2 given the key tables of all shards and their hot-key file.
     Apply(ApplyArgs),
+    /// Save the index of a finished run from its key tables and decisions (for `--against`),
+    /// without running it again.
+    Index(IndexArgs),
     /// Exact deduplication by content hash of the normalised text.
     Exact(ExactArgs),
     /// Check a run's decisions against exact Jaccard: precision of every drop, recall on a sample.
@@ -127,6 +130,10 @@ pub(crate) struct HotArgs {
     /// packed into G groups of balanced size (stored in the hot-key file).
     #[arg(long, default_value_t = 1)]
     pub(crate) groups: u32,
+    /// Count against the saved index of earlier runs (`--index-out`, `neardup index`): its keys
+    /// count once more each; repeat for several indexes, in order.
+    #[arg(long, value_name = "INDEX")]
+    pub(crate) against: Vec<PathBuf>,
 }
 
 /// The arguments of `neardup sign`.
@@ -218,6 +225,26 @@ pub(crate) struct ApplyArgs {
     pub(crate) decide: DecideOpts,
     #[command(flatten)]
     pub(crate) output: OutputOpts,
+}
+
+/// The arguments of `neardup index`.
+#[derive(Args, Debug)]
+pub(crate) struct IndexArgs {
+    /// Key tables of the run, all shards (any order).
+    #[arg(required = true)]
+    pub(crate) tables: Vec<PathBuf>,
+    /// The run's decisions file (.jsonl or .parquet).
+    #[arg(long)]
+    pub(crate) decisions: PathBuf,
+    /// The index to write.
+    #[arg(long = "output", short = 'o', visible_alias = "out")]
+    pub(crate) output: PathBuf,
+    #[command(flatten)]
+    pub(crate) input: InputOpts,
+    #[command(flatten)]
+    pub(crate) sketch: SketchOpts,
+    #[command(flatten)]
+    pub(crate) decide: DecideOpts,
 }
 
 /// The arguments of `neardup exact`.
@@ -425,6 +452,11 @@ pub(crate) struct DecideOpts {
     /// quality:desc; records without it rank last) [default: first].
     #[arg(long, value_name = "ORDER")]
     pub(crate) prefer: Option<Prefer>,
+    /// Deduplicate against the saved index of earlier runs (`--index-out`, `neardup index`):
+    /// records get the decisions they get in one run over the indexed runs' inputs, then
+    /// these; repeat for several indexes, in order.
+    #[arg(long, value_name = "INDEX")]
+    pub(crate) against: Vec<PathBuf>,
 }
 
 /// What a deduplicating run writes, and where it spills.
@@ -452,6 +484,10 @@ pub(crate) struct OutputOpts {
     /// Directory for spill files, created if missing [default: the system temp directory].
     #[arg(long)]
     pub(crate) spill_dir: Option<PathBuf>,
+    /// Save this run's index (with those of --against) for later runs to deduplicate
+    /// against.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) index_out: Option<PathBuf>,
 }
 
 macro_rules! value_enum {
@@ -639,6 +675,9 @@ impl Overrides for DecideOpts {
         if let Some(p) = &self.prefer {
             c.dedup.prefer = p.clone();
         }
+        if !self.against.is_empty() {
+            c.dedup.against = self.against.clone();
+        }
     }
 }
 
@@ -652,6 +691,9 @@ impl Overrides for OutputOpts {
         }
         if self.report.is_some() {
             c.output.report = self.report.clone();
+        }
+        if self.index_out.is_some() {
+            c.output.index = self.index_out.clone();
         }
         c.output.overwrite |= self.overwrite;
         if self.max_output_bytes.is_some() {

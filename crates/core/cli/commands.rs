@@ -66,6 +66,7 @@ pub(crate) fn run(command: Command, quiet: bool) -> Result<(), Error> {
         Command::Decide(args) => decide(args, quiet),
         Command::Write(args) => write(args, quiet),
         Command::Apply(args) => apply(args, quiet),
+        Command::Index(args) => index(args, quiet),
         Command::Exact(args) => exact(args, quiet),
         Command::Eval(args) => eval(args),
         Command::Params(args) => params(args),
@@ -144,8 +145,10 @@ pub(crate) fn hot(args: HotArgs, quiet: bool) -> Result<(), Error> {
         threads,
         report,
         groups,
+        against,
     } = args;
     let mut config = Config::default();
+    config.dedup.against = against;
     config.keys.min_key_count = min_key_count;
     config.keys.memory_limit = memory_limit;
     config.keys.spill_dir = spill_dir;
@@ -332,6 +335,33 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
         neardup::apply(&config, &hot, &tables, &control, &mut |_| {})?
     };
     note(quiet, report.summary());
+    Ok(())
+}
+
+/// `neardup index`.
+pub(crate) fn index(args: IndexArgs, quiet: bool) -> Result<(), Error> {
+    let IndexArgs {
+        tables,
+        decisions,
+        output,
+        input,
+        sketch,
+        decide,
+    } = args;
+    let config = build_config(&[], &input, &[&sketch, &decide])?;
+    let made = neardup::against::build_index(&config, &tables, &decisions, &output)?;
+    note(
+        quiet,
+        format_args!(
+            "{} files, {} samples: {} entries, {} kept, {} bytes -> {}",
+            made.files,
+            made.samples,
+            made.entries,
+            made.kept,
+            made.bytes,
+            output.display()
+        ),
+    );
     Ok(())
 }
 

@@ -6,6 +6,7 @@ use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SettingsError;
+use crate::prior::PriorState;
 use crate::reps::{BucketIndex, RepArena, RepId};
 use crate::verify::ShingleStore;
 
@@ -344,6 +345,39 @@ impl Deduper {
             self.buckets.push(key, id);
         }
         Verdict::Unique
+    }
+
+    /// Starts from the decision state earlier runs left (see [`PriorState`]): their
+    /// representatives join their buckets in order while there is room, and their first copies
+    /// are known texts. Call before any [`Deduper::decide`].
+    pub fn seed(&mut self, prior: &PriorState) {
+        for r in &prior.representatives {
+            let mut rep: Option<RepId> = None;
+            for &key in r.bands.iter().take(self.bands) {
+                if key == NO_KEY
+                    || self
+                        .config
+                        .max_reps
+                        .is_some_and(|m| self.buckets.len(key) >= m)
+                {
+                    continue;
+                }
+                let id = *rep.get_or_insert_with(|| {
+                    let id = self.arena.push(&r.signature, r.addr);
+                    if let (Some(store), Some(set)) = (&mut self.shingle_sets, &r.shingles) {
+                        store.push(id, set);
+                    }
+                    id
+                });
+                self.buckets.push(key, id);
+            }
+        }
+        for c in &prior.copies {
+            self.exact_seen.entry(c.content_hash).or_insert(FirstCopy {
+                addr: c.addr,
+                cluster: c.cluster,
+            });
+        }
     }
 
     /// The first I/O error of the exact-verification spill, if one happened since the last call.

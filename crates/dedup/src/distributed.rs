@@ -52,6 +52,7 @@ use crate::handoff::{
 };
 use crate::pass::{Addressing, DedupStats, Stage2Config, needs_shingles};
 use crate::prepare::{HotWork, SampleKind};
+use crate::prior::PriorState;
 use crate::rank_order::RankSorter;
 use crate::route::{DupOfId, HotRoute, HotSample, wrong_route};
 use crate::stage::run_stage2;
@@ -814,7 +815,9 @@ pub struct GroupDecided {
 
 /// Decides one group: `signed` are the group's streams of every shard, in shard order (the global
 /// row order); the decisions of stream `s` go to `out[s]`. Returns the decision core's counters
-/// and the decisions written per shard.
+/// and the decisions written per shard. `prior` is the state earlier runs left this group
+/// (`--against` a saved index; see [`PriorState`]), which the group's decisions start from.
+#[allow(clippy::too_many_arguments)]
 pub fn decide_group<R: Read>(
     signed: Vec<(String, RecordReader<R>)>,
     shape: SignedShape,
@@ -823,6 +826,7 @@ pub fn decide_group<R: Read>(
     out: &mut [RecordWriter<StepSink>],
     threads: usize,
     cancel: &CancelToken,
+    prior: Option<&PriorState>,
 ) -> Result<GroupDecided, DedupError> {
     assert_eq!(signed.len(), out.len(), "one output per shard");
     let num_perm = sketch.sketcher.num_perm();
@@ -845,6 +849,14 @@ pub fn decide_group<R: Read>(
     }
     let mut rebuilt = Rebuilt::new(sketch);
     let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
+    if let Some(prior) = prior {
+        if !shape.ranked {
+            deduper.seed(prior);
+            ids.extend(prior.ids().map(|(addr, id)| (addr, id.into())));
+        } else {
+            return Err(SettingsError::PreferAgainstIndex.into());
+        }
+    }
     let mut clusters = ClusterCounter::default();
     let mut written = vec![0u64; out.len()];
     // Ranked samples are decided out of row order; their decisions are written in row order
@@ -1034,8 +1046,7 @@ pub fn run_sign(
         .map(|f| f.input.path.display().to_string())
         .collect();
     let addressing = Addressing {
-        file_base: u32::try_from(place.file_base)
-            .map_err(|_| DedupError::Config(SettingsError::TooManyFiles))?,
+        file_base: file_base(cfg, place)?,
         row_base: place.row_base,
         names: &names,
     };
@@ -1051,6 +1062,14 @@ pub fn run_sign(
     )?;
     let (sinks, counts) = signer.finish().map_err(sign_stream_error)?;
     Ok((sinks, counts, stats))
+}
+
+/// The number of a shard's first file: after every earlier shard's files, and after the files
+/// of the earlier runs a saved index holds ([`Stage2Config::prior`]).
+fn file_base(cfg: &Stage2Config, place: &ShardPlace) -> Result<u32, DedupError> {
+    let prior = cfg.prior.as_ref().map_or(0, |p| p.names.len() as u64);
+    u32::try_from(place.file_base + prior)
+        .map_err(|_| DedupError::Config(SettingsError::TooManyFiles))
 }
 
 fn sign_stream_error(e: io::Error) -> DedupError {
@@ -1088,8 +1107,7 @@ pub fn run_write(
     observe: &mut dyn FnMut(&crate::Decision),
 ) -> Result<DedupStats, DedupError> {
     let addressing = Addressing {
-        file_base: u32::try_from(place.file_base)
-            .map_err(|_| DedupError::Config(SettingsError::TooManyFiles))?,
+        file_base: file_base(cfg, place)?,
         row_base: place.row_base,
         names,
     };
@@ -1184,6 +1202,7 @@ pub(crate) fn run_ranked_into(
         &mut out,
         cfg.threads,
         &control.cancel,
+        None,
     )?;
     let [out] = out;
     out.finish()
@@ -1360,6 +1379,7 @@ mod tests {
             &mut out,
             2,
             &CancelToken::default(),
+            None,
         )
         .unwrap();
         assert_eq!(written, vec![3]);
@@ -1439,6 +1459,7 @@ mod tests {
                 &mut out,
                 threads,
                 &CancelToken::default(),
+                None,
             )
             .unwrap();
             let got = verdicts_of(out.pop().unwrap());

@@ -291,6 +291,9 @@ pub enum SettingsError {
     SignWritesNothing,
     /// More input files than a sample address can number.
     TooManyFiles,
+    /// A preference other than input order with a saved index: ranking B's records together
+    /// with the earlier runs' could change the earlier runs' decisions.
+    PreferAgainstIndex,
 }
 
 impl fmt::Display for SettingsError {
@@ -313,6 +316,11 @@ impl fmt::Display for SettingsError {
                  by `write`",
             ),
             SettingsError::TooManyFiles => f.write_str("more than 4,294,967,295 input files"),
+            SettingsError::PreferAgainstIndex => f.write_str(
+                "a run against a saved index keeps the first copy: the earlier runs' decisions \
+                 are final, and a preference (prefer) would rank this run's records before \
+                 theirs; leave prefer at `first`",
+            ),
         }
     }
 }

@@ -51,6 +51,7 @@ mod handoff;
 mod pass;
 mod prefer;
 mod prepare;
+mod prior;
 mod rank_order;
 mod reps;
 mod route;
@@ -72,4 +73,5 @@ pub use handoff::{
 };
 pub use pass::{Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config};
 pub use prefer::{FieldOrder, Prefer, PreferParseError};
+pub use prior::{PriorCopy, PriorRepresentative, PriorState};
 pub use stage::{run_dedup, run_dedup_into};

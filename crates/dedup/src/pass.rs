@@ -64,6 +64,9 @@ pub struct Stage2Config {
     pub output: Option<OutputOptions>,
     /// Where the decisions go (`.jsonl` or `.parquet`).
     pub decisions: Option<PathBuf>,
+    /// The decision state earlier runs left (`--against` a saved index): decisions start from
+    /// it, and this run's files are numbered after the earlier runs' files.
+    pub prior: Option<std::sync::Arc<crate::prior::PriorState>>,
 }
 
 /// One decision, as handed to an observer (serialisable, for schedulers that pass decisions as

@@ -189,6 +189,10 @@ impl<'a, R: HotRoute> Decider<'a, R> {
         decisions: Option<DecisionWriter>,
         observe: &'a mut dyn FnMut(&Decision),
     ) -> Self {
+        // Earlier runs' samples this run may name as originals.
+        let ids = cfg.prior.as_ref().map_or_else(HashMap::new, |p| {
+            p.ids().map(|(addr, id)| (addr, id.into())).collect()
+        });
         Decider {
             clusters: route.sees_whole_clusters().then(ClusterCounter::default),
             route,
@@ -196,7 +200,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
             cfg,
             mask,
             addressing,
-            ids: HashMap::new(),
+            ids,
             decisions,
             observe,
         }

@@ -14,7 +14,7 @@ use neardup_keys::{FileRows, HotMask, UnreadableRange};
 
 use crate::deduper::Deduper;
 use crate::distributed::run_ranked_into;
-use crate::error::{BadRank, DedupError, Mismatch};
+use crate::error::{BadRank, DedupError, Mismatch, SettingsError};
 use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
 use crate::prepare::{ChunkJob, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
@@ -64,21 +64,29 @@ pub fn run_dedup_into(
     publication: &Publication,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<DedupStats, DedupError> {
-    let deduper = Deduper::new(
+    let mut deduper = Deduper::new(
         cfg.deduper.clone(),
         cfg.sketcher.num_perm(),
         cfg.sketcher.bands(),
         cfg.rule,
     )?;
-    let names: Vec<String> = files
+    let prior_names = cfg.prior.as_ref().map_or(&[][..], |p| &p.names[..]);
+    let names: Vec<String> = prior_names
         .iter()
-        .map(|f| f.input.path.display().to_string())
+        .cloned()
+        .chain(files.iter().map(|f| f.input.path.display().to_string()))
         .collect();
     let addressing = Addressing {
-        file_base: 0,
+        file_base: u32::try_from(prior_names.len()).expect("fewer than 2^32 files"),
         row_base: 0,
         names: &names,
     };
+    if let Some(prior) = &cfg.prior {
+        if !cfg.prefer.is_input_order() {
+            return Err(SettingsError::PreferAgainstIndex.into());
+        }
+        deduper.seed(prior);
+    }
     if !cfg.prefer.is_input_order() {
         return run_ranked_into(files, mask, cfg, control, publication, observe, &addressing);
     }
@@ -537,6 +545,7 @@ mod tests {
             decisions: None,
             prefer: Prefer::First,
             sort_memory: 1 << 20,
+            prior: None,
         }
     }
 

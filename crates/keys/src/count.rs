@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Damage, KeysError};
 use crate::hot::HotMask;
+use crate::prior::{HotRule, PriorKeys};
 
 /// What counting found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,13 +51,14 @@ pub struct Counted {
 
 type Pair = (u64, u64);
 
-/// Scans a sorted partition: appends hot keys, reports hot positions in ascending order (and
-/// whether each starts a new run), returns the distinct count.
+/// Scans a sorted partition: appends hot keys, reports hot positions in ascending order (and,
+/// for the first position of each run, whether a prior run held the key as a content key),
+/// returns the distinct count.
 fn scan_runs(
     pairs: &[Pair],
-    min_count: u32,
+    rule: HotRule<'_>,
     hot: &mut Vec<u64>,
-    mut mark: impl FnMut(u64, bool),
+    mut mark: impl FnMut(u64, Option<bool>),
 ) -> u64 {
     let mut distinct = 0;
     let mut i = 0;
@@ -67,10 +69,11 @@ fn scan_runs(
             j += 1;
         }
         distinct += 1;
-        if (j - i) as u64 > u64::from(min_count) {
+        let (is_hot, prior_content) = rule.judge(key, (j - i) as u64);
+        if is_hot {
             hot.push(key);
             for (n, p) in pairs[i..j].iter().enumerate() {
-                mark(p.1, n == 0);
+                mark(p.1, (n == 0).then_some(prior_content));
             }
         }
         i = j;
@@ -114,7 +117,7 @@ impl KeyCounts {
     fn count(
         &mut self,
         pairs: &[&[Pair]],
-        min_count: u32,
+        rule: HotRule<'_>,
         content_col: Option<usize>,
         columns: usize,
         hot: &mut Vec<u64>,
@@ -149,6 +152,18 @@ impl KeyCounts {
             self.slots[i].count += 1;
             self.slot_of.push(i as u32);
         }
+        if let Some(prior) = rule.prior {
+            // Each prior key counts once more; a prior content copy came before all of these.
+            for s in self.slots.iter_mut().filter(|s| s.key != NO_KEY) {
+                if let Some(content) = prior.lookup(s.key) {
+                    s.count += 1;
+                    if content {
+                        s.count |= Self::CONTENT_SEEN;
+                    }
+                }
+            }
+        }
+        let min_count = rule.min_count;
         let first_hot = hot.len();
         let in_order = pairs.iter().copied().flatten().zip(&self.slot_of);
         for (&(k, pos), &i) in in_order {
@@ -211,9 +226,11 @@ impl LaterCopies {
         }
     }
 
-    fn later_copy(&mut self, pos: u64, run_start: bool) -> Option<usize> {
-        if run_start {
-            self.seen_in_run = false;
+    /// `run_start` is set on a run's first position: whether a prior run held the key as a
+    /// content key (then even this run's first content-column copy is a later one).
+    fn later_copy(&mut self, pos: u64, run_start: Option<bool>) -> Option<usize> {
+        if let Some(prior_content) = run_start {
+            self.seen_in_run = prior_content;
         }
         if self.content_col != Some(pos as usize % self.columns) {
             return None;
@@ -250,15 +267,22 @@ pub fn count_in_memory(
     min_count: u32,
     content_col: Option<usize>,
 ) -> Counted {
-    count_in_memory_until(keys, columns, min_count, content_col, &CancelToken::new())
-        .expect("never cancelled")
+    count_in_memory_until(
+        keys,
+        columns,
+        HotRule::counting(min_count),
+        content_col,
+        &CancelToken::new(),
+    )
+    .expect("never cancelled")
 }
 
-/// [`count_in_memory`], giving up between partitions (`None`) once `cancel` is set.
+/// [`count_in_memory`] under `rule` (prior keys count too), giving up between partitions
+/// (`None`) once `cancel` is set.
 pub(crate) fn count_in_memory_until(
     keys: &[u64],
     columns: usize,
-    min_count: u32,
+    rule: HotRule<'_>,
     content_col: Option<usize>,
     cancel: &CancelToken,
 ) -> Option<Counted> {
@@ -337,7 +361,7 @@ pub(crate) fn count_in_memory_until(
             let mut hot = Vec::new();
             let distinct = table.count(
                 &slices,
-                min_count,
+                rule,
                 content_col,
                 columns,
                 &mut hot,
@@ -467,6 +491,18 @@ impl SpillCounter {
     /// Counts partition by partition; stops between partitions with
     /// [`KeysError::Interrupted`] once `cancel` is set.
     pub fn finish(self, min_count: u32, cancel: &CancelToken) -> Result<Counted, KeysError> {
+        self.finish_with_prior(min_count, None, cancel)
+    }
+
+    /// [`SpillCounter::finish`], with the keys of earlier runs counting once more each
+    /// ([`PriorKeys`]).
+    pub fn finish_with_prior(
+        self,
+        min_count: u32,
+        prior: Option<&PriorKeys>,
+        cancel: &CancelToken,
+    ) -> Result<Counted, KeysError> {
+        let rule = HotRule { min_count, prior };
         let SpillCounter {
             dir,
             columns,
@@ -493,7 +529,7 @@ impl SpillCounter {
             let part = PartCount {
                 dir: dir.path(),
                 budget: budget_bytes,
-                min_count,
+                rule,
                 content_col,
                 columns,
             };
@@ -523,7 +559,7 @@ fn part_path(dir: &Path, trail: &[usize]) -> PathBuf {
 struct PartCount<'a> {
     dir: &'a Path,
     budget: u64,
-    min_count: u32,
+    rule: HotRule<'a>,
     content_col: Option<usize>,
     columns: usize,
 }
@@ -583,7 +619,7 @@ impl PartCount<'_> {
         stats.partitions += 1;
         stats.keys += pairs.len() as u64;
         let mut copies = LaterCopies::new(self.content_col, self.columns);
-        stats.distinct_keys += scan_runs(&pairs, self.min_count, hot, |pos, run_start| {
+        stats.distinct_keys += scan_runs(&pairs, self.rule, hot, |pos, run_start| {
             mask.set_position(pos as usize);
             if let Some(row) = copies.later_copy(pos, run_start) {
                 mask.set_later_copy(row);
@@ -740,5 +776,67 @@ mod tests {
         assert_eq!(spilled.stats.distinct_keys, mem.stats.distinct_keys);
         assert_eq!(spilled.stats.keys, mem.stats.keys);
         check(&spilled, &keys, 9, 1);
+    }
+
+    /// Counting B with A's keys as prior keys gives B's rows the hot bits and later copies they
+    /// get when A's rows come first in one table; the hot keys are the joint ones that B holds.
+    #[test]
+    fn prior_keys_count_as_if_their_rows_came_first() {
+        let columns = 9;
+        for (seed, a_rows, b_rows) in [
+            (3u64, 2_000usize, 1_500usize),
+            (5, 1, 40),
+            (9, 4_000, 4_000),
+        ] {
+            let all = sample_keys(columns * (a_rows + b_rows), 6_000, seed);
+            let (a, b) = all.split_at(columns * a_rows);
+            let joint = count_in_memory(&all, columns, 1, Some(columns - 1));
+            let prior = PriorKeys::new(
+                a.iter()
+                    .enumerate()
+                    .filter(|(_, k)| **k != NO_KEY)
+                    .map(|(i, k)| (*k, i % columns == columns - 1))
+                    .collect(),
+            );
+            let rule = HotRule {
+                min_count: 1,
+                prior: Some(&prior),
+            };
+            let mem =
+                count_in_memory_until(b, columns, rule, Some(columns - 1), &CancelToken::new())
+                    .unwrap();
+            let mut sc = SpillCounter::new(None, columns, Some(columns - 1), 1).unwrap();
+            sc.budget_bytes = 8 * 1024;
+            for block in b.chunks(columns * 100) {
+                sc.push_rows(block).unwrap();
+            }
+            let spilled = sc
+                .finish_with_prior(1, Some(&prior), &CancelToken::new())
+                .unwrap();
+            let b_keys: std::collections::HashSet<u64> = b.iter().copied().collect();
+            let want: Vec<u64> = joint
+                .hot_keys
+                .iter()
+                .copied()
+                .filter(|k| b_keys.contains(k))
+                .collect();
+            for c in [&mem, &spilled] {
+                assert_eq!(c.hot_keys, want);
+                for row in 0..b_rows {
+                    for col in 0..columns {
+                        assert_eq!(
+                            c.mask.is_hot(row, col),
+                            joint.mask.is_hot(a_rows + row, col),
+                            "row {row} column {col}"
+                        );
+                    }
+                    assert_eq!(
+                        c.mask.is_later_copy(row),
+                        joint.mask.is_later_copy(a_rows + row),
+                        "row {row}"
+                    );
+                }
+            }
+        }
     }
 }

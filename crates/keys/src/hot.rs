@@ -1,7 +1,7 @@
 //! The key-frequency filter's products: the hot-key set and the per-row hot mask.
 
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use hashbrown::HashSet;
 use neardup_corpus::AtomicFile;
@@ -110,14 +110,37 @@ fn read_values<R: Read, const W: usize>(
 /// counted from, its groups and its fingerprint ([`HotKeys::fingerprint`]). All that a `decide`
 /// step needs of it: loading it reads and checks the whole file but holds none of its keys, so
 /// a decide step's memory does not grow with the corpus's hot keys.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct HotSummary {
     layout: TableLayout,
     keys: u64,
     tables: Vec<TableIdentity>,
     groups: u32,
     fingerprint: u64,
+    /// The file it was read from (not part of its identity: see `PartialEq`).
+    source: Option<PathBuf>,
 }
+
+/// Two summaries are equal when they summarise the same keys, wherever they were read from.
+impl PartialEq for HotSummary {
+    fn eq(&self, other: &HotSummary) -> bool {
+        (
+            &self.layout,
+            self.keys,
+            &self.tables,
+            self.groups,
+            self.fingerprint,
+        ) == (
+            &other.layout,
+            other.keys,
+            &other.tables,
+            other.groups,
+            other.fingerprint,
+        )
+    }
+}
+
+impl Eq for HotSummary {}
 
 impl HotSummary {
     /// Reads a hot-key file, checking it as [`HotKeys::load`] does (checksum, key order, plan),
@@ -138,7 +161,14 @@ impl HotSummary {
             tables: header.tables,
             groups,
             fingerprint: whole.digest(),
+            source: Some(path.to_path_buf()),
         })
+    }
+
+    /// The hot-key file it was read from ([`HotSummary::load`]; `None` for keys in memory): a
+    /// step that needs the keys after all (`decide` against a saved index) reads them there.
+    pub fn source(&self) -> Option<&Path> {
+        self.source.as_deref()
     }
 
     /// The settings the keys were computed with.
@@ -364,6 +394,7 @@ impl HotKeys {
             tables: self.saved_tables(Path::new(BYTES_NAME))?.to_vec(),
             groups: self.groups(),
             fingerprint: self.fingerprint()?,
+            source: None,
         })
     }
 

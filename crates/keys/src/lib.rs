@@ -31,6 +31,7 @@ mod error;
 mod hot;
 mod index;
 mod plan;
+mod prior;
 mod row;
 mod stage;
 mod table;
@@ -42,6 +43,7 @@ pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, RowGrouping, ShardPlac
 /// ran on `neardup-exec`, and `neardup::keys::{Progress, OnError}` is public API.
 pub use neardup_exec::{OnError, Progress};
 pub use plan::{Plan, PlanBuilder, plan_from_tables};
+pub use prior::PriorKeys;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
     DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, KeysConfig, KeysOutput, KeysStats, Problem,

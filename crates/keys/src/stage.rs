@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
 use crate::error::{InputFailure, KeysError};
 use crate::hot::{HotKeys, HotMask};
+use crate::prior::{HotRule, PriorKeys};
 use crate::row::{RowKind, RowRule};
 use crate::table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableReader,
@@ -57,6 +58,9 @@ pub struct KeysConfig {
     pub spill_dir: Option<PathBuf>,
     /// Bad input policy.
     pub on_error: OnError,
+    /// Keys of earlier runs that count towards this run's hot keys (`--against` a saved index):
+    /// each counts once more.
+    pub prior: Option<std::sync::Arc<PriorKeys>>,
 }
 
 impl KeysConfig {
@@ -73,6 +77,7 @@ impl KeysConfig {
             memory_limit: None,
             spill_dir: None,
             on_error: OnError::default(),
+            prior: None,
         }
     }
 
@@ -505,7 +510,10 @@ pub fn run_keys(
                     count_in_memory_until(
                         &keys,
                         columns,
-                        cfg.min_count,
+                        HotRule {
+                            min_count: cfg.min_count,
+                            prior: cfg.prior.as_deref(),
+                        },
                         content_col,
                         &control.cancel,
                     )
@@ -516,7 +524,7 @@ pub fn run_keys(
             (counted, TableStore::Memory(table))
         }
         Sink::Spill(counter) => (
-            counter.finish(cfg.min_count, &control.cancel)?,
+            counter.finish_with_prior(cfg.min_count, cfg.prior.as_deref(), &control.cancel)?,
             TableStore::Spilled,
         ),
         Sink::File(_) => unreachable!("run_keys keeps its rows in memory or spills them"),
@@ -833,6 +841,7 @@ fn check_something_read(
 pub fn merge_table_files(
     tables: &ShardTables,
     min_count: u32,
+    prior: Option<&PriorKeys>,
     memory_limit: Option<u64>,
     spill_dir: Option<&std::path::Path>,
     cancel: &CancelToken,
@@ -864,7 +873,7 @@ pub fn merge_table_files(
                 }
                 reader.finish()?;
             }
-            counter.finish(min_count, cancel)?
+            counter.finish_with_prior(min_count, prior, cancel)?
         }
         None => {
             let mut all = Vec::with_capacity(total_keys as usize);
@@ -878,8 +887,14 @@ pub fn merge_table_files(
                 }
                 reader.finish()?;
             }
-            count_in_memory_until(&all, columns, min_count, content_col, cancel)
-                .ok_or(KeysError::Interrupted)?
+            count_in_memory_until(
+                &all,
+                columns,
+                HotRule { min_count, prior },
+                content_col,
+                cancel,
+            )
+            .ok_or(KeysError::Interrupted)?
         }
     };
     Ok((

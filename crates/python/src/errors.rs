@@ -8,6 +8,10 @@
 //! | an I/O error on a named file (`Error::Io`, `KeysError::Io`, spill and step streams) | the `OSError` subclass of its kind (`FileNotFoundError`, `PermissionError`, …), `errno` set |
 //! | a damaged key-table or hot-key file, or damaged bytes of a step value | `neardup.CorruptFileError` (an `OSError`) |
 //! | publishing outputs, decisions or the report failed, a run's thread lost | `OSError` |
+//! | a saved index made with other settings, not an index, or indexes that overlap (`IndexError::{OtherSettings, NotAnIndex, Overlap, …}`) | `ValueError` |
+//! | a damaged index | `neardup.CorruptFileError` |
+//! | an indexed run's file changed since the index was made | `neardup.InputError` |
+//! | an indexed run's file gone, an index that cannot be read or written | the `OSError` subclass of its kind |
 //! | the run was cancelled (Ctrl-C) | `KeyboardInterrupt` |
 //!
 //! The type is chosen from the error's variant and its source (an `io::Error`'s kind), never
@@ -22,6 +26,7 @@ use pyo3::prelude::*;
 
 use neardup::Error;
 use neardup::dedup::DedupError;
+use neardup::index::IndexError;
 use neardup::keys::KeysError;
 
 create_exception!(
@@ -70,6 +75,24 @@ pub fn to_py(e: Error) -> PyErr {
         Error::Corrupt(_) => CorruptFileError::new_err(message),
         Error::Interrupted => PyKeyboardInterrupt::new_err(message),
         Error::Keys(k) | Error::KeyFile(k) => keys_error(k, message),
+        Error::Index(i) => match i {
+            IndexError::Io { source, .. } | IndexError::Missing { source, .. } => {
+                Python::attach(|py| os_error(py, &source, message))
+            }
+            IndexError::Damaged { .. } | IndexError::Version { .. } => {
+                CorruptFileError::new_err(message)
+            }
+            IndexError::Changed { .. } | IndexError::Unreadable { .. } => {
+                InputError::new_err(message)
+            }
+            IndexError::NotAnIndex { .. }
+            | IndexError::OtherSettings { .. }
+            | IndexError::Overlap { .. }
+            | IndexError::NoIndex
+            | IndexError::MinCount(_)
+            | IndexError::TooManyFiles
+            | IndexError::Decisions(_) => PyValueError::new_err(message),
+        },
         Error::Dedup(d) => match d {
             DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),
             DedupError::Input(_) | DedupError::Mismatch(_) | DedupError::BadRank(_) => {

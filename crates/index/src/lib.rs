@@ -1,0 +1,670 @@
+//! Saved indexes: what a later run needs of an earlier run's decisions to deduplicate against it
+//! (`--index-out`, `--against`, `neardup index`).
+//!
+//! The contract: B deduplicated against the index of A gets, for every record of B, the
+//! decision (keep, reason, `dup_of`, cluster) it gets in one run over A then B; an index made by
+//! that run (`--against idx-a --index-out idx-ab`) serves C as one run over A, B, C would. A's
+//! decisions never change: its records come first.
+//!
+//! What that needs, and nothing more (with `min_count` = 1, the only count an index supports —
+//! with more, a key seen once in A and once in B becomes hot and A's own decisions could change):
+//! - **Which of B's keys are hot.** In the joint run a key of B is hot when B holds it twice, or
+//!   once and A holds it. A key whose A holders were all dropped changes nothing for B (its
+//!   buckets hold no A representative, and a key B holds once has no second B holder to meet),
+//!   so the index keeps the band keys of A's *kept* samples and the content keys of A's texts
+//!   ([`SavedIndex::prior_keys`], counted by stage 1 as [`neardup_keys::PriorKeys`]).
+//! - **The buckets as A leaves them.** Bucket k starts with the first `max_reps` kept samples of
+//!   A holding k, in A's order (a dropped sample is never a representative): the kept samples'
+//!   addresses and band keys.
+//! - **The texts A has seen.** Each text maps to A's first sample with it and the kept sample
+//!   its cluster resolves to (a text first seen in a dropped sample resolves to what it
+//!   duplicates). Exact copies are never first copies, so every sample of A that was not an
+//!   exact copy is an entry, with its content key and cluster.
+//!
+//! Signatures, shingle sets, ids and full 128-bit content hashes are not stored: for the few
+//! entries B's hot keys reach, [`SavedIndex::resolve`] reads the records back from A's files by
+//! address (only the chunks holding them) and sketches them again, checking that their keys are
+//! still the index's. An index is therefore about the size of its kept samples' rows in a key
+//! table — `24 + 8 × bands` bytes per kept sample, `32` per near-duplicate first copy, nothing
+//! per exact copy — and it needs A's files, unchanged, wherever B reaches A.
+//!
+//! This crate owns the index file format (versioned, checksummed), building an index from a
+//! run's decisions and key rows ([`IndexBuilder`]), combining several indexes, and turning an
+//! index into the keys stage 1 counts and the state stage 2 starts from
+//! ([`neardup_dedup::PriorState`]). It does not count keys (`neardup-keys`), decide
+//! (`neardup-dedup`), or parse files (`neardup-corpus`).
+#![warn(missing_docs)]
+
+mod error;
+mod resolve;
+
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use hashbrown::HashMap;
+use neardup_corpus::{InputFile, Reason, SampleAddr};
+use neardup_dedup::{Decision, Verify};
+use neardup_keys::{ChunkRows, FileRows, PriorKeys, TableLayout};
+use neardup_sketch::NO_KEY;
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
+
+pub use error::IndexError;
+pub use resolve::ResolveOptions;
+
+const MAGIC: &[u8; 8] = b"NDINDEX1";
+const END_MAGIC: &[u8; 8] = b"NDIDXEND";
+/// The format version written; an index of another version is refused with a message.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The settings an index was made with. A run against it must use the same: every one of them
+/// changes which samples are kept or which keys they have.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexSettings {
+    /// Sketch settings, row rule and text selection (as key tables record them).
+    pub layout: TableLayout,
+    /// Stage 1's `min_count` (always 1: see the crate docs).
+    pub min_count: u32,
+    /// The similarity threshold.
+    pub threshold: f64,
+    /// Representatives per bucket (`None`: unbounded).
+    pub max_reps: Option<usize>,
+    /// How candidates were confirmed.
+    pub verify: Verify,
+}
+
+impl IndexSettings {
+    /// Each setting that differs from `run`'s, as "name: index value vs this run's value".
+    pub fn differences(&self, run: &IndexSettings) -> Vec<String> {
+        let mut out = self.layout.differences(&run.layout);
+        if self.min_count != run.min_count {
+            out.push(format!(
+                "min_key_count: {} vs {}",
+                self.min_count, run.min_count
+            ));
+        }
+        if self.threshold != run.threshold {
+            out.push(format!(
+                "threshold: {} vs {}",
+                self.threshold, run.threshold
+            ));
+        }
+        if self.max_reps != run.max_reps {
+            let show = |m: Option<usize>| m.map_or("unbounded".to_string(), |m| m.to_string());
+            out.push(format!(
+                "max_reps: {} vs {}",
+                show(self.max_reps),
+                show(run.max_reps)
+            ));
+        }
+        if self.verify != run.verify {
+            let show = |v: Verify| match v {
+                Verify::Estimate => "estimate",
+                Verify::Jaccard => "exact",
+            };
+            out.push(format!(
+                "verify: {} vs {}",
+                show(self.verify),
+                show(run.verify)
+            ));
+        }
+        out
+    }
+}
+
+/// An input file of an indexed run: how decisions name it, and how to read its records back.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexFile {
+    /// The file as decisions name it.
+    pub name: String,
+    /// The file as it was read (path, format, compression, size).
+    pub input: InputFile,
+    /// The chunks it was read in, with their counts (records are numbered chunk after chunk).
+    pub chunks: Vec<ChunkRows>,
+}
+
+impl IndexFile {
+    /// The file of a stage-1 shard, named as decisions name it.
+    pub fn from_rows(rows: &FileRows) -> IndexFile {
+        IndexFile {
+            name: rows.input.path.display().to_string(),
+            input: rows.input.clone(),
+            chunks: rows.chunks.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Header {
+    format: u32,
+    settings: IndexSettings,
+    files: Vec<IndexFile>,
+    /// Samples decided in the indexed runs (for the report).
+    samples: u64,
+    entries: u64,
+    kept: u64,
+    /// Signature positions of the stored sketches, when the index holds them (`--verify
+    /// estimate`: a run against it reads nothing back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sketches: Option<usize>,
+}
+
+/// What a run against an index would read back of each entry, stored (indexes made under
+/// `--verify estimate`, which then need none of the indexed runs' files). Covers the first
+/// `content_hashes.len()` entries.
+#[derive(Clone, Debug, PartialEq)]
+struct Sketches {
+    num_perm: usize,
+    /// Per entry: the 128-bit content hash of its text.
+    content_hashes: Vec<u128>,
+    /// Per entry: its id.
+    ids: Vec<Option<String>>,
+    /// Per kept entry, in order: its signature (`num_perm` values).
+    signatures: Vec<u32>,
+}
+
+/// A saved index: see the crate docs for what it holds and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SavedIndex {
+    settings: IndexSettings,
+    files: Vec<IndexFile>,
+    samples: u64,
+    /// Per entry, in the indexed runs' order: the sample.
+    addrs: Vec<SampleAddr>,
+    /// Per entry: the kept sample its cluster resolves to (`addrs[i]` when kept).
+    clusters: Vec<SampleAddr>,
+    /// Per entry: the content key of its text.
+    content_keys: Vec<u64>,
+    /// Per entry: the index of its band keys in `bands` (`u32::MAX`: a dropped sample, none).
+    band_row: Vec<u32>,
+    /// Band keys of the kept entries, `settings.layout.bands` each, in entry order.
+    bands: Vec<u64>,
+    /// The entries' sketches, when stored (see [`Sketches`]).
+    sketches: Option<Sketches>,
+}
+
+const DROPPED: u32 = u32::MAX;
+
+impl SavedIndex {
+    /// The settings it was made with.
+    pub fn settings(&self) -> &IndexSettings {
+        &self.settings
+    }
+
+    /// The indexed runs' files, in order.
+    pub fn files(&self) -> &[IndexFile] {
+        &self.files
+    }
+
+    /// Samples the indexed runs decided.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Entries (samples that were not exact copies).
+    pub fn entries(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// Kept samples among the entries.
+    pub fn kept(&self) -> usize {
+        self.band_row.iter().filter(|r| **r != DROPPED).count()
+    }
+
+    /// Whether it holds every entry's sketch, so that a run against it needs none of the
+    /// indexed runs' files (an index made under `--verify estimate`).
+    pub fn self_contained(&self) -> bool {
+        self.sketches
+            .as_ref()
+            .is_some_and(|s| s.content_hashes.len() == self.addrs.len())
+    }
+
+    /// The keys stage 1 of a run against this index counts once more each: the band keys of the
+    /// kept samples and the content keys of every entry.
+    pub fn prior_keys(&self) -> PriorKeys {
+        let mut pairs: Vec<(u64, bool)> = Vec::with_capacity(self.bands.len() + self.addrs.len());
+        pairs.extend(
+            self.bands
+                .iter()
+                .filter(|k| **k != NO_KEY)
+                .map(|k| (*k, false)),
+        );
+        pairs.extend(
+            self.content_keys
+                .iter()
+                .filter(|k| **k != NO_KEY)
+                .map(|k| (*k, true)),
+        );
+        PriorKeys::new(pairs)
+    }
+
+    /// What identifies the indexed runs, for steps that must agree on it: a hash of the files'
+    /// names and sizes and of the counts.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = Xxh3::new();
+        for f in &self.files {
+            h.update(f.name.as_bytes());
+            h.update(&[0]);
+            h.update(&f.input.size.to_le_bytes());
+        }
+        h.update(&self.samples.to_le_bytes());
+        h.update(&(self.addrs.len() as u64).to_le_bytes());
+        h.digest()
+    }
+
+    /// Refuses a run whose settings differ from the index's, naming each setting.
+    pub fn check_settings(&self, run: &IndexSettings, path: &Path) -> Result<(), IndexError> {
+        let differences = self.settings.differences(run);
+        if differences.is_empty() {
+            Ok(())
+        } else {
+            Err(IndexError::OtherSettings {
+                path: path.to_path_buf(),
+                differences,
+            })
+        }
+    }
+
+    /// Several indexes as one, in the order given: their files numbered one after the other,
+    /// their entries likewise (so a run against them sees the first index's samples first). All
+    /// must have the same settings, and no file may be in two of them (an index made
+    /// `--against` another already holds that one's files: pass only the later).
+    pub fn combine(indexes: Vec<(PathBuf, SavedIndex)>) -> Result<SavedIndex, IndexError> {
+        let mut iter = indexes.into_iter();
+        let Some((first_path, mut all)) = iter.next() else {
+            return Err(IndexError::NoIndex);
+        };
+        let mut owner: HashMap<String, PathBuf> = all
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), first_path.clone()))
+            .collect();
+        for (path, next) in iter {
+            next.check_settings(&all.settings, &path)?;
+            for f in &next.files {
+                if let Some(other) = owner.insert(f.name.clone(), path.clone()) {
+                    return Err(IndexError::Overlap {
+                        file: f.name.clone(),
+                        first: other,
+                        second: path,
+                    });
+                }
+            }
+            let base = u32::try_from(all.files.len()).map_err(|_| IndexError::TooManyFiles)?;
+            let shift = |a: SampleAddr| SampleAddr {
+                file: a.file + base,
+                ..a
+            };
+            let band_base = u32::try_from(all.bands.len() / all.settings.layout.bands.max(1))
+                .map_err(|_| IndexError::TooManyFiles)?;
+            all.sketches = match (all.sketches.take(), next.sketches) {
+                (Some(mut a), Some(b)) if a.content_hashes.len() == all.addrs.len() => {
+                    a.content_hashes.extend(b.content_hashes);
+                    a.ids.extend(b.ids);
+                    a.signatures.extend(b.signatures);
+                    Some(a)
+                }
+                // Stored for some entries only: the run reads the others back.
+                (a, _) => a,
+            };
+            all.files.extend(next.files);
+            all.samples += next.samples;
+            all.addrs.extend(next.addrs.into_iter().map(shift));
+            all.clusters.extend(next.clusters.into_iter().map(shift));
+            all.content_keys.extend(next.content_keys);
+            all.band_row.extend(
+                next.band_row
+                    .into_iter()
+                    .map(|r| if r == DROPPED { r } else { r + band_base }),
+            );
+            all.bands.extend(next.bands);
+        }
+        Ok(all)
+    }
+
+    /// Writes the index: a header (settings, files, counts), the entries, a checksum.
+    pub fn write_to(&self, out: impl Write) -> std::io::Result<()> {
+        let mut out = HashingWriter {
+            inner: BufWriter::with_capacity(1 << 20, out),
+            hash: Xxh3::new(),
+        };
+        let header = Header {
+            format: FORMAT_VERSION,
+            settings: self.settings.clone(),
+            files: self.files.clone(),
+            samples: self.samples,
+            entries: self.addrs.len() as u64,
+            kept: self.kept() as u64,
+            sketches: self
+                .self_contained()
+                .then(|| self.sketches.as_ref().map(|s| s.num_perm))
+                .flatten(),
+        };
+        let json = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
+        let sketches = self.sketches.as_ref().filter(|_| self.self_contained());
+        out.write_all(MAGIC)?;
+        out.write_all(&(json.len() as u64).to_le_bytes())?;
+        out.write_all(&json)?;
+        let bands = self.settings.layout.bands;
+        for i in 0..self.addrs.len() {
+            let (a, c) = (self.addrs[i], self.clusters[i]);
+            let kept = self.band_row[i] != DROPPED;
+            let mut rec = Vec::with_capacity(48 + 8 * bands);
+            rec.push(u8::from(kept));
+            rec.extend_from_slice(&a.file.to_le_bytes());
+            rec.extend_from_slice(&a.record.to_le_bytes());
+            rec.extend_from_slice(&a.field.to_le_bytes());
+            rec.extend_from_slice(&self.content_keys[i].to_le_bytes());
+            if kept {
+                let at = self.band_row[i] as usize * bands;
+                for k in &self.bands[at..at + bands] {
+                    rec.extend_from_slice(&k.to_le_bytes());
+                }
+            } else {
+                rec.extend_from_slice(&c.file.to_le_bytes());
+                rec.extend_from_slice(&c.record.to_le_bytes());
+                rec.extend_from_slice(&c.field.to_le_bytes());
+            }
+            if let Some(sk) = sketches {
+                rec.extend_from_slice(&sk.content_hashes[i].to_le_bytes());
+                match &sk.ids[i] {
+                    Some(id) => {
+                        rec.extend_from_slice(&(id.len() as u32).to_le_bytes());
+                        rec.extend_from_slice(id.as_bytes());
+                    }
+                    None => rec.extend_from_slice(&u32::MAX.to_le_bytes()),
+                }
+                if kept {
+                    let at = self.band_row[i] as usize * sk.num_perm;
+                    for v in &sk.signatures[at..at + sk.num_perm] {
+                        rec.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+            }
+            out.write_all(&rec)?;
+        }
+        let sum = out.hash.digest();
+        let mut inner = out.inner;
+        inner.write_all(&sum.to_le_bytes())?;
+        inner.write_all(END_MAGIC)?;
+        inner.flush()
+    }
+
+    /// Reads an index written by [`SavedIndex::write_to`], verifying its checksum.
+    pub fn load(path: &Path) -> Result<SavedIndex, IndexError> {
+        let io = |e: std::io::Error| IndexError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        let damaged = |what: &str| IndexError::Damaged {
+            path: path.to_path_buf(),
+            what: what.to_string(),
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut bytes = Vec::new();
+        BufReader::new(file).read_to_end(&mut bytes).map_err(io)?;
+        if bytes.len() < 32 || &bytes[..8] != MAGIC {
+            return Err(IndexError::NotAnIndex {
+                path: path.to_path_buf(),
+            });
+        }
+        if &bytes[bytes.len() - 8..] != END_MAGIC {
+            return Err(damaged("it ends early (the file was cut short)"));
+        }
+        let body_end = bytes.len() - 16;
+        let stored = u64::from_le_bytes(bytes[body_end..body_end + 8].try_into().expect("8"));
+        if xxhash_rust::xxh3::xxh3_64(&bytes[..body_end]) != stored {
+            return Err(damaged("its checksum does not match its contents"));
+        }
+        let header_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8")) as usize;
+        let header_end = 16usize
+            .checked_add(header_len)
+            .filter(|e| *e <= body_end)
+            .ok_or_else(|| damaged("its header length is out of range"))?;
+        let header: Header = serde_json::from_slice(&bytes[16..header_end])
+            .map_err(|e| damaged(&format!("its header cannot be read ({e})")))?;
+        if header.format != FORMAT_VERSION {
+            return Err(IndexError::Version {
+                path: path.to_path_buf(),
+                found: header.format,
+            });
+        }
+        let bands = header.settings.layout.bands;
+        let mut index = SavedIndex {
+            settings: header.settings,
+            files: header.files,
+            samples: header.samples,
+            addrs: Vec::with_capacity(header.entries as usize),
+            clusters: Vec::with_capacity(header.entries as usize),
+            content_keys: Vec::with_capacity(header.entries as usize),
+            band_row: Vec::with_capacity(header.entries as usize),
+            bands: Vec::with_capacity(header.kept as usize * bands),
+            sketches: header.sketches.map(|num_perm| Sketches {
+                num_perm,
+                content_hashes: Vec::with_capacity(header.entries as usize),
+                ids: Vec::with_capacity(header.entries as usize),
+                signatures: Vec::with_capacity(header.kept as usize * num_perm),
+            }),
+        };
+        let mut at = header_end;
+        let mut take = |n: usize| -> Result<&[u8], IndexError> {
+            let s = bytes
+                .get(at..at + n)
+                .ok_or_else(|| damaged("its entries end early"))?;
+            at += n;
+            Ok(s)
+        };
+        let u32_of = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4"));
+        let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8"));
+        for _ in 0..header.entries {
+            let kept = take(1)?[0] == 1;
+            let fixed = take(24)?;
+            let addr = SampleAddr {
+                file: u32_of(&fixed[0..4]),
+                record: u64_of(&fixed[4..12]),
+                field: u32_of(&fixed[12..16]),
+            };
+            let content_key = u64_of(&fixed[16..24]);
+            if addr.file as usize >= index.files.len() {
+                return Err(damaged("an entry names a file the index does not list"));
+            }
+            index.addrs.push(addr);
+            index.content_keys.push(content_key);
+            if kept {
+                let row = u32::try_from(index.bands.len() / bands.max(1))
+                    .map_err(|_| damaged("it holds too many entries"))?;
+                let keys = take(8 * bands)?;
+                index.bands.extend(keys.chunks_exact(8).map(u64_of));
+                index.band_row.push(row);
+                index.clusters.push(addr);
+            } else {
+                let c = take(16)?;
+                index.band_row.push(DROPPED);
+                index.clusters.push(SampleAddr {
+                    file: u32_of(&c[0..4]),
+                    record: u64_of(&c[4..12]),
+                    field: u32_of(&c[12..16]),
+                });
+            }
+            if let Some(sk) = &mut index.sketches {
+                sk.content_hashes
+                    .push(u128::from_le_bytes(take(16)?.try_into().expect("16")));
+                let len = u32_of(take(4)?);
+                sk.ids.push(if len == u32::MAX {
+                    None
+                } else {
+                    let id = take(len as usize)?;
+                    Some(
+                        String::from_utf8(id.to_vec())
+                            .map_err(|_| damaged("an id is not UTF-8"))?,
+                    )
+                });
+                if kept {
+                    let sig = take(4 * sk.num_perm)?;
+                    sk.signatures.extend(sig.chunks_exact(4).map(u32_of));
+                }
+            }
+        }
+        if at != body_end {
+            return Err(damaged("it holds more than its header says"));
+        }
+        Ok(index)
+    }
+
+    /// Saves to `path` (not atomically: callers publish through their own atomic file).
+    pub fn save(&self, path: &Path) -> Result<(), IndexError> {
+        let file = std::fs::File::create(path).map_err(|e| IndexError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        self.write_to(file).map_err(|e| IndexError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
+    }
+}
+
+struct HashingWriter<W: Write> {
+    inner: BufWriter<W>,
+    hash: Xxh3,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// One decision as the index needs it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IndexedDecision {
+    /// The sample (files numbered with any earlier indexed runs' first).
+    pub addr: SampleAddr,
+    /// Why it was kept or dropped.
+    pub reason: Reason,
+    /// Whether it was kept.
+    pub keep: bool,
+    /// The kept sample its cluster resolves to.
+    pub cluster: SampleAddr,
+}
+
+impl From<&Decision> for IndexedDecision {
+    fn from(d: &Decision) -> IndexedDecision {
+        IndexedDecision {
+            addr: d.addr,
+            reason: d.reason,
+            keep: d.keep,
+            cluster: d.cluster,
+        }
+    }
+}
+
+/// Builds an index from a run's decisions, in input order, each with its row of keys (the row
+/// stage 1 computed; samples that could not be read have none).
+pub struct IndexBuilder {
+    index: SavedIndex,
+    columns: usize,
+    /// Files of earlier indexes the run was made against (their entries come first).
+    earlier_files: u32,
+}
+
+impl IndexBuilder {
+    /// An index of a run over `files` with `settings`, made against `earlier` (the indexes it
+    /// was given with `--against`, combined), if any: the new index holds the earlier entries
+    /// first, so it serves the next run as one over all the inputs would.
+    pub fn new(
+        settings: IndexSettings,
+        files: Vec<IndexFile>,
+        earlier: Option<SavedIndex>,
+    ) -> Result<IndexBuilder, IndexError> {
+        if settings.min_count != 1 {
+            return Err(IndexError::MinCount(settings.min_count));
+        }
+        let columns = settings.layout.columns();
+        let mut index = match earlier {
+            Some(e) => {
+                e.check_settings(&settings, Path::new("the index given"))?;
+                e
+            }
+            None => SavedIndex {
+                settings,
+                files: Vec::new(),
+                samples: 0,
+                addrs: Vec::new(),
+                clusters: Vec::new(),
+                content_keys: Vec::new(),
+                band_row: Vec::new(),
+                bands: Vec::new(),
+                sketches: None,
+            },
+        };
+        let earlier_files =
+            u32::try_from(index.files.len()).map_err(|_| IndexError::TooManyFiles)?;
+        index.files.extend(files);
+        Ok(IndexBuilder {
+            index,
+            columns,
+            earlier_files,
+        })
+    }
+
+    /// Whether a decision with this reason has a row of keys (every sample with a text, blank
+    /// ones too; not a sample that could not be read).
+    pub fn has_row(reason: Reason) -> bool {
+        reason != Reason::Error
+    }
+
+    /// Adds one decision and its row (`None` exactly when [`IndexBuilder::has_row`] is false).
+    pub fn push(&mut self, d: IndexedDecision, row: Option<&[u64]>) -> Result<(), IndexError> {
+        if d.addr.file < self.earlier_files || d.addr.file as usize >= self.index.files.len() {
+            return Err(IndexError::Decisions(format!(
+                "a decision names file number {}, outside this run's files",
+                d.addr.file
+            )));
+        }
+        self.index.samples += 1;
+        let Some(row) = row else { return Ok(()) };
+        if row.len() != self.columns {
+            return Err(IndexError::Decisions(format!(
+                "a row of {} keys where the settings make {}",
+                row.len(),
+                self.columns
+            )));
+        }
+        let bands = self.index.settings.layout.bands;
+        let content_key = if self.index.settings.layout.rule.exact_key {
+            row[bands]
+        } else {
+            NO_KEY
+        };
+        // Blank texts and exact copies are no one's original (an exact copy's text maps to its
+        // first copy, which is an entry).
+        let blank = row.iter().all(|k| *k == NO_KEY);
+        if blank || d.reason == Reason::Exact || d.reason == Reason::Empty {
+            return Ok(());
+        }
+        self.index.addrs.push(d.addr);
+        self.index.content_keys.push(content_key);
+        if d.keep {
+            let at = u32::try_from(self.index.bands.len() / bands.max(1))
+                .map_err(|_| IndexError::TooManyFiles)?;
+            self.index.bands.extend_from_slice(&row[..bands]);
+            self.index.band_row.push(at);
+            self.index.clusters.push(d.addr);
+        } else {
+            self.index.band_row.push(DROPPED);
+            self.index.clusters.push(d.cluster);
+        }
+        Ok(())
+    }
+
+    /// The index.
+    pub fn finish(self) -> SavedIndex {
+        self.index
+    }
+}

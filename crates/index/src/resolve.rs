@@ -1,0 +1,353 @@
+//! From an index to the state a run against it starts from: which entries the run's hot keys
+//! reach, read back from the indexed runs' files by address and sketched again.
+
+use std::collections::BTreeMap;
+
+use hashbrown::HashMap;
+use neardup_corpus::{
+    Chunk, Projection, ReadOptions, SampleText, TextSelector, current_size, reread_chunk,
+};
+use neardup_dedup::{PriorCopy, PriorRepresentative, PriorState};
+use neardup_keys::{RowKind, RowRule, content_key};
+use neardup_sketch::{NO_KEY, Scratch, Sketcher};
+
+use crate::{DROPPED, IndexError, SavedIndex, Sketches};
+
+/// How a run reads and sketches the records its hot keys reach.
+pub struct ResolveOptions<'a> {
+    /// The run's sketch settings (the index's).
+    pub sketcher: &'a Sketcher,
+    /// The run's row rule.
+    pub rule: RowRule,
+    /// The run's text selection.
+    pub selector: &'a TextSelector,
+    /// Whether representatives need their shingle sets (exact verification).
+    pub shingles: bool,
+    /// Read block size.
+    pub block_bytes: usize,
+}
+
+/// What one reached entry is needed for.
+#[derive(Clone, Copy, Default)]
+struct Need {
+    representative: bool,
+    copy: bool,
+}
+
+impl SavedIndex {
+    /// The decision state a run whose hot keys are those for which `hot` is true starts from:
+    /// the representatives of its hot buckets (each bucket's first `max_reps` kept entries
+    /// holding the key, in order) and the first copies of the texts whose content key is hot,
+    /// read back from the indexed runs' files (only the chunks holding them), sketched again and
+    /// checked against the keys the index recorded.
+    pub fn resolve(
+        &self,
+        hot: impl Fn(u64) -> bool,
+        opts: &ResolveOptions<'_>,
+    ) -> Result<PriorState, IndexError> {
+        let bands = self.settings.layout.bands;
+        let max_reps = self.settings.max_reps;
+        let mut holders: HashMap<u64, usize> = HashMap::new();
+        let mut needs: Vec<(usize, Need)> = Vec::new();
+        for i in 0..self.addrs.len() {
+            let mut need = Need::default();
+            if self.band_row[i] != DROPPED {
+                let at = self.band_row[i] as usize * bands;
+                for &k in &self.bands[at..at + bands] {
+                    if k == NO_KEY || !hot(k) {
+                        continue;
+                    }
+                    let n = holders.entry(k).or_insert(0);
+                    if max_reps.is_none_or(|m| *n < m) {
+                        need.representative = true;
+                    }
+                    *n += 1;
+                }
+            }
+            let ck = self.content_keys[i];
+            need.copy = ck != NO_KEY && hot(ck);
+            if need.representative || need.copy {
+                needs.push((i, need));
+            }
+        }
+
+        if self.self_contained() && !opts.shingles {
+            return Ok(self.stored_state(&needs));
+        }
+        let entries: Vec<usize> = needs.iter().map(|(i, _)| *i).collect();
+        let (sketched, records_read) = self.read_entries(&entries, opts)?;
+
+        let mut state = PriorState {
+            names: self.files.iter().map(|f| f.name.clone()).collect(),
+            records_read,
+            ..PriorState::default()
+        };
+        for ((i, need), got) in needs.iter().zip(sketched) {
+            let addr = self.addrs[*i];
+            let got = self.checked(*i, got, need.representative)?;
+            if need.representative {
+                state.representatives.push(PriorRepresentative {
+                    addr,
+                    id: got.id.clone(),
+                    signature: got.signature.clone(),
+                    shingles: got.shingles.clone(),
+                    bands: got.row[..bands].to_vec(),
+                });
+            }
+            if need.copy {
+                state.copies.push(PriorCopy {
+                    content_hash: got.content_hash,
+                    addr,
+                    cluster: self.clusters[*i],
+                    id: got.id,
+                });
+            }
+        }
+        Ok(state)
+    }
+
+    /// The state from the sketches the index stores (nothing is read).
+    fn stored_state(&self, needs: &[(usize, Need)]) -> PriorState {
+        let sk = self.sketches.as_ref().expect("self-contained");
+        let bands = self.settings.layout.bands;
+        let mut state = PriorState {
+            names: self.files.iter().map(|f| f.name.clone()).collect(),
+            ..PriorState::default()
+        };
+        for &(i, need) in needs {
+            if need.representative {
+                let row = self.band_row[i] as usize;
+                state.representatives.push(PriorRepresentative {
+                    addr: self.addrs[i],
+                    id: sk.ids[i].clone(),
+                    signature: sk.signatures[row * sk.num_perm..(row + 1) * sk.num_perm].to_vec(),
+                    shingles: None,
+                    bands: self.bands[row * bands..(row + 1) * bands].to_vec(),
+                });
+            }
+            if need.copy {
+                state.copies.push(PriorCopy {
+                    content_hash: sk.content_hashes[i],
+                    addr: self.addrs[i],
+                    cluster: self.clusters[i],
+                    id: sk.ids[i].clone(),
+                });
+            }
+        }
+        state
+    }
+
+    /// Makes the index self-contained: reads back every entry it holds no sketch of yet (one
+    /// pass over the files that hold them) and stores its content hash, id and, kept, its
+    /// signature; checks each against the keys recorded.
+    pub fn store_sketches(&mut self, opts: &ResolveOptions<'_>) -> Result<u64, IndexError> {
+        let num_perm = opts.sketcher.num_perm();
+        let have = self.sketches.as_ref().map_or(0, |s| s.content_hashes.len());
+        let entries: Vec<usize> = (have..self.addrs.len()).collect();
+        let (sketched, records_read) = self.read_entries(&entries, opts)?;
+        let mut sk = self.sketches.take().unwrap_or(Sketches {
+            num_perm,
+            content_hashes: Vec::new(),
+            ids: Vec::new(),
+            signatures: Vec::new(),
+        });
+        for (&i, got) in entries.iter().zip(sketched) {
+            let got = self.checked(i, got, self.band_row[i] != DROPPED)?;
+            sk.content_hashes.push(got.content_hash);
+            sk.ids.push(got.id);
+            if self.band_row[i] != DROPPED {
+                sk.signatures.extend_from_slice(&got.signature);
+            }
+        }
+        self.sketches = Some(sk);
+        Ok(records_read)
+    }
+
+    /// Reads back `entries` (indices, in order), file by file; returns each one's sketch (in
+    /// the same order; `None` where its record is gone) and the records read.
+    fn read_entries(
+        &self,
+        entries: &[usize],
+        opts: &ResolveOptions<'_>,
+    ) -> Result<(Vec<Option<Sketched>>, u64), IndexError> {
+        let mut by_file: BTreeMap<u32, HashMap<(u64, u32), usize>> = BTreeMap::new();
+        for (slot, &i) in entries.iter().enumerate() {
+            let a = self.addrs[i];
+            by_file
+                .entry(a.file)
+                .or_default()
+                .insert((a.record, a.field), slot);
+        }
+        let mut sketched: Vec<Option<Sketched>> = vec![None; entries.len()];
+        let mut records_read = 0u64;
+        for (&file, wanted) in &by_file {
+            records_read += self.read_back(file, wanted, opts, &mut sketched)?;
+        }
+        Ok((sketched, records_read))
+    }
+
+    /// An entry read back, checked against the keys the index recorded for it.
+    fn checked(
+        &self,
+        i: usize,
+        got: Option<Sketched>,
+        representative: bool,
+    ) -> Result<Sketched, IndexError> {
+        let addr = self.addrs[i];
+        let file = &self.files[addr.file as usize].input.path;
+        let got = got.ok_or_else(|| IndexError::Changed {
+            file: file.clone(),
+            what: format!(
+                "record {} (field {}) is no longer there",
+                addr.record + 1,
+                addr.field
+            ),
+        })?;
+        let bands = self.settings.layout.bands;
+        let changed = || IndexError::Changed {
+            file: file.clone(),
+            what: format!("the text of record {} has changed", addr.record + 1),
+        };
+        if self.content_keys[i] != NO_KEY && content_key(got.content_hash) != self.content_keys[i] {
+            return Err(changed());
+        }
+        if representative {
+            let at = self.band_row[i] as usize * bands;
+            if got.row[..bands] != self.bands[at..at + bands] {
+                return Err(changed());
+            }
+        }
+        Ok(got)
+    }
+
+    /// Reads the wanted samples of one file, sketching each into its slot; returns the
+    /// records read.
+    fn read_back(
+        &self,
+        file: u32,
+        wanted: &HashMap<(u64, u32), usize>,
+        opts: &ResolveOptions<'_>,
+        out: &mut [Option<Sketched>],
+    ) -> Result<u64, IndexError> {
+        let f = &self.files[file as usize];
+        let path = &f.input.path;
+        match current_size(path) {
+            Ok(size) if size == f.input.size => {}
+            Ok(size) => {
+                return Err(IndexError::Changed {
+                    file: path.clone(),
+                    what: format!("its size changed from {} to {size} bytes", f.input.size),
+                });
+            }
+            Err(e) => {
+                return Err(IndexError::Missing {
+                    file: path.clone(),
+                    source: e,
+                });
+            }
+        }
+        let records: Vec<u64> = {
+            let mut r: Vec<u64> = wanted.keys().map(|k| k.0).collect();
+            r.sort_unstable();
+            r.dedup();
+            r
+        };
+        let read_opts = ReadOptions {
+            selector: opts.selector.clone(),
+            projection: Projection::TextOnly,
+            block_bytes: opts.block_bytes,
+        };
+        let mut sketcher = SampleSketcher::new(opts);
+        let mut base = 0u64;
+        let mut read = 0u64;
+        for (seq, c) in f.chunks.iter().enumerate() {
+            let end = base + c.records_spanned();
+            let first = records.partition_point(|r| *r < base);
+            if records.get(first).is_some_and(|r| *r < end) {
+                let chunk = Chunk {
+                    file: 0,
+                    seq,
+                    range: c.range.clone(),
+                };
+                for block in reread_chunk(&f.input, &chunk, &read_opts, &c.unreadable) {
+                    let block = block.map_err(|e| IndexError::Unreadable {
+                        file: path.clone(),
+                        message: e.to_string(),
+                    })?;
+                    read += block.num_records() as u64;
+                    let block_first = base + block.first_record;
+                    block.for_each_sample(opts.selector, |s| {
+                        let record = block_first + s.record as u64;
+                        let Some(&slot) = wanted.get(&(record, s.field)) else {
+                            return;
+                        };
+                        if let SampleText::Text(text) = &s.text {
+                            out[slot] = sketcher.sketch(text, s.id.as_deref());
+                        }
+                    });
+                }
+            }
+            base = end;
+        }
+        Ok(read)
+    }
+}
+
+/// One sample read back and sketched.
+#[derive(Clone)]
+struct Sketched {
+    row: Vec<u64>,
+    signature: Vec<u32>,
+    shingles: Option<Vec<u32>>,
+    content_hash: u128,
+    id: Option<String>,
+}
+
+struct SampleSketcher<'a> {
+    opts: &'a ResolveOptions<'a>,
+    scratch: Scratch,
+    sig: Vec<u32>,
+    row: Vec<u64>,
+}
+
+impl<'a> SampleSketcher<'a> {
+    fn new(opts: &'a ResolveOptions<'a>) -> SampleSketcher<'a> {
+        SampleSketcher {
+            scratch: if opts.shingles {
+                Scratch::collecting_shingle_sets()
+            } else {
+                Scratch::default()
+            },
+            sig: vec![0; opts.sketcher.num_perm()],
+            row: vec![0; opts.rule.columns(opts.sketcher.bands())],
+            opts,
+        }
+    }
+
+    fn sketch(&mut self, text: &str, id: Option<&str>) -> Option<Sketched> {
+        let r = self.opts.rule.sketch(
+            self.opts.sketcher,
+            text,
+            &mut self.scratch,
+            &mut self.sig,
+            &mut self.row,
+        );
+        if r.kind == RowKind::Blank {
+            return None;
+        }
+        let shingles = self.opts.shingles.then(|| {
+            let mut set = Vec::new();
+            self.opts
+                .sketcher
+                .last_shingle_set(&mut self.scratch, &mut set);
+            set
+        });
+        Some(Sketched {
+            row: self.row.clone(),
+            signature: self.sig.clone(),
+            shingles,
+            content_hash: r.content_hash,
+            id: id.map(str::to_string),
+        })
+    }
+}
