@@ -67,7 +67,7 @@ pub struct IndexReport {
 /// which sees a whole run: the index of a distributed run is made from its key tables and
 /// decisions by `neardup index`.
 pub(crate) fn not_in_steps(config: &Config, step: &str) -> Result<(), Error> {
-    if config.output.index.is_none() {
+    if config.output.index_out.is_none() {
         return Ok(());
     }
     Err(Error::Usage(format!(
@@ -164,6 +164,16 @@ pub fn load_against_tables(
         loaded.push((p.clone(), index));
     }
     Ok(Some(SavedIndex::combine(loaded)?))
+}
+
+/// The files of the indexes `config` runs against, as decisions name them, in the numbering of
+/// the run's decisions (the indexed runs' files come first), read from the indexes' headers.
+pub fn indexed_names(config: &Config) -> Result<Vec<String>, Error> {
+    let mut names = Vec::new();
+    for p in &config.dedup.against {
+        names.extend(SavedIndex::read_files(p)?.into_iter().map(|f| f.name));
+    }
+    Ok(names)
 }
 
 /// The inputs of the indexed runs (the run must not write over them).

@@ -289,7 +289,6 @@ pub struct DedupSettings {
     pub sort_memory: u64,
     /// Saved indexes of earlier runs to deduplicate against (`--against`), in order: this run's
     /// records get the decisions they get in one run over the indexed runs' inputs, then these.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub against: Vec<PathBuf>,
 }
 
@@ -350,8 +349,7 @@ pub struct OutputSettings {
     pub max_output_bytes: Option<u64>,
     /// Where to save the index of this run (with the indexes it was made against), for later
     /// runs to deduplicate against (`--index-out`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub index: Option<PathBuf>,
+    pub index_out: Option<PathBuf>,
 }
 
 /// A preset reproducing another tool's decisions (the CLI's `--compat`, Python's `compat=`).
@@ -685,7 +683,7 @@ impl Config {
                     .into(),
             ));
         }
-        if !self.dedup.against.is_empty() || self.output.index.is_some() {
+        if !self.dedup.against.is_empty() || self.output.index_out.is_some() {
             if self.keys.min_key_count != 1 {
                 return Err(Error::Usage(format!(
                     "a run against an index or saving one needs keys.min_key_count = 1 (got {}): \

@@ -161,7 +161,7 @@ impl RunPaths {
         if let Some(p) = &config.output.report {
             self.write_file("the report (--report)", p);
         }
-        if let Some(p) = &config.output.index {
+        if let Some(p) = &config.output.index_out {
             self.write_file("the index (--index-out)", p);
         }
         for p in &config.dedup.against {

@@ -324,7 +324,7 @@ fn begin_publication(
         outputs: inputs.iter().map(|f| f.relative.clone()).collect(),
         decisions: config.output.decisions.clone(),
         report: config.output.report.clone(),
-        files: config.output.index.iter().cloned().collect(),
+        files: config.output.index_out.iter().cloned().collect(),
         scratch_dirs: config.keys.spill_dir.iter().cloned().collect(),
         cancel: cancel.clone(),
         ..PublishOptions::default()
@@ -526,7 +526,7 @@ pub fn apply<'a>(
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
     check_hot_layout(config, hot.layout())?;
-    if config.output.index.is_some() {
+    if config.output.index_out.is_some() {
         return Err(Error::Usage(
             "`apply` does not save an index (--index-out): make it from the key tables and the \
              decisions with `neardup index`"
@@ -721,7 +721,7 @@ impl Pipeline {
             )?),
             None => None,
         };
-        let mut recorder = match (&self.config.output.index, &table) {
+        let mut recorder = match (&self.config.output.index_out, &table) {
             (None, _) => None,
             (Some(_), TableStore::Memory(t)) => Some(against::IndexRecorder::new(
                 &self.config,
@@ -753,7 +753,7 @@ impl Pipeline {
         )?;
         let mut report = Report::new(&self.config, &files, problems, Some(stats), stage2);
         report.against = against_report;
-        if let (Some(path), Some(recorder)) = (&self.config.output.index, recorder) {
+        if let (Some(path), Some(recorder)) = (&self.config.output.index_out, recorder) {
             let mut index = recorder.finish()?;
             let read = against::complete_index(&self.config, &mut index)?;
             let file = publication.file(path).map_err(publish_error)?;

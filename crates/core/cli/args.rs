@@ -693,7 +693,7 @@ impl Overrides for OutputOpts {
             c.output.report = self.report.clone();
         }
         if self.index_out.is_some() {
-            c.output.index = self.index_out.clone();
+            c.output.index_out = self.index_out.clone();
         }
         c.output.overwrite |= self.overwrite;
         if self.max_output_bytes.is_some() {

@@ -48,9 +48,12 @@ fn hot_argument_error(e: KeysError) -> Error {
 
 /// A run that writes nothing would throw its work away: refused before any.
 pub(crate) fn require_outputs(config: &Config) -> Result<(), Error> {
-    if config.output.dir.is_none() && config.output.decisions.is_none() {
+    if config.output.dir.is_none()
+        && config.output.decisions.is_none()
+        && config.output.index_out.is_none()
+    {
         return Err(Error::Usage(
-            "give --output DIR and/or --decisions FILE".into(),
+            "give --output DIR, --decisions FILE and/or --index-out FILE".into(),
         ));
     }
     Ok(())

@@ -511,6 +511,35 @@ impl SavedIndex {
         Ok(index)
     }
 
+    /// The files an index lists, from its header alone (the rest is neither read nor checked:
+    /// [`SavedIndex::load`] does that), e.g. to name the files decisions may point to.
+    pub fn read_files(path: &Path) -> Result<Vec<IndexFile>, IndexError> {
+        let io = |e: std::io::Error| IndexError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        let mut input = BufReader::new(std::fs::File::open(path).map_err(io)?);
+        let mut head = [0u8; 16];
+        input
+            .read_exact(&mut head)
+            .map_err(|_| IndexError::NotAnIndex {
+                path: path.to_path_buf(),
+            })?;
+        if &head[..8] != MAGIC {
+            return Err(IndexError::NotAnIndex {
+                path: path.to_path_buf(),
+            });
+        }
+        let len = u64::from_le_bytes(head[8..16].try_into().expect("8"));
+        let mut json = Vec::new();
+        input.take(len).read_to_end(&mut json).map_err(io)?;
+        let header: Header = serde_json::from_slice(&json).map_err(|e| IndexError::Damaged {
+            path: path.to_path_buf(),
+            what: format!("its header cannot be read ({e})"),
+        })?;
+        Ok(header.files)
+    }
+
     /// Saves to `path` (not atomically: callers publish through their own atomic file).
     pub fn save(&self, path: &Path) -> Result<(), IndexError> {
         let file = std::fs::File::create(path).map_err(|e| IndexError::Io {
@@ -666,5 +695,170 @@ impl IndexBuilder {
     /// The index.
     pub fn finish(self) -> SavedIndex {
         self.index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup_corpus::{ChunkRange, Compression, FieldPath, Format, TextSelector};
+    use neardup_keys::RowRule;
+
+    const BANDS: usize = 3;
+
+    fn settings() -> IndexSettings {
+        IndexSettings {
+            layout: TableLayout {
+                sketch_fingerprint: 7,
+                sketch_description: "test".into(),
+                bands: BANDS,
+                rule: RowRule::default(),
+                selector: TextSelector::single(FieldPath::top("text")),
+            },
+            min_count: 1,
+            threshold: 0.8,
+            max_reps: Some(2),
+            verify: Verify::Jaccard,
+        }
+    }
+
+    fn file(name: &str) -> IndexFile {
+        IndexFile {
+            name: name.into(),
+            input: InputFile {
+                path: name.into(),
+                relative: name.into(),
+                format: Format::Jsonl,
+                compression: Compression::None,
+                size: 100,
+            },
+            chunks: vec![ChunkRows {
+                range: ChunkRange::Whole,
+                records: 5,
+                rows: 5,
+                read_error: false,
+                unreadable: Vec::new(),
+            }],
+        }
+    }
+
+    fn addr(file: u32, record: u64) -> SampleAddr {
+        SampleAddr {
+            file,
+            record,
+            field: 0,
+        }
+    }
+
+    /// Five samples of one file: kept, near duplicate of 0, exact copy of 0, empty, kept.
+    fn index(name: &str, earlier: Option<SavedIndex>) -> SavedIndex {
+        let base = earlier.as_ref().map_or(0, |e| e.files().len() as u32);
+        let mut b = IndexBuilder::new(settings(), vec![file(name)], earlier).unwrap();
+        let d = |record: u64, reason: Reason, keep: bool, cluster: u64| IndexedDecision {
+            addr: addr(base, record),
+            reason,
+            keep,
+            cluster: addr(base, cluster),
+        };
+        b.push(d(0, Reason::Unique, true, 0), Some(&[11, 12, 13, 100]))
+            .unwrap();
+        b.push(d(1, Reason::Near, false, 0), Some(&[11, 22, 23, 101]))
+            .unwrap();
+        b.push(d(2, Reason::Exact, false, 0), Some(&[11, 12, 13, 100]))
+            .unwrap();
+        b.push(d(3, Reason::Empty, true, 3), Some(&[NO_KEY; 4]))
+            .unwrap();
+        b.push(d(4, Reason::Unique, true, 4), Some(&[41, NO_KEY, 43, 104]))
+            .unwrap();
+        b.finish()
+    }
+
+    #[test]
+    fn entries_are_the_samples_that_were_not_exact_copies() {
+        let i = index("a", None);
+        assert_eq!((i.samples(), i.entries(), i.kept()), (5, 3, 2));
+        let prior = i.prior_keys();
+        // Band keys of kept samples and content keys of every entry; a dropped sample's band
+        // keys are not there.
+        for k in [11, 12, 13, 41, 43, 100, 101, 104] {
+            assert!(prior.lookup(k).is_some(), "{k}");
+        }
+        assert_eq!(prior.lookup(22), None);
+        assert_eq!(prior.lookup(100), Some(true));
+        assert_eq!(prior.lookup(11), Some(false));
+    }
+
+    #[test]
+    fn an_index_reads_back_as_written_and_damage_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut i = index("a", None);
+        for sketches in [false, true] {
+            if sketches {
+                i.sketches = Some(Sketches {
+                    num_perm: 2,
+                    content_hashes: vec![1, 2, 3],
+                    ids: vec![Some("x".into()), None, Some("z".into())],
+                    signatures: vec![5, 6, 7, 8],
+                });
+            }
+            let path = dir.path().join("idx");
+            i.save(&path).unwrap();
+            let back = SavedIndex::load(&path).unwrap();
+            assert_eq!(back, i);
+            assert_eq!(back.self_contained(), sketches);
+            assert_eq!(SavedIndex::read_files(&path).unwrap(), i.files);
+            let bytes = std::fs::read(&path).unwrap();
+            for at in [20, bytes.len() / 2, bytes.len() - 20] {
+                let mut bad = bytes.clone();
+                bad[at] ^= 1;
+                std::fs::write(&path, &bad).unwrap();
+                assert!(
+                    matches!(SavedIndex::load(&path), Err(IndexError::Damaged { .. })),
+                    "a flipped bit at {at} went unnoticed"
+                );
+            }
+            std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+            assert!(matches!(
+                SavedIndex::load(&path),
+                Err(IndexError::Damaged { .. })
+            ));
+            std::fs::write(&path, b"{\"not\": \"an index\"}").unwrap();
+            assert!(matches!(
+                SavedIndex::load(&path),
+                Err(IndexError::NotAnIndex { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_chained_index_and_combined_indexes_number_files_in_order() {
+        let a = index("a", None);
+        let ab = index("b", Some(a.clone()));
+        assert_eq!(ab.files().len(), 2);
+        assert_eq!(ab.entries(), 6);
+        assert_eq!(ab.addrs[3], addr(1, 0));
+        assert_eq!(ab.clusters[4], addr(1, 0));
+        // Two indexes made apart, combined: the second's files are numbered after the first's.
+        let b = index("b", None);
+        let combined = SavedIndex::combine(vec![("a".into(), a.clone()), ("b".into(), b)]).unwrap();
+        assert_eq!(combined, ab);
+        // An index and one made against it hold the same file twice.
+        let e = SavedIndex::combine(vec![("a".into(), a.clone()), ("ab".into(), ab)]).unwrap_err();
+        assert!(e.to_string().contains("give only the later one"), "{e}");
+        // Other settings are named.
+        let mut other = index("c", None);
+        other.settings.max_reps = None;
+        let e = SavedIndex::combine(vec![("a".into(), a), ("c".into(), other)]).unwrap_err();
+        assert!(e.to_string().contains("max_reps: unbounded vs 2"), "{e}");
+    }
+
+    #[test]
+    fn an_index_needs_min_key_count_one() {
+        let mut s = settings();
+        s.min_count = 2;
+        assert!(matches!(
+            IndexBuilder::new(s, vec![file("a")], None),
+            Err(IndexError::MinCount(2))
+        ));
     }
 }

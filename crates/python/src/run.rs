@@ -268,7 +268,11 @@ impl Run {
 #[pyclass(frozen, module = "neardup")]
 pub struct DecisionStream {
     state: std::sync::Mutex<StreamState>,
+    /// Every file decisions may name: the indexed runs' (against saved indexes), then the
+    /// run's inputs.
     names: Vec<Arc<str>>,
+    /// How many of `names` are the indexed runs'.
+    indexed: usize,
 }
 
 enum StreamState {
@@ -325,7 +329,9 @@ impl DecisionStream {
         let finished = py.detach(|| stream.finish());
         let outcome = finished.map_err(to_py).and_then(|report| {
             let discovered = report.files.iter().map(|f| f.display().to_string());
-            if discovered.ne(self.names.iter().map(|n| n.to_string())) {
+            let own = &self.names[self.names.len().saturating_sub(report.files.len())..];
+            let prior = self.names.len() - own.len();
+            if prior != self.indexed || discovered.ne(own.iter().map(|n| n.to_string())) {
                 return Err(PyRuntimeError::new_err(
                     "the inputs changed while the run was starting (files appeared or \
                      vanished): the decisions' file names may be wrong",
@@ -366,10 +372,18 @@ pub fn stream(
 ) -> PyResult<DecisionStream> {
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
-    let names = input_names(&config)?;
+    // Against saved indexes, the indexed runs' files are numbered first.
+    let mut names: Vec<Arc<str>> = neardup::against::indexed_names(&config)
+        .map_err(to_py)?
+        .into_iter()
+        .map(Arc::from)
+        .collect();
+    let indexed = names.len();
+    names.extend(input_names(&config)?);
     let stream = Pipeline::new(config).map_err(to_py)?.stream();
     Ok(DecisionStream {
         state: std::sync::Mutex::new(StreamState::Running(stream)),
         names,
+        indexed,
     })
 }

@@ -295,7 +295,8 @@ pub fn compute_keys(
 /// Merges shards' tables into the hot keys, and plans stage 2 in `groups` groups when more than
 /// one. See ``neardup.hot_keys`` for the arguments.
 #[pyfunction]
-#[pyo3(signature = (tables, min_key_count = 1, groups = 1, memory_limit = None, spill_dir = None, threads = 0))]
+#[pyo3(signature = (tables, min_key_count = 1, groups = 1, memory_limit = None, spill_dir = None, threads = 0, against = Vec::new()))]
+#[allow(clippy::too_many_arguments)]
 pub fn hot_keys(
     tables: &Bound<'_, PyAny>,
     min_key_count: u32,
@@ -303,6 +304,7 @@ pub fn hot_keys(
     memory_limit: Option<u64>,
     spill_dir: Option<PathBuf>,
     threads: usize,
+    against: Vec<PathBuf>,
 ) -> PyResult<Run> {
     if groups == 0 {
         return Err(PyValueError::new_err("groups must be at least 1"));
@@ -316,6 +318,7 @@ pub fn hot_keys(
     config.keys.memory_limit = memory_limit;
     config.keys.spill_dir = spill_dir;
     config.run.threads = threads;
+    config.dedup.against = against;
     config.validate_run().map_err(to_py)?;
     let control = neardup::RunControl::watched();
     let watched = control.clone();

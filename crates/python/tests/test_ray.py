@@ -136,6 +136,24 @@ def test_ray_runs_are_the_clis_and_resume(tmp_path, cluster, cli, monkeypatch):
     assert (tmp_path / "d-longest.jsonl").read_bytes() == (tmp_path / "longest.jsonl").read_bytes()
     assert (tmp_path / "d-longest.jsonl").read_bytes() != (tmp_path / "one.jsonl").read_bytes()
 
+    # Against the saved index of the first file: the rest get their part of the joint run.
+    cli("dedup", inputs[0], "--index-out", tmp_path / "idx-a", "--threshold", "0.7")
+    joint_rest = [
+        line for line in (tmp_path / "one.jsonl").read_text().splitlines(keepends=True)
+        if json.loads(line)["file"] != inputs[0]
+    ]
+    against = {
+        **args,
+        "inputs": inputs[1:],
+        "output": str(tmp_path / "out-against"),
+        "decisions": str(tmp_path / "d-against.jsonl"),
+        "work_dir": str(tmp_path / "work-against"),
+        "against": [str(tmp_path / "idx-a")],
+    }
+    finish(drive(cluster, REPO, **against))
+    assert (tmp_path / "d-against.jsonl").read_text().splitlines(keepends=True) == joint_rest
+    assert any(json.loads(line).get("dup_of_file") == inputs[0] for line in joint_rest)
+
     # The work directory belongs to its run: other settings are refused.
     other = drive(cluster, REPO, **{**args, "threshold": 0.8})
     out, err = other.communicate(timeout=120)

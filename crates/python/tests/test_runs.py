@@ -255,3 +255,39 @@ def test_progress_bars_follow_the_stages():
     late = neardup._Bars(Bar, show_at=float("inf"))
     late.update(_FakeRun())
     assert len(made) == 2
+
+
+def test_runs_against_a_saved_index_get_the_decisions_of_one_joint_run(tmp_path, cli):
+    """dedup(A, index_out=) then dedup(B, against=) and stream(B, against=) give B's records
+    exactly the decisions they get in one run over A then B (the CLI's joint run)."""
+    a, b = [SAMPLE / "part-0.jsonl"], [SAMPLE / "part-1.jsonl", SAMPLE / "part-2.parquet"]
+    cli("dedup", *a, *b, "--decisions", tmp_path / "joint.jsonl", "--id-field", "id")
+    joint = read_jsonl(tmp_path / "joint.jsonl")
+    in_b = [r for r in joint if r["file"] != str(a[0])]
+    neardup.dedup(
+        [str(p) for p in a], decisions=tmp_path / "a.jsonl", index_out=str(tmp_path / "idx-a"),
+        id_field="id",
+    )
+    assert read_jsonl(tmp_path / "a.jsonl") == [r for r in joint if r["file"] == str(a[0])]
+    report = neardup.dedup(
+        [str(p) for p in b], decisions=tmp_path / "b.jsonl", against=[str(tmp_path / "idx-a")],
+        id_field="id",
+    )
+    assert read_jsonl(tmp_path / "b.jsonl") == in_b
+    assert report["against"]["representatives"] > 0
+    assert any(r["dup_of_file"] == str(a[0]) for r in in_b), "no drop across the runs"
+    streamed = list(neardup.stream(b, against=[str(tmp_path / "idx-a")], id_field="id"))
+    assert [(d.file, d.record, d.keep, d.reason, d.dup_of_file, d.dup_of_record, d.dup_of_id)
+            for d in streamed] == [
+        (r["file"], r["record"], r["keep"], r["reason"], r.get("dup_of_file"),
+         r.get("dup_of_record"), r.get("dup_of_id"))
+        for r in in_b
+    ]
+    with pytest.raises(ValueError, match="threshold: 0.8 vs 0.7"):
+        neardup.dedup(b, decisions=tmp_path / "x.jsonl", against=[str(tmp_path / "idx-a")],
+                      id_field="id", threshold=0.7)
+    with pytest.raises(FileNotFoundError):
+        neardup.dedup(b, decisions=tmp_path / "x.jsonl", against=[str(tmp_path / "missing")],
+                      id_field="id")
+    with pytest.raises(TypeError, match="index_out is not taken here"):
+        neardup.stream(b, index_out=str(tmp_path / "idx-b"))

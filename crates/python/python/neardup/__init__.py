@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from . import _native
 from ._native import (
@@ -170,11 +170,14 @@ def dedup(
             (None: when tqdm is installed; True: always, tqdm required; False: never).
         **settings: settings by name (``threshold``, ``fields``, ``id_field``, ``num_perm``,
             ``threads``, ``overwrite``, ``max_output_bytes``, …; see ``docs/tuning.md``), and
-            ``config=`` / ``compat=``.
+            ``config=`` / ``compat=``. ``index_out=PATH`` saves the run's index and
+            ``against=[PATH, …]`` deduplicates against saved indexes of earlier runs (records
+            get the decisions of one run over the indexed runs' inputs, then these; see
+            ``docs/incremental.md``).
 
     Returns:
         The run report: the JSON ``--report`` writes, as a dict (``totals``, ``stage1``,
-        ``stage2``, ``files``, ``config``, …).
+        ``stage2``, ``files``, ``config``, …; ``against`` and ``index`` with saved indexes).
 
     Raises:
         TypeError: an unknown setting.
@@ -258,6 +261,7 @@ def hot_keys(
     memory_limit: Optional[int] = None,
     spill_dir: Optional[PathLike] = None,
     threads: int = 0,
+    against: Sequence[PathLike] = (),
 ) -> HotKeys:
     """Counts the keys of all shards' tables together: the keys seen more than ``min_key_count``
     times (the ``neardup hot`` step), and with ``groups`` > 1 the plan of a distributed stage 2
@@ -274,12 +278,18 @@ def hot_keys(
             from spill files partition by partition (``--memory-limit``).
         spill_dir: table files only: directory for spill files (``--spill-dir``).
         threads: counting threads (0: all cores).
+        against: table files only: saved indexes of earlier runs whose keys count once more
+            each (``neardup hot --against``; give :func:`sign`, :func:`decide` and
+            :func:`write` the same ``against=``).
 
     Raises:
         ValueError: tables made with different settings, or two with the same shard number.
         OSError: a table file cannot be read (:class:`CorruptFileError` when damaged).
     """
-    run = _native.hot_keys(list(tables), min_key_count, groups, memory_limit, spill_dir, threads)
+    run = _native.hot_keys(
+        list(tables), min_key_count, groups, memory_limit, spill_dir, threads,
+        [os.fspath(p) for p in against],
+    )
     _finish(run, False)
     return _native.hot_keys_result(run)
 

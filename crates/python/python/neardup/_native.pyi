@@ -395,9 +395,11 @@ def hot_keys(
     memory_limit: Optional[int] = None,
     spill_dir: Optional[_Path] = None,
     threads: int = 0,
+    against: Sequence[_Path] = ...,
 ) -> Run:
     """Starts merging shards' tables (objects or files) into the hot keys, planned in `groups`
-    groups when more than one; take them with hot_keys_result."""
+    groups when more than one, the keys of the saved indexes `against` counting once more; take
+    them with hot_keys_result."""
 
 def hot_keys_result(run: Run) -> HotKeys:
     """The hot keys a run of hot_keys made (waits for it); its error otherwise."""

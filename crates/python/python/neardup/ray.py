@@ -48,7 +48,7 @@ __all__ = ["dedup"]
 PathLike = Union[str, "os.PathLike[str]"]
 
 #: Settings the hot-key step takes (the rest go to the other steps).
-_HOT_SETTINGS = ("min_key_count", "memory_limit", "spill_dir", "threads")
+_HOT_SETTINGS = ("min_key_count", "memory_limit", "spill_dir", "threads", "against")
 
 
 def _is_url(path: str) -> bool:
