@@ -57,7 +57,9 @@ pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
     TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
 };
-pub use error::{Error, InputsError, IoOp, IoTarget};
+pub use error::{
+    CorruptValue, Error, InputsError, IoOp, IoTarget, SettingChange, StepKind, StepOutputsError,
+};
 pub use neardup_exec::CancelToken;
 pub use paths::RunPaths;
 pub use pipeline::{

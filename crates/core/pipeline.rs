@@ -545,7 +545,7 @@ pub fn apply<'a>(
 /// a mistake in the arguments, not a failure of stage 1.
 pub(crate) fn wrong_tables(e: KeysError) -> Error {
     match e {
-        KeysError::Config(m) | KeysError::Incompatible(m) => Error::Usage(m),
+        e @ (KeysError::Config(_) | KeysError::Incompatible(_)) => Error::WrongKeyFiles(e),
         other => Error::Keys(other),
     }
 }

@@ -628,9 +628,9 @@ impl fmt::Display for KeysSettingsError {
                  merge_table_files) instead",
                 path.display()
             ),
-            KeysSettingsError::NoCountedTables => f.write_str(
-                "these hot keys were counted within one run and name no key tables",
-            ),
+            KeysSettingsError::NoCountedTables => {
+                f.write_str("these hot keys were counted within one run and name no key tables")
+            }
             KeysSettingsError::NotCountedTable {
                 name,
                 shard,

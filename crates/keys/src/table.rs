@@ -10,7 +10,9 @@ use neardup_corpus::{
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::error::{Damage, Incompatible, KeysError, KeysSettingsError, LayoutDifference, TableName};
+use crate::error::{
+    Damage, Incompatible, KeysError, KeysSettingsError, LayoutDifference, TableName,
+};
 use crate::row::{RowRule, ShortTextPolicy};
 
 /// Rows of one input file, in the order the file's samples were read.
