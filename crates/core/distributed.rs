@@ -409,10 +409,10 @@ fn decide_into(
     for g in &given {
         let m = &g.manifest;
         if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.texts) {
-            return Err(Error::Usage(format!(
-                "{}: signed with other settings than {}",
-                g.origin, given[0].origin
-            )));
+            return Err(Error::StepOutputs(StepOutputsError::SignedDifferently {
+                origin: g.origin.clone(),
+                first: given[0].origin.clone(),
+            }));
         }
         g.check_holds(group, &wanted_by)?;
         files.extend(m.files.iter().cloned());

@@ -14,6 +14,8 @@ use neardup_keys::KeysError;
 pub enum Error {
     /// A command-line argument the binary refuses (exit code 2); the library never makes it.
     Usage(String),
+    /// Settings the run cannot start with (exit code 2).
+    Config(ConfigError),
     /// Stage 1 failed.
     Keys(neardup_keys::KeysError),
     /// Stage 2 failed.
@@ -71,6 +73,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Usage(_)
+            | Error::Config(_)
             | Error::StepInput(_)
             | Error::StepOutputs(_)
             | Error::WrongKeyFiles(_) => 2,
@@ -86,6 +89,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Usage(m) => f.write_str(m),
+            Error::Config(e) => e.fmt(f),
             Error::Corrupt(e) => e.fmt(f),
             Error::StepOutputs(e) => e.fmt(f),
             Error::WrongKeyFiles(e) => e.fmt(f),
@@ -119,6 +123,7 @@ impl std::error::Error for Error {
         match self {
             Error::Keys(e) | Error::KeyFile(e) | Error::WrongKeyFiles(e) => Some(e),
             Error::Corrupt(e) => Some(e),
+            Error::Config(e) => Some(e),
             Error::StepOutputs(e) => Some(e),
             Error::Dedup(e) => Some(e),
             Error::Inputs(_) => None,
@@ -435,6 +440,13 @@ pub enum StepOutputsError {
         /// The groups without a decide output.
         missing: Vec<u32>,
     },
+    /// Sign outputs made with other sketch settings than the first one given.
+    SignedDifferently {
+        /// The output.
+        origin: String,
+        /// The first output given.
+        first: String,
+    },
     /// The decide outputs name other input files for the shard than its key table.
     OtherInputs {
         /// The decide output.
@@ -591,6 +603,9 @@ impl fmt::Display for StepOutputsError {
                 listed(missing),
                 groups.saturating_sub(1)
             ),
+            StepOutputsError::SignedDifferently { origin, first } => {
+                write!(f, "{origin}: signed with other settings than {first}")
+            }
             StepOutputsError::OtherInputs {
                 origin,
                 shard,
@@ -765,5 +780,204 @@ impl std::error::Error for CorruptValue {
             CorruptValue::Manifest { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+/// Settings a run cannot start with (an [`Error::Config`], exit code 2). Settings are named by
+/// their flags, as the CLI and the messages of every front end name them.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// A settings file cannot be read, or is not valid settings.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Why not.
+        problem: SettingsFileProblem,
+    },
+    /// `--shingle` or `--step` is 0.
+    ShingleOrStep {
+        /// `--shingle`.
+        shingle: usize,
+        /// `--step`.
+        step: usize,
+    },
+    /// A seed over 32 bits with `--hash datasketch`.
+    DatasketchSeed {
+        /// The seed.
+        seed: u64,
+    },
+    /// `--keep-chars` does not parse.
+    KeepChars(neardup_sketch::SketchError),
+    /// The sketch settings are invalid together.
+    Sketch(neardup_sketch::SketchError),
+    /// `--threshold` outside [0, 1].
+    Threshold(f64),
+    /// `--num-perm` outside 1 to [`crate::MAX_NUM_PERM`].
+    NumPerm(usize),
+    /// `--bands` or `--rows` is 0.
+    BandsOrRowsZero {
+        /// `--bands`.
+        bands: usize,
+        /// `--rows`.
+        rows: usize,
+    },
+    /// `--bands` × `--rows` needs more signature positions than `--num-perm`.
+    BandsExceedNumPerm {
+        /// `--bands`.
+        bands: usize,
+        /// `--rows`.
+        rows: usize,
+        /// `--num-perm`.
+        num_perm: usize,
+    },
+    /// `--bands` and `--rows` the sketch cannot use.
+    Bands(neardup_sketch::SketchError),
+    /// No LSH parameters fit the threshold and width.
+    Lsh(neardup_sketch::SketchError),
+    /// One of `--bands` and `--rows` without the other.
+    BandsWithoutRows,
+    /// No `--field`.
+    NoField,
+    /// A `--field` or `--id-field` that is not a field path.
+    FieldPath(neardup_corpus::FieldPathError),
+    /// Neither near-duplicate nor exact detection.
+    NothingToDetect,
+    /// `max_reps = 0` (no bound is `None`).
+    NoRepresentatives,
+    /// `keys.chunk_bytes = 0`.
+    ChunkBytes,
+    /// More threads than [`crate::MAX_THREADS`].
+    Threads(usize),
+    /// A run without inputs.
+    NoInputs,
+    /// A plan of no groups.
+    NoGroups,
+    /// Hot keys made with other sketch or field settings than the run's.
+    HotLayout {
+        /// The settings that differ, the hot keys' value first.
+        differences: Vec<neardup_keys::LayoutDifference>,
+    },
+}
+
+/// Why a settings file cannot be used (a [`ConfigError::File`]).
+#[derive(Debug)]
+pub enum SettingsFileProblem {
+    /// It cannot be read.
+    Read(io::Error),
+    /// It is not valid TOML settings.
+    Toml(toml::de::Error),
+    /// It is not valid JSON settings (or its settings cannot be merged).
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for SettingsFileProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettingsFileProblem::Read(e) => e.fmt(f),
+            SettingsFileProblem::Toml(e) => e.fmt(f),
+            SettingsFileProblem::Json(e) => e.fmt(f),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::File { path, problem } => write!(f, "{}: {problem}", path.display()),
+            ConfigError::ShingleOrStep { shingle, step } => write!(
+                f,
+                "--shingle and --step must be at least 1, got --shingle {shingle} --step {step}"
+            ),
+            ConfigError::DatasketchSeed { seed } => write!(
+                f,
+                "--seed must be at most {} with --hash datasketch (datasketch seeds are 32-bit), \
+                 got {seed}",
+                u32::MAX
+            ),
+            ConfigError::KeepChars(e) => write!(f, "--keep-chars: {e}"),
+            ConfigError::Sketch(e) | ConfigError::Lsh(e) => e.fmt(f),
+            ConfigError::Threshold(t) => write!(f, "--threshold must be within [0, 1], got {t}"),
+            ConfigError::NumPerm(n) => write!(
+                f,
+                "--num-perm must be between 1 and {}, got {n}",
+                crate::MAX_NUM_PERM
+            ),
+            ConfigError::BandsOrRowsZero { bands, rows } => write!(
+                f,
+                "--bands and --rows must be at least 1, got --bands {bands} --rows {rows}"
+            ),
+            ConfigError::BandsExceedNumPerm {
+                bands,
+                rows,
+                num_perm,
+            } => {
+                let needed = bands.saturating_mul(*rows);
+                write!(
+                    f,
+                    "--bands {bands} × --rows {rows} needs {needed} signature positions, more \
+                     than --num-perm {num_perm}: give --num-perm {needed} or more, or fewer \
+                     bands or rows"
+                )
+            }
+            ConfigError::Bands(e) => write!(f, "--bands/--rows: {e}"),
+            ConfigError::BandsWithoutRows => f.write_str("--bands and --rows go together"),
+            ConfigError::NoField => f.write_str("at least one --field is needed"),
+            ConfigError::FieldPath(e) => write!(f, "--field or --id-field: {e}"),
+            ConfigError::NothingToDetect => f.write_str(
+                "with near-duplicate detection off (keys.near = false), exact deduplication must \
+                 be on (keys.exact = true, i.e. no --no-exact)",
+            ),
+            ConfigError::NoRepresentatives => f.write_str(
+                "dedup.max_reps must be at least 1; no bound is None (0 in a settings file, \
+                 --max-reps 0)",
+            ),
+            ConfigError::ChunkBytes => {
+                f.write_str("keys.chunk_bytes must be positive (settings file)")
+            }
+            ConfigError::Threads(n) => write!(
+                f,
+                "--threads must be at most {} (0 uses every core), got {n}",
+                crate::MAX_THREADS
+            ),
+            ConfigError::NoInputs => f.write_str("no inputs given"),
+            ConfigError::NoGroups => f.write_str("--groups must be at least 1"),
+            ConfigError::HotLayout { differences } => {
+                f.write_str(
+                    "the hot keys do not match these settings (pass `apply`, `sign`, `decide` \
+                     and `write` the sketch and field options given to `keys`): ",
+                )?;
+                for (i, d) in differences.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str("; ")?;
+                    }
+                    d.fmt(f)?;
+                }
+                f.write_str(" (the hot keys' value first)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConfigError::File { problem, .. } => match problem {
+                SettingsFileProblem::Read(e) => Some(e),
+                SettingsFileProblem::Toml(e) => Some(e),
+                SettingsFileProblem::Json(e) => Some(e),
+            },
+            ConfigError::KeepChars(e)
+            | ConfigError::Sketch(e)
+            | ConfigError::Bands(e)
+            | ConfigError::Lsh(e) => Some(e),
+            ConfigError::FieldPath(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Error::Config(e)
     }
 }

@@ -58,7 +58,8 @@ pub use distributed::{
     TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
 };
 pub use error::{
-    CorruptValue, Error, InputsError, IoOp, IoTarget, SettingChange, StepKind, StepOutputsError,
+    ConfigError, CorruptValue, Error, InputsError, IoOp, IoTarget, SettingChange,
+    SettingsFileProblem, StepKind, StepOutputsError,
 };
 pub use neardup_exec::CancelToken;
 pub use paths::RunPaths;

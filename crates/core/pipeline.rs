@@ -17,7 +17,7 @@ use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::error::{Error, InputsError, IoOp};
+use crate::error::{ConfigError, Error, InputsError, IoOp};
 use crate::paths::RunPaths;
 
 /// Everything a run did, as written to `--report`.
@@ -349,7 +349,7 @@ pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>),
 /// [`RunPaths::read_discovered`] keeps outputs out of.
 pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<String>), Error> {
     if config.input.inputs.is_empty() {
-        return Err(Error::Usage("no inputs given".into()));
+        return Err(ConfigError::NoInputs.into());
     }
     let found = discover(
         &config.input.inputs,
@@ -382,8 +382,7 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
 /// Stage-1 settings from a config.
 pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
     config.validate()?;
-    let sketcher =
-        Sketcher::new(config.sketch_config()?).map_err(|e| Error::Usage(e.to_string()))?;
+    let sketcher = Sketcher::new(config.sketch_config()?).map_err(ConfigError::Sketch)?;
     let mut k = KeysConfig::new(sketcher, config.selector()?);
     k.rule = config.row_rule();
     k.min_count = config.keys.min_key_count;
@@ -571,11 +570,10 @@ pub(crate) fn check_hot_layout(config: &Config, hot: &TableLayout) -> Result<(),
     if *hot == layout {
         return Ok(());
     }
-    Err(Error::Usage(format!(
-        "the hot keys do not match these settings (pass `apply`, `sign`, `decide` and `write` \
-         the sketch and field options given to `keys`): {} (the hot keys' value first)",
-        hot.differences(&layout).join("; ")
-    )))
+    Err(ConfigError::HotLayout {
+        differences: hot.setting_differences(&layout),
+    }
+    .into())
 }
 
 fn apply_with_mask(
