@@ -16,6 +16,9 @@ pub enum Error {
     Usage(String),
     /// Settings the run cannot start with (exit code 2).
     Config(ConfigError),
+    /// The run's paths conflict: an output is, holds or would be read back as an input, outputs
+    /// collide, or an output cannot be written (exit code 2).
+    Paths(crate::paths::PathConflicts),
     /// Stage 1 failed.
     Keys(neardup_keys::KeysError),
     /// Stage 2 failed.
@@ -74,6 +77,7 @@ impl Error {
         match self {
             Error::Usage(_)
             | Error::Config(_)
+            | Error::Paths(_)
             | Error::StepInput(_)
             | Error::StepOutputs(_)
             | Error::WrongKeyFiles(_) => 2,
@@ -90,6 +94,7 @@ impl fmt::Display for Error {
         match self {
             Error::Usage(m) => f.write_str(m),
             Error::Config(e) => e.fmt(f),
+            Error::Paths(e) => e.fmt(f),
             Error::Corrupt(e) => e.fmt(f),
             Error::StepOutputs(e) => e.fmt(f),
             Error::WrongKeyFiles(e) => e.fmt(f),
@@ -124,6 +129,7 @@ impl std::error::Error for Error {
             Error::Keys(e) | Error::KeyFile(e) | Error::WrongKeyFiles(e) => Some(e),
             Error::Corrupt(e) => Some(e),
             Error::Config(e) => Some(e),
+            Error::Paths(e) => Some(e),
             Error::StepOutputs(e) => Some(e),
             Error::Dedup(e) => Some(e),
             Error::Inputs(_) => None,

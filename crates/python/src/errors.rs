@@ -2,7 +2,7 @@
 //!
 //! | Rust error | Python exception |
 //! | --- | --- |
-//! | invalid settings (`Error::Config`, `Error::Usage`, `Config` of either stage, tables made with other settings, `Error::WrongKeyFiles`), outputs of an earlier step that do not fit (`Error::StepInput`, `Error::StepOutputs`) | `ValueError` |
+//! | invalid settings (`Error::Config`, `Error::Usage`, `Config` of either stage, tables made with other settings, `Error::WrongKeyFiles`), outputs of an earlier step that do not fit (`Error::StepInput`, `Error::StepOutputs`), paths that conflict (`Error::Paths`) | `ValueError` |
 //! | bad input with `on_error="fail"`, inputs changed between the stages | `neardup.InputError` (a `ValueError`) |
 //! | inputs that cannot be used or no input found (`Error::Inputs`) | `FileNotFoundError` |
 //! | an I/O error on a named file (`Error::Io`, `KeysError::Io`, spill and step streams) | the `OSError` subclass of its kind (`FileNotFoundError`, `PermissionError`, …), `errno` set |
@@ -64,6 +64,7 @@ pub fn to_py(e: Error) -> PyErr {
     match e {
         Error::Usage(_)
         | Error::Config(_)
+        | Error::Paths(_)
         | Error::StepInput(_)
         | Error::StepOutputs(_)
         | Error::WrongKeyFiles(_)
