@@ -1038,6 +1038,50 @@ mod tests {
         );
     }
 
+    /// The errors of tables that do not go with the hot keys, or with one another, carry the
+    /// tables, shards and settings their messages are made of.
+    #[test]
+    fn table_mismatches_are_data() {
+        let tables = tables();
+        let (hot, _, _) = merge_tables(&tables, 1).unwrap();
+        let changed = table(1, vec![1, 5, 6, 8]);
+        let err = HotMask::from_tables(&[&tables[0], &changed], &hot).unwrap_err();
+        let KeysError::Config(KeysSettingsError::OtherTables { counted, problems }) = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(counted, &[0, 1, 2]);
+        assert_eq!(
+            problems,
+            &[
+                TableProblem::Checksum {
+                    table: TableName {
+                        shard: 1,
+                        path: None
+                    }
+                },
+                TableProblem::Missing { shard: 2, rows: 2 },
+            ]
+        );
+        let mut other = layout(DESCRIPTION);
+        other.sketch_description = DESCRIPTION.replace("seed=1", "seed=2");
+        let err = layout(DESCRIPTION).check_compatible(&other).unwrap_err();
+        let KeysError::Incompatible(crate::Incompatible::Layout { differences }) = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(
+            differences,
+            &[crate::LayoutDifference::Setting {
+                setting: "--seed",
+                this: "1".into(),
+                other: "2".into(),
+            }]
+        );
+        assert_eq!(
+            err.to_string(),
+            "made with different settings: --seed: 1 vs 2"
+        );
+    }
+
     #[test]
     fn saved_tables_and_hot_files_keep_the_identities() {
         let tmp = tempfile::tempdir().unwrap();
