@@ -784,7 +784,10 @@ fn errors_carry_what_failed_and_their_source() {
         "{err:?}"
     );
     assert_eq!(err.exit_code(), 2);
-    assert_eq!(err.to_string(), "--threshold must be within [0, 1], got 1.5");
+    assert_eq!(
+        err.to_string(),
+        "--threshold must be within [0, 1], got 1.5"
+    );
     // A settings file that is not TOML: the file, and the parser's error as the source.
     let bad = tmp.path().join("bad.toml");
     std::fs::write(&bad, "[sketch\n").unwrap();
@@ -796,6 +799,9 @@ fn errors_carry_what_failed_and_their_source() {
         }) => assert_eq!(path, &bad),
         other => panic!("{other:?}"),
     }
-    assert!(err.source().is_some() && err.to_string().contains("bad.toml"), "{err}");
+    assert!(
+        err.source().is_some() && err.to_string().contains("bad.toml"),
+        "{err}"
+    );
     assert_eq!(err.exit_code(), 2);
 }
