@@ -122,7 +122,7 @@ pub struct InputSettings {
     /// Text fields (dotted paths into JSON objects, or Parquet columns).
     pub fields: Vec<String>,
     /// Several fields: join them into one text per record, or one sample per field.
-    pub fields_mode: FieldsModeSetting,
+    pub fields_mode: FieldsModeKind,
     /// Separator for `join`.
     pub separator: String,
     /// A field carried into every decision as the record's id.
@@ -135,18 +135,19 @@ impl Default for InputSettings {
             inputs: Vec::new(),
             format: None,
             fields: vec!["text".into()],
-            fields_mode: FieldsModeSetting::Join,
+            fields_mode: FieldsModeKind::Join,
             separator: DEFAULT_SEPARATOR.into(),
             id_field: None,
         }
     }
 }
 
-/// How several text fields make samples, as the setting `fields_mode` names it; with the setting
-/// `separator` it becomes the corpus's `FieldsMode` ([`Config::selector`]).
+/// Which way several text fields make samples (the setting `fields_mode`): the kind of the
+/// corpus's `FieldsMode` without its data; with the setting `separator` it becomes one
+/// ([`Config::selector`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum FieldsModeSetting {
+pub enum FieldsModeKind {
     /// One sample per record, the fields newline-joined.
     Join,
     /// One sample per field (lshcurator's semantics).
@@ -392,7 +393,7 @@ impl Preset {
     fn pin(self, c: &mut Config) {
         match self {
             Preset::Lshcurator => {
-                c.input.fields_mode = FieldsModeSetting::Expand;
+                c.input.fields_mode = FieldsModeKind::Expand;
                 // lshcurator keeps the first copy.
                 c.dedup.prefer = Prefer::First;
                 c.sketch = SketchSettings {
@@ -617,10 +618,10 @@ impl Config {
         Ok(TextSelector {
             fields: i.fields.iter().map(parse).collect::<Result<_, _>>()?,
             mode: match i.fields_mode {
-                FieldsModeSetting::Join => FieldsMode::Join {
+                FieldsModeKind::Join => FieldsMode::Join {
                     separator: i.separator.clone(),
                 },
-                FieldsModeSetting::Expand => FieldsMode::Expand,
+                FieldsModeKind::Expand => FieldsMode::Expand,
             },
             id_field: i.id_field.as_ref().map(parse).transpose()?,
             rank_field: None,

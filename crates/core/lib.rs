@@ -49,7 +49,7 @@ mod step_values;
 mod steps;
 
 pub use config::{
-    Config, DedupSettings, FieldsModeSetting, InputSettings, KeysSettings, Layers, LshWeights,
+    Config, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers, LshWeights,
     MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings,
     UnknownPreset,
 };
