@@ -485,7 +485,7 @@ fn indexes_that_do_not_fit_the_run_are_refused_naming_why() {
         "--min-key-count",
         "2",
     ]));
-    assert!(e.contains("min_key_count"), "{e}");
+    assert!(e.contains("--min-key-count 1"), "{e}");
     let e = refused(&mut dedup_c(&["--against", "idx-a", "--prefer", "longest"]));
     assert!(e.contains("first"), "{e}");
     // Not an index, a damaged one.

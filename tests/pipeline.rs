@@ -774,4 +774,34 @@ fn errors_carry_what_failed_and_their_source() {
     }
     assert!(err.to_string().starts_with("cannot write "), "{err}");
     assert!(err.source().is_some());
+
+    // Settings: the setting and its value, exit code 2.
+    let mut c = Config::default();
+    c.dedup.threshold = 1.5;
+    let err = c.validate().unwrap_err();
+    assert!(
+        matches!(err, neardup::Error::Config(neardup::ConfigError::Threshold(t)) if t == 1.5),
+        "{err:?}"
+    );
+    assert_eq!(err.exit_code(), 2);
+    assert_eq!(
+        err.to_string(),
+        "--threshold must be within [0, 1], got 1.5"
+    );
+    // A settings file that is not TOML: the file, and the parser's error as the source.
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "[sketch\n").unwrap();
+    let err = Config::load(&bad).unwrap_err();
+    match &err {
+        neardup::Error::Config(neardup::ConfigError::File {
+            path,
+            problem: neardup::SettingsFileProblem::Toml(_),
+        }) => assert_eq!(path, &bad),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        err.source().is_some() && err.to_string().contains("bad.toml"),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), 2);
 }

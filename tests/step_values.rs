@@ -11,7 +11,7 @@ use std::process::Command;
 use neardup::keys::{HotKeys, HotSummary, KeyTable};
 use neardup::{
     Config, DecidedGroup, DecidedInput, Error, RunControl, SignedInput, SignedShard, StepInput,
-    TableInput,
+    StepKind, StepOutputsError, TableInput,
 };
 
 fn neardup() -> Command {
@@ -318,7 +318,7 @@ fn values_and_directories_mix_and_are_the_same_bytes() {
 
 fn corrupt(e: Error) -> String {
     match e {
-        Error::Corrupt(m) => m,
+        Error::Corrupt(c) => c.to_string(),
         other => panic!("expected a corrupt-bytes error, got {other:?}"),
     }
 }
@@ -384,17 +384,23 @@ fn bytes_round_trip_and_damage_is_refused() {
     assert!(DecidedGroup::from_bytes(&dbytes).unwrap() == decided);
     let e = SignedShard::from_bytes(&dbytes).unwrap_err();
     assert!(
-        matches!(&e, Error::Usage(m) if m.contains("a DecidedGroup, not a SignedShard")),
+        matches!(
+            &e,
+            Error::StepOutputs(StepOutputsError::OtherKind {
+                expected: StepKind::Sign,
+                found: Some(StepKind::Decide)
+            })
+        ) && e.to_string().contains("a DecidedGroup, not a SignedShard"),
         "{e}"
     );
     assert_eq!(decided.shards_held(), vec![0, 1]);
     assert_eq!(decided.manifest().decided.len(), 2);
 }
 
-/// The message of a refused step.
+/// The message of a refused step (an error in the arguments: exit code 2).
 fn refused<T: std::fmt::Debug>(r: Result<T, Error>) -> String {
     match r {
-        Err(e @ Error::Usage(_)) => e.to_string(),
+        Err(e) if e.exit_code() == 2 => e.to_string(),
         other => panic!("expected a usage error, got {other:?}"),
     }
 }

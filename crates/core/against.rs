@@ -8,14 +8,15 @@ use std::sync::Arc;
 use neardup_corpus::{AtomicFile, InputFile, SampleAddr, read_decisions};
 use neardup_dedup::{Decision, PriorState, Stage2Config};
 use neardup_index::{
-    IndexBuilder, IndexError, IndexFile, IndexSettings, IndexedDecision, ResolveOptions, SavedIndex,
+    DecisionsMismatch, IndexBuilder, IndexError, IndexFile, IndexSettings, IndexedDecision,
+    ResolveOptions, SavedIndex,
 };
 use neardup_keys::{FileRows, HotKeys, KeysConfig, ShardTables, TableReader};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 use crate::config::Config;
-use crate::error::Error;
+use crate::error::{Error, IndexUseError};
 use crate::pipeline::keys_config;
 
 /// What a run against saved indexes read of them (in the report).
@@ -66,14 +67,11 @@ pub struct IndexReport {
 /// Refuses `--index-out` in the distributed stage-2 steps (`sign`, `decide`, `write`), none of
 /// which sees a whole run: the index of a distributed run is made from its key tables and
 /// decisions by `neardup index`.
-pub(crate) fn not_in_steps(config: &Config, step: &str) -> Result<(), Error> {
+pub(crate) fn not_in_steps(config: &Config, step: &'static str) -> Result<(), Error> {
     if config.output.index_out.is_none() {
         return Ok(());
     }
-    Err(Error::Usage(format!(
-        "`{step}` does not save an index (--index-out): make the index of a distributed run \
-         with `neardup index` from its key tables and decisions"
-    )))
+    Err(Error::IndexUse(IndexUseError::NotSaved { step }))
 }
 
 /// The part of an index's state a `sign` or `write` step needs: only how many files come
@@ -93,13 +91,9 @@ pub(crate) fn group_start(
     hot: &neardup_keys::HotSummary,
     group: u32,
 ) -> Result<PriorState, Error> {
-    let path = hot.source().ok_or_else(|| {
-        Error::Usage(
-            "`decide` against a saved index needs the hot keys themselves: give the hot-key file \
-             (a summary of keys in memory does not hold them)"
-                .into(),
-        )
-    })?;
+    let path = hot
+        .source()
+        .ok_or(Error::IndexUse(IndexUseError::HotKeysInMemory))?;
     let keys = HotKeys::load(path).map_err(Error::KeyFile)?;
     let cfg = crate::pipeline::stage2_config(config)?;
     let state = index.resolve(
@@ -262,9 +256,10 @@ impl<'a> IndexRecorder<'a> {
         });
         let row = match row {
             Some(None) => {
-                self.failed = Some(IndexError::Decisions(
-                    "more samples with a text than the table has rows".into(),
-                ));
+                self.failed = Some(IndexError::Decisions {
+                    path: None,
+                    mismatch: DecisionsMismatch::MoreSamplesThanRows,
+                });
                 return;
             }
             Some(Some(r)) => Some(r),
@@ -281,11 +276,13 @@ impl<'a> IndexRecorder<'a> {
             return Err(e.into());
         }
         if self.next_row * self.columns != self.keys.len() {
-            return Err(IndexError::Decisions(format!(
-                "{} samples with a text were decided, and the table has {} rows",
-                self.next_row,
-                self.keys.len() / self.columns.max(1)
-            ))
+            return Err(IndexError::Decisions {
+                path: None,
+                mismatch: DecisionsMismatch::FewerSamplesThanRows {
+                    samples: self.next_row as u64,
+                    rows: (self.keys.len() / self.columns.max(1)) as u64,
+                },
+            }
             .into());
         }
         Ok(self.builder.finish())
@@ -406,13 +403,17 @@ pub fn build_index(
         .collect();
     let base = earlier_names.len() as u32;
     let mut builder = IndexBuilder::new(settings, files, earlier)?;
-    let rows = read_decisions(decisions)
-        .map_err(|e| Error::Usage(format!("{}: {e}", decisions.display())))?;
-    let wrong = |what: String| {
-        Error::Index(IndexError::Decisions(format!(
-            "{}: {what}",
-            decisions.display()
-        )))
+    let rows = read_decisions(decisions).map_err(|e| {
+        Error::IndexUse(IndexUseError::Decisions {
+            path: decisions.to_path_buf(),
+            source: Box::new(e),
+        })
+    })?;
+    let wrong = |mismatch: DecisionsMismatch| {
+        Error::Index(IndexError::Decisions {
+            path: Some(decisions.to_path_buf()),
+            mismatch,
+        })
     };
     let columns = shards.layout.columns();
     let mut decisions_iter = rows.iter().peekable();
@@ -451,6 +452,7 @@ pub fn build_index(
             table_at += 1;
         }
     };
+    let mut rows_used = 0u64;
     for (fi, f) in shards.files.iter().enumerate() {
         let name = f.input.path.display().to_string();
         let file = base + fi as u32;
@@ -458,20 +460,22 @@ pub fn build_index(
         // The decisions of this file's samples, in order.
         while let Some(d) = decisions_iter.next_if(|d| d.file == name) {
             samples_in_file += 1;
-            let addr_of = |file: &Option<String>,
-                           record: Option<u64>|
-             -> Result<SampleAddr, Error> {
-                match (file, record) {
-                    (Some(f), Some(r)) => Ok(SampleAddr {
-                        file: *number
-                            .get(f)
-                            .ok_or_else(|| wrong(format!("it names {f}, a file of neither these tables nor the indexes given")))?,
-                        record: r,
-                        field: 0,
-                    }),
-                    _ => Err(wrong("a decision without its cluster (decisions of an older neardup: make them again)".into())),
-                }
-            };
+            let addr_of =
+                |file: &Option<String>, record: Option<u64>| -> Result<SampleAddr, Error> {
+                    match (file, record) {
+                        (Some(f), Some(r)) => Ok(SampleAddr {
+                            file: *number.get(f).ok_or_else(|| {
+                                wrong(DecisionsMismatch::UnknownFile { name: f.clone() })
+                            })?,
+                            record: r,
+                            field: 0,
+                        }),
+                        _ => Err(wrong(DecisionsMismatch::NoCluster {
+                            file: d.file.clone(),
+                            record: d.record,
+                        })),
+                    }
+                };
             let addr = SampleAddr {
                 file,
                 record: d.record,
@@ -483,9 +487,8 @@ pub fn build_index(
                 addr_of(&d.cluster_file, d.cluster_record)?
             };
             let keys = if IndexBuilder::has_row(d.reason) {
-                Some(next_row()?.ok_or_else(|| {
-                    wrong("more samples with a text than the tables have rows".into())
-                })?)
+                rows_used += 1;
+                Some(next_row()?.ok_or_else(|| wrong(DecisionsMismatch::MoreSamplesThanRows))?)
             } else {
                 None
             };
@@ -500,23 +503,20 @@ pub fn build_index(
             )?;
         }
         if samples_in_file == 0 && f.rows > 0 {
-            return Err(wrong(format!(
-                "it has no decision for {name}, which the tables list (give the decisions of the \
-                 run that made these tables)"
-            )));
+            return Err(wrong(DecisionsMismatch::NoDecisionsFor { name }));
         }
     }
     if let Some(d) = decisions_iter.next() {
-        return Err(wrong(format!(
-            "a decision for {} record {} where the tables have no more samples (give the tables \
-             of every shard, and the decisions of the run that made them)",
-            d.file, d.record
-        )));
+        return Err(wrong(DecisionsMismatch::PastTables {
+            file: d.file.clone(),
+            record: d.record,
+        }));
     }
     if next_row()?.is_some() {
-        return Err(wrong(
-            "the tables have more rows than the decisions have samples with a text".into(),
-        ));
+        return Err(wrong(DecisionsMismatch::FewerSamplesThanRows {
+            samples: rows_used,
+            rows: shards.files.iter().map(|f| f.rows).sum(),
+        }));
     }
     let mut index = builder.finish();
     let read = complete_index(config, &mut index)?;

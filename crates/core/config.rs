@@ -18,7 +18,7 @@ use neardup_sketch::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::Error;
+use crate::error::{ConfigError, Error, SettingsFileProblem};
 
 /// How (bands, rows) are chosen for a threshold when they are not given: the weights of LSH's
 /// false-positive area (pairs below the threshold that become candidates) and false-negative
@@ -122,7 +122,7 @@ pub struct InputSettings {
     /// Text fields (dotted paths into JSON objects, or Parquet columns).
     pub fields: Vec<String>,
     /// Several fields: join them into one text per record, or one sample per field.
-    pub fields_mode: FieldsModeSetting,
+    pub fields_mode: FieldsModeKind,
     /// Separator for `join`.
     pub separator: String,
     /// A field carried into every decision as the record's id.
@@ -135,18 +135,19 @@ impl Default for InputSettings {
             inputs: Vec::new(),
             format: None,
             fields: vec!["text".into()],
-            fields_mode: FieldsModeSetting::Join,
+            fields_mode: FieldsModeKind::Join,
             separator: DEFAULT_SEPARATOR.into(),
             id_field: None,
         }
     }
 }
 
-/// How several text fields make samples, as the setting `fields_mode` names it; with the setting
-/// `separator` it becomes the corpus's `FieldsMode` ([`Config::selector`]).
+/// Which way several text fields make samples (the setting `fields_mode`): the kind of the
+/// corpus's `FieldsMode` without its data; with the setting `separator` it becomes one
+/// ([`Config::selector`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum FieldsModeSetting {
+pub enum FieldsModeKind {
     /// One sample per record, the fields newline-joined.
     Join,
     /// One sample per field (lshcurator's semantics).
@@ -399,7 +400,7 @@ impl Preset {
     fn pin(self, c: &mut Config) {
         match self {
             Preset::Lshcurator => {
-                c.input.fields_mode = FieldsModeSetting::Expand;
+                c.input.fields_mode = FieldsModeKind::Expand;
                 // lshcurator keeps the first copy.
                 c.dedup.prefer = Prefer::First;
                 c.sketch = SketchSettings {
@@ -488,7 +489,10 @@ impl Config {
     /// they are: a settings file is one layer of [`Layers`].
     pub fn merge_file(&mut self, path: &Path) -> Result<(), Error> {
         let (_, named) = read_settings_file(path)?;
-        let bad = |e: serde_json::Error| Error::Usage(format!("{}: {e}", path.display()));
+        let bad = |e: serde_json::Error| ConfigError::File {
+            path: path.to_path_buf(),
+            problem: SettingsFileProblem::Json(e),
+        };
         let mut merged = serde_json::to_value(&*self).map_err(bad)?;
         if let serde_json::Value::Object(sections) = named {
             for (section, fields) in sections {
@@ -510,18 +514,14 @@ impl Config {
     pub fn sketch_config(&self) -> Result<SketchConfig, Error> {
         let s = &self.sketch;
         if s.shingle == 0 || s.step == 0 {
-            return Err(Error::Usage(format!(
-                "--shingle and --step must be at least 1, got --shingle {} --step {}",
-                s.shingle, s.step
-            )));
+            return Err(ConfigError::ShingleOrStep {
+                shingle: s.shingle,
+                step: s.step,
+            }
+            .into());
         }
         if s.hash == HashScheme::Datasketch && s.seed > u64::from(u32::MAX) {
-            return Err(Error::Usage(format!(
-                "--seed must be at most {} with --hash datasketch (datasketch seeds are 32-bit), \
-                 got {}",
-                u32::MAX,
-                s.seed
-            )));
+            return Err(ConfigError::DatasketchSeed { seed: s.seed }.into());
         }
         let shingler = match s.tokenize {
             ShingleUnit::Char => Shingler::Chars {
@@ -544,7 +544,7 @@ impl Config {
         let keep_chars = match &s.keep_chars {
             Some(spec) => Some(
                 spec.parse::<CharClassSet>()
-                    .map_err(|e| Error::Usage(format!("--keep-chars: {e}")))?,
+                    .map_err(ConfigError::KeepChars)?,
             ),
             None => None,
         };
@@ -567,7 +567,7 @@ impl Config {
             lsh,
             band_keys: s.band_keys,
         };
-        config.validate().map_err(|e| Error::Usage(e.to_string()))?;
+        config.validate().map_err(ConfigError::Sketch)?;
         Ok(config)
     }
 
@@ -578,33 +578,25 @@ impl Config {
         let s = &self.sketch;
         let t = self.dedup.threshold;
         if !(0.0..=1.0).contains(&t) {
-            return Err(Error::Usage(format!(
-                "--threshold must be within [0, 1], got {t}"
-            )));
+            return Err(ConfigError::Threshold(t).into());
         }
         if !(1..=MAX_NUM_PERM).contains(&s.num_perm) {
-            return Err(Error::Usage(format!(
-                "--num-perm must be between 1 and {MAX_NUM_PERM}, got {}",
-                s.num_perm
-            )));
+            return Err(ConfigError::NumPerm(s.num_perm).into());
         }
         match (s.bands, s.rows) {
             (Some(b), Some(r)) => {
                 if b == 0 || r == 0 {
-                    return Err(Error::Usage(format!(
-                        "--bands and --rows must be at least 1, got --bands {b} --rows {r}"
-                    )));
+                    return Err(ConfigError::BandsOrRowsZero { bands: b, rows: r }.into());
                 }
                 if b.saturating_mul(r) > s.num_perm {
-                    return Err(Error::Usage(format!(
-                        "--bands {b} × --rows {r} needs {} signature positions, more than \
-                         --num-perm {}: give --num-perm {} or more, or fewer bands or rows",
-                        b.saturating_mul(r),
-                        s.num_perm,
-                        b.saturating_mul(r)
-                    )));
+                    return Err(ConfigError::BandsExceedNumPerm {
+                        bands: b,
+                        rows: r,
+                        num_perm: s.num_perm,
+                    }
+                    .into());
                 }
-                LshParams::new(b, r).map_err(|e| Error::Usage(format!("--bands/--rows: {e}")))
+                LshParams::new(b, r).map_err(|e| ConfigError::Bands(e).into())
             }
             (None, None) => {
                 let w = LshWeights::for_verify(self.dedup.verify);
@@ -614,9 +606,9 @@ impl Config {
                     w.false_positive,
                     w.false_negative,
                 )
-                .map_err(|e| Error::Usage(e.to_string()))
+                .map_err(|e| ConfigError::Lsh(e).into())
             }
-            _ => Err(Error::Usage("--bands and --rows go together".into())),
+            _ => Err(ConfigError::BandsWithoutRows.into()),
         }
     }
 
@@ -624,19 +616,19 @@ impl Config {
     pub fn selector(&self) -> Result<TextSelector, Error> {
         let i = &self.input;
         if i.fields.is_empty() {
-            return Err(Error::Usage("at least one --field is needed".into()));
+            return Err(ConfigError::NoField.into());
         }
         let parse = |f: &String| {
             f.parse::<FieldPath>()
-                .map_err(|e| Error::Usage(format!("--field or --id-field: {e}")))
+                .map_err(|e| Error::from(ConfigError::FieldPath(e)))
         };
         Ok(TextSelector {
             fields: i.fields.iter().map(parse).collect::<Result<_, _>>()?,
             mode: match i.fields_mode {
-                FieldsModeSetting::Join => FieldsMode::Join {
+                FieldsModeKind::Join => FieldsMode::Join {
                     separator: i.separator.clone(),
                 },
-                FieldsModeSetting::Expand => FieldsMode::Expand,
+                FieldsModeKind::Expand => FieldsMode::Expand,
             },
             id_field: i.id_field.as_ref().map(parse).transpose()?,
             rank_field: None,
@@ -670,40 +662,21 @@ impl Config {
         self.selector()?;
         self.validate_run()?;
         if !self.keys.near && !self.keys.exact {
-            return Err(Error::Usage(
-                "with near-duplicate detection off (keys.near = false), exact deduplication must \
-                 be on (keys.exact = true, i.e. no --no-exact)"
-                    .into(),
-            ));
+            return Err(ConfigError::NothingToDetect.into());
         }
         if self.dedup.max_reps == Some(0) {
-            return Err(Error::Usage(
-                "dedup.max_reps must be at least 1; no bound is None (0 in a settings file, \
-                 --max-reps 0)"
-                    .into(),
-            ));
+            return Err(ConfigError::NoRepresentatives.into());
         }
         if !self.dedup.against.is_empty() || self.output.index_out.is_some() {
             if self.keys.min_key_count != 1 {
-                return Err(Error::Usage(format!(
-                    "a run against an index or saving one needs keys.min_key_count = 1 (got {}): \
-                     with more, records of a later run could change this run's decisions",
-                    self.keys.min_key_count
-                )));
+                return Err(ConfigError::IndexMinCount(self.keys.min_key_count).into());
             }
             if !self.dedup.prefer.is_input_order() {
-                return Err(Error::Usage(
-                    "a run against an index or saving one keeps the first copy (dedup.prefer = \
-                     first): the indexed runs' decisions are final, and a preference would rank \
-                     later records before theirs"
-                        .into(),
-                ));
+                return Err(ConfigError::IndexPrefer.into());
             }
         }
         if self.keys.chunk_bytes == 0 {
-            return Err(Error::Usage(
-                "keys.chunk_bytes must be positive (settings file)".into(),
-            ));
+            return Err(ConfigError::ChunkBytes.into());
         }
         Ok(())
     }
@@ -711,10 +684,7 @@ impl Config {
     /// Checks the settings every step uses, the sketch aside: the thread count.
     pub fn validate_run(&self) -> Result<(), Error> {
         if self.run.threads > MAX_THREADS {
-            return Err(Error::Usage(format!(
-                "--threads must be at most {MAX_THREADS} (0 uses every core), got {}",
-                self.run.threads
-            )));
+            return Err(ConfigError::Threads(self.run.threads).into());
         }
         Ok(())
     }
@@ -723,16 +693,21 @@ impl Config {
 /// A settings file read twice: as a whole `Config` (so that its errors carry their line and
 /// column, and unknown names are refused), and as the settings it names, to be merged.
 fn read_settings_file(path: &Path) -> Result<(Config, serde_json::Value), Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
-    let bad = |e: &dyn std::fmt::Display| Error::Usage(format!("{}: {e}", path.display()));
+    let bad = |problem: SettingsFileProblem| ConfigError::File {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(SettingsFileProblem::Read(e)))?;
     if path.extension().is_some_and(|e| e == "toml") {
-        let config: Config = toml::from_str(&text).map_err(|e| bad(&e))?;
-        let named: toml::Value = toml::from_str(&text).map_err(|e| bad(&e))?;
-        Ok((config, serde_json::to_value(named).map_err(|e| bad(&e))?))
+        let toml = |e| bad(SettingsFileProblem::Toml(e));
+        let json = |e| bad(SettingsFileProblem::Json(e));
+        let config: Config = toml::from_str(&text).map_err(toml)?;
+        let named: toml::Value = toml::from_str(&text).map_err(toml)?;
+        Ok((config, serde_json::to_value(named).map_err(json)?))
     } else {
-        let config: Config = serde_json::from_str(&text).map_err(|e| bad(&e))?;
-        let named: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(&e))?;
+        let json = |e| bad(SettingsFileProblem::Json(e));
+        let config: Config = serde_json::from_str(&text).map_err(json)?;
+        let named: serde_json::Value = serde_json::from_str(&text).map_err(json)?;
         Ok((config, named))
     }
 }

@@ -32,7 +32,7 @@ use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
-use crate::error::{Error, IoOp, IoTarget};
+use crate::error::{Error, IoOp, IoTarget, SettingChange, StepKind, StepOutputsError};
 use crate::paths::RunPaths;
 use crate::pipeline::{
     Report, RunControl, check_hot_layout, keys_config, publish_error, stage2_config, wrong_tables,
@@ -94,59 +94,47 @@ impl DecideSettings {
     pub(crate) fn check(
         &self,
         theirs: &DecideSettings,
-        step: &str,
+        step: StepKind,
         what: &str,
     ) -> Result<(), Error> {
-        let mut differ = Vec::new();
-        if self.threshold != theirs.threshold {
-            differ.push(format!(
-                "--threshold: {} here, {} there",
-                self.threshold, theirs.threshold
-            ));
-        }
-        if self.max_reps != theirs.max_reps {
-            let show = |m: Option<usize>| m.map_or("unbounded".to_string(), |m| m.to_string());
-            differ.push(format!(
-                "--max-reps: {} here, {} there",
-                show(self.max_reps),
-                show(theirs.max_reps)
-            ));
-        }
-        if self.verify != theirs.verify {
-            differ.push(
-                format!(
-                    "--verify: {:?} here, {:?} there",
-                    self.verify, theirs.verify
-                )
-                .to_lowercase(),
-            );
-        }
-        if self.prefer != theirs.prefer {
-            differ.push(format!(
-                "--prefer: {} here, {} there",
-                self.prefer, theirs.prefer
-            ));
-        }
-        if self.against != theirs.against {
-            let show = |a: Option<AgainstId>| {
-                a.map_or("no index".to_string(), |a| {
-                    format!("indexes of {} files ({:016x})", a.files, a.fingerprint)
-                })
-            };
-            differ.push(format!(
-                "--against: {} here, {} there",
-                show(self.against),
-                show(theirs.against)
-            ));
-        }
-        if differ.is_empty() {
+        let mut changes = Vec::new();
+        let mut differ = |setting: &'static str, here: String, there: String| {
+            if here != there {
+                changes.push(SettingChange {
+                    setting,
+                    here,
+                    there,
+                });
+            }
+        };
+        differ(
+            "--threshold",
+            self.threshold.to_string(),
+            theirs.threshold.to_string(),
+        );
+        let show = |m: Option<usize>| m.map_or("unbounded".to_string(), |m| m.to_string());
+        differ("--max-reps", show(self.max_reps), show(theirs.max_reps));
+        let verify = |v: neardup_dedup::Verify| format!("{v:?}").to_lowercase();
+        differ("--verify", verify(self.verify), verify(theirs.verify));
+        differ(
+            "--prefer",
+            self.prefer.to_string(),
+            theirs.prefer.to_string(),
+        );
+        let against = |a: Option<AgainstId>| {
+            a.map_or("no index".to_string(), |a| {
+                format!("indexes of {} files ({:016x})", a.files, a.fingerprint)
+            })
+        };
+        differ("--against", against(self.against), against(theirs.against));
+        if changes.is_empty() {
             return Ok(());
         }
-        Err(Error::Usage(format!(
-            "{what} was made by `{step}` with other decision settings ({}): give every step the \
-             same --threshold, --max-reps, --verify, --prefer and --against",
-            differ.join("; ")
-        )))
+        Err(Error::StepOutputs(StepOutputsError::OtherSettings {
+            step,
+            origin: what.to_string(),
+            changes,
+        }))
     }
 }
 
@@ -403,12 +391,10 @@ fn decide_into(
     let fingerprint = hot.fingerprint();
     let groups = hot.groups();
     if group >= groups {
-        return Err(Error::Usage(format!(
-            "--group {group} is out of range: the hot-key file's plan has {groups} group{} \
-             (0 to {})",
-            if groups == 1 { "" } else { "s" },
-            groups - 1
-        )));
+        return Err(Error::StepOutputs(StepOutputsError::GroupOutOfRange {
+            group,
+            groups,
+        }));
     }
     let shards = hot.tables().len() as u32;
     let settings = DecideSettings::of(config, against.as_ref());
@@ -419,28 +405,27 @@ fn decide_into(
             .iter()
             .find(|o| o.manifest.place.index == g.manifest.place.index)
         {
-            return Err(Error::Usage(format!(
-                "{} and {} are both the sign output of shard {}: give each shard's once",
-                other.origin, g.origin, g.manifest.place.shard
-            )));
+            return Err(Error::StepOutputs(StepOutputsError::SameShard {
+                first: other.origin.clone(),
+                second: g.origin.clone(),
+                shard: g.manifest.place.shard,
+            }));
         }
         given.push(g);
     }
     given.sort_by_key(|g| g.manifest.place.index);
     if given.len() as u32 != shards {
         let have: Vec<u32> = given.iter().map(|g| g.manifest.place.shard).collect();
-        let missing: Vec<String> = hot
+        let missing: Vec<u32> = hot
             .tables()
             .iter()
             .filter(|t| !have.contains(&t.shard))
-            .map(|t| t.shard.to_string())
+            .map(|t| t.shard)
             .collect();
-        return Err(Error::Usage(format!(
-            "the hot keys were counted from {shards} shards, and the sign outputs of shard{} {} \
-             are missing: `decide` needs every shard's sign output",
-            if missing.len() == 1 { "" } else { "s" },
-            missing.join(", ")
-        )));
+        return Err(Error::StepOutputs(StepOutputsError::MissingShards {
+            shards,
+            missing,
+        }));
     }
     let first = &given[0].manifest;
     let shape = SignedShape {
@@ -458,10 +443,10 @@ fn decide_into(
     for g in &given {
         let m = &g.manifest;
         if (m.num_perm, m.columns, m.shingles) != (shape.num_perm, shape.columns, shape.texts) {
-            return Err(Error::Usage(format!(
-                "{}: signed with other settings than {}",
-                g.origin, given[0].origin
-            )));
+            return Err(Error::StepOutputs(StepOutputsError::SignedDifferently {
+                origin: g.origin.clone(),
+                first: given[0].origin.clone(),
+            }));
         }
         g.check_holds(group, &wanted_by)?;
         files.extend(m.files.iter().cloned());
@@ -607,27 +592,23 @@ pub fn write_shard<'a>(
     for input in decided {
         let g = Given::read(input, fingerprint, &settings)?;
         if let Some(other) = given.iter().find(|o| o.manifest.group == g.manifest.group) {
-            return Err(Error::Usage(format!(
-                "{} and {} both decided group {}: give each group's decide output once",
-                other.origin, g.origin, g.manifest.group
-            )));
+            return Err(Error::StepOutputs(StepOutputsError::SameGroup {
+                first: other.origin.clone(),
+                second: g.origin.clone(),
+                group: g.manifest.group,
+            }));
         }
         given.push(g);
     }
     given.sort_by_key(|g| g.manifest.group);
     if given.len() as u32 != groups {
-        let missing: Vec<String> = (0..groups)
+        let missing: Vec<u32> = (0..groups)
             .filter(|n| !given.iter().any(|g| g.manifest.group == *n))
-            .map(|n| n.to_string())
             .collect();
-        return Err(Error::Usage(format!(
-            "the plan has {groups} group{}, and the decide outputs of group{} {} are missing: \
-             `write` needs every group's (--decided decided-0 … decided-{})",
-            if groups == 1 { "" } else { "s" },
-            if missing.len() == 1 { "" } else { "s" },
-            missing.join(", "),
-            groups - 1
-        )));
+        return Err(Error::StepOutputs(StepOutputsError::MissingGroups {
+            groups,
+            missing,
+        }));
     }
     let names = given[0].manifest.files.clone();
     let shard_names: Vec<String> = inputs
@@ -636,13 +617,11 @@ pub fn write_shard<'a>(
         .collect();
     let base = place.file_base as usize + against.as_ref().map_or(0, |i| i.files().len());
     if names.get(base..base + shard_names.len()) != Some(&shard_names[..]) {
-        return Err(Error::Usage(format!(
-            "{}: the decided files name other input files for shard {} than its key table \
-             {}: were the inputs moved or renamed after `sign`?",
-            given[0].origin,
-            place.shard,
-            table.name()
-        )));
+        return Err(Error::StepOutputs(StepOutputsError::OtherInputs {
+            origin: given[0].origin.clone(),
+            shard: place.shard,
+            table: table.name().to_string(),
+        }));
     }
     let wanted_by = format!("`write` of shard {}", place.shard);
     for g in &given {

@@ -50,7 +50,7 @@ mod step_values;
 mod steps;
 
 pub use config::{
-    Config, DedupSettings, FieldsModeSetting, InputSettings, KeysSettings, Layers, LshWeights,
+    Config, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers, LshWeights,
     MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings,
     UnknownPreset,
 };
@@ -58,9 +58,12 @@ pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
     TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
 };
-pub use error::{Error, InputsError, IoOp, IoTarget};
+pub use error::{
+    ConfigError, CorruptValue, Error, IndexUseError, InputsError, IoOp, IoTarget, SettingChange,
+    SettingsFileProblem, StepKind, StepOutputsError,
+};
 pub use neardup_exec::CancelToken;
-pub use paths::RunPaths;
+pub use paths::{NamedPath, PathConflict, PathConflicts, RunPaths, SourceRelation, Unwritable};
 pub use pipeline::{
     DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,
     discover_inputs, discover_inputs_and_sources, keys_config, save_json, stage2_config,

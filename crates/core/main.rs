@@ -29,14 +29,21 @@ fn main() -> ExitCode {
                 "neardup: interrupted by {name}; nothing was published and the files this run had \
                  written were removed"
             ),
-            Err(e) => eprintln!("neardup: error: {e}\nneardup: interrupted by {name}"),
+            Err(e) => eprintln!(
+                "neardup: error: {}\nneardup: interrupted by {name}",
+                cli::view::error_message(e)
+            ),
         }
         return ExitCode::from((128 + signal) as u8);
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "neardup: error: {e}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "neardup: error: {}",
+                cli::view::error_message(&e)
+            );
             ExitCode::from(e.exit_code() as u8)
         }
     }

@@ -21,6 +21,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::fmt;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -48,6 +49,12 @@ struct Output {
     what: String,
     path: PathBuf,
     kind: OutputKind,
+}
+
+impl Output {
+    fn named(&self) -> NamedPath {
+        NamedPath::new(&self.what, &self.path)
+    }
 }
 
 #[derive(Debug)]
@@ -230,20 +237,20 @@ impl RunPaths {
             if out.path.to_str().is_none() {
                 refusals.push(
                     out,
-                    format!(
-                        "{} {} is not a valid UTF-8 path (reports record paths as text): choose \
-                         another name",
-                        out.what,
-                        out.path.display()
-                    ),
+                    PathConflict::NotUtf8 {
+                        output: out.named(),
+                    },
                 );
                 continue;
             }
             match resolve(&out.path) {
                 Ok(r) => resolved.push((out, r)),
-                Err(e) => refusals.push(
+                Err(source) => refusals.push(
                     out,
-                    format!("cannot resolve {} {}: {e}", out.what, out.path.display()),
+                    PathConflict::Unresolvable {
+                        output: out.named(),
+                        source,
+                    },
                 ),
             }
         }
@@ -257,8 +264,8 @@ impl RunPaths {
         for source in &self.sources {
             let what_source = match source.kind {
                 SourceKind::File(_) => continue,
-                SourceKind::Dir(_) => format!("the input directory {}", source.arg),
-                SourceKind::Glob { .. } => format!("the input glob {}", source.arg),
+                SourceKind::Dir(_) => NamedPath::new("the input directory", &source.arg),
+                SourceKind::Glob { .. } => NamedPath::new("the input glob", &source.arg),
             };
             let Ok(root) = std::fs::canonicalize(source.root()) else {
                 continue;
@@ -267,20 +274,19 @@ impl RunPaths {
                 if refusals.refused(out) {
                     continue;
                 }
-                let (what, shown) = (&out.what, out.path.display());
                 if matches!(out.kind, OutputKind::Dataset { .. }) && root.starts_with(&r.path) {
                     let relation = match (&source.kind, root == r.path) {
-                        (_, false) => "contains",
-                        (SourceKind::Glob { .. }, true) => "is the directory of",
-                        _ => "is",
+                        (_, false) => SourceRelation::Contains,
+                        (SourceKind::Glob { .. }, true) => SourceRelation::DirectoryOf,
+                        _ => SourceRelation::Is,
                     };
                     refusals.push(
                         out,
-                        format!(
-                            "{what} {shown} {relation} {what_source}: the outputs would replace \
-                             or mix with the inputs; choose an output directory outside the \
-                             input tree"
-                        ),
+                        PathConflict::HoldsSource {
+                            output: out.named(),
+                            relation,
+                            source: what_source.clone(),
+                        },
                     );
                     continue;
                 }
@@ -296,11 +302,11 @@ impl RunPaths {
                 if read_back {
                     refusals.push(
                         out,
-                        format!(
-                            "{what} {shown} is within {what_source}: a later run over it would \
-                             read the outputs back as input; choose a path outside the input \
-                             tree"
-                        ),
+                        PathConflict::InsideSource {
+                            output: out.named(),
+                            source: what_source.clone(),
+                            object_storage: false,
+                        },
                     );
                 }
             }
@@ -317,11 +323,9 @@ impl RunPaths {
             if matches!(out.kind, OutputKind::SpillDir) && is_url_path(&out.path) {
                 refusals.push(
                     out,
-                    format!(
-                        "{} {}: spill files are scratch space read back many times over; give                          a local directory (object storage takes every input and output of a                          run, not its scratch space)",
-                        out.what,
-                        out.path.display()
-                    ),
+                    PathConflict::SpillOnObjectStorage {
+                        output: out.named(),
+                    },
                 );
             }
         }
@@ -331,7 +335,6 @@ impl RunPaths {
             .filter_map(|o| Some((o, ObjectUrl::from_path(&o.path)?)))
             .collect();
         for (i, (out, url)) in urls.iter().enumerate() {
-            let (what, shown) = (&out.what, out.path.display());
             let is_dataset = matches!(out.kind, OutputKind::Dataset { .. });
             for (input_what, input) in &self.inputs {
                 let Some(input_url) = ObjectUrl::from_path(input) else {
@@ -343,14 +346,13 @@ impl RunPaths {
                     url.trimmed_key() == input_url.trimmed_key() && url.contains(&input_url)
                 };
                 if clash {
-                    let relation = if is_dataset { "contains" } else { "is" };
                     refusals.push(
                         out,
-                        format!(
-                            "{what} {shown} {relation} {input_what} {}: the run would replace \
-                             its own input; choose another path",
-                            input.display()
-                        ),
+                        PathConflict::ReplacesObjectInput {
+                            output: out.named(),
+                            input: NamedPath::new(input_what, input),
+                            contains: is_dataset,
+                        },
                     );
                 }
             }
@@ -360,8 +362,8 @@ impl RunPaths {
                 };
                 let what_source = match source.kind {
                     SourceKind::File(_) => continue,
-                    SourceKind::Dir(_) => format!("the input prefix {}", source.arg),
-                    SourceKind::Glob { .. } => format!("the input glob {}", source.arg),
+                    SourceKind::Dir(_) => NamedPath::new("the input prefix", &source.arg),
+                    SourceKind::Glob { .. } => NamedPath::new("the input glob", &source.arg),
                 };
                 let Some(below) = root.relative(url) else {
                     continue;
@@ -373,10 +375,11 @@ impl RunPaths {
                 if read_back {
                     refusals.push(
                         out,
-                        format!(
-                            "{what} {shown} is within {what_source}: a later run over it would \
-                             read the outputs back as input; choose a path outside it"
-                        ),
+                        PathConflict::InsideSource {
+                            output: out.named(),
+                            source: what_source,
+                            object_storage: true,
+                        },
                     );
                 }
             }
@@ -390,14 +393,11 @@ impl RunPaths {
                 };
                 refusals.push(
                     inner,
-                    format!(
-                        "{} {} is {} {} {}: give each its own path",
-                        inner.what,
-                        inner.path.display(),
-                        if same { "the same as" } else { "inside" },
-                        outer.what,
-                        outer.path.display()
-                    ),
+                    PathConflict::ObjectOutputsOverlap {
+                        inner: inner.named(),
+                        outer: outer.named(),
+                        same,
+                    },
                 );
             }
         }
@@ -431,22 +431,16 @@ impl RunPaths {
             if !r.exists || is_dataset != datasets || refusals.refused(out) {
                 continue;
             }
-            let (what, shown) = (&out.what, out.path.display());
             match &out.kind {
                 OutputKind::File => {
                     if let Some((input_what, input)) = input_at(&r.path) {
                         refusals.push(
                             out,
-                            format!(
-                                "{what} {shown} is {input_what} {}{}: writing it would destroy \
-                                 the input; choose another path",
-                                input.display(),
-                                if out.path == *input {
-                                    ""
-                                } else {
-                                    " (the same file)"
-                                }
-                            ),
+                            PathConflict::IsInput {
+                                output: out.named(),
+                                input: NamedPath::new(input_what, input),
+                                same_path: out.path == *input,
+                            },
                         );
                     }
                 }
@@ -460,19 +454,12 @@ impl RunPaths {
                         if let Some((input_what, input)) = input_at(&target) {
                             refusals.push(
                                 out,
-                                format!(
-                                    "the output of {} would be written to {}, which is \
-                                     {input_what} {}{}: choose an output directory outside the \
-                                     inputs",
-                                    from.display(),
-                                    target.display(),
-                                    input.display(),
-                                    if target == *input {
-                                        ""
-                                    } else {
-                                        " (the same file)"
-                                    }
-                                ),
+                                PathConflict::OutputIsInput {
+                                    from: from.clone(),
+                                    same_path: target == *input,
+                                    target,
+                                    input: NamedPath::new(input_what, input),
+                                },
                             );
                         }
                     }
@@ -502,13 +489,10 @@ impl RunPaths {
                 {
                     refusals.push(
                         out,
-                        format!(
-                            "{} {} contains {input_what} {}: the outputs would replace or mix \
-                             with the inputs; choose an output directory outside the inputs",
-                            out.what,
-                            out.path.display(),
-                            input.display()
-                        ),
+                        PathConflict::HoldsInput {
+                            output: out.named(),
+                            input: NamedPath::new(input_what, input),
+                        },
                     );
                 }
             }
@@ -516,11 +500,357 @@ impl RunPaths {
     }
 }
 
+/// A path as messages name it: what it is for the user and the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedPath {
+    /// What it is, e.g. "the decisions file (--decisions)", "the input glob".
+    pub what: String,
+    /// The path (or URL, or argument) as given.
+    pub path: PathBuf,
+}
+
+impl NamedPath {
+    fn new(what: &str, path: impl AsRef<Path>) -> NamedPath {
+        NamedPath {
+            what: what.to_string(),
+            path: path.as_ref().to_path_buf(),
+        }
+    }
+}
+
+impl fmt::Display for NamedPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.what, self.path.display())
+    }
+}
+
+/// How an output directory stands to an input directory or glob it would replace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceRelation {
+    /// The output directory contains it.
+    Contains,
+    /// The output directory is the glob's directory.
+    DirectoryOf,
+    /// The output directory is the input directory.
+    Is,
+}
+
+/// Why an output's directory cannot take it (a [`PathConflict::Unwritable`]).
+#[derive(Debug)]
+pub enum Unwritable {
+    /// The directory (or its nearest existing ancestor) cannot be looked at.
+    Unreadable(io::Error),
+    /// It is not a directory.
+    NotADirectory,
+    /// It does not accept new files.
+    Refused(io::Error),
+}
+
+/// One conflict among a run's paths that [`RunPaths::check`] refuses.
+#[derive(Debug)]
+pub enum PathConflict {
+    /// The output's path is not UTF-8 (reports record paths as text).
+    NotUtf8 {
+        /// The output.
+        output: NamedPath,
+    },
+    /// The output's path cannot be resolved.
+    Unresolvable {
+        /// The output.
+        output: NamedPath,
+        /// Why not.
+        source: io::Error,
+    },
+    /// An output directory contains, or is, an input directory or glob's tree.
+    HoldsSource {
+        /// The output directory.
+        output: NamedPath,
+        /// How it stands to the source.
+        relation: SourceRelation,
+        /// The input directory or glob.
+        source: NamedPath,
+    },
+    /// An output a later run over the same arguments would read back as input.
+    InsideSource {
+        /// The output.
+        output: NamedPath,
+        /// The input directory, prefix or glob.
+        source: NamedPath,
+        /// Both on object storage.
+        object_storage: bool,
+    },
+    /// A spill directory on object storage.
+    SpillOnObjectStorage {
+        /// The spill directory.
+        output: NamedPath,
+    },
+    /// An output on object storage that is (or, a dataset prefix, contains) an input object.
+    ReplacesObjectInput {
+        /// The output.
+        output: NamedPath,
+        /// The input.
+        input: NamedPath,
+        /// The output contains the input rather than being it.
+        contains: bool,
+    },
+    /// Outputs on object storage that are one another, or one inside the other.
+    ObjectOutputsOverlap {
+        /// The output inside (or the same as) the other.
+        inner: NamedPath,
+        /// The other.
+        outer: NamedPath,
+        /// They are the same.
+        same: bool,
+    },
+    /// An output file that is an input file (by path, link or inode).
+    IsInput {
+        /// The output.
+        output: NamedPath,
+        /// The input.
+        input: NamedPath,
+        /// Both are given as the same path (otherwise: another name of the same file).
+        same_path: bool,
+    },
+    /// A file of the dataset directory would be written over an input file.
+    OutputIsInput {
+        /// The input whose output it is.
+        from: PathBuf,
+        /// The file it would be written to.
+        target: PathBuf,
+        /// The input there.
+        input: NamedPath,
+        /// `target` is the input's path as given (otherwise: another name of the same file).
+        same_path: bool,
+    },
+    /// An output directory holds an input file.
+    HoldsInput {
+        /// The output directory.
+        output: NamedPath,
+        /// The input.
+        input: NamedPath,
+    },
+    /// Two outputs are the same path.
+    SamePath {
+        /// The first.
+        first: NamedPath,
+        /// The second.
+        second: NamedPath,
+    },
+    /// An output inside the dataset directory, which holds only the filtered dataset.
+    InsideDataset {
+        /// The output.
+        inner: NamedPath,
+        /// The dataset directory.
+        outer: NamedPath,
+    },
+    /// An output inside the path of an output file.
+    InsideFile {
+        /// The output.
+        inner: NamedPath,
+        /// The output file.
+        outer: NamedPath,
+    },
+    /// Two inputs whose outputs would be the same file of the dataset directory.
+    SameOutputFile {
+        /// The first input.
+        first: PathBuf,
+        /// The second.
+        second: PathBuf,
+        /// The file both would be written to.
+        target: PathBuf,
+    },
+    /// An output file whose path is a directory.
+    FileIsDirectory {
+        /// The output.
+        output: NamedPath,
+    },
+    /// An output directory whose path is a file.
+    DirectoryIsFile {
+        /// The output.
+        output: NamedPath,
+    },
+    /// The directory that would take the output cannot.
+    Unwritable {
+        /// The output.
+        output: NamedPath,
+        /// The directory (the output's own, its parent, or their nearest existing ancestor).
+        dir: PathBuf,
+        /// Why not.
+        problem: Unwritable,
+    },
+}
+
+impl fmt::Display for PathConflict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let same_file = |same_path: bool| if same_path { "" } else { " (the same file)" };
+        match self {
+            PathConflict::NotUtf8 { output } => write!(
+                f,
+                "{output} is not a valid UTF-8 path (reports record paths as text): choose \
+                 another name"
+            ),
+            PathConflict::Unresolvable { output, source } => {
+                write!(f, "cannot resolve {output}: {source}")
+            }
+            PathConflict::HoldsSource {
+                output,
+                relation,
+                source,
+            } => {
+                let relation = match relation {
+                    SourceRelation::Contains => "contains",
+                    SourceRelation::DirectoryOf => "is the directory of",
+                    SourceRelation::Is => "is",
+                };
+                write!(
+                    f,
+                    "{output} {relation} {source}: the outputs would replace or mix with the \
+                     inputs; choose an output directory outside the input tree"
+                )
+            }
+            PathConflict::InsideSource {
+                output,
+                source,
+                object_storage,
+            } => write!(
+                f,
+                "{output} is within {source}: a later run over it would read the outputs back \
+                 as input; choose a path outside {}",
+                if *object_storage {
+                    "it"
+                } else {
+                    "the input tree"
+                }
+            ),
+            PathConflict::SpillOnObjectStorage { output } => write!(
+                f,
+                "{output}: spill files are scratch space read back many times over; give a \
+                 local directory (object storage takes every input and output of a run, not its \
+                 scratch space)"
+            ),
+            PathConflict::ReplacesObjectInput {
+                output,
+                input,
+                contains,
+            } => write!(
+                f,
+                "{output} {} {input}: the run would replace its own input; choose another path",
+                if *contains { "contains" } else { "is" }
+            ),
+            PathConflict::ObjectOutputsOverlap { inner, outer, same } => write!(
+                f,
+                "{inner} is {} {outer}: give each its own path",
+                if *same { "the same as" } else { "inside" }
+            ),
+            PathConflict::IsInput {
+                output,
+                input,
+                same_path,
+            } => write!(
+                f,
+                "{output} is {input}{}: writing it would destroy the input; choose another path",
+                same_file(*same_path)
+            ),
+            PathConflict::OutputIsInput {
+                from,
+                target,
+                input,
+                same_path,
+            } => write!(
+                f,
+                "the output of {} would be written to {}, which is {input}{}: choose an output \
+                 directory outside the inputs",
+                from.display(),
+                target.display(),
+                same_file(*same_path)
+            ),
+            PathConflict::HoldsInput { output, input } => write!(
+                f,
+                "{output} contains {input}: the outputs would replace or mix with the inputs; \
+                 choose an output directory outside the inputs"
+            ),
+            PathConflict::SamePath { first, second } => {
+                write!(
+                    f,
+                    "{first} and {second} are the same path: give each its own"
+                )
+            }
+            PathConflict::InsideDataset { inner, outer } => write!(
+                f,
+                "{inner} is inside {outer}, which holds only the filtered dataset: choose a path \
+                 outside it"
+            ),
+            PathConflict::InsideFile { inner, outer } => write!(
+                f,
+                "{inner} is inside {outer}, which is to be a file: give each its own path"
+            ),
+            PathConflict::SameOutputFile {
+                first,
+                second,
+                target,
+            } => write!(
+                f,
+                "the inputs {} and {} would both be written to {}: outputs keep the inputs' \
+                 paths below their arguments, so pass inputs whose paths differ there (e.g. \
+                 their parent directories instead of the files)",
+                first.display(),
+                second.display(),
+                target.display()
+            ),
+            PathConflict::FileIsDirectory { output } => {
+                write!(f, "{output} is a directory: name a file")
+            }
+            PathConflict::DirectoryIsFile { output } => {
+                write!(f, "{output} exists and is not a directory")
+            }
+            PathConflict::Unwritable {
+                output,
+                dir,
+                problem,
+            } => {
+                write!(f, "cannot write {output}: {}", dir.display())?;
+                match problem {
+                    Unwritable::Unreadable(e) => write!(f, ": {e}"),
+                    Unwritable::NotADirectory => f.write_str(" is not a directory"),
+                    Unwritable::Refused(e) => write!(f, " does not accept new files ({e})"),
+                }
+            }
+        }
+    }
+}
+
+/// The conflicts [`RunPaths::check`] refused a run's paths for (an [`Error::Paths`], exit code
+/// 2): the first few per output, one per line, and how many more were found.
+#[derive(Debug)]
+pub struct PathConflicts {
+    /// The conflicts shown, in the order found.
+    pub shown: Vec<PathConflict>,
+    /// Conflicts found beyond those shown.
+    pub hidden: usize,
+}
+
+impl fmt::Display for PathConflicts {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, c) in self.shown.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            c.fmt(f)?;
+        }
+        if self.hidden > 0 {
+            write!(f, "\n… and {} more conflicts like these", self.hidden)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PathConflicts {}
+
 /// Refusals in the order found, a few per output: one mistake (an output directory over a whole
 /// input tree) can conflict with thousands of inputs, and the first ones say it.
 #[derive(Default)]
 struct Refusals {
-    lines: Vec<String>,
+    shown: Vec<PathConflict>,
     per_output: HashMap<String, usize>,
 }
 
@@ -528,11 +858,15 @@ struct Refusals {
 const SHOWN_PER_OUTPUT: usize = 3;
 
 impl Refusals {
-    fn push(&mut self, output: &Output, line: String) {
+    fn push(&mut self, output: &Output, conflict: PathConflict) {
         let n = self.per_output.entry(output.what.clone()).or_default();
         *n += 1;
-        if *n <= SHOWN_PER_OUTPUT && !self.lines.contains(&line) {
-            self.lines.push(line);
+        if *n <= SHOWN_PER_OUTPUT {
+            // The same conflict can be found twice (through a link and through its target).
+            let line = conflict.to_string();
+            if !self.shown.iter().any(|c| c.to_string() == line) {
+                self.shown.push(conflict);
+            }
         }
     }
 
@@ -540,20 +874,19 @@ impl Refusals {
         self.per_output.contains_key(&output.what)
     }
 
-    fn into_result(mut self) -> Result<(), Error> {
+    fn into_result(self) -> Result<(), Error> {
         let hidden: usize = self
             .per_output
             .values()
             .map(|n| n.saturating_sub(SHOWN_PER_OUTPUT))
             .sum();
-        if hidden > 0 {
-            self.lines
-                .push(format!("… and {hidden} more conflicts like these"));
-        }
-        if self.lines.is_empty() {
+        if self.shown.is_empty() {
             Ok(())
         } else {
-            Err(Error::Usage(self.lines.join("\n")))
+            Err(Error::Paths(PathConflicts {
+                shown: self.shown,
+                hidden,
+            }))
         }
     }
 }
@@ -569,13 +902,10 @@ fn check_between_outputs(outputs: &[(&Output, Resolved)], refusals: &mut Refusal
             if ra.path == rb.path || (ra.exists && rb.exists && same_inode(&ra.path, &rb.path)) {
                 refusals.push(
                     a,
-                    format!(
-                        "{} {} and {} {} are the same path: give each its own",
-                        a.what,
-                        a.path.display(),
-                        b.what,
-                        b.path.display()
-                    ),
+                    PathConflict::SamePath {
+                        first: a.named(),
+                        second: b.named(),
+                    },
                 );
                 continue;
             }
@@ -586,21 +916,20 @@ fn check_between_outputs(outputs: &[(&Output, Resolved)], refusals: &mut Refusal
                 match outer.kind {
                     // Spill files live in private subdirectories of it: other outputs may too.
                     OutputKind::SpillDir => {}
-                    OutputKind::Dataset { .. } => refusals.push(inner, format!(
-                        "{} {} is inside {} {}, which holds only the filtered dataset: choose a \
-                         path outside it",
-                        inner.what,
-                        inner.path.display(),
-                        outer.what,
-                        outer.path.display()
-                    )),
-                    OutputKind::File => refusals.push(inner, format!(
-                        "{} {} is inside {} {}, which is to be a file: give each its own path",
-                        inner.what,
-                        inner.path.display(),
-                        outer.what,
-                        outer.path.display()
-                    )),
+                    OutputKind::Dataset { .. } => refusals.push(
+                        inner,
+                        PathConflict::InsideDataset {
+                            inner: inner.named(),
+                            outer: outer.named(),
+                        },
+                    ),
+                    OutputKind::File => refusals.push(
+                        inner,
+                        PathConflict::InsideFile {
+                            inner: inner.named(),
+                            outer: outer.named(),
+                        },
+                    ),
                 }
             }
         }
@@ -626,14 +955,11 @@ fn check_dataset_names(outputs: &[(&Output, Resolved)], refusals: &mut Refusals)
             if let Some(first) = claimed.insert(key, from) {
                 refusals.push(
                     out,
-                    format!(
-                        "the inputs {} and {} would both be written to {}: outputs keep the \
-                     inputs' paths below their arguments, so pass inputs whose paths differ \
-                     there (e.g. their parent directories instead of the files)",
-                        first.display(),
-                        from.display(),
-                        out.path.join(relative).display()
-                    ),
+                    PathConflict::SameOutputFile {
+                        first: first.to_path_buf(),
+                        second: from.clone(),
+                        target: out.path.join(relative),
+                    },
                 );
             }
         }
@@ -642,17 +968,25 @@ fn check_dataset_names(outputs: &[(&Output, Resolved)], refusals: &mut Refusals)
 
 /// Whether the output can be made: a file's directory, or a directory itself, must exist or be
 /// creatable in a writable directory; a file must not be a directory and vice versa.
-fn writable(out: &Output, r: &Resolved) -> Result<(), String> {
-    let (what, shown) = (&out.what, out.path.display());
+fn writable(out: &Output, r: &Resolved) -> Result<(), PathConflict> {
     match (&out.kind, std::fs::metadata(&r.path).map(|m| m.is_dir())) {
         (OutputKind::File, Ok(true)) => {
-            return Err(format!("{what} {shown} is a directory: name a file"));
+            return Err(PathConflict::FileIsDirectory {
+                output: out.named(),
+            });
         }
         (OutputKind::Dataset { .. } | OutputKind::SpillDir, Ok(false)) => {
-            return Err(format!("{what} {shown} exists and is not a directory"));
+            return Err(PathConflict::DirectoryIsFile {
+                output: out.named(),
+            });
         }
         _ => {}
     }
+    let unwritable = |dir: &Path, problem| PathConflict::Unwritable {
+        output: out.named(),
+        dir: dir.to_path_buf(),
+        problem,
+    };
     // The directory that must take new entries: a file's parent, or the directory itself; when
     // that does not exist yet, its nearest existing ancestor, in which it will be created.
     let mut dir = match out.kind {
@@ -670,26 +1004,13 @@ fn writable(out: &Output, r: &Resolved) -> Result<(), String> {
             {
                 dir = dir.parent().expect("checked");
             }
-            Err(e) => {
-                return Err(format!(
-                    "cannot write {what} {shown}: {}: {e}",
-                    dir.display()
-                ));
-            }
+            Err(e) => return Err(unwritable(dir, Unwritable::Unreadable(e))),
         }
     };
     if !meta.is_dir() {
-        return Err(format!(
-            "cannot write {what} {shown}: {} is not a directory",
-            dir.display()
-        ));
+        return Err(unwritable(dir, Unwritable::NotADirectory));
     }
-    access_write(dir).map_err(|e| {
-        format!(
-            "cannot write {what} {shown}: {} does not accept new files ({e})",
-            dir.display()
-        )
-    })
+    access_write(dir).map_err(|e| unwritable(dir, Unwritable::Refused(e)))
 }
 
 /// `access(2)` for writing and searching a directory: honours permissions, ACLs and read-only
@@ -791,7 +1112,7 @@ mod tests {
 
     fn refusal(paths: &RunPaths) -> String {
         match paths.check() {
-            Err(Error::Usage(m)) => m,
+            Err(Error::Paths(c)) => c.to_string(),
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
@@ -914,16 +1235,39 @@ mod tests {
         // `*.jsonl` reads neither data/d.parquet nor anything in data/out/.
         check(&flat, "d.parquet", "out").unwrap();
         let m = match check(&flat, "d.jsonl", "out") {
-            Err(Error::Usage(m)) => m,
+            Err(Error::Paths(c)) => c.to_string(),
             other => panic!("{other:?}"),
         };
         assert!(m.contains("input glob") && m.contains("d.jsonl"), "{m}");
         // `**/*.jsonl` would read data/out/a.jsonl.
         let m = match check(&deep, "d.parquet", "out") {
-            Err(Error::Usage(m)) => m,
+            Err(Error::Paths(c)) => c.to_string(),
             other => panic!("{other:?}"),
         };
         assert!(m.contains("input glob") && m.contains("out"), "{m}");
+    }
+
+    #[test]
+    fn a_spill_directory_on_object_storage_is_refused_with_its_conflict() {
+        let mut paths = RunPaths::new();
+        paths.spill_dir(Path::new("s3://bucket/spill"));
+        let Err(Error::Paths(conflicts)) = paths.check() else {
+            panic!("expected a refusal of the paths");
+        };
+        assert!(
+            matches!(
+                &conflicts.shown[..],
+                [PathConflict::SpillOnObjectStorage { output }]
+                    if output.path == Path::new("s3://bucket/spill")
+            ),
+            "{conflicts:?}"
+        );
+        let m = conflicts.to_string();
+        assert!(
+            m.contains("many times over; give a local directory (object storage"),
+            "{m}"
+        );
+        assert!(!m.contains("  "), "one sentence, no gaps: {m}");
     }
 
     #[test]

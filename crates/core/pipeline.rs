@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::against;
 use crate::config::Config;
-use crate::error::{Error, InputsError, IoOp};
+use crate::error::{ConfigError, Error, InputsError, IoOp};
 use crate::paths::RunPaths;
 
 /// Everything a run did, as written to `--report`.
@@ -359,7 +359,7 @@ pub fn discover_inputs(config: &Config) -> Result<(Vec<InputFile>, Vec<String>),
 /// [`RunPaths::read_discovered`] keeps outputs out of.
 pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<String>), Error> {
     if config.input.inputs.is_empty() {
-        return Err(Error::Usage("no inputs given".into()));
+        return Err(ConfigError::NoInputs.into());
     }
     let found = discover(
         &config.input.inputs,
@@ -392,8 +392,7 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
 /// Stage-1 settings from a config.
 pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
     config.validate()?;
-    let sketcher =
-        Sketcher::new(config.sketch_config()?).map_err(|e| Error::Usage(e.to_string()))?;
+    let sketcher = Sketcher::new(config.sketch_config()?).map_err(ConfigError::Sketch)?;
     let mut k = KeysConfig::new(sketcher, config.selector()?);
     k.rule = config.row_rule();
     k.min_count = config.keys.min_key_count;
@@ -527,11 +526,9 @@ pub fn apply<'a>(
 ) -> Result<Report, Error> {
     check_hot_layout(config, hot.layout())?;
     if config.output.index_out.is_some() {
-        return Err(Error::Usage(
-            "`apply` does not save an index (--index-out): make it from the key tables and the \
-             decisions with `neardup index`"
-                .into(),
-        ));
+        return Err(Error::IndexUse(crate::error::IndexUseError::NotSaved {
+            step: "apply",
+        }));
     }
     let against = against::load_against(config)?;
     let start = |cfg: &mut Stage2Config| -> Result<Option<against::AgainstReport>, Error> {
@@ -575,7 +572,7 @@ pub fn apply<'a>(
 /// a mistake in the arguments, not a failure of stage 1.
 pub(crate) fn wrong_tables(e: KeysError) -> Error {
     match e {
-        KeysError::Config(m) | KeysError::Incompatible(m) => Error::Usage(m),
+        e @ (KeysError::Config(_) | KeysError::Incompatible(_)) => Error::WrongKeyFiles(e),
         other => Error::Keys(other),
     }
 }
@@ -609,11 +606,10 @@ pub(crate) fn check_hot_layout(config: &Config, hot: &TableLayout) -> Result<(),
     if *hot == layout {
         return Ok(());
     }
-    Err(Error::Usage(format!(
-        "the hot keys do not match these settings (pass `apply`, `sign`, `decide` and `write` \
-         the sketch and field options given to `keys`): {} (the hot keys' value first)",
-        hot.differences(&layout).join("; ")
-    )))
+    Err(ConfigError::HotLayout {
+        differences: hot.setting_differences(&layout),
+    }
+    .into())
 }
 
 fn apply_with_mask(
@@ -730,12 +726,7 @@ impl Pipeline {
                 against,
             )?),
             (Some(_), TableStore::Spilled) => {
-                return Err(Error::Usage(
-                    "--index-out needs stage 1's key table in memory, and this run's table \
-                     exceeded --memory-limit: raise the limit, or run the staged steps (`keys`, \
-                     `hot`, `apply`) and make the index with `neardup index`"
-                        .into(),
-                ));
+                return Err(Error::IndexUse(crate::error::IndexUseError::TableSpilled));
             }
         };
         let stage2 = run_dedup_into(

@@ -24,7 +24,7 @@ use serde::de::DeserializeOwned;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::distributed::{DecideManifest, DecideSettings, STEP_MANIFEST, SignManifest};
-use crate::error::{Error, IoOp, IoTarget};
+use crate::error::{CorruptValue, Error, IoOp, IoTarget, StepKind, StepOutputsError};
 use crate::paths::RunPaths;
 use crate::pipeline::{publish_error, save_json_to};
 
@@ -46,6 +46,8 @@ impl PartialEq for Shared {
 
 /// How a step and its outputs are named in messages, and who reads them next.
 pub(crate) struct StepNames {
+    /// The step, as errors name it.
+    pub kind: StepKind,
     /// The step's name ("sign").
     pub step: &'static str,
     /// The CLI command.
@@ -65,6 +67,7 @@ pub(crate) struct StepNames {
 }
 
 pub(crate) const SIGN_STEP: StepNames = StepNames {
+    kind: StepKind::Sign,
     step: "sign",
     command: "neardup sign",
     format: "neardup-sign",
@@ -76,6 +79,7 @@ pub(crate) const SIGN_STEP: StepNames = StepNames {
 };
 
 pub(crate) const DECIDE_STEP: StepNames = StepNames {
+    kind: StepKind::Decide,
     step: "decide",
     command: "neardup decide",
     format: "neardup-decide",
@@ -159,37 +163,38 @@ impl StepManifest for DecideManifest {
 
 /// Reads the manifest of a step's output directory.
 pub(crate) fn read_manifest<M: StepManifest>(dir: &Path) -> Result<M, Error> {
-    let what = format!("a `{}` output", M::STEP.command);
     let path = dir.join(STEP_MANIFEST);
     let bytes = neardup_storage::file::read(&path).map_err(|e| {
         // A directory without a manifest is not a step's output; a manifest that cannot be
         // read (a disk or storage failure) is a failure of the run.
         if e.kind() == std::io::ErrorKind::NotFound {
-            Error::Usage(format!(
-                "{}: not {what} ({} cannot be read: {e})",
-                dir.display(),
-                path.display()
-            ))
+            Error::StepOutputs(StepOutputsError::NoManifest {
+                step: M::STEP.kind,
+                dir: dir.to_path_buf(),
+                manifest: path.clone(),
+                source: e,
+            })
         } else {
             Error::io(IoOp::Read, &path, e)
         }
     })?;
     serde_json::from_slice(&bytes).map_err(|e| {
-        Error::Usage(format!(
-            "{}: not {what} ({} is not its manifest: {e})",
-            dir.display(),
-            path.display()
-        ))
+        Error::StepOutputs(StepOutputsError::NotManifest {
+            step: M::STEP.kind,
+            dir: dir.to_path_buf(),
+            manifest: path.clone(),
+            source: e,
+        })
     })
 }
 
 /// Checks that a manifest is its step's, of this version (`origin` names it in the message).
 pub(crate) fn check_format<M: StepManifest>(m: &M, origin: &str) -> Result<(), Error> {
     if m.format() != (M::STEP.format, crate::distributed::STEP_FORMAT_VERSION) {
-        return Err(Error::Usage(format!(
-            "{origin}: not a `{}` output of this version",
-            M::STEP.command
-        )));
+        return Err(Error::StepOutputs(StepOutputsError::OtherFormat {
+            step: M::STEP.kind,
+            origin: origin.to_string(),
+        }));
     }
     Ok(())
 }
@@ -204,13 +209,12 @@ pub(crate) fn check_made_for<M: StepManifest>(
 ) -> Result<(), Error> {
     let step = M::STEP;
     if m.hot() != fingerprint {
-        return Err(Error::Usage(format!(
-            "{origin} was {} with another hot-key file than the one given (--hot): give `{}` the \
-             hot-key file {} used",
-            step.made, step.reader, step.hot_from
-        )));
+        return Err(Error::StepOutputs(StepOutputsError::OtherHotKeys {
+            step: step.kind,
+            origin: origin.to_string(),
+        }));
     }
-    settings.check(m.settings(), step.command, origin)
+    settings.check(m.settings(), step.kind, origin)
 }
 
 /// A step's output in memory: its manifest and the streams it holds (all, or a part).
@@ -239,22 +243,20 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8], Error> {
+    fn take(&mut self, n: u64, what: &'static str) -> Result<&'a [u8], Error> {
         if (self.bytes.len() as u64) < n {
-            return Err(Error::Corrupt(format!(
-                "these step-value bytes are damaged: {what} runs past their end"
-            )));
+            return Err(Error::Corrupt(CorruptValue::RunsPast { what }));
         }
         let (head, rest) = self.bytes.split_at(n as usize);
         self.bytes = rest;
         Ok(head)
     }
-    fn u32(&mut self, what: &str) -> Result<u32, Error> {
+    fn u32(&mut self, what: &'static str) -> Result<u32, Error> {
         Ok(u32::from_le_bytes(
             self.take(4, what)?.try_into().expect("4 bytes"),
         ))
     }
-    fn u64(&mut self, what: &str) -> Result<u64, Error> {
+    fn u64(&mut self, what: &'static str) -> Result<u64, Error> {
         Ok(u64::from_le_bytes(
             self.take(8, what)?.try_into().expect("8 bytes"),
         ))
@@ -280,34 +282,33 @@ impl<M: StepManifest> StepValue<M> {
     fn checked(self) -> Result<StepValue<M>, Error> {
         check_format(&self.manifest, &self.origin)?;
         let all = self.manifest.streams();
-        let unit = M::STEP.unit;
         let mut prev: Option<u32> = None;
         for (i, bytes) in &self.streams {
             if *i >= all || prev.is_some_and(|p| p >= *i) {
-                return Err(Error::Corrupt(format!(
-                    "{}: holds a stream for {unit} {i}, and its manifest has {all} {unit}s \
-                     (0 to {}), each once",
-                    self.origin,
-                    all.saturating_sub(1)
-                )));
+                return Err(Error::Corrupt(CorruptValue::StreamIndex {
+                    origin: self.origin.clone(),
+                    step: M::STEP.kind,
+                    index: *i,
+                    streams: all,
+                }));
             }
             if let Some(expected) = self.manifest.stream_len(*i)
                 && expected != bytes.as_ref().len() as u64
             {
-                return Err(Error::Corrupt(format!(
-                    "{}: the stream of {unit} {i} holds {} bytes, and the manifest says {expected}: \
-                     it is truncated or altered",
-                    self.origin,
-                    bytes.as_ref().len()
-                )));
+                return Err(Error::Corrupt(CorruptValue::StreamLength {
+                    origin: self.origin.clone(),
+                    step: M::STEP.kind,
+                    index: *i,
+                    held: bytes.as_ref().len() as u64,
+                    expected,
+                }));
             }
             prev = Some(*i);
         }
         if self.streams.is_empty() {
-            return Err(Error::Corrupt(format!(
-                "{}: holds none of its streams",
-                self.origin
-            )));
+            return Err(Error::Corrupt(CorruptValue::NoStreams {
+                origin: self.origin.clone(),
+            }));
         }
         Ok(self)
     }
@@ -331,13 +332,12 @@ impl<M: StepManifest> StepValue<M> {
             if index >= self.manifest.streams() {
                 return self.not_held(index, "");
             }
-            let unit = M::STEP.unit;
-            Error::Usage(format!(
-                "{} holds no stream for {unit} {index} (it is a part holding {unit}s {:?}): \
-                 take the part from the whole value",
-                self.origin,
-                self.held()
-            ))
+            Error::StepOutputs(StepOutputsError::PartWithout {
+                step: M::STEP.kind,
+                origin: self.origin.clone(),
+                index,
+                held: self.held(),
+            })
         })?;
         Ok(StepValue {
             manifest: self.manifest.clone(),
@@ -348,25 +348,22 @@ impl<M: StepManifest> StepValue<M> {
 
     /// The error of asking for a stream the value does not hold.
     pub(crate) fn not_held(&self, index: u32, wanted_by: &str) -> Error {
-        let unit = M::STEP.unit;
-        let held: Vec<String> = self.held().iter().map(u32::to_string).collect();
         let all = self.manifest.streams();
         if index >= all {
-            return Error::Usage(format!(
-                "{unit} {index} is out of range: {} has {all} {unit}{} (0 to {})",
-                self.origin,
-                if all == 1 { "" } else { "s" },
-                all.saturating_sub(1)
-            ));
+            return Error::StepOutputs(StepOutputsError::OutOfRange {
+                step: M::STEP.kind,
+                origin: self.origin.clone(),
+                index,
+                streams: all,
+            });
         }
-        Error::Usage(format!(
-            "{} holds the stream{} of {unit}{} {} only, and {wanted_by} needs {unit} {index}'s: \
-             give the whole value, or its part for {unit} {index}",
-            self.origin,
-            if held.len() == 1 { "" } else { "s" },
-            if held.len() == 1 { "" } else { "s" },
-            held.join(", ")
-        ))
+        Error::StepOutputs(StepOutputsError::NotHeld {
+            step: M::STEP.kind,
+            origin: self.origin.clone(),
+            index,
+            held: self.held(),
+            wanted_by: wanted_by.to_string(),
+        })
     }
 
     /// Bytes held, over all streams.
@@ -400,19 +397,12 @@ impl<M: StepManifest> StepValue<M> {
 
     /// Reads the bytes of [`StepValue::to_bytes`], verifying them.
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<StepValue<M>, Error> {
-        let value = M::STEP.value;
+        let value = M::STEP.kind;
         if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
-            return Err(Error::Corrupt(format!(
-                "these bytes are not a neardup step value (a {value}'s to_bytes): they do not \
-                 begin with its marker"
-            )));
+            return Err(Error::Corrupt(CorruptValue::NotAValue { value }));
         }
         let trailer = 8 + END_MAGIC.len();
-        let truncated = || {
-            Error::Corrupt(format!(
-                "these {value} bytes are truncated: they do not end with the value's end marker"
-            ))
-        };
+        let truncated = || Error::Corrupt(CorruptValue::Truncated { value });
         if bytes.len() < MAGIC.len() + 4 + 1 + trailer {
             return Err(truncated());
         }
@@ -422,10 +412,10 @@ impl<M: StepManifest> StepValue<M> {
                 .expect("4 bytes"),
         );
         if version != VERSION {
-            return Err(Error::Corrupt(format!(
-                "these bytes are a step value of format version {version}; this build reads \
-                 version {VERSION}"
-            )));
+            return Err(Error::Corrupt(CorruptValue::Version {
+                found: version,
+                supported: VERSION,
+            }));
         }
         if !bytes.ends_with(END_MAGIC) {
             return Err(truncated());
@@ -437,30 +427,26 @@ impl<M: StepManifest> StepValue<M> {
                 .expect("8 bytes"),
         );
         if xxh3_64(body) != stored {
-            return Err(Error::Corrupt(format!(
-                "these {value} bytes are damaged: their checksum does not match"
-            )));
+            return Err(Error::Corrupt(CorruptValue::Checksum { value }));
         }
         let mut r = Reader {
             bytes: &body[MAGIC.len() + 4..],
         };
         let kind = r.take(1, "the kind")?[0];
         if kind != M::KIND {
-            let other = match kind {
-                1 => "SignedShard",
-                2 => "DecidedGroup",
-                _ => "step value of an unknown kind",
+            let found = match kind {
+                1 => Some(StepKind::Sign),
+                2 => Some(StepKind::Decide),
+                _ => None,
             };
-            return Err(Error::Usage(format!(
-                "these bytes are a {other}, not a {value}"
-            )));
+            return Err(Error::StepOutputs(StepOutputsError::OtherKind {
+                expected: value,
+                found,
+            }));
         }
         let len = r.u64("the manifest's length")?;
-        let manifest: M = serde_json::from_slice(r.take(len, "the manifest")?).map_err(|e| {
-            Error::Corrupt(format!(
-                "these {value} bytes hold an unreadable manifest: {e}"
-            ))
-        })?;
+        let manifest: M = serde_json::from_slice(r.take(len, "the manifest")?)
+            .map_err(|e| Error::Corrupt(CorruptValue::Manifest { value, source: e }))?;
         let count = r.u32("the stream count")?;
         let mut streams = Vec::with_capacity(count.min(1 << 16) as usize);
         for _ in 0..count {
@@ -470,10 +456,10 @@ impl<M: StepManifest> StepValue<M> {
             streams.push((index, Shared(Arc::new(data.to_vec()))));
         }
         if !r.bytes.is_empty() {
-            return Err(Error::Corrupt(format!(
-                "these {value} bytes are damaged: {} bytes follow the last stream",
-                r.bytes.len()
-            )));
+            return Err(Error::Corrupt(CorruptValue::TrailingBytes {
+                value,
+                bytes: r.bytes.len(),
+            }));
         }
         let origin = manifest.value_name();
         StepValue {

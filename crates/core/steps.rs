@@ -19,7 +19,7 @@ use neardup_keys::{
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
-use crate::error::Error;
+use crate::error::{ConfigError, Error};
 use crate::paths::RunPaths;
 use crate::pipeline::{
     KeyTables, RunControl, discover_inputs_and_sources, keys_config, publish_error, save_json_to,
@@ -216,7 +216,7 @@ impl<'a> HotStep<'a> {
         groups: u32,
     ) -> Result<HotStep<'a>, Error> {
         if groups == 0 {
-            return Err(Error::Usage("--groups must be at least 1".into()));
+            return Err(ConfigError::NoGroups.into());
         }
         config.validate_run()?;
         Ok(HotStep {
@@ -283,11 +283,7 @@ impl<'a> HotStep<'a> {
                 }
                 KeyTables::Values(tables) => {
                     if !self.config.dedup.against.is_empty() {
-                        return Err(Error::Usage(
-                            "against a saved index, the hot step counts key-table files (tables \
-                             in memory are counted without the index's keys)"
-                                .into(),
-                        ));
+                        return Err(Error::IndexUse(crate::error::IndexUseError::TablesInMemory));
                     }
                     let (hot, mask, count) = merge_tables(tables, keys.min_key_count)?;
                     if self.groups == 1 {

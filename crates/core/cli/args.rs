@@ -8,7 +8,7 @@ use neardup::corpus::Format;
 use neardup::dedup::{EmptyPolicy, Prefer, Verify};
 use neardup::exec::OnError;
 use neardup::sketch::{BandKeyScheme, HashScheme};
-use neardup::{Config, DedupSettings, Error, FieldsModeSetting, Layers, Preset, ShingleUnit};
+use neardup::{Config, DedupSettings, Error, FieldsModeKind, Layers, Preset, ShingleUnit};
 
 /// Near-duplicate detection for large text corpora (MinHash + LSH in two streaming stages).
 #[derive(Parser, Debug)]
@@ -505,11 +505,11 @@ value_enum!(BandKeysArg => BandKeyScheme { Fast => BandKeyScheme::Fast, Lshcurat
 value_enum!(VerifyArg => Verify { Estimate => Verify::Estimate, Exact => Verify::Jaccard });
 value_enum!(OnErrorArg => OnError { Skip => OnError::Skip, Fail => OnError::Fail });
 value_enum!(EmptyArg => EmptyPolicy { Keep => EmptyPolicy::Keep, Drop => EmptyPolicy::Drop });
-value_enum!(FieldsModeArg => FieldsModeSetting {
+value_enum!(FieldsModeArg => FieldsModeKind {
     /// One sample per record, the fields newline-joined.
-    Join => FieldsModeSetting::Join,
+    Join => FieldsModeKind::Join,
     /// One sample per field (lshcurator's semantics).
-    Expand => FieldsModeSetting::Expand,
+    Expand => FieldsModeKind::Expand,
 });
 value_enum!(TokenizeArg => ShingleUnit {
     /// Unicode characters.
@@ -853,6 +853,6 @@ mod tests {
         assert_eq!(c.keys.short_texts, ShortTextPolicy::EmptySignature);
         assert!(!c.keys.exact);
         assert_eq!(c.dedup.max_reps, None);
-        assert_eq!(c.input.fields_mode, FieldsModeSetting::Expand);
+        assert_eq!(c.input.fields_mode, FieldsModeKind::Expand);
     }
 }

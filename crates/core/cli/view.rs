@@ -125,3 +125,14 @@ pub(crate) fn answer(text: &str) -> Result<(), Error> {
         _ => Ok(()),
     }
 }
+
+/// An error's message as the command line shows it: the library names settings by what they
+/// are ("the preference `score:desc`"); here the flag that set them is added.
+pub(crate) fn error_message(e: &Error) -> String {
+    match e {
+        Error::Dedup(neardup::dedup::DedupError::BadRank(b)) => {
+            format!("{e} (--prefer {})", b.prefer)
+        }
+        _ => e.to_string(),
+    }
+}

@@ -48,7 +48,8 @@ pub struct BadRank {
     pub file: PathBuf,
     /// The record (numbered from 0 in the file, as decisions number them).
     pub record: u64,
-    /// The preference (`quality:desc`).
+    /// The preference (`quality:desc`), the setting `dedup.prefer` (the CLI's `--prefer`,
+    /// which its message adds).
     pub prefer: String,
     /// What the field holds ("a string", "a boolean", …).
     pub found: &'static str,
@@ -351,10 +352,10 @@ impl fmt::Display for DedupError {
                 let field = b.prefer.rsplit_once(':').map_or(b.prefer.as_str(), |p| p.0);
                 write!(
                     f,
-                    "input error: {}: record {}: the field `{field}` holds {}, and --prefer {} \
-                     ranks records by it as a number: fix the value, or remove it (a record \
+                    "input error: {}: record {}: the field `{field}` holds {}, and the preference \
+                     `{}` ranks records by it as a number: fix the value, or remove it (a record \
                      without the field, or with null, ranks after every number), or choose \
-                     another --prefer",
+                     another preference",
                     b.file.display(),
                     b.record,
                     b.found,
@@ -374,5 +375,28 @@ impl std::error::Error for DedupError {
             DedupError::Step(e) => e.source(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The library names the setting by what it is; the CLI adds its flag.
+    #[test]
+    fn a_bad_rank_names_the_preference_not_a_flag() {
+        let e = DedupError::BadRank(Box::new(BadRank {
+            file: PathBuf::from("in/a.jsonl"),
+            record: 3,
+            prefer: "score:desc".into(),
+            found: "a string",
+        }));
+        let m = e.to_string();
+        assert!(
+            m.contains("in/a.jsonl: record 3: the field `score` holds a string")
+                && m.contains("the preference `score:desc` ranks records by it as a number"),
+            "{m}"
+        );
+        assert!(!m.contains("--"), "{m}");
     }
 }

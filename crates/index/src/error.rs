@@ -30,7 +30,7 @@ pub enum IndexError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        what: String,
+        damage: IndexDamage,
     },
     /// The index was made with other settings than this run's.
     OtherSettings {
@@ -55,13 +55,18 @@ pub enum IndexError {
     /// More files or entries than the format numbers.
     TooManyFiles,
     /// Decisions or rows that do not fit the run being indexed.
-    Decisions(String),
+    Decisions {
+        /// The decisions file, when they were read from one.
+        path: Option<PathBuf>,
+        /// What does not fit.
+        mismatch: DecisionsMismatch,
+    },
     /// A file of an indexed run is not what the index recorded.
     Changed {
         /// The file.
         file: PathBuf,
         /// What changed.
-        what: String,
+        change: FileChange,
     },
     /// A file of an indexed run cannot be opened (moved or deleted).
     Missing {
@@ -75,7 +80,7 @@ pub enum IndexError {
         /// The file.
         file: PathBuf,
         /// Why.
-        message: String,
+        source: Box<neardup_corpus::ReadError>,
     },
 }
 
@@ -95,9 +100,9 @@ impl fmt::Display for IndexError {
                 path.display(),
                 crate::FORMAT_VERSION
             ),
-            IndexError::Damaged { path, what } => write!(
+            IndexError::Damaged { path, damage } => write!(
                 f,
-                "{}: the index is damaged: {what}; make it again (`neardup index`)",
+                "{}: the index is damaged: {damage}; make it again (`neardup index`)",
                 path.display()
             ),
             IndexError::OtherSettings { path, differences } => write!(
@@ -125,11 +130,18 @@ impl fmt::Display for IndexError {
                  later run could change this run's decisions"
             ),
             IndexError::TooManyFiles => f.write_str("more files or entries than an index numbers"),
-            IndexError::Decisions(what) => write!(f, "cannot index these decisions: {what}"),
-            IndexError::Changed { file, what } => write!(
+            IndexError::Decisions { path, mismatch } => match path {
+                Some(p) => write!(
+                    f,
+                    "{}: cannot index these decisions: {mismatch}",
+                    p.display()
+                ),
+                None => write!(f, "cannot index these decisions: {mismatch}"),
+            },
+            IndexError::Changed { file, change } => write!(
                 f,
-                "{}: {what} since the index was made; the index needs its runs' files unchanged \
-                 (make the index again from them, or restore the file)",
+                "{}: {change} since the index was made; the index needs its runs' files \
+                 unchanged (make the index again from them, or restore the file)",
                 file.display()
             ),
             IndexError::Missing { file, source } => write!(
@@ -140,10 +152,190 @@ impl fmt::Display for IndexError {
                  restore the file at this path",
                 file.display()
             ),
-            IndexError::Unreadable { file, message } => write!(
+            IndexError::Unreadable { file, source } => write!(
                 f,
-                "{}: a record the index names cannot be read back: {message}",
+                "{}: a record the index names cannot be read back: {source}",
                 file.display()
+            ),
+        }
+    }
+}
+
+/// What is wrong with a damaged index file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IndexDamage {
+    /// It ends before its end marker.
+    CutShort,
+    /// Its checksum does not match its bytes.
+    Checksum,
+    /// Its header's length points past its end.
+    HeaderLength,
+    /// Its header is not the JSON an index has (the parser's message).
+    Header(String),
+    /// Its entries end before the header's count.
+    EntriesShort,
+    /// It holds more bytes than its entries.
+    Trailing,
+    /// An entry names a file the header does not list.
+    UnknownFile,
+    /// More entries than an index numbers.
+    TooManyEntries,
+    /// An id is not UTF-8.
+    IdNotUtf8,
+}
+
+impl fmt::Display for IndexDamage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IndexDamage::CutShort => f.write_str("it ends early (the file was cut short)"),
+            IndexDamage::Checksum => f.write_str("its checksum does not match its contents"),
+            IndexDamage::HeaderLength => f.write_str("its header length is out of range"),
+            IndexDamage::Header(e) => write!(f, "its header cannot be read ({e})"),
+            IndexDamage::EntriesShort => f.write_str("its entries end early"),
+            IndexDamage::Trailing => f.write_str("it holds more than its header says"),
+            IndexDamage::UnknownFile => {
+                f.write_str("an entry names a file the index does not list")
+            }
+            IndexDamage::TooManyEntries => f.write_str("it holds too many entries"),
+            IndexDamage::IdNotUtf8 => f.write_str("an id is not UTF-8"),
+        }
+    }
+}
+
+/// How a file of an indexed run differs from what the index recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileChange {
+    /// Its size.
+    Size {
+        /// When the index was made.
+        was: u64,
+        /// Now.
+        now: u64,
+    },
+    /// A record the index names is no longer there.
+    RecordGone {
+        /// The record, from 0.
+        record: u64,
+        /// Its field slot.
+        field: u32,
+    },
+    /// The text of a record the index names.
+    Text {
+        /// The record, from 0.
+        record: u64,
+    },
+}
+
+impl fmt::Display for FileChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FileChange::Size { was, now } => {
+                write!(f, "its size changed from {was} to {now} bytes")
+            }
+            FileChange::RecordGone { record, field } => write!(
+                f,
+                "record {} (field {field}) is no longer there",
+                record + 1
+            ),
+            FileChange::Text { record } => {
+                write!(f, "the text of record {} has changed", record + 1)
+            }
+        }
+    }
+}
+
+/// How decisions and key rows given to an index do not fit together.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecisionsMismatch {
+    /// A decision numbers a file outside the run being indexed.
+    FileOutsideRun {
+        /// The file number.
+        file: u32,
+    },
+    /// A row of another width than the settings make.
+    RowWidth {
+        /// Keys in the row.
+        found: usize,
+        /// Keys the settings make.
+        expected: usize,
+    },
+    /// More samples with a text than the tables have rows.
+    MoreSamplesThanRows,
+    /// Fewer samples with a text than the tables have rows.
+    FewerSamplesThanRows {
+        /// Samples with a text decided.
+        samples: u64,
+        /// Rows of the tables.
+        rows: u64,
+    },
+    /// A decision names a file of neither the tables nor the indexes given.
+    UnknownFile {
+        /// The file as named.
+        name: String,
+    },
+    /// A drop without its cluster (decisions of an older neardup).
+    NoCluster {
+        /// Its file.
+        file: String,
+        /// Its record.
+        record: u64,
+    },
+    /// A file the tables list has no decision.
+    NoDecisionsFor {
+        /// The file.
+        name: String,
+    },
+    /// A decision past the tables' last sample.
+    PastTables {
+        /// Its file.
+        file: String,
+        /// Its record.
+        record: u64,
+    },
+}
+
+impl fmt::Display for DecisionsMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecisionsMismatch::FileOutsideRun { file } => {
+                write!(
+                    f,
+                    "a decision names file number {file}, outside this run's files"
+                )
+            }
+            DecisionsMismatch::RowWidth { found, expected } => write!(
+                f,
+                "a row of {found} keys where the settings make {expected}: give the settings \
+                 the run was made with"
+            ),
+            DecisionsMismatch::MoreSamplesThanRows => f.write_str(
+                "more samples with a text than the tables have rows (give the tables of every \
+                 shard, and the decisions of the run that made them)",
+            ),
+            DecisionsMismatch::FewerSamplesThanRows { samples, rows } => write!(
+                f,
+                "{samples} samples with a text were decided, and the tables have {rows} rows \
+                 (give the decisions of the run that made these tables, whole)"
+            ),
+            DecisionsMismatch::UnknownFile { name } => write!(
+                f,
+                "a decision names {name}, a file of neither these tables nor the indexes given \
+                 (give the indexes the run was made against)"
+            ),
+            DecisionsMismatch::NoCluster { file, record } => write!(
+                f,
+                "the drop of {file} record {record} names no cluster (decisions of an older \
+                 neardup: make them again)"
+            ),
+            DecisionsMismatch::NoDecisionsFor { name } => write!(
+                f,
+                "there is no decision for {name}, which the tables list (give the decisions of \
+                 the run that made these tables)"
+            ),
+            DecisionsMismatch::PastTables { file, record } => write!(
+                f,
+                "a decision for {file} record {record} where the tables have no more samples \
+                 (give the tables of every shard, and the decisions of the run that made them)"
             ),
         }
     }
@@ -153,6 +345,7 @@ impl std::error::Error for IndexError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             IndexError::Io { source, .. } | IndexError::Missing { source, .. } => Some(source),
+            IndexError::Unreadable { source, .. } => Some(source),
             _ => None,
         }
     }

@@ -49,7 +49,7 @@ use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-pub use error::IndexError;
+pub use error::{DecisionsMismatch, FileChange, IndexDamage, IndexError};
 pub use resolve::ResolveOptions;
 
 const MAGIC: &[u8; 8] = b"NDINDEX1";
@@ -396,9 +396,9 @@ impl SavedIndex {
             path: path.to_path_buf(),
             source: e,
         };
-        let damaged = |what: &str| IndexError::Damaged {
+        let damaged = |damage: IndexDamage| IndexError::Damaged {
             path: path.to_path_buf(),
-            what: what.to_string(),
+            damage,
         };
         let file = std::fs::File::open(path).map_err(io)?;
         let mut bytes = Vec::new();
@@ -409,20 +409,20 @@ impl SavedIndex {
             });
         }
         if &bytes[bytes.len() - 8..] != END_MAGIC {
-            return Err(damaged("it ends early (the file was cut short)"));
+            return Err(damaged(IndexDamage::CutShort));
         }
         let body_end = bytes.len() - 16;
         let stored = u64::from_le_bytes(bytes[body_end..body_end + 8].try_into().expect("8"));
         if xxhash_rust::xxh3::xxh3_64(&bytes[..body_end]) != stored {
-            return Err(damaged("its checksum does not match its contents"));
+            return Err(damaged(IndexDamage::Checksum));
         }
         let header_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8")) as usize;
         let header_end = 16usize
             .checked_add(header_len)
             .filter(|e| *e <= body_end)
-            .ok_or_else(|| damaged("its header length is out of range"))?;
+            .ok_or_else(|| damaged(IndexDamage::HeaderLength))?;
         let header: Header = serde_json::from_slice(&bytes[16..header_end])
-            .map_err(|e| damaged(&format!("its header cannot be read ({e})")))?;
+            .map_err(|e| damaged(IndexDamage::Header(e.to_string())))?;
         if header.format != FORMAT_VERSION {
             return Err(IndexError::Version {
                 path: path.to_path_buf(),
@@ -450,7 +450,7 @@ impl SavedIndex {
         let mut take = |n: usize| -> Result<&[u8], IndexError> {
             let s = bytes
                 .get(at..at + n)
-                .ok_or_else(|| damaged("its entries end early"))?;
+                .ok_or_else(|| damaged(IndexDamage::EntriesShort))?;
             at += n;
             Ok(s)
         };
@@ -466,13 +466,13 @@ impl SavedIndex {
             };
             let content_key = u64_of(&fixed[16..24]);
             if addr.file as usize >= index.files.len() {
-                return Err(damaged("an entry names a file the index does not list"));
+                return Err(damaged(IndexDamage::UnknownFile));
             }
             index.addrs.push(addr);
             index.content_keys.push(content_key);
             if kept {
                 let row = u32::try_from(index.bands.len() / bands.max(1))
-                    .map_err(|_| damaged("it holds too many entries"))?;
+                    .map_err(|_| damaged(IndexDamage::TooManyEntries))?;
                 let keys = take(8 * bands)?;
                 index.bands.extend(keys.chunks_exact(8).map(u64_of));
                 index.band_row.push(row);
@@ -496,7 +496,7 @@ impl SavedIndex {
                     let id = take(len as usize)?;
                     Some(
                         String::from_utf8(id.to_vec())
-                            .map_err(|_| damaged("an id is not UTF-8"))?,
+                            .map_err(|_| damaged(IndexDamage::IdNotUtf8))?,
                     )
                 });
                 if kept {
@@ -506,7 +506,7 @@ impl SavedIndex {
             }
         }
         if at != body_end {
-            return Err(damaged("it holds more than its header says"));
+            return Err(damaged(IndexDamage::Trailing));
         }
         Ok(index)
     }
@@ -535,7 +535,7 @@ impl SavedIndex {
         input.take(len).read_to_end(&mut json).map_err(io)?;
         let header: Header = serde_json::from_slice(&json).map_err(|e| IndexError::Damaged {
             path: path.to_path_buf(),
-            what: format!("its header cannot be read ({e})"),
+            damage: IndexDamage::Header(e.to_string()),
         })?;
         Ok(header.files)
     }
@@ -651,19 +651,21 @@ impl IndexBuilder {
     /// Adds one decision and its row (`None` exactly when [`IndexBuilder::has_row`] is false).
     pub fn push(&mut self, d: IndexedDecision, row: Option<&[u64]>) -> Result<(), IndexError> {
         if d.addr.file < self.earlier_files || d.addr.file as usize >= self.index.files.len() {
-            return Err(IndexError::Decisions(format!(
-                "a decision names file number {}, outside this run's files",
-                d.addr.file
-            )));
+            return Err(IndexError::Decisions {
+                path: None,
+                mismatch: DecisionsMismatch::FileOutsideRun { file: d.addr.file },
+            });
         }
         self.index.samples += 1;
         let Some(row) = row else { return Ok(()) };
         if row.len() != self.columns {
-            return Err(IndexError::Decisions(format!(
-                "a row of {} keys where the settings make {}",
-                row.len(),
-                self.columns
-            )));
+            return Err(IndexError::Decisions {
+                path: None,
+                mismatch: DecisionsMismatch::RowWidth {
+                    found: row.len(),
+                    expected: self.columns,
+                },
+            });
         }
         let bands = self.index.settings.layout.bands;
         let content_key = if self.index.settings.layout.rule.exact_key {

@@ -11,7 +11,7 @@ use neardup_dedup::{PriorCopy, PriorRepresentative, PriorState};
 use neardup_keys::{RowKind, RowRule, content_key};
 use neardup_sketch::{NO_KEY, Scratch, Sketcher};
 
-use crate::{DROPPED, IndexError, SavedIndex, Sketches};
+use crate::{DROPPED, FileChange, IndexError, SavedIndex, Sketches};
 
 /// How a run reads and sketches the records its hot keys reach.
 pub struct ResolveOptions<'a> {
@@ -197,16 +197,17 @@ impl SavedIndex {
         let file = &self.files[addr.file as usize].input.path;
         let got = got.ok_or_else(|| IndexError::Changed {
             file: file.clone(),
-            what: format!(
-                "record {} (field {}) is no longer there",
-                addr.record + 1,
-                addr.field
-            ),
+            change: FileChange::RecordGone {
+                record: addr.record,
+                field: addr.field,
+            },
         })?;
         let bands = self.settings.layout.bands;
         let changed = || IndexError::Changed {
             file: file.clone(),
-            what: format!("the text of record {} has changed", addr.record + 1),
+            change: FileChange::Text {
+                record: addr.record,
+            },
         };
         if self.content_keys[i] != NO_KEY && content_key(got.content_hash) != self.content_keys[i] {
             return Err(changed());
@@ -236,7 +237,10 @@ impl SavedIndex {
             Ok(size) => {
                 return Err(IndexError::Changed {
                     file: path.clone(),
-                    what: format!("its size changed from {} to {size} bytes", f.input.size),
+                    change: FileChange::Size {
+                        was: f.input.size,
+                        now: size,
+                    },
                 });
             }
             Err(e) => {
@@ -272,7 +276,7 @@ impl SavedIndex {
                 for block in reread_chunk(&f.input, &chunk, &read_opts, &c.unreadable) {
                     let block = block.map_err(|e| IndexError::Unreadable {
                         file: path.clone(),
-                        message: e.to_string(),
+                        source: Box::new(e),
                     })?;
                     read += block.num_records() as u64;
                     let block_first = base + block.first_record;

@@ -8,7 +8,7 @@ use neardup_corpus::AtomicFile;
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Damage, KeysError};
+use crate::error::{Damage, KeysError, KeysSettingsError, TableName, TableProblem};
 use crate::index::SortedKeyIndex;
 use crate::plan::Plan;
 use crate::table::{
@@ -21,12 +21,10 @@ use crate::table::{
 fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, KeysError> {
     let header: HotHeader = read_framed_header(input, HOT_MAGIC, path)?;
     if header.format_version == 1 {
-        return Err(KeysError::Config(format!(
-            "{}: this hot-key file was written by an older neardup (format version 1), which \
-             did not record the key tables it was counted from; run `neardup hot` again to \
-             rewrite it",
-            path.display()
-        )));
+        return Err(KeysSettingsError::HotFileVersion1 {
+            path: path.to_path_buf(),
+        }
+        .into());
     }
     if header.format_version != HOT_FORMAT_VERSION {
         return Err(KeysError::corrupt(
@@ -342,12 +340,12 @@ impl HotKeys {
         if plan.group_of_key.len() != self.keys.len()
             || plan.group_of_key.iter().any(|g| *g >= plan.groups)
         {
-            return Err(KeysError::Config(format!(
-                "a plan for {} hot keys in {} groups does not fit {} hot keys",
-                plan.group_of_key.len(),
-                plan.groups,
-                self.keys.len()
-            )));
+            return Err(KeysSettingsError::PlanDoesNotFit {
+                plan_keys: plan.group_of_key.len(),
+                groups: plan.groups,
+                hot_keys: self.keys.len(),
+            }
+            .into());
         }
         self.plan = Some(plan);
         Ok(self)
@@ -421,53 +419,41 @@ impl HotKeys {
         let Some(counted) = &self.tables else {
             return Ok(());
         };
-        let name = |i: usize| match names.and_then(|n| n.get(i)) {
-            Some(p) => format!("{} (shard {})", p.display(), given[i].shard),
-            None => format!("the table of shard {}", given[i].shard),
+        let name = |i: usize| TableName {
+            shard: given[i].shard,
+            path: names.and_then(|n| n.get(i)).cloned(),
         };
-        let counted_from = || {
-            let shards: Vec<String> = counted.iter().map(|t| t.shard.to_string()).collect();
-            let plural = if counted.len() == 1 { "" } else { "s" };
-            format!(
-                "the hot keys were counted from {} key table{plural} (shard{plural} {})",
-                counted.len(),
-                shards.join(", ")
-            )
-        };
-        const FIX: &str = "pass `neardup apply` exactly the tables given to `neardup hot`";
         let mut problems = Vec::new();
         for (i, t) in given.iter().enumerate() {
             match counted.iter().find(|c| c.shard == t.shard) {
-                None => problems.push(format!("{} was not counted in them", name(i))),
-                Some(c) if c.rows != t.rows => problems.push(format!(
-                    "{} holds {} rows, the table counted held {}: it was made again after \
-                     `neardup hot` ran; run `neardup hot` again over the current tables",
-                    name(i),
-                    t.rows,
-                    c.rows
-                )),
-                Some(c) if c.checksum != t.checksum => problems.push(format!(
-                    "{} is not the table that was counted (its checksum differs): it was made \
-                     again after `neardup hot` ran; run `neardup hot` again over the current \
-                     tables",
-                    name(i)
-                )),
+                None => problems.push(TableProblem::NotCounted { table: name(i) }),
+                Some(c) if c.rows != t.rows => problems.push(TableProblem::Rows {
+                    table: name(i),
+                    rows: t.rows,
+                    counted: c.rows,
+                }),
+                Some(c) if c.checksum != t.checksum => {
+                    problems.push(TableProblem::Checksum { table: name(i) })
+                }
                 Some(_) => {}
             }
         }
         for c in counted {
             if !given.iter().any(|t| t.shard == c.shard) {
-                problems.push(format!("shard {} ({} rows) is missing", c.shard, c.rows));
+                problems.push(TableProblem::Missing {
+                    shard: c.shard,
+                    rows: c.rows,
+                });
             }
         }
         if problems.is_empty() {
             Ok(())
         } else {
-            Err(KeysError::Config(format!(
-                "{}, but {}: {FIX}",
-                counted_from(),
-                problems.join("; ")
-            )))
+            Err(KeysSettingsError::OtherTables {
+                counted: counted.iter().map(|t| t.shard).collect(),
+                problems,
+            }
+            .into())
         }
     }
     /// The settings of the tables the keys were counted from.
@@ -509,12 +495,10 @@ impl HotKeys {
     /// The tables a saved file names; keys counted within one run record none and cannot be saved.
     fn saved_tables(&self, path: &Path) -> Result<&[TableIdentity], KeysError> {
         self.tables.as_deref().ok_or_else(|| {
-            KeysError::Config(format!(
-                "{}: these hot keys were counted within one run and record no key tables, so \
-                 they cannot be saved for `apply`; count the saved tables (neardup hot, \
-                 merge_table_files) instead",
-                path.display()
-            ))
+            KeysSettingsError::UnsavedHotKeys {
+                path: path.to_path_buf(),
+            }
+            .into()
         })
     }
 
@@ -682,19 +666,14 @@ fn shard_place(
     name: &str,
 ) -> Result<ShardPlace, KeysError> {
     let Some(counted) = hot.tables() else {
-        return Err(KeysError::Config(
-            "these hot keys were counted within one run and name no key tables".into(),
-        ));
+        return Err(KeysSettingsError::NoCountedTables.into());
     };
     let place = counted.iter().position(|t| *t == identity).ok_or_else(|| {
-        let shards: Vec<String> = counted.iter().map(|t| t.shard.to_string()).collect();
-        KeysError::Config(format!(
-            "{name} (shard {}) is not one of the key tables the hot keys were counted from \
-             (shards {}): give the table `neardup hot` counted, or run `neardup hot` again over \
-             the current tables",
-            identity.shard,
-            shards.join(", ")
-        ))
+        KeysError::from(KeysSettingsError::NotCountedTable {
+            name: name.to_string(),
+            shard: identity.shard,
+            counted: counted.iter().map(|t| t.shard).collect(),
+        })
     })?;
     let before = &counted[..place];
     Ok(ShardPlace {
@@ -1087,6 +1066,50 @@ mod tests {
         assert!(
             err.contains("shard 3") && err.contains("was not counted"),
             "{err}"
+        );
+    }
+
+    /// The errors of tables that do not go with the hot keys, or with one another, carry the
+    /// tables, shards and settings their messages are made of.
+    #[test]
+    fn table_mismatches_are_data() {
+        let tables = tables();
+        let (hot, _, _) = merge_tables(&tables, 1).unwrap();
+        let changed = table(1, vec![1, 5, 6, 8]);
+        let err = HotMask::from_tables(&[&tables[0], &changed], &hot).unwrap_err();
+        let KeysError::Config(KeysSettingsError::OtherTables { counted, problems }) = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(counted, &[0, 1, 2]);
+        assert_eq!(
+            problems,
+            &[
+                TableProblem::Checksum {
+                    table: TableName {
+                        shard: 1,
+                        path: None
+                    }
+                },
+                TableProblem::Missing { shard: 2, rows: 2 },
+            ]
+        );
+        let mut other = layout(DESCRIPTION);
+        other.sketch_description = DESCRIPTION.replace("seed=1", "seed=2");
+        let err = layout(DESCRIPTION).check_compatible(&other).unwrap_err();
+        let KeysError::Incompatible(crate::Incompatible::Layout { differences }) = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(
+            differences,
+            &[crate::LayoutDifference::Setting {
+                setting: "--seed",
+                this: "1".into(),
+                other: "2".into(),
+            }]
+        );
+        assert_eq!(
+            err.to_string(),
+            "made with different settings: --seed: 1 vs 2"
         );
     }
 

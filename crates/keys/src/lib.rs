@@ -37,7 +37,10 @@ mod stage;
 mod table;
 
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
-pub use error::{Damage, InputFailure, KeysError};
+pub use error::{
+    Damage, Incompatible, InputFailure, KeysError, KeysSettingsError, LayoutDifference, TableName,
+    TableProblem,
+};
 pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, RowGrouping, ShardPlace};
 /// Re-exported for compatibility: [`Progress`] and [`OnError`] were stage 1's before every step
 /// ran on `neardup-exec`, and `neardup::keys::{Progress, OnError}` is public API.

@@ -21,7 +21,7 @@
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
-use crate::error::KeysError;
+use crate::error::{KeysError, KeysSettingsError};
 use crate::hot::HotKeys;
 use crate::index::{SortedKeyIndex, prefetch};
 use crate::table::{ShardTables, TableReader};
@@ -55,11 +55,9 @@ impl<'a> PlanBuilder<'a> {
             .ok()
             .filter(|n| *n < NOT_HOT)
             .ok_or_else(|| {
-                KeysError::Config(format!(
-                    "{} hot keys: the plan numbers hot keys with 32 bits; split the corpus into \
-                     runs of fewer than 4,294,967,295 hot keys",
-                    hot_keys.len()
-                ))
+                KeysError::from(KeysSettingsError::TooManyHotKeys {
+                    hot_keys: hot_keys.len(),
+                })
             })?;
         Ok(PlanBuilder {
             index: SortedKeyIndex::new(hot_keys),
@@ -150,7 +148,7 @@ impl<'a> PlanBuilder<'a> {
     /// Packs the components into `groups` groups.
     pub fn finish(mut self, groups: u32) -> Result<Plan, KeysError> {
         if groups == 0 {
-            return Err(KeysError::Config("--groups must be at least 1".to_string()));
+            return Err(KeysSettingsError::NoGroups.into());
         }
         let n = self.nodes.len();
         // Components by their root, named by their smallest key (the first index reaching them).

@@ -19,7 +19,7 @@ use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
 use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
-use crate::error::{InputFailure, KeysError};
+use crate::error::{InputFailure, KeysError, KeysSettingsError};
 use crate::hot::{HotKeys, HotMask};
 use crate::prior::{HotRule, PriorKeys};
 use crate::row::{RowKind, RowRule};
@@ -500,7 +500,7 @@ pub fn run_keys(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
-        .map_err(|e| KeysError::Config(format!("cannot start {threads} threads: {e}")))?;
+        .map_err(|source| KeysSettingsError::Threads { threads, source })?;
     let (counted, table) = match sink {
         Sink::Memory(keys) => {
             let counted = if keys.is_empty() {
@@ -621,7 +621,7 @@ fn sketch_rows(
     cfg.sketcher
         .config()
         .validate()
-        .map_err(|e| KeysError::Config(e.to_string()))?;
+        .map_err(KeysSettingsError::Sketch)?;
     let columns = cfg.layout().columns();
     let threads = cfg.effective_threads();
     let chunks = plan_chunks(files, balanced_chunk_bytes(files, cfg.chunk_bytes));
@@ -687,7 +687,7 @@ fn sketch_rows(
                     )?;
                 }
             }
-            Ok(())
+            Ok::<(), KeysError>(())
         },
     )?;
     if completion == Completion::Cancelled {

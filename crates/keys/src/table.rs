@@ -10,7 +10,9 @@ use neardup_corpus::{
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::error::{Damage, KeysError};
+use crate::error::{
+    Damage, Incompatible, KeysError, KeysSettingsError, LayoutDifference, TableName,
+};
 use crate::row::{RowRule, ShortTextPolicy};
 
 /// Rows of one input file, in the order the file's samples were read.
@@ -103,22 +105,34 @@ impl TableLayout {
         if self == other {
             return Ok(());
         }
-        Err(KeysError::Incompatible(format!(
-            "made with different settings: {}",
-            self.differences(other).join("; ")
-        )))
+        Err(KeysError::Incompatible(Incompatible::Layout {
+            differences: self.setting_differences(other),
+        }))
     }
 
     /// The settings that differ between two layouts, each as `setting: this value vs other
     /// value`, settings named by their flags. Empty when the layouts are equal.
     pub fn differences(&self, other: &TableLayout) -> Vec<String> {
+        self.setting_differences(other)
+            .iter()
+            .map(LayoutDifference::to_string)
+            .collect()
+    }
+
+    /// The settings that differ between two layouts, this layout's values first. Empty when the
+    /// layouts are equal.
+    pub fn setting_differences(&self, other: &TableLayout) -> Vec<LayoutDifference> {
         let mut out = Vec::new();
         if self == other {
             return out;
         }
-        let mut differ = |setting: &str, a: String, b: String| {
-            if a != b {
-                out.push(format!("{setting}: {a} vs {b}"));
+        let mut differ = |setting: &'static str, this: String, other: String| {
+            if this != other {
+                out.push(LayoutDifference::Setting {
+                    setting,
+                    this,
+                    other,
+                });
             }
         };
         let (a, b) = (
@@ -190,14 +204,13 @@ impl TableLayout {
         if out.is_empty() && self.sketch_fingerprint != other.sketch_fingerprint {
             // Everything the description shows is equal, so the fingerprint differs by what it
             // does not show: the normalisation.
-            out.push(format!(
-                "text normalisation (--lowercase, --nfkc, --strip-punctuation, --keep-chars, \
-                 --collapse-whitespace, --no-trim): settings fingerprints {:016x} vs {:016x}",
-                self.sketch_fingerprint, other.sketch_fingerprint
-            ));
+            out.push(LayoutDifference::Normalisation {
+                this: self.sketch_fingerprint,
+                other: other.sketch_fingerprint,
+            });
         }
         if out.is_empty() {
-            out.push("the layouts differ in a way this build cannot name".to_string());
+            out.push(LayoutDifference::Unnamed);
         }
         out
     }
@@ -626,11 +639,11 @@ impl TableReader {
     /// Verifies the checksum and end marker after all keys were read; returns the header parts.
     pub fn finish(self) -> Result<TableParts, KeysError> {
         if self.keys_left > 0 {
-            return Err(KeysError::Config(format!(
-                "{}: finished reading with {} keys left",
-                self.path.display(),
-                self.keys_left
-            )));
+            return Err(KeysSettingsError::KeysLeft {
+                path: self.path.clone(),
+                left: self.keys_left,
+            }
+            .into());
         }
         verify_trailer(self.input, &self.path, END_MAGIC)?;
         Ok(TableParts {
@@ -646,38 +659,36 @@ impl TableReader {
 pub(crate) fn check_shards<'a>(
     tables: impl IntoIterator<Item = (u32, &'a TableLayout, Option<&'a Path>)>,
 ) -> Result<&'a TableLayout, KeysError> {
-    let name = |shard: u32, path: Option<&Path>| match path {
-        Some(p) => format!("{} (shard {shard})", p.display()),
-        None => format!("the table of shard {shard}"),
+    let name = |shard: u32, path: Option<&Path>| TableName {
+        shard,
+        path: path.map(Path::to_path_buf),
     };
     let mut first: Option<(u32, &TableLayout, Option<&Path>)> = None;
     let mut shards: Vec<(u32, Option<&Path>)> = Vec::new();
     for (shard, l, path) in tables {
         match first {
             Some((first_shard, first_layout, first_path)) if first_layout != l => {
-                return Err(KeysError::Incompatible(format!(
-                    "key tables were made with different settings: {} and {}: {}; make every \
-                     table with the same settings",
-                    name(first_shard, first_path),
-                    name(shard, path),
-                    first_layout.differences(l).join("; ")
-                )));
+                return Err(KeysError::Incompatible(Incompatible::Tables {
+                    first: name(first_shard, first_path),
+                    other: name(shard, path),
+                    differences: first_layout.setting_differences(l),
+                }));
             }
             Some(_) => {}
             None => first = Some((shard, l, path)),
         }
         if let Some((_, other)) = shards.iter().find(|(s, _)| *s == shard) {
-            return Err(KeysError::Config(format!(
-                "{} and {} claim the same shard number: give each shard its own --shard",
-                name(shard, *other),
-                name(shard, path)
-            )));
+            return Err(KeysSettingsError::SameShard {
+                first: name(shard, *other),
+                other: name(shard, path),
+            }
+            .into());
         }
         shards.push((shard, path));
     }
     first
         .map(|(_, layout, _)| layout)
-        .ok_or_else(|| KeysError::Config("no key tables to merge".into()))
+        .ok_or_else(|| KeysSettingsError::NoTables.into())
 }
 
 /// The saved tables of all shards of a run, from their headers and trailers only (nothing is

@@ -2,7 +2,7 @@
 //!
 //! | Rust error | Python exception |
 //! | --- | --- |
-//! | invalid settings (`Error::Usage`, `Config` of either stage, tables made with other settings), outputs of an earlier step that do not fit (`Error::StepInput`) | `ValueError` |
+//! | invalid settings (`Error::Config`, `Error::Usage`, `Config` of either stage, tables made with other settings, `Error::WrongKeyFiles`), outputs of an earlier step that do not fit (`Error::StepInput`, `Error::StepOutputs`), paths that conflict (`Error::Paths`) | `ValueError` |
 //! | bad input with `on_error="fail"`, inputs changed between the stages | `neardup.InputError` (a `ValueError`) |
 //! | inputs that cannot be used or no input found (`Error::Inputs`) | `FileNotFoundError` |
 //! | an I/O error on a named file (`Error::Io`, `KeysError::Io`, spill and step streams) | the `OSError` subclass of its kind (`FileNotFoundError`, `PermissionError`, …), `errno` set |
@@ -67,7 +67,14 @@ pub fn os_error(py: Python<'_>, source: &std::io::Error, message: String) -> PyE
 pub fn to_py(e: Error) -> PyErr {
     let message = e.to_string();
     match e {
-        Error::Usage(_) | Error::StepInput(_) | Error::Eval(_) => PyValueError::new_err(message),
+        Error::Usage(_)
+        | Error::Config(_)
+        | Error::Paths(_)
+        | Error::StepInput(_)
+        | Error::StepOutputs(_)
+        | Error::WrongKeyFiles(_)
+        | Error::IndexUse(_)
+        | Error::Eval(_) => PyValueError::new_err(message),
         Error::Inputs(_) => PyFileNotFoundError::new_err(message),
         Error::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
         Error::Publish(w) => written(w, message),
@@ -91,7 +98,7 @@ pub fn to_py(e: Error) -> PyErr {
             | IndexError::NoIndex
             | IndexError::MinCount(_)
             | IndexError::TooManyFiles
-            | IndexError::Decisions(_) => PyValueError::new_err(message),
+            | IndexError::Decisions { .. } => PyValueError::new_err(message),
         },
         Error::Dedup(d) => match d {
             DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),

@@ -30,7 +30,7 @@ fn load_hot(path: &Path) -> Result<HotKeys, Error> {
 /// A hot-key file that cannot be used: a usage error when it is the wrong file for the run.
 fn hot_error(e: KeysError) -> Error {
     match e {
-        KeysError::Config(m) => Error::Usage(m),
+        e @ KeysError::Config(_) => Error::WrongKeyFiles(e),
         other => Error::KeyFile(other),
     }
 }
