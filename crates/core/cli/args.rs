@@ -747,6 +747,8 @@ mod tests {
             "report",
             "eval-report",
             "hot",
+            "against",
+            "index-out",
         ];
         let cli = Cli::command();
         for cmd in cli.get_subcommands() {
