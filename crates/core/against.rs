@@ -34,7 +34,8 @@ pub struct AgainstReport {
     pub representatives: u64,
     /// First copies of earlier texts that this run's hot content keys reached.
     pub copies: u64,
-    /// Records of the indexed runs' files read back to sketch those again (none when the
+    /// Records of the indexed runs' files read back (parsed and sketched again; the chunks
+    /// holding them are read) for the entries reached (none when the
     /// indexes hold the sketches: made with `--verify estimate`).
     pub records_read: u64,
     /// Whether the indexes hold every sketch the run needed, so that none of the indexed runs'

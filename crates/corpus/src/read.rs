@@ -26,6 +26,35 @@ impl Block {
         }
     }
 
+    /// [`Block::for_each_sample`] for some of the block's records only (`records`: indices within
+    /// the block, ascending): a JSONL block parses only their lines, so reading back a few
+    /// records of a large chunk costs little more than its bytes.
+    pub fn for_each_sample_of<F: FnMut(Sample<'_>)>(
+        &self,
+        selector: &TextSelector,
+        records: &[usize],
+        mut f: F,
+    ) {
+        match &self.data {
+            BlockData::Jsonl { bytes, starts } => {
+                for &r in records {
+                    let Some(&start) = starts.get(r) else { break };
+                    let end = starts.get(r + 1).copied().unwrap_or(bytes.len());
+                    jsonl::line_samples(&bytes[start..end], &[0], selector, None, &mut |s| {
+                        f(Sample { record: r, ..s })
+                    });
+                }
+            }
+            BlockData::Parquet { batch, .. } => {
+                parquet_read::batch_samples(batch, selector, None, &mut |s: Sample<'_>| {
+                    if records.binary_search(&s.record).is_ok() {
+                        f(s)
+                    }
+                })
+            }
+        }
+    }
+
     /// [`Block::for_each_sample`], noting in `seen` which selected fields the block's records
     /// have (see [`FieldsSeen`]). Once every field has been seen this costs one comparison per
     /// record.
@@ -284,6 +313,40 @@ mod tests {
             (9, 0, "T:é".into(), None),
         ];
         assert_eq!(got, want);
+    }
+
+    /// Some records of a block read alone are those records read with all the others.
+    #[test]
+    fn some_records_read_alone_are_as_read_with_the_rest() {
+        let data = concat!(
+            "{\"a\":\"x\",\"b\":\"y\",\"id\":7}\n",
+            "   \n",
+            "{bad\n",
+            "{\"a\":\"z\",\"b\":1,\"id\":\"k\"}\n",
+            "{\"a\":null}\n",
+            "{\"b\":\"last\"}"
+        );
+        for mode in [FieldsMode::Expand, FieldsMode::default()] {
+            let s = sel(&["a", "b"], mode, Some("id"));
+            let block = jsonl_block(data.as_bytes());
+            let all = collect(data.as_bytes(), &s);
+            for records in [vec![], vec![0], vec![1, 2], vec![0, 3, 5], (0..6).collect()] {
+                let mut got = Vec::new();
+                block.for_each_sample_of(&s, &records, |x| {
+                    let t = match x.text {
+                        SampleText::Text(t) => format!("T:{t}"),
+                        SampleText::Skipped(r) => format!("S:{}", r.kind()),
+                    };
+                    got.push((x.record, x.field, t, x.id.map(|c| c.into_owned())));
+                });
+                let want: Vec<_> = all
+                    .iter()
+                    .filter(|r| records.contains(&r.0))
+                    .cloned()
+                    .collect();
+                assert_eq!(got, want, "records {records:?}");
+            }
+        }
     }
 
     #[test]

@@ -278,9 +278,16 @@ impl SavedIndex {
                         file: path.clone(),
                         source: Box::new(e),
                     })?;
-                    read += block.num_records() as u64;
                     let block_first = base + block.first_record;
-                    block.for_each_sample(opts.selector, |s| {
+                    let block_end = block_first + block.num_records() as u64;
+                    let lo = records.partition_point(|r| *r < block_first);
+                    let hi = records.partition_point(|r| *r < block_end);
+                    let local: Vec<usize> = records[lo..hi]
+                        .iter()
+                        .map(|r| (r - block_first) as usize)
+                        .collect();
+                    read += local.len() as u64;
+                    block.for_each_sample_of(opts.selector, &local, |s| {
                         let record = block_first + s.record as u64;
                         let Some(&slot) = wanted.get(&(record, s.field)) else {
                             return;
