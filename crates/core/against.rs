@@ -105,9 +105,18 @@ pub(crate) fn group_start(
             selector: &cfg.selector,
             shingles: cfg.deduper.verify == neardup_dedup::Verify::Jaccard && cfg.rule.band_keys,
             block_bytes: cfg.block_bytes,
+            threads: read_threads(cfg.threads),
         },
     )?;
     Ok(state)
+}
+
+/// Threads reading back indexed records: the run's (`0`: every core).
+fn read_threads(threads: usize) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
 }
 
 /// The settings an index records, from a run's.
@@ -199,6 +208,7 @@ pub fn start_from(
             selector: &cfg.selector,
             shingles,
             block_bytes: cfg.block_bytes,
+            threads: read_threads(cfg.threads),
         },
     )?;
     let report = AgainstReport {
@@ -304,6 +314,7 @@ pub fn complete_index(config: &Config, index: &mut SavedIndex) -> Result<u64, Er
         selector: &cfg.selector,
         shingles: false,
         block_bytes: cfg.block_bytes,
+        threads: read_threads(cfg.threads),
     })?)
 }
 

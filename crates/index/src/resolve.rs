@@ -25,6 +25,20 @@ pub struct ResolveOptions<'a> {
     pub shingles: bool,
     /// Read block size.
     pub block_bytes: usize,
+    /// Threads reading back (at least one).
+    pub threads: usize,
+}
+
+/// One chunk of an indexed file holding records to read back.
+struct ChunkJob<'a> {
+    file: u32,
+    seq: usize,
+    /// The file's records before the chunk.
+    base: u64,
+    /// The records wanted in it (file numbering, ascending).
+    records: Vec<u64>,
+    /// The file's wanted samples and their slots.
+    wanted: &'a HashMap<(u64, u32), usize>,
 }
 
 /// What one reached entry is needed for.
@@ -163,8 +177,9 @@ impl SavedIndex {
         Ok(records_read)
     }
 
-    /// Reads back `entries` (indices, in order), file by file; returns each one's sketch (in
-    /// the same order; `None` where its record is gone) and the records read.
+    /// Reads back `entries` (indices, in order): the chunks holding them, in parallel on
+    /// `opts.threads` threads; returns each one's sketch (in the same order; `None` where its
+    /// record is gone) and the records read back. Each file's size is checked first.
     fn read_entries(
         &self,
         entries: &[usize],
@@ -178,12 +193,117 @@ impl SavedIndex {
                 .or_default()
                 .insert((a.record, a.field), slot);
         }
+        let mut jobs: Vec<ChunkJob<'_>> = Vec::new();
+        for (&file, wanted) in &by_file {
+            let f = &self.files[file as usize];
+            self.check_size(file)?;
+            let mut records: Vec<u64> = wanted.keys().map(|k| k.0).collect();
+            records.sort_unstable();
+            records.dedup();
+            let mut base = 0u64;
+            for (seq, c) in f.chunks.iter().enumerate() {
+                let end = base + c.records_spanned();
+                let lo = records.partition_point(|r| *r < base);
+                let hi = records.partition_point(|r| *r < end);
+                if lo < hi {
+                    jobs.push(ChunkJob {
+                        file,
+                        seq,
+                        base,
+                        records: records[lo..hi].to_vec(),
+                        wanted,
+                    });
+                }
+                base = end;
+            }
+        }
+        let mut workers: Vec<SampleSketcher<'_>> = (0..opts.threads.max(1))
+            .map(|_| SampleSketcher::new(opts))
+            .collect();
+        let done = neardup_exec::map_in_parts(&jobs, &mut workers, |sketcher, job| {
+            self.read_chunk_back(job, opts, sketcher)
+        });
         let mut sketched: Vec<Option<Sketched>> = vec![None; entries.len()];
         let mut records_read = 0u64;
-        for (&file, wanted) in &by_file {
-            records_read += self.read_back(file, wanted, opts, &mut sketched)?;
+        for result in done {
+            let (read, got) = result?;
+            records_read += read;
+            for (slot, s) in got {
+                sketched[slot] = Some(s);
+            }
         }
         Ok((sketched, records_read))
+    }
+
+    /// Refuses a file of the index whose size changed since, or that is gone.
+    fn check_size(&self, file: u32) -> Result<(), IndexError> {
+        let f = &self.files[file as usize];
+        let path = &f.input.path;
+        match current_size(path) {
+            Ok(size) if size == f.input.size => Ok(()),
+            Ok(size) => Err(IndexError::Changed {
+                file: path.clone(),
+                change: FileChange::Size {
+                    was: f.input.size,
+                    now: size,
+                },
+            }),
+            Err(e) => Err(IndexError::Missing {
+                file: path.clone(),
+                source: e,
+            }),
+        }
+    }
+
+    /// Reads one chunk back, sketching the wanted samples of its records; returns the records
+    /// read back and each sample's slot and sketch.
+    fn read_chunk_back(
+        &self,
+        job: &ChunkJob<'_>,
+        opts: &ResolveOptions<'_>,
+        sketcher: &mut SampleSketcher<'_>,
+    ) -> Result<(u64, Vec<(usize, Sketched)>), IndexError> {
+        let f = &self.files[job.file as usize];
+        let c = &f.chunks[job.seq];
+        let read_opts = ReadOptions {
+            selector: opts.selector.clone(),
+            projection: Projection::TextOnly,
+            block_bytes: opts.block_bytes,
+        };
+        let chunk = Chunk {
+            file: 0,
+            seq: job.seq,
+            range: c.range.clone(),
+        };
+        let mut read = 0u64;
+        let mut got = Vec::new();
+        for block in reread_chunk(&f.input, &chunk, &read_opts, &c.unreadable) {
+            let block = block.map_err(|e| IndexError::Unreadable {
+                file: f.input.path.clone(),
+                source: Box::new(e),
+            })?;
+            let block_first = job.base + block.first_record;
+            let block_end = block_first + block.num_records() as u64;
+            let lo = job.records.partition_point(|r| *r < block_first);
+            let hi = job.records.partition_point(|r| *r < block_end);
+            let local: Vec<usize> = job.records[lo..hi]
+                .iter()
+                .map(|r| (r - block_first) as usize)
+                .collect();
+            read += local.len() as u64;
+            block.for_each_sample_of(opts.selector, &local, |s| {
+                let record = block_first + s.record as u64;
+                let Some(&slot) = job.wanted.get(&(record, s.field)) else {
+                    return;
+                };
+                if let SampleText::Text(text) = &s.text
+                    && let Some(sketch) = sketcher.sketch(text, s.id.as_deref())
+                {
+                    got.push((slot, sketch));
+                }
+            });
+        }
+        Ok((read, got))
     }
 
     /// An entry read back, checked against the keys the index recorded for it.
@@ -219,88 +339,6 @@ impl SavedIndex {
             }
         }
         Ok(got)
-    }
-
-    /// Reads the wanted samples of one file, sketching each into its slot; returns the
-    /// records read.
-    fn read_back(
-        &self,
-        file: u32,
-        wanted: &HashMap<(u64, u32), usize>,
-        opts: &ResolveOptions<'_>,
-        out: &mut [Option<Sketched>],
-    ) -> Result<u64, IndexError> {
-        let f = &self.files[file as usize];
-        let path = &f.input.path;
-        match current_size(path) {
-            Ok(size) if size == f.input.size => {}
-            Ok(size) => {
-                return Err(IndexError::Changed {
-                    file: path.clone(),
-                    change: FileChange::Size {
-                        was: f.input.size,
-                        now: size,
-                    },
-                });
-            }
-            Err(e) => {
-                return Err(IndexError::Missing {
-                    file: path.clone(),
-                    source: e,
-                });
-            }
-        }
-        let records: Vec<u64> = {
-            let mut r: Vec<u64> = wanted.keys().map(|k| k.0).collect();
-            r.sort_unstable();
-            r.dedup();
-            r
-        };
-        let read_opts = ReadOptions {
-            selector: opts.selector.clone(),
-            projection: Projection::TextOnly,
-            block_bytes: opts.block_bytes,
-        };
-        let mut sketcher = SampleSketcher::new(opts);
-        let mut base = 0u64;
-        let mut read = 0u64;
-        for (seq, c) in f.chunks.iter().enumerate() {
-            let end = base + c.records_spanned();
-            let first = records.partition_point(|r| *r < base);
-            if records.get(first).is_some_and(|r| *r < end) {
-                let chunk = Chunk {
-                    file: 0,
-                    seq,
-                    range: c.range.clone(),
-                };
-                for block in reread_chunk(&f.input, &chunk, &read_opts, &c.unreadable) {
-                    let block = block.map_err(|e| IndexError::Unreadable {
-                        file: path.clone(),
-                        source: Box::new(e),
-                    })?;
-                    let block_first = base + block.first_record;
-                    let block_end = block_first + block.num_records() as u64;
-                    let lo = records.partition_point(|r| *r < block_first);
-                    let hi = records.partition_point(|r| *r < block_end);
-                    let local: Vec<usize> = records[lo..hi]
-                        .iter()
-                        .map(|r| (r - block_first) as usize)
-                        .collect();
-                    read += local.len() as u64;
-                    block.for_each_sample_of(opts.selector, &local, |s| {
-                        let record = block_first + s.record as u64;
-                        let Some(&slot) = wanted.get(&(record, s.field)) else {
-                            return;
-                        };
-                        if let SampleText::Text(text) = &s.text {
-                            out[slot] = sketcher.sketch(text, s.id.as_deref());
-                        }
-                    });
-                }
-            }
-            base = end;
-        }
-        Ok(read)
     }
 }
 
