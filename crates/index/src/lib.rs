@@ -400,7 +400,8 @@ impl SavedIndex {
             path: path.to_path_buf(),
             damage,
         };
-        let file = std::fs::File::open(path).map_err(io)?;
+        // A local file or an object (`s3://…`) alike.
+        let file = neardup_storage::file::open(path).map_err(io)?;
         let mut bytes = Vec::new();
         BufReader::new(file).read_to_end(&mut bytes).map_err(io)?;
         if bytes.len() < 32 || &bytes[..8] != MAGIC {
@@ -518,7 +519,7 @@ impl SavedIndex {
             path: path.to_path_buf(),
             source: e,
         };
-        let mut input = BufReader::new(std::fs::File::open(path).map_err(io)?);
+        let mut input = BufReader::new(neardup_storage::file::open(path).map_err(io)?);
         let mut head = [0u8; 16];
         input
             .read_exact(&mut head)
