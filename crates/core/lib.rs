@@ -20,9 +20,13 @@
 //! passing values ([`SignedShard`], [`DecidedGroup`]: bytes for object stores) or the CLI's
 //! directories ([`sign_shard`], [`decide_group_dirs`]), mixed freely. Every step takes its
 //! settings (a [`Config`]) and, beside them, its runtime handles (a [`RunControl`]: progress
-//! counters and the cancel token). The building blocks are re-exported: [`sketch`] (text →
-//! signature → keys), [`corpus`] (reading and writing datasets), [`keys`], [`dedup`] and
-//! [`storage`] (local paths and object storage URLs read alike). Any path of a run — inputs,
+//! counters and the cancel token). Saved indexes ([`against`], `docs/incremental.md`): a run
+//! saves its index (`config.output.index_out`) and a later run, or each of its steps, is
+//! deduplicated against indexes of earlier runs (`config.dedup.against`) with the decisions of
+//! one run over all their inputs; [`against::build_index`] makes an index from a finished run's
+//! tables and decisions. The building blocks are re-exported: [`sketch`] (text → signature →
+//! keys), [`corpus`] (reading and writing datasets), [`keys`], [`dedup`], [`index`] (saved
+//! indexes) and [`storage`] (local paths and object storage URLs read alike). Any path of a run — inputs,
 //! outputs, key tables, hot-key files, step directories — may be an `s3://`, `gs://` or `az://`
 //! URL, except the spill directory.
 //!

@@ -29,6 +29,10 @@
 //!   the hot samples in the sign step (`prefer`), sorts each group's stream by rank (`rank_order`,
 //!   spilling past a budget), and decide takes them in that order; a one-process run with a
 //!   preference runs the three steps itself;
+//! - **the state earlier runs leave** ([`PriorState`], [`Deduper::seed`]): against a saved
+//!   index, the decision core starts from the representatives and first copies of earlier runs
+//!   that this run's hot keys reach, and this run's files are numbered after theirs
+//!   ([`Stage2Config::prior`]); building that state from an index is `neardup-index`'s;
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse

@@ -18,7 +18,8 @@
 //!   by high key bits, then per partition an exact count (an open-addressing table in memory, a
 //!   sort and run scan for spilled partitions), in parallel in memory or partition by partition
 //!   from spill files under a memory limit; it yields the sorted [`HotKeys`] and the
-//!   per-(row, column) [`HotMask`];
+//!   per-(row, column) [`HotMask`]; against a saved index, the keys of earlier runs count once
+//!   more each ([`PriorKeys`], given in [`KeysConfig::prior`] or to [`merge_table_files`]);
 //! - merging the tables of several shards ([`merge_tables`]) and the hot-key file format.
 //!
 //! It does not read or parse files itself (that is `neardup-corpus`), compute hashes (that is
