@@ -63,15 +63,21 @@ fn dump(rng: &mut Rng, n: usize, earlier: &[String]) -> Vec<String> {
 /// Dumps A, B and C as directories, each with a plain JSONL, a zstd JSONL and a Parquet file
 /// (file names distinct across dumps: a joint run's outputs are named by file).
 fn corpus(root: &Path) -> [PathBuf; 3] {
-    let mut rng = Rng(42);
+    corpus_seeded(root, 42, [420, 420, 420])
+}
+
+/// [`corpus`] from another seed, with `sizes` records per dump.
+fn corpus_seeded(root: &Path, seed: u64, sizes: [usize; 3]) -> [PathBuf; 3] {
+    let mut rng = Rng(seed);
     let mut all: Vec<String> = Vec::new();
     let dirs = ["A", "B", "C"].map(|d| root.join(d));
     for (d, dir) in dirs.iter().enumerate() {
         std::fs::create_dir_all(dir).unwrap();
         let tag = ["a", "b", "c"][d];
-        let texts = dump(&mut rng, 420, &all);
-        let (one, rest) = texts.split_at(140);
-        let (two, three) = rest.split_at(140);
+        let texts = dump(&mut rng, sizes[d], &all);
+        let third = sizes[d] / 3;
+        let (one, rest) = texts.split_at(third);
+        let (two, three) = rest.split_at(third);
         let lines = |part: &[String], file: &str| -> String {
             part.iter()
                 .enumerate()
@@ -535,4 +541,39 @@ fn indexes_that_do_not_fit_the_run_are_refused_naming_why() {
     assert!(!root.join("dc.jsonl").exists());
     std::fs::write(&a1, &original).unwrap();
     ok(&mut dedup_c(&["--against", "idx-ab"]));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(6))]
+
+    /// Whatever the corpus, the sizes of the dumps and the decision settings, the chained runs
+    /// give each dump its part of the joint run.
+    #[test]
+    fn chained_runs_equal_the_joint_run_for_any_settings(
+        seed in 1u64..1_000_000,
+        sizes in proptest::array::uniform3(3usize..200),
+        threshold in proptest::sample::select(vec!["0.6", "0.8", "0.9"]),
+        max_reps in proptest::sample::select(vec!["0", "1", "3"]),
+        verify in proptest::sample::select(vec!["exact", "estimate"]),
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        corpus_seeded(root, seed, sizes);
+        let settings = ["--threshold", threshold, "--max-reps", max_reps, "--verify", verify];
+        let run = |args: &[&str]| {
+            ok(neardup().current_dir(root).args(args).args(settings));
+        };
+        run(&["dedup", "A", "B", "C", "--decisions", "joint.jsonl"]);
+        run(&["dedup", "A", "--decisions", "a.jsonl", "--index-out", "ia"]);
+        run(&["dedup", "B", "--decisions", "b.jsonl", "--against", "ia", "--index-out", "iab"]);
+        run(&["dedup", "C", "--decisions", "c.jsonl", "--against", "iab"]);
+        let joint = decision_rows(&root.join("joint.jsonl"));
+        for (dump, file) in [("A", "a.jsonl"), ("B", "b.jsonl"), ("C", "c.jsonl")] {
+            proptest::prop_assert_eq!(
+                decision_rows(&root.join(file)),
+                rows_of(&joint, dump),
+                "{}", dump
+            );
+        }
+    }
 }
