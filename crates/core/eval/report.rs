@@ -7,7 +7,7 @@ use neardup_corpus::Reason;
 use neardup_sketch::Normalizer;
 use serde::Serialize;
 
-/// The outcome of [`evaluate`]: serialisable (the `--report` JSON), with [`EvalReport::summary`]
+/// The outcome of [`evaluate`](crate::eval::evaluate): serialisable (the `--report` JSON), with [`EvalReport::summary`]
 /// for humans.
 #[derive(Clone, Debug, Serialize)]
 pub struct EvalReport {
@@ -17,7 +17,7 @@ pub struct EvalReport {
     pub files: usize,
     /// Similarity threshold the measurements use.
     pub threshold: f64,
-    /// The shingler, as [`Shingler::describe`] gives it.
+    /// The shingler, as [`neardup_sketch::Shingler::describe`] gives it.
     pub shingler: String,
     /// The normaliser.
     pub normalizer: Normalizer,
