@@ -105,18 +105,10 @@ pub(crate) fn group_start(
             selector: &cfg.selector,
             shingles: cfg.deduper.verify == neardup_dedup::Verify::Jaccard && cfg.rule.band_keys,
             block_bytes: cfg.block_bytes,
-            threads: read_threads(cfg.threads),
+            threads: neardup_exec::ExecOptions::threads(cfg.threads).threads,
         },
     )?;
     Ok(state)
-}
-
-/// Threads reading back indexed records: the run's (`0`: every core).
-fn read_threads(threads: usize) -> usize {
-    match threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    }
 }
 
 /// The settings an index records, from a run's.
@@ -208,7 +200,7 @@ pub fn start_from(
             selector: &cfg.selector,
             shingles,
             block_bytes: cfg.block_bytes,
-            threads: read_threads(cfg.threads),
+            threads: neardup_exec::ExecOptions::threads(cfg.threads).threads,
         },
     )?;
     let report = AgainstReport {
@@ -314,7 +306,7 @@ pub fn complete_index(config: &Config, index: &mut SavedIndex) -> Result<u64, Er
         selector: &cfg.selector,
         shingles: false,
         block_bytes: cfg.block_bytes,
-        threads: read_threads(cfg.threads),
+        threads: neardup_exec::ExecOptions::threads(cfg.threads).threads,
     })?)
 }
 
@@ -332,12 +324,7 @@ pub fn save_index(
             source: e,
         })
     };
-    let mut counter = CountingWriter {
-        inner: &mut file,
-        bytes: 0,
-    };
-    index.write_to(&mut counter).map_err(io)?;
-    let bytes = counter.bytes;
+    let bytes = index.write_to(&mut file).map_err(io)?;
     file.commit().map_err(io)?;
     Ok(IndexReport {
         path: path.to_path_buf(),
@@ -349,22 +336,6 @@ pub fn save_index(
         self_contained: index.self_contained(),
         records_read,
     })
-}
-
-struct CountingWriter<W> {
-    inner: W,
-    bytes: u64,
-}
-
-impl<W: std::io::Write> std::io::Write for CountingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
-    }
 }
 
 /// `neardup index`: an index from a finished run's key tables (every shard, in any order) and

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 
 use hashbrown::{HashMap, HashSet};
 use neardup_corpus::{AtomicFile, Publication};
-use neardup_exec::{CancelToken, StepControl};
+use neardup_exec::{CancelToken, ExecOptions, StepControl};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, HotRowGroups, RowKind, RowRule, ShardPlace, content_key,
 };
@@ -586,11 +586,7 @@ const AHEAD_TEXT_BYTES: usize = 16 << 20;
 
 impl<'a> SketchAhead<'a> {
     fn new(sketch: &'a DecideShape, threads: usize, with_texts: bool) -> Self {
-        let threads = if threads == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
-        } else {
-            threads
-        };
+        let threads = ExecOptions::threads(threads).threads;
         SketchAhead {
             sketch,
             threads: if with_texts { threads } else { 0 },

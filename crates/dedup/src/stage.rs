@@ -9,7 +9,7 @@ use neardup_corpus::{
     Block, Chunk, DecisionWriter, FileWriter, OutputDir, Publication, PublishOptions, Unreadable,
     WriteError, WrittenFile,
 };
-use neardup_exec::{OnError, StepControl};
+use neardup_exec::{ExecOptions, OnError, StepControl};
 use neardup_keys::{FileRows, HotMask, UnreadableRange};
 
 use crate::deduper::Deduper;
@@ -337,11 +337,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
             inputs: total_rows,
         }));
     }
-    let threads = if cfg.threads == 0 {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    } else {
-        cfg.threads
-    };
+    let threads = ExecOptions::threads(cfg.threads).threads;
     let (jobs, record_bases) = chunk_jobs(files);
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
     check_sizes(&inputs)?;
@@ -396,7 +392,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
         let ran = neardup_exec::run_ordered(
             &prep,
             &jobs,
-            neardup_exec::ExecOptions { threads, window },
+            ExecOptions { threads, window },
             &cancelled,
             |event| pass.on_event(event),
         );

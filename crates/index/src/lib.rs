@@ -322,11 +322,13 @@ impl SavedIndex {
         Ok(all)
     }
 
-    /// Writes the index: a header (settings, files, counts), the entries, a checksum.
-    pub fn write_to(&self, out: impl Write) -> std::io::Result<()> {
+    /// Writes the index: a header (settings, files, counts), the entries, a checksum. Returns
+    /// its size in bytes.
+    pub fn write_to(&self, out: impl Write) -> std::io::Result<u64> {
         let mut out = HashingWriter {
             inner: BufWriter::with_capacity(1 << 20, out),
             hash: Xxh3::new(),
+            bytes: 0,
         };
         let header = Header {
             format: FORMAT_VERSION,
@@ -387,7 +389,8 @@ impl SavedIndex {
         let mut inner = out.inner;
         inner.write_all(&sum.to_le_bytes())?;
         inner.write_all(END_MAGIC)?;
-        inner.flush()
+        inner.flush()?;
+        Ok(out.bytes + 16)
     }
 
     /// Reads an index written by [`SavedIndex::write_to`], verifying its checksum.
@@ -547,22 +550,25 @@ impl SavedIndex {
             path: path.to_path_buf(),
             source: e,
         })?;
-        self.write_to(file).map_err(|e| IndexError::Io {
+        self.write_to(file).map(|_| ()).map_err(|e| IndexError::Io {
             path: path.to_path_buf(),
             source: e,
         })
     }
 }
 
+/// Writes through, hashing and counting what it wrote.
 struct HashingWriter<W: Write> {
     inner: BufWriter<W>,
     hash: Xxh3,
+    bytes: u64,
 }
 
 impl<W: Write> Write for HashingWriter<W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         let n = self.inner.write(buf)?;
         self.hash.update(&buf[..n]);
+        self.bytes += n as u64;
         Ok(n)
     }
     fn flush(&mut self) -> std::io::Result<()> {
