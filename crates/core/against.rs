@@ -8,8 +8,8 @@ use std::sync::Arc;
 use neardup_corpus::{AtomicFile, InputFile, SampleAddr, read_decisions};
 use neardup_dedup::{Decision, PriorState, Stage2Config};
 use neardup_index::{
-    DecisionsMismatch, IndexBuilder, IndexError, IndexFile, IndexSettings, IndexedDecision,
-    ResolveOptions, SavedIndex,
+    DecisionsMismatch, IndexBuilder, IndexError, IndexFile, IndexSettings, IndexSummary,
+    IndexedDecision, ResolveOptions, SavedIndex,
 };
 use neardup_keys::{FileRows, HotKeys, KeysConfig, ShardTables, TableReader};
 use serde::{Deserialize, Serialize};
@@ -77,7 +77,7 @@ pub(crate) fn not_in_steps(config: &Config, step: &'static str) -> Result<(), Er
 
 /// The part of an index's state a `sign` or `write` step needs: only how many files come
 /// before the run's (its own files are numbered after them).
-pub(crate) fn numbering_only(index: &SavedIndex) -> Arc<PriorState> {
+pub(crate) fn numbering_only(index: &IndexSummary) -> Arc<PriorState> {
     Arc::new(PriorState {
         names: index.files().iter().map(|f| f.name.clone()).collect(),
         ..PriorState::default()
@@ -124,6 +124,24 @@ pub fn index_settings(config: &Config) -> Result<IndexSettings, Error> {
     })
 }
 
+/// Loads the indexes `paths` (none: `None`), each checked against the settings `expected`
+/// gives for it, combined in order.
+fn load_checked(
+    paths: &[PathBuf],
+    expected: impl Fn(&IndexSettings) -> IndexSettings,
+) -> Result<Option<SavedIndex>, Error> {
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let mut loaded = Vec::new();
+    for p in paths {
+        let index = SavedIndex::load(p)?;
+        index.check_settings(&expected(index.settings()), p)?;
+        loaded.push((p.clone(), index));
+    }
+    Ok(Some(SavedIndex::combine(loaded)?))
+}
+
 /// Loads the indexes `config` runs against (none: `None`), each checked against the run's
 /// settings, combined in order.
 pub fn load_against(config: &Config) -> Result<Option<SavedIndex>, Error> {
@@ -131,13 +149,7 @@ pub fn load_against(config: &Config) -> Result<Option<SavedIndex>, Error> {
         return Ok(None);
     }
     let settings = index_settings(config)?;
-    let mut loaded = Vec::new();
-    for p in &config.dedup.against {
-        let index = SavedIndex::load(p)?;
-        index.check_settings(&settings, p)?;
-        loaded.push((p.clone(), index));
-    }
-    Ok(Some(SavedIndex::combine(loaded)?))
+    load_checked(&config.dedup.against, |_| settings.clone())
 }
 
 /// Loads the indexes a `hot` step counts against, checked against the key tables' layout and
@@ -147,29 +159,36 @@ pub fn load_against_tables(
     layout: &neardup_keys::TableLayout,
     min_count: u32,
 ) -> Result<Option<SavedIndex>, Error> {
-    if paths.is_empty() {
+    load_checked(paths, |index| IndexSettings {
+        layout: layout.clone(),
+        min_count,
+        ..index.clone()
+    })
+}
+
+/// The headers of the indexes `config` runs against, checked against the run's settings and
+/// combined in order (none: `None`): what a step needs that only numbers its files after the
+/// indexed runs' (`sign`, `write`) or names the indexes to the other steps. Reads no entry.
+pub fn against_summary(config: &Config) -> Result<Option<IndexSummary>, Error> {
+    if config.dedup.against.is_empty() {
         return Ok(None);
     }
+    let settings = index_settings(config)?;
     let mut loaded = Vec::new();
-    for p in paths {
-        let index = SavedIndex::load(p)?;
-        let mut run = index.settings().clone();
-        run.layout = layout.clone();
-        run.min_count = min_count;
-        index.check_settings(&run, p)?;
-        loaded.push((p.clone(), index));
+    for p in &config.dedup.against {
+        let summary = IndexSummary::load(p)?;
+        summary.check_settings(&settings, p)?;
+        loaded.push((p.clone(), summary));
     }
-    Ok(Some(SavedIndex::combine(loaded)?))
+    Ok(Some(IndexSummary::combine(loaded)?))
 }
 
 /// The files of the indexes `config` runs against, as decisions name them, in the numbering of
 /// the run's decisions (the indexed runs' files come first), read from the indexes' headers.
 pub fn indexed_names(config: &Config) -> Result<Vec<String>, Error> {
-    let mut names = Vec::new();
-    for p in &config.dedup.against {
-        names.extend(SavedIndex::read_files(p)?.into_iter().map(|f| f.name));
-    }
-    Ok(names)
+    Ok(against_summary(config)?
+        .map(|s| s.files().iter().map(|f| f.name.clone()).collect())
+        .unwrap_or_default())
 }
 
 /// The inputs of the indexed runs (the run must not write over them).

@@ -27,7 +27,7 @@ use neardup_dedup::{
     RecordWriter, SignedCounts, SignedShape, StepSink, decide_group, run_sign, run_write,
     signed_shape,
 };
-use neardup_index::SavedIndex;
+use neardup_index::{IndexSummary, SavedIndex};
 use neardup_keys::{FileRows, HotKeys, HotMask, HotSummary, KeyTable, RowGrouping, ShardPlace};
 use serde::{Deserialize, Serialize};
 
@@ -76,7 +76,7 @@ pub struct AgainstId {
 }
 
 impl DecideSettings {
-    fn of(config: &Config, against: Option<&SavedIndex>) -> DecideSettings {
+    fn of(config: &Config, against: Option<&IndexSummary>) -> DecideSettings {
         let d = config.deduper_config();
         DecideSettings {
             threshold: d.threshold,
@@ -293,7 +293,7 @@ fn sign_into(
 ) -> Result<(SignManifest, Vec<Vec<u8>>, DedupStats), Error> {
     config.validate()?;
     crate::against::not_in_steps(config, "sign")?;
-    let against = crate::against::load_against(config)?;
+    let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
     let (mask, files, place) = table.mask(hot, RowGrouping::Record)?;
@@ -397,7 +397,7 @@ fn decide_into(
         }));
     }
     let shards = hot.tables().len() as u32;
-    let settings = DecideSettings::of(config, against.as_ref());
+    let settings = DecideSettings::of(config, against.as_ref().map(SavedIndex::summary).as_ref());
     let mut given: Vec<Given<'_, SignManifest>> = Vec::new();
     for input in signed {
         let g = Given::read(input, fingerprint, &settings)?;
@@ -581,7 +581,7 @@ pub fn write_shard<'a>(
     let table = table.into();
     config.validate()?;
     crate::against::not_in_steps(config, "write")?;
-    let against = crate::against::load_against(config)?;
+    let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
     let (mask, files, place) = table.mask(hot, RowGrouping::Skip)?;

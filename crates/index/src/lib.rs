@@ -238,31 +238,19 @@ impl SavedIndex {
         PriorKeys::new(pairs)
     }
 
-    /// What identifies the indexed runs, for steps that must agree on it: a hash of the files'
-    /// names and sizes and of the counts.
-    pub fn fingerprint(&self) -> u64 {
-        let mut h = Xxh3::new();
-        for f in &self.files {
-            h.update(f.name.as_bytes());
-            h.update(&[0]);
-            h.update(&f.input.size.to_le_bytes());
+    /// What its header says (settings, files, counts), without its entries.
+    pub fn summary(&self) -> IndexSummary {
+        IndexSummary {
+            settings: self.settings.clone(),
+            files: self.files.clone(),
+            samples: self.samples,
+            entries: self.addrs.len() as u64,
         }
-        h.update(&self.samples.to_le_bytes());
-        h.update(&(self.addrs.len() as u64).to_le_bytes());
-        h.digest()
     }
 
     /// Refuses a run whose settings differ from the index's, naming each setting.
     pub fn check_settings(&self, run: &IndexSettings, path: &Path) -> Result<(), IndexError> {
-        let differences = self.settings.differences(run);
-        if differences.is_empty() {
-            Ok(())
-        } else {
-            Err(IndexError::OtherSettings {
-                path: path.to_path_buf(),
-                differences,
-            })
-        }
+        check_settings(&self.settings, run, path)
     }
 
     /// Several indexes as one, in the order given: their files numbered one after the other,
@@ -270,26 +258,17 @@ impl SavedIndex {
     /// must have the same settings, and no file may be in two of them (an index made
     /// `--against` another already holds that one's files: pass only the later).
     pub fn combine(indexes: Vec<(PathBuf, SavedIndex)>) -> Result<SavedIndex, IndexError> {
-        let mut iter = indexes.into_iter();
-        let Some((first_path, mut all)) = iter.next() else {
+        IndexSummary::combine(
+            indexes
+                .iter()
+                .map(|(p, i)| (p.clone(), i.summary()))
+                .collect(),
+        )?;
+        let mut iter = indexes.into_iter().map(|(_, i)| i);
+        let Some(mut all) = iter.next() else {
             return Err(IndexError::NoIndex);
         };
-        let mut owner: HashMap<String, PathBuf> = all
-            .files
-            .iter()
-            .map(|f| (f.name.clone(), first_path.clone()))
-            .collect();
-        for (path, next) in iter {
-            next.check_settings(&all.settings, &path)?;
-            for f in &next.files {
-                if let Some(other) = owner.insert(f.name.clone(), path.clone()) {
-                    return Err(IndexError::Overlap {
-                        file: f.name.clone(),
-                        first: other,
-                        second: path,
-                    });
-                }
-            }
+        for next in iter {
             let base = u32::try_from(all.files.len()).map_err(|_| IndexError::TooManyFiles)?;
             let shift = |a: SampleAddr| SampleAddr {
                 file: a.file + base,
@@ -515,9 +494,51 @@ impl SavedIndex {
         Ok(index)
     }
 
-    /// The files an index lists, from its header alone (the rest is neither read nor checked:
-    /// [`SavedIndex::load`] does that), e.g. to name the files decisions may point to.
-    pub fn read_files(path: &Path) -> Result<Vec<IndexFile>, IndexError> {
+    /// Saves to `path` (not atomically: callers publish through their own atomic file).
+    pub fn save(&self, path: &Path) -> Result<(), IndexError> {
+        let file = std::fs::File::create(path).map_err(|e| IndexError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })?;
+        self.write_to(file).map(|_| ()).map_err(|e| IndexError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        })
+    }
+}
+
+/// Refuses settings `run` that differ from an index's `settings`, naming each.
+fn check_settings(
+    settings: &IndexSettings,
+    run: &IndexSettings,
+    path: &Path,
+) -> Result<(), IndexError> {
+    let differences = settings.differences(run);
+    if differences.is_empty() {
+        Ok(())
+    } else {
+        Err(IndexError::OtherSettings {
+            path: path.to_path_buf(),
+            differences,
+        })
+    }
+}
+
+/// What an index's header says: its settings, the indexed runs' files and its counts. Read
+/// without the entries ([`IndexSummary::load`]), it is all a step needs that only numbers its
+/// files after the indexed runs' or checks that other steps used the same indexes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexSummary {
+    settings: IndexSettings,
+    files: Vec<IndexFile>,
+    samples: u64,
+    entries: u64,
+}
+
+impl IndexSummary {
+    /// The header of the index at `path` (the entries are neither read nor checked:
+    /// [`SavedIndex::load`] does that).
+    pub fn load(path: &Path) -> Result<IndexSummary, IndexError> {
         let io = |e: std::io::Error| IndexError::Io {
             path: path.to_path_buf(),
             source: e,
@@ -541,19 +562,79 @@ impl SavedIndex {
             path: path.to_path_buf(),
             damage: IndexDamage::Header(e.to_string()),
         })?;
-        Ok(header.files)
+        if header.format != FORMAT_VERSION {
+            return Err(IndexError::Version {
+                path: path.to_path_buf(),
+                found: header.format,
+            });
+        }
+        Ok(IndexSummary {
+            settings: header.settings,
+            files: header.files,
+            samples: header.samples,
+            entries: header.entries,
+        })
     }
 
-    /// Saves to `path` (not atomically: callers publish through their own atomic file).
-    pub fn save(&self, path: &Path) -> Result<(), IndexError> {
-        let file = std::fs::File::create(path).map_err(|e| IndexError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })?;
-        self.write_to(file).map(|_| ()).map_err(|e| IndexError::Io {
-            path: path.to_path_buf(),
-            source: e,
-        })
+    /// The settings the index was made with.
+    pub fn settings(&self) -> &IndexSettings {
+        &self.settings
+    }
+
+    /// The indexed runs' files, in order.
+    pub fn files(&self) -> &[IndexFile] {
+        &self.files
+    }
+
+    /// Refuses a run whose settings differ from the index's, naming each setting.
+    pub fn check_settings(&self, run: &IndexSettings, path: &Path) -> Result<(), IndexError> {
+        check_settings(&self.settings, run, path)
+    }
+
+    /// What identifies the indexed runs, for steps that must agree on it: a hash of the files'
+    /// names and sizes and of the counts (the same for indexes combined as for their summaries
+    /// combined).
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = Xxh3::new();
+        for f in &self.files {
+            h.update(f.name.as_bytes());
+            h.update(&[0]);
+            h.update(&f.input.size.to_le_bytes());
+        }
+        h.update(&self.samples.to_le_bytes());
+        h.update(&self.entries.to_le_bytes());
+        h.digest()
+    }
+
+    /// Several indexes' summaries as the summary of [`SavedIndex::combine`]: the same settings
+    /// (else the setting is named), no file in two of them (an index made `--against` another
+    /// already holds that one's files: pass only the later), files in the order given.
+    pub fn combine(summaries: Vec<(PathBuf, IndexSummary)>) -> Result<IndexSummary, IndexError> {
+        let mut iter = summaries.into_iter();
+        let Some((first_path, mut all)) = iter.next() else {
+            return Err(IndexError::NoIndex);
+        };
+        let mut owner: HashMap<String, PathBuf> = all
+            .files
+            .iter()
+            .map(|f| (f.name.clone(), first_path.clone()))
+            .collect();
+        for (path, next) in iter {
+            next.check_settings(&all.settings, &path)?;
+            for f in &next.files {
+                if let Some(other) = owner.insert(f.name.clone(), path.clone()) {
+                    return Err(IndexError::Overlap {
+                        file: f.name.clone(),
+                        first: other,
+                        second: path,
+                    });
+                }
+            }
+            all.files.extend(next.files);
+            all.samples += next.samples;
+            all.entries += next.entries;
+        }
+        Ok(all)
     }
 }
 
@@ -815,7 +896,7 @@ mod tests {
             let back = SavedIndex::load(&path).unwrap();
             assert_eq!(back, i);
             assert_eq!(back.self_contained(), sketches);
-            assert_eq!(SavedIndex::read_files(&path).unwrap(), i.files);
+            assert_eq!(IndexSummary::load(&path).unwrap().files, i.files);
             let bytes = std::fs::read(&path).unwrap();
             for at in [20, bytes.len() / 2, bytes.len() - 20] {
                 let mut bad = bytes.clone();
