@@ -1235,19 +1235,15 @@ pub(crate) fn run_ranked_into(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use neardup_sketch::{BandKeyScheme, HashScheme, LshParams, Normalizer, SketchConfig};
+    use neardup_sketch::{LshParams, Shingler, SketchConfig};
 
     fn sketch() -> DecideShape {
         DecideShape {
-            sketcher: Sketcher::new(SketchConfig {
-                normalizer: Normalizer::default(),
-                shingler: neardup_sketch::Shingler::Chars { k: 5, step: 1 },
-                scheme: HashScheme::Oph,
-                num_perm: 128,
-                seed: 1,
-                lsh: LshParams::new(16, 8).unwrap(),
-                band_keys: BandKeyScheme::Fast,
-            })
+            sketcher: Sketcher::new(SketchConfig::new(
+                Shingler::Chars { k: 5, step: 1 },
+                128,
+                LshParams::new(16, 8).unwrap(),
+            ))
             .unwrap(),
             rule: RowRule::default(),
         }

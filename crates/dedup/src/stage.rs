@@ -473,20 +473,14 @@ mod tests {
     use neardup_corpus::{FieldPath, InputFile, TextSelector};
     use neardup_exec::{CancelToken, OnError};
     use neardup_keys::{KeysConfig, RowRule, run_keys};
-    use neardup_sketch::{
-        BandKeyScheme, HashScheme, LshParams, Normalizer, SketchConfig, Sketcher,
-    };
+    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
 
     fn sketcher() -> Sketcher {
-        Sketcher::new(SketchConfig {
-            normalizer: Normalizer::default(),
-            shingler: neardup_sketch::Shingler::Chars { k: 5, step: 1 },
-            scheme: HashScheme::Oph,
-            num_perm: 128,
-            seed: 1,
-            lsh: LshParams::new(16, 8).unwrap(),
-            band_keys: BandKeyScheme::Fast,
-        })
+        Sketcher::new(SketchConfig::new(
+            Shingler::Chars { k: 5, step: 1 },
+            128,
+            LshParams::new(16, 8).unwrap(),
+        ))
         .unwrap()
     }
 

@@ -940,18 +940,14 @@ pub fn merge_tables<T: std::borrow::Borrow<KeyTable>>(
 mod tests {
     use super::*;
     use neardup_corpus::{FieldPath, SkipReason};
-    use neardup_sketch::{BandKeyScheme, HashScheme, LshParams, Normalizer, SketchConfig};
+    use neardup_sketch::{LshParams, Shingler, SketchConfig};
 
     fn config(threads: usize, chunk_bytes: u64) -> KeysConfig {
-        let sketcher = Sketcher::new(SketchConfig {
-            normalizer: Normalizer::default(),
-            shingler: neardup_sketch::Shingler::Chars { k: 5, step: 1 },
-            scheme: HashScheme::Oph,
-            num_perm: 128,
-            seed: 1,
-            lsh: LshParams::new(16, 8).unwrap(),
-            band_keys: BandKeyScheme::Fast,
-        })
+        let sketcher = Sketcher::new(SketchConfig::new(
+            Shingler::Chars { k: 5, step: 1 },
+            128,
+            LshParams::new(16, 8).unwrap(),
+        ))
         .unwrap();
         let mut cfg = KeysConfig::new(sketcher, TextSelector::single(FieldPath::top("text")));
         cfg.threads = threads;

@@ -9,8 +9,9 @@ use std::sync::Arc;
 
 use crate::SketchError;
 
-/// User-pluggable tokenizer (e.g. a Japanese morphological analyser).
-pub trait Tokenizer: Send + Sync + fmt::Debug {
+/// A user's own way to cut a text into shingles (e.g. words from a Japanese morphological
+/// analyser, joined into n-grams), for [`Shingler::Custom`].
+pub trait CustomShingler: Send + Sync + fmt::Debug {
     /// Calls `emit` once per shingle in text order (repeats allowed); each shingle is bytes.
     fn shingles(&self, text: &str, emit: &mut dyn FnMut(&[u8]));
 }
@@ -53,8 +54,8 @@ pub enum Shingler {
         /// Window stride in tokens.
         step: usize,
     },
-    /// A user tokenizer; its shingles are used as they are.
-    Custom(Arc<dyn Tokenizer>),
+    /// A user's shingler; its shingles are used as they are.
+    Custom(Arc<dyn CustomShingler>),
 }
 
 impl Shingler {
@@ -367,14 +368,14 @@ mod tests {
 
     #[derive(Debug)]
     struct Spaces;
-    impl Tokenizer for Spaces {
+    impl CustomShingler for Spaces {
         fn shingles(&self, text: &str, emit: &mut dyn FnMut(&[u8])) {
             text.split(' ').for_each(|w| emit(w.as_bytes()));
         }
     }
 
     #[test]
-    fn custom_tokenizer_and_descriptions() {
+    fn custom_shinglers_and_descriptions() {
         let s = Shingler::Custom(Arc::new(Spaces));
         assert_eq!(collect(&s, "a b"), vec![b"a".to_vec(), b"b".to_vec()]);
         assert_eq!(s.describe(), "custom:Spaces");

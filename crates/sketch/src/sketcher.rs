@@ -102,6 +102,21 @@ impl SketchConfig {
         xxhash_rust::xxh3::xxh3_64(&buf)
     }
 
+    /// neardup's own scheme for `shingler`, `num_perm` and `lsh`: one-permutation hashing
+    /// ([`HashScheme::Oph`]) with seed 1 and [`BandKeyScheme::Fast`] band keys, over the text
+    /// as given ([`Normalizer::default`] changes nothing). Change a field to depart from it.
+    pub fn new(shingler: Shingler, num_perm: usize, lsh: LshParams) -> SketchConfig {
+        SketchConfig {
+            normalizer: Normalizer::default(),
+            shingler,
+            scheme: HashScheme::Oph,
+            num_perm,
+            seed: 1,
+            lsh,
+            band_keys: BandKeyScheme::Fast,
+        }
+    }
+
     /// lshcurator 0.2.3 preset: trim (py_strip) only, Chars or Bytes shingles, Datasketch
     /// scheme, num_perm = bands*rows, seed 36, Lshcurator band keys.
     pub fn lshcurator(

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use neardup_sketch::{
-    BandKeyScheme, HashScheme, LshParams, Normalizer, Scratch, Shingler, SketchConfig, SketchError,
-    Sketcher, Tokenizer, content_hash, jaccard_sorted, similarity,
+    BandKeyScheme, CustomShingler, HashScheme, LshParams, Normalizer, Scratch, Shingler,
+    SketchConfig, SketchError, Sketcher, content_hash, jaccard_sorted, similarity,
 };
 
 fn fast_config() -> SketchConfig {
@@ -146,7 +146,7 @@ fn shingle_sets_give_exact_jaccard_close_to_the_estimate() {
 #[derive(Debug)]
 struct Whitespace;
 
-impl Tokenizer for Whitespace {
+impl CustomShingler for Whitespace {
     fn shingles(&self, text: &str, emit: &mut dyn FnMut(&[u8])) {
         text.split_whitespace().for_each(|w| emit(w.as_bytes()));
     }
