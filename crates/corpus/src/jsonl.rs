@@ -290,12 +290,13 @@ fn json_number(raw: &str) -> RankValue {
     }
 }
 
-/// The samples of a JSONL block's lines (`starts` are the line starts in `bytes`), as
-/// [`crate::Block::for_each_sample`] hands them out; with `seen`, noting which selected fields the
-/// records have.
+/// The samples of the lines `records` (ascending indices into `starts`, the line starts in
+/// `bytes`) of a JSONL block, as [`crate::Block::for_each_sample`] hands them out; with `seen`,
+/// noting which selected fields the records have.
 pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
     bytes: &[u8],
     starts: &[usize],
+    records: impl Iterator<Item = usize>,
     selector: &TextSelector,
     mut seen: Option<&mut FieldsSeen>,
     f: &mut F,
@@ -322,7 +323,10 @@ pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
     let mut join_buf = String::new();
     let mut values_buf: Vec<FieldValue<'static>> = Vec::with_capacity(nfields);
     let slots_per_record = selector.samples_per_record();
-    for (record, &start) in starts.iter().enumerate() {
+    for record in records {
+        let Some(&start) = starts.get(record) else {
+            break;
+        };
         let end = starts.get(record + 1).copied().unwrap_or(bytes.len());
         let mut raw = &bytes[start..end];
         // The terminator is not part of the record (an unterminated string would otherwise be

@@ -18,7 +18,7 @@ impl Block {
     pub fn for_each_sample<F: FnMut(Sample<'_>)>(&self, selector: &TextSelector, mut f: F) {
         match &self.data {
             BlockData::Jsonl { bytes, starts } => {
-                jsonl::line_samples(bytes, starts, selector, None, &mut f)
+                jsonl::line_samples(bytes, starts, 0..starts.len(), selector, None, &mut f)
             }
             BlockData::Parquet { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, None, &mut f)
@@ -36,15 +36,14 @@ impl Block {
         mut f: F,
     ) {
         match &self.data {
-            BlockData::Jsonl { bytes, starts } => {
-                for &r in records {
-                    let Some(&start) = starts.get(r) else { break };
-                    let end = starts.get(r + 1).copied().unwrap_or(bytes.len());
-                    jsonl::line_samples(&bytes[start..end], &[0], selector, None, &mut |s| {
-                        f(Sample { record: r, ..s })
-                    });
-                }
-            }
+            BlockData::Jsonl { bytes, starts } => jsonl::line_samples(
+                bytes,
+                starts,
+                records.iter().copied(),
+                selector,
+                None,
+                &mut f,
+            ),
             BlockData::Parquet { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, None, &mut |s: Sample<'_>| {
                     if records.binary_search(&s.record).is_ok() {
@@ -66,7 +65,7 @@ impl Block {
     ) {
         match &self.data {
             BlockData::Jsonl { bytes, starts } => {
-                jsonl::line_samples(bytes, starts, selector, Some(seen), &mut f)
+                jsonl::line_samples(bytes, starts, 0..starts.len(), selector, Some(seen), &mut f)
             }
             BlockData::Parquet { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, Some(seen), &mut f)
@@ -283,6 +282,44 @@ mod tests {
             mode,
             id_field: id.map(|i| i.parse().unwrap()),
             rank_field: None,
+        }
+    }
+
+    /// Reading back some records gives exactly what reading them all gives for those records:
+    /// blank, malformed, non-UTF-8 and unterminated last lines included, in both field modes.
+    #[test]
+    fn samples_of_some_records_are_those_records_samples() {
+        let mut data = concat!(
+            "{\"a\":\"x\",\"b\":\"y\",\"id\":1}\n",
+            "   \n",
+            "{bad\n",
+            "{\"a\":\"z\",\"id\":\"s\"}\r\n",
+        )
+        .as_bytes()
+        .to_vec();
+        data.extend_from_slice(b"{\"a\":\"\xff\"}\n{\"b\":\"w\"}");
+        let block = jsonl_block(&data);
+        for mode in [FieldsMode::default(), FieldsMode::Expand] {
+            let sel = sel(&["a", "b"], mode, Some("id"));
+            let all = collect(&data, &sel);
+            let records = 6;
+            for pick in 0u32..1 << records {
+                let chosen: Vec<usize> = (0..records).filter(|r| pick >> r & 1 == 1).collect();
+                let mut got = Vec::new();
+                block.for_each_sample_of(&sel, &chosen, |s| {
+                    let t = match s.text {
+                        SampleText::Text(t) => format!("T:{t}"),
+                        SampleText::Skipped(r) => format!("S:{}", r.kind()),
+                    };
+                    got.push((s.record, s.field, t, s.id.map(|c| c.into_owned())));
+                });
+                let want: Vec<_> = all
+                    .iter()
+                    .filter(|x| chosen.contains(&x.0))
+                    .cloned()
+                    .collect();
+                assert_eq!(got, want, "records {chosen:?}");
+            }
         }
     }
 
