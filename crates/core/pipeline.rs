@@ -717,15 +717,19 @@ impl Pipeline {
             )?),
             None => None,
         };
+        // Stage 2 needs neither the hot keys nor, unless it saves an index, the key table:
+        // they are freed before it starts instead of being held through it.
+        drop(hot);
+        let table = self.config.output.index_out.is_some().then_some(table);
         let mut recorder = match (&self.config.output.index_out, &table) {
             (None, _) => None,
-            (Some(_), TableStore::Memory(t)) => Some(against::IndexRecorder::new(
+            (Some(_), Some(TableStore::Memory(t))) => Some(against::IndexRecorder::new(
                 &self.config,
                 &rows,
                 t.keys(),
                 against,
             )?),
-            (Some(_), TableStore::Spilled) => {
+            (Some(_), _) => {
                 return Err(Error::IndexUse(crate::error::IndexUseError::TableSpilled));
             }
         };
