@@ -720,16 +720,16 @@ impl Pipeline {
         // Stage 2 needs neither the hot keys nor, unless it saves an index, the key table:
         // they are freed before it starts instead of being held through it.
         drop(hot);
-        let table = self.config.output.index_out.is_some().then_some(table);
-        let mut recorder = match (&self.config.output.index_out, &table) {
-            (None, _) => None,
-            (Some(_), Some(TableStore::Memory(t))) => Some(against::IndexRecorder::new(
+        let table = self.config.output.index_out.as_ref().map(|_| table);
+        let mut recorder = match &table {
+            None => None,
+            Some(TableStore::Memory(t)) => Some(against::IndexRecorder::new(
                 &self.config,
                 &rows,
                 t.keys(),
                 against,
             )?),
-            (Some(_), _) => {
+            Some(TableStore::Spilled) => {
                 return Err(Error::IndexUse(crate::error::IndexUseError::TableSpilled));
             }
         };

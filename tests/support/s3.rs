@@ -124,7 +124,8 @@ impl S3Server {
     }
 
     /// Sends one request; returns the status and the body.
-    /// Panics, with the server's exit status and log, when the server does not answer.
+    /// Panics, saying whether the server still listens and with the end of its log, when it
+    /// does not answer.
     pub fn request(&self, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
         http(self.port, method, path, body).unwrap_or_else(|e| {
             let status = if listens_on(self.child.id(), self.port) {
@@ -133,15 +134,8 @@ impl S3Server {
                 "no longer listens on its port"
             };
             let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
-            let tail: String = log
-                .lines()
-                .rev()
-                .take(40)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n");
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
             panic!(
                 "{method} {path} on the S3 server at port {}: {e}; the server (pid {}) {status}; \
                  the end of its log:\n{tail}",

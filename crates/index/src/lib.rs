@@ -404,14 +404,7 @@ impl SavedIndex {
             .checked_add(header_len)
             .filter(|e| *e <= body_end)
             .ok_or_else(|| damaged(IndexDamage::HeaderLength))?;
-        let header: Header = serde_json::from_slice(&bytes[16..header_end])
-            .map_err(|e| damaged(IndexDamage::Header(e.to_string())))?;
-        if header.format != FORMAT_VERSION {
-            return Err(IndexError::Version {
-                path: path.to_path_buf(),
-                found: header.format,
-            });
-        }
+        let header = parse_header(&bytes[16..header_end], path)?;
         let bands = header.settings.layout.bands;
         let mut index = SavedIndex {
             settings: header.settings,
@@ -507,6 +500,22 @@ impl SavedIndex {
     }
 }
 
+/// The header of the index at `path` from its JSON, refused when damaged or written by another
+/// format version.
+fn parse_header(json: &[u8], path: &Path) -> Result<Header, IndexError> {
+    let header: Header = serde_json::from_slice(json).map_err(|e| IndexError::Damaged {
+        path: path.to_path_buf(),
+        damage: IndexDamage::Header(e.to_string()),
+    })?;
+    if header.format != FORMAT_VERSION {
+        return Err(IndexError::Version {
+            path: path.to_path_buf(),
+            found: header.format,
+        });
+    }
+    Ok(header)
+}
+
 /// Refuses settings `run` that differ from an index's `settings`, naming each.
 fn check_settings(
     settings: &IndexSettings,
@@ -558,16 +567,7 @@ impl IndexSummary {
         let len = u64::from_le_bytes(head[8..16].try_into().expect("8"));
         let mut json = Vec::new();
         input.take(len).read_to_end(&mut json).map_err(io)?;
-        let header: Header = serde_json::from_slice(&json).map_err(|e| IndexError::Damaged {
-            path: path.to_path_buf(),
-            damage: IndexDamage::Header(e.to_string()),
-        })?;
-        if header.format != FORMAT_VERSION {
-            return Err(IndexError::Version {
-                path: path.to_path_buf(),
-                found: header.format,
-            });
-        }
+        let header = parse_header(&json, path)?;
         Ok(IndexSummary {
             settings: header.settings,
             files: header.files,

@@ -10,7 +10,7 @@ use pyo3::types::PyDict;
 
 use neardup::corpus::Reason;
 use neardup::dedup::{Candidate, Deduper as Core, SampleAddr, Verdict};
-use neardup::keys::{Incompatible, KeysConfig, RowKind, RowRule};
+use neardup::keys::{KeysConfig, RowKind, RowRule};
 use neardup::sketch::{NO_KEY, Scratch, Sketcher};
 
 use crate::settings::{Scope, config_from};
@@ -328,19 +328,16 @@ pub struct Deduper {
 fn hot_set(hot: &Bound<'_, PyAny>, sketcher: &Sketcher, rule: RowRule) -> PyResult<HashSet<u64>> {
     if let Ok(table) = hot.cast::<HotKeys>() {
         let layout = table.get().inner.layout();
-        if layout.sketch_fingerprint != sketcher.config().fingerprint() || layout.rule != rule {
-            // The deduper selects no fields: compared on the table's own selection, only the
-            // settings that make the keys differ are named.
-            let mut mine = KeysConfig::new(sketcher.clone(), layout.selector.clone());
-            mine.rule = rule;
-            let differences = Incompatible::Layout {
-                differences: layout.setting_differences(&mine.layout()),
-            };
-            return Err(PyValueError::new_err(format!(
-                "the hot keys were {differences} (the hot keys' value first, this deduper's \
-                 second): pass the settings of the run that counted them"
-            )));
-        }
+        // The deduper selects no fields: compared on the table's own selection, only the
+        // settings that make the keys differ count, and are named.
+        let mut mine = KeysConfig::new(sketcher.clone(), layout.selector.clone());
+        mine.rule = rule;
+        layout.check_compatible(&mine.layout()).map_err(|e| {
+            PyValueError::new_err(format!(
+                "the hot keys were {e} (the hot keys' value first, this deduper's second): pass \
+                 the settings of the run that counted them"
+            ))
+        })?;
         return Ok(table.get().inner.lookup());
     }
     if let Ok(array) = hot.extract::<PyReadonlyArray1<'_, u64>>() {
