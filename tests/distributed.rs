@@ -516,6 +516,63 @@ fn distributed_runs_equal_one_process_for_any_groups_and_shards() {
     assert!(through_dropped > 0, "no drop names a dropped dup_of");
 }
 
+/// A `decide` step under `--memory-limit` spills its representatives and writes the same
+/// decided streams.
+#[test]
+fn decide_under_a_memory_limit_spills_and_decides_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = corpus(&tmp.path().join("in"), 11, 800, 40);
+    let work = tmp.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = Run {
+        work: &work,
+        keys_flags: &["--id-field", "id"],
+        decide_flags: &[],
+    };
+    run.check(&files, 2, 2);
+    let sigs: Vec<PathBuf> = (0..2).map(|i| work.join(format!("sig-{i}"))).collect();
+    let streams = |dir: &Path| {
+        let mut files = data_files(dir);
+        files.remove(Path::new("manifest.json"));
+        files
+    };
+    let mut spilled = 0;
+    for g in 0..2 {
+        let limited = work.join(format!("limited-{g}"));
+        let report = work.join(format!("limited-{g}.json"));
+        run_ok(
+            neardup()
+                .arg("decide")
+                .args(&sigs)
+                .arg("--hot")
+                .arg(work.join("hot.ndh"))
+                .arg("--group")
+                .arg(g.to_string())
+                .arg("-o")
+                .arg(&limited)
+                .arg("--report")
+                .arg(&report)
+                .args(["--id-field", "id", "--memory-limit", "1KB", "--spill-dir"])
+                .arg(work.join("spill")),
+        );
+        let expected = streams(&work.join(format!("decided-{g}")));
+        assert!(!expected.is_empty());
+        assert_eq!(streams(&limited), expected, "group {g}");
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let text = report.to_string();
+        let at = text
+            .find("\"spilled_bytes\":")
+            .expect("the report counts spilled bytes");
+        let digits: String = text[at + 16..]
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        spilled += digits.parse::<u64>().unwrap();
+    }
+    assert!(spilled > 0, "nothing spilled under a 1 KB limit");
+}
+
 #[test]
 fn one_component_holding_most_hot_rows_is_decided_by_one_group() {
     let tmp = tempfile::tempdir().unwrap();

@@ -144,6 +144,62 @@ fn outputs_and_decisions_are_byte_identical_for_any_thread_count() {
     assert_eq!(runs[0], runs[2]);
 }
 
+/// Under `--memory-limit`, stage 2's representatives spill their signatures and sets past half
+/// the limit and are read back when compared: the decisions and the dataset stay byte-identical,
+/// under both kinds of verification, with one thread or two.
+#[test]
+fn a_memory_limit_spills_representatives_and_changes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    for verify in [Verify::Jaccard, Verify::Estimate] {
+        let mut runs = Vec::new();
+        for (threads, limit) in [(2, None), (1, Some(256 * 1024)), (2, Some(1))] {
+            let mut c = sample_config(threads);
+            c.dedup.verify = verify;
+            c.keys.memory_limit = limit;
+            c.keys.spill_dir = Some(tmp.path().join("spill"));
+            let name = format!("{verify:?}-{threads}-{limit:?}");
+            let out = tmp.path().join(format!("out-{name}"));
+            let dec = tmp.path().join(format!("decisions-{name}.jsonl"));
+            c.output.dir = Some(out.clone());
+            c.output.decisions = Some(dec.clone());
+            let report = Pipeline::new(c).unwrap().run().unwrap();
+            let d = &report.stage2.deduper;
+            assert!(d.representatives > 0, "{name}");
+            match limit {
+                None => assert_eq!(d.spilled_bytes, 0, "{name}"),
+                Some(1) => {
+                    // Nothing fits: every signature (and set) is on disk.
+                    let sets = if verify == Verify::Jaccard {
+                        d.shingle_set_bytes
+                    } else {
+                        0
+                    };
+                    assert_eq!(
+                        d.spilled_bytes,
+                        d.representatives * 4 * 128 + sets,
+                        "{name}"
+                    );
+                }
+                Some(limit) => {
+                    assert!(d.spilled_bytes > 0, "{name}");
+                    // A record stays in memory only while the state fits the budget; the bucket
+                    // index may grow (by its last doubling at most) after the last such check.
+                    assert!(
+                        d.representative_memory_bytes
+                            <= neardup::decision_memory(limit) + d.bucket_index_bytes,
+                        "{name}: {d:?}"
+                    );
+                }
+            }
+            assert!(d.near > 0 && d.comparisons > 0, "{name}");
+            runs.push((read_dir_bytes(&out), std::fs::read(&dec).unwrap()));
+        }
+        assert!(!runs[0].0.is_empty());
+        assert_eq!(runs[0], runs[1], "{verify:?}");
+        assert_eq!(runs[0], runs[2], "{verify:?}");
+    }
+}
+
 #[test]
 fn key_tables_are_identical_across_threads_and_spilling_and_match_brute_force() {
     let base = sample_config(1);

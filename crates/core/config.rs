@@ -240,7 +240,9 @@ pub struct KeysSettings {
     pub exact: bool,
     /// What texts shorter than one shingle get.
     pub short_texts: ShortTextPolicy,
-    /// Bytes the key table may take before stage 1 spills to disk.
+    /// Bytes the key table may take before stage 1 spills to disk; half of it is what stage 2's
+    /// decision state may take before representatives' signatures and shingle sets spill
+    /// ([`decision_memory`]).
     pub memory_limit: Option<u64>,
     /// Where spill files go.
     pub spill_dir: Option<PathBuf>,
@@ -262,6 +264,22 @@ impl Default for KeysSettings {
             chunk_bytes: DEFAULT_CHUNK_BYTES,
         }
     }
+}
+
+/// The share of [`KeysSettings::memory_limit`] stage 2's decision state may take (see
+/// `neardup_dedup::DeduperConfig::decision_memory`): half, the other half being for the blocks in
+/// flight, the hot mask and the writers.
+pub fn decision_memory(memory_limit: u64) -> u64 {
+    memory_limit / 2
+}
+
+/// The largest unit of parallel work under [`KeysSettings::memory_limit`]: a 128th of it (at
+/// least 1 MiB). Stage 2 holds a few prepared blocks per thread, and a block of short hot
+/// samples takes up to about ten times its input bytes (a 512-byte signature, keys and a shingle
+/// set per 100-byte text), so smaller blocks keep what is in flight to a small share of the
+/// limit. Independent of the thread count, as everything that shapes outputs is.
+pub fn chunk_bytes_within(memory_limit: u64) -> u64 {
+    (memory_limit / 128).max(1 << 20)
 }
 
 /// Stage 2's settings as a run's [`Config`] holds them (the section `dedup`); the dedup crate
@@ -651,6 +669,7 @@ impl Config {
             max_reps: self.dedup.max_reps,
             verify: self.dedup.verify,
             verify_memory: self.dedup.verify_memory,
+            decision_memory: self.keys.memory_limit.map(decision_memory),
             spill_dir: self.keys.spill_dir.clone(),
         }
     }

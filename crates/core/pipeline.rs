@@ -397,7 +397,13 @@ pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
     k.rule = config.row_rule();
     k.min_count = config.keys.min_key_count;
     k.threads = config.run.threads;
-    k.chunk_bytes = config.keys.chunk_bytes;
+    k.chunk_bytes = match config.keys.memory_limit {
+        Some(limit) => config
+            .keys
+            .chunk_bytes
+            .min(crate::chunk_bytes_within(limit)),
+        None => config.keys.chunk_bytes,
+    };
     k.memory_limit = config.keys.memory_limit;
     k.spill_dir = config.keys.spill_dir.clone();
     k.on_error = config.run.on_error;

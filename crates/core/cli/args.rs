@@ -176,6 +176,13 @@ pub(crate) struct DecideArgs {
     /// Report (JSON: decisions per shard, the decision core's counters).
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
+    /// Memory for the group's decision state is half of this (e.g. 4GiB): representatives'
+    /// signatures and shingle sets spill to disk past it [default: no limit].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) memory_limit: Option<u64>,
+    /// Directory for spill files, created if missing [default: the system temp directory].
+    #[arg(long)]
+    pub(crate) spill_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]
@@ -431,7 +438,8 @@ pub(crate) struct CountOpts {
     /// A key is hot when seen more than this many times [default: 1].
     #[arg(long)]
     pub(crate) min_key_count: Option<u32>,
-    /// Key-table memory before stage 1 spills to disk (e.g. 4GiB) [default: no limit].
+    /// Memory bound (e.g. 4GiB): the key table spills to disk past it, and stage 2's
+    /// representatives past half of it [default: no limit].
     #[arg(long, value_parser = parse_size)]
     pub(crate) memory_limit: Option<u64>,
 }

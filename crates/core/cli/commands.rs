@@ -237,18 +237,26 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         group,
         output,
         report,
+        memory_limit,
+        spill_dir,
         input,
         sketch,
         decide,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide])?;
+    let mut config = build_config(&[], &input, &[&sketch, &decide])?;
+    config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
+    config.keys.spill_dir = spill_dir.or(config.keys.spill_dir);
     config.validate()?;
     let mut paths = RunPaths::new();
     paths.read_file("the hot-key file (--hot)", &hot);
     if let Some(r) = &report {
         paths.write_file("the report (--report)", r);
     }
+    if let Some(dir) = &config.keys.spill_dir {
+        paths.spill_dir(dir);
+    }
     paths.check()?;
+    paths.prepare()?;
     let hot = HotSummary::load(&hot).map_err(hot_argument_error)?;
     let control = RunControl {
         cancel: handle_signals(),

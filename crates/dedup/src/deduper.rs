@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::SettingsError;
 use crate::prior::PriorState;
-use crate::reps::{BucketIndex, RepArena, RepId};
-use crate::verify::ShingleStore;
+use crate::reps::{BucketIndex, RepBudget, RepId, RepStore};
 
 pub use neardup_corpus::SampleAddr;
 
@@ -42,7 +41,15 @@ pub struct DeduperConfig {
     pub verify: Verify,
     /// Memory for representatives' shingle sets under [`Verify::Jaccard`] before they spill to disk.
     pub verify_memory: u64,
-    /// Where sets past `verify_memory` spill (the system's temporary directory when unset).
+    /// Memory for the decision state (no bound when `None`): representatives' signatures and
+    /// shingle sets, which spill to disk past it, and the bucket index, addresses and first
+    /// copies, which stay in memory (so they leave less room for the rest as they grow). Sets
+    /// are also bounded by `verify_memory`. Decisions do not depend on it: a spilled record is
+    /// read back when a comparison needs it.
+    #[serde(default)]
+    pub decision_memory: Option<u64>,
+    /// Where signatures and sets past their budgets spill (the system's temporary directory when
+    /// unset).
     #[serde(default)]
     pub spill_dir: Option<std::path::PathBuf>,
 }
@@ -54,6 +61,7 @@ impl Default for DeduperConfig {
             max_reps: Some(64),
             verify: Verify::Jaccard,
             verify_memory: 1 << 30,
+            decision_memory: None,
             spill_dir: None,
         }
     }
@@ -125,6 +133,13 @@ pub struct DeduperStats {
     /// Bytes of representatives' shingle sets (exact verification), and of the texts held for
     /// representatives whose sets were not needed yet (a distributed decide step).
     pub shingle_set_bytes: u64,
+    /// Bytes the representatives hold in memory: signatures and sets that did not spill, and
+    /// every representative's address and record places.
+    #[serde(default)]
+    pub representative_memory_bytes: u64,
+    /// Bytes of representatives' signatures and sets spilled to disk past their budgets.
+    #[serde(default)]
+    pub spilled_bytes: u64,
 }
 
 /// One sample to decide: its address, signature and row of keys, and which columns are hot.
@@ -157,7 +172,7 @@ pub struct Deduper {
     config: DeduperConfig,
     bands: usize,
     exact_column: Option<usize>,
-    arena: RepArena,
+    reps: RepStore,
     buckets: BucketIndex,
     /// First sample seen per full content hash, among samples whose content key is hot. Keyed by
     /// all 128 bits, so two texts whose 64-bit content keys collide each find their own copies,
@@ -165,7 +180,6 @@ pub struct Deduper {
     /// colliding texts came first (a distributed decide step relies on that). With it, the kept
     /// sample its cluster resolves to (itself, or what it was found to duplicate).
     exact_seen: HashMap<u128, FirstCopy>,
-    shingle_sets: Option<ShingleStore>,
     seen_reps: HashSet<RepId>,
     /// Estimates below this are not candidates. The threshold itself when the estimate decides;
     /// under exact verification, three standard errors of the estimate lower, so that pairs
@@ -188,12 +202,9 @@ impl Deduper {
         if config.max_reps == Some(0) {
             return Err(SettingsError::NoRepresentatives);
         }
-        let shingle_sets = match config.verify {
-            Verify::Jaccard => Some(ShingleStore::new(
-                config.verify_memory,
-                config.spill_dir.clone(),
-            )),
-            Verify::Estimate => None,
+        let budget = RepBudget {
+            records: config.decision_memory,
+            sets: (config.verify == Verify::Jaccard).then_some(config.verify_memory),
         };
         let bands = rule.band_columns(bands);
         let t = config.threshold;
@@ -205,10 +216,9 @@ impl Deduper {
             candidate_floor,
             bands,
             exact_column: rule.exact_key.then_some(bands),
-            arena: RepArena::new(num_perm),
+            reps: RepStore::new(num_perm, budget, config.spill_dir.clone()),
             buckets: BucketIndex::default(),
             exact_seen: HashMap::new(),
-            shingle_sets,
             seen_reps: HashSet::new(),
             stats: DeduperStats::default(),
             config,
@@ -222,7 +232,7 @@ impl Deduper {
 
     /// Whether candidates need their shingle sets ([`Verify::Jaccard`]).
     pub fn needs_shingles(&self) -> bool {
-        self.shingle_sets.is_some()
+        self.reps.keeps_sets()
     }
 
     /// Decides a sample that stage 1 marked as a later exact copy (its content key is hot and was
@@ -294,14 +304,18 @@ impl Deduper {
                     continue;
                 }
                 self.stats.comparisons += 1;
-                let sim = similarity(c.signature, self.arena.signature(rep));
+                // A signature lost to a disk error is no candidate (the error fails the run).
+                let Some(theirs) = self.reps.signature(rep) else {
+                    continue;
+                };
+                let sim = similarity(c.signature, theirs);
                 if sim < self.candidate_floor {
                     continue;
                 }
-                let decided = match (&mut self.shingle_sets, c.shingles) {
-                    (Some(store), Some(mine)) => {
+                let decided = match c.shingles.filter(|_| self.reps.keeps_sets()) {
+                    Some(mine) => {
                         self.stats.verifications += 1;
-                        let exact = store.jaccard_at_least(rep, mine, self.config.threshold);
+                        let exact = self.reps.jaccard_at_least(rep, mine, self.config.threshold);
                         if exact.is_none() {
                             self.stats.rejected_by_verification += 1;
                         }
@@ -311,7 +325,7 @@ impl Deduper {
                 };
                 if let Some(similarity) = decided {
                     self.stats.near += 1;
-                    let of = self.arena.addr(rep);
+                    let of = self.reps.addr(rep);
                     if first_copy && let Some(first) = self.exact_seen.get_mut(&c.content_hash) {
                         // Its later exact copies resolve to what it duplicates.
                         first.cluster = of;
@@ -335,13 +349,9 @@ impl Deduper {
             {
                 continue;
             }
-            let id = *rep.get_or_insert_with(|| {
-                let id = self.arena.push(c.signature, c.addr);
-                if let (Some(store), Some(set)) = (&mut self.shingle_sets, c.shingles) {
-                    store.push(id, set);
-                }
-                id
-            });
+            let others = self.others_bytes();
+            let id =
+                *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
             self.buckets.push(key, id);
         }
         Verdict::Unique
@@ -362,12 +372,10 @@ impl Deduper {
                 {
                     continue;
                 }
+                let others = self.others_bytes();
                 let id = *rep.get_or_insert_with(|| {
-                    let id = self.arena.push(&r.signature, r.addr);
-                    if let (Some(store), Some(set)) = (&mut self.shingle_sets, &r.shingles) {
-                        store.push(id, set);
-                    }
-                    id
+                    self.reps
+                        .push(&r.signature, r.shingles.as_deref(), r.addr, others)
                 });
                 self.buckets.push(key, id);
             }
@@ -380,21 +388,32 @@ impl Deduper {
         }
     }
 
-    /// The first I/O error of the exact-verification spill, if one happened since the last call.
-    /// Decisions stay safe after one (a set that cannot be read confirms nothing), but a run
-    /// that hit one has lost verification sets and must be reported as failed.
+    /// Bytes of the decision state besides the representatives' store: the bucket index and the
+    /// first copies, which stay in memory.
+    fn others_bytes(&self) -> u64 {
+        let first_copies =
+            self.exact_seen.capacity() * (std::mem::size_of::<(u128, FirstCopy)>() + 1);
+        (self.buckets.heap_bytes() + first_copies) as u64
+    }
+
+    /// The first I/O error of the representatives' spill files, if one happened since the last
+    /// call. Decisions stay safe after one (a signature or set that cannot be read is compared
+    /// with nothing and confirms nothing), but a run that hit one has lost representatives and
+    /// must be reported as failed.
     pub fn take_io_error(&mut self) -> Option<std::io::Error> {
-        self.shingle_sets.as_mut().and_then(|s| s.take_error())
+        self.reps.take_error()
     }
 
     /// Counters so far, with memory figures filled in.
     pub fn stats(&self) -> DeduperStats {
         let mut s = self.stats.clone();
-        s.representatives = self.arena.len() as u64;
+        s.representatives = self.reps.len() as u64;
         s.buckets = self.buckets.buckets() as u64;
-        s.bytes_per_representative = self.arena.bytes_per_rep() as u64;
+        s.bytes_per_representative = self.reps.bytes_per_rep() as u64;
         s.bucket_index_bytes = self.buckets.heap_bytes() as u64;
-        s.shingle_set_bytes = self.shingle_sets.as_ref().map_or(0, |s| s.bytes());
+        s.shingle_set_bytes = self.reps.set_bytes();
+        s.representative_memory_bytes = self.reps.memory_bytes();
+        s.spilled_bytes = self.reps.spilled_bytes();
         s
     }
 }

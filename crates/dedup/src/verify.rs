@@ -1,128 +1,131 @@
-//! Representatives' shingle sets for exact verification, within a memory budget.
+//! Records of 32-bit values (representatives' signatures, their shingle sets) that stay in
+//! memory while a budget allows and otherwise go to a scratch file.
 //!
-//! Sets are stored as sorted 32-bit shingle fingerprints (4 bytes per distinct shingle, see
-//! [`neardup_sketch::fingerprint`]). Up to the
-//! budget they stay in memory; past it, further sets are appended to an anonymous temporary file
-//! (in the configured spill directory, else the system's) and read back with positioned reads,
-//! helped by the page cache, only when a candidate needs confirming.
+//! In memory, records live in fixed chunks of [`CHUNK_VALUES`] values, never moved once written:
+//! one growing vector would copy everything held so far at each doubling (and fault its pages in
+//! twice). Past the budget, records are appended to an unnamed temporary file (in the configured
+//! spill directory, else the system's: nothing is left behind whatever ends the run) and read
+//! back with positioned reads, helped by the page cache, when they are needed. The page cache is
+//! the kernel's to reclaim, so what spills does not count against the process.
 //!
-//! A disk error does not abort the decision in progress: the set that could not be written or
-//! read confirms nothing (so nothing is dropped on its account), and the error is kept for the
-//! stage to report as a failed run — a run that lost sets is never reported as complete.
+//! A disk error does not abort the decision in progress: a record that could not be written or
+//! read is reported missing (so nothing is compared with it or confirmed by it, and nothing is
+//! dropped on its account), and the error is kept for the stage to report as a failed run: a run
+//! that lost records is never reported as complete.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use neardup_sketch::jaccard_at_least;
-
-use crate::reps::RepId;
-
+/// Where one record is.
+#[derive(Clone, Copy)]
 enum Place {
     Memory {
-        chunk: usize,
-        start: usize,
-        len: usize,
+        chunk: u32,
+        start: u32,
+        len: u32,
     },
     Disk {
         offset: u64,
-        len: usize,
+        len: u32,
     },
+    /// Its spill write failed, or it was pushed missing.
+    Lost,
 }
 
-/// Sets live in fixed chunks of this many values (4 MB), never moved once written: one growing
-/// vector would copy everything held so far at each doubling (and fault its pages in twice).
+/// Chunk size of records in memory: 4 MB.
 const CHUNK_VALUES: usize = 1 << 20;
 
-pub struct ShingleStore {
-    budget: u64,
+/// Records numbered from 0 in the order pushed, each in memory or in the scratch file.
+pub struct SpillArena {
+    /// What the records are, for error messages ("signature", "shingle set").
+    what: &'static str,
     spill_dir: Option<PathBuf>,
     chunks: Vec<Vec<u32>>,
     memory_values: usize,
-    places: Vec<Option<Place>>,
+    places: Vec<Place>,
     spill: Option<File>,
     spill_len: u64,
-    buf: Vec<u32>,
+    /// The last record read back from disk.
+    read: Vec<u32>,
     bytes: Vec<u8>,
     error: Option<io::Error>,
 }
 
-impl ShingleStore {
-    pub fn new(budget: u64, spill_dir: Option<PathBuf>) -> ShingleStore {
-        ShingleStore {
-            budget,
+impl SpillArena {
+    pub fn new(what: &'static str, spill_dir: Option<PathBuf>) -> SpillArena {
+        SpillArena {
+            what,
             spill_dir,
             chunks: Vec::new(),
             memory_values: 0,
             places: Vec::new(),
             spill: None,
             spill_len: 0,
-            buf: Vec::new(),
+            read: Vec::new(),
             bytes: Vec::new(),
             error: None,
         }
     }
 
-    fn memory_bytes(&self) -> u64 {
-        (self.memory_values * 4) as u64
-    }
-
-    fn place(&mut self, id: RepId) -> &mut Option<Place> {
-        let id = id as usize;
-        if self.places.len() <= id {
-            self.places.resize_with(id + 1, || None);
-        }
-        &mut self.places[id]
-    }
-
-    pub fn push(&mut self, id: RepId, set: &[u32]) {
-        if self.memory_bytes() + (set.len() * 4) as u64 <= self.budget {
+    /// Appends a record, in memory when `in_memory`, else to the scratch file.
+    pub fn push(&mut self, values: &[u32], in_memory: bool) {
+        let len = u32::try_from(values.len()).expect("a record of fewer than 2^32 values");
+        let place = if in_memory {
             let fits = self
                 .chunks
                 .last()
-                .is_some_and(|c| c.capacity() - c.len() >= set.len());
+                .is_some_and(|c| c.capacity() - c.len() >= values.len());
             if !fits {
                 self.chunks
-                    .push(Vec::with_capacity(CHUNK_VALUES.max(set.len())));
+                    .push(Vec::with_capacity(CHUNK_VALUES.max(values.len())));
             }
             let chunk = self.chunks.len() - 1;
             let c = &mut self.chunks[chunk];
-            let place = Place::Memory {
-                chunk,
-                start: c.len(),
-                len: set.len(),
-            };
-            c.extend_from_slice(set);
-            self.memory_values += set.len();
-            *self.place(id) = Some(place);
-            return;
-        }
-        self.bytes.clear();
-        self.bytes.extend(set.iter().flat_map(|v| v.to_le_bytes()));
-        match self.spill_bytes() {
-            Ok(offset) => {
-                *self.place(id) = Some(Place::Disk {
-                    offset,
-                    len: set.len(),
-                })
+            let start = c.len() as u32;
+            c.extend_from_slice(values);
+            self.memory_values += values.len();
+            Place::Memory {
+                chunk: chunk as u32,
+                start,
+                len,
             }
-            Err(e) => {
-                *self.place(id) = None;
-                self.fail(e);
+        } else {
+            self.bytes.clear();
+            self.bytes
+                .extend(values.iter().flat_map(|v| v.to_le_bytes()));
+            match self.append_bytes() {
+                Ok(offset) => Place::Disk { offset, len },
+                Err(e) => {
+                    self.fail(e);
+                    Place::Lost
+                }
             }
-        }
+        };
+        self.places.push(place);
+    }
+
+    /// Makes room for the bookkeeping of one more record, so that [`Self::place_bytes`] counts it
+    /// before the record is pushed.
+    pub fn reserve_place(&mut self) {
+        self.places.reserve(1);
+    }
+
+    /// Appends a record that is not known: reading it gives `None`, as for one lost.
+    pub fn push_missing(&mut self) {
+        self.places.push(Place::Lost);
     }
 
     fn fail(&mut self, e: io::Error) {
-        self.error.get_or_insert(io::Error::new(
-            e.kind(),
-            format!("exact-verification spill file: {e}"),
-        ));
+        let what = self.what;
+        self.error.get_or_insert_with(|| {
+            io::Error::new(e.kind(), format!("representatives' {what} spill file: {e}"))
+        });
     }
 
-    /// Appends `self.bytes` to the spill file; returns where they start.
-    fn spill_bytes(&mut self) -> io::Result<u64> {
+    /// Appends `self.bytes` to the scratch file; returns where they start.
+    fn append_bytes(&mut self) -> io::Result<u64> {
         if self.spill.is_none() {
             self.spill = Some(match &self.spill_dir {
                 Some(dir) => tempfile::tempfile_in(dir)?,
@@ -136,45 +139,48 @@ impl ShingleStore {
         Ok(offset)
     }
 
-    /// Reads `len` bytes at `offset` of the spill file into `self.bytes`.
-    fn read_spilled(&mut self, offset: u64, len: usize) -> bool {
-        let file = self
-            .spill
-            .as_ref()
-            .expect("a value on disk has a spill file");
-        self.bytes.resize(len, 0);
-        if let Err(e) = file.read_exact_at(&mut self.bytes, offset) {
-            self.fail(e);
-            return false;
-        }
-        true
-    }
-
-    /// Exact Jaccard between representative `id`'s set and `other` when it reaches `threshold`.
-    pub fn jaccard_at_least(&mut self, id: RepId, other: &[u32], threshold: f64) -> Option<f64> {
-        match self.places.get(id as usize).and_then(|p| p.as_ref()) {
-            Some(&Place::Memory { chunk, start, len }) => {
-                jaccard_at_least(&self.chunks[chunk][start..start + len], other, threshold)
+    /// Record `id`, or `None` when it was lost to a disk error (kept for [`Self::take_error`]).
+    pub fn get(&mut self, id: usize) -> Option<&[u32]> {
+        match *self.places.get(id)? {
+            Place::Memory { chunk, start, len } => {
+                let start = start as usize;
+                Some(&self.chunks[chunk as usize][start..start + len as usize])
             }
-            Some(&Place::Disk { offset, len }) => {
-                if !self.read_spilled(offset, len * 4) {
+            Place::Disk { offset, len } => {
+                let file = self
+                    .spill
+                    .as_ref()
+                    .expect("a record on disk has a spill file");
+                self.bytes.resize(len as usize * 4, 0);
+                if let Err(e) = file.read_exact_at(&mut self.bytes, offset) {
+                    self.fail(e);
                     return None;
                 }
-                self.buf.clear();
-                self.buf.extend(
+                self.read.clear();
+                self.read.extend(
                     self.bytes
                         .chunks_exact(4)
                         .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes"))),
                 );
-                jaccard_at_least(&self.buf, other, threshold)
+                Some(&self.read)
             }
-            // A representative stored without its set (its spill write failed) confirms nothing.
-            None => None,
+            Place::Lost => None,
         }
     }
 
-    pub fn bytes(&self) -> u64 {
-        self.memory_bytes() + self.spill_len
+    /// Bytes of records held in memory.
+    pub fn memory_bytes(&self) -> u64 {
+        (self.memory_values * 4) as u64
+    }
+
+    /// Bytes of records in the scratch file.
+    pub fn disk_bytes(&self) -> u64 {
+        self.spill_len
+    }
+
+    /// Bytes of the bookkeeping per record, which stays in memory wherever the record is.
+    pub fn place_bytes(&self) -> u64 {
+        (self.places.capacity() * std::mem::size_of::<Place>()) as u64
     }
 
     /// The first disk error, if any (taken: reported once).
@@ -188,28 +194,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sets_past_the_budget_spill_and_still_verify() {
+    fn records_in_memory_and_on_disk_read_back_alike() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = ShingleStore::new(4 * 10, Some(dir.path().to_path_buf()));
-        let a: Vec<u32> = (0..10).collect();
-        let b: Vec<u32> = (5..15).collect();
-        store.push(0, &a);
-        store.push(1, &b); // over budget: on disk
-        assert_eq!(store.bytes(), 80);
-        assert_eq!(store.jaccard_at_least(0, &a, 0.8), Some(1.0));
-        assert_eq!(store.jaccard_at_least(1, &b, 0.8), Some(1.0));
-        assert_eq!(store.jaccard_at_least(1, &a, 0.3), Some(5.0 / 15.0));
-        assert_eq!(store.jaccard_at_least(1, &a, 0.8), None);
-        assert!(store.take_error().is_none());
+        let mut arena = SpillArena::new("test", Some(dir.path().to_path_buf()));
+        let records: Vec<Vec<u32>> = (0..50u32)
+            .map(|i| {
+                (0..i * 37 % 200)
+                    .map(|v| v.wrapping_mul(2654435761) ^ i)
+                    .collect()
+            })
+            .collect();
+        for (i, r) in records.iter().enumerate() {
+            arena.push(r, i % 3 != 1);
+        }
+        for (i, r) in records.iter().enumerate().rev() {
+            assert_eq!(arena.get(i), Some(&r[..]), "record {i}");
+        }
+        let (memory, disk): (Vec<_>, Vec<_>) =
+            records.iter().enumerate().partition(|(i, _)| i % 3 != 1);
+        let bytes = |rs: Vec<(usize, &Vec<u32>)>| -> u64 {
+            rs.iter().map(|(_, r)| r.len() as u64 * 4).sum()
+        };
+        assert_eq!(arena.memory_bytes(), bytes(memory));
+        assert_eq!(arena.disk_bytes(), bytes(disk));
+        assert!(arena.take_error().is_none());
+        assert_eq!(arena.get(records.len()), None);
     }
 
     #[test]
-    fn an_unusable_spill_dir_is_an_error_not_a_panic_nor_a_drop() {
-        let mut store = ShingleStore::new(0, Some(PathBuf::from("/nonexistent/neardup-spill")));
-        let a: Vec<u32> = (0..10).collect();
-        store.push(0, &a);
-        assert_eq!(store.jaccard_at_least(0, &a, 0.5), None);
-        let e = store.take_error().expect("the failed spill is reported");
+    fn an_unusable_spill_dir_is_an_error_not_a_panic_nor_a_record() {
+        let mut arena = SpillArena::new("test", Some(PathBuf::from("/nonexistent/neardup-spill")));
+        arena.push(&[1, 2, 3], true);
+        arena.push(&[4, 5, 6], false);
+        assert_eq!(arena.get(0), Some(&[1, 2, 3][..]));
+        assert_eq!(arena.get(1), None);
+        let e = arena.take_error().expect("the failed spill is reported");
         assert!(e.to_string().contains("spill"), "{e}");
+        assert!(arena.take_error().is_none(), "reported once");
     }
 }
