@@ -174,9 +174,10 @@ fn a_memory_limit_spills_representatives_and_changes_nothing() {
                     } else {
                         0
                     };
+                    // A signature record is the signature and the 16-byte sample address.
                     assert_eq!(
                         d.spilled_bytes,
-                        d.representatives * 4 * 128 + sets,
+                        d.representatives * (4 * 128 + 16) + sets,
                         "{name}"
                     );
                 }

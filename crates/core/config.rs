@@ -273,13 +273,14 @@ pub fn decision_memory(memory_limit: u64) -> u64 {
     memory_limit / 2
 }
 
-/// The largest unit of parallel work under [`KeysSettings::memory_limit`]: a 128th of it (at
-/// least 1 MiB). Stage 2 holds a few prepared blocks per thread, and a block of short hot
-/// samples takes up to about ten times its input bytes (a 512-byte signature, keys and a shingle
-/// set per 100-byte text), so smaller blocks keep what is in flight to a small share of the
-/// limit. Independent of the thread count, as everything that shapes outputs is.
+/// The largest unit of parallel work under [`KeysSettings::memory_limit`]: a 512th of it (at
+/// least 1 MiB). Stage 2 holds up to four blocks per thread (two prepared ahead of the deciding
+/// thread, two recycled), and a block of hot samples takes several times its input bytes (per
+/// 100-byte text a 512-byte signature, keys and a shingle set; per 3 KB page a 12 KB shingle
+/// set), so smaller blocks keep what is in flight to a small share of the limit. Independent of
+/// the thread count, as everything that shapes outputs is.
 pub fn chunk_bytes_within(memory_limit: u64) -> u64 {
-    (memory_limit / 128).max(1 << 20)
+    (memory_limit / 512).max(1 << 20)
 }
 
 /// Stage 2's settings as a run's [`Config`] holds them (the section `dedup`); the dedup crate

@@ -324,8 +324,11 @@ impl Deduper {
                     _ => (sim >= self.config.threshold).then_some(sim),
                 };
                 if let Some(similarity) = decided {
+                    // An address lost to a disk error names nothing (the error fails the run).
+                    let Some(of) = self.reps.addr(rep) else {
+                        continue;
+                    };
                     self.stats.near += 1;
-                    let of = self.reps.addr(rep);
                     if first_copy && let Some(first) = self.exact_seen.get_mut(&c.content_hash) {
                         // Its later exact copies resolve to what it duplicates.
                         first.cluster = of;

@@ -3,24 +3,24 @@
 
 use std::path::PathBuf;
 
-use hashbrown::HashMap;
-
 use neardup_corpus::SampleAddr;
-use neardup_sketch::jaccard_at_least;
+use neardup_sketch::{NO_KEY, jaccard_at_least};
 
 use crate::verify::SpillArena;
 
 /// Index of a representative in the store.
 pub type RepId = u32;
 
-/// The representatives' signatures and (under exact verification) shingle sets, within a memory
-/// budget: a record goes to memory while it fits, else to a scratch file ([`SpillArena`]), the
-/// signature before the set (every comparison reads a signature, only a candidate's verification
-/// reads a set). Their addresses and the places of the records stay in memory.
+/// The representatives' signatures (each with its sample's address) and, under exact
+/// verification, shingle sets, within a memory budget: a record goes to memory while it fits,
+/// else to a scratch file ([`SpillArena`]), the signature before the set (every comparison reads
+/// a signature, only a candidate's verification reads a set). Only the places of the records stay
+/// in memory whatever the budget.
 pub struct RepStore {
     num_perm: usize,
-    addrs: Vec<SampleAddr>,
+    /// Signature, then the address as [`ADDR_VALUES`] values.
     signatures: SpillArena,
+    record: Vec<u32>,
     /// `None` when candidates are not verified.
     sets: Option<SpillArena>,
     /// Bytes the decision state may take in memory: records, and what stays in memory wherever
@@ -28,6 +28,21 @@ pub struct RepStore {
     memory_budget: u64,
     /// Bytes sets may take in memory (their own bound, `verify_memory`).
     sets_budget: u64,
+}
+
+/// Values a sample address takes at the end of a signature record.
+const ADDR_VALUES: usize = 4;
+
+fn addr_values(a: SampleAddr) -> [u32; ADDR_VALUES] {
+    [a.file, a.record as u32, (a.record >> 32) as u32, a.field]
+}
+
+fn addr_of(v: &[u32]) -> SampleAddr {
+    SampleAddr {
+        file: v[0],
+        record: u64::from(v[1]) | (u64::from(v[2]) << 32),
+        field: v[3],
+    }
 }
 
 /// What a [`RepStore`] may hold in memory.
@@ -43,7 +58,7 @@ impl RepStore {
     pub fn new(num_perm: usize, budget: RepBudget, spill_dir: Option<PathBuf>) -> RepStore {
         RepStore {
             num_perm,
-            addrs: Vec::new(),
+            record: Vec::new(),
             signatures: SpillArena::new("signature", spill_dir.clone()),
             sets: budget
                 .sets
@@ -60,9 +75,10 @@ impl RepStore {
 
     /// Adds a representative; `set` is its shingle set when the store keeps sets. `others` is
     /// what the rest of the decision state holds in memory (bucket index, first copies): a record
-    /// stays in memory only while it, the records already there, the store's own bookkeeping and
-    /// `others` fit the budget, so the state as a whole stays within it for as long as what
-    /// cannot spill does.
+    /// goes to memory only while it, the records already there, the store's own bookkeeping and
+    /// `others` fit the budget, and when they no longer fit, the oldest records in memory move to
+    /// disk; so the state as a whole stays within the budget for as long as what cannot spill
+    /// fits in it.
     pub fn push(
         &mut self,
         signature: &[u32],
@@ -71,8 +87,13 @@ impl RepStore {
         others: u64,
     ) -> RepId {
         debug_assert_eq!(signature.len(), self.num_perm);
-        let id = RepId::try_from(self.addrs.len()).expect("more than 4 billion representatives");
-        self.addrs.push(addr);
+        let id = RepId::try_from(self.signatures.len())
+            .ok()
+            .filter(|id| *id < 1 << 31)
+            .expect("fewer than 2^31 representatives");
+        self.record.clear();
+        self.record.extend_from_slice(signature);
+        self.record.extend_from_slice(&addr_values(addr));
         // The bookkeeping of this representative counts before its records are placed.
         self.signatures.reserve_place();
         if let Some(sets) = &mut self.sets {
@@ -80,14 +101,14 @@ impl RepStore {
         }
         let held = self.memory_bytes().saturating_add(others);
         let fits = |bytes: usize| held.saturating_add(4 * bytes as u64) <= self.memory_budget;
-        let signature_in_memory = fits(signature.len());
+        let signature_in_memory = fits(self.record.len());
         let held = held
             + if signature_in_memory {
-                4 * signature.len() as u64
+                4 * self.record.len() as u64
             } else {
                 0
             };
-        self.signatures.push(signature, signature_in_memory);
+        self.signatures.push(&self.record, signature_in_memory);
         if let Some(sets) = &mut self.sets {
             match set {
                 Some(set) => {
@@ -100,12 +121,31 @@ impl RepStore {
                 None => sets.push_missing(),
             }
         }
+        // What cannot spill grew since the records in memory were placed: the oldest make room,
+        // sets first (only verifications read them).
+        while self.memory_bytes().saturating_add(others) > self.memory_budget {
+            let freed = match self.sets.as_mut().map_or(0, SpillArena::evict_oldest_chunk) {
+                0 => self.signatures.evict_oldest_chunk(),
+                freed => freed,
+            };
+            if freed == 0 {
+                break;
+            }
+        }
         id
     }
 
     /// Representative `id`'s signature; `None` when a disk error lost it.
     pub fn signature(&mut self, id: RepId) -> Option<&[u32]> {
-        self.signatures.get(id as usize)
+        let num_perm = self.num_perm;
+        Some(&self.signatures.get(id as usize)?[..num_perm])
+    }
+
+    /// Representative `id`'s sample; `None` when a disk error lost it.
+    pub fn addr(&mut self, id: RepId) -> Option<SampleAddr> {
+        let num_perm = self.num_perm;
+        let record = self.signatures.get(id as usize)?;
+        Some(addr_of(&record[num_perm..]))
     }
 
     /// Exact Jaccard between representative `id`'s set and `other` when it reaches `threshold`
@@ -115,12 +155,8 @@ impl RepStore {
         jaccard_at_least(set, other, threshold)
     }
 
-    pub fn addr(&self, id: RepId) -> SampleAddr {
-        self.addrs[id as usize]
-    }
-
     pub fn len(&self) -> usize {
-        self.addrs.len()
+        self.signatures.len()
     }
 
     /// Bytes per representative of its signature and address.
@@ -140,13 +176,11 @@ impl RepStore {
         self.signatures.disk_bytes() + self.sets.as_ref().map_or(0, |s| s.disk_bytes())
     }
 
-    /// Bytes held in memory: signatures and sets there, and every representative's address and
-    /// record places.
+    /// Bytes held in memory: signatures (with addresses) and sets there, and the places of every
+    /// record.
     pub fn memory_bytes(&self) -> u64 {
         let arena = |a: &SpillArena| a.memory_bytes() + a.place_bytes();
-        arena(&self.signatures)
-            + self.sets.as_ref().map_or(0, arena)
-            + (self.addrs.capacity() * std::mem::size_of::<SampleAddr>()) as u64
+        arena(&self.signatures) + self.sets.as_ref().map_or(0, arena)
     }
 
     /// The first disk error of the scratch files, if any (taken: reported once).
@@ -157,81 +191,157 @@ impl RepStore {
     }
 }
 
-/// One bucket: its first representative inline, the rest in a shared linked list, so a bucket
-/// costs no allocation of its own and keeps insertion order.
+/// A bucket holding more than one representative: its first inline, the rest in the shared
+/// linked list, in insertion order.
 #[derive(Clone, Copy)]
-struct Bucket {
+struct List {
     first: RepId,
-    /// Index into `links` of the second entry, or `NONE`.
+    /// Index into `links` of the second entry.
     head: u32,
     tail: u32,
     len: u32,
 }
 
 const NONE: u32 = u32::MAX;
+/// A slot's value with this bit set is an index into `lists`; without, the bucket's only
+/// representative.
+const LISTED: u32 = 1 << 31;
+/// An empty slot's key: no band or content key is ever [`NO_KEY`].
+const EMPTY: u64 = NO_KEY;
 
 /// Hot bucket key → its representatives, in insertion order.
-#[derive(Default)]
+///
+/// Most hot buckets hold one representative, so the table is built for them: open addressing
+/// with linear probing over a key array and a 32-bit value array (12 bytes a slot, against 25
+/// for a general map of key to list), the value being the representative itself until a second
+/// one arrives and moves the bucket to a list.
 pub struct BucketIndex {
-    buckets: HashMap<u64, Bucket>,
+    keys: Vec<u64>,
+    values: Vec<u32>,
+    /// Buckets in use.
+    buckets: usize,
+    lists: Vec<List>,
     /// (representative, next link)
     links: Vec<(RepId, u32)>,
 }
 
+impl Default for BucketIndex {
+    fn default() -> Self {
+        BucketIndex {
+            keys: vec![EMPTY; 16],
+            values: vec![0; 16],
+            buckets: 0,
+            lists: Vec::new(),
+            links: Vec::new(),
+        }
+    }
+}
+
 impl BucketIndex {
+    /// The slot of `key`, or the empty slot where it would go. Keys are hashes already, but
+    /// not necessarily in their low bits (lshcurator's band keys), so they are mixed first.
+    fn slot(&self, key: u64) -> usize {
+        let mask = self.keys.len() - 1;
+        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & mask;
+        loop {
+            let k = self.keys[i];
+            if k == key || k == EMPTY {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn find(&self, key: u64) -> Option<u32> {
+        let i = self.slot(key);
+        (self.keys[i] == key && key != EMPTY).then(|| self.values[i])
+    }
+
     pub fn len(&self, key: u64) -> usize {
-        self.buckets.get(&key).map_or(0, |b| b.len as usize)
+        match self.find(key) {
+            None => 0,
+            Some(v) if v & LISTED != 0 => self.lists[(v & !LISTED) as usize].len as usize,
+            Some(_) => 1,
+        }
+    }
+
+    /// Grows the table past 7/8 full, keeping probe sequences short.
+    fn grow(&mut self) {
+        let capacity = self.keys.len() * 2;
+        let keys = std::mem::replace(&mut self.keys, vec![EMPTY; capacity]);
+        let values = std::mem::replace(&mut self.values, vec![0; capacity]);
+        for (key, value) in keys.into_iter().zip(values) {
+            if key != EMPTY {
+                let i = self.slot(key);
+                self.keys[i] = key;
+                self.values[i] = value;
+            }
+        }
     }
 
     pub fn push(&mut self, key: u64, rep: RepId) {
-        match self.buckets.get_mut(&key) {
-            None => {
-                self.buckets.insert(
-                    key,
-                    Bucket {
-                        first: rep,
-                        head: NONE,
-                        tail: NONE,
-                        len: 1,
-                    },
-                );
-            }
-            Some(b) => {
-                let link =
-                    u32::try_from(self.links.len()).expect("more than 4 billion bucket entries");
-                self.links.push((rep, NONE));
-                if b.tail == NONE {
-                    b.head = link;
-                } else {
-                    self.links[b.tail as usize].1 = link;
-                }
-                b.tail = link;
-                b.len += 1;
-            }
+        assert_ne!(key, EMPTY, "no bucket has the empty key");
+        assert!(rep < LISTED, "more than 2^31 representatives");
+        if (self.buckets + 1) * 8 > self.keys.len() * 7 {
+            self.grow();
+        }
+        let i = self.slot(key);
+        if self.keys[i] == EMPTY {
+            self.keys[i] = key;
+            self.values[i] = rep;
+            self.buckets += 1;
+            return;
+        }
+        let link = u32::try_from(self.links.len())
+            .ok()
+            .filter(|l| *l != NONE)
+            .expect("fewer than 4 billion bucket entries");
+        self.links.push((rep, NONE));
+        let value = self.values[i];
+        if value & LISTED == 0 {
+            let list = u32::try_from(self.lists.len())
+                .ok()
+                .filter(|l| *l < LISTED)
+                .expect("fewer than 2^31 buckets with several representatives");
+            self.lists.push(List {
+                first: value,
+                head: link,
+                tail: link,
+                len: 2,
+            });
+            self.values[i] = list | LISTED;
+        } else {
+            let list = &mut self.lists[(value & !LISTED) as usize];
+            self.links[list.tail as usize].1 = link;
+            list.tail = link;
+            list.len += 1;
         }
     }
 
     pub fn reps(&self, key: u64) -> BucketIter<'_> {
-        match self.buckets.get(&key) {
-            None => BucketIter {
-                links: &self.links,
-                first: None,
-                next: NONE,
-            },
-            Some(b) => BucketIter {
-                links: &self.links,
-                first: Some(b.first),
-                next: b.head,
-            },
+        let (first, next) = match self.find(key) {
+            None => (None, NONE),
+            Some(v) if v & LISTED != 0 => {
+                let list = &self.lists[(v & !LISTED) as usize];
+                (Some(list.first), list.head)
+            }
+            Some(rep) => (Some(rep), NONE),
+        };
+        BucketIter {
+            links: &self.links,
+            first,
+            next,
         }
     }
 
     pub fn buckets(&self) -> usize {
-        self.buckets.len()
+        self.buckets
     }
 
     pub fn heap_bytes(&self) -> usize {
-        self.buckets.capacity() * (8 + std::mem::size_of::<Bucket>() + 1)
+        self.keys.capacity() * 8
+            + self.values.capacity() * 4
+            + self.lists.capacity() * std::mem::size_of::<List>()
             + self.links.capacity() * 8
     }
 }
@@ -283,34 +393,35 @@ mod tests {
                 sets: Some(1 << 20),
             };
             let mut store = RepStore::new(4, budget, Some(dir.path().to_path_buf()));
-            let mut records_before = 0;
             for (i, (sig, set)) in reps.iter().enumerate() {
-                let id = store.push(sig, Some(set), addr(i as u64), 100);
+                // What cannot spill grows as representatives come.
+                let others = 20 * i as u64;
+                let id = store.push(sig, Some(set), addr(i as u64), others);
                 assert_eq!(id as usize, i);
-                // A push that kept a record in memory left everything held within the budget.
+                // While records are in memory, everything held is within the budget: a push
+                // that no longer fits moves the oldest to disk.
                 let records_in_memory =
                     store.signatures.memory_bytes() + store.sets.as_ref().unwrap().memory_bytes();
                 if let Some(b) = records
-                    && records_in_memory > records_before
+                    && records_in_memory > 0
                 {
                     assert!(
-                        store.memory_bytes() + 100 <= b,
+                        store.memory_bytes() + others <= b,
                         "budget {b}: {} held",
                         store.memory_bytes()
                     );
                 }
-                records_before = records_in_memory;
             }
             for (i, (sig, set)) in reps.iter().enumerate().rev() {
                 let id = i as RepId;
                 assert_eq!(store.signature(id), Some(&sig[..]));
                 assert_eq!(store.jaccard_at_least(id, set, 1.0), Some(1.0));
-                assert_eq!(store.addr(id), addr(i as u64));
+                assert_eq!(store.addr(id), Some(addr(i as u64)));
             }
             assert!(store.take_error().is_none());
             let total: u64 = reps
                 .iter()
-                .map(|(a, b)| 4 * (a.len() + b.len()) as u64)
+                .map(|(a, b)| 4 * (a.len() + ADDR_VALUES + b.len()) as u64)
                 .sum();
             assert_eq!(
                 store.spilled_bytes()
@@ -323,7 +434,7 @@ mod tests {
         assert_eq!(spilled[0], 0, "no budget: nothing spills");
         let total: u64 = reps
             .iter()
-            .map(|(a, b)| 4 * (a.len() + b.len()) as u64)
+            .map(|(a, b)| 4 * (a.len() + ADDR_VALUES + b.len()) as u64)
             .sum();
         assert_eq!(spilled[1], total, "no room: everything spills");
         assert!(spilled[2] > spilled[3] && spilled[3] > 0, "{spilled:?}");
@@ -344,6 +455,31 @@ mod tests {
         assert_eq!(store.jaccard_at_least(2, &[9, 10, 11], 1.0), Some(1.0));
         assert_eq!(store.spilled_bytes(), 12, "the second set is past `sets`");
         assert_eq!(store.signature(2), Some(&[7, 8][..]));
+    }
+
+    /// Against a map of key to list, through growth and collisions of the table's slots.
+    #[test]
+    fn buckets_hold_what_a_map_of_lists_holds() {
+        let mut idx = BucketIndex::default();
+        let mut expected: std::collections::HashMap<u64, Vec<RepId>> = Default::default();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for rep in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Few distinct keys, some sharing low bits: lists of every length, and probing.
+            let key = ((x % 3000) << 40) | 1;
+            idx.push(key, rep);
+            expected.entry(key).or_default().push(rep);
+        }
+        assert_eq!(idx.buckets(), expected.len());
+        for (key, reps) in &expected {
+            assert_eq!(idx.len(*key), reps.len());
+            assert_eq!(idx.reps(*key).collect::<Vec<_>>(), *reps);
+        }
+        assert_eq!(idx.len(2), 0);
+        assert_eq!(idx.reps(2).count(), 0);
+        assert!(idx.heap_bytes() >= idx.keys.len() * 12);
     }
 
     #[test]

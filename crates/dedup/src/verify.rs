@@ -1,9 +1,10 @@
 //! Records of 32-bit values (representatives' signatures, their shingle sets) that stay in
 //! memory while a budget allows and otherwise go to a scratch file.
 //!
-//! In memory, records live in fixed chunks of [`CHUNK_VALUES`] values, never moved once written:
+//! In memory, records live in fixed chunks of [`CHUNK_VALUES`] values, never moved within memory:
 //! one growing vector would copy everything held so far at each doubling (and fault its pages in
-//! twice). Past the budget, records are appended to an unnamed temporary file (in the configured
+//! twice). When what else the caller holds grows, the oldest chunk's records can be moved to the
+//! scratch file and the chunk freed ([`SpillArena::evict_oldest_chunk`]). Past the budget, records are appended to an unnamed temporary file (in the configured
 //! spill directory, else the system's: nothing is left behind whatever ends the run) and read
 //! back with positioned reads, helped by the page cache, when they are needed. The page cache is
 //! the kernel's to reclaim, so what spills does not count against the process.
@@ -43,6 +44,10 @@ pub struct SpillArena {
     what: &'static str,
     spill_dir: Option<PathBuf>,
     chunks: Vec<Vec<u32>>,
+    /// Chunks before this one have been evicted (freed).
+    first_held_chunk: usize,
+    /// Records before this one are in an evicted chunk or not in memory.
+    eviction_cursor: usize,
     memory_values: usize,
     places: Vec<Place>,
     spill: Option<File>,
@@ -59,6 +64,8 @@ impl SpillArena {
             what,
             spill_dir,
             chunks: Vec::new(),
+            first_held_chunk: 0,
+            eviction_cursor: 0,
             memory_values: 0,
             places: Vec::new(),
             spill: None,
@@ -67,6 +74,11 @@ impl SpillArena {
             bytes: Vec::new(),
             error: None,
         }
+    }
+
+    /// Records pushed.
+    pub fn len(&self) -> usize {
+        self.places.len()
     }
 
     /// Appends a record, in memory when `in_memory`, else to the scratch file.
@@ -168,6 +180,45 @@ impl SpillArena {
         }
     }
 
+    /// Moves every record of the oldest chunk still in memory to the scratch file and frees the
+    /// chunk. Returns the bytes of records it moved: 0 when no chunk is left. A record that cannot
+    /// be written is lost (and the error kept), as one that could not be spilled when pushed.
+    pub fn evict_oldest_chunk(&mut self) -> u64 {
+        let Some(chunk) = self.chunks.get_mut(self.first_held_chunk) else {
+            return 0;
+        };
+        let values = std::mem::take(chunk);
+        let evicted = self.first_held_chunk as u32;
+        self.first_held_chunk += 1;
+        // Records fill chunks in the order pushed, so this chunk's records come after the
+        // earlier chunks' and before the later ones'.
+        while let Some(&place) = self.places.get(self.eviction_cursor) {
+            match place {
+                Place::Memory { chunk, start, len } if chunk == evicted => {
+                    let start = start as usize;
+                    self.bytes.clear();
+                    self.bytes.extend(
+                        values[start..start + len as usize]
+                            .iter()
+                            .flat_map(|v| v.to_le_bytes()),
+                    );
+                    self.places[self.eviction_cursor] = match self.append_bytes() {
+                        Ok(offset) => Place::Disk { offset, len },
+                        Err(e) => {
+                            self.fail(e);
+                            Place::Lost
+                        }
+                    };
+                }
+                Place::Memory { chunk, .. } if chunk > evicted => break,
+                _ => {}
+            }
+            self.eviction_cursor += 1;
+        }
+        self.memory_values -= values.len();
+        4 * values.len() as u64
+    }
+
     /// Bytes of records held in memory.
     pub fn memory_bytes(&self) -> u64 {
         (self.memory_values * 4) as u64
@@ -219,6 +270,35 @@ mod tests {
         assert_eq!(arena.disk_bytes(), bytes(disk));
         assert!(arena.take_error().is_none());
         assert_eq!(arena.get(records.len()), None);
+    }
+
+    #[test]
+    fn evicted_chunks_read_back_alike_and_free_their_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut arena = SpillArena::new("test", Some(dir.path().to_path_buf()));
+        // Records of 300,000 values: three chunks, one record in each of the first two, a
+        // record on disk between them.
+        let records: Vec<Vec<u32>> = (0..7u32)
+            .map(|i| (0..300_000u32).map(|v| v ^ (i << 20)).collect())
+            .collect();
+        for (i, r) in records.iter().enumerate() {
+            arena.push(r, i != 3);
+        }
+        let held = arena.memory_bytes();
+        assert_eq!(held, 6 * 300_000 * 4);
+        let freed = arena.evict_oldest_chunk();
+        assert_eq!(freed, 3 * 300_000 * 4, "the first chunk held three records");
+        assert_eq!(arena.memory_bytes(), held - freed);
+        while arena.evict_oldest_chunk() > 0 {}
+        assert_eq!(arena.memory_bytes(), 0);
+        assert_eq!(arena.disk_bytes(), 7 * 300_000 * 4);
+        for (i, r) in records.iter().enumerate() {
+            assert_eq!(arena.get(i), Some(&r[..]), "record {i}");
+        }
+        // Pushing goes on after evictions.
+        arena.push(&records[0], true);
+        assert_eq!(arena.get(7), Some(&records[0][..]));
+        assert!(arena.take_error().is_none());
     }
 
     #[test]
