@@ -516,20 +516,33 @@ fn distributed_runs_equal_one_process_for_any_groups_and_shards() {
     assert!(through_dropped > 0, "no drop names a dropped dup_of");
 }
 
+/// A corpus (`corpus(seed, records, bases)`) run in one process and as steps over `shards` shards
+/// and `groups` groups, checked equal ([`Run::check`], ids by `id`); returns the work directory
+/// holding the steps' outputs.
+fn checked_run(
+    tmp: &Path,
+    (seed, records, bases): (u64, usize, u64),
+    shards: usize,
+    groups: u32,
+) -> PathBuf {
+    let files = corpus(&tmp.join("in"), seed, records, bases);
+    let work = tmp.join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    Run {
+        work: &work,
+        keys_flags: &["--id-field", "id"],
+        decide_flags: &[],
+    }
+    .check(&files, shards, groups);
+    work
+}
+
 /// A `decide` step under `--memory-limit` spills its representatives and writes the same
 /// decided streams.
 #[test]
 fn decide_under_a_memory_limit_spills_and_decides_the_same() {
     let tmp = tempfile::tempdir().unwrap();
-    let files = corpus(&tmp.path().join("in"), 11, 800, 40);
-    let work = tmp.path().join("w");
-    std::fs::create_dir_all(&work).unwrap();
-    let run = Run {
-        work: &work,
-        keys_flags: &["--id-field", "id"],
-        decide_flags: &[],
-    };
-    run.check(&files, 2, 2);
+    let work = checked_run(tmp.path(), (11, 800, 40), 2, 2);
     let sigs: Vec<PathBuf> = (0..2).map(|i| work.join(format!("sig-{i}"))).collect();
     let streams = |dir: &Path| {
         let mut files = data_files(dir);
@@ -558,17 +571,9 @@ fn decide_under_a_memory_limit_spills_and_decides_the_same() {
         let expected = streams(&work.join(format!("decided-{g}")));
         assert!(!expected.is_empty());
         assert_eq!(streams(&limited), expected, "group {g}");
-        let report: serde_json::Value =
+        let report: neardup::DecideReport =
             serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-        let text = report.to_string();
-        let at = text
-            .find("\"spilled_bytes\":")
-            .expect("the report counts spilled bytes");
-        let digits: String = text[at + 16..]
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        spilled += digits.parse::<u64>().unwrap();
+        spilled += report.manifest.deduper.spilled_bytes;
     }
     assert!(spilled > 0, "nothing spilled under a 1 KB limit");
 }
@@ -577,15 +582,7 @@ fn decide_under_a_memory_limit_spills_and_decides_the_same() {
 fn one_component_holding_most_hot_rows_is_decided_by_one_group() {
     let tmp = tempfile::tempdir().unwrap();
     // Two bases only: nearly every record is in one of two components.
-    let files = corpus(&tmp.path().join("in"), 5, 600, 2);
-    let work = tmp.path().join("w");
-    std::fs::create_dir_all(&work).unwrap();
-    let run = Run {
-        work: &work,
-        keys_flags: &["--id-field", "id"],
-        decide_flags: &[],
-    };
-    run.check(&files, 4, 4);
+    let work = checked_run(tmp.path(), (5, 600, 2), 4, 4);
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(work.join("hot.json")).unwrap()).unwrap();
     let plan = &report["plan"];

@@ -338,7 +338,9 @@ impl Deduper {
             }
         }
 
-        // Kept: it represents each of its hot buckets that still has room.
+        // Kept: it represents each of its hot buckets that still has room. What the rest of the
+        // state holds is taken before its first bucket entry, as the store places its records.
+        let others = self.others_bytes();
         let mut rep: Option<RepId> = None;
         for band in 0..self.bands {
             let key = c.row[band];
@@ -352,7 +354,6 @@ impl Deduper {
             {
                 continue;
             }
-            let others = self.others_bytes();
             let id =
                 *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
             self.buckets.push(key, id);
@@ -365,6 +366,7 @@ impl Deduper {
     /// are known texts. Call before any [`Deduper::decide`].
     pub fn seed(&mut self, prior: &PriorState) {
         for r in &prior.representatives {
+            let others = self.others_bytes();
             let mut rep: Option<RepId> = None;
             for &key in r.bands.iter().take(self.bands) {
                 if key == NO_KEY
@@ -375,7 +377,6 @@ impl Deduper {
                 {
                     continue;
                 }
-                let others = self.others_bytes();
                 let id = *rep.get_or_insert_with(|| {
                     self.reps
                         .push(&r.signature, r.shingles.as_deref(), r.addr, others)
