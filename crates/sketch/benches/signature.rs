@@ -292,6 +292,21 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
         })
     });
 
+    // What a stage-2 worker does with a hot text under exact verification: its signature and
+    // keys, and its shingle set from the same hashes.
+    let mut collecting = Scratch::collecting_shingle_sets();
+    let mut set = Vec::new();
+    group.bench_function("sketcher/oph_with_set", |b| {
+        b.iter(|| {
+            for text in &texts {
+                let info = oph.sketch(text, &mut collecting, &mut sig, &mut keys);
+                set.clear();
+                oph.last_shingle_set(&mut collecting, &mut set);
+                black_box((&keys, &set, info));
+            }
+        })
+    });
+
     bench_sign(
         &mut group,
         "bytes5/fast".into(),

@@ -122,6 +122,11 @@ fn intersection_len(features: Features, a: &[u32], b: &[u32], needed: usize) -> 
         // SAFETY: `Features` only ever holds features this CPU has.
         return unsafe { simd::intersection_len_avx512(a, b, needed) };
     }
+    #[cfg(target_arch = "x86_64")]
+    if features.has(Feature::Avx2) {
+        // SAFETY: as above.
+        return unsafe { simd::intersection_len_avx2(a, b, needed) };
+    }
     let _ = features;
     merge_intersection_len(a, b, needed)
 }
@@ -504,6 +509,61 @@ mod simd {
             let (last_a, last_b) = (a[i + 15], b[j + 15]);
             i += usize::from(last_a <= last_b) * 16;
             j += usize::from(last_b <= last_a) * 16;
+            if needed > 0 && inter + (a.len() - i).min(b.len() - j) < needed {
+                return inter;
+            }
+        }
+        let rest = needed.saturating_sub(inter);
+        inter + merge_intersection_len(&a[i..], &b[j..], rest)
+    }
+
+    /// [`intersection_len_avx512`] eight lanes at a time: each block of `a` is compared with
+    /// the eight lanes of `b`'s block as four rotations within 128-bit lanes of the block and
+    /// four of the block with its lanes swapped, which together pair every lane with every
+    /// other (in-lane shuffles cost less than the cross-lane permutation a plain rotation needs).
+    #[target_feature(enable = "avx2,popcnt")]
+    pub(super) fn intersection_len_avx2(a: &[u32], b: &[u32], needed: usize) -> usize {
+        #[inline(always)]
+        fn hits(va: __m256i, vb: __m256i) -> u32 {
+            // SAFETY: only called from the enclosing AVX2 function.
+            unsafe {
+                let vs = _mm256_permute2x128_si256::<0x01>(vb, vb);
+                let m0 = _mm256_or_si256(
+                    _mm256_or_si256(
+                        _mm256_cmpeq_epi32(va, vb),
+                        _mm256_cmpeq_epi32(va, _mm256_shuffle_epi32::<0x39>(vb)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_cmpeq_epi32(va, _mm256_shuffle_epi32::<0x4e>(vb)),
+                        _mm256_cmpeq_epi32(va, _mm256_shuffle_epi32::<0x93>(vb)),
+                    ),
+                );
+                let m1 = _mm256_or_si256(
+                    _mm256_or_si256(
+                        _mm256_cmpeq_epi32(va, vs),
+                        _mm256_cmpeq_epi32(va, _mm256_shuffle_epi32::<0x39>(vs)),
+                    ),
+                    _mm256_or_si256(
+                        _mm256_cmpeq_epi32(va, _mm256_shuffle_epi32::<0x4e>(vs)),
+                        _mm256_cmpeq_epi32(va, _mm256_shuffle_epi32::<0x93>(vs)),
+                    ),
+                );
+                _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_or_si256(m0, m1))) as u32
+            }
+        }
+        let (mut i, mut j, mut inter) = (0usize, 0usize, 0usize);
+        while i + 8 <= a.len() && j + 8 <= b.len() {
+            // SAFETY: both blocks are in bounds (loop condition).
+            let (va, vb) = unsafe {
+                (
+                    _mm256_loadu_si256(a.as_ptr().add(i).cast()),
+                    _mm256_loadu_si256(b.as_ptr().add(j).cast()),
+                )
+            };
+            inter += hits(va, vb).count_ones() as usize;
+            let (last_a, last_b) = (a[i + 7], b[j + 7]);
+            i += usize::from(last_a <= last_b) * 8;
+            j += usize::from(last_b <= last_a) * 8;
             if needed > 0 && inter + (a.len() - i).min(b.len() - j) < needed {
                 return inter;
             }

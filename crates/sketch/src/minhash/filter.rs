@@ -41,10 +41,25 @@ pub(super) fn drop_recent_repeats(hashes: &[u64], unique: &mut Vec<u64>, filter:
     // the compiler reload its header every iteration).
     let dst = output_slots(unique, hashes.len());
     let mut len = 0;
-    for &h in hashes {
-        filter_step(filter, dst, &mut len, h);
+    // Two passes per 64 hashes. Probing and writing the output in one loop ([`filter_step`])
+    // made each probe wait for the previous output store, whose address depends on the probe
+    // before it: repeats hit recently written slots, so the CPU stops loading ahead of stores
+    // with unknown addresses, and the loop ran at the latency of a probe. Here the probes only
+    // set bits, and the kept hashes are copied out afterwards.
+    for block in hashes.chunks(64) {
+        let mut kept = 0u64;
+        for (i, &h) in block.iter().enumerate() {
+            let slot = &mut filter[filter_slot(h)];
+            kept |= u64::from(*slot != h) << i;
+            *slot = h;
+        }
+        while kept != 0 {
+            dst[len].write(block[kept.trailing_zeros() as usize]);
+            len += 1;
+            kept &= kept - 1;
+        }
     }
-    // SAFETY: `filter_step` wrote every `dst[i]` with `i < len`.
+    // SAFETY: every `dst[i]` with `i < len` was written above.
     unsafe { unique.set_len(len) };
     reset_filter(filter, unique);
 }
