@@ -207,6 +207,14 @@ struct Inner {
     params: Params,
 }
 
+impl Inner {
+    /// Whether `oph` mixes shingles in AVX2 vectors: with the AVX2 and AVX-512 kernels (the
+    /// reference and portable kernels stay scalar, so tests compare the two).
+    fn vector_oph(&self) -> bool {
+        matches!(self.kernel, Kernel::Avx2 | Kernel::Avx512)
+    }
+}
+
 /// Signature hashing with precomputed permutation parameters. `Send + Sync`; cloning is cheap
 /// (the parameters are shared).
 #[derive(Clone, Debug)]
@@ -391,7 +399,7 @@ impl MinHasher {
             return;
         }
         if let Params::Oph(keys) = &inner.params {
-            oph::sign(hashes, keys, out, &mut Vec::new());
+            oph::sign(hashes, keys, out, &mut Vec::new(), inner.vector_oph());
             return;
         }
         self.sign_blocks_from(hashes, 0, out);
@@ -469,9 +477,9 @@ impl MinHasher {
             } else if *collect_distinct && hashes.len() >= DEDUP_MIN {
                 drop_recent_repeats(hashes, unique, filter);
                 *filtered = true;
-                oph::sign(unique, keys, out, bins);
+                oph::sign(unique, keys, out, bins, inner.vector_oph());
             } else {
-                oph::sign(hashes, keys, out, bins);
+                oph::sign(hashes, keys, out, bins, inner.vector_oph());
             }
             return hashes.len();
         }

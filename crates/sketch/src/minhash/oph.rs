@@ -54,7 +54,14 @@ impl OphKeys {
 }
 
 /// Signs non-empty `hashes` with the `oph` scheme (module docs). `bins` is scratch space.
-pub(super) fn sign(hashes: &[u64], keys: &OphKeys, out: &mut [u32], bins: &mut Vec<u64>) {
+/// `vector` mixes four hashes per AVX2 vector ([`oph_update_avx2`]); the values are the same.
+pub(super) fn sign(
+    hashes: &[u64],
+    keys: &OphKeys,
+    out: &mut [u32],
+    bins: &mut Vec<u64>,
+    vector: bool,
+) {
     let n = out.len();
     debug_assert!(!hashes.is_empty() && n > 0);
     // u64 minima so that "no shingle here" (u64::MAX) differs from every 32-bit value.
@@ -62,6 +69,14 @@ pub(super) fn sign(hashes: &[u64], keys: &OphKeys, out: &mut [u32], bins: &mut V
     bins.resize(n, u64::MAX);
     let bins = bins.as_mut_slice();
     let mix = (keys.xor, keys.mul);
+    #[cfg(target_arch = "x86_64")]
+    if vector && n <= 1 << 32 && avx2_supported() {
+        // SAFETY: AVX2 was just checked.
+        unsafe { oph_update_avx2(hashes, mix, bins) };
+        oph_densify(bins, keys, out);
+        return;
+    }
+    let _ = vector;
     if n.is_power_of_two() && n <= 1 << 32 {
         // ((x >> 32) * 2^k) >> 32 == (x >> 32) >> (32 - k): the same positions without the
         // second multiplication, which halves the multiplier pressure of the loop.
@@ -148,6 +163,56 @@ fn oph_update(
         // bounds check stays, but it is never taken, so it costs no misprediction.)
         bins[pos] = bins[pos].min(z & 0xFFFF_FFFF);
     }
+}
+
+/// Whether [`oph_update_avx2`] can run on this CPU.
+#[cfg(target_arch = "x86_64")]
+fn avx2_supported() -> bool {
+    use neardup_cpu::{Feature, Features};
+    Features::detected().has(Feature::Avx2)
+}
+
+/// [`oph_update`] with the mixing done four hashes per AVX2 vector: the scalar loop spends its
+/// time in two 64-bit multiplications per shingle (the mix and the position), which the
+/// vector does with 32-bit ones; the minima stay scalar (four lanes may hit one position).
+/// Needs `bins.len() <= 2^32`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn oph_update_avx2(hashes: &[u64], (xor, mul): (u64, u64), bins: &mut [u64]) {
+    use std::arch::x86_64::*;
+    let n = bins.len();
+    let blocks = hashes.chunks_exact(4);
+    let rest = blocks.remainder();
+    // SAFETY: AVX2 is enabled on this function; each load reads one 4-hash block, each store
+    // writes a local 4-lane array.
+    unsafe {
+        let key = _mm256_set1_epi64x(xor as i64);
+        let mul_lo = _mm256_set1_epi64x(mul as i64);
+        let mul_hi = _mm256_set1_epi64x((mul >> 32) as i64);
+        let width = _mm256_set1_epi64x(n as i64);
+        let low = _mm256_set1_epi64x(0xFFFF_FFFF);
+        let (mut positions, mut values) = ([0u64; 4], [0u64; 4]);
+        for block in blocks {
+            let h = _mm256_xor_si256(_mm256_loadu_si256(block.as_ptr().cast()), key);
+            // z = h * mul mod 2^64, from 32-bit products (the high halves' product shifts out).
+            let cross = _mm256_add_epi64(
+                _mm256_mul_epu32(_mm256_srli_epi64::<32>(h), mul_lo),
+                _mm256_mul_epu32(h, mul_hi),
+            );
+            let mut z =
+                _mm256_add_epi64(_mm256_mul_epu32(h, mul_lo), _mm256_slli_epi64::<32>(cross));
+            z = _mm256_xor_si256(z, _mm256_srli_epi64::<32>(z));
+            // ((z >> 32) * n) >> 32, the high half times n fitting 64 bits.
+            let pos = _mm256_srli_epi64::<32>(_mm256_mul_epu32(_mm256_srli_epi64::<32>(z), width));
+            _mm256_storeu_si256(positions.as_mut_ptr().cast(), pos);
+            _mm256_storeu_si256(values.as_mut_ptr().cast(), _mm256_and_si256(z, low));
+            for (&p, &v) in positions.iter().zip(&values) {
+                let p = p as usize;
+                bins[p] = bins[p].min(v);
+            }
+        }
+    }
+    oph_update(rest, (xor, mul), bins, |z| oph_position(z, n));
 }
 
 /// `((x >> 32) * n) >> 32`: a position below `n` from the high half of `x`.
