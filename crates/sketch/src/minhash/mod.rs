@@ -58,7 +58,10 @@
 //!    repeats about half of its char 5-grams); a repeat it misses is signed twice, harmlessly.
 //! 3. A min kernel over blocks of permutations held in SIMD registers (AVX-512, AVX2 or
 //!    portable, chosen once per [`MinHasher`]). With AVX-512 and the fast scheme, the filter
-//!    runs interleaved with the kernel's first block, on otherwise idle scalar units.
+//!    runs interleaved with the kernel's first block, on otherwise idle scalar units. `oph`
+//!    has no blocks (one position per shingle): it skips the filter when no shingle set is
+//!    wanted, and with the AVX2 and AVX-512 kernels mixes four shingles per AVX2 vector before
+//!    the scalar minima.
 //!
 //! [`Kernel::Reference`] skips all of that (generic shingling, library xxh3, no filter, scalar
 //! loops with permutations outer): it is the oracle every other path is tested against.
