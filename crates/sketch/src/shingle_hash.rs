@@ -202,17 +202,109 @@ pub(crate) fn avx512_windows_supported() -> bool {
     Features::detected().has_all(&[Feature::Avx512F, Feature::Avx512Bw, Feature::Avx512Dq])
 }
 
+/// How the vector window hashers cover `len` bytes in `k`-byte windows: `(windows,
+/// vector_windows)`, where the vector loop hashes windows `0..vector_windows` eight at a time
+/// (each step loads 16 bytes from its first window's start) and the rest are hashed one by one
+/// ([`hash_windows_from`]); `None` when no window fits.
+#[cfg(target_arch = "x86_64")]
+fn window_steps(len: usize, k: usize) -> Option<(usize, usize)> {
+    let windows = len.checked_sub(k - 1)?;
+    let vector_windows = if len >= 16 {
+        ((len - 16) / 8 + 1) * 8
+    } else {
+        0
+    };
+    Some((windows, vector_windows))
+}
+
+/// The byte shuffle of the vector window hashers: with a 16-byte load repeated in every
+/// 128-bit lane, 64-bit lane `j` (of eight) gets `read32(j + k - 4) + (read32(j) << 32)`,
+/// xxh3's input word for the `k`-byte window at `j` (the shuffle indexes within each 128-bit
+/// lane, so the same bytes serve one 512-bit or two 256-bit vectors).
+#[cfg(target_arch = "x86_64")]
+fn window_shuffle(k: usize) -> [u8; 64] {
+    let mut control = [0u8; 64];
+    for (j, lane) in control.chunks_exact_mut(8).enumerate() {
+        for i in 0..4 {
+            lane[i] = (j + k - 4 + i) as u8;
+            lane[4 + i] = (j + i) as u8;
+        }
+    }
+    control
+}
+
+/// Hashes the 4..=8-byte windows `from..` of `bytes` into `dst[from..]` one by one: what the
+/// vector loops leave.
+/// Whether a vector loop may hash windows `0..vector_windows` of `bytes` into `dst`: whole
+/// steps of eight, each with 16 bytes to load and eight slots to fill.
+#[cfg(target_arch = "x86_64")]
+fn vector_fits(bytes: &[u8], dst: &[std::mem::MaybeUninit<u64>], vector_windows: usize) -> bool {
+    vector_windows.is_multiple_of(8)
+        && vector_windows <= dst.len()
+        && (vector_windows == 0 || vector_windows + 8 <= bytes.len())
+}
+
+#[cfg(target_arch = "x86_64")]
+fn hash_windows_from(bytes: &[u8], k: usize, dst: &mut [std::mem::MaybeUninit<u64>], from: usize) {
+    for (p, slot) in dst.iter_mut().enumerate().skip(from) {
+        slot.write(xxh3_4to8(&bytes[p..p + k]));
+    }
+}
+
 /// AVX-512 [`WindowHasher`]: for 4..=8-byte windows at step 1 (char 5-grams of ASCII text),
 /// eight windows per vector; everything else, or a CPU without AVX-512, goes to
 /// [`hash_windows`]. `MinHasher` picks it only where it is supported; the check here (one
 /// load of the cached features) keeps the function sound on its own.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn hash_windows_avx512(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
-    if step != 1 || !(4..=8).contains(&k) || !avx512_windows_supported() {
+    hash_windows_vectorised(
+        bytes,
+        k,
+        step,
+        out,
+        avx512_windows_supported(),
+        hash_vector_windows_avx512,
+    )
+}
+
+/// A vector loop of a [`WindowHasher`]: hashes the `k`-byte windows `0..vector_windows` of
+/// `bytes` ([`window_steps`]) into `dst`. Unsafe: it needs its CPU features.
+#[cfg(target_arch = "x86_64")]
+type VectorWindows = unsafe fn(
+    bytes: &[u8],
+    k: usize,
+    dst: &mut [std::mem::MaybeUninit<u64>],
+    vector_windows: usize,
+);
+
+/// The [`WindowHasher`] around a vector loop: 4..=8-byte windows at step 1 go to `vector_loop`
+/// (the windows it leaves are hashed one by one), everything else, or a CPU without the loop's
+/// features (`supported` false), to [`hash_windows`]. `MinHasher` picks a vector hasher only
+/// where it is supported; the check here (one load of the cached features) keeps the hashers
+/// sound on their own.
+#[cfg(target_arch = "x86_64")]
+fn hash_windows_vectorised(
+    bytes: &[u8],
+    k: usize,
+    step: usize,
+    out: &mut Vec<u64>,
+    supported: bool,
+    vector_loop: VectorWindows,
+) {
+    if step != 1 || !(4..=8).contains(&k) || !supported {
         return hash_windows(bytes, k, step, out);
     }
-    // SAFETY: the required CPU features were just checked.
-    unsafe { hash_windows_4to8_avx512(bytes, k, out) }
+    let Some((windows, vector_windows)) = window_steps(bytes.len(), k) else {
+        return;
+    };
+    out.reserve(windows);
+    let start = out.len();
+    let dst = &mut out.spare_capacity_mut()[..windows];
+    // SAFETY: `supported` says this CPU has the loop's features.
+    unsafe { vector_loop(bytes, k, dst, vector_windows) };
+    hash_windows_from(bytes, k, dst, vector_windows);
+    // SAFETY: all `windows` slots after `start` were written above.
+    unsafe { out.set_len(start + windows) };
 }
 
 /// xxh3's 4..=8-byte path, eight windows (starts `p..p + 8`) per iteration: one 16-byte load
@@ -221,31 +313,19 @@ pub(crate) fn hash_windows_avx512(bytes: &[u8], k: usize, step: usize, out: &mut
 /// (read32(p + j) << 32)`, xxh3's input word. The rest is the scalar arithmetic, lane-wise.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512dq")]
-fn hash_windows_4to8_avx512(bytes: &[u8], k: usize, out: &mut Vec<u64>) {
+fn hash_vector_windows_avx512(
+    bytes: &[u8],
+    k: usize,
+    dst: &mut [std::mem::MaybeUninit<u64>],
+    vector_windows: usize,
+) {
     use std::arch::x86_64::*;
     debug_assert!((4..=8).contains(&k));
-    let Some(windows) = bytes.len().checked_sub(k - 1) else {
-        return;
-    };
-    // Vector iterations may load 16 bytes from their start.
-    let vector_windows = if bytes.len() >= 16 {
-        ((bytes.len() - 16) / 8 + 1) * 8
-    } else {
-        0
-    };
-    let mut control = [0u8; 64];
-    for (j, lane) in control.chunks_exact_mut(8).enumerate() {
-        for i in 0..4 {
-            lane[i] = (j + k - 4 + i) as u8;
-            lane[4 + i] = (j + i) as u8;
-        }
-    }
-    out.reserve(windows);
-    let start = out.len();
-    let dst = &mut out.spare_capacity_mut()[..windows];
+    let control = window_shuffle(k);
+    assert!(vector_fits(bytes, dst, vector_windows));
     // SAFETY: the CPU features are enabled on this function; every load reads
     // `bytes[p..p + 16]` with `p + 16 <= bytes.len()` (p < vector_windows, p % 8 == 0), and
-    // every store writes `dst[p..p + 8]` with `p + 8 <= vector_windows <= windows`.
+    // every store writes `dst[p..p + 8]` with `p + 8 <= vector_windows <= dst.len()`.
     unsafe {
         let control = _mm512_loadu_si512(control.as_ptr().cast());
         let flip = _mm512_set1_epi64(FLIP_4TO8 as i64);
@@ -269,11 +349,6 @@ fn hash_windows_4to8_avx512(bytes: &[u8], k: usize, out: &mut Vec<u64>) {
             p += 8;
         }
     }
-    for (p, slot) in dst.iter_mut().enumerate().skip(vector_windows) {
-        slot.write(xxh3_4to8(&bytes[p..p + k]));
-    }
-    // SAFETY: all `windows` slots after `start` were written above.
-    unsafe { out.set_len(start + windows) };
 }
 
 /// Whether [`hash_windows_avx2`] can run on this CPU.
@@ -290,50 +365,38 @@ pub(crate) fn avx2_windows_supported() -> bool {
 /// time the scalar loop does one and a half.
 #[cfg(target_arch = "x86_64")]
 pub(crate) fn hash_windows_avx2(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
-    if step != 1 || !(4..=8).contains(&k) || !avx2_windows_supported() {
-        return hash_windows(bytes, k, step, out);
-    }
-    // SAFETY: the required CPU feature was just checked.
-    unsafe { hash_windows_4to8_avx2(bytes, k, out) }
+    hash_windows_vectorised(
+        bytes,
+        k,
+        step,
+        out,
+        avx2_windows_supported(),
+        hash_vector_windows_avx2,
+    )
 }
 
-/// [`hash_windows_4to8_avx512`] on AVX2: one 16-byte load per eight windows, broadcast to both
+/// [`hash_vector_windows_avx512`] on AVX2: one 16-byte load per eight windows, broadcast to both
 /// 128-bit lanes and shuffled into two vectors, the first holding windows `p..p + 4`, the second
 /// `p + 4..p + 8`; 64-bit products are put together from 32-bit ones ([`mul64_avx2`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn hash_windows_4to8_avx2(bytes: &[u8], k: usize, out: &mut Vec<u64>) {
+fn hash_vector_windows_avx2(
+    bytes: &[u8],
+    k: usize,
+    dst: &mut [std::mem::MaybeUninit<u64>],
+    vector_windows: usize,
+) {
     use std::arch::x86_64::*;
     debug_assert!((4..=8).contains(&k));
-    let Some(windows) = bytes.len().checked_sub(k - 1) else {
-        return;
-    };
-    // Vector iterations may load 16 bytes from their start.
-    let vector_windows = if bytes.len() >= 16 {
-        ((bytes.len() - 16) / 8 + 1) * 8
-    } else {
-        0
-    };
-    // The shuffle indexes within each 128-bit lane, and both lanes hold the same 16 bytes.
-    let mut control = [[0u8; 32]; 2];
-    for (half, vector) in control.iter_mut().enumerate() {
-        for (j, lane) in vector.chunks_exact_mut(8).enumerate() {
-            let w = 4 * half + j;
-            for i in 0..4 {
-                lane[i] = (w + k - 4 + i) as u8;
-                lane[4 + i] = (w + i) as u8;
-            }
-        }
-    }
-    out.reserve(windows);
-    let start = out.len();
-    let dst = &mut out.spare_capacity_mut()[..windows];
+    // Windows 0..4 in the first half of the shuffle, 4..8 in the second.
+    let control = window_shuffle(k);
+    assert!(vector_fits(bytes, dst, vector_windows));
     // SAFETY: AVX2 is enabled on this function; every load reads `bytes[p..p + 16]` with
     // `p + 16 <= bytes.len()` (p < vector_windows, p % 8 == 0), and every store writes
-    // `dst[p..p + 8]` with `p + 8 <= vector_windows <= windows`.
+    // `dst[p..p + 8]` with `p + 8 <= vector_windows <= dst.len()`.
     unsafe {
-        let first = _mm256_loadu_si256(control[0].as_ptr().cast());
-        let second = _mm256_loadu_si256(control[1].as_ptr().cast());
+        let first = _mm256_loadu_si256(control.as_ptr().cast());
+        let second = _mm256_loadu_si256(control.as_ptr().add(32).cast());
         let flip = _mm256_set1_epi64x(FLIP_4TO8 as i64);
         let mx2_lo = _mm256_set1_epi64x(PRIME_MX2 as i64);
         let mx2_hi = _mm256_set1_epi64x((PRIME_MX2 >> 32) as i64);
@@ -350,11 +413,6 @@ fn hash_windows_4to8_avx2(bytes: &[u8], k: usize, out: &mut Vec<u64>) {
             p += 8;
         }
     }
-    for (p, slot) in dst.iter_mut().enumerate().skip(vector_windows) {
-        slot.write(xxh3_4to8(&bytes[p..p + k]));
-    }
-    // SAFETY: all `windows` slots after `start` were written above.
-    unsafe { out.set_len(start + windows) };
 }
 
 /// `a * m mod 2^64` lane-wise, with `m_lo` and `m_hi` holding the low and high halves of `m`
