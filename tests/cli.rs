@@ -237,7 +237,18 @@ fn interrupted_run_leaves_no_final_named_partial_file() {
         std::fs::write(input.join(format!("part-{f}.jsonl")), body).unwrap();
     }
     let out = tmp.path().join("out");
-    let mut child = neardup()
+    let mut cmd = neardup();
+    // neardup leaves SIGINT ignored when it starts ignored (as under a shell without job
+    // control): start it with the default action, so that the signal below interrupts it.
+    // SAFETY: between fork and exec only signal(2), which is async-signal-safe, runs.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
         .arg("dedup")
         .arg(&input)
         .arg("-o")

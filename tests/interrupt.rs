@@ -94,7 +94,7 @@ struct Cmd {
 
 impl Cmd {
     fn command(&self, root: &Path) -> std::process::Command {
-        let mut c = neardup();
+        let mut c = neardup_with_default_signals();
         c.args(
             self.args
                 .iter()

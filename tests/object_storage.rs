@@ -456,7 +456,7 @@ fn an_interrupted_run_leaves_no_object_under_a_final_name() {
         (libc::SIGKILL, None, "dedup"),
     ];
     for (signal, code, step) in runs {
-        let mut cmd = neardup();
+        let mut cmd = support::neardup_with_default_signals();
         match step {
             "dedup" => cmd
                 .args(["dedup", "s3://corpus/in/", "--output", "s3://corpus/out/"])

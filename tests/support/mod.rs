@@ -16,6 +16,32 @@ pub fn neardup() -> Command {
     )
 }
 
+/// [`neardup`] starting with SIGINT, SIGTERM and SIGHUP at their default actions, for the tests
+/// that send them: neardup leaves a signal ignored when it was ignored at start (`nohup`, a
+/// background job), and a test run in the background by a shell without job control starts
+/// with SIGINT ignored, which would make those tests see a run that never stops.
+pub fn neardup_with_default_signals() -> Command {
+    let mut cmd = neardup();
+    with_default_signals(&mut cmd);
+    cmd
+}
+
+/// Makes `cmd` start with SIGINT, SIGTERM and SIGHUP at their default actions (see
+/// [`neardup_with_default_signals`]).
+pub fn with_default_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec the closure only calls signal(2), which is
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
+}
+
 pub fn data(p: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data")

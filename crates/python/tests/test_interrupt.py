@@ -31,12 +31,19 @@ def corpus(tmp_path_factory) -> Path:
     return root
 
 
+def _default_sigint() -> None:
+    """Python turns SIGINT into KeyboardInterrupt only when SIGINT is not ignored at start, and a
+    test run in the background by a shell without job control starts with it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(script: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
 
 
