@@ -6,6 +6,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod support;
+
 fn neardup() -> Command {
     Command::new(env!("CARGO_BIN_EXE_neardup"))
 }
@@ -238,16 +240,8 @@ fn interrupted_run_leaves_no_final_named_partial_file() {
     }
     let out = tmp.path().join("out");
     let mut cmd = neardup();
-    // neardup leaves SIGINT ignored when it starts ignored (as under a shell without job
-    // control): start it with the default action, so that the signal below interrupts it.
-    // SAFETY: between fork and exec only signal(2), which is async-signal-safe, runs.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
+    // So that the SIGINT below interrupts it wherever the tests run.
+    support::with_default_signals(&mut cmd);
     let mut child = cmd
         .arg("dedup")
         .arg(&input)
