@@ -181,12 +181,17 @@ pub struct Deduper {
     /// sample its cluster resolves to (itself, or what it was found to duplicate).
     exact_seen: HashMap<u128, FirstCopy>,
     seen_reps: HashSet<RepId>,
+    /// The representatives of the bucket being compared.
+    bucket_reps: Vec<RepId>,
     /// Estimates below this are not candidates. The threshold itself when the estimate decides;
     /// under exact verification, three standard errors of the estimate lower, so that pairs
     /// whose estimate fell short by chance still get their exact check.
     candidate_floor: f64,
     stats: DeduperStats,
 }
+
+/// How many representatives ahead of the one being compared the next signature is loaded.
+const PREFETCH_AHEAD: usize = 2;
 
 impl Deduper {
     /// A decision core for signatures of `num_perm` positions and rows of `bands` bands under `rule`.
@@ -220,6 +225,7 @@ impl Deduper {
             buckets: BucketIndex::default(),
             exact_seen: HashMap::new(),
             seen_reps: HashSet::new(),
+            bucket_reps: Vec::new(),
             stats: DeduperStats::default(),
             config,
         })
@@ -299,7 +305,18 @@ impl Deduper {
             if !c.hot[band] || key == NO_KEY {
                 continue;
             }
-            for rep in self.buckets.reps(key) {
+            // A bucket's representatives are taken first, so that each one's signature can be
+            // loaded while the ones before it are compared: they lie anywhere in the arena, and
+            // comparing waited mostly for memory.
+            self.bucket_reps.clear();
+            self.bucket_reps.extend(self.buckets.reps(key));
+            for &first in self.bucket_reps.iter().take(PREFETCH_AHEAD) {
+                self.reps.prefetch_signature(first);
+            }
+            for (k, &rep) in self.bucket_reps.iter().enumerate() {
+                if let Some(&ahead) = self.bucket_reps.get(k + PREFETCH_AHEAD) {
+                    self.reps.prefetch_signature(ahead);
+                }
                 if !self.seen_reps.insert(rep) {
                     continue;
                 }

@@ -135,6 +135,12 @@ impl RepStore {
         id
     }
 
+    /// Starts loading representative `id`'s signature into the cache, to be compared soon.
+    #[inline]
+    pub fn prefetch_signature(&self, id: RepId) {
+        self.signatures.prefetch(id as usize, self.num_perm);
+    }
+
     /// Representative `id`'s signature; `None` when a disk error lost it.
     pub fn signature(&mut self, id: RepId) -> Option<&[u32]> {
         let num_perm = self.num_perm;

@@ -152,6 +152,21 @@ impl SpillArena {
     }
 
     /// Record `id`, or `None` when it was lost to a disk error (kept for [`Self::take_error`]).
+    /// Asks the CPU to start loading the first `values` values of record `id` when it is in
+    /// memory (a hint; nothing when it is not).
+    #[inline]
+    pub fn prefetch(&self, id: usize, values: usize) {
+        let Some(&Place::Memory { chunk, start, len }) = self.places.get(id) else {
+            return;
+        };
+        let start = start as usize;
+        let record = &self.chunks[chunk as usize][start..start + (len as usize).min(values)];
+        // One hint per 64-byte line.
+        for line in record.chunks(16) {
+            prefetch_line(line.as_ptr());
+        }
+    }
+
     pub fn get(&mut self, id: usize) -> Option<&[u32]> {
         match *self.places.get(id)? {
             Place::Memory { chunk, start, len } => {
@@ -240,6 +255,19 @@ impl SpillArena {
     }
 }
 
+/// A hint to load the cache line holding `p`.
+#[inline(always)]
+fn prefetch_line(p: *const u32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address; SSE is part of
+    // x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,8 +287,12 @@ mod tests {
             arena.push(r, i % 3 != 1);
         }
         for (i, r) in records.iter().enumerate().rev() {
+            // A prefetch of any record (empty, shorter or longer than asked, on disk) is only a
+            // hint: the record reads back the same after it.
+            arena.prefetch(i, 128);
             assert_eq!(arena.get(i), Some(&r[..]), "record {i}");
         }
+        arena.prefetch(records.len(), 128);
         let (memory, disk): (Vec<_>, Vec<_>) =
             records.iter().enumerate().partition(|(i, _)| i % 3 != 1);
         let bytes = |rs: Vec<(usize, &Vec<u32>)>| -> u64 {
@@ -293,6 +325,7 @@ mod tests {
         assert_eq!(arena.memory_bytes(), 0);
         assert_eq!(arena.disk_bytes(), 7 * 300_000 * 4);
         for (i, r) in records.iter().enumerate() {
+            arena.prefetch(i, 128);
             assert_eq!(arena.get(i), Some(&r[..]), "record {i}");
         }
         // Pushing goes on after evictions.
@@ -306,6 +339,7 @@ mod tests {
         let mut arena = SpillArena::new("test", Some(PathBuf::from("/nonexistent/neardup-spill")));
         arena.push(&[1, 2, 3], true);
         arena.push(&[4, 5, 6], false);
+        arena.prefetch(1, 128);
         assert_eq!(arena.get(0), Some(&[1, 2, 3][..]));
         assert_eq!(arena.get(1), None);
         let e = arena.take_error().expect("the failed spill is reported");

@@ -20,7 +20,8 @@
 //! - `signature/oph/<kernel>`, `signature/sketcher/oph`: the default one-permutation scheme;
 //! - `sets/sort_dedup` (baseline) and `sets/fingerprint_set`: building each text's sorted shingle set
 //!   (exact verification) from its hashes, with the standard library's sort and with neardup's
-//!   bucket scatter;
+//!   bucket scatter; `sets/fingerprint_set/filtered` from the hashes the repeat filter keeps (what
+//!   stage-2 workers build sets from);
 //! - `short/oph`, `short/fast`, `short/sketcher/oph`: the same input cut into 60-160-byte
 //!   documents, fewer shingles than positions (where `oph` spends its time densifying);
 //! - `datasketch/<kernel>`: the lshcurator-compatible scheme on the first eighth of the input.
@@ -323,13 +324,23 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
     );
     group.finish();
 
-    // Shingle sets from each text's hashes (repeats included, as the stage-2 workers get them).
+    // Shingle sets from each text's hashes: all of them (repeats included), and what stage-2
+    // workers build sets from, the hashes after the repeat filter.
     let all_hashes: Vec<Vec<u64>> = texts
         .iter()
         .map(|t| {
             let mut h = Vec::new();
             hasher.hash_shingles(&chars5, t, &mut h);
             h
+        })
+        .collect();
+    let filtered_hashes: Vec<Vec<u64>> = texts
+        .iter()
+        .map(|t| {
+            let mut scratch = SignScratch::collecting_distinct();
+            let mut sig = vec![0u32; NUM_PERM];
+            hasher.sign(&chars5, t, &mut scratch, &mut sig);
+            scratch.mostly_distinct_hashes().to_vec()
         })
         .collect();
     let mut group = c.benchmark_group("sets");
@@ -350,6 +361,14 @@ fn bench(c: &mut Criterion<ThreadCpuTime>) {
     group.bench_function("fingerprint_set", |b| {
         b.iter(|| {
             for h in &all_hashes {
+                neardup_sketch::fingerprint_set(h, &mut set, &mut scratch);
+                black_box(&set);
+            }
+        })
+    });
+    group.bench_function("fingerprint_set/filtered", |b| {
+        b.iter(|| {
+            for h in &filtered_hashes {
                 neardup_sketch::fingerprint_set(h, &mut set, &mut scratch);
                 black_box(&set);
             }

@@ -178,9 +178,9 @@ pub struct SetScratch {
 ///
 /// Distribution sorting rather than a comparison sort: one counting pass and one scatter on the
 /// top bits leave the values ordered by bucket, and each bucket is then finished on its own —
-/// by a 16-lane sorting network, with repeats dropped in the same register, where AVX-512 is
-/// available (buckets of about 8 values), by one insertion-sort pass over buckets of about one
-/// value elsewhere. About linear time, several times faster than `sort_unstable` + `dedup` on
+/// by a sorting network in one register, with repeats dropped in the same register (16 lanes
+/// where AVX-512 is available, buckets of about 8 values; 8 lanes with AVX2, buckets of about
+/// 3), by one insertion-sort pass over buckets of about one value elsewhere. About linear time, several times faster than `sort_unstable` + `dedup` on
 /// the few thousand values of a typical document.
 pub fn fingerprint_set(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut SetScratch) {
     out.clear();
@@ -212,6 +212,12 @@ fn append_fingerprint_set_on(
     if has_avx512_sets(features) {
         // SAFETY: `Features` only ever holds features this CPU has.
         unsafe { simd::append_set_avx512(hashes, out, scratch) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if features.has_all(&[Feature::Avx2, Feature::Popcnt]) {
+        // SAFETY: as above.
+        unsafe { simd::append_set_avx2(hashes, out, scratch) };
         return;
     }
     let _ = features;
@@ -437,6 +443,140 @@ mod simd {
                     // is microcoded and slow on some CPUs).
                     let packed = _mm512_maskz_compress_epi32(keep, v);
                     _mm512_storeu_si512(dst.add(written).cast(), packed);
+                    written += keep.count_ones() as usize;
+                }
+            } else {
+                // SAFETY: `start..end` is within the n scattered values, and `written <= start`
+                // with `end - start` reserved slots from `written` on.
+                written +=
+                    unsafe { finish_crowded_bucket(src.add(start), end - start, dst.add(written)) };
+            }
+            start = end;
+        }
+        // SAFETY: slots `base..base + written` were written above.
+        unsafe { out.set_len(base + written) };
+    }
+
+    /// Compare-exchange stages of the bitonic network on 8 lanes, as (block, distance).
+    const STAGES_8: [(usize, usize); 6] = [(2, 1), (4, 2), (4, 1), (8, 4), (8, 2), (8, 1)];
+
+    /// [`TAKE_MAX`] for the 8-lane network, as `_mm256_blend_epi32` immediates.
+    const TAKE_MAX_8: [i32; 6] = {
+        let mut masks = [0i32; 6];
+        let mut s = 0;
+        while s < 6 {
+            let (block, distance) = STAGES_8[s];
+            let mut i = 0;
+            while i < 8 {
+                let upper = i & distance != 0;
+                let descending = i & block != 0 && block < 8;
+                if upper != descending {
+                    masks[s] |= 1 << i;
+                }
+                i += 1;
+            }
+            s += 1;
+        }
+        masks
+    };
+
+    /// For each 8-bit mask of lanes to keep, the permutation moving those lanes to the front
+    /// (AVX2 has no compress instruction).
+    static COMPRESS_8: [[i32; 8]; 256] = {
+        let mut table = [[0i32; 8]; 256];
+        let mut m = 0;
+        while m < 256 {
+            let (mut lane, mut k) = (0, 0);
+            while lane < 8 {
+                if m & (1 << lane) != 0 {
+                    table[m][k] = lane;
+                    k += 1;
+                }
+                lane += 1;
+            }
+            m += 1;
+        }
+        table
+    };
+
+    /// Sorts 8 unsigned lanes ascending (the bitonic network: lane partners at distance 1 and
+    /// 2 by in-lane shuffles, at distance 4 by swapping the 128-bit halves).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn sort8(mut v: __m256i) -> __m256i {
+        #[inline(always)]
+        fn exchange<const TAKE_MAX: i32>(v: __m256i, partner: __m256i) -> __m256i {
+            // SAFETY: only called from `sort8`, which requires AVX2.
+            unsafe {
+                let lo = _mm256_min_epu32(v, partner);
+                let hi = _mm256_max_epu32(v, partner);
+                _mm256_blend_epi32::<TAKE_MAX>(lo, hi)
+            }
+        }
+        let d1 = |v| _mm256_shuffle_epi32::<0b10_11_00_01>(v);
+        let d2 = |v| _mm256_shuffle_epi32::<0b01_00_11_10>(v);
+        let d4 = |v| _mm256_permute2x128_si256::<0x01>(v, v);
+        v = exchange::<{ TAKE_MAX_8[0] }>(v, d1(v));
+        v = exchange::<{ TAKE_MAX_8[1] }>(v, d2(v));
+        v = exchange::<{ TAKE_MAX_8[2] }>(v, d1(v));
+        v = exchange::<{ TAKE_MAX_8[3] }>(v, d4(v));
+        v = exchange::<{ TAKE_MAX_8[4] }>(v, d2(v));
+        exchange::<{ TAKE_MAX_8[5] }>(v, d1(v))
+    }
+
+    /// [`super::append_fingerprint_set`] with buckets of about 3 values, each sorted and
+    /// deduplicated in one 8-lane register.
+    #[target_feature(enable = "avx2,popcnt")]
+    pub(super) fn append_set_avx2(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut SetScratch) {
+        let n = hashes.len();
+        // n/4 .. n/2 buckets: 2 to 4 values each on average, so that few pass 8 lanes (1 or 4
+        // to 8 values per bucket measured slower; so did filling fixed slots of 8 per bucket in
+        // one pass instead of counting first, its slots four times the values).
+        let bits = (usize::BITS - n.leading_zeros())
+            .saturating_sub(2)
+            .clamp(1, 17);
+        let SetScratch { counts, scattered } = scratch;
+        scattered.clear();
+        scattered.reserve(n + 8);
+        scatter_by_top_bits(
+            hashes,
+            bits,
+            counts,
+            &mut scattered.spare_capacity_mut()[..n],
+        );
+        // SAFETY: the scatter wrote each of the n slots once.
+        unsafe { scattered.set_len(n) };
+        // Every bucket is loaded as 8 lanes: the last one reads these (blended away).
+        scattered.extend_from_slice(&[0; 8]);
+        let base = out.len();
+        out.reserve(n + 8);
+        let dst = out.spare_capacity_mut().as_mut_ptr().cast::<u32>();
+        let padding = _mm256_set1_epi32(-1);
+        let lane_index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let previous = _mm256_setr_epi32(0, 0, 1, 2, 3, 4, 5, 6);
+        let src = scattered.as_mut_ptr();
+        let mut written = 0usize;
+        let mut start = 0usize;
+        for &end in counts.iter() {
+            let end = end as usize;
+            let len = end - start;
+            if len <= 8 {
+                // SAFETY: `scattered` holds `start + 8 <= n + 8` values; the store writes 8 lanes
+                // at `written <= start`, within the `n + 8` reserved slots; the table index is
+                // below 256.
+                unsafe {
+                    let valid_lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lane_index);
+                    let loaded = _mm256_loadu_si256(src.add(start).cast());
+                    // Padding is u32::MAX, which sorts last: the first `len` lanes are the bucket.
+                    let v = sort8(_mm256_blendv_epi8(padding, loaded, valid_lanes));
+                    let before = _mm256_permutevar8x32_epi32(v, previous);
+                    let repeats =
+                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, before)))
+                            as u32;
+                    let keep = (!repeats | 1) & ((1u32 << len) - 1);
+                    let order = _mm256_loadu_si256(COMPRESS_8[keep as usize].as_ptr().cast());
+                    let packed = _mm256_permutevar8x32_epi32(v, order);
+                    _mm256_storeu_si256(dst.add(written).cast(), packed);
                     written += keep.count_ones() as usize;
                 }
             } else {
