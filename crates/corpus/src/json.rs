@@ -283,6 +283,27 @@ fn unescape_simple_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
     i
 }
 
+/// Where a window of [`unescape_simple_x64`] or [`unescape_packed_x16`] stopped at `b[*i]`:
+/// a stop that is only the window's limit (a pair of backslashes, or an escape cut by the
+/// window's end) is one simple escape, decoded to `dst[*len]` and passed (`true`); any other is
+/// left to the caller (`false`).
+///
+/// # Safety
+/// `dst` is valid for a write at `*len`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn decode_window_stop(b: &[u8], i: &mut usize, dst: *mut u8, len: &mut usize) -> bool {
+    let simple = simple_escape_at(b, *i);
+    if simple == 0 {
+        return false;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { *dst.add(*len) = simple };
+    *len += 1;
+    *i += 2;
+    true
+}
+
 /// [`unescape_simple_x16`] sixty-four bytes at a time, with every one-character escape of a
 /// window decoded at once: backslashes are dropped by a byte compress, and the characters after
 /// them mapped through a 128-entry table. A window is taken only up to its first closing quote,
@@ -353,15 +374,9 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
             if limit >= 64 {
                 continue;
             }
-            // Stops that are only this window's limits (a pair, or an escape cut by the
-            // window's end) are one simple escape here: decode it and go on.
-            let simple = simple_escape_at(b, i);
-            if simple == 0 {
+            if !decode_window_stop(b, &mut i, dst, &mut len) {
                 break;
             }
-            *dst.add(len) = simple;
-            len += 1;
-            i += 2;
         }
         out.set_len(len);
     }
@@ -460,15 +475,9 @@ unsafe fn unescape_packed_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
             if limit == 16 {
                 continue;
             }
-            // Stops that are only this window's limits (a pair, or an escape cut by the
-            // window's end) are one simple escape here: decode it and go on.
-            let simple = simple_escape_at(b, i);
-            if simple == 0 {
+            if !decode_window_stop(b, &mut i, dst, &mut len) {
                 break;
             }
-            *dst.add(len) = simple;
-            len += 1;
-            i += 2;
         }
         out.set_len(len);
     }

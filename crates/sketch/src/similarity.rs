@@ -324,7 +324,7 @@ mod simd {
     }
 
     /// The 10 stages of the bitonic network on 16 lanes: (block, distance).
-    const STAGES: [(usize, usize); 10] = [
+    pub(super) const STAGES: [(usize, usize); 10] = [
         (2, 1),
         (4, 2),
         (4, 1),
@@ -337,17 +337,18 @@ mod simd {
         (16, 1),
     ];
 
-    /// Which lanes keep the larger value of their pair in each stage: the upper lane of an
-    /// ascending block, the lower lane of a descending one (the last stages sort ascending).
-    const TAKE_MAX: [u16; 10] = {
-        let mut masks = [0u16; 10];
+    /// Which lanes keep the larger value of their pair in each stage of a bitonic network on
+    /// `lanes` lanes (`stages` as (block, distance)): the upper lane of an ascending block, the
+    /// lower lane of a descending one (the last stages sort ascending).
+    const fn take_max_masks<const S: usize>(stages: [(usize, usize); S], lanes: usize) -> [u32; S] {
+        let mut masks = [0u32; S];
         let mut s = 0;
-        while s < 10 {
-            let (block, distance) = STAGES[s];
+        while s < S {
+            let (block, distance) = stages[s];
             let mut i = 0;
-            while i < 16 {
+            while i < lanes {
                 let upper = i & distance != 0;
-                let descending = i & block != 0 && block < 16;
+                let descending = i & block != 0 && block < lanes;
                 if upper != descending {
                     masks[s] |= 1 << i;
                 }
@@ -356,7 +357,10 @@ mod simd {
             s += 1;
         }
         masks
-    };
+    }
+
+    /// [`take_max_masks`] of the 16-lane network.
+    pub(super) const TAKE_MAX: [u32; 10] = take_max_masks(STAGES, 16);
     const PARTNER_1: [i32; 16] = partner_lanes(1);
     const PARTNER_2: [i32; 16] = partner_lanes(2);
     const PARTNER_4: [i32; 16] = partner_lanes(4);
@@ -370,13 +374,13 @@ mod simd {
     #[target_feature(enable = "avx512f")]
     fn sort16(mut v: __m512i, [p1, p2, p4, p8]: [__m512i; 4]) -> __m512i {
         #[inline(always)]
-        fn stage(v: __m512i, partners: __m512i, take_max: u16) -> __m512i {
+        fn stage(v: __m512i, partners: __m512i, take_max: u32) -> __m512i {
             // SAFETY: only called from `sort16`, which requires AVX-512F.
             unsafe {
                 let p = _mm512_permutexvar_epi32(partners, v);
                 let lo = _mm512_min_epu32(v, p);
                 let hi = _mm512_max_epu32(v, p);
-                _mm512_mask_blend_epi32(take_max, lo, hi)
+                _mm512_mask_blend_epi32(take_max as u16, lo, hi)
             }
         }
         // Written out so that every stage's permutation and mask are constants.
@@ -458,27 +462,11 @@ mod simd {
     }
 
     /// Compare-exchange stages of the bitonic network on 8 lanes, as (block, distance).
-    const STAGES_8: [(usize, usize); 6] = [(2, 1), (4, 2), (4, 1), (8, 4), (8, 2), (8, 1)];
+    pub(super) const STAGES_8: [(usize, usize); 6] =
+        [(2, 1), (4, 2), (4, 1), (8, 4), (8, 2), (8, 1)];
 
-    /// [`TAKE_MAX`] for the 8-lane network, as `_mm256_blend_epi32` immediates.
-    const TAKE_MAX_8: [i32; 6] = {
-        let mut masks = [0i32; 6];
-        let mut s = 0;
-        while s < 6 {
-            let (block, distance) = STAGES_8[s];
-            let mut i = 0;
-            while i < 8 {
-                let upper = i & distance != 0;
-                let descending = i & block != 0 && block < 8;
-                if upper != descending {
-                    masks[s] |= 1 << i;
-                }
-                i += 1;
-            }
-            s += 1;
-        }
-        masks
-    };
+    /// [`take_max_masks`] of the 8-lane network, as `_mm256_blend_epi32` immediates.
+    pub(super) const TAKE_MAX_8: [u32; 6] = take_max_masks(STAGES_8, 8);
 
     /// For each 8-bit mask of lanes to keep, the permutation moving those lanes to the front
     /// (AVX2 has no compress instruction).
@@ -516,12 +504,12 @@ mod simd {
         let d1 = |v| _mm256_shuffle_epi32::<0b10_11_00_01>(v);
         let d2 = |v| _mm256_shuffle_epi32::<0b01_00_11_10>(v);
         let d4 = |v| _mm256_permute2x128_si256::<0x01>(v, v);
-        v = exchange::<{ TAKE_MAX_8[0] }>(v, d1(v));
-        v = exchange::<{ TAKE_MAX_8[1] }>(v, d2(v));
-        v = exchange::<{ TAKE_MAX_8[2] }>(v, d1(v));
-        v = exchange::<{ TAKE_MAX_8[3] }>(v, d4(v));
-        v = exchange::<{ TAKE_MAX_8[4] }>(v, d2(v));
-        exchange::<{ TAKE_MAX_8[5] }>(v, d1(v))
+        v = exchange::<{ TAKE_MAX_8[0] as i32 }>(v, d1(v));
+        v = exchange::<{ TAKE_MAX_8[1] as i32 }>(v, d2(v));
+        v = exchange::<{ TAKE_MAX_8[2] as i32 }>(v, d1(v));
+        v = exchange::<{ TAKE_MAX_8[3] as i32 }>(v, d4(v));
+        v = exchange::<{ TAKE_MAX_8[4] as i32 }>(v, d2(v));
+        exchange::<{ TAKE_MAX_8[5] as i32 }>(v, d1(v))
     }
 
     /// [`super::append_fingerprint_set`] with buckets of about 3 values, each sorted and
@@ -809,6 +797,35 @@ mod tests {
         }
         assert_eq!(fingerprint(0x0000_0001_0000_0003), 2);
         assert_eq!(fingerprint(0xdead_beef), 0xdead_beef);
+    }
+
+    /// The register sorting networks' stages and masks sort every input of 0s and 1s (so, by the
+    /// 0-1 principle, every input), checked by a scalar model of a stage: lane `i` takes the
+    /// larger or the smaller of itself and lane `i ^ distance` as its mask bit says. Runs on any
+    /// CPU, so the AVX-512 network's masks are checked where its kernel cannot run.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_sorting_networks_sort_every_input_of_zeros_and_ones() {
+        fn sorts(stages: &[(usize, usize)], masks: &[u32], lanes: usize) {
+            for input in 0u32..1 << lanes {
+                let mut v: Vec<u32> = (0..lanes).map(|i| input >> i & 1).collect();
+                for (&(_, distance), &mask) in stages.iter().zip(masks) {
+                    v = (0..lanes)
+                        .map(|i| {
+                            let (a, b) = (v[i], v[i ^ distance]);
+                            if mask >> i & 1 == 1 {
+                                a.max(b)
+                            } else {
+                                a.min(b)
+                            }
+                        })
+                        .collect();
+                }
+                assert!(v.is_sorted(), "{lanes} lanes, input {input:#b}: {v:?}");
+            }
+        }
+        sorts(&simd::STAGES, &simd::TAKE_MAX, 16);
+        sorts(&simd::STAGES_8, &simd::TAKE_MAX_8, 8);
     }
 
     #[test]
