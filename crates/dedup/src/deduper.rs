@@ -261,6 +261,21 @@ impl Deduper {
         self.exact_seen.contains_key(&content_hash)
     }
 
+    /// Whether a later decision may name the sample just decided (at `addr`, with
+    /// `content_hash`) as its original, given its `verdict`: a kept sample (a representative),
+    /// or the first copy of a text, which its later exact copies name even when it was itself
+    /// dropped as a near duplicate. A caller that maps samples to ids keeps only those.
+    pub fn may_be_named(&self, verdict: &Verdict, content_hash: u128, addr: SampleAddr) -> bool {
+        match verdict {
+            Verdict::Unique => true,
+            Verdict::Near { .. } => self
+                .exact_seen
+                .get(&content_hash)
+                .is_some_and(|first| first.addr == addr),
+            Verdict::Exact { .. } => false,
+        }
+    }
+
     /// [`Deduper::decide`]'s verdict for a sample whose hot columns are `hot`, when its content
     /// hash alone gives it (its content key is hot and an earlier sample had the same content):
     /// then it needs no signature. `None` otherwise.

@@ -911,8 +911,10 @@ pub fn decide_group<R: Read>(
             if let Some(e) = deduper.take_io_error() {
                 return Err(DedupError::Spill(e));
             }
-            // Any hot sample may be named as the original of a later one.
-            if let Some(id) = &sample.id {
+            // Only the ids of samples a later decision may name are kept
+            // ([`Deduper::may_be_named`]): not most of a duplicate-heavy corpus.
+            let may_be_named = deduper.may_be_named(&verdict, sample.content_hash, sample.addr);
+            if may_be_named && let Some(id) = &sample.id {
                 ids.insert(sample.addr, id.as_str().into());
             }
             let dup_of_id = match verdict {
@@ -992,6 +994,12 @@ impl HotRoute for Signer<'_> {
         }
         .map_err(sign_stream_error)?;
         Ok((Verdict::Unique, DupOfId::Seen))
+    }
+
+    /// A `sign` step decides nothing, so none of its decisions names an original (`decide`
+    /// keeps the ids it needs from the signed streams).
+    fn may_be_named(&self, _hot: &HotSample<'_>, _verdict: &Verdict) -> bool {
+        false
     }
 }
 

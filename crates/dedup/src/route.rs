@@ -61,6 +61,13 @@ pub(crate) trait HotRoute {
     fn sees_whole_clusters(&self) -> bool {
         false
     }
+
+    /// Whether a later decision of this pass may name `hot`, just given `verdict`, as its
+    /// original, so that the pass keeps its id. Any sample may be, unless the route knows.
+    fn may_be_named(&self, hot: &HotSample<'_>, verdict: &Verdict) -> bool {
+        let _ = (hot, verdict);
+        true
+    }
 }
 
 /// A hot sample met by a route that cannot take it: the inputs are not what the plan of the
@@ -137,6 +144,18 @@ impl HotRoute for Deduper {
     fn sees_whole_clusters(&self) -> bool {
         true
     }
+
+    /// [`Deduper::may_be_named`]: the ids of most of a duplicate-heavy corpus are not kept.
+    fn may_be_named(&self, hot: &HotSample<'_>, verdict: &Verdict) -> bool {
+        match hot.sample.kind {
+            SampleKind::Hot { content_hash, .. }
+            | SampleKind::Text { content_hash, .. }
+            | SampleKind::Copy { content_hash, .. } => {
+                Deduper::may_be_named(self, verdict, content_hash, hot.addr)
+            }
+            _ => true,
+        }
+    }
 }
 
 /// Where a block's samples are: its file (within the shard) and the file's first record before
@@ -153,7 +172,8 @@ pub(crate) struct Decider<'a, R> {
     cfg: &'a Stage2Config,
     mask: &'a HotMask,
     addressing: &'a Addressing<'a>,
-    /// Ids of the hot samples met: any may be named as the original of a later one.
+    /// Ids of the hot samples met that a later one may name as its original
+    /// ([`HotRoute::may_be_named`]).
     ids: HashMap<SampleAddr, Box<str>>,
     /// Cluster sizes, when the route sees whole clusters.
     clusters: Option<ClusterCounter>,
@@ -295,7 +315,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
             | SampleKind::Text { .. }
             | SampleKind::Hot { .. }
             | SampleKind::Decided { .. } => {
-                let (verdict, dup_of_id) = self.route.verdict(&HotSample {
+                let hot = HotSample {
                     block: w,
                     sample: s,
                     addr,
@@ -303,9 +323,11 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                     cfg: self.cfg,
                     mask: self.mask,
                     row_base: self.addressing.row_base,
-                })?;
-                // Any hot sample this pass met may be named as the original of a later one.
+                };
+                let (verdict, dup_of_id) = self.route.verdict(&hot)?;
+                // Samples a later decision of this pass may name as its original keep their ids.
                 if !matches!(s.kind, SampleKind::Decided { .. })
+                    && self.route.may_be_named(&hot, &verdict)
                     && let Some(id) = id
                 {
                     self.ids.insert(addr, id.into());
