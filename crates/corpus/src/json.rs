@@ -398,22 +398,7 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
 unsafe fn unescape_packed_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
     use std::arch::x86_64::*;
     /// For each 8-bit mask of bytes to keep, the shuffle moving those bytes to the front.
-    static PACK_8: [[u8; 8]; 256] = {
-        let mut table = [[0u8; 8]; 256];
-        let mut m = 0;
-        while m < 256 {
-            let (mut lane, mut k) = (0, 0);
-            while lane < 8 {
-                if m & (1 << lane) != 0 {
-                    table[m][k] = lane as u8;
-                    k += 1;
-                }
-                lane += 1;
-            }
-            m += 1;
-        }
-        table
-    };
+    static PACK_8: [[u8; 8]; 256] = neardup_cpu::kept_lanes_first();
     // Decoding never lengthens the text; 16 extra bytes cover the full-width stores.
     out.reserve(b.len().saturating_sub(i) + 16);
     let mut len = out.len();
@@ -430,7 +415,8 @@ unsafe fn unescape_packed_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
             let bs_lanes = eq(v, b'\\');
             let bs = bits(bs_lanes);
             let escaped = (bs << 1) & 0xffff;
-            let quotes = bits(eq(v, b'"')) & !escaped;
+            let quote_lanes = eq(v, b'"');
+            let quotes = bits(quote_lanes) & !escaped;
             // x <= 0x1f (unsigned) exactly when min(x, 0x1f) == x.
             let controls = bits(_mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v));
             let (n, t, r, bk, f) = (
@@ -440,7 +426,7 @@ unsafe fn unescape_packed_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
                 eq(v, b'b'),
                 eq(v, b'f'),
             );
-            let same = _mm_or_si128(_mm_or_si128(eq(v, b'"'), bs_lanes), eq(v, b'/'));
+            let same = _mm_or_si128(_mm_or_si128(quote_lanes, bs_lanes), eq(v, b'/'));
             let simple = bits(_mm_or_si128(
                 _mm_or_si128(_mm_or_si128(n, t), _mm_or_si128(r, bk)),
                 _mm_or_si128(f, same),

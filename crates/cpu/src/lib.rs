@@ -10,6 +10,9 @@
 //! A [`Features`] value can only be the detected set or a subset of it (there is no way to add a
 //! feature), so code that runs a kernel because a [`Features`] value has its features is sound.
 //!
+//! It also holds the one lane table the kernels for CPUs without a compress instruction share
+//! ([`kept_lanes_first`]).
+//!
 //! It does not own the kernels or the choice between them: `neardup-sketch` maps features to its
 //! signing, window-hashing, SHA-1 and set kernels, `neardup-corpus` to its JSON string paths.
 //! Every kernel gives the same results as the portable code it replaces; only speed differs.
@@ -18,6 +21,27 @@
 
 use std::fmt;
 use std::sync::OnceLock;
+
+/// For each 8-bit mask, the indices of its set bits in ascending order, then zeros: the shuffle
+/// that moves the kept lanes of an 8-lane vector to its front, for CPUs without a compress
+/// instruction (AVX2). Kernels build their tables from it at compile time, as bytes for a byte
+/// shuffle or widened to 32-bit lane indices for a lane permutation.
+pub const fn kept_lanes_first() -> [[u8; 8]; 256] {
+    let mut table = [[0u8; 8]; 256];
+    let mut mask = 0;
+    while mask < 256 {
+        let (mut lane, mut kept) = (0, 0);
+        while lane < 8 {
+            if mask & (1 << lane) != 0 {
+                table[mask][kept] = lane as u8;
+                kept += 1;
+            }
+            lane += 1;
+        }
+        mask += 1;
+    }
+    table
+}
 
 /// One instruction-set extension a neardup kernel needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -209,6 +233,14 @@ impl fmt::Debug for Features {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_lanes_come_first_in_order() {
+        let table = kept_lanes_first();
+        assert_eq!(table[0], [0; 8]);
+        assert_eq!(table[0b1010_0110], [1, 2, 5, 7, 0, 0, 0, 0]);
+        assert_eq!(table[0xff], [0, 1, 2, 3, 4, 5, 6, 7]);
+    }
 
     #[test]
     fn detection_agrees_with_std_and_is_cached() {

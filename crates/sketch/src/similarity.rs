@@ -471,18 +471,16 @@ mod simd {
     /// For each 8-bit mask of lanes to keep, the permutation moving those lanes to the front
     /// (AVX2 has no compress instruction).
     static COMPRESS_8: [[i32; 8]; 256] = {
+        let lanes = neardup_cpu::kept_lanes_first();
         let mut table = [[0i32; 8]; 256];
-        let mut m = 0;
-        while m < 256 {
-            let (mut lane, mut k) = (0, 0);
-            while lane < 8 {
-                if m & (1 << lane) != 0 {
-                    table[m][k] = lane;
-                    k += 1;
-                }
-                lane += 1;
+        let mut mask = 0;
+        while mask < 256 {
+            let mut k = 0;
+            while k < 8 {
+                table[mask][k] = lanes[mask][k] as i32;
+                k += 1;
             }
-            m += 1;
+            mask += 1;
         }
         table
     };
