@@ -186,8 +186,13 @@ impl Report {
         }
         if let Some(k) = &self.stage1 {
             s += &format!(
-                "stage 1: {} samples, {} keys, {} distinct, {} hot keys; {} hot samples ({:.1}%); {:.1} MB/s, {:.2} s + {:.2} s counting{}\n",
+                "stage 1: {} samples{}, {} keys, {} distinct, {} hot keys; {} hot samples ({:.1}%); {:.1} MB/s, {:.2} s + {:.2} s counting{}\n",
                 k.samples,
+                if k.reused_samples > 0 {
+                    format!(" ({} exact copies not signed again)", k.reused_samples)
+                } else {
+                    String::new()
+                },
                 k.count.keys,
                 k.count.distinct_keys,
                 k.count.hot_keys,

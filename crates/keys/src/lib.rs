@@ -9,7 +9,9 @@
 //! - the **pipeline** ([`run_keys`]): worker threads read input chunks (from `neardup-corpus`) and
 //!   sketch them block by block (with `neardup-sketch`) on the ordered executor of
 //!   `neardup-exec`, which hands the blocks back in input order whatever the thread count, with
-//!   bounded look-ahead; the rows are assembled chunk by chunk. Every record is accounted for: read, or in a listed
+//!   bounded look-ahead; the rows are assembled chunk by chunk. An exact copy of a text signed
+//!   lately takes that text's row from a small shared table instead of being signed again (the
+//!   rows are the same; `reused_samples` in [`KeysStats`] counts them). Every record is accounted for: read, or in a listed
 //!   [`UnreadableRange`]; a run that could read no text at all (or a selected field that no record
 //!   has) fails before anything is written. For one shard of a distributed run, [`write_keys`] streams
 //!   the rows straight into a table file ([`KeyTableWriter`]) and [`collect_keys`] keeps them as a
@@ -34,6 +36,7 @@ mod index;
 mod plan;
 mod prior;
 mod row;
+mod row_cache;
 mod stage;
 mod table;
 

@@ -6,6 +6,8 @@
 use neardup_sketch::{NO_KEY, Scratch, Sketcher, is_blank};
 use serde::{Deserialize, Serialize};
 
+use crate::row_cache::RowCache;
+
 /// What to do with samples whose shingle set is empty (text shorter than the shingle size after
 /// normalisation).
 ///
@@ -111,27 +113,49 @@ impl RowRule {
         sig: &mut [u32],
         row: &mut [u64],
     ) -> RowSketch {
+        self.sketch_known(sketcher, text, scratch, sig, row, None).0
+    }
+
+    /// [`RowRule::sketch`], except that a text whose content hash `known` holds takes its row
+    /// from there unsigned (`sig` is then left as it was, and the flag returned is true), and a
+    /// text signed here leaves its row in `known`.
+    pub(crate) fn sketch_known(
+        &self,
+        sketcher: &Sketcher,
+        text: &str,
+        scratch: &mut Scratch,
+        sig: &mut [u32],
+        row: &mut [u64],
+        known: Option<&RowCache>,
+    ) -> (RowSketch, bool) {
         let bands = sketcher.bands();
         debug_assert_eq!(row.len(), self.columns(bands));
         if self.is_blank(sketcher, text) {
             row.fill(NO_KEY);
-            return RowSketch {
+            let blank = RowSketch {
                 kind: RowKind::Blank,
                 content_hash: 0,
             };
+            return (blank, false);
         }
         if !self.band_keys {
             let hash = sketcher.content_hash(text, scratch);
             if let Some(slot) = row.first_mut() {
                 *slot = content_key(hash);
             }
-            return RowSketch {
+            let exact_only = RowSketch {
                 kind: RowKind::Normal,
                 content_hash: hash,
             };
+            return (exact_only, false);
+        }
+        let normalized = sketcher.normalize(text, scratch);
+        let content_hash = normalized.content_hash();
+        if let Some(kind) = known.and_then(|k| k.get(content_hash, row)) {
+            return (RowSketch { kind, content_hash }, true);
         }
         let (band_cols, rest) = row.split_at_mut(bands);
-        let info = sketcher.sketch(text, scratch, sig, band_cols);
+        let info = normalized.sketch(sig, band_cols);
         let kind = if info.shingles == 0 {
             if self.short_texts == ShortTextPolicy::ExactOnly {
                 band_cols.fill(NO_KEY);
@@ -143,9 +167,9 @@ impl RowRule {
         if let Some(slot) = rest.first_mut() {
             *slot = content_key(info.content_hash);
         }
-        RowSketch {
-            kind,
-            content_hash: info.content_hash,
+        if let Some(known) = known {
+            known.put(content_hash, kind, row);
         }
+        (RowSketch { kind, content_hash }, false)
     }
 }

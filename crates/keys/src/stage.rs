@@ -23,6 +23,7 @@ use crate::error::{InputFailure, KeysError, KeysSettingsError};
 use crate::hot::{HotKeys, HotMask};
 use crate::prior::{HotRule, PriorKeys};
 use crate::row::{RowKind, RowRule};
+use crate::row_cache::RowCache;
 use crate::table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableReader,
     check_shards,
@@ -254,6 +255,10 @@ pub struct KeysStats {
     pub blank_samples: u64,
     /// Samples with no shingle (shorter than the shingle size).
     pub short_samples: u64,
+    /// Samples whose row was taken from an earlier exact copy of their text, not signed again
+    /// (how many depends on the threads' timing; the rows do not).
+    #[serde(default)]
+    pub reused_samples: u64,
     /// Sample slots skipped, by reason (`malformed_json`, `missing_field`, ...).
     pub skipped: BTreeMap<String, u64>,
     /// Parts of files that could not be read, by kind (one per entry of `unreadable`).
@@ -312,6 +317,8 @@ struct BlockRows {
     bytes: u64,
     blank: u64,
     short: u64,
+    /// Rows taken from an earlier exact copy's.
+    reused: u64,
     skipped: HashMap<&'static str, u64>,
     /// (chunk-local record, field, kind, message), the first [`QUOTED_PROBLEMS`] of the block.
     problems: Vec<(Option<u64>, Option<u32>, String, String)>,
@@ -330,6 +337,7 @@ struct ChunkOutput {
     bytes: u64,
     blank: u64,
     short: u64,
+    reused: u64,
     skipped: HashMap<&'static str, u64>,
     /// (chunk-local record, field, kind, message), the chunk's first [`QUOTED_PROBLEMS`].
     problems: Vec<(Option<u64>, Option<u32>, String, String)>,
@@ -348,6 +356,7 @@ impl ChunkOutput {
         self.bytes += block.bytes;
         self.blank += block.blank;
         self.short += block.short;
+        self.reused += block.reused;
         for (kind, n) in block.skipped {
             *self.skipped.entry(kind).or_default() += n;
         }
@@ -390,6 +399,8 @@ struct SketchWork<'a> {
     read: ReadOptions,
     /// Columns per row.
     columns: usize,
+    /// Rows of texts signed lately, for their exact copies.
+    known: Option<RowCache>,
 }
 
 impl ChunkWork for SketchWork<'_> {
@@ -431,6 +442,7 @@ impl SketchWork<'_> {
             bytes: block.input_bytes(),
             blank: 0,
             short: 0,
+            reused: 0,
             skipped: HashMap::new(),
             problems: Vec::new(),
             fields: FieldsSeen::new(&cfg.selector),
@@ -440,10 +452,16 @@ impl SketchWork<'_> {
             SampleText::Text(text) => {
                 let start = out.keys.len();
                 out.keys.resize(start + columns, 0);
-                let r = cfg
-                    .rule
-                    .sketch(&cfg.sketcher, &text, scratch, sig, &mut out.keys[start..]);
+                let (r, reused) = cfg.rule.sketch_known(
+                    &cfg.sketcher,
+                    &text,
+                    scratch,
+                    sig,
+                    &mut out.keys[start..],
+                    self.known.as_ref(),
+                );
                 out.rows += 1;
+                out.reused += u64::from(reused);
                 match r.kind {
                     RowKind::Blank => out.blank += 1,
                     RowKind::Short => out.short += 1,
@@ -610,6 +628,12 @@ struct Sketched {
     sink: Sink,
 }
 
+/// What the rows of recently signed texts may take: a 64th of the memory limit, which leaves the
+/// key table its half and the counting buffers theirs (the table stops at 10 MB, its most rows).
+fn row_cache_bytes(memory_limit: Option<u64>) -> u64 {
+    memory_limit.map_or(u64::MAX, |limit| limit / 64)
+}
+
 /// Reads and sketches every chunk with worker threads and hands the rows, in input order, to
 /// `sink`.
 fn sketch_rows(
@@ -655,6 +679,11 @@ fn sketch_rows(
         control,
         read: read_options(cfg),
         columns,
+        known: RowCache::new(
+            columns,
+            row_cache_bytes(cfg.memory_limit),
+            files.iter().map(|f| f.size).sum(),
+        ),
     };
     // The executor bounds the look-ahead (the memory held by sketched blocks waiting for their
     // turn) and hands the blocks over in input order; a chunk is folded into the run once all
@@ -772,6 +801,7 @@ fn absorb(
     stats.samples += out.rows;
     stats.blank_samples += out.blank;
     stats.short_samples += out.short;
+    stats.reused_samples += out.reused;
     stats.bytes += out.bytes;
 
     if let Sink::Memory(keys) = sink {
@@ -942,6 +972,8 @@ mod tests {
     use neardup_corpus::{FieldPath, SkipReason};
     use neardup_sketch::{LshParams, Shingler, SketchConfig};
 
+    use crate::row::ShortTextPolicy;
+
     fn config(threads: usize, chunk_bytes: u64) -> KeysConfig {
         let sketcher = Sketcher::new(SketchConfig::new(
             Shingler::Chars { k: 5, step: 1 },
@@ -1065,6 +1097,96 @@ mod tests {
                     .map(|f| (f.records, f.rows))
                     .collect::<Vec<_>>()
             );
+        }
+    }
+
+    #[test]
+    fn exact_copies_take_the_row_of_their_first_copy_unsigned_and_the_rows_stay_the_sketches() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A pool of texts met again and again, in other case and spacing (equal once normalised),
+        // among texts met once; short texts too (fewer characters than a shingle).
+        let pool: Vec<String> = (0..40)
+            .map(|p| match p % 4 {
+                0 => "ab".to_string(),
+                1 => format!("x{p}"),
+                _ => (0..30)
+                    .map(|i| format!("word{}", (i * 13 + p * 7) % 101))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            })
+            .collect();
+        let mut state = 17u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as usize
+        };
+        let mut texts = Vec::new();
+        for i in 0..3000 {
+            let text = if next() % 3 == 0 {
+                format!("unique {i} {}", pool[next() % pool.len()])
+            } else {
+                let t = &pool[next() % pool.len()];
+                match next() % 3 {
+                    0 => t.clone(),
+                    1 => t.to_uppercase(),
+                    _ => format!("  {}  ", t.replace(' ', "   ")),
+                }
+            };
+            texts.push(text);
+        }
+        let mut files = Vec::new();
+        for (f, part) in texts.chunks(1000).enumerate() {
+            let path = tmp.path().join(format!("copies-{f}.jsonl"));
+            let body: String = part
+                .iter()
+                .map(|t| serde_json::json!({ "text": t }).to_string() + "\n")
+                .collect();
+            std::fs::write(&path, body).unwrap();
+            let name = std::path::PathBuf::from(path.file_name().unwrap());
+            files.push(InputFile::detect(&path, &name, None).unwrap());
+        }
+        for short_texts in [ShortTextPolicy::ExactOnly, ShortTextPolicy::EmptySignature] {
+            let mut sketch = SketchConfig::new(
+                Shingler::Chars { k: 5, step: 1 },
+                64,
+                LshParams::new(8, 8).unwrap(),
+            );
+            sketch.normalizer = neardup_sketch::Normalizer {
+                lowercase: true,
+                collapse_whitespace: true,
+                ..neardup_sketch::Normalizer::default()
+            };
+            let mut cfg = config(1, 1 << 20);
+            cfg.sketcher = Sketcher::new(sketch).unwrap();
+            cfg.rule.short_texts = short_texts;
+            let one = run(&files, &cfg);
+            // One thread meets every copy after its first; the table is larger than the pool.
+            let copies = texts.len() - 1000 - pool.len();
+            assert!(
+                one.stats.reused_samples as usize >= copies * 9 / 10,
+                "{} rows reused of about {copies} copies",
+                one.stats.reused_samples
+            );
+            let columns = one.layout.columns();
+            let mut scratch = Scratch::default();
+            let (mut sig, mut row) = (vec![0; 64], vec![0; columns]);
+            for (r, text) in texts.iter().enumerate() {
+                cfg.rule
+                    .sketch(&cfg.sketcher, text, &mut scratch, &mut sig, &mut row);
+                assert_eq!(table(&one).row(r), &row[..], "row {r}: {text:?}");
+            }
+            for threads in [2, 3] {
+                cfg.threads = threads;
+                let other = run(&files, &cfg);
+                assert_eq!(
+                    table(&other).keys(),
+                    table(&one).keys(),
+                    "{threads} threads"
+                );
+                assert_eq!(other.stats.short_samples, one.stats.short_samples);
+            }
         }
     }
 

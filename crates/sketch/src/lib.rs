@@ -47,4 +47,4 @@ pub use similarity::{
     SetScratch, append_fingerprint_set, count_equal, fingerprint, fingerprint_set,
     jaccard_at_least, jaccard_sorted, similarity,
 };
-pub use sketcher::{Scratch, SketchConfig, SketchInfo, Sketcher};
+pub use sketcher::{Normalized, Scratch, SketchConfig, SketchInfo, Sketcher};

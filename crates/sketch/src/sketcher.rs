@@ -162,6 +162,46 @@ pub struct Sketcher {
     hasher: MinHasher,
 }
 
+/// A text normalised by [`Sketcher::normalize`], with its content hash, ready to be signed.
+pub struct Normalized<'a> {
+    sketcher: &'a Sketcher,
+    text: &'a str,
+    content_hash: u128,
+    sign: &'a mut SignScratch,
+}
+
+impl Normalized<'_> {
+    /// [`content_hash`] of the normalised text (what [`SketchInfo::content_hash`] reports).
+    pub fn content_hash(&self) -> u128 {
+        self.content_hash
+    }
+
+    /// Signs the text into `sig`, as [`Sketcher::signature`] does.
+    ///
+    /// # Panics
+    /// When `sig.len() != num_perm`.
+    pub fn signature(self, sig: &mut [u32]) -> SketchInfo {
+        let s = self.sketcher;
+        let shingles = s.hasher.sign(&s.config.shingler, self.text, self.sign, sig);
+        SketchInfo {
+            shingles,
+            content_hash: self.content_hash,
+        }
+    }
+
+    /// Signs the text into `sig` and band-keys it into `keys`, as [`Sketcher::sketch`] does.
+    ///
+    /// # Panics
+    /// When a buffer has the wrong length.
+    pub fn sketch(self, sig: &mut [u32], keys: &mut [u64]) -> SketchInfo {
+        let config = &self.sketcher.config;
+        let (scheme, lsh) = (config.band_keys, config.lsh);
+        let info = self.signature(sig);
+        band_keys(scheme, lsh, sig, keys);
+        info
+    }
+}
+
 /// Per-thread reusable buffers: normalisation buffers + [`SignScratch`].
 #[derive(Default, Debug)]
 pub struct Scratch {
@@ -224,9 +264,7 @@ impl Sketcher {
         sig: &mut [u32],
         keys: &mut [u64],
     ) -> SketchInfo {
-        let info = self.signature(text, scratch, sig);
-        band_keys(self.config.band_keys, self.config.lsh, sig, keys);
-        info
+        self.normalize(text, scratch).sketch(sig, keys)
     }
 
     /// Only the signature (stage 2 recomputes signatures of hot samples).
@@ -234,12 +272,21 @@ impl Sketcher {
     /// # Panics
     /// When `sig.len() != num_perm`.
     pub fn signature(&self, text: &str, scratch: &mut Scratch, sig: &mut [u32]) -> SketchInfo {
+        self.normalize(text, scratch).signature(sig)
+    }
+
+    /// Normalises `text` into `scratch` and hashes its content, signing nothing yet: a caller
+    /// that already knows the keys of this content (an exact copy of a text it sketched) looks
+    /// them up by [`Normalized::content_hash`] and signs only on a miss, normalising once either
+    /// way.
+    pub fn normalize<'a>(&'a self, text: &'a str, scratch: &'a mut Scratch) -> Normalized<'a> {
         let Scratch { norm, sign, .. } = scratch;
         let text = self.config.normalizer.normalize_into(text, norm);
-        let shingles = self.hasher.sign(&self.config.shingler, text, sign, sig);
-        SketchInfo {
-            shingles,
+        Normalized {
+            sketcher: self,
             content_hash: content_hash(text),
+            text,
+            sign,
         }
     }
 
