@@ -27,7 +27,7 @@ const WAYS: usize = 4;
 /// One set per stripe, the least table there is (40 KB for rows of 17 columns).
 const MIN_ROWS: usize = STRIPES * WAYS;
 
-/// One stripe's sets, each [`Stripe::words`] long: the four hashes' low words, then their high
+/// One stripe's sets, each `RowCache::set_words` long: the four hashes' low words, then their high
 /// words (one cache line, all a lookup reads on a miss), then per slot its last use and kind
 /// (`use << 2 | kind`, 0 for a slot no text has filled), then the slots' rows.
 struct Stripe {
