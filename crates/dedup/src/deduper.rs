@@ -316,19 +316,31 @@ impl Deduper {
 
         self.seen_reps.clear();
         for band in 0..self.bands {
+            if c.hot[band] && c.row[band] != NO_KEY {
+                self.buckets.prefetch(c.row[band]);
+            }
+        }
+        for band in 0..self.bands {
             let key = c.row[band];
             if !c.hot[band] || key == NO_KEY {
                 continue;
             }
             // A bucket's representatives are taken first, so that each one's signature can be
             // loaded while the ones before it are compared: they lie anywhere in the arena, and
-            // comparing waited mostly for memory.
+            // comparing waited mostly for memory. Where each signature is must be loaded before
+            // the signature can be.
             self.bucket_reps.clear();
             self.bucket_reps.extend(self.buckets.reps(key));
+            for &first in self.bucket_reps.iter().take(2 * PREFETCH_AHEAD) {
+                self.reps.prefetch_place(first);
+            }
             for &first in self.bucket_reps.iter().take(PREFETCH_AHEAD) {
                 self.reps.prefetch_signature(first);
             }
             for (k, &rep) in self.bucket_reps.iter().enumerate() {
+                if let Some(&further) = self.bucket_reps.get(k + 2 * PREFETCH_AHEAD) {
+                    self.reps.prefetch_place(further);
+                }
                 if let Some(&ahead) = self.bucket_reps.get(k + PREFETCH_AHEAD) {
                     self.reps.prefetch_signature(ahead);
                 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use neardup_corpus::SampleAddr;
 use neardup_sketch::{NO_KEY, jaccard_at_least};
 
-use crate::verify::SpillArena;
+use crate::verify::{SpillArena, prefetch_line};
 
 /// Index of a representative in the store.
 pub type RepId = u32;
@@ -141,6 +141,13 @@ impl RepStore {
         self.signatures.prefetch(id as usize, self.num_perm);
     }
 
+    /// Asks the CPU to start loading where representative `id`'s signature is (which
+    /// [`RepStore::prefetch_signature`] reads first).
+    #[inline]
+    pub fn prefetch_place(&self, id: RepId) {
+        self.signatures.prefetch_place(id as usize);
+    }
+
     /// Representative `id`'s signature; `None` when a disk error lost it.
     pub fn signature(&mut self, id: RepId) -> Option<&[u32]> {
         let num_perm = self.num_perm;
@@ -244,11 +251,26 @@ impl Default for BucketIndex {
 }
 
 impl BucketIndex {
-    /// The slot of `key`, or the empty slot where it would go. Keys are hashes already, but
-    /// not necessarily in their low bits (lshcurator's band keys), so they are mixed first.
+    /// Where the probe for `key` starts. Keys are hashes already, but not necessarily in their
+    /// low bits (lshcurator's band keys), so they are mixed first.
+    fn home(&self, key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.keys.len() - 1)
+    }
+
+    /// Asks the CPU to start loading the slot where the probe for `key` starts: a sample's
+    /// buckets lie anywhere in a table of megabytes, and looking them up one after the other
+    /// waited on each in turn.
+    #[inline]
+    pub fn prefetch(&self, key: u64) {
+        let i = self.home(key);
+        prefetch_line(self.keys[i..].as_ptr().cast());
+        prefetch_line(self.values[i..].as_ptr());
+    }
+
+    /// The slot of `key`, or the empty slot where it would go.
     fn slot(&self, key: u64) -> usize {
         let mask = self.keys.len() - 1;
-        let mut i = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & mask;
+        let mut i = self.home(key);
         loop {
             let k = self.keys[i];
             if k == key || k == EMPTY {

@@ -167,6 +167,14 @@ impl SpillArena {
         }
     }
 
+    /// Asks the CPU to start loading where record `id` is (a hint).
+    #[inline]
+    pub fn prefetch_place(&self, id: usize) {
+        if let Some(place) = self.places.get(id) {
+            prefetch_line((place as *const Place).cast());
+        }
+    }
+
     pub fn get(&mut self, id: usize) -> Option<&[u32]> {
         match *self.places.get(id)? {
             Place::Memory { chunk, start, len } => {
@@ -257,7 +265,7 @@ impl SpillArena {
 
 /// A hint to load the cache line holding `p`.
 #[inline(always)]
-fn prefetch_line(p: *const u32) {
+pub(crate) fn prefetch_line(p: *const u32) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults, whatever the address; SSE is part of
     // x86_64.
