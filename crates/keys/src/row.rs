@@ -165,7 +165,7 @@ impl RowRule {
             RowKind::Normal
         };
         if let Some(slot) = rest.first_mut() {
-            *slot = content_key(info.content_hash);
+            *slot = content_key(content_hash);
         }
         if let Some(known) = known {
             known.put(content_hash, kind, row);

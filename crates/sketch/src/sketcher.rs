@@ -310,11 +310,7 @@ impl Sketcher {
     /// as `content_hash`), normalising into `scratch`'s buffers: no shingle is hashed and
     /// nothing is allocated once the buffers have grown.
     pub fn content_hash(&self, text: &str, scratch: &mut Scratch) -> u128 {
-        content_hash(
-            self.config
-                .normalizer
-                .normalize_into(text, &mut scratch.norm),
-        )
+        self.normalize(text, scratch).content_hash()
     }
 
     /// Appends to `out` the shingle set of the text last passed to [`Sketcher::signature`] or
