@@ -444,11 +444,15 @@ pub(crate) fn sketch_from_block(
     mut use_it: impl FnMut(&Candidate<'_>),
 ) {
     let columns = cfg.rule.columns(cfg.sketcher.bands());
-    let mut scratch = Scratch::default();
+    let with_shingles = needs_shingles(cfg);
+    let mut scratch = if with_shingles {
+        Scratch::collecting_shingle_sets()
+    } else {
+        Scratch::default()
+    };
     let mut sig = vec![0u32; cfg.sketcher.num_perm()];
     let mut keys = vec![0u64; columns];
     let mut shingles = Vec::new();
-    let with_shingles = needs_shingles(cfg);
     let hot: Vec<bool> = (0..columns).map(|c| mask.is_hot(row as usize, c)).collect();
     w.block.for_each_sample(&cfg.selector, |s| {
         if s.record as u32 != target.record || s.field != target.field {

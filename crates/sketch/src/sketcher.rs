@@ -298,12 +298,12 @@ impl Sketcher {
             .normalizer
             .normalize_into(text, &mut scratch.norm);
         let Scratch { sign, set, .. } = scratch;
-        self.hasher
-            .hash_shingles(&self.config.shingler, text, &mut sign.hashes);
-        sign.hashes_replaced();
         // Real text repeats about half of its shingles: the signing path's cheap filter drops
         // most repeats before the set is sorted.
-        fingerprint_set(sign.mostly_distinct_hashes(), out, set);
+        let hashes = self
+            .hasher
+            .mostly_distinct_hashes(&self.config.shingler, text, sign);
+        fingerprint_set(hashes, out, set);
     }
 
     /// The 128-bit content hash of `text` after normalisation (what [`Sketcher::sketch`] reports
@@ -316,7 +316,15 @@ impl Sketcher {
     /// Appends to `out` the shingle set of the text last passed to [`Sketcher::signature`] or
     /// [`Sketcher::sketch`] with this scratch, as [`Sketcher::shingle_set`] would return it,
     /// without normalising and hashing the text again.
+    ///
+    /// # Panics
+    /// When `scratch` was not made by [`Scratch::collecting_shingle_sets`]: a long text is
+    /// signed a piece at a time, and only such a scratch keeps what its set is made of.
     pub fn last_shingle_set(&self, scratch: &mut Scratch, out: &mut Vec<u32>) {
+        assert!(
+            scratch.sign.collects_distinct(),
+            "last_shingle_set needs a scratch made by Scratch::collecting_shingle_sets"
+        );
         append_fingerprint_set(scratch.sign.mostly_distinct_hashes(), out, &mut scratch.set);
     }
 }

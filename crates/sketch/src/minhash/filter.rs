@@ -36,10 +36,25 @@ pub(super) const DEDUP_MIN: usize = 32;
 /// overwritten in between is signed twice, which changes nothing. `filter` is all empty
 /// before and after the call.
 pub(super) fn drop_recent_repeats(hashes: &[u64], unique: &mut Vec<u64>, filter: &mut Vec<u64>) {
+    unique.clear();
     let filter = ready_filter(filter);
+    append_unless_recent(hashes, unique, filter);
+    reset_filter(filter, unique);
+}
+
+/// [`drop_recent_repeats`] for a text passed a piece at a time: appends `hashes` minus recent
+/// repeats to `unique`, leaving the filter as it is for the next piece. Once the text's last
+/// piece is in, [`reset_filter`] with all of `unique` empties the filter again.
+pub(super) fn append_unless_recent(
+    hashes: &[u64],
+    unique: &mut Vec<u64>,
+    filter: &mut [u64; FILTER_SLOTS],
+) {
+    let start = unique.len();
+    unique.reserve(hashes.len());
     // A local slice keeps the output pointer in a register (stores through a `&mut Vec` make
     // the compiler reload its header every iteration).
-    let dst = output_slots(unique, hashes.len());
+    let dst = &mut unique.spare_capacity_mut()[..hashes.len()];
     let mut len = 0;
     // Two passes per 64 hashes. Probing and writing the output in one loop ([`filter_step`])
     // made each probe wait for the previous output store, whose address depends on the probe
@@ -59,9 +74,8 @@ pub(super) fn drop_recent_repeats(hashes: &[u64], unique: &mut Vec<u64>, filter:
             kept &= kept - 1;
         }
     }
-    // SAFETY: every `dst[i]` with `i < len` was written above.
-    unsafe { unique.set_len(len) };
-    reset_filter(filter, unique);
+    // SAFETY: every `dst[i]` with `i < len` was written above, right after the first `start`.
+    unsafe { unique.set_len(start + len) };
 }
 
 /// The filter as an array, built on first use.

@@ -95,7 +95,7 @@ use crate::shingle::Shingler;
 use crate::shingle_hash::{self, WindowHasher};
 
 pub use datasketch::datasketch_permutations;
-use filter::{DEDUP_MIN, drop_recent_repeats, ready_filter, reset_filter};
+use filter::{DEDUP_MIN, append_unless_recent, drop_recent_repeats, ready_filter, reset_filter};
 use oph::OphKeys;
 /// The fastest window hasher for a kernel, chosen once per [`MinHasher`].
 fn window_hasher(kernel: Kernel) -> WindowHasher {
@@ -234,6 +234,8 @@ pub struct SignScratch {
     filter: Vec<u64>,
     /// Whether `unique` holds the last signed text's filtered hashes.
     filtered: bool,
+    /// Whether `hashes` holds only the last piece's hashes of a text signed in pieces.
+    last_piece_only: bool,
     /// Per-position minima of the `oph` scheme before densification.
     bins: Vec<u64>,
     /// Whether the caller will want [`SignScratch::mostly_distinct_hashes`] after signing.
@@ -251,21 +253,30 @@ impl SignScratch {
         }
     }
 
-    /// The shingle hashes of the last signed text, in text order (repeats kept).
-    pub fn hashes(&self) -> &[u64] {
-        &self.hashes
+    /// Whether this scratch was made by [`SignScratch::collecting_distinct`].
+    pub fn collects_distinct(&self) -> bool {
+        self.collect_distinct
     }
 
-    /// Marks [`SignScratch::hashes`] as replaced by another text's (not signed): the next
+    /// Marks the `hashes` as replaced by another text's (not signed): the next
     /// [`SignScratch::mostly_distinct_hashes`] filters them anew.
     pub(crate) fn hashes_replaced(&mut self) {
         self.filtered = false;
+        self.last_piece_only = false;
     }
 
-    /// The same values as [`SignScratch::hashes`] as a set, with most repeats dropped (by the
+    /// The shingle hashes of the last signed text as a set, with most repeats dropped (by the
     /// signing path's filter, run now if signing did not): the cheapest input for building the
     /// text's shingle set, as real text repeats about half of its shingles.
+    ///
+    /// # Panics
+    /// When the last text was signed a piece at a time by a scratch not made by
+    /// [`SignScratch::collecting_distinct`]: its hashes were not kept.
     pub fn mostly_distinct_hashes(&mut self) -> &[u64] {
+        assert!(
+            self.filtered || !self.last_piece_only,
+            "a long text's distinct hashes are kept only by a collecting_distinct scratch"
+        );
         if !self.filtered && self.hashes.len() >= DEDUP_MIN {
             drop_recent_repeats(&self.hashes, &mut self.unique, &mut self.filter);
             self.filtered = true;
@@ -462,6 +473,7 @@ impl MinHasher {
             unique,
             filter,
             filtered,
+            last_piece_only,
             bins,
             collect_distinct,
         } = scratch;
@@ -471,7 +483,57 @@ impl MinHasher {
             inner.num_perm,
             "signature buffer length != num_perm"
         );
+        if let Params::Oph(keys) = &inner.params
+            && inner.kernel != Kernel::Reference
+            && text.len() > shingle_hash::PIECE_BYTES
+        {
+            let (mut shingles, vector) = (0, inner.vector_oph());
+            oph::begin(bins, out.len());
+            *filtered = *collect_distinct;
+            let in_pieces = if *collect_distinct {
+                unique.clear();
+                let filter = ready_filter(filter);
+                let pieced = shingle_hash::fast_hash_in_pieces(
+                    shingler,
+                    text,
+                    hashes,
+                    inner.window_hasher,
+                    shingle_hash::PIECE_BYTES,
+                    |piece| {
+                        shingles += piece.len();
+                        let start = unique.len();
+                        append_unless_recent(piece, unique, filter);
+                        oph::update(&unique[start..], keys, bins, vector);
+                    },
+                );
+                reset_filter(filter, unique);
+                pieced
+            } else {
+                shingle_hash::fast_hash_in_pieces(
+                    shingler,
+                    text,
+                    hashes,
+                    inner.window_hasher,
+                    shingle_hash::PIECE_BYTES,
+                    |piece| {
+                        shingles += piece.len();
+                        oph::update(piece, keys, bins, vector);
+                    },
+                )
+            };
+            if in_pieces {
+                // `hashes` holds only the last piece's now.
+                *last_piece_only = true;
+                if shingles == 0 {
+                    out.fill(EMPTY_SLOT);
+                } else {
+                    oph::finish(bins, keys, out);
+                }
+                return shingles;
+            }
+        }
         self.hash_shingles(shingler, text, hashes);
+        *last_piece_only = false;
         if let Params::Oph(keys) = &inner.params {
             // One cheap update per shingle: filtering repeats first would cost as much.
             *filtered = false;
@@ -525,6 +587,49 @@ impl MinHasher {
         hashes.len()
     }
 
+    /// The shingle hashes of `text` with most repeats dropped, as
+    /// [`SignScratch::mostly_distinct_hashes`] holds them after signing `text`, without signing
+    /// it: a long text is hashed and filtered a piece at a time (as signing does).
+    pub fn mostly_distinct_hashes<'s>(
+        &self,
+        shingler: &Shingler,
+        text: &str,
+        scratch: &'s mut SignScratch,
+    ) -> &'s [u64] {
+        let inner = &*self.inner;
+        if matches!(inner.scheme, HashScheme::Fast | HashScheme::Oph)
+            && inner.kernel != Kernel::Reference
+            && text.len() > shingle_hash::PIECE_BYTES
+        {
+            let SignScratch {
+                hashes,
+                unique,
+                filter,
+                filtered,
+                last_piece_only,
+                ..
+            } = scratch;
+            unique.clear();
+            let filter = ready_filter(filter);
+            let pieced = shingle_hash::fast_hash_in_pieces(
+                shingler,
+                text,
+                hashes,
+                inner.window_hasher,
+                shingle_hash::PIECE_BYTES,
+                |piece| append_unless_recent(piece, unique, filter),
+            );
+            reset_filter(filter, unique);
+            if pieced {
+                (*filtered, *last_piece_only) = (true, true);
+                return &scratch.unique;
+            }
+        }
+        self.hash_shingles(shingler, text, &mut scratch.hashes);
+        scratch.hashes_replaced();
+        scratch.mostly_distinct_hashes()
+    }
+
     /// Replaces `hashes` with the base hashes of `text`'s shingles, in text order.
     pub fn hash_shingles(&self, shingler: &Shingler, text: &str, hashes: &mut Vec<u64>) {
         let inner = &*self.inner;
@@ -571,7 +676,7 @@ mod tests {
             "\n",
             "an_identifier_long_enough_that_two_words_need_two_sha1_blocks",
         ];
-        let mut texts: Vec<String> = [40, 300, 2_000, 8_000]
+        let mut texts: Vec<String> = [40, 300, 2_000, 8_000, 20_000]
             .iter()
             .map(|&n| {
                 (0..n)
@@ -594,30 +699,102 @@ mod tests {
             Shingler::Bytes { k: 7, step: 1 },
             Shingler::Words { n: 2, step: 1 },
         ];
-        for scheme in [HashScheme::Fast, HashScheme::Datasketch] {
+        let texts = long_texts();
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.len() > 3 * shingle_hash::PIECE_BYTES),
+            "some text is signed in several pieces"
+        );
+        for scheme in [HashScheme::Fast, HashScheme::Datasketch, HashScheme::Oph] {
             for num_perm in [1, 16, 40, 128, 200, 256] {
                 let reference =
                     MinHasher::with_kernel(scheme, num_perm, 5, Kernel::Reference).unwrap();
                 for kernel in Kernel::supported() {
                     let m = MinHasher::with_kernel(scheme, num_perm, 5, kernel).unwrap();
-                    // One scratch for all texts: state left by one text must not leak.
-                    let mut scratch = SignScratch::default();
+                    // One scratch of each kind for all texts: state left by one text must not
+                    // leak into the next.
+                    let mut scratches =
+                        [SignScratch::default(), SignScratch::collecting_distinct()];
                     for shingler in &shinglers {
-                        for text in long_texts() {
+                        for text in &texts {
                             let mut want = vec![0; num_perm];
-                            let mut got = vec![0; num_perm];
                             let n = reference.sign(
                                 shingler,
-                                &text,
+                                text,
                                 &mut SignScratch::default(),
                                 &mut want,
                             );
-                            assert_eq!(m.sign(shingler, &text, &mut scratch, &mut got), n);
-                            assert_eq!(got, want, "{scheme:?} {kernel:?} {num_perm} {shingler:?}");
+                            for scratch in &mut scratches {
+                                let mut got = vec![0; num_perm];
+                                assert_eq!(m.sign(shingler, text, scratch, &mut got), n);
+                                assert_eq!(
+                                    got, want,
+                                    "{scheme:?} {kernel:?} {num_perm} {shingler:?}"
+                                );
+                            }
                         }
                     }
                 }
             }
+        }
+    }
+
+    /// The distinct hashes a collecting scratch keeps after signing, and those of
+    /// [`MinHasher::mostly_distinct_hashes`], are every shingle hash of the text (as a set), for
+    /// texts signed whole and in pieces.
+    #[test]
+    fn distinct_hashes_are_the_texts_shingle_hashes_whole_or_in_pieces() {
+        let shinglers = [
+            Shingler::Chars { k: 5, step: 1 },
+            Shingler::Chars { k: 4, step: 3 },
+            Shingler::Bytes { k: 6, step: 2 },
+            Shingler::Words { n: 3, step: 1 },
+        ];
+        let as_set = |v: &[u64]| {
+            v.iter()
+                .copied()
+                .collect::<std::collections::BTreeSet<u64>>()
+        };
+        for kernel in Kernel::supported() {
+            let m = MinHasher::with_kernel(HashScheme::Oph, 128, 9, kernel).unwrap();
+            let mut signing = SignScratch::collecting_distinct();
+            let mut plain = SignScratch::default();
+            for shingler in &shinglers {
+                for text in long_texts() {
+                    let mut want = Vec::new();
+                    shingler.for_each(&text, |s| want.push(xxhash_rust::xxh3::xxh3_64(s)));
+                    let want = as_set(&want);
+                    m.sign(shingler, &text, &mut signing, &mut [0; 128]);
+                    assert_eq!(as_set(signing.mostly_distinct_hashes()), want, "{kernel:?}");
+                    let got = as_set(m.mostly_distinct_hashes(shingler, &text, &mut plain));
+                    assert_eq!(got, want, "{kernel:?} {shingler:?}");
+                }
+            }
+        }
+    }
+
+    /// A scratch that does not collect distinct hashes refuses to make them up after a text it
+    /// signed in pieces (it kept only the last piece's hashes), and gives them after a short one.
+    #[test]
+    fn a_plain_scratch_has_no_distinct_hashes_of_a_text_signed_in_pieces() {
+        let m = MinHasher::new(HashScheme::Oph, 64, 1).unwrap();
+        let shingler = Shingler::Chars { k: 5, step: 1 };
+        let long = "lorem ipsum dolor sit amet ".repeat(2 * shingle_hash::PIECE_BYTES / 27 + 1);
+        let mut scratch = SignScratch::default();
+        m.sign(
+            &shingler,
+            "a short text of a few words",
+            &mut scratch,
+            &mut [0; 64],
+        );
+        assert_eq!(scratch.mostly_distinct_hashes().len(), 23);
+        if m.inner.kernel != Kernel::Reference {
+            m.sign(&shingler, &long, &mut scratch, &mut [0; 64]);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                scratch.mostly_distinct_hashes().len()
+            }));
+            assert!(r.is_err());
         }
     }
 

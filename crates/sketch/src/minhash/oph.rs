@@ -62,18 +62,28 @@ pub(super) fn sign(
     bins: &mut Vec<u64>,
     vector: bool,
 ) {
-    let n = out.len();
-    debug_assert!(!hashes.is_empty() && n > 0);
+    debug_assert!(!hashes.is_empty() && !out.is_empty());
+    begin(bins, out.len());
+    update(hashes, keys, bins, vector);
+    finish(bins, keys, out);
+}
+
+/// Empties the per-position minima for a signature of `num_perm` positions: then any number of
+/// [`update`]s (the minima are the same however the shingles are split), then [`finish`].
+pub(super) fn begin(bins: &mut Vec<u64>, num_perm: usize) {
     // u64 minima so that "no shingle here" (u64::MAX) differs from every 32-bit value.
     bins.clear();
-    bins.resize(n, u64::MAX);
-    let bins = bins.as_mut_slice();
+    bins.resize(num_perm, u64::MAX);
+}
+
+/// Takes `hashes` into the minima `bins` (see [`begin`]).
+pub(super) fn update(hashes: &[u64], keys: &OphKeys, bins: &mut [u64], vector: bool) {
+    let n = bins.len();
     let mix = (keys.xor, keys.mul);
     #[cfg(target_arch = "x86_64")]
     if vector && n <= 1 << 32 && avx2_supported() {
         // SAFETY: AVX2 was just checked.
         unsafe { oph_update_avx2(hashes, mix, bins) };
-        oph_densify(bins, keys, out);
         return;
     }
     let _ = vector;
@@ -85,6 +95,10 @@ pub(super) fn sign(
     } else {
         oph_update(hashes, mix, bins, |z| oph_position(z, n));
     }
+}
+
+/// Writes the signature of the shingles taken into `bins` since [`begin`] (at least one).
+pub(super) fn finish(bins: &[u64], keys: &OphKeys, out: &mut [u32]) {
     oph_densify(bins, keys, out);
 }
 
