@@ -183,9 +183,60 @@ pub(crate) fn part_name(rel: &Path, k: usize, split: bool) -> PathBuf {
 /// A file being written under its staging name, or an object being uploaded under its final
 /// name (invisible until the run's publication completes it).
 pub(crate) enum OutFile {
-    Local(File),
+    Local(LocalFile),
     Object(Box<ObjectWriter>),
 }
+
+/// How much a local output writes between two starts of the kernel's writeback.
+const WRITEBACK_BYTES: u64 = 4 << 20;
+
+/// A local output file that asks the kernel to start writing back every [`WRITEBACK_BYTES`] it
+/// wrote. Left to itself the kernel writes dirty pages back half a minute later, so the fsync
+/// that finishes an output waited for all of it at the end of the run (15–25 ms for each 25 MB
+/// output of two rustdocs shards, one after the other); started early, the writeback overlaps
+/// the rest of the run, and the fsync waits only for the last stretch. Only a hint: the fsync
+/// still decides whether the bytes are on stable storage.
+pub(crate) struct LocalFile {
+    file: File,
+    written: u64,
+    writeback_from: u64,
+}
+
+impl LocalFile {
+    pub(crate) fn new(file: File) -> LocalFile {
+        LocalFile {
+            file,
+            written: 0,
+            writeback_from: 0,
+        }
+    }
+
+    fn wrote(&mut self, n: usize) {
+        self.written += n as u64;
+        if self.written - self.writeback_from >= WRITEBACK_BYTES {
+            start_writeback(&self.file, self.writeback_from, self.written);
+            self.writeback_from = self.written;
+        }
+    }
+}
+
+/// Starts writing back the file's bytes `from..to` without waiting for it. An error here (the
+/// call is only a hint) shows again at the fsync, which reports it.
+#[cfg(target_os = "linux")]
+fn start_writeback(file: &File, from: u64, to: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
+        return;
+    };
+    // SAFETY: `sync_file_range` reads no memory of ours; the descriptor is open for as long as
+    // `file` is borrowed.
+    let _ = unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+    };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_writeback(_file: &File, _from: u64, _to: u64) {}
 
 impl OutFile {
     /// Flushes it to stable storage (a file: fsync; an object: every part uploaded) and returns
@@ -193,8 +244,8 @@ impl OutFile {
     pub(crate) fn finish(self) -> io::Result<u64> {
         match self {
             OutFile::Local(f) => {
-                f.sync_all()?;
-                Ok(f.metadata()?.len())
+                f.file.sync_all()?;
+                Ok(f.file.metadata()?.len())
             }
             OutFile::Object(w) => w.finish(),
         }
@@ -204,19 +255,27 @@ impl OutFile {
 impl Write for OutFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            OutFile::Local(f) => f.write(buf),
+            OutFile::Local(f) => {
+                let n = f.file.write(buf)?;
+                f.wrote(n);
+                Ok(n)
+            }
             OutFile::Object(w) => w.write(buf),
         }
     }
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
-            OutFile::Local(f) => f.write_all(buf),
+            OutFile::Local(f) => {
+                f.file.write_all(buf)?;
+                f.wrote(buf.len());
+                Ok(())
+            }
             OutFile::Object(w) => w.write_all(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
         match self {
-            OutFile::Local(f) => f.flush(),
+            OutFile::Local(f) => f.file.flush(),
             OutFile::Object(w) => w.flush(),
         }
     }
@@ -233,7 +292,7 @@ fn create_output(path: &Path, uploads: Option<&Arc<UploadSet>>) -> io::Result<Ou
                 set.create(&url).map_err(|e| e.into_unnamed_io())?,
             )))
         }
-        None => create_file(path).map(OutFile::Local),
+        None => create_file(path).map(|f| OutFile::Local(LocalFile::new(f))),
     }
 }
 
@@ -756,6 +815,43 @@ impl FileWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A local output starts the writeback of every stretch of [`WRITEBACK_BYTES`] it wrote, by
+    /// `write` and `write_all` alike, and still holds exactly the bytes written once finished.
+    #[test]
+    fn local_outputs_start_writeback_as_they_go_and_keep_every_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut out = OutFile::Local(LocalFile::new(create_file(&path).unwrap()));
+        let mut want = Vec::new();
+        let mut state = 11u32;
+        while want.len() < 2 * WRITEBACK_BYTES as usize + 12_345 {
+            state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let chunk = vec![(state >> 24) as u8; 1 + (state as usize >> 8) % 200_000];
+            if state.is_multiple_of(2) {
+                out.write_all(&chunk).unwrap();
+            } else {
+                let mut rest = &chunk[..];
+                while !rest.is_empty() {
+                    let n = out.write(rest).unwrap();
+                    rest = &rest[n..];
+                }
+            }
+            want.extend_from_slice(&chunk);
+        }
+        let OutFile::Local(local) = &out else {
+            unreachable!()
+        };
+        assert_eq!(local.written, want.len() as u64);
+        assert!(
+            local.writeback_from >= 2 * WRITEBACK_BYTES,
+            "{}",
+            local.writeback_from
+        );
+        assert!(local.written - local.writeback_from < WRITEBACK_BYTES);
+        assert_eq!(out.finish().unwrap(), want.len() as u64);
+        assert_eq!(std::fs::read(&path).unwrap(), want);
+    }
 
     #[test]
     fn part_names() {

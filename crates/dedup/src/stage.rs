@@ -384,7 +384,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
         job_rows: 0,
     };
     let cancelled = || control.is_cancelled();
-    let (ran, written) = std::thread::scope(|scope| {
+    let (ran, written, decided) = std::thread::scope(|scope| {
         let writer = output.map(|out| {
             let inputs = &inputs;
             scope.spawn(move || write_outputs(out, inputs, wrx))
@@ -402,9 +402,16 @@ pub(crate) fn run_stage2<R: HotRoute>(
             Err(e) => Err(e),
         };
         pass.output.close(ran.is_err());
+        // The decisions are flushed and fsynced while the writer thread finishes the last
+        // output: both wait on the disk, and one after the other they added their waits.
+        let decided = match ran {
+            Ok(()) => pass.decider.take_decisions().map(|d| d.finish()),
+            Err(_) => None,
+        };
         (
             ran,
             writer.map(|w| w.join().expect("output writer panicked")),
+            decided,
         )
     });
     if let Err(e) = ran {
@@ -419,8 +426,8 @@ pub(crate) fn run_stage2<R: HotRoute>(
     if let Some(w) = written {
         stats.outputs = w?.into_iter().map(OutputFile::from).collect();
     }
-    if let Some(d) = decider.take_decisions() {
-        d.finish().map_err(output_error)?;
+    if let Some(d) = decided {
+        d.map_err(output_error)?;
     }
     if let Some(deduper) = decider.route.deduper_stats() {
         stats.deduper = deduper;

@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 use neardup_storage::{ObjectUrl, StorageError, UploadSet};
 
 use crate::error::WriteError;
-use crate::write::{OutFile, OutputDir, OutputOptions, part_name};
+use crate::write::{LocalFile, OutFile, OutputDir, OutputOptions, part_name};
 use journal::{Applied, Journal, Op, make_dirs, sync_dir};
 pub use liveness::{RunId, ScratchDir, ScratchFile};
 use liveness::{aside_name, create_locked, create_locked_dir, sweep, temp_name};
@@ -636,7 +636,7 @@ impl Publication {
         staged.state = State::Writing;
         Ok(AtomicFile {
             path: path.to_path_buf(),
-            out: BufWriter::with_capacity(WRITE_BUF, OutFile::Local(file)),
+            out: BufWriter::with_capacity(WRITE_BUF, OutFile::Local(LocalFile::new(file))),
             owner: Owner::Shared(self.shared.clone(), index),
         })
     }
