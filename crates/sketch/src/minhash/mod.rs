@@ -62,6 +62,12 @@
 //!    has no blocks (one position per shingle): it skips the filter when no shingle set is
 //!    wanted, and with the AVX2 and AVX-512 kernels mixes four shingles per AVX2 vector before
 //!    the scalar minima.
+//! 4. `oph` with character or byte shingles takes a text longer than 16 KiB a piece at a time:
+//!    steps 1 and 2 and the minima run on one piece's hashes (at most 128 KiB, still in the L2
+//!    cache) before the next piece is hashed, and densification runs once at the end. Each piece
+//!    ends `k - 1` characters past where the next begins, so every shingle is hashed in exactly
+//!    one piece; the distinct hashes a shingle set is built from are still collected whole
+//!    ([`SignScratch::collecting_distinct`]), the others are not kept.
 //!
 //! [`Kernel::Reference`] skips all of that (generic shingling, library xxh3, no filter, scalar
 //! loops with permutations outer): it is the oracle every other path is tested against.
