@@ -150,9 +150,9 @@ pub(crate) struct StringPaths {
     sixteen: bool,
     /// [`unescape_simple_x64`] ahead of the sixteen-byte path.
     sixty_four: bool,
-    /// [`unescape_packed_x32`], then [`unescape_packed_x16`], ahead of the sixteen-byte path
+    /// [`unescape_packed_x32`] ahead of the sixteen-byte path
     /// (AVX2 CPUs; after the sixty-four-byte path where that runs).
-    packed_sixteen: bool,
+    packed_thirty_two: bool,
 }
 
 impl StringPaths {
@@ -173,7 +173,7 @@ impl StringPaths {
                     Feature::Avx512Vbmi2,
                     Feature::Popcnt,
                 ]),
-            packed_sixteen: x86 && features.has_all(&[Feature::Avx2, Feature::Popcnt]),
+            packed_thirty_two: x86 && features.has_all(&[Feature::Avx2, Feature::Popcnt]),
         }
     }
 }
@@ -283,7 +283,7 @@ fn unescape_simple_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
     i
 }
 
-/// Where a window of [`unescape_simple_x64`] or [`unescape_packed_x16`] stopped at `b[*i]`:
+/// Where a window of [`unescape_simple_x64`] or [`unescape_packed_x32`] stopped at `b[*i]`:
 /// a stop that is only the window's limit (a pair of backslashes, or an escape cut by the
 /// window's end) is one simple escape, decoded to `dst[*len]` and passed (`true`); any other is
 /// left to the caller (`false`).
@@ -383,100 +383,18 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
     i
 }
 
-/// [`unescape_simple_x16`] with every one-character escape of a sixteen-byte window decoded at
-/// once, for CPUs without the sixty-four-byte path's byte compress: the escaped characters are
-/// mapped by five compares, and the backslashes dropped by a byte shuffle per eight-byte half
-/// from a table of the 256 ways to keep bytes of eight. A window stops where
-/// [`unescape_simple_x64`]'s does (closing quote, control byte, `\u` or invalid escape, pair of
-/// backslashes, escape cut by the window's end); real text has an escape every dozen bytes, so
-/// this takes one window where the narrower path takes one step per escape.
+/// [`unescape_simple_x16`] with every one-character escape of a thirty-two-byte window decoded
+/// at once, for CPUs without the sixty-four-byte path's byte compress: the escaped characters
+/// are mapped by five compares, and the backslashes dropped by a byte shuffle per eight-byte
+/// group from a table of the 256 ways to keep bytes of eight, the two sixteen-byte halves stored
+/// one after the other. A window stops where [`unescape_simple_x64`]'s does (closing quote,
+/// control byte, `\u` or invalid escape, pair of backslashes, escape cut by the window's end);
+/// real text has an escape every dozen bytes, so this takes one window where the narrower path
+/// takes one step per escape. (A sixteen-byte version of it spent 11 % of a full rustdocs run's
+/// CPU where this spends 7 %.)
 ///
 /// # Safety
-/// The CPU must have AVX2 and POPCNT ([`StringPaths::packed_sixteen`]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,popcnt")]
-unsafe fn unescape_packed_x16(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
-    use std::arch::x86_64::*;
-    /// For each 8-bit mask of bytes to keep, the shuffle moving those bytes to the front.
-    static PACK_8: [[u8; 8]; 256] = neardup_cpu::kept_lanes_first();
-    // Decoding never lengthens the text; 16 extra bytes cover the full-width stores.
-    out.reserve(b.len().saturating_sub(i) + 16);
-    let mut len = out.len();
-    let dst = out.as_mut_ptr();
-    let eq = |v: __m128i, c: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8));
-    let bits = |m: __m128i| _mm_movemask_epi8(m) as u32;
-    // SAFETY (whole block): loads read `b[i..i + 16]`, in bounds by the loop condition; each
-    // window stores 16 bytes at `len` and 8 at `len + kept_low <= len + 8`, and `len` grows by
-    // at most what `i` consumed, so `len + 16` stays within the reserved capacity; the table
-    // indices are below 256.
-    unsafe {
-        while i + 16 <= b.len() {
-            let v = _mm_loadu_si128(b.as_ptr().add(i).cast());
-            let bs_lanes = eq(v, b'\\');
-            let bs = bits(bs_lanes);
-            let escaped = (bs << 1) & 0xffff;
-            let quote_lanes = eq(v, b'"');
-            let quotes = bits(quote_lanes) & !escaped;
-            // x <= 0x1f (unsigned) exactly when min(x, 0x1f) == x.
-            let controls = bits(_mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v));
-            let (n, t, r, bk, f) = (
-                eq(v, b'n'),
-                eq(v, b't'),
-                eq(v, b'r'),
-                eq(v, b'b'),
-                eq(v, b'f'),
-            );
-            let same = _mm_or_si128(_mm_or_si128(quote_lanes, bs_lanes), eq(v, b'/'));
-            let simple = bits(_mm_or_si128(
-                _mm_or_si128(_mm_or_si128(n, t), _mm_or_si128(r, bk)),
-                _mm_or_si128(f, same),
-            ));
-            let bad_escape = escaped & !simple;
-            let pairs = bs & (bs >> 1);
-            // The same stops as the sixty-four-byte path.
-            let stops = quotes | controls | (bad_escape >> 1) | pairs | (bs & (1 << 15));
-            let limit = (stops | 1 << 16).trailing_zeros() as usize;
-            let take = (1u32 << limit) - 1;
-            let mut mapped = v;
-            for (lanes, byte) in [(n, b'\n'), (t, b'\t'), (r, b'\r'), (bk, 0x08), (f, 0x0c)] {
-                mapped = _mm_blendv_epi8(mapped, _mm_set1_epi8(byte as i8), lanes);
-            }
-            // Lane j is escaped when lane j - 1 is a backslash.
-            let decoded = _mm_blendv_epi8(v, mapped, _mm_slli_si128::<1>(bs_lanes));
-            let keep = take & !bs;
-            let (keep_low, keep_high) = ((keep & 0xff) as usize, (keep >> 8) as usize);
-            let order = _mm_set_epi64x(
-                (u64::from_le_bytes(PACK_8[keep_high]) | 0x0808_0808_0808_0808) as i64,
-                u64::from_le_bytes(PACK_8[keep_low]) as i64,
-            );
-            let packed = _mm_shuffle_epi8(decoded, order);
-            _mm_storeu_si128(dst.add(len).cast(), packed);
-            let kept_low = keep_low.count_ones() as usize;
-            _mm_storel_epi64(
-                dst.add(len + kept_low).cast(),
-                _mm_unpackhi_epi64(packed, packed),
-            );
-            len += kept_low + keep_high.count_ones() as usize;
-            i += limit;
-            if limit == 16 {
-                continue;
-            }
-            if !decode_window_stop(b, &mut i, dst, &mut len) {
-                break;
-            }
-        }
-        out.set_len(len);
-    }
-    i
-}
-
-/// [`unescape_packed_x16`] thirty-two bytes at a time: the compares and blends run once per
-/// AVX2 vector instead of once per sixteen bytes; the backslashes are still dropped by a byte
-/// shuffle per eight-byte group (AVX2 has no byte compress), and the two sixteen-byte halves
-/// stored one after the other. A window stops where the narrower paths' do.
-///
-/// # Safety
-/// The CPU must have AVX2 and POPCNT ([`StringPaths::packed_sixteen`]).
+/// The CPU must have AVX2 and POPCNT ([`StringPaths::packed_thirty_two`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,popcnt")]
 unsafe fn unescape_packed_x32(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
@@ -740,12 +658,10 @@ impl<'a> Parser<'a> {
                     // has the features (`Features` never holds one the CPU lacks).
                     i = unsafe { unescape_simple_x64(b, i, out) };
                 }
-                if self.paths.packed_sixteen {
-                    // SAFETY: `StringPaths::for_features` sets `packed_sixteen` only when the CPU
+                if self.paths.packed_thirty_two {
+                    // SAFETY: `StringPaths::for_features` sets `packed_thirty_two` only when the CPU
                     // has the features.
                     i = unsafe { unescape_packed_x32(b, i, out) };
-                    // SAFETY: as above.
-                    i = unsafe { unescape_packed_x16(b, i, out) };
                 }
                 if self.paths.sixteen {
                     i = unescape_simple_x16(b, i, out);

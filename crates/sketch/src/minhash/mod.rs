@@ -311,6 +311,38 @@ fn padded_len(n: usize) -> usize {
     n.div_ceil(BLOCK) * BLOCK
 }
 
+/// Hashes `text` a piece at a time (module docs, step 4) into `unique`, the hashes the repeat
+/// filter keeps, handing each piece's kept hashes to `each` as they come; returns how many
+/// shingles the text has, or `None`, having done nothing, when its shingles do not split
+/// (word and custom shinglers). The buffers are a [`SignScratch`]'s `hashes`, `unique` and
+/// `filter`.
+fn distinct_in_pieces(
+    inner: &Inner,
+    shingler: &Shingler,
+    text: &str,
+    (hashes, unique, filter): (&mut Vec<u64>, &mut Vec<u64>, &mut Vec<u64>),
+    mut each: impl FnMut(&[u64]),
+) -> Option<usize> {
+    unique.clear();
+    let filter = ready_filter(filter);
+    let mut shingles = 0;
+    let pieced = shingle_hash::fast_hash_in_pieces(
+        shingler,
+        text,
+        hashes,
+        inner.window_hasher,
+        shingle_hash::PIECE_BYTES,
+        |piece| {
+            shingles += piece.len();
+            let start = unique.len();
+            append_unless_recent(piece, unique, filter);
+            each(&unique[start..]);
+        },
+    );
+    reset_filter(filter, unique);
+    pieced.then_some(shingles)
+}
+
 impl MinHasher {
     /// Precomputes the permutation parameters and picks the fastest kernel for this CPU.
     ///
@@ -493,28 +525,16 @@ impl MinHasher {
             && inner.kernel != Kernel::Reference
             && text.len() > shingle_hash::PIECE_BYTES
         {
-            let (mut shingles, vector) = (0, inner.vector_oph());
+            let vector = inner.vector_oph();
             oph::begin(bins, out.len());
             *filtered = *collect_distinct;
             let in_pieces = if *collect_distinct {
-                unique.clear();
-                let filter = ready_filter(filter);
-                let pieced = shingle_hash::fast_hash_in_pieces(
-                    shingler,
-                    text,
-                    hashes,
-                    inner.window_hasher,
-                    shingle_hash::PIECE_BYTES,
-                    |piece| {
-                        shingles += piece.len();
-                        let start = unique.len();
-                        append_unless_recent(piece, unique, filter);
-                        oph::update(&unique[start..], keys, bins, vector);
-                    },
-                );
-                reset_filter(filter, unique);
-                pieced
+                let buffers = (&mut *hashes, &mut *unique, &mut *filter);
+                distinct_in_pieces(inner, shingler, text, buffers, |new| {
+                    oph::update(new, keys, bins, vector)
+                })
             } else {
+                let mut shingles = 0;
                 shingle_hash::fast_hash_in_pieces(
                     shingler,
                     text,
@@ -526,8 +546,9 @@ impl MinHasher {
                         oph::update(piece, keys, bins, vector);
                     },
                 )
+                .then_some(shingles)
             };
-            if in_pieces {
+            if let Some(shingles) = in_pieces {
                 // `hashes` holds only the last piece's now.
                 *last_piece_only = true;
                 if shingles == 0 {
@@ -615,18 +636,8 @@ impl MinHasher {
                 last_piece_only,
                 ..
             } = scratch;
-            unique.clear();
-            let filter = ready_filter(filter);
-            let pieced = shingle_hash::fast_hash_in_pieces(
-                shingler,
-                text,
-                hashes,
-                inner.window_hasher,
-                shingle_hash::PIECE_BYTES,
-                |piece| append_unless_recent(piece, unique, filter),
-            );
-            reset_filter(filter, unique);
-            if pieced {
+            let buffers = (&mut *hashes, &mut *unique, &mut *filter);
+            if distinct_in_pieces(inner, shingler, text, buffers, |_| {}).is_some() {
                 (*filtered, *last_piece_only) = (true, true);
                 return &scratch.unique;
             }
