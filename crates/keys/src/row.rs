@@ -130,7 +130,10 @@ impl RowRule {
     ) -> (RowSketch, bool) {
         let bands = sketcher.bands();
         debug_assert_eq!(row.len(), self.columns(bands));
-        if self.is_blank(sketcher, text) {
+        // Normalised once for the blank test, the content hash and the signature.
+        let normalized = sketcher.normalize(text, scratch);
+        // [`RowRule::is_blank`], with the normalised text at hand.
+        if is_blank(text) || is_blank(normalized.text()) {
             row.fill(NO_KEY);
             let blank = RowSketch {
                 kind: RowKind::Blank,
@@ -138,19 +141,17 @@ impl RowRule {
             };
             return (blank, false);
         }
+        let content_hash = normalized.content_hash();
         if !self.band_keys {
-            let hash = sketcher.content_hash(text, scratch);
             if let Some(slot) = row.first_mut() {
-                *slot = content_key(hash);
+                *slot = content_key(content_hash);
             }
             let exact_only = RowSketch {
                 kind: RowKind::Normal,
-                content_hash: hash,
+                content_hash,
             };
             return (exact_only, false);
         }
-        let normalized = sketcher.normalize(text, scratch);
-        let content_hash = normalized.content_hash();
         if let Some(kind) = known.and_then(|k| k.get(content_hash, row)) {
             return (RowSketch { kind, content_hash }, true);
         }

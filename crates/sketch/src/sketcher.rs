@@ -171,6 +171,11 @@ pub struct Normalized<'a> {
 }
 
 impl Normalized<'_> {
+    /// The normalised text.
+    pub fn text(&self) -> &str {
+        self.text
+    }
+
     /// [`content_hash`] of the normalised text (what [`SketchInfo::content_hash`] reports).
     pub fn content_hash(&self) -> u128 {
         self.content_hash

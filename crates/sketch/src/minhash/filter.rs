@@ -51,10 +51,9 @@ pub(super) fn append_unless_recent(
     filter: &mut [u64; FILTER_SLOTS],
 ) {
     let start = unique.len();
-    unique.reserve(hashes.len());
     // A local slice keeps the output pointer in a register (stores through a `&mut Vec` make
     // the compiler reload its header every iteration).
-    let dst = &mut unique.spare_capacity_mut()[..hashes.len()];
+    let dst = spare_slots(unique, hashes.len());
     let mut len = 0;
     // Two passes per 64 hashes. Probing and writing the output in one loop ([`filter_step`])
     // made each probe wait for the previous output store, whose address depends on the probe
@@ -93,6 +92,11 @@ pub(super) fn ready_filter(filter: &mut Vec<u64>) -> &mut [u64; FILTER_SLOTS] {
 /// without zeroing them first.
 pub(super) fn output_slots(v: &mut Vec<u64>, n: usize) -> &mut [MaybeUninit<u64>] {
     v.clear();
+    spare_slots(v, n)
+}
+
+/// The `n` (uninitialised) slots after `v`'s values.
+fn spare_slots(v: &mut Vec<u64>, n: usize) -> &mut [MaybeUninit<u64>] {
     v.reserve(n);
     &mut v.spare_capacity_mut()[..n]
 }

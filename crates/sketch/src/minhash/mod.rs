@@ -222,6 +222,42 @@ impl Inner {
     fn vector_oph(&self) -> bool {
         matches!(self.kernel, Kernel::Avx2 | Kernel::Avx512)
     }
+
+    /// Whether `text` is hashed a piece at a time (module docs, step 4): a long text, shingles
+    /// that split at a place known without shingling (characters, bytes), the fast hash, and not
+    /// the reference kernel (the oracle hashes every text whole).
+    fn in_pieces(&self, shingler: &Shingler, text: &str) -> bool {
+        matches!(self.scheme, HashScheme::Fast | HashScheme::Oph)
+            && self.kernel != Kernel::Reference
+            && matches!(shingler, Shingler::Chars { .. } | Shingler::Bytes { .. })
+            && text.len() > shingle_hash::PIECE_BYTES
+    }
+
+    /// Hands `text`'s shingle hashes to `each` a piece at a time, in `hashes` (which then holds
+    /// only the last piece's); returns how many there are. Only for texts
+    /// [`Inner::in_pieces`] takes.
+    fn hash_in_pieces(
+        &self,
+        shingler: &Shingler,
+        text: &str,
+        hashes: &mut Vec<u64>,
+        mut each: impl FnMut(&[u64]),
+    ) -> usize {
+        let mut shingles = 0;
+        let split = shingle_hash::fast_hash_in_pieces(
+            shingler,
+            text,
+            hashes,
+            self.window_hasher,
+            shingle_hash::PIECE_BYTES,
+            |piece| {
+                shingles += piece.len();
+                each(piece);
+            },
+        );
+        debug_assert!(split, "in_pieces admits only shinglers that split");
+        shingles
+    }
 }
 
 /// Signature hashing with precomputed permutation parameters. `Send + Sync`; cloning is cheap
@@ -311,10 +347,9 @@ fn padded_len(n: usize) -> usize {
     n.div_ceil(BLOCK) * BLOCK
 }
 
-/// Hashes `text` a piece at a time (module docs, step 4) into `unique`, the hashes the repeat
-/// filter keeps, handing each piece's kept hashes to `each` as they come; returns how many
-/// shingles the text has, or `None`, having done nothing, when its shingles do not split
-/// (word and custom shinglers). The buffers are a [`SignScratch`]'s `hashes`, `unique` and
+/// Hashes `text` a piece at a time ([`Inner::hash_in_pieces`]) into `unique`, the hashes the
+/// repeat filter keeps, handing each piece's kept hashes to `each` as they come; returns how
+/// many shingles the text has. The buffers are a [`SignScratch`]'s `hashes`, `unique` and
 /// `filter`.
 fn distinct_in_pieces(
     inner: &Inner,
@@ -322,25 +357,16 @@ fn distinct_in_pieces(
     text: &str,
     (hashes, unique, filter): (&mut Vec<u64>, &mut Vec<u64>, &mut Vec<u64>),
     mut each: impl FnMut(&[u64]),
-) -> Option<usize> {
+) -> usize {
     unique.clear();
     let filter = ready_filter(filter);
-    let mut shingles = 0;
-    let pieced = shingle_hash::fast_hash_in_pieces(
-        shingler,
-        text,
-        hashes,
-        inner.window_hasher,
-        shingle_hash::PIECE_BYTES,
-        |piece| {
-            shingles += piece.len();
-            let start = unique.len();
-            append_unless_recent(piece, unique, filter);
-            each(&unique[start..]);
-        },
-    );
+    let shingles = inner.hash_in_pieces(shingler, text, hashes, |piece| {
+        let start = unique.len();
+        append_unless_recent(piece, unique, filter);
+        each(&unique[start..]);
+    });
     reset_filter(filter, unique);
-    pieced.then_some(shingles)
+    shingles
 }
 
 impl MinHasher {
@@ -522,42 +548,28 @@ impl MinHasher {
             "signature buffer length != num_perm"
         );
         if let Params::Oph(keys) = &inner.params
-            && inner.kernel != Kernel::Reference
-            && text.len() > shingle_hash::PIECE_BYTES
+            && inner.in_pieces(shingler, text)
         {
             let vector = inner.vector_oph();
             oph::begin(bins, out.len());
-            *filtered = *collect_distinct;
-            let in_pieces = if *collect_distinct {
+            let shingles = if *collect_distinct {
                 let buffers = (&mut *hashes, &mut *unique, &mut *filter);
                 distinct_in_pieces(inner, shingler, text, buffers, |new| {
                     oph::update(new, keys, bins, vector)
                 })
             } else {
-                let mut shingles = 0;
-                shingle_hash::fast_hash_in_pieces(
-                    shingler,
-                    text,
-                    hashes,
-                    inner.window_hasher,
-                    shingle_hash::PIECE_BYTES,
-                    |piece| {
-                        shingles += piece.len();
-                        oph::update(piece, keys, bins, vector);
-                    },
-                )
-                .then_some(shingles)
+                inner.hash_in_pieces(shingler, text, hashes, |piece| {
+                    oph::update(piece, keys, bins, vector)
+                })
             };
-            if let Some(shingles) = in_pieces {
-                // `hashes` holds only the last piece's now.
-                *last_piece_only = true;
-                if shingles == 0 {
-                    out.fill(EMPTY_SLOT);
-                } else {
-                    oph::finish(bins, keys, out);
-                }
-                return shingles;
+            // `hashes` holds only the last piece's; `unique` all of the text's when collected.
+            (*filtered, *last_piece_only) = (*collect_distinct, true);
+            if shingles == 0 {
+                out.fill(EMPTY_SLOT);
+            } else {
+                oph::finish(bins, keys, out);
             }
+            return shingles;
         }
         self.hash_shingles(shingler, text, hashes);
         *last_piece_only = false;
@@ -624,10 +636,7 @@ impl MinHasher {
         scratch: &'s mut SignScratch,
     ) -> &'s [u64] {
         let inner = &*self.inner;
-        if matches!(inner.scheme, HashScheme::Fast | HashScheme::Oph)
-            && inner.kernel != Kernel::Reference
-            && text.len() > shingle_hash::PIECE_BYTES
-        {
+        if inner.in_pieces(shingler, text) {
             let SignScratch {
                 hashes,
                 unique,
@@ -636,11 +645,9 @@ impl MinHasher {
                 last_piece_only,
                 ..
             } = scratch;
-            let buffers = (&mut *hashes, &mut *unique, &mut *filter);
-            if distinct_in_pieces(inner, shingler, text, buffers, |_| {}).is_some() {
-                (*filtered, *last_piece_only) = (true, true);
-                return &scratch.unique;
-            }
+            distinct_in_pieces(inner, shingler, text, (hashes, unique, filter), |_| {});
+            (*filtered, *last_piece_only) = (true, true);
+            return &scratch.unique;
         }
         self.hash_shingles(shingler, text, &mut scratch.hashes);
         scratch.hashes_replaced();
