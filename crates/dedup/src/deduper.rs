@@ -1,13 +1,15 @@
 //! The decision core: bounded representatives per hot bucket, first seen wins.
 
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashSet;
 use neardup_keys::{HotKeys, RowKind, RowRule};
 use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
 use serde::{Deserialize, Serialize};
 
 use crate::error::SettingsError;
+use crate::first_copies::{FirstCopies, FirstCopy};
 use crate::prior::PriorState;
 use crate::reps::{BucketIndex, RepBudget, RepId, RepStore};
+use crate::scratch::{Backing, MappedResidency};
 
 pub use neardup_corpus::SampleAddr;
 
@@ -42,9 +44,10 @@ pub struct DeduperConfig {
     /// Memory for representatives' shingle sets under [`Verify::Jaccard`] before they spill to disk.
     pub verify_memory: u64,
     /// Memory for the decision state (no bound when `None`): representatives' signatures and
-    /// shingle sets, which spill to disk past it, and the bucket index, addresses and first
-    /// copies, which stay in memory (so they leave less room for the rest as they grow). Sets
-    /// are also bounded by `verify_memory`. Decisions do not depend on it: a spilled record is
+    /// shingle sets, which spill to disk past it, and the bookkeeping every decision looks up
+    /// (the bucket index, the places of records, first copies), which then lives in scratch
+    /// files' mappings and takes at most half of it in memory, handing pages back past that.
+    /// Sets are also bounded by `verify_memory`. Decisions do not depend on it: what spilled is
     /// read back when a comparison needs it.
     #[serde(default)]
     pub decision_memory: Option<u64>,
@@ -137,6 +140,9 @@ pub struct DeduperStats {
     /// every representative's address and record places.
     #[serde(default)]
     pub representative_memory_bytes: u64,
+    /// Times the bookkeeping's pages were handed back to stay within a memory limit.
+    #[serde(default)]
+    pub bookkeeping_releases: u64,
     /// Bytes of representatives' signatures and sets spilled to disk past their budgets.
     #[serde(default)]
     pub spilled_bytes: u64,
@@ -158,13 +164,6 @@ pub struct Candidate<'a> {
     pub shingles: Option<&'a [u32]>,
 }
 
-/// The first sample seen with a content hash, and the kept sample its cluster resolves to.
-#[derive(Clone, Copy)]
-struct FirstCopy {
-    addr: SampleAddr,
-    cluster: SampleAddr,
-}
-
 /// Decides hot samples in input order against bounded representative sets.
 ///
 /// Deterministic: the verdict depends only on the sequence of candidates given.
@@ -179,7 +178,7 @@ pub struct Deduper {
     /// and whether a later copy is decided by its hash alone never depends on which of the
     /// colliding texts came first (a distributed decide step relies on that). With it, the kept
     /// sample its cluster resolves to (itself, or what it was found to duplicate).
-    exact_seen: HashMap<u128, FirstCopy>,
+    exact_seen: FirstCopies,
     seen_reps: HashSet<RepId>,
     /// The representatives of the bucket being compared.
     bucket_reps: Vec<RepId>,
@@ -187,8 +186,20 @@ pub struct Deduper {
     /// under exact verification, three standard errors of the estimate lower, so that pairs
     /// whose estimate fell short by chance still get their exact check.
     candidate_floor: f64,
+    /// Under a memory limit, the most the bookkeeping (bucket index, places, first copies) may
+    /// hold in memory: past it its pages are handed back.
+    bookkeeping_cap: Option<u64>,
+    /// Decisions since the bookkeeping's memory was last measured.
+    since_measured: u32,
+    /// What the bookkeeping's mappings hold in memory.
+    residency: MappedResidency,
     stats: DeduperStats,
 }
+
+/// Decisions between two measurements of the bookkeeping's memory once it could pass its cap:
+/// one decision touches at most a few dozen pages of it, so it passes the cap by at most a few
+/// megabytes.
+const MEASURE_EVERY: u32 = 16;
 
 /// How many representatives ahead of the one being compared the next signature is loaded.
 const PREFETCH_AHEAD: usize = 2;
@@ -207,9 +218,20 @@ impl Deduper {
         if config.max_reps == Some(0) {
             return Err(SettingsError::NoRepresentatives);
         }
+        // Under a limit, the bookkeeping lives in scratch mappings and holds at most half of the
+        // decision state's memory: the records keep the rest.
+        let bookkeeping_cap = config.decision_memory.map(|m| m / 2);
+        let backing = match config.decision_memory {
+            Some(_) => Backing::Scratch {
+                dir: config.spill_dir.clone(),
+            },
+            None => Backing::Heap,
+        };
+        let grow_budget = bookkeeping_cap.unwrap_or(u64::MAX);
         let budget = RepBudget {
             records: config.decision_memory,
             sets: (config.verify == Verify::Jaccard).then_some(config.verify_memory),
+            bookkeeping: bookkeeping_cap,
         };
         let bands = rule.band_columns(bands);
         let t = config.threshold;
@@ -221,9 +243,12 @@ impl Deduper {
             candidate_floor,
             bands,
             exact_column: rule.exact_key.then_some(bands),
-            reps: RepStore::new(num_perm, budget, config.spill_dir.clone()),
-            buckets: BucketIndex::default(),
-            exact_seen: HashMap::new(),
+            reps: RepStore::new(num_perm, budget, config.spill_dir.clone(), &backing),
+            buckets: BucketIndex::new(backing.clone(), grow_budget),
+            exact_seen: FirstCopies::new(backing, grow_budget),
+            bookkeeping_cap,
+            since_measured: 0,
+            residency: MappedResidency::new(),
             seen_reps: HashSet::new(),
             bucket_reps: Vec::new(),
             stats: DeduperStats::default(),
@@ -246,7 +271,8 @@ impl Deduper {
     /// same full 128-bit hash (the content keys collided): then decide it with
     /// [`Deduper::decide`].
     pub fn decide_copy(&mut self, content_hash: u128) -> Option<Verdict> {
-        let first = *self.exact_seen.get(&content_hash)?;
+        self.bound_bookkeeping();
+        let first = self.exact_seen.get(content_hash)?;
         self.stats.checked += 1;
         self.stats.exact += 1;
         Some(Verdict::Exact {
@@ -258,7 +284,7 @@ impl Deduper {
     /// Whether an earlier hot sample had this full content hash (so that a later sample with it
     /// may be decided by the hash alone, [`Deduper::decide_known_copy`]).
     pub fn knows_content(&self, content_hash: u128) -> bool {
-        self.exact_seen.contains_key(&content_hash)
+        self.exact_seen.contains(content_hash)
     }
 
     /// Whether a later decision may name the sample just decided (at `addr`, with
@@ -270,7 +296,7 @@ impl Deduper {
             Verdict::Unique => true,
             Verdict::Near { .. } => self
                 .exact_seen
-                .get(&content_hash)
+                .get(content_hash)
                 .is_some_and(|first| first.addr == addr),
             Verdict::Exact { .. } => false,
         }
@@ -289,28 +315,31 @@ impl Deduper {
 
     /// Decides one hot sample. Call in input order.
     pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
+        let verdict = self.decide_sample(c);
+        self.bound_bookkeeping();
+        verdict
+    }
+
+    fn decide_sample(&mut self, c: &Candidate<'_>) -> Verdict {
         self.stats.checked += 1;
         let mut first_copy = false;
         if let Some(col) = self.exact_column
             && c.hot[col]
             && c.row[col] != NO_KEY
         {
-            match self.exact_seen.entry(c.content_hash) {
-                hashbrown::hash_map::Entry::Occupied(e) => {
+            let first = FirstCopy {
+                addr: c.addr,
+                cluster: c.addr,
+            };
+            match self.exact_seen.get_or_insert(c.content_hash, first) {
+                Some(first) => {
                     self.stats.exact += 1;
-                    let first = e.get();
                     return Verdict::Exact {
                         of: first.addr,
                         cluster: first.cluster,
                     };
                 }
-                hashbrown::hash_map::Entry::Vacant(e) => {
-                    e.insert(FirstCopy {
-                        addr: c.addr,
-                        cluster: c.addr,
-                    });
-                    first_copy = true;
-                }
+                None => first_copy = true,
             }
         }
 
@@ -373,7 +402,7 @@ impl Deduper {
                         continue;
                     };
                     self.stats.near += 1;
-                    if first_copy && let Some(first) = self.exact_seen.get_mut(&c.content_hash) {
+                    if first_copy && let Some(first) = self.exact_seen.get_mut(c.content_hash) {
                         // Its later exact copies resolve to what it duplicates.
                         first.cluster = of;
                     }
@@ -427,21 +456,47 @@ impl Deduper {
                 });
                 self.buckets.push(key, id);
             }
+            self.bound_bookkeeping();
         }
         for c in &prior.copies {
-            self.exact_seen.entry(c.content_hash).or_insert(FirstCopy {
+            let first = FirstCopy {
                 addr: c.addr,
                 cluster: c.cluster,
-            });
+            };
+            self.exact_seen.get_or_insert(c.content_hash, first);
+            self.bound_bookkeeping();
         }
     }
 
     /// Bytes of the decision state besides the representatives' store: the bucket index and the
-    /// first copies, which stay in memory.
+    /// first copies (all of them, in memory or mapped).
     fn others_bytes(&self) -> u64 {
-        let first_copies =
-            self.exact_seen.capacity() * (std::mem::size_of::<(u128, FirstCopy)>() + 1);
-        (self.buckets.heap_bytes() + first_copies) as u64
+        (self.buckets.memory_bytes() + self.exact_seen.memory_bytes()) as u64
+    }
+
+    /// Under a memory limit, keeps what the bookkeeping holds in memory within its cap: every
+    /// [`MEASURE_EVERY`] decisions, once all of it could pass the cap, measures its pages in
+    /// memory ([`MappedResidency`]) and hands them all back when they pass it (they fault back
+    /// in as lookups touch them). Decisions do not change: the values stay in the scratch files.
+    fn bound_bookkeeping(&mut self) {
+        let Some(cap) = self.bookkeeping_cap else {
+            return;
+        };
+        self.since_measured += 1;
+        if self.since_measured < MEASURE_EVERY {
+            return;
+        }
+        self.since_measured = 0;
+        if self.others_bytes() + self.reps.place_bytes() <= cap {
+            return;
+        }
+        if self.residency.grown(u64::MAX) > cap {
+            self.buckets.release();
+            self.exact_seen.release();
+            self.reps.release_places();
+            self.residency.released();
+            self.stats.bookkeeping_releases += 1;
+        }
     }
 
     /// The first I/O error of the representatives' spill files, if one happened since the last
@@ -458,7 +513,7 @@ impl Deduper {
         s.representatives = self.reps.len() as u64;
         s.buckets = self.buckets.buckets() as u64;
         s.bytes_per_representative = self.reps.bytes_per_rep() as u64;
-        s.bucket_index_bytes = self.buckets.heap_bytes() as u64;
+        s.bucket_index_bytes = self.buckets.memory_bytes() as u64;
         s.shingle_set_bytes = self.reps.set_bytes();
         s.representative_memory_bytes = self.reps.memory_bytes();
         s.spilled_bytes = self.reps.spilled_bytes();
@@ -729,6 +784,70 @@ mod tests {
                 "max_reps {max_reps:?}: {v:?}"
             );
         }
+    }
+
+    #[test]
+    fn bookkeeping_past_a_tiny_limit_is_handed_back_and_decides_the_same() {
+        // 30,000 samples in a few thousand buckets, some near copies, some exact copies, with
+        // sets: the bookkeeping (index, places, first copies) far outgrows a 64 KB budget.
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let samples: Vec<Sample> = (0..30_000u64)
+            .map(|i| {
+                let r = next();
+                let base = (r % 9_000) as u32;
+                let mut signature = [base; NUM_PERM];
+                // Every third differs in one position from the others of its base.
+                if i % 3 == 0 {
+                    signature[NUM_PERM - 1] = r as u32;
+                }
+                let content = if i % 7 == 0 {
+                    u128::from(base)
+                } else {
+                    u128::from(r) | 1 << 64
+                };
+                let mut s = sample(signature, [u64::from(base) + 1, r % 50_000 + 1], content);
+                s.shingles = (base..base + 40).collect();
+                s
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let run = |limit: Option<u64>| {
+            let mut d = deduper(DeduperConfig {
+                decision_memory: limit,
+                spill_dir: Some(dir.path().to_path_buf()),
+                ..DeduperConfig::default()
+            });
+            let verdicts: Vec<Verdict> = samples
+                .iter()
+                .enumerate()
+                .map(|(i, s)| decide(&mut d, i as u64, s))
+                .collect();
+            assert!(d.take_io_error().is_none());
+            (verdicts, d.stats())
+        };
+        let (free, free_stats) = run(None);
+        let (bounded, bounded_stats) = run(Some(64 * 1024));
+        assert_eq!(free_stats.bookkeeping_releases, 0);
+        assert!(
+            free_stats.near > 1000 && free_stats.exact > 500,
+            "{free_stats:?}"
+        );
+        assert!(
+            bounded_stats.bookkeeping_releases > 10,
+            "the bookkeeping outgrew its cap: {bounded_stats:?}"
+        );
+        assert!(bounded_stats.spilled_bytes > 0);
+        assert!(free == bounded, "the same decisions within the limit");
+        assert_eq!(
+            (free_stats.comparisons, free_stats.verifications),
+            (bounded_stats.comparisons, bounded_stats.verifications)
+        );
     }
 
     #[test]

@@ -51,6 +51,7 @@ mod clusters;
 mod deduper;
 mod distributed;
 mod error;
+mod first_copies;
 mod handoff;
 mod pass;
 mod prefer;
@@ -59,6 +60,7 @@ mod prior;
 mod rank_order;
 mod reps;
 mod route;
+mod scratch;
 mod stage;
 mod verify;
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use neardup_corpus::SampleAddr;
 use neardup_sketch::{NO_KEY, jaccard_at_least};
 
+use crate::scratch::{Backing, Plain, ScratchVec, Zeroable};
 use crate::verify::{SpillArena, prefetch_line};
 
 /// Index of a representative in the store.
@@ -28,6 +29,9 @@ pub struct RepStore {
     memory_budget: u64,
     /// Bytes sets may take in memory (their own bound, `verify_memory`).
     sets_budget: u64,
+    /// The most the bookkeeping (places, and the caller's `others`) counts against
+    /// `memory_budget`: past it, the caller hands its pages back instead.
+    bookkeeping_cap: u64,
 }
 
 /// Values a sample address takes at the end of a signature record.
@@ -52,19 +56,31 @@ pub struct RepBudget {
     pub records: Option<u64>,
     /// Sets, when they are kept at all (`None`: no sets).
     pub sets: Option<u64>,
+    /// The most the bookkeeping that stays wherever records go (their places, the bucket
+    /// index, first copies) counts against `records`: its pages past that are handed back
+    /// ([`crate::scratch`]), so the records keep the rest (`None`: it all counts).
+    pub bookkeeping: Option<u64>,
 }
 
 impl RepStore {
-    pub fn new(num_perm: usize, budget: RepBudget, spill_dir: Option<PathBuf>) -> RepStore {
+    /// An empty store of signatures of `num_perm` values within `budget`, spilling to
+    /// `spill_dir`, the records' places kept as `places` says.
+    pub fn new(
+        num_perm: usize,
+        budget: RepBudget,
+        spill_dir: Option<PathBuf>,
+        places: &Backing,
+    ) -> RepStore {
         RepStore {
             num_perm,
             record: Vec::new(),
-            signatures: SpillArena::new("signature", spill_dir.clone()),
+            signatures: SpillArena::new("signature", spill_dir.clone(), places),
             sets: budget
                 .sets
-                .map(|_| SpillArena::new("shingle set", spill_dir)),
+                .map(|_| SpillArena::new("shingle set", spill_dir, places)),
             memory_budget: budget.records.unwrap_or(u64::MAX),
             sets_budget: budget.sets.unwrap_or(0),
+            bookkeeping_cap: budget.bookkeeping.unwrap_or(u64::MAX),
         }
     }
 
@@ -99,7 +115,7 @@ impl RepStore {
         if let Some(sets) = &mut self.sets {
             sets.reserve_place();
         }
-        let held = self.memory_bytes().saturating_add(others);
+        let held = self.counted_bytes(others);
         let fits = |bytes: usize| held.saturating_add(4 * bytes as u64) <= self.memory_budget;
         let signature_in_memory = fits(self.record.len());
         let held = held
@@ -123,7 +139,7 @@ impl RepStore {
         }
         // What cannot spill grew since the records in memory were placed: the oldest make room,
         // sets first (only verifications read them).
-        while self.memory_bytes().saturating_add(others) > self.memory_budget {
+        while self.counted_bytes(others) > self.memory_budget {
             let freed = match self.sets.as_mut().map_or(0, SpillArena::evict_oldest_chunk) {
                 0 => self.signatures.evict_oldest_chunk(),
                 freed => freed,
@@ -190,10 +206,34 @@ impl RepStore {
     }
 
     /// Bytes held in memory: signatures (with addresses) and sets there, and the places of every
-    /// record.
+    /// record (all of them, mapped or not).
     pub fn memory_bytes(&self) -> u64 {
-        let arena = |a: &SpillArena| a.memory_bytes() + a.place_bytes();
-        arena(&self.signatures) + self.sets.as_ref().map_or(0, arena)
+        self.record_bytes() + self.place_bytes()
+    }
+
+    /// Bytes of signatures (with addresses) and sets in memory.
+    fn record_bytes(&self) -> u64 {
+        self.signatures.memory_bytes() + self.sets.as_ref().map_or(0, SpillArena::memory_bytes)
+    }
+
+    /// Bytes of the records' places (all of them, mapped or not).
+    pub fn place_bytes(&self) -> u64 {
+        self.signatures.place_bytes() + self.sets.as_ref().map_or(0, SpillArena::place_bytes)
+    }
+
+    /// What counts against the budget: the records in memory, and the bookkeeping (the places
+    /// and the caller's `others`) up to its cap.
+    fn counted_bytes(&self, others: u64) -> u64 {
+        let bookkeeping = self.place_bytes().saturating_add(others);
+        self.record_bytes() + bookkeeping.min(self.bookkeeping_cap)
+    }
+
+    /// Hands the pages of mapped places back to the kernel.
+    pub fn release_places(&mut self) {
+        self.signatures.release_places();
+        if let Some(sets) = &mut self.sets {
+            sets.release_places();
+        }
     }
 
     /// The first disk error of the scratch files, if any (taken: reported once).
@@ -219,42 +259,94 @@ const NONE: u32 = u32::MAX;
 /// A slot's value with this bit set is an index into `lists`; without, the bucket's only
 /// representative.
 const LISTED: u32 = 1 << 31;
-/// An empty slot's key: no band or content key is ever [`NO_KEY`].
+/// An empty slot's key: no band or content key is ever [`NO_KEY`], which is 0, so zeroed memory
+/// (and a scratch file's new blocks) is a table of empty slots.
 const EMPTY: u64 = NO_KEY;
+const _: () = assert!(EMPTY == 0, "zeroed slots are empty");
+
+// SAFETY: plain integers.
+unsafe impl Plain for List {}
+
+/// A bucket's key and value side by side (12 bytes), so that a lookup touches one cache line,
+/// and one page of a mapped table, not two. The key is kept as two halves, so that slots need
+/// only 4-byte alignment.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    key_low: u32,
+    key_high: u32,
+    /// The representative, or a list index with [`LISTED`].
+    value: u32,
+}
+
+impl Slot {
+    #[inline(always)]
+    fn new(key: u64, value: u32) -> Slot {
+        Slot {
+            key_low: key as u32,
+            key_high: (key >> 32) as u32,
+            value,
+        }
+    }
+
+    #[inline(always)]
+    fn key(&self) -> u64 {
+        u64::from(self.key_low) | (u64::from(self.key_high) << 32)
+    }
+}
+
+// SAFETY: plain integers; all-zero is an empty slot.
+unsafe impl Plain for Slot {}
+// SAFETY: as above.
+unsafe impl Zeroable for Slot {}
 
 /// Hot bucket key → its representatives, in insertion order.
 ///
 /// Most hot buckets hold one representative, so the table is built for them: open addressing
-/// with linear probing over a key array and a 32-bit value array (12 bytes a slot, against 25
-/// for a general map of key to list), the value being the representative itself until a second
-/// one arrives and moves the bucket to a list.
+/// with linear probing over 12-byte slots of a key and a 32-bit value (against 25 bytes for a
+/// general map of key to list), the value being the representative itself until a second one
+/// arrives and moves the bucket to a list. Its arrays are [`ScratchVec`]s: under a memory
+/// limit the decision state hands their pages back as it needs ([`BucketIndex::release`]).
 pub struct BucketIndex {
-    keys: Vec<u64>,
-    values: Vec<u32>,
+    slots: ScratchVec<Slot>,
     /// Buckets in use.
     buckets: usize,
-    lists: Vec<List>,
+    lists: ScratchVec<List>,
     /// (representative, next link)
-    links: Vec<(RepId, u32)>,
+    links: ScratchVec<(RepId, u32)>,
+    backing: Backing,
+    /// While the table grows into a mapped one, its pages are handed back after this many keys
+    /// moved (each touches at most two pages), so that growing stays within the budget too.
+    release_every: usize,
 }
 
 impl Default for BucketIndex {
     fn default() -> Self {
-        BucketIndex {
-            keys: vec![EMPTY; 16],
-            values: vec![0; 16],
-            buckets: 0,
-            lists: Vec::new(),
-            links: Vec::new(),
-        }
+        BucketIndex::new(Backing::Heap, u64::MAX)
     }
 }
 
 impl BucketIndex {
+    /// An empty index whose arrays are kept as `backing` says; a growing mapped table holds at
+    /// most about `budget` bytes of its pages at a time.
+    pub fn new(backing: Backing, budget: u64) -> BucketIndex {
+        let page = 4096;
+        BucketIndex {
+            slots: ScratchVec::zeroed(&backing, 16),
+            buckets: 0,
+            lists: ScratchVec::new(&backing),
+            links: ScratchVec::new(&backing),
+            release_every: usize::try_from(budget / (2 * page))
+                .unwrap_or(usize::MAX)
+                .max(64),
+            backing,
+        }
+    }
+
     /// Where the probe for `key` starts. Keys are hashes already, but not necessarily in their
     /// low bits (lshcurator's band keys), so they are mixed first.
     fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.keys.len() - 1)
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.slots.len() - 1)
     }
 
     /// Asks the CPU to start loading the slot where the probe for `key` starts: a sample's
@@ -263,16 +355,15 @@ impl BucketIndex {
     #[inline]
     pub fn prefetch(&self, key: u64) {
         let i = self.home(key);
-        prefetch_line(self.keys[i..].as_ptr().cast());
-        prefetch_line(self.values[i..].as_ptr());
+        prefetch_line(self.slots[i..].as_ptr().cast());
     }
 
     /// The slot of `key`, or the empty slot where it would go.
     fn slot(&self, key: u64) -> usize {
-        let mask = self.keys.len() - 1;
+        let mask = self.slots.len() - 1;
         let mut i = self.home(key);
         loop {
-            let k = self.keys[i];
+            let k = self.slots[i].key();
             if k == key || k == EMPTY {
                 return i;
             }
@@ -282,7 +373,8 @@ impl BucketIndex {
 
     fn find(&self, key: u64) -> Option<u32> {
         let i = self.slot(key);
-        (self.keys[i] == key && key != EMPTY).then(|| self.values[i])
+        let slot = self.slots[i];
+        (slot.key() == key && key != EMPTY).then_some(slot.value)
     }
 
     pub fn len(&self, key: u64) -> usize {
@@ -295,14 +387,22 @@ impl BucketIndex {
 
     /// Grows the table past 7/8 full, keeping probe sequences short.
     fn grow(&mut self) {
-        let capacity = self.keys.len() * 2;
-        let keys = std::mem::replace(&mut self.keys, vec![EMPTY; capacity]);
-        let values = std::mem::replace(&mut self.values, vec![0; capacity]);
-        for (key, value) in keys.into_iter().zip(values) {
-            if key != EMPTY {
-                let i = self.slot(key);
-                self.keys[i] = key;
-                self.values[i] = value;
+        let capacity = self.slots.len() * 2;
+        let mut old =
+            std::mem::replace(&mut self.slots, ScratchVec::zeroed(&self.backing, capacity));
+        let mapped = self.slots.is_mapped();
+        let mut moved = 0usize;
+        for i in 0..old.len() {
+            let slot = old[i];
+            if slot.key() == EMPTY {
+                continue;
+            }
+            let j = self.slot(slot.key());
+            self.slots[j] = slot;
+            moved += 1;
+            if mapped && moved.is_multiple_of(self.release_every) {
+                self.release();
+                old.release();
             }
         }
     }
@@ -310,13 +410,12 @@ impl BucketIndex {
     pub fn push(&mut self, key: u64, rep: RepId) {
         assert_ne!(key, EMPTY, "no bucket has the empty key");
         assert!(rep < LISTED, "more than 2^31 representatives");
-        if (self.buckets + 1) * 8 > self.keys.len() * 7 {
+        if (self.buckets + 1) * 8 > self.slots.len() * 7 {
             self.grow();
         }
         let i = self.slot(key);
-        if self.keys[i] == EMPTY {
-            self.keys[i] = key;
-            self.values[i] = rep;
+        if self.slots[i].key() == EMPTY {
+            self.slots[i] = Slot::new(key, rep);
             self.buckets += 1;
             return;
         }
@@ -325,7 +424,7 @@ impl BucketIndex {
             .filter(|l| *l != NONE)
             .expect("fewer than 4 billion bucket entries");
         self.links.push((rep, NONE));
-        let value = self.values[i];
+        let value = self.slots[i].value;
         if value & LISTED == 0 {
             let list = u32::try_from(self.lists.len())
                 .ok()
@@ -337,7 +436,7 @@ impl BucketIndex {
                 tail: link,
                 len: 2,
             });
-            self.values[i] = list | LISTED;
+            self.slots[i].value = list | LISTED;
         } else {
             let list = &mut self.lists[(value & !LISTED) as usize];
             self.links[list.tail as usize].1 = link;
@@ -366,11 +465,16 @@ impl BucketIndex {
         self.buckets
     }
 
-    pub fn heap_bytes(&self) -> usize {
-        self.keys.capacity() * 8
-            + self.values.capacity() * 4
-            + self.lists.capacity() * std::mem::size_of::<List>()
-            + self.links.capacity() * 8
+    /// Bytes its arrays may hold in memory (all of them, mapped or not).
+    pub fn memory_bytes(&self) -> usize {
+        self.slots.memory_bytes() + self.lists.memory_bytes() + self.links.memory_bytes()
+    }
+
+    /// Hands its mapped pages back to the kernel ([`ScratchVec::release`]).
+    pub fn release(&mut self) {
+        self.slots.release();
+        self.lists.release();
+        self.links.release();
     }
 }
 
@@ -419,8 +523,10 @@ mod tests {
             let budget = RepBudget {
                 records,
                 sets: Some(1 << 20),
+                bookkeeping: None,
             };
-            let mut store = RepStore::new(4, budget, Some(dir.path().to_path_buf()));
+            let mut store =
+                RepStore::new(4, budget, Some(dir.path().to_path_buf()), &Backing::Heap);
             for (i, (sig, set)) in reps.iter().enumerate() {
                 // What cannot spill grows as representatives come.
                 let others = 20 * i as u64;
@@ -473,8 +579,9 @@ mod tests {
         let budget = RepBudget {
             records: None,
             sets: Some(8),
+            bookkeeping: None,
         };
-        let mut store = RepStore::new(2, budget, None);
+        let mut store = RepStore::new(2, budget, None, &Backing::Heap);
         store.push(&[1, 2], None, addr(0), 0);
         store.push(&[3, 4], Some(&[5, 6]), addr(1), 0);
         store.push(&[7, 8], Some(&[9, 10, 11]), addr(2), 0);
@@ -488,26 +595,49 @@ mod tests {
     /// Against a map of key to list, through growth and collisions of the table's slots.
     #[test]
     fn buckets_hold_what_a_map_of_lists_holds() {
-        let mut idx = BucketIndex::default();
-        let mut expected: std::collections::HashMap<u64, Vec<RepId>> = Default::default();
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for rep in 0..20_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // Few distinct keys, some sharing low bits: lists of every length, and probing.
-            let key = ((x % 3000) << 40) | 1;
-            idx.push(key, rep);
-            expected.entry(key).or_default().push(rep);
+        let dir = tempfile::tempdir().unwrap();
+        let backings = [
+            Backing::Heap,
+            Backing::Scratch {
+                dir: Some(dir.path().to_path_buf()),
+            },
+        ];
+        for backing in backings {
+            // A small budget: a mapped table hands its pages back many times while it grows.
+            let mut idx = BucketIndex::new(backing.clone(), 64 * 1024);
+            let mut expected: std::collections::HashMap<u64, Vec<RepId>> = Default::default();
+            let mut x = 0x2545_F491_4F6C_DD1Du64;
+            for rep in 0..60_000u32 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Few distinct keys, some sharing low bits: lists of every length, and probing;
+                // and the extreme keys.
+                let key = match rep % 1000 {
+                    0 => 1,
+                    1 => u64::MAX,
+                    _ if rep < 20_000 => ((x % 3000) << 40) | 1,
+                    _ => x % 30_000 + 2,
+                };
+                idx.push(key, rep);
+                expected.entry(key).or_default().push(rep);
+                if rep % 5000 == 0 {
+                    idx.release();
+                }
+            }
+            assert_eq!(idx.buckets(), expected.len(), "{backing:?}");
+            for (key, reps) in &expected {
+                assert_eq!(idx.len(*key), reps.len());
+                assert_eq!(idx.reps(*key).collect::<Vec<_>>(), *reps);
+            }
+            assert_eq!(idx.len(u64::MAX - 1), 0);
+            assert_eq!(idx.reps(u64::MAX - 1).count(), 0);
+            assert!(idx.memory_bytes() >= idx.slots.len() * 12);
+            assert_eq!(
+                idx.slots.is_mapped(),
+                matches!(backing, Backing::Scratch { .. })
+            );
         }
-        assert_eq!(idx.buckets(), expected.len());
-        for (key, reps) in &expected {
-            assert_eq!(idx.len(*key), reps.len());
-            assert_eq!(idx.reps(*key).collect::<Vec<_>>(), *reps);
-        }
-        assert_eq!(idx.len(2), 0);
-        assert_eq!(idx.reps(2).count(), 0);
-        assert!(idx.heap_bytes() >= idx.keys.len() * 12);
     }
 
     #[test]

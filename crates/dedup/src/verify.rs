@@ -19,6 +19,8 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
+use crate::scratch::{Backing, Plain, ScratchVec};
+
 /// Where one record is.
 #[derive(Clone, Copy)]
 enum Place {
@@ -35,6 +37,9 @@ enum Place {
     Lost,
 }
 
+// SAFETY: integers only.
+unsafe impl Plain for Place {}
+
 /// Chunk size of records in memory: 4 MB.
 const CHUNK_VALUES: usize = 1 << 20;
 
@@ -49,7 +54,8 @@ pub struct SpillArena {
     /// Records before this one are in an evicted chunk or not in memory.
     eviction_cursor: usize,
     memory_values: usize,
-    places: Vec<Place>,
+    /// Where each record is: bookkeeping that stays wherever the records go ([`ScratchVec`]).
+    places: ScratchVec<Place>,
     spill: Option<File>,
     spill_len: u64,
     /// The last record read back from disk.
@@ -59,7 +65,9 @@ pub struct SpillArena {
 }
 
 impl SpillArena {
-    pub fn new(what: &'static str, spill_dir: Option<PathBuf>) -> SpillArena {
+    /// An empty arena of `what` records spilling to `spill_dir`, its places kept as `places`
+    /// says.
+    pub fn new(what: &'static str, spill_dir: Option<PathBuf>, places: &Backing) -> SpillArena {
         SpillArena {
             what,
             spill_dir,
@@ -67,7 +75,7 @@ impl SpillArena {
             first_held_chunk: 0,
             eviction_cursor: 0,
             memory_values: 0,
-            places: Vec::new(),
+            places: ScratchVec::new(places),
             spill: None,
             spill_len: 0,
             read: Vec::new(),
@@ -252,9 +260,15 @@ impl SpillArena {
         self.spill_len
     }
 
-    /// Bytes of the bookkeeping per record, which stays in memory wherever the record is.
+    /// Bytes of the bookkeeping per record, which stays wherever the record is (all of it, in
+    /// memory or mapped).
     pub fn place_bytes(&self) -> u64 {
-        (self.places.capacity() * std::mem::size_of::<Place>()) as u64
+        self.places.memory_bytes() as u64
+    }
+
+    /// Hands the pages of mapped places back to the kernel ([`ScratchVec::release`]).
+    pub fn release_places(&mut self) {
+        self.places.release();
     }
 
     /// The first disk error, if any (taken: reported once).
@@ -283,7 +297,7 @@ mod tests {
     #[test]
     fn records_in_memory_and_on_disk_read_back_alike() {
         let dir = tempfile::tempdir().unwrap();
-        let mut arena = SpillArena::new("test", Some(dir.path().to_path_buf()));
+        let mut arena = SpillArena::new("test", Some(dir.path().to_path_buf()), &Backing::Heap);
         let records: Vec<Vec<u32>> = (0..50u32)
             .map(|i| {
                 (0..i * 37 % 200)
@@ -315,7 +329,7 @@ mod tests {
     #[test]
     fn evicted_chunks_read_back_alike_and_free_their_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        let mut arena = SpillArena::new("test", Some(dir.path().to_path_buf()));
+        let mut arena = SpillArena::new("test", Some(dir.path().to_path_buf()), &Backing::Heap);
         // Records of 300,000 values: three chunks, one record in each of the first two, a
         // record on disk between them.
         let records: Vec<Vec<u32>> = (0..7u32)
@@ -344,7 +358,11 @@ mod tests {
 
     #[test]
     fn an_unusable_spill_dir_is_an_error_not_a_panic_nor_a_record() {
-        let mut arena = SpillArena::new("test", Some(PathBuf::from("/nonexistent/neardup-spill")));
+        let mut arena = SpillArena::new(
+            "test",
+            Some(PathBuf::from("/nonexistent/neardup-spill")),
+            &Backing::Heap,
+        );
         arena.push(&[1, 2, 3], true);
         arena.push(&[4, 5, 6], false);
         arena.prefetch(1, 128);

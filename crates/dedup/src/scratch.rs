@@ -1,0 +1,467 @@
+//! Growable arrays for the decision state's bookkeeping (the bucket index, the places of
+//! representatives' records, the first copies of texts): what cannot spill the way records do,
+//! because every decision looks it up.
+//!
+//! Without a memory limit they are heap arrays. Under one they live in a shared mapping of an
+//! unnamed scratch file in the spill directory ([`Backing::Scratch`]): the kernel keeps their
+//! contents in the file (helped by the page cache, which it may reclaim), so the pages this
+//! process holds can be handed back at any time ([`ScratchVec::release`]) and fault back in,
+//! unchanged, when touched. The decision state then bounds what it holds of them, however many
+//! representatives a run keeps; a lookup of a page handed back costs a minor fault while the
+//! page cache has it, a read when it does not.
+//!
+//! A scratch file's blocks are reserved when it grows (`fallocate`), so a full disk is an error
+//! when growing, never a `SIGBUS` on a later write. Any error of the scratch file (it cannot be
+//! created, reserved or mapped) moves the array to the heap, with a warning: the run goes on
+//! with the same decisions, no longer bounded.
+
+use std::marker::PhantomData;
+use std::mem::{ManuallyDrop, size_of};
+use std::ops::{Deref, DerefMut};
+use std::path::PathBuf;
+use std::ptr::NonNull;
+
+/// Where bookkeeping arrays live.
+#[derive(Clone, Debug, Default)]
+pub enum Backing {
+    /// Heap memory (no memory limit).
+    #[default]
+    Heap,
+    /// A shared mapping of an unnamed file in `dir` (the system's temp dir when `None`).
+    Scratch {
+        /// The spill directory.
+        dir: Option<PathBuf>,
+    },
+}
+
+/// Values that are only bytes: no pointers, nothing to drop, so a value written to a scratch
+/// file's mapping reads back as written.
+///
+/// # Safety
+/// The type must hold no references, pointers or handles, and must not implement `Drop`.
+pub unsafe trait Plain: Copy + 'static {}
+
+/// [`Plain`] values for which all-zero bytes are a valid value (the contents of a scratch file's
+/// new blocks, and of [`ScratchVec::zeroed`]).
+///
+/// # Safety
+/// As [`Plain`], and the all-zero bit pattern must be a valid value of the type.
+#[allow(
+    dead_code,
+    reason = "a marker named only in bounds, which the lint does not count"
+)]
+pub unsafe trait Zeroable: Plain {}
+
+// SAFETY: plain integers.
+unsafe impl Plain for u32 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u32 {}
+// SAFETY: as above.
+unsafe impl Plain for u64 {}
+// SAFETY: as above.
+unsafe impl Zeroable for u64 {}
+// SAFETY: a pair of plain integers.
+unsafe impl Plain for (u32, u32) {}
+
+fn page_bytes() -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: sysconf reads a constant of the system.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if page > 0 {
+            return page as usize;
+        }
+    }
+    4096
+}
+
+enum Store {
+    /// `ptr`/`cap` are the raw parts of a `Vec<T>` of length `len`.
+    Heap,
+    /// `ptr` starts a shared mapping of `bytes` bytes of `file` (none yet when `bytes` is 0).
+    Mapped {
+        dir: Option<PathBuf>,
+        file: Option<std::fs::File>,
+        bytes: usize,
+    },
+}
+
+/// A growable array of [`Plain`] values, on the heap or in a scratch file's mapping
+/// ([`Backing`]). Dereferences to a slice of its values.
+pub struct ScratchVec<T: Plain> {
+    ptr: NonNull<T>,
+    len: usize,
+    cap: usize,
+    store: Store,
+    _values: PhantomData<T>,
+}
+
+// SAFETY: the array owns its values (heap memory, or a shared mapping of an unnamed file only it
+// has open).
+unsafe impl<T: Plain + Send> Send for ScratchVec<T> {}
+// SAFETY: shared references only read.
+unsafe impl<T: Plain + Sync> Sync for ScratchVec<T> {}
+
+impl<T: Plain> ScratchVec<T> {
+    /// An empty array kept as `backing` says.
+    pub fn new(backing: &Backing) -> ScratchVec<T> {
+        assert!(size_of::<T>() > 0, "no zero-sized values");
+        let store = match backing {
+            #[cfg(target_os = "linux")]
+            Backing::Scratch { dir } => Store::Mapped {
+                dir: dir.clone(),
+                file: None,
+                bytes: 0,
+            },
+            _ => Store::Heap,
+        };
+        ScratchVec {
+            ptr: NonNull::dangling(),
+            len: 0,
+            cap: 0,
+            store,
+            _values: PhantomData,
+        }
+    }
+
+    /// Values held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether its values are in a scratch file's mapping.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.store, Store::Mapped { .. })
+    }
+
+    /// Appends a value.
+    pub fn push(&mut self, value: T) {
+        if self.len == self.cap {
+            self.reserve(1);
+        }
+        // SAFETY: len < cap after reserving, and the slot is within the allocation or mapping.
+        unsafe { self.ptr.as_ptr().add(self.len).write(value) };
+        self.len += 1;
+    }
+
+    /// Makes room for `additional` more values (at least doubling when it grows).
+    pub fn reserve(&mut self, additional: usize) {
+        let needed = self.len.checked_add(additional).expect("capacity overflow");
+        if needed <= self.cap {
+            return;
+        }
+        let wanted = needed.max(self.cap * 2).max(4);
+        if self.is_mapped() {
+            match self.grow_mapped(wanted) {
+                Ok(()) => return,
+                Err(e) => {
+                    tracing::warn!(
+                        "bookkeeping scratch file: {e}; keeping this part of the decision state \
+                         in memory instead (the decisions are the same, the memory limit no \
+                         longer holds for it)"
+                    );
+                    self.move_to_heap();
+                }
+            }
+        }
+        self.grow_heap(wanted);
+    }
+
+    fn grow_heap(&mut self, wanted: usize) {
+        // SAFETY: ptr/len/cap are the raw parts of a Vec<T> (dangling with cap 0 is what
+        // Vec::new holds).
+        let mut v = unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) };
+        v.reserve_exact(wanted - self.len);
+        let mut v = ManuallyDrop::new(v);
+        self.cap = v.capacity();
+        self.ptr = NonNull::new(v.as_mut_ptr()).expect("a vector's pointer is not null");
+    }
+
+    /// Copies the values to the heap and unmaps the scratch file.
+    fn move_to_heap(&mut self) {
+        let mut v: Vec<T> = Vec::with_capacity(self.len.max(4));
+        v.extend_from_slice(self);
+        self.unmap();
+        self.store = Store::Heap;
+        let mut v = ManuallyDrop::new(v);
+        self.cap = v.capacity();
+        self.ptr = NonNull::new(v.as_mut_ptr()).expect("a vector's pointer is not null");
+    }
+
+    #[cfg(target_os = "linux")]
+    fn grow_mapped(&mut self, wanted: usize) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let Store::Mapped { dir, file, bytes } = &mut self.store else {
+            unreachable!("grow_mapped on a heap array")
+        };
+        let page = page_bytes();
+        let new_bytes = (wanted * size_of::<T>()).div_ceil(page) * page;
+        if file.is_none() {
+            *file = Some(match dir {
+                Some(dir) => tempfile::tempfile_in(dir)?,
+                None => tempfile::tempfile()?,
+            });
+        }
+        let fd = file
+            .as_ref()
+            .expect("the scratch file was just made")
+            .as_raw_fd();
+        let len = libc::off_t::try_from(new_bytes)
+            .map_err(|_| std::io::Error::other("scratch file too large"))?;
+        // SAFETY: fallocate on a descriptor we own.
+        if unsafe { libc::fallocate(fd, 0, 0, len) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: a new shared mapping of the file's first `new_bytes` bytes (all allocated), or
+        // the existing mapping of its first `bytes` moved and grown.
+        let mapped = unsafe {
+            if *bytes == 0 {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    new_bytes,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_SHARED,
+                    fd,
+                    0,
+                )
+            } else {
+                libc::mremap(
+                    self.ptr.as_ptr().cast(),
+                    *bytes,
+                    new_bytes,
+                    libc::MREMAP_MAYMOVE,
+                )
+            }
+        };
+        if mapped == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // Lookups land anywhere: reading ahead around a fault would only map pages not needed.
+        // SAFETY: advice on the mapping just made.
+        unsafe { libc::madvise(mapped, new_bytes, libc::MADV_RANDOM) };
+        *bytes = new_bytes;
+        self.ptr = NonNull::new(mapped.cast()).expect("a mapping is not at address 0");
+        self.cap = new_bytes / size_of::<T>();
+        Ok(())
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn grow_mapped(&mut self, _wanted: usize) -> std::io::Result<()> {
+        Err(std::io::Error::other("scratch mappings need Linux"))
+    }
+
+    fn unmap(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Store::Mapped { bytes, .. } = &mut self.store
+            && *bytes > 0
+        {
+            // SAFETY: the mapping this array made; nothing refers to it past this call.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), *bytes) };
+            *bytes = 0;
+            self.ptr = NonNull::dangling();
+            self.cap = 0;
+        }
+    }
+
+    /// Bytes it may hold in memory: its capacity on the heap, all of its mapping in a scratch
+    /// file.
+    pub fn memory_bytes(&self) -> usize {
+        match &self.store {
+            Store::Heap => self.cap * size_of::<T>(),
+            Store::Mapped { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Hands the pages of a mapping back to the kernel: its values stay in the scratch file and
+    /// fault back in when touched. Nothing for a heap array.
+    pub fn release(&mut self) {
+        #[cfg(target_os = "linux")]
+        if let Store::Mapped { bytes, .. } = &self.store
+            && *bytes > 0
+        {
+            // SAFETY: the array's own shared file mapping: MADV_DONTNEED drops this process's
+            // pages of it, the file keeps the values, so later reads see them unchanged.
+            unsafe { libc::madvise(self.ptr.as_ptr().cast(), *bytes, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
+/// What the scratch mappings hold in memory, measured as the process's resident pages of file
+/// and shared-memory mappings (`/proc/self/statm`'s third field), counted from when they were
+/// last released ([`MappedResidency::released`]). An overestimate: other file mappings (the
+/// program's own code) count too; `mincore` would not do, as it tells what the page cache
+/// holds, not what this process has mapped in.
+pub struct MappedResidency {
+    statm: Option<std::fs::File>,
+    at_release: u64,
+}
+
+impl MappedResidency {
+    /// A measure starting now, as if the mappings had just been released.
+    pub fn new() -> MappedResidency {
+        let mut m = MappedResidency {
+            statm: std::fs::File::open("/proc/self/statm").ok(),
+            at_release: 0,
+        };
+        m.released();
+        m
+    }
+
+    /// The process's resident bytes of file and shared-memory mappings; `None` when unknown.
+    fn shared_bytes(&mut self) -> Option<u64> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = [0u8; 256];
+        let n = self.statm.as_ref()?.read_at(&mut buf, 0).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let pages: u64 = text.split_ascii_whitespace().nth(2)?.parse().ok()?;
+        Some(pages * page_bytes() as u64)
+    }
+
+    /// Bytes the mappings may hold in memory now: how much the measure grew since they were
+    /// released (all of `otherwise` when it cannot be read).
+    pub fn grown(&mut self, otherwise: u64) -> u64 {
+        match self.shared_bytes() {
+            Some(now) => now.saturating_sub(self.at_release),
+            None => otherwise,
+        }
+    }
+
+    /// Notes that the mappings' pages were just handed back.
+    pub fn released(&mut self) {
+        self.at_release = self.shared_bytes().unwrap_or(0);
+    }
+}
+
+impl<T: Zeroable> ScratchVec<T> {
+    /// `len` zero values. A scratch file's new blocks read as zeros, so a mapped array touches
+    /// none of its pages.
+    pub fn zeroed(backing: &Backing, len: usize) -> ScratchVec<T> {
+        let mut v = ScratchVec::new(backing);
+        v.reserve(len);
+        if !v.is_mapped() {
+            // SAFETY: within the capacity; all-zero bytes are a valid T.
+            unsafe { std::ptr::write_bytes(v.ptr.as_ptr(), 0, len) };
+        }
+        v.len = len;
+        v
+    }
+}
+
+impl<T: Plain> Deref for ScratchVec<T> {
+    type Target = [T];
+    #[inline(always)]
+    fn deref(&self) -> &[T] {
+        // SAFETY: the first `len` values are initialised (pushed, or zeroed), `ptr` is aligned
+        // (a Vec's, or page-aligned).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Plain> DerefMut for ScratchVec<T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in deref, and `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Plain> Drop for ScratchVec<T> {
+    fn drop(&mut self) {
+        match self.store {
+            Store::Heap => {
+                // SAFETY: the raw parts of a Vec<T>.
+                drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, self.cap) });
+            }
+            Store::Mapped { .. } => self.unmap(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backings(dir: &tempfile::TempDir) -> [Backing; 2] {
+        [
+            Backing::Heap,
+            Backing::Scratch {
+                dir: Some(dir.path().to_path_buf()),
+            },
+        ]
+    }
+
+    #[test]
+    fn values_read_back_after_growing_and_after_their_pages_are_released() {
+        let dir = tempfile::tempdir().unwrap();
+        for backing in backings(&dir) {
+            let mut v: ScratchVec<u64> = ScratchVec::new(&backing);
+            let value = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for i in 0..3_000_000u64 {
+                v.push(value(i));
+                if i % 777_777 == 0 {
+                    v.release();
+                }
+            }
+            assert_eq!(v.len(), 3_000_000);
+            v[12_345] = 7;
+            let mut residency = MappedResidency::new();
+            if v.is_mapped() {
+                // 24 MB of values, all read: releasing the mapping gives most of its pages back.
+                assert_eq!(v.iter().filter(|&&x| x == 7).count(), 1);
+                let before = residency.shared_bytes().unwrap();
+                v.release();
+                let after = residency.shared_bytes().unwrap();
+                assert!(
+                    before >= after + 12_000_000,
+                    "released pages leave the process: {before} -> {after}"
+                );
+                residency.released();
+            }
+            for (i, &x) in v.iter().enumerate() {
+                let want = if i == 12_345 { 7 } else { value(i as u64) };
+                assert_eq!(x, want, "value {i} ({backing:?})");
+            }
+            if v.is_mapped() {
+                assert!(
+                    residency.grown(0) >= 12_000_000,
+                    "reading every value maps the pages in again"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn zeroed_arrays_read_as_zeros_and_pairs_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        for backing in backings(&dir) {
+            let z: ScratchVec<u32> = ScratchVec::zeroed(&backing, 100_000);
+            assert_eq!(z.len(), 100_000);
+            assert!(z.iter().all(|&x| x == 0));
+            let mut pairs: ScratchVec<(u32, u32)> = ScratchVec::new(&backing);
+            for i in 0..5000 {
+                pairs.push((i, !i));
+            }
+            pairs.release();
+            assert!(
+                pairs
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &p)| p == (i as u32, !(i as u32)))
+            );
+        }
+    }
+
+    #[test]
+    fn a_spill_dir_that_cannot_hold_a_file_leaves_the_values_on_the_heap() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = Backing::Scratch {
+            dir: Some(dir.path().join("no such dir")),
+        };
+        let mut v: ScratchVec<u64> = ScratchVec::new(&missing);
+        for i in 0..10_000 {
+            v.push(i);
+        }
+        assert!(!v.is_mapped());
+        assert!(v.iter().copied().eq(0..10_000));
+    }
+}
