@@ -46,9 +46,9 @@ pub struct DeduperConfig {
     /// Memory for the decision state (no bound when `None`): representatives' signatures and
     /// shingle sets, which spill to disk past it, and the bookkeeping every decision looks up
     /// (the bucket index, the places of records, first copies), which then lives in scratch
-    /// files' mappings and takes at most half of it in memory, handing pages back past that.
-    /// Sets are also bounded by `verify_memory`. Decisions do not depend on it: what spilled is
-    /// read back when a comparison needs it.
+    /// files' mappings, goes first (the records keep what it leaves) and hands pages back past
+    /// it. Sets are also bounded by `verify_memory`. Decisions do not depend on it: what spilled
+    /// is read back when a comparison needs it.
     #[serde(default)]
     pub decision_memory: Option<u64>,
     /// Where signatures and sets past their budgets spill (the system's temporary directory when
@@ -201,6 +201,10 @@ pub struct Deduper {
 /// megabytes.
 const MEASURE_EVERY: u32 = 16;
 
+/// A bookkeeping mapping past its cap hands back one of this many parts at a time, keeping
+/// between three quarters of the cap and all of it in memory.
+const RELEASE_PARTS: usize = 4;
+
 /// How many representatives ahead of the one being compared the next signature is loaded.
 const PREFETCH_AHEAD: usize = 2;
 
@@ -218,9 +222,10 @@ impl Deduper {
         if config.max_reps == Some(0) {
             return Err(SettingsError::NoRepresentatives);
         }
-        // Under a limit, the bookkeeping lives in scratch mappings and holds at most half of the
-        // decision state's memory: the records keep the rest.
-        let bookkeeping_cap = config.decision_memory.map(|m| m / 2);
+        // Under a limit, the bookkeeping lives in scratch mappings and may hold all of the
+        // decision state's memory: every decision looks it up, while records are read only for
+        // comparisons, so the records keep what it leaves.
+        let bookkeeping_cap = config.decision_memory;
         let backing = match config.decision_memory {
             Some(_) => Backing::Scratch {
                 dir: config.spill_dir.clone(),
@@ -476,8 +481,9 @@ impl Deduper {
 
     /// Under a memory limit, keeps what the bookkeeping holds in memory within its cap: every
     /// [`MEASURE_EVERY`] decisions, once all of it could pass the cap, measures its pages in
-    /// memory ([`MappedResidency`]) and hands them all back when they pass it (they fault back
-    /// in as lookups touch them). Decisions do not change: the values stay in the scratch files.
+    /// memory ([`MappedResidency`]) and, when they pass it, hands back the next of
+    /// [`RELEASE_PARTS`] parts of each mapping (their pages fault back in as lookups touch
+    /// them). Decisions do not change: the values stay in the scratch files.
     fn bound_bookkeeping(&mut self) {
         let Some(cap) = self.bookkeeping_cap else {
             return;
@@ -490,13 +496,15 @@ impl Deduper {
         if self.others_bytes() + self.reps.place_bytes() <= cap {
             return;
         }
-        if self.residency.grown(u64::MAX) > cap {
-            self.buckets.release();
-            self.exact_seen.release();
-            self.reps.release_places();
-            self.residency.released();
-            self.stats.bookkeeping_releases += 1;
+        if self.residency.held(u64::MAX) <= cap {
+            self.residency.within_cap();
+            return;
         }
+        self.buckets.release_part(RELEASE_PARTS);
+        self.exact_seen.release_part(RELEASE_PARTS);
+        self.reps.release_places_part(RELEASE_PARTS);
+        self.residency.released_part(RELEASE_PARTS);
+        self.stats.bookkeeping_releases += 1;
     }
 
     /// The first I/O error of the representatives' spill files, if one happened since the last

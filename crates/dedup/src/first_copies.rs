@@ -154,8 +154,14 @@ impl FirstCopies {
     }
 
     /// Hands its mapped pages back to the kernel.
-    pub fn release(&mut self) {
+    #[cfg(test)]
+    fn release(&mut self) {
         self.slots.release();
+    }
+
+    /// Hands one of `parts` parts of its mapped table back to the kernel.
+    pub fn release_part(&mut self, parts: usize) {
+        self.slots.release_part(parts);
     }
 }
 

@@ -39,8 +39,10 @@
 //! inputs or format outputs (`neardup-corpus`), or run threads (`neardup-exec`).
 //!
 //! Where things live, each module building only on those before it: the decision core is
-//! `reps` (buckets and the representatives' arena), `verify` (exact verification's shingle
-//! sets) and `deduper`; a stage-2 pass starts from `pass` (its settings, [`Decision`],
+//! `scratch` (the growable arrays of its bookkeeping, in scratch files' mappings under a memory
+//! limit so that their pages can be handed back), `verify` (records that spill, and exact
+//! verification's shingle sets), `reps` (buckets and the representatives' store),
+//! `first_copies` (the first sample of each text) and `deduper`; a stage-2 pass starts from `pass` (its settings, [`Decision`],
 //! [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
 //! thread and the routes of hot samples), `stage` (the pass on the executor, and
 //! [`run_dedup`]); `handoff` is the values between the distributed steps and `distributed`

@@ -228,11 +228,11 @@ impl RepStore {
         self.record_bytes() + bookkeeping.min(self.bookkeeping_cap)
     }
 
-    /// Hands the pages of mapped places back to the kernel.
-    pub fn release_places(&mut self) {
-        self.signatures.release_places();
+    /// Hands one of `parts` parts of the mapped places back to the kernel.
+    pub fn release_places_part(&mut self, parts: usize) {
+        self.signatures.release_places_part(parts);
         if let Some(sets) = &mut self.sets {
-            sets.release_places();
+            sets.release_places_part(parts);
         }
     }
 
@@ -468,6 +468,14 @@ impl BucketIndex {
     /// Bytes its arrays may hold in memory (all of them, mapped or not).
     pub fn memory_bytes(&self) -> usize {
         self.slots.memory_bytes() + self.lists.memory_bytes() + self.links.memory_bytes()
+    }
+
+    /// Hands one of `parts` parts of its mapped arrays back to the kernel
+    /// ([`ScratchVec::release_part`]).
+    pub fn release_part(&mut self, parts: usize) {
+        self.slots.release_part(parts);
+        self.lists.release_part(parts);
+        self.links.release_part(parts);
     }
 
     /// Hands its mapped pages back to the kernel ([`ScratchVec::release`]).

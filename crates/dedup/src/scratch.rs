@@ -93,6 +93,8 @@ pub struct ScratchVec<T: Plain> {
     len: usize,
     cap: usize,
     store: Store,
+    /// The part of the mapping [`ScratchVec::release_part`] hands back next.
+    next_part: usize,
     _values: PhantomData<T>,
 }
 
@@ -120,6 +122,7 @@ impl<T: Plain> ScratchVec<T> {
             len: 0,
             cap: 0,
             store,
+            next_part: 0,
             _values: PhantomData,
         }
     }
@@ -284,26 +287,59 @@ impl<T: Plain> ScratchVec<T> {
             unsafe { libc::madvise(self.ptr.as_ptr().cast(), *bytes, libc::MADV_DONTNEED) };
         }
     }
+
+    /// Hands back one of `parts` equal parts of a mapping, each in turn: lookups land anywhere,
+    /// so a part holds about its share of the pages in memory, and the rest stay mapped in for
+    /// the lookups to come (handing everything back would leave, on average, half as much
+    /// mapped in under the same cap). Nothing for a heap array.
+    pub fn release_part(&mut self, parts: usize) {
+        #[cfg(target_os = "linux")]
+        if let Store::Mapped { bytes, .. } = &self.store
+            && *bytes > 0
+        {
+            let page = page_bytes();
+            let part = (*bytes / parts.max(1)).div_ceil(page).max(1) * page;
+            let mut start = self.next_part * part;
+            if start >= *bytes {
+                (self.next_part, start) = (0, 0);
+            }
+            let len = part.min(*bytes - start);
+            // SAFETY: as in `release`, on a page-aligned range within the mapping.
+            unsafe {
+                libc::madvise(
+                    self.ptr.as_ptr().cast::<u8>().add(start).cast(),
+                    len,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            self.next_part = (self.next_part + 1) % parts.max(1);
+        }
+    }
 }
 
 /// What the scratch mappings hold in memory, measured as the process's resident pages of file
-/// and shared-memory mappings (`/proc/self/statm`'s third field), counted from when they were
-/// last released ([`MappedResidency::released`]). An overestimate: other file mappings (the
-/// program's own code) count too; `mincore` would not do, as it tells what the page cache
-/// holds, not what this process has mapped in.
+/// and shared-memory mappings (`/proc/self/statm`'s third field) beyond those it had when the
+/// measure started. An overestimate when other file mappings grow meanwhile (the program's own
+/// code as it runs): so when handing back every part of the mappings in turn
+/// ([`MappedResidency::released_part`]) never brought the measure under the cap, what is left
+/// is taken as not theirs. (`mincore` would not do: it tells what the page cache holds, not
+/// what this process has mapped in.)
 pub struct MappedResidency {
     statm: Option<std::fs::File>,
-    at_release: u64,
+    base: u64,
+    /// Parts handed back since the measure was last under the cap.
+    parts_released: usize,
 }
 
 impl MappedResidency {
-    /// A measure starting now, as if the mappings had just been released.
+    /// A measure starting now: file mappings already in memory are not the scratch mappings'.
     pub fn new() -> MappedResidency {
         let mut m = MappedResidency {
             statm: std::fs::File::open("/proc/self/statm").ok(),
-            at_release: 0,
+            base: 0,
+            parts_released: 0,
         };
-        m.released();
+        m.base = m.shared_bytes().unwrap_or(0);
         m
     }
 
@@ -317,18 +353,27 @@ impl MappedResidency {
         Some(pages * page_bytes() as u64)
     }
 
-    /// Bytes the mappings may hold in memory now: how much the measure grew since they were
-    /// released (all of `otherwise` when it cannot be read).
-    pub fn grown(&mut self, otherwise: u64) -> u64 {
+    /// Bytes the mappings may hold in memory now (`otherwise` when that cannot be read).
+    pub fn held(&mut self, otherwise: u64) -> u64 {
         match self.shared_bytes() {
-            Some(now) => now.saturating_sub(self.at_release),
+            Some(now) => now.saturating_sub(self.base),
             None => otherwise,
         }
     }
 
-    /// Notes that the mappings' pages were just handed back.
-    pub fn released(&mut self) {
-        self.at_release = self.shared_bytes().unwrap_or(0);
+    /// Notes that the measure was found within the cap.
+    pub fn within_cap(&mut self) {
+        self.parts_released = 0;
+    }
+
+    /// Notes that one of `parts` parts of every mapping was just handed back; after all of them
+    /// in a row, what remains is taken as other mappings'.
+    pub fn released_part(&mut self, parts: usize) {
+        self.parts_released += 1;
+        if self.parts_released >= parts {
+            self.parts_released = 0;
+            self.base = self.shared_bytes().unwrap_or(self.base);
+        }
     }
 }
 
@@ -406,16 +451,24 @@ mod tests {
             v[12_345] = 7;
             let mut residency = MappedResidency::new();
             if v.is_mapped() {
-                // 24 MB of values, all read: releasing the mapping gives most of its pages back.
+                // 24 MB of values, all read: handing back one part of four, then the whole
+                // mapping, gives their pages back.
                 assert_eq!(v.iter().filter(|&&x| x == 7).count(), 1);
                 let before = residency.shared_bytes().unwrap();
+                v.release_part(4);
+                let quarter = residency.shared_bytes().unwrap();
+                assert!(
+                    before >= quarter + 4_000_000
+                        && before <= quarter + v.memory_bytes() as u64 / 4,
+                    "a quarter of the pages leave the process: {before} -> {quarter}"
+                );
                 v.release();
                 let after = residency.shared_bytes().unwrap();
                 assert!(
-                    before >= after + 12_000_000,
+                    before >= after + 20_000_000,
                     "released pages leave the process: {before} -> {after}"
                 );
-                residency.released();
+                residency = MappedResidency::new();
             }
             for (i, &x) in v.iter().enumerate() {
                 let want = if i == 12_345 { 7 } else { value(i as u64) };
@@ -423,7 +476,7 @@ mod tests {
             }
             if v.is_mapped() {
                 assert!(
-                    residency.grown(0) >= 12_000_000,
+                    residency.held(0) >= 20_000_000,
                     "reading every value maps the pages in again"
                 );
             }

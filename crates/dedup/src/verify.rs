@@ -266,9 +266,10 @@ impl SpillArena {
         self.places.memory_bytes() as u64
     }
 
-    /// Hands the pages of mapped places back to the kernel ([`ScratchVec::release`]).
-    pub fn release_places(&mut self) {
-        self.places.release();
+    /// Hands one of `parts` parts of the mapped places back to the kernel
+    /// ([`ScratchVec::release_part`]).
+    pub fn release_places_part(&mut self, parts: usize) {
+        self.places.release_part(parts);
     }
 
     /// The first disk error, if any (taken: reported once).
