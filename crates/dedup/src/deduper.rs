@@ -187,12 +187,10 @@ pub struct Deduper {
     /// whose estimate fell short by chance still get their exact check.
     candidate_floor: f64,
     /// Under a memory limit, the most the bookkeeping (bucket index, places, first copies) may
-    /// hold in memory: past it its pages are handed back.
-    bookkeeping_cap: Option<u64>,
+    /// hold in memory (past it its pages are handed back), and the measure of what it holds.
+    bookkeeping_cap: Option<(u64, MappedResidency)>,
     /// Decisions since the bookkeeping's memory was last measured.
     since_measured: u32,
-    /// What the bookkeeping's mappings hold in memory.
-    residency: MappedResidency,
     stats: DeduperStats,
 }
 
@@ -233,6 +231,7 @@ impl Deduper {
             None => Backing::Heap,
         };
         let grow_budget = bookkeeping_cap.unwrap_or(u64::MAX);
+        let bookkeeping = bookkeeping_cap.map(|cap| (cap, MappedResidency::new()));
         let budget = RepBudget {
             records: config.decision_memory,
             sets: (config.verify == Verify::Jaccard).then_some(config.verify_memory),
@@ -251,9 +250,8 @@ impl Deduper {
             reps: RepStore::new(num_perm, budget, config.spill_dir.clone(), &backing),
             buckets: BucketIndex::new(backing.clone(), grow_budget),
             exact_seen: FirstCopies::new(backing, grow_budget),
-            bookkeeping_cap,
+            bookkeeping_cap: bookkeeping,
             since_measured: 0,
-            residency: MappedResidency::new(),
             seen_reps: HashSet::new(),
             bucket_reps: Vec::new(),
             stats: DeduperStats::default(),
@@ -485,7 +483,7 @@ impl Deduper {
     /// [`RELEASE_PARTS`] parts of each mapping (their pages fault back in as lookups touch
     /// them). Decisions do not change: the values stay in the scratch files.
     fn bound_bookkeeping(&mut self) {
-        let Some(cap) = self.bookkeeping_cap else {
+        let Some(cap) = self.bookkeeping_cap.as_ref().map(|(cap, _)| *cap) else {
             return;
         };
         self.since_measured += 1;
@@ -496,14 +494,17 @@ impl Deduper {
         if self.others_bytes() + self.reps.place_bytes() <= cap {
             return;
         }
-        if self.residency.held(u64::MAX) <= cap {
-            self.residency.within_cap();
+        let Some((_, residency)) = &mut self.bookkeeping_cap else {
+            return;
+        };
+        if residency.held(u64::MAX) <= cap {
+            residency.within_cap();
             return;
         }
         self.buckets.release_part(RELEASE_PARTS);
         self.exact_seen.release_part(RELEASE_PARTS);
         self.reps.release_places_part(RELEASE_PARTS);
-        self.residency.released_part(RELEASE_PARTS);
+        residency.released_part(RELEASE_PARTS);
         self.stats.bookkeeping_releases += 1;
     }
 
