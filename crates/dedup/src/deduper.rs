@@ -799,13 +799,8 @@ mod tests {
     fn bookkeeping_past_a_tiny_limit_is_handed_back_and_decides_the_same() {
         // 30,000 samples in a few thousand buckets, some near copies, some exact copies, with
         // sets: the bookkeeping (index, places, first copies) far outgrows a 64 KB budget.
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || crate::scratch::xorshift(&mut state);
         let samples: Vec<Sample> = (0..30_000u64)
             .map(|i| {
                 let r = next();

@@ -2,7 +2,7 @@
 
 use neardup_corpus::SampleAddr;
 
-use crate::scratch::{Backing, Plain, ScratchVec, Zeroable};
+use crate::scratch::{Backing, KeyedSlot, Plain, ProbeTable, Zeroable};
 
 /// The first sample seen with a content hash, and the kept sample its cluster resolves to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,17 +26,23 @@ unsafe impl Plain for Slot {}
 // SAFETY: as above.
 unsafe impl Zeroable for Slot {}
 
-/// Full 128-bit content hash → its first copy: an open-addressing table (linear probing, at
-/// most 7/8 full) in [`ScratchVec`]s, so that under a memory limit the decision state can hand
-/// its pages back like the bucket index's.
+impl KeyedSlot for Slot {
+    type Key = u128;
+    const EMPTY: u128 = 0;
+    fn key(&self) -> u128 {
+        self.hash
+    }
+    fn fold(hash: u128) -> u64 {
+        (hash as u64) ^ ((hash >> 64) as u64)
+    }
+}
+
+/// Full 128-bit content hash → its first copy: a [`ProbeTable`], so that under a memory limit
+/// the decision state can hand its pages back like the bucket index's.
 pub struct FirstCopies {
-    slots: ScratchVec<Slot>,
-    len: usize,
+    table: ProbeTable<Slot>,
     /// The entry of hash 0, which marks empty slots.
     zero: Option<FirstCopy>,
-    backing: Backing,
-    /// While growing into a mapped table, pages are handed back after this many entries moved.
-    release_every: usize,
 }
 
 impl FirstCopies {
@@ -44,49 +50,25 @@ impl FirstCopies {
     /// `budget` bytes of its pages at a time.
     pub fn new(backing: Backing, budget: u64) -> FirstCopies {
         FirstCopies {
-            slots: ScratchVec::zeroed(&backing, 16),
-            len: 0,
+            table: ProbeTable::new(backing, budget),
             zero: None,
-            release_every: usize::try_from(budget / 4096).unwrap_or(usize::MAX).max(64),
-            backing,
-        }
-    }
-
-    fn home(&self, hash: u128) -> usize {
-        let folded = (hash as u64) ^ ((hash >> 64) as u64);
-        (folded.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.slots.len() - 1)
-    }
-
-    /// The slot holding `hash`, or the empty slot where it would go (`hash` not 0).
-    fn slot(&self, hash: u128) -> usize {
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(hash);
-        loop {
-            let h = self.slots[i].hash;
-            if h == hash || h == 0 {
-                return i;
-            }
-            i = (i + 1) & mask;
         }
     }
 
     /// The first copy of `hash`.
     pub fn get(&self, hash: u128) -> Option<FirstCopy> {
-        if hash == 0 {
-            return self.zero;
+        match hash {
+            0 => self.zero,
+            _ => self.table.find(hash).map(|s| s.first),
         }
-        let s = &self.slots[self.slot(hash)];
-        (s.hash != 0).then_some(s.first)
     }
 
     /// The first copy of `hash`, to change.
     pub fn get_mut(&mut self, hash: u128) -> Option<&mut FirstCopy> {
-        if hash == 0 {
-            return self.zero.as_mut();
+        match hash {
+            0 => self.zero.as_mut(),
+            _ => self.table.find_mut(hash).map(|s| &mut s.first),
         }
-        let i = self.slot(hash);
-        let s = &mut self.slots[i];
-        (s.hash != 0).then_some(&mut s.first)
     }
 
     /// Whether `hash` has a first copy.
@@ -98,46 +80,15 @@ impl FirstCopies {
     /// `None`.
     pub fn get_or_insert(&mut self, hash: u128, first: FirstCopy) -> Option<FirstCopy> {
         if hash == 0 {
-            return match self.zero {
-                Some(f) => Some(f),
-                None => {
-                    self.zero = Some(first);
-                    None
-                }
-            };
+            let had = self.zero;
+            self.zero.get_or_insert(first);
+            return had;
         }
-        let i = self.slot(hash);
-        if self.slots[i].hash != 0 {
-            return Some(self.slots[i].first);
-        }
-        if (self.len + 1) * 8 > self.slots.len() * 7 {
-            self.grow();
-            let i = self.slot(hash);
-            self.slots[i] = Slot { hash, first };
-        } else {
-            self.slots[i] = Slot { hash, first };
-        }
-        self.len += 1;
-        None
-    }
-
-    fn grow(&mut self) {
-        let capacity = self.slots.len() * 2;
-        let mut old =
-            std::mem::replace(&mut self.slots, ScratchVec::zeroed(&self.backing, capacity));
-        let mapped = self.slots.is_mapped();
-        let mut moved = 0usize;
-        for i in 0..old.len() {
-            let s = old[i];
-            if s.hash == 0 {
-                continue;
-            }
-            let j = self.slot(s.hash);
-            self.slots[j] = s;
-            moved += 1;
-            if mapped && moved.is_multiple_of(self.release_every) {
-                self.slots.release();
-                old.release();
+        match self.table.entry(hash) {
+            Ok(slot) => Some(slot.first),
+            Err(i) => {
+                self.table.fill(i, Slot { hash, first });
+                None
             }
         }
     }
@@ -145,23 +96,23 @@ impl FirstCopies {
     /// Entries held.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.len + usize::from(self.zero.is_some())
+        self.table.len() + usize::from(self.zero.is_some())
     }
 
     /// Bytes its table may hold in memory (all of it, mapped or not).
     pub fn memory_bytes(&self) -> usize {
-        self.slots.memory_bytes()
+        self.table.memory_bytes()
     }
 
     /// Hands its mapped pages back to the kernel.
     #[cfg(test)]
     fn release(&mut self) {
-        self.slots.release();
+        self.table.release();
     }
 
     /// Hands one of `parts` parts of its mapped table back to the kernel.
     pub fn release_part(&mut self, parts: usize) {
-        self.slots.release_part(parts);
+        self.table.release_part(parts);
     }
 }
 
@@ -180,20 +131,12 @@ mod tests {
     #[test]
     fn first_copies_hold_what_a_map_holds_on_the_heap_and_mapped() {
         let dir = tempfile::tempdir().unwrap();
-        let backings = [
-            Backing::Heap,
-            Backing::Scratch {
-                dir: Some(dir.path().to_path_buf()),
-            },
-        ];
-        for backing in backings {
+        for backing in crate::scratch::both_backings(&dir) {
             let mut table = FirstCopies::new(backing.clone(), 16 * 1024);
             let mut expected: std::collections::HashMap<u128, FirstCopy> = Default::default();
-            let mut x = 0x9E37_79B9_7F4A_7C15u64;
+            let mut state = 0x9E37_79B9_7F4A_7C15u64;
             for i in 0..50_000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = crate::scratch::xorshift(&mut state);
                 // Repeats, hashes sharing their low or high half, and the hash 0.
                 let hash = match i % 500 {
                     0 => 0,

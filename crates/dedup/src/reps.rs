@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use neardup_corpus::SampleAddr;
 use neardup_sketch::{NO_KEY, jaccard_at_least};
 
-use crate::scratch::{Backing, Plain, ScratchVec, Zeroable};
-use crate::verify::{SpillArena, prefetch_line};
+use crate::scratch::{Backing, KeyedSlot, Plain, ProbeTable, ScratchVec, Zeroable};
+use crate::verify::SpillArena;
 
 /// Index of a representative in the store.
 pub type RepId = u32;
@@ -300,24 +300,32 @@ unsafe impl Plain for Slot {}
 // SAFETY: as above.
 unsafe impl Zeroable for Slot {}
 
+impl KeyedSlot for Slot {
+    type Key = u64;
+    const EMPTY: u64 = EMPTY;
+    #[inline(always)]
+    fn key(&self) -> u64 {
+        Slot::key(self)
+    }
+    #[inline(always)]
+    fn fold(key: u64) -> u64 {
+        key
+    }
+}
+
 /// Hot bucket key → its representatives, in insertion order.
 ///
 /// Most hot buckets hold one representative, so the table is built for them: open addressing
 /// with linear probing over 12-byte slots of a key and a 32-bit value (against 25 bytes for a
 /// general map of key to list), the value being the representative itself until a second one
 /// arrives and moves the bucket to a list. Its arrays are [`ScratchVec`]s: under a memory
-/// limit the decision state hands their pages back as it needs ([`BucketIndex::release`]).
+/// limit the decision state hands their pages back as it needs
+/// ([`BucketIndex::release_part`]).
 pub struct BucketIndex {
-    slots: ScratchVec<Slot>,
-    /// Buckets in use.
-    buckets: usize,
+    slots: ProbeTable<Slot>,
     lists: ScratchVec<List>,
     /// (representative, next link)
     links: ScratchVec<(RepId, u32)>,
-    backing: Backing,
-    /// While the table grows into a mapped one, its pages are handed back after this many keys
-    /// moved (each touches at most two pages), so that growing stays within the budget too.
-    release_every: usize,
 }
 
 impl Default for BucketIndex {
@@ -330,23 +338,11 @@ impl BucketIndex {
     /// An empty index whose arrays are kept as `backing` says; a growing mapped table holds at
     /// most about `budget` bytes of its pages at a time.
     pub fn new(backing: Backing, budget: u64) -> BucketIndex {
-        let page = 4096;
         BucketIndex {
-            slots: ScratchVec::zeroed(&backing, 16),
-            buckets: 0,
             lists: ScratchVec::new(&backing),
             links: ScratchVec::new(&backing),
-            release_every: usize::try_from(budget / (2 * page))
-                .unwrap_or(usize::MAX)
-                .max(64),
-            backing,
+            slots: ProbeTable::new(backing, budget),
         }
-    }
-
-    /// Where the probe for `key` starts. Keys are hashes already, but not necessarily in their
-    /// low bits (lshcurator's band keys), so they are mixed first.
-    fn home(&self, key: u64) -> usize {
-        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.slots.len() - 1)
     }
 
     /// Asks the CPU to start loading the slot where the probe for `key` starts: a sample's
@@ -354,27 +350,11 @@ impl BucketIndex {
     /// waited on each in turn.
     #[inline]
     pub fn prefetch(&self, key: u64) {
-        let i = self.home(key);
-        prefetch_line(self.slots[i..].as_ptr().cast());
-    }
-
-    /// The slot of `key`, or the empty slot where it would go.
-    fn slot(&self, key: u64) -> usize {
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(key);
-        loop {
-            let k = self.slots[i].key();
-            if k == key || k == EMPTY {
-                return i;
-            }
-            i = (i + 1) & mask;
-        }
+        self.slots.prefetch(key);
     }
 
     fn find(&self, key: u64) -> Option<u32> {
-        let i = self.slot(key);
-        let slot = self.slots[i];
-        (slot.key() == key && key != EMPTY).then_some(slot.value)
+        self.slots.find(key).map(|s| s.value)
     }
 
     pub fn len(&self, key: u64) -> usize {
@@ -385,58 +365,34 @@ impl BucketIndex {
         }
     }
 
-    /// Grows the table past 7/8 full, keeping probe sequences short.
-    fn grow(&mut self) {
-        let capacity = self.slots.len() * 2;
-        let mut old =
-            std::mem::replace(&mut self.slots, ScratchVec::zeroed(&self.backing, capacity));
-        let mapped = self.slots.is_mapped();
-        let mut moved = 0usize;
-        for i in 0..old.len() {
-            let slot = old[i];
-            if slot.key() == EMPTY {
-                continue;
-            }
-            let j = self.slot(slot.key());
-            self.slots[j] = slot;
-            moved += 1;
-            if mapped && moved.is_multiple_of(self.release_every) {
-                self.release();
-                old.release();
-            }
-        }
-    }
-
     pub fn push(&mut self, key: u64, rep: RepId) {
         assert_ne!(key, EMPTY, "no bucket has the empty key");
         assert!(rep < LISTED, "more than 2^31 representatives");
-        if (self.buckets + 1) * 8 > self.slots.len() * 7 {
-            self.grow();
-        }
-        let i = self.slot(key);
-        if self.slots[i].key() == EMPTY {
-            self.slots[i] = Slot::new(key, rep);
-            self.buckets += 1;
-            return;
-        }
+        let slot = match self.slots.entry(key) {
+            Ok(slot) => slot,
+            Err(i) => {
+                self.slots.fill(i, Slot::new(key, rep));
+                return;
+            }
+        };
         let link = u32::try_from(self.links.len())
             .ok()
             .filter(|l| *l != NONE)
             .expect("fewer than 4 billion bucket entries");
         self.links.push((rep, NONE));
-        let value = self.slots[i].value;
+        let value = slot.value;
         if value & LISTED == 0 {
             let list = u32::try_from(self.lists.len())
                 .ok()
                 .filter(|l| *l < LISTED)
                 .expect("fewer than 2^31 buckets with several representatives");
+            slot.value = list | LISTED;
             self.lists.push(List {
                 first: value,
                 head: link,
                 tail: link,
                 len: 2,
             });
-            self.slots[i].value = list | LISTED;
         } else {
             let list = &mut self.lists[(value & !LISTED) as usize];
             self.links[list.tail as usize].1 = link;
@@ -462,7 +418,7 @@ impl BucketIndex {
     }
 
     pub fn buckets(&self) -> usize {
-        self.buckets
+        self.slots.len()
     }
 
     /// Bytes its arrays may hold in memory (all of them, mapped or not).
@@ -479,6 +435,7 @@ impl BucketIndex {
     }
 
     /// Hands its mapped pages back to the kernel ([`ScratchVec::release`]).
+    #[cfg(test)]
     pub fn release(&mut self) {
         self.slots.release();
         self.lists.release();
@@ -604,21 +561,13 @@ mod tests {
     #[test]
     fn buckets_hold_what_a_map_of_lists_holds() {
         let dir = tempfile::tempdir().unwrap();
-        let backings = [
-            Backing::Heap,
-            Backing::Scratch {
-                dir: Some(dir.path().to_path_buf()),
-            },
-        ];
-        for backing in backings {
+        for backing in crate::scratch::both_backings(&dir) {
             // A small budget: a mapped table hands its pages back many times while it grows.
             let mut idx = BucketIndex::new(backing.clone(), 64 * 1024);
             let mut expected: std::collections::HashMap<u64, Vec<RepId>> = Default::default();
-            let mut x = 0x2545_F491_4F6C_DD1Du64;
+            let mut state = 0x2545_F491_4F6C_DD1Du64;
             for rep in 0..60_000u32 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = crate::scratch::xorshift(&mut state);
                 // Few distinct keys, some sharing low bits: lists of every length, and probing;
                 // and the extreme keys.
                 let key = match rep % 1000 {
@@ -640,7 +589,7 @@ mod tests {
             }
             assert_eq!(idx.len(u64::MAX - 1), 0);
             assert_eq!(idx.reps(u64::MAX - 1).count(), 0);
-            assert!(idx.memory_bytes() >= idx.slots.len() * 12);
+            assert!(idx.memory_bytes() >= idx.slots.capacity() * 12);
             assert_eq!(
                 idx.slots.is_mapped(),
                 matches!(backing, Backing::Scratch { .. })

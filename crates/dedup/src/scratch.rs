@@ -422,23 +422,208 @@ impl<T: Plain> Drop for ScratchVec<T> {
     }
 }
 
+/// Slots of a [`ProbeTable`]: all-zero bytes are an empty slot, whose key is
+/// [`KeyedSlot::EMPTY`], so no entry may have that key.
+pub trait KeyedSlot: Zeroable {
+    /// What the table is looked up by.
+    type Key: Copy + Eq;
+    /// The key of an empty (all-zero) slot.
+    const EMPTY: Self::Key;
+    /// The slot's key.
+    fn key(&self) -> Self::Key;
+    /// The key folded to 64 bits, for the start of its probe.
+    fn fold(key: Self::Key) -> u64;
+}
+
+/// An open-addressing table (linear probing, at most 7/8 full) of [`KeyedSlot`]s in a
+/// [`ScratchVec`]: empty slots are zeroed memory, so a new mapped table touches no page, and
+/// growing into a mapped table hands pages back as it goes, so that it stays within a budget
+/// too.
+pub struct ProbeTable<S: KeyedSlot> {
+    slots: ScratchVec<S>,
+    len: usize,
+    backing: Backing,
+    /// While growing into a mapped table, pages are handed back after this many slots moved
+    /// (each touches at most a page of the old table and one of the new).
+    release_every: usize,
+}
+
+impl<S: KeyedSlot> ProbeTable<S> {
+    /// An empty table kept as `backing` says, holding at most about `budget` bytes of its pages
+    /// while it grows.
+    pub fn new(backing: Backing, budget: u64) -> ProbeTable<S> {
+        ProbeTable {
+            slots: ScratchVec::zeroed(&backing, 16),
+            len: 0,
+            release_every: usize::try_from(budget / (2 * 4096))
+                .unwrap_or(usize::MAX)
+                .max(64),
+            backing,
+        }
+    }
+
+    /// Where the probe for `key` starts. Keys are hashes already, but not necessarily in their
+    /// low bits (lshcurator's band keys), so they are mixed first.
+    #[inline]
+    fn home(&self, key: S::Key) -> usize {
+        (S::fold(key).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & (self.slots.len() - 1)
+    }
+
+    /// Asks the CPU to start loading the slot where the probe for `key` starts (a hint): keys
+    /// lie anywhere in a table of megabytes, and looking them up one after the other waited on
+    /// each in turn.
+    #[inline]
+    pub fn prefetch(&self, key: S::Key) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint that never faults; the slot is within the table.
+        unsafe {
+            let p = self.slots.as_ptr().add(self.home(key));
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = key;
+    }
+
+    /// The slot holding `key`, or the empty slot where it would go.
+    #[inline]
+    pub fn slot_of(&self, key: S::Key) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let k = self.slots[i].key();
+            if k == key || k == S::EMPTY {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The slot holding `key`, if any.
+    #[inline]
+    pub fn find(&self, key: S::Key) -> Option<&S> {
+        if key == S::EMPTY {
+            return None;
+        }
+        let s = &self.slots[self.slot_of(key)];
+        (s.key() == key).then_some(s)
+    }
+
+    /// The slot holding `key`, if any, to change (not its key).
+    pub fn find_mut(&mut self, key: S::Key) -> Option<&mut S> {
+        if key == S::EMPTY {
+            return None;
+        }
+        let i = self.slot_of(key);
+        let s = &mut self.slots[i];
+        (s.key() == key).then_some(s)
+    }
+
+    /// The slot of `key`: `Ok` with it when `key` is held, else `Err` with the empty slot where
+    /// [`ProbeTable::fill`] puts it (growing the table first when one more entry would pass
+    /// 7/8 full).
+    pub fn entry(&mut self, key: S::Key) -> Result<&mut S, usize> {
+        assert!(key != S::EMPTY, "no entry has the empty key");
+        let mut i = self.slot_of(key);
+        if self.slots[i].key() == key {
+            return Ok(&mut self.slots[i]);
+        }
+        if (self.len + 1) * 8 > self.slots.len() * 7 {
+            self.grow();
+            i = self.slot_of(key);
+        }
+        Err(i)
+    }
+
+    /// Puts `slot` in the empty slot `i` that [`ProbeTable::entry`] returned for its key.
+    pub fn fill(&mut self, i: usize, slot: S) {
+        debug_assert!(self.slots[i].key() == S::EMPTY && slot.key() != S::EMPTY);
+        self.slots[i] = slot;
+        self.len += 1;
+    }
+
+    fn grow(&mut self) {
+        let capacity = self.slots.len() * 2;
+        let mut old =
+            std::mem::replace(&mut self.slots, ScratchVec::zeroed(&self.backing, capacity));
+        let mapped = self.slots.is_mapped();
+        let mut moved = 0usize;
+        for i in 0..old.len() {
+            let slot = old[i];
+            if slot.key() == S::EMPTY {
+                continue;
+            }
+            let j = self.slot_of(slot.key());
+            self.slots[j] = slot;
+            moved += 1;
+            if mapped && moved.is_multiple_of(self.release_every) {
+                self.slots.release();
+                old.release();
+            }
+        }
+    }
+
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Slots, empty ones included.
+    #[cfg(test)]
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Whether its slots are in a scratch file's mapping.
+    #[cfg(test)]
+    pub fn is_mapped(&self) -> bool {
+        self.slots.is_mapped()
+    }
+
+    /// Bytes its slots may hold in memory (all of them, mapped or not).
+    pub fn memory_bytes(&self) -> usize {
+        self.slots.memory_bytes()
+    }
+
+    /// [`ScratchVec::release`] of its slots.
+    #[cfg(test)]
+    pub fn release(&mut self) {
+        self.slots.release();
+    }
+
+    /// [`ScratchVec::release_part`] of its slots.
+    pub fn release_part(&mut self, parts: usize) {
+        self.slots.release_part(parts);
+    }
+}
+
+/// Both backings, the scratch files in `dir`: what tests of the bookkeeping run against.
+#[cfg(test)]
+pub(crate) fn both_backings(dir: &tempfile::TempDir) -> [Backing; 2] {
+    [
+        Backing::Heap,
+        Backing::Scratch {
+            dir: Some(dir.path().to_path_buf()),
+        },
+    ]
+}
+
+/// The next value of a xorshift generator (`state` not 0): test data without a dependency.
+#[cfg(test)]
+pub(crate) fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn backings(dir: &tempfile::TempDir) -> [Backing; 2] {
-        [
-            Backing::Heap,
-            Backing::Scratch {
-                dir: Some(dir.path().to_path_buf()),
-            },
-        ]
-    }
-
     #[test]
     fn values_read_back_after_growing_and_after_their_pages_are_released() {
         let dir = tempfile::tempdir().unwrap();
-        for backing in backings(&dir) {
+        for backing in both_backings(&dir) {
             let mut v: ScratchVec<u64> = ScratchVec::new(&backing);
             let value = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
             for i in 0..3_000_000u64 {
@@ -486,7 +671,7 @@ mod tests {
     #[test]
     fn zeroed_arrays_read_as_zeros_and_pairs_round_trip() {
         let dir = tempfile::tempdir().unwrap();
-        for backing in backings(&dir) {
+        for backing in both_backings(&dir) {
             let z: ScratchVec<u32> = ScratchVec::zeroed(&backing, 100_000);
             assert_eq!(z.len(), 100_000);
             assert!(z.iter().all(|&x| x == 0));
