@@ -186,9 +186,9 @@ pub struct Deduper {
     /// under exact verification, three standard errors of the estimate lower, so that pairs
     /// whose estimate fell short by chance still get their exact check.
     candidate_floor: f64,
-    /// Under a memory limit, the most the bookkeeping (bucket index, places, first copies) may
-    /// hold in memory (past it its pages are handed back), and the measure of what it holds.
-    bookkeeping_cap: Option<(u64, MappedResidency)>,
+    /// Under a memory limit, what the bookkeeping (bucket index, places, first copies) holds in
+    /// memory: at most `decision_memory`, past which its pages are handed back.
+    residency: Option<MappedResidency>,
     /// Decisions since the bookkeeping's memory was last measured.
     since_measured: u32,
     stats: DeduperStats,
@@ -223,19 +223,16 @@ impl Deduper {
         // Under a limit, the bookkeeping lives in scratch mappings and may hold all of the
         // decision state's memory: every decision looks it up, while records are read only for
         // comparisons, so the records keep what it leaves.
-        let bookkeeping_cap = config.decision_memory;
         let backing = match config.decision_memory {
             Some(_) => Backing::Scratch {
                 dir: config.spill_dir.clone(),
             },
             None => Backing::Heap,
         };
-        let grow_budget = bookkeeping_cap.unwrap_or(u64::MAX);
-        let bookkeeping = bookkeeping_cap.map(|cap| (cap, MappedResidency::new()));
+        let grow_budget = config.decision_memory.unwrap_or(u64::MAX);
         let budget = RepBudget {
             records: config.decision_memory,
             sets: (config.verify == Verify::Jaccard).then_some(config.verify_memory),
-            bookkeeping: bookkeeping_cap,
         };
         let bands = rule.band_columns(bands);
         let t = config.threshold;
@@ -250,7 +247,7 @@ impl Deduper {
             reps: RepStore::new(num_perm, budget, config.spill_dir.clone(), &backing),
             buckets: BucketIndex::new(backing.clone(), grow_budget),
             exact_seen: FirstCopies::new(backing, grow_budget),
-            bookkeeping_cap: bookkeeping,
+            residency: config.decision_memory.map(|_| MappedResidency::new()),
             since_measured: 0,
             seen_reps: HashSet::new(),
             bucket_reps: Vec::new(),
@@ -483,7 +480,7 @@ impl Deduper {
     /// [`RELEASE_PARTS`] parts of each mapping (their pages fault back in as lookups touch
     /// them). Decisions do not change: the values stay in the scratch files.
     fn bound_bookkeeping(&mut self) {
-        let Some(cap) = self.bookkeeping_cap.as_ref().map(|(cap, _)| *cap) else {
+        let (Some(cap), Some(_)) = (self.config.decision_memory, &self.residency) else {
             return;
         };
         self.since_measured += 1;
@@ -494,7 +491,7 @@ impl Deduper {
         if self.others_bytes() + self.reps.place_bytes() <= cap {
             return;
         }
-        let Some((_, residency)) = &mut self.bookkeeping_cap else {
+        let Some(residency) = &mut self.residency else {
             return;
         };
         if residency.held(u64::MAX) <= cap {

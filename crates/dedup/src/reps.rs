@@ -29,9 +29,6 @@ pub struct RepStore {
     memory_budget: u64,
     /// Bytes sets may take in memory (their own bound, `verify_memory`).
     sets_budget: u64,
-    /// The most the bookkeeping (places, and the caller's `others`) counts against
-    /// `memory_budget`: past it, the caller hands its pages back instead.
-    bookkeeping_cap: u64,
 }
 
 /// Values a sample address takes at the end of a signature record.
@@ -56,10 +53,6 @@ pub struct RepBudget {
     pub records: Option<u64>,
     /// Sets, when they are kept at all (`None`: no sets).
     pub sets: Option<u64>,
-    /// The most the bookkeeping that stays wherever records go (their places, the bucket
-    /// index, first copies) counts against `records`: its pages past that are handed back
-    /// ([`crate::scratch`]), so the records keep the rest (`None`: it all counts).
-    pub bookkeeping: Option<u64>,
 }
 
 impl RepStore {
@@ -80,7 +73,6 @@ impl RepStore {
                 .map(|_| SpillArena::new("shingle set", spill_dir, places)),
             memory_budget: budget.records.unwrap_or(u64::MAX),
             sets_budget: budget.sets.unwrap_or(0),
-            bookkeeping_cap: budget.bookkeeping.unwrap_or(u64::MAX),
         }
     }
 
@@ -222,10 +214,11 @@ impl RepStore {
     }
 
     /// What counts against the budget: the records in memory, and the bookkeeping (the places
-    /// and the caller's `others`) up to its cap.
+    /// and the caller's `others`) up to all of the budget: past it, the caller hands the
+    /// bookkeeping's pages back ([`crate::scratch`]), so the records keep what it leaves.
     fn counted_bytes(&self, others: u64) -> u64 {
         let bookkeeping = self.place_bytes().saturating_add(others);
-        self.record_bytes() + bookkeeping.min(self.bookkeeping_cap)
+        self.record_bytes() + bookkeeping.min(self.memory_budget)
     }
 
     /// Hands one of `parts` parts of the mapped places back to the kernel.
@@ -288,11 +281,6 @@ impl Slot {
             value,
         }
     }
-
-    #[inline(always)]
-    fn key(&self) -> u64 {
-        u64::from(self.key_low) | (u64::from(self.key_high) << 32)
-    }
 }
 
 // SAFETY: plain integers; all-zero is an empty slot.
@@ -305,7 +293,7 @@ impl KeyedSlot for Slot {
     const EMPTY: u64 = EMPTY;
     #[inline(always)]
     fn key(&self) -> u64 {
-        Slot::key(self)
+        u64::from(self.key_low) | (u64::from(self.key_high) << 32)
     }
     #[inline(always)]
     fn fold(key: u64) -> u64 {
@@ -366,7 +354,6 @@ impl BucketIndex {
     }
 
     pub fn push(&mut self, key: u64, rep: RepId) {
-        assert_ne!(key, EMPTY, "no bucket has the empty key");
         assert!(rep < LISTED, "more than 2^31 representatives");
         let slot = match self.slots.entry(key) {
             Ok(slot) => slot,
@@ -488,7 +475,6 @@ mod tests {
             let budget = RepBudget {
                 records,
                 sets: Some(1 << 20),
-                bookkeeping: None,
             };
             let mut store =
                 RepStore::new(4, budget, Some(dir.path().to_path_buf()), &Backing::Heap);
@@ -544,7 +530,6 @@ mod tests {
         let budget = RepBudget {
             records: None,
             sets: Some(8),
-            bookkeeping: None,
         };
         let mut store = RepStore::new(2, budget, None, &Backing::Heap);
         store.push(&[1, 2], None, addr(0), 0);

@@ -64,15 +64,31 @@ unsafe impl Zeroable for u64 {}
 unsafe impl Plain for (u32, u32) {}
 
 fn page_bytes() -> usize {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: sysconf reads a constant of the system.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if page > 0 {
-            return page as usize;
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: sysconf reads a constant of the system.
+            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+            if page > 0 {
+                return page as usize;
+            }
         }
+        4096
+    })
+}
+
+/// A hint to load the cache line holding `p`.
+#[inline(always)]
+pub(crate) fn prefetch_line(p: *const u32) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, whatever the address; SSE is part of
+    // x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
     }
-    4096
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 enum Store {
@@ -278,14 +294,7 @@ impl<T: Plain> ScratchVec<T> {
     /// Hands the pages of a mapping back to the kernel: its values stay in the scratch file and
     /// fault back in when touched. Nothing for a heap array.
     pub fn release(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Store::Mapped { bytes, .. } = &self.store
-            && *bytes > 0
-        {
-            // SAFETY: the array's own shared file mapping: MADV_DONTNEED drops this process's
-            // pages of it, the file keeps the values, so later reads see them unchanged.
-            unsafe { libc::madvise(self.ptr.as_ptr().cast(), *bytes, libc::MADV_DONTNEED) };
-        }
+        self.hand_back(0, self.mapped_bytes());
     }
 
     /// Hands back one of `parts` equal parts of a mapping, each in turn: lookups land anywhere,
@@ -293,18 +302,35 @@ impl<T: Plain> ScratchVec<T> {
     /// the lookups to come (handing everything back would leave, on average, half as much
     /// mapped in under the same cap). Nothing for a heap array.
     pub fn release_part(&mut self, parts: usize) {
+        let bytes = self.mapped_bytes();
+        if bytes == 0 {
+            return;
+        }
+        let page = page_bytes();
+        let part = (bytes / parts.max(1)).div_ceil(page).max(1) * page;
+        let mut start = self.next_part * part;
+        if start >= bytes {
+            (self.next_part, start) = (0, 0);
+        }
+        self.hand_back(start, part.min(bytes - start));
+        self.next_part = (self.next_part + 1) % parts.max(1);
+    }
+
+    /// Bytes of its mapping (0 on the heap, or before it has one).
+    fn mapped_bytes(&self) -> usize {
+        match &self.store {
+            Store::Mapped { bytes, .. } => *bytes,
+            Store::Heap => 0,
+        }
+    }
+
+    /// Drops this process's pages of `len` bytes of the mapping from `start` (page-aligned).
+    fn hand_back(&self, start: usize, len: usize) {
         #[cfg(target_os = "linux")]
-        if let Store::Mapped { bytes, .. } = &self.store
-            && *bytes > 0
-        {
-            let page = page_bytes();
-            let part = (*bytes / parts.max(1)).div_ceil(page).max(1) * page;
-            let mut start = self.next_part * part;
-            if start >= *bytes {
-                (self.next_part, start) = (0, 0);
-            }
-            let len = part.min(*bytes - start);
-            // SAFETY: as in `release`, on a page-aligned range within the mapping.
+        if len > 0 {
+            // SAFETY: a page-aligned range of the array's own shared file mapping:
+            // MADV_DONTNEED drops this process's pages of it, the file keeps the values, so
+            // later reads see them unchanged.
             unsafe {
                 libc::madvise(
                     self.ptr.as_ptr().cast::<u8>().add(start).cast(),
@@ -312,8 +338,9 @@ impl<T: Plain> ScratchVec<T> {
                     libc::MADV_DONTNEED,
                 )
             };
-            self.next_part = (self.next_part + 1) % parts.max(1);
         }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (start, len);
     }
 }
 
@@ -455,7 +482,7 @@ impl<S: KeyedSlot> ProbeTable<S> {
         ProbeTable {
             slots: ScratchVec::zeroed(&backing, 16),
             len: 0,
-            release_every: usize::try_from(budget / (2 * 4096))
+            release_every: usize::try_from(budget / (2 * page_bytes() as u64))
                 .unwrap_or(usize::MAX)
                 .max(64),
             backing,
@@ -474,14 +501,7 @@ impl<S: KeyedSlot> ProbeTable<S> {
     /// each in turn.
     #[inline]
     pub fn prefetch(&self, key: S::Key) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint that never faults; the slot is within the table.
-        unsafe {
-            let p = self.slots.as_ptr().add(self.home(key));
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = key;
+        prefetch_line((&self.slots[self.home(key)] as *const S).cast());
     }
 
     /// The slot holding `key`, or the empty slot where it would go.
@@ -498,24 +518,25 @@ impl<S: KeyedSlot> ProbeTable<S> {
         }
     }
 
-    /// The slot holding `key`, if any.
+    /// Where `key` is held, if it is.
     #[inline]
-    pub fn find(&self, key: S::Key) -> Option<&S> {
-        if key == S::EMPTY {
-            return None;
-        }
-        let s = &self.slots[self.slot_of(key)];
-        (s.key() == key).then_some(s)
-    }
-
-    /// The slot holding `key`, if any, to change (not its key).
-    pub fn find_mut(&mut self, key: S::Key) -> Option<&mut S> {
+    fn index_of(&self, key: S::Key) -> Option<usize> {
         if key == S::EMPTY {
             return None;
         }
         let i = self.slot_of(key);
-        let s = &mut self.slots[i];
-        (s.key() == key).then_some(s)
+        (self.slots[i].key() == key).then_some(i)
+    }
+
+    /// The slot holding `key`, if any.
+    #[inline]
+    pub fn find(&self, key: S::Key) -> Option<&S> {
+        self.index_of(key).map(|i| &self.slots[i])
+    }
+
+    /// The slot holding `key`, if any, to change (not its key).
+    pub fn find_mut(&mut self, key: S::Key) -> Option<&mut S> {
+        self.index_of(key).map(|i| &mut self.slots[i])
     }
 
     /// The slot of `key`: `Ok` with it when `key` is held, else `Err` with the empty slot where

@@ -19,7 +19,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use crate::scratch::{Backing, Plain, ScratchVec};
+use crate::scratch::{Backing, Plain, ScratchVec, prefetch_line};
 
 /// Where one record is.
 #[derive(Clone, Copy)]
@@ -276,19 +276,6 @@ impl SpillArena {
     pub fn take_error(&mut self) -> Option<io::Error> {
         self.error.take()
     }
-}
-
-/// A hint to load the cache line holding `p`.
-#[inline(always)]
-pub(crate) fn prefetch_line(p: *const u32) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, whatever the address; SSE is part of
-    // x86_64.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 #[cfg(test)]
