@@ -9,10 +9,11 @@
 
 use std::collections::BTreeMap;
 
-use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
 use neardup_corpus::SampleAddr;
+
+use neardup_scratch::{Backing, KeyedSlot, Plain, ProbeTable, Zeroable};
 
 /// How many of the largest clusters a report lists.
 pub const LARGEST_CLUSTERS: usize = 10;
@@ -68,24 +69,133 @@ impl ClusterStats {
     }
 }
 
-/// Counts the duplicates of each kept sample as decisions are made.
-#[derive(Default)]
+/// A sample's address as the key of a [`KeyedSlot`]: the record is held plus one, so that the
+/// all-zero key of an empty slot is no sample's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C)]
+pub(crate) struct AddrKey {
+    record_plus_one: u64,
+    file: u32,
+    field: u32,
+}
+
+impl AddrKey {
+    /// The key of an empty slot.
+    pub const EMPTY: AddrKey = AddrKey {
+        record_plus_one: 0,
+        file: 0,
+        field: 0,
+    };
+
+    /// The key of `addr`.
+    pub fn of(addr: SampleAddr) -> AddrKey {
+        AddrKey {
+            record_plus_one: addr
+                .record
+                .checked_add(1)
+                .expect("a record number below 2^64 - 1"),
+            file: addr.file,
+            field: addr.field,
+        }
+    }
+
+    /// The address it is the key of.
+    pub fn addr(self) -> SampleAddr {
+        SampleAddr {
+            file: self.file,
+            record: self.record_plus_one - 1,
+            field: self.field,
+        }
+    }
+
+    /// The key folded to 64 bits ([`KeyedSlot::fold`]): records of a file are consecutive
+    /// numbers, so the three parts are spread before they are mixed.
+    pub fn fold(self) -> u64 {
+        let place = (u64::from(self.file) << 32) | u64::from(self.field);
+        let h = self.record_plus_one.wrapping_mul(0xD6E8_FEB8_6659_FD93)
+            ^ place.wrapping_mul(0xA076_1D64_78BD_642F);
+        h ^ (h >> 32)
+    }
+}
+
+/// One slot of the counter's table: a kept sample and its duplicates so far.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Slot {
+    kept: AddrKey,
+    duplicates: u64,
+}
+
+// SAFETY: integers only; all-zero is an empty slot (the empty key).
+unsafe impl Plain for Slot {}
+// SAFETY: as above.
+unsafe impl Zeroable for Slot {}
+
+impl KeyedSlot for Slot {
+    type Key = AddrKey;
+    const EMPTY: AddrKey = AddrKey::EMPTY;
+    fn key(&self) -> AddrKey {
+        self.kept
+    }
+    fn fold(key: AddrKey) -> u64 {
+        key.fold()
+    }
+}
+
+/// Counts the duplicates of each kept sample as decisions are made: a [`ProbeTable`], so that
+/// under a memory limit it hands its pages back with the rest of the decision state's
+/// bookkeeping ([`crate::Deduper`] keeps one).
 pub struct ClusterCounter {
-    duplicates: HashMap<SampleAddr, u64>,
+    duplicates: ProbeTable<Slot>,
+}
+
+impl Default for ClusterCounter {
+    /// A counter in ordinary memory.
+    fn default() -> ClusterCounter {
+        ClusterCounter::new(Backing::Heap, u64::MAX)
+    }
 }
 
 impl ClusterCounter {
+    /// An empty counter kept as `backing` says; a growing mapped table holds at most about
+    /// `budget` bytes of its pages at a time.
+    pub(crate) fn new(backing: Backing, budget: u64) -> ClusterCounter {
+        ClusterCounter {
+            duplicates: ProbeTable::new(backing, budget),
+        }
+    }
+
     /// A dropped duplicate whose cluster is `cluster`.
     pub fn add_drop(&mut self, cluster: SampleAddr) {
-        *self.duplicates.entry(cluster).or_default() += 1;
+        let kept = AddrKey::of(cluster);
+        match self.duplicates.entry(kept) {
+            Ok(slot) => slot.duplicates += 1,
+            Err(i) => self.duplicates.fill(
+                i,
+                Slot {
+                    kept,
+                    duplicates: 1,
+                },
+            ),
+        }
+    }
+
+    /// Bytes its table may hold in memory (all of it, mapped or not).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.duplicates.memory_bytes()
+    }
+
+    /// Hands one of `parts` parts of its mapped table back to the kernel.
+    pub(crate) fn release_part(&mut self, parts: usize) {
+        self.duplicates.release_part(parts);
     }
 
     /// The sizes and the largest clusters, files named by `names` (indexed by
     /// [`SampleAddr::file`]).
     pub fn finish(&self, names: &[String]) -> ClusterStats {
         let mut sizes = BTreeMap::new();
-        for n in self.duplicates.values() {
-            *sizes.entry(n + 1).or_default() += 1;
+        for slot in self.duplicates.iter() {
+            *sizes.entry(slot.duplicates + 1).or_default() += 1;
         }
         let name = |a: &SampleAddr| -> String {
             names
@@ -93,8 +203,11 @@ impl ClusterCounter {
                 .cloned()
                 .unwrap_or_else(|| a.file.to_string())
         };
-        let mut all: Vec<(SampleAddr, u64)> =
-            self.duplicates.iter().map(|(a, n)| (*a, *n)).collect();
+        let mut all: Vec<(SampleAddr, u64)> = self
+            .duplicates
+            .iter()
+            .map(|slot| (slot.kept.addr(), slot.duplicates))
+            .collect();
         if all.len() > LARGEST_CLUSTERS {
             // Only the largest need their names; a tie at the cut is settled by names below.
             all.sort_unstable_by_key(|(_, n)| std::cmp::Reverse(*n));
@@ -175,6 +288,54 @@ mod tests {
             .map(|h| (h.file.as_str(), h.record, h.size))
             .collect();
         assert_eq!(heads, [("a", 2, 4), ("b", 5, 4), ("a", 9, 2), ("c", 0, 2)]);
+    }
+
+    #[test]
+    fn counts_hold_on_both_backings_when_pages_are_handed_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<String> = (0..4).map(|f| format!("f{f}")).collect();
+        let mut results = Vec::new();
+        for backing in neardup_scratch::both_backings(&dir) {
+            let mut c = ClusterCounter::new(backing, 16 * 1024);
+            let mut expected: std::collections::HashMap<SampleAddr, u64> = Default::default();
+            let mut state = 0x9E37_79B9_7F4A_7C15u64;
+            for i in 0..100_000u64 {
+                let x = neardup_scratch::xorshift(&mut state);
+                // Skewed: a few large clusters among many of one or two duplicates.
+                let record = if x.is_multiple_of(10) {
+                    x % 7
+                } else {
+                    x % 30_000
+                };
+                let kept = addr((x >> 32) as u32 % 4, record);
+                c.add_drop(kept);
+                *expected.entry(kept).or_default() += 1;
+                if i % 7_000 == 0 {
+                    c.release_part(4);
+                }
+            }
+            let stats = c.finish(&names);
+            let mut sizes: BTreeMap<u64, u64> = BTreeMap::new();
+            for n in expected.values() {
+                *sizes.entry(n + 1).or_default() += 1;
+            }
+            assert_eq!(stats.sizes, size_list(sizes));
+            let mut largest: Vec<(SampleAddr, u64)> =
+                expected.iter().map(|(a, n)| (*a, n + 1)).collect();
+            largest.sort_by_key(|(a, n)| (std::cmp::Reverse(*n), a.file, a.record));
+            largest.truncate(LARGEST_CLUSTERS);
+            let heads: Vec<(SampleAddr, u64)> = stats
+                .largest
+                .iter()
+                .map(|h| {
+                    let file = h.file[1..].parse().unwrap();
+                    (addr(file, h.record), h.size)
+                })
+                .collect();
+            assert_eq!(heads, largest);
+            results.push(stats);
+        }
+        assert_eq!(results[0], results[1]);
     }
 
     #[test]

@@ -5,11 +5,13 @@ use neardup_keys::{HotKeys, RowKind, RowRule};
 use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
 use serde::{Deserialize, Serialize};
 
+use crate::clusters::ClusterCounter;
 use crate::error::SettingsError;
 use crate::first_copies::{FirstCopies, FirstCopy};
 use crate::prior::PriorState;
 use crate::reps::{BucketIndex, RepBudget, RepId, RepStore};
-use crate::scratch::{Backing, MappedResidency};
+use crate::sample_ids::{IdRef, IdStore};
+use neardup_scratch::{Backing, MappedResidency, ScratchVec};
 
 pub use neardup_corpus::SampleAddr;
 
@@ -179,6 +181,17 @@ pub struct Deduper {
     /// colliding texts came first (a distributed decide step relies on that). With it, the kept
     /// sample its cluster resolves to (itself, or what it was found to duplicate).
     exact_seen: FirstCopies,
+    /// The ids of the samples later decisions may name, for callers that report ids
+    /// ([`Deduper::note`]): the first copies hold theirs, the representatives theirs in
+    /// `rep_ids`.
+    ids: IdStore,
+    /// The id of each representative (by [`RepId`]) whose id was noted; [`IdRef::NONE`] for
+    /// the others.
+    rep_ids: ScratchVec<IdRef>,
+    /// What the last decision did that [`Deduper::note`] needs.
+    last: LastDecision,
+    /// The sizes of the clusters decided, for callers that report them ([`Deduper::note`]).
+    clusters: ClusterCounter,
     seen_reps: HashSet<RepId>,
     /// The representatives of the bucket being compared.
     bucket_reps: Vec<RepId>,
@@ -186,12 +199,34 @@ pub struct Deduper {
     /// under exact verification, three standard errors of the estimate lower, so that pairs
     /// whose estimate fell short by chance still get their exact check.
     candidate_floor: f64,
-    /// Under a memory limit, what the bookkeeping (bucket index, places, first copies) holds in
-    /// memory: at most `decision_memory`, past which its pages are handed back.
+    /// Under a memory limit, what the bookkeeping (bucket index, places, first copies, ids,
+    /// clusters) holds in memory: at most `decision_memory`, past which its pages are handed back.
     residency: Option<MappedResidency>,
     /// Decisions since the bookkeeping's memory was last measured.
     since_measured: u32,
     stats: DeduperStats,
+}
+
+/// What a decision did that [`Deduper::note`] needs afterwards: the sample it made a
+/// representative or a first copy (whose id is to be kept), and the sample it named.
+#[derive(Clone, Copy, Debug, Default)]
+struct LastDecision {
+    /// The representative the sample became.
+    new_rep: Option<RepId>,
+    /// Whether the sample became the first copy of its text.
+    new_first_copy: bool,
+    named: Named,
+}
+
+/// The sample a decision named as the original, as [`Deduper::note`] finds its id.
+#[derive(Clone, Copy, Debug, Default)]
+enum Named {
+    #[default]
+    Nothing,
+    /// A representative.
+    Rep(RepId),
+    /// A first copy, whose id is this.
+    Copy(IdRef),
 }
 
 /// Decisions between two measurements of the bookkeeping's memory once it could pass its cap:
@@ -246,7 +281,11 @@ impl Deduper {
             exact_column: rule.exact_key.then_some(bands),
             reps: RepStore::new(num_perm, budget, config.spill_dir.clone(), &backing),
             buckets: BucketIndex::new(backing.clone(), grow_budget),
-            exact_seen: FirstCopies::new(backing, grow_budget),
+            exact_seen: FirstCopies::new(backing.clone(), grow_budget),
+            ids: IdStore::new(&backing),
+            rep_ids: ScratchVec::new(&backing),
+            last: LastDecision::default(),
+            clusters: ClusterCounter::new(backing, grow_budget),
             residency: config.decision_memory.map(|_| MappedResidency::new()),
             since_measured: 0,
             seen_reps: HashSet::new(),
@@ -272,7 +311,9 @@ impl Deduper {
     /// [`Deduper::decide`].
     pub fn decide_copy(&mut self, content_hash: u128) -> Option<Verdict> {
         self.bound_bookkeeping();
+        self.last = LastDecision::default();
         let first = self.exact_seen.get(content_hash)?;
+        self.last.named = Named::Copy(first.id);
         self.stats.checked += 1;
         self.stats.exact += 1;
         Some(Verdict::Exact {
@@ -287,19 +328,66 @@ impl Deduper {
         self.exact_seen.contains(content_hash)
     }
 
-    /// Whether a later decision may name the sample just decided (at `addr`, with
-    /// `content_hash`) as its original, given its `verdict`: a kept sample (a representative),
-    /// or the first copy of a text, which its later exact copies name even when it was itself
-    /// dropped as a near duplicate. A caller that maps samples to ids keeps only those.
-    pub fn may_be_named(&self, verdict: &Verdict, content_hash: u128, addr: SampleAddr) -> bool {
-        match verdict {
-            Verdict::Unique => true,
-            Verdict::Near { .. } => self
-                .exact_seen
-                .get(content_hash)
-                .is_some_and(|first| first.addr == addr),
-            Verdict::Exact { .. } => false,
+    /// Notes the decision just made for the sample at `addr` (with `content_hash` and `id`), for
+    /// a caller that reports decisions: the size of the cluster it joins
+    /// ([`Deduper::cluster_counts`]), and its id when a later decision may name it as the
+    /// original (it became a representative, or the first copy of its text). Returns the id of
+    /// the sample `verdict` names, when that sample's id was noted (or came with
+    /// [`Deduper::seed`]). Call after each decision, before the next.
+    pub fn note(
+        &mut self,
+        addr: SampleAddr,
+        verdict: &Verdict,
+        content_hash: u128,
+        id: Option<&str>,
+    ) -> Option<String> {
+        let last = std::mem::take(&mut self.last);
+        if let Some(id) = id
+            && (last.new_rep.is_some() || last.new_first_copy)
+        {
+            let at = self.ids.push(id);
+            if let Some(rep) = last.new_rep {
+                self.set_rep_id(rep, at);
+            }
+            if last.new_first_copy
+                && let Some(first) = self.exact_seen.get_mut(content_hash)
+            {
+                first.id = at;
+            }
         }
+        if matches!(verdict, Verdict::Unique) {
+            return None;
+        }
+        self.clusters.add_drop(verdict.cluster(addr));
+        let named = match last.named {
+            Named::Nothing => IdRef::NONE,
+            Named::Rep(rep) => self
+                .rep_ids
+                .get(rep as usize)
+                .copied()
+                .unwrap_or(IdRef::NONE),
+            Named::Copy(at) => at,
+        };
+        self.ids.get(named).map(str::to_string)
+    }
+
+    /// Keeps `at` as the id of representative `rep`.
+    fn set_rep_id(&mut self, rep: RepId, at: IdRef) {
+        let rep = rep as usize;
+        while self.rep_ids.len() <= rep {
+            self.rep_ids.push(IdRef::NONE);
+        }
+        self.rep_ids[rep] = at;
+    }
+
+    /// The clusters' sizes counted by [`Deduper::note`].
+    pub fn cluster_counts(&self) -> &ClusterCounter {
+        &self.clusters
+    }
+
+    /// The clusters' sizes counted by [`Deduper::note`], when the decider is done.
+    pub fn into_cluster_counts(self) -> ClusterCounter {
+        self.clusters
     }
 
     /// [`Deduper::decide`]'s verdict for a sample whose hot columns are `hot`, when its content
@@ -322,6 +410,7 @@ impl Deduper {
 
     fn decide_sample(&mut self, c: &Candidate<'_>) -> Verdict {
         self.stats.checked += 1;
+        self.last = LastDecision::default();
         let mut first_copy = false;
         if let Some(col) = self.exact_column
             && c.hot[col]
@@ -330,16 +419,21 @@ impl Deduper {
             let first = FirstCopy {
                 addr: c.addr,
                 cluster: c.addr,
+                id: IdRef::NONE,
             };
             match self.exact_seen.get_or_insert(c.content_hash, first) {
                 Some(first) => {
                     self.stats.exact += 1;
+                    self.last.named = Named::Copy(first.id);
                     return Verdict::Exact {
                         of: first.addr,
                         cluster: first.cluster,
                     };
                 }
-                None => first_copy = true,
+                None => {
+                    first_copy = true;
+                    self.last.new_first_copy = true;
+                }
             }
         }
 
@@ -406,6 +500,7 @@ impl Deduper {
                         // Its later exact copies resolve to what it duplicates.
                         first.cluster = of;
                     }
+                    self.last.named = Named::Rep(rep);
                     return Verdict::Near { of, similarity };
                 }
             }
@@ -431,12 +526,14 @@ impl Deduper {
                 *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
             self.buckets.push(key, id);
         }
+        self.last.new_rep = rep;
         Verdict::Unique
     }
 
     /// Starts from the decision state earlier runs left (see [`PriorState`]): their
-    /// representatives join their buckets in order while there is room, and their first copies
-    /// are known texts. Call before any [`Deduper::decide`].
+    /// representatives join their buckets in order while there is room, their first copies
+    /// are known texts, and the ids of both may be named ([`Deduper::note`]). Call before any
+    /// [`Deduper::decide`].
     pub fn seed(&mut self, prior: &PriorState) {
         for r in &prior.representatives {
             let others = self.others_bytes();
@@ -456,22 +553,41 @@ impl Deduper {
                 });
                 self.buckets.push(key, id);
             }
+            if let (Some(rep), Some(id)) = (rep, &r.id) {
+                let at = self.ids.push(id);
+                self.set_rep_id(rep, at);
+            }
             self.bound_bookkeeping();
         }
         for c in &prior.copies {
             let first = FirstCopy {
                 addr: c.addr,
                 cluster: c.cluster,
+                id: IdRef::NONE,
             };
-            self.exact_seen.get_or_insert(c.content_hash, first);
+            if self
+                .exact_seen
+                .get_or_insert(c.content_hash, first)
+                .is_none()
+                && let Some(id) = &c.id
+            {
+                let at = self.ids.push(id);
+                if let Some(first) = self.exact_seen.get_mut(c.content_hash) {
+                    first.id = at;
+                }
+            }
             self.bound_bookkeeping();
         }
     }
 
-    /// Bytes of the decision state besides the representatives' store: the bucket index and the
-    /// first copies (all of them, in memory or mapped).
+    /// Bytes of the decision state besides the representatives' store: the bucket index, the
+    /// first copies, the ids and the clusters (all of them, in memory or mapped).
     fn others_bytes(&self) -> u64 {
-        (self.buckets.memory_bytes() + self.exact_seen.memory_bytes()) as u64
+        (self.buckets.memory_bytes()
+            + self.exact_seen.memory_bytes()
+            + self.ids.memory_bytes()
+            + self.rep_ids.memory_bytes()
+            + self.clusters.memory_bytes()) as u64
     }
 
     /// Under a memory limit, keeps what the bookkeeping holds in memory within its cap: every
@@ -500,6 +616,9 @@ impl Deduper {
         }
         self.buckets.release_part(RELEASE_PARTS);
         self.exact_seen.release_part(RELEASE_PARTS);
+        self.ids.release_part(RELEASE_PARTS);
+        self.rep_ids.release_part(RELEASE_PARTS);
+        self.clusters.release_part(RELEASE_PARTS);
         self.reps.release_places_part(RELEASE_PARTS);
         residency.released_part(RELEASE_PARTS);
         self.stats.bookkeeping_releases += 1;
@@ -795,9 +914,10 @@ mod tests {
     #[test]
     fn bookkeeping_past_a_tiny_limit_is_handed_back_and_decides_the_same() {
         // 30,000 samples in a few thousand buckets, some near copies, some exact copies, with
-        // sets: the bookkeeping (index, places, first copies) far outgrows a 64 KB budget.
+        // sets and ids: the bookkeeping (index, places, first copies, ids, clusters) far
+        // outgrows a 64 KB budget.
         let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = move || crate::scratch::xorshift(&mut state);
+        let mut next = move || neardup_scratch::xorshift(&mut state);
         let samples: Vec<Sample> = (0..30_000u64)
             .map(|i| {
                 let r = next();
@@ -824,16 +944,42 @@ mod tests {
                 spill_dir: Some(dir.path().to_path_buf()),
                 ..DeduperConfig::default()
             });
-            let verdicts: Vec<Verdict> = samples
+            let verdicts: Vec<(Verdict, Option<String>)> = samples
                 .iter()
                 .enumerate()
-                .map(|(i, s)| decide(&mut d, i as u64, s))
+                .map(|(i, s)| {
+                    let v = decide(&mut d, i as u64, s);
+                    let id = format!("sample-{i}");
+                    let dup_of_id = d.note(addr(i as u64), &v, s.content_hash, Some(&id));
+                    (v, dup_of_id)
+                })
                 .collect();
             assert!(d.take_io_error().is_none());
-            (verdicts, d.stats())
+            // Every original a drop names was kept or was the first copy of its text, so its
+            // id was noted.
+            for (v, dup_of_id) in &verdicts {
+                if let Verdict::Near { of, .. } | Verdict::Exact { of, .. } = v {
+                    assert_eq!(
+                        dup_of_id.as_deref(),
+                        Some(&*format!("sample-{}", of.record))
+                    );
+                }
+            }
+            let clusters = d.cluster_counts().finish(&["f".to_string()]);
+            (verdicts, clusters, d.stats())
         };
-        let (free, free_stats) = run(None);
-        let (bounded, bounded_stats) = run(Some(64 * 1024));
+        let (free, free_clusters, free_stats) = run(None);
+        let (bounded, bounded_clusters, bounded_stats) = run(Some(64 * 1024));
+        assert_eq!(free_clusters, bounded_clusters);
+        assert_eq!(
+            free_clusters
+                .sizes
+                .iter()
+                .map(|c| c.clusters * (c.size - 1))
+                .sum::<u64>(),
+            free_stats.near + free_stats.exact,
+            "every drop counted in its cluster"
+        );
         assert_eq!(free_stats.bookkeeping_releases, 0);
         assert!(
             free_stats.near > 1000 && free_stats.exact > 500,

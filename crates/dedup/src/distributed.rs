@@ -35,7 +35,7 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
-use hashbrown::{HashMap, HashSet};
+use hashbrown::HashSet;
 use neardup_corpus::{AtomicFile, Publication};
 use neardup_exec::{CancelToken, ExecOptions, StepControl};
 use neardup_keys::{
@@ -54,7 +54,7 @@ use crate::pass::{Addressing, DedupStats, Stage2Config, needs_shingles};
 use crate::prepare::{HotWork, SampleKind};
 use crate::prior::PriorState;
 use crate::rank_order::RankSorter;
-use crate::route::{DupOfId, HotRoute, HotSample, wrong_route};
+use crate::route::{HotRoute, HotSample, wrong_route};
 use crate::stage::run_stage2;
 
 /// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
@@ -844,16 +844,13 @@ pub fn decide_group<R: Read>(
         }));
     }
     let mut rebuilt = Rebuilt::new(sketch);
-    let mut ids: HashMap<SampleAddr, Box<str>> = HashMap::new();
     if let Some(prior) = prior {
         if !shape.ranked {
             deduper.seed(prior);
-            ids.extend(prior.ids().map(|(addr, id)| (addr, id.into())));
         } else {
             return Err(SettingsError::PreferAgainstIndex.into());
         }
     }
-    let mut clusters = ClusterCounter::default();
     let mut written = vec![0u64; out.len()];
     // Ranked samples are decided out of row order; their decisions are written in row order
     // at the end, as `write` reads them.
@@ -911,19 +908,12 @@ pub fn decide_group<R: Read>(
             if let Some(e) = deduper.take_io_error() {
                 return Err(DedupError::Spill(e));
             }
-            // Only the ids of samples a later decision may name are kept
-            // ([`Deduper::may_be_named`]): not most of a duplicate-heavy corpus.
-            let may_be_named = deduper.may_be_named(&verdict, sample.content_hash, sample.addr);
-            if may_be_named && let Some(id) = &sample.id {
-                ids.insert(sample.addr, id.as_str().into());
-            }
-            let dup_of_id = match verdict {
-                Verdict::Unique => None,
-                Verdict::Near { of, .. } | Verdict::Exact { of, .. } => {
-                    clusters.add_drop(verdict.cluster(sample.addr));
-                    ids.get(&of).map(|s| s.to_string())
-                }
-            };
+            let dup_of_id = deduper.note(
+                sample.addr,
+                &verdict,
+                sample.content_hash,
+                sample.id.as_deref(),
+            );
             let decided_sample = DecidedSample {
                 row: sample.row,
                 verdict,
@@ -948,7 +938,7 @@ pub fn decide_group<R: Read>(
     Ok(GroupDecided {
         deduper: deduper.stats(),
         written,
-        clusters,
+        clusters: deduper.into_cluster_counts(),
     })
 }
 
@@ -960,7 +950,7 @@ impl HotRoute for Signer<'_> {
         }
     }
 
-    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, Option<String>), DedupError> {
         let carried = |range: (u32, u32)| &hot.block.carried[range.0 as usize..range.1 as usize];
         let at = |row: u64, content_hash: u128| SampleAt {
             row: hot.row_base + row,
@@ -993,13 +983,9 @@ impl HotRoute for Signer<'_> {
             _ => return Err(wrong_route("a hot sample without its signature")),
         }
         .map_err(sign_stream_error)?;
-        Ok((Verdict::Unique, DupOfId::Seen))
-    }
-
-    /// A `sign` step decides nothing, so none of its decisions names an original (`decide`
-    /// keeps the ids it needs from the signed streams).
-    fn may_be_named(&self, _hot: &HotSample<'_>, _verdict: &Verdict) -> bool {
-        false
+        // A `sign` step decides nothing (`decide` keeps the ids it needs from the signed
+        // streams).
+        Ok((Verdict::Unique, None))
     }
 }
 
@@ -1009,11 +995,11 @@ impl<R: Read> HotRoute for DecidedMerge<R> {
         HotWork::Decided
     }
 
-    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, Option<String>), DedupError> {
         match hot.sample.kind {
             SampleKind::Decided { row } => {
                 let d = self.take(hot.row_base + row)?;
-                Ok((d.verdict, DupOfId::Decided(d.dup_of_id)))
+                Ok((d.verdict, d.dup_of_id))
             }
             SampleKind::Copy { .. } | SampleKind::Text { .. } => {
                 Err(wrong_route("a hot sample to sign"))

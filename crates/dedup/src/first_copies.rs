@@ -2,7 +2,9 @@
 
 use neardup_corpus::SampleAddr;
 
-use crate::scratch::{Backing, KeyedSlot, Plain, ProbeTable, Zeroable};
+use neardup_scratch::{Backing, KeyedSlot, Plain, ProbeTable, Zeroable};
+
+use crate::sample_ids::IdRef;
 
 /// The first sample seen with a content hash, and the kept sample its cluster resolves to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -11,6 +13,8 @@ pub struct FirstCopy {
     pub addr: SampleAddr,
     /// The kept sample it resolves to: itself, or what it was found to duplicate.
     pub cluster: SampleAddr,
+    /// Its id, for a later copy that names it ([`IdRef::NONE`] when not kept).
+    pub id: IdRef,
 }
 
 /// One slot of the table: `hash` 0 is an empty slot (the hash 0 itself is kept aside).
@@ -21,7 +25,8 @@ struct Slot {
     first: FirstCopy,
 }
 
-// SAFETY: integers only (`SampleAddr` is three integers); all-zero is an empty slot.
+// SAFETY: integers only (`SampleAddr` is three integers, `IdRef` two); all-zero is an empty
+// slot.
 unsafe impl Plain for Slot {}
 // SAFETY: as above.
 unsafe impl Zeroable for Slot {}
@@ -131,12 +136,12 @@ mod tests {
     #[test]
     fn first_copies_hold_what_a_map_holds_on_the_heap_and_mapped() {
         let dir = tempfile::tempdir().unwrap();
-        for backing in crate::scratch::both_backings(&dir) {
+        for backing in neardup_scratch::both_backings(&dir) {
             let mut table = FirstCopies::new(backing.clone(), 16 * 1024);
             let mut expected: std::collections::HashMap<u128, FirstCopy> = Default::default();
             let mut state = 0x9E37_79B9_7F4A_7C15u64;
             for i in 0..50_000u64 {
-                let x = crate::scratch::xorshift(&mut state);
+                let x = neardup_scratch::xorshift(&mut state);
                 // Repeats, hashes sharing their low or high half, and the hash 0.
                 let hash = match i % 500 {
                     0 => 0,
@@ -146,6 +151,7 @@ mod tests {
                 let first = FirstCopy {
                     addr: addr(i),
                     cluster: addr(i / 2),
+                    id: IdRef::NONE,
                 };
                 let had = table.get_or_insert(hash, first);
                 assert_eq!(had, expected.get(&hash).copied(), "{backing:?} {i}");

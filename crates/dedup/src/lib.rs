@@ -36,14 +36,16 @@
 //! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse
-//! inputs or format outputs (`neardup-corpus`), or run threads (`neardup-exec`).
+//! inputs or format outputs (`neardup-corpus`), run threads (`neardup-exec`), or keep the arrays
+//! of its bookkeeping (`neardup-scratch`: in scratch files' mappings under a memory limit, so
+//! that their pages can be handed back).
 //!
 //! Where things live, each module building only on those before it: the decision core is
-//! `scratch` (the growable arrays of its bookkeeping, in scratch files' mappings under a memory
-//! limit so that their pages can be handed back), `verify` (records that spill, and exact
+//! `verify` (records that spill, and exact
 //! verification's shingle sets), `reps` (buckets and the representatives' store),
-//! `first_copies` (the first sample of each text) and `deduper`; a stage-2 pass starts from `pass` (its settings, [`Decision`],
-//! [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
+//! `first_copies` (the first sample of each text), `sample_ids` and `clusters` (the ids later
+//! decisions may name and the clusters' sizes, [`Deduper::note`]) and `deduper`; a stage-2 pass
+//! starts from `pass` (its settings, [`Decision`], [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
 //! thread and the routes of hot samples), `stage` (the pass on the executor, and
 //! [`run_dedup`]); `handoff` is the values between the distributed steps and `distributed`
 //! the steps themselves, the same pass with the signer's and the decided streams' routes.
@@ -62,7 +64,7 @@ mod prior;
 mod rank_order;
 mod reps;
 mod route;
-mod scratch;
+mod sample_ids;
 mod stage;
 mod verify;
 

@@ -65,6 +65,8 @@ pub(crate) struct PreparedSample {
 /// One block, read and prepared by a worker.
 pub(crate) struct PreparedBlock {
     pub block: Block,
+    /// The table row of its first sample with a text.
+    pub first_row: u64,
     /// Table rows the block covers (its samples with a text).
     pub texts: u64,
     pub samples: Vec<PreparedSample>,
@@ -234,6 +236,7 @@ fn prepare_block(
         sig,
         row_keys,
     } = worker;
+    let first_row = *row;
     if block.texts_only() {
         // Records stage 1 sketched but stage 2 cannot read whole: their table rows are passed
         // over, and they are neither decided nor written (the loss before them reports them).
@@ -241,6 +244,7 @@ fn prepare_block(
         *row += texts;
         return PreparedBlock {
             block,
+            first_row,
             texts,
             samples: Vec::new(),
             signatures: Vec::new(),
@@ -368,6 +372,7 @@ fn prepare_block(
     }
     PreparedBlock {
         block,
+        first_row,
         texts,
         samples,
         signatures,

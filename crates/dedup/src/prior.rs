@@ -51,18 +51,3 @@ pub struct PriorState {
     /// Records of the earlier runs read back to build this state (for the report).
     pub records_read: u64,
 }
-
-impl PriorState {
-    /// The ids of the samples it names.
-    pub(crate) fn ids(&self) -> impl Iterator<Item = (SampleAddr, &str)> {
-        let reps = self
-            .representatives
-            .iter()
-            .filter_map(|r| r.id.as_deref().map(|id| (r.addr, id)));
-        let copies = self
-            .copies
-            .iter()
-            .filter_map(|c| c.id.as_deref().map(|id| (c.addr, id)));
-        reps.chain(copies)
-    }
-}

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use neardup_corpus::SampleAddr;
 use neardup_sketch::{NO_KEY, jaccard_at_least};
 
-use crate::scratch::{Backing, KeyedSlot, Plain, ProbeTable, ScratchVec, Zeroable};
 use crate::verify::SpillArena;
+use neardup_scratch::{Backing, KeyedSlot, Plain, ProbeTable, ScratchVec, Zeroable};
 
 /// Index of a representative in the store.
 pub type RepId = u32;
@@ -546,13 +546,13 @@ mod tests {
     #[test]
     fn buckets_hold_what_a_map_of_lists_holds() {
         let dir = tempfile::tempdir().unwrap();
-        for backing in crate::scratch::both_backings(&dir) {
+        for backing in neardup_scratch::both_backings(&dir) {
             // A small budget: a mapped table hands its pages back many times while it grows.
             let mut idx = BucketIndex::new(backing.clone(), 64 * 1024);
             let mut expected: std::collections::HashMap<u64, Vec<RepId>> = Default::default();
             let mut state = 0x2545_F491_4F6C_DD1Du64;
             for rep in 0..60_000u32 {
-                let x = crate::scratch::xorshift(&mut state);
+                let x = neardup_scratch::xorshift(&mut state);
                 // Few distinct keys, some sharing low bits: lists of every length, and probing;
                 // and the extreme keys.
                 let key = match rep % 1000 {

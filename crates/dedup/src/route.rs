@@ -7,11 +7,10 @@
 //! streams (a `write` step, `crate::DecidedMerge`); those two routes are `distributed`'s. Builds
 //! on `pass` and `prepare`.
 
-use hashbrown::HashMap;
 use neardup_corpus::{DecisionRow, DecisionWriter, Reason};
 use neardup_keys::HotMask;
 
-use crate::clusters::{ClusterCounter, ClusterStats};
+use crate::clusters::ClusterStats;
 use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
 use crate::error::{DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, EmptyPolicy, Stage2Config, needs_shingles};
@@ -29,22 +28,15 @@ pub(crate) struct HotSample<'a> {
     pub row_base: u64,
 }
 
-/// Where the id of the sample a hot sample duplicates comes from.
-pub(crate) enum DupOfId {
-    /// The ids of the hot samples this pass met.
-    Seen,
-    /// The decided stream, which named it.
-    Decided(Option<String>),
-}
-
 /// What happens to the hot samples of a stage-2 pass (see the module docs).
 pub(crate) trait HotRoute {
     /// What the workers prepare of each hot sample for this route.
     fn hot_work(&self, cfg: &Stage2Config) -> HotWork;
 
-    /// The verdict of one hot sample (a route that only passes the sample on calls it unique:
-    /// nothing is written by such a pass).
-    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError>;
+    /// The verdict of one hot sample, and the id of the sample it names as the original when
+    /// that is known (a route that only passes the sample on calls it unique: nothing is
+    /// written by such a pass).
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, Option<String>), DedupError>;
 
     /// Called after every block: a route that keeps an error out of the verdicts reports it
     /// here.
@@ -57,16 +49,11 @@ pub(crate) trait HotRoute {
         None
     }
 
-    /// Whether every member of every cluster passes this route (so it can count their sizes).
-    fn sees_whole_clusters(&self) -> bool {
-        false
-    }
-
-    /// Whether a later decision of this pass may name `hot`, just given `verdict`, as its
-    /// original, so that the pass keeps its id. Any sample may be, unless the route knows.
-    fn may_be_named(&self, hot: &HotSample<'_>, verdict: &Verdict) -> bool {
-        let _ = (hot, verdict);
-        true
+    /// The sizes of the clusters, for a route that every member of every cluster passes (so
+    /// that it can count them); files named by `names`.
+    fn cluster_stats(&self, names: &[String]) -> Option<ClusterStats> {
+        let _ = names;
+        None
     }
 }
 
@@ -84,12 +71,12 @@ impl HotRoute for Deduper {
         }
     }
 
-    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, DupOfId), DedupError> {
-        let verdict = match hot.sample.kind {
+    fn verdict(&mut self, hot: &HotSample<'_>) -> Result<(Verdict, Option<String>), DedupError> {
+        let (verdict, content_hash) = match hot.sample.kind {
             SampleKind::Copy {
                 content_hash, row, ..
             } => match self.decide_copy(content_hash) {
-                Some(v) => v,
+                Some(v) => (v, content_hash),
                 None => {
                     let mut verdict = Verdict::Unique;
                     sketch_from_block(
@@ -103,7 +90,7 @@ impl HotRoute for Deduper {
                             verdict = self.decide(c);
                         },
                     );
-                    verdict
+                    (verdict, content_hash)
                 }
             },
             SampleKind::Hot {
@@ -116,18 +103,20 @@ impl HotRoute for Deduper {
                 let shingles = self
                     .needs_shingles()
                     .then(|| &hot.block.shingles[material.0 as usize..material.1 as usize]);
-                self.decide(&Candidate {
+                let verdict = self.decide(&Candidate {
                     addr: hot.addr,
                     signature,
                     row: keys,
                     hot: hot_columns,
                     content_hash,
                     shingles,
-                })
+                });
+                (verdict, content_hash)
             }
             _ => return Err(wrong_route("a hot sample without its signature")),
         };
-        Ok((verdict, DupOfId::Seen))
+        let dup_of_id = self.note(hot.addr, &verdict, content_hash, hot.id);
+        Ok((verdict, dup_of_id))
     }
 
     fn block_done(&mut self) -> Result<(), DedupError> {
@@ -141,20 +130,10 @@ impl HotRoute for Deduper {
         Some(self.stats())
     }
 
-    fn sees_whole_clusters(&self) -> bool {
-        true
-    }
-
-    /// [`Deduper::may_be_named`]: the ids of most of a duplicate-heavy corpus are not kept.
-    fn may_be_named(&self, hot: &HotSample<'_>, verdict: &Verdict) -> bool {
-        match hot.sample.kind {
-            SampleKind::Hot { content_hash, .. }
-            | SampleKind::Text { content_hash, .. }
-            | SampleKind::Copy { content_hash, .. } => {
-                Deduper::may_be_named(self, verdict, content_hash, hot.addr)
-            }
-            _ => true,
-        }
+    /// Every sample passes the one-process decision core, which counts the clusters
+    /// ([`Deduper::note`]).
+    fn cluster_stats(&self, names: &[String]) -> Option<ClusterStats> {
+        Some(self.cluster_counts().finish(names))
     }
 }
 
@@ -172,21 +151,22 @@ pub(crate) struct Decider<'a, R> {
     cfg: &'a Stage2Config,
     mask: &'a HotMask,
     addressing: &'a Addressing<'a>,
-    /// Ids of the hot samples met that a later one may name as its original
-    /// ([`HotRoute::may_be_named`]).
-    ids: HashMap<SampleAddr, Box<str>>,
-    /// Cluster sizes, when the route sees whole clusters.
-    clusters: Option<ClusterCounter>,
+    /// The mask's rows before this one have been handed back ([`HotMask::hand_back_rows`]).
+    mask_handed_back: u64,
     decisions: Option<DecisionWriter>,
     observe: &'a mut dyn FnMut(&Decision),
 }
+
+/// Rows decided between two hand-backs of a mapped mask's pages (a few hundred kilobytes of
+/// mask).
+const MASK_ROWS_HANDED_BACK: u64 = 1 << 16;
 
 /// One sample's decision.
 struct Decided {
     keep: bool,
     reason: Reason,
     verdict: Option<Verdict>,
-    dup_of_id: DupOfId,
+    dup_of_id: Option<String>,
 }
 
 impl Decided {
@@ -195,7 +175,7 @@ impl Decided {
             keep,
             reason,
             verdict: None,
-            dup_of_id: DupOfId::Seen,
+            dup_of_id: None,
         }
     }
 }
@@ -209,18 +189,13 @@ impl<'a, R: HotRoute> Decider<'a, R> {
         decisions: Option<DecisionWriter>,
         observe: &'a mut dyn FnMut(&Decision),
     ) -> Self {
-        // Earlier runs' samples this run may name as originals.
-        let ids = cfg.prior.as_ref().map_or_else(HashMap::new, |p| {
-            p.ids().map(|(addr, id)| (addr, id.into())).collect()
-        });
         Decider {
-            clusters: route.sees_whole_clusters().then(ClusterCounter::default),
             route,
             stats: DedupStats::default(),
             cfg,
             mask,
             addressing,
-            ids,
+            mask_handed_back: 0,
             decisions,
             observe,
         }
@@ -228,9 +203,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
 
     /// The cluster sizes counted, when the route sees whole clusters.
     pub fn cluster_stats(&self) -> Option<ClusterStats> {
-        self.clusters
-            .as_ref()
-            .map(|c| c.finish(self.addressing.names))
+        self.route.cluster_stats(self.addressing.names)
     }
 
     /// The decisions file, to be finished by the caller.
@@ -277,6 +250,13 @@ impl<'a, R: HotRoute> Decider<'a, R> {
         self.stats.records_kept += kept;
         self.stats.records_dropped += n as u64 - kept;
         self.route.block_done()?;
+        // Rows are decided in order: a mapped mask's pages behind them are not needed again.
+        let decided = w.first_row + w.texts;
+        if decided >= self.mask_handed_back + MASK_ROWS_HANDED_BACK {
+            self.mask
+                .hand_back_rows(self.mask_handed_back as usize..decided as usize);
+            self.mask_handed_back = decided;
+        }
         Ok(keep)
     }
 
@@ -325,13 +305,6 @@ impl<'a, R: HotRoute> Decider<'a, R> {
                     row_base: self.addressing.row_base,
                 };
                 let (verdict, dup_of_id) = self.route.verdict(&hot)?;
-                // Samples a later decision of this pass may name as its original keep their ids.
-                if !matches!(s.kind, SampleKind::Decided { .. })
-                    && self.route.may_be_named(&hot, &verdict)
-                    && let Some(id) = id
-                {
-                    self.ids.insert(addr, id.into());
-                }
                 match verdict {
                     Verdict::Unique => stats.unique += 1,
                     Verdict::Near { .. } => stats.near += 1,
@@ -361,15 +334,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
         };
         // A sample dropped for another reason than a duplicate (an empty text) is its own.
         let cluster = d.verdict.map_or(addr, |v| v.cluster(addr));
-        if cluster != addr
-            && let Some(clusters) = &mut self.clusters
-        {
-            clusters.add_drop(cluster);
-        }
-        let dup_of_id = match d.dup_of_id {
-            DupOfId::Decided(id) => id,
-            DupOfId::Seen => dup_of.and_then(|a| self.ids.get(&a)).map(|s| s.to_string()),
-        };
+        let dup_of_id = d.dup_of_id;
         let names = self.addressing.names;
         if let Some(w) = &mut self.decisions {
             w.write(&DecisionRow {

@@ -19,7 +19,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use crate::scratch::{Backing, Plain, ScratchVec, prefetch_line};
+use neardup_scratch::{Backing, Plain, ScratchVec, prefetch_line};
 
 /// Where one record is.
 #[derive(Clone, Copy)]

@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use neardup_corpus::ScratchDir;
 use neardup_exec::CancelToken;
+use neardup_scratch::Backing;
 use neardup_sketch::NO_KEY;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -516,7 +517,17 @@ impl SpillCounter {
                 .map_err(|e| KeysError::io(dir.path(), e.into_error()))?;
         }
         let rows = rows as usize;
-        let mut mask = HotMask::new(rows, columns);
+        // The mask grows with the corpus (a bit per key): past an eighth of the budget it goes
+        // to a scratch file's mapping, marked a partition at a time in row order and handed
+        // back behind (`PartCount::mark_in_row_order`), so that it too stays within the limit.
+        let backing = if HotMask::bytes_for(rows, columns) as u64 > budget_bytes / 8 {
+            Backing::Scratch {
+                dir: Some(dir.path().to_path_buf()),
+            }
+        } else {
+            Backing::Heap
+        };
+        let mut mask = HotMask::new_in(rows, columns, &backing);
         let mut hot_keys = Vec::new();
         let mut stats = CountStats {
             spilled: true,
@@ -542,6 +553,8 @@ impl SpillCounter {
             )?;
         }
         stats.hot_keys = hot_keys.len() as u64;
+        // Stage 2 reads it again from the first row.
+        mask.hand_back_rows(0..rows);
         Ok(Counted {
             hot_keys,
             mask,
@@ -618,6 +631,10 @@ impl PartCount<'_> {
         pairs.sort_unstable();
         stats.partitions += 1;
         stats.keys += pairs.len() as u64;
+        if mask.is_mapped() {
+            self.mark_in_row_order(pairs, mask, hot, stats);
+            return Ok(());
+        }
         let mut copies = LaterCopies::new(self.content_col, self.columns);
         stats.distinct_keys += scan_runs(&pairs, self.rule, hot, |pos, run_start| {
             mask.set_position(pos as usize);
@@ -626,6 +643,64 @@ impl PartCount<'_> {
             }
         });
         Ok(())
+    }
+
+    /// Marks the hot positions of one partition's sorted `pairs` in a mapped mask in position
+    /// order, handing back the pages behind as it goes: in key order they land anywhere, and
+    /// every partition would map in most of the mask. The positions to mark take the place of
+    /// the pairs they come from (no memory beyond the partition's), then are sorted.
+    fn mark_in_row_order(
+        &self,
+        mut pairs: Vec<Pair>,
+        mask: &mut HotMask,
+        hot: &mut Vec<u64>,
+        stats: &mut CountStats,
+    ) {
+        /// A position that is also a later copy's content key.
+        const LATER_COPY: u64 = 1;
+        let mut copies = LaterCopies::new(self.content_col, self.columns);
+        let mut marked = 0;
+        let (mut i, mut distinct) = (0, 0);
+        while i < pairs.len() {
+            let key = pairs[i].0;
+            let mut j = i + 1;
+            while j < pairs.len() && pairs[j].0 == key {
+                j += 1;
+            }
+            distinct += 1;
+            let (is_hot, prior_content) = self.rule.judge(key, (j - i) as u64);
+            if is_hot {
+                hot.push(key);
+                for n in i..j {
+                    let pos = pairs[n].1;
+                    let later = copies
+                        .later_copy(pos, (n == i).then_some(prior_content))
+                        .is_some();
+                    // `marked <= n`: the pair read last is never one still to be read.
+                    pairs[marked] = (pos, if later { LATER_COPY } else { 0 });
+                    marked += 1;
+                }
+            }
+            i = j;
+        }
+        stats.distinct_keys += distinct;
+        pairs.truncate(marked);
+        pairs.sort_unstable();
+        // About a megabyte of mask between two hand-backs.
+        let every = (1usize << 23) / self.columns.max(1);
+        let mut done = 0;
+        for &(pos, flags) in &pairs {
+            let row = pos as usize / self.columns;
+            mask.set_position(pos as usize);
+            if flags & LATER_COPY != 0 {
+                mask.set_later_copy(row);
+            }
+            if row >= done + every {
+                mask.hand_back_rows(done..row);
+                done = row;
+            }
+        }
+        mask.hand_back_rows(done..mask.rows());
     }
 }
 
@@ -764,18 +839,25 @@ mod tests {
     fn spilled_equals_in_memory_even_when_partitions_split() {
         let keys = sample_keys(9 * 30_000, 100_000, 7);
         let mem = count_in_memory(&keys, 9, 1, Some(8));
-        // A budget far below the data forces the recursive split path.
-        let mut sc = SpillCounter::new(None, 9, Some(8), 1).unwrap();
-        sc.budget_bytes = 8 * 1024;
-        for block in keys.chunks(9 * 1000) {
-            sc.push_rows(block).unwrap();
+        // A budget far below the data forces the recursive split path, and puts the mask (34 KB)
+        // in a scratch mapping marked in row order; a large one leaves it in memory.
+        for (budget, mapped) in [(8 * 1024, true), (1 << 30, false)] {
+            let mut sc = SpillCounter::new(None, 9, Some(8), 1).unwrap();
+            sc.budget_bytes = budget;
+            for block in keys.chunks(9 * 1000) {
+                sc.push_rows(block).unwrap();
+            }
+            let spilled = sc.finish(1, &CancelToken::new()).unwrap();
+            assert_eq!(
+                spilled.mask.is_mapped(),
+                mapped && cfg!(target_os = "linux")
+            );
+            assert_eq!(spilled.hot_keys, mem.hot_keys);
+            assert_eq!(spilled.mask, mem.mask);
+            assert_eq!(spilled.stats.distinct_keys, mem.stats.distinct_keys);
+            assert_eq!(spilled.stats.keys, mem.stats.keys);
+            check(&spilled, &keys, 9, 1);
         }
-        let spilled = sc.finish(1, &CancelToken::new()).unwrap();
-        assert_eq!(spilled.hot_keys, mem.hot_keys);
-        assert_eq!(spilled.mask, mem.mask);
-        assert_eq!(spilled.stats.distinct_keys, mem.stats.distinct_keys);
-        assert_eq!(spilled.stats.keys, mem.stats.keys);
-        check(&spilled, &keys, 9, 1);
     }
 
     /// Counting B with A's keys as prior keys gives B's rows the hot bits and later copies they

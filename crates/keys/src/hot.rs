@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use hashbrown::HashSet;
 use neardup_corpus::AtomicFile;
+use neardup_scratch::{Backing, ScratchVec};
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
@@ -625,13 +626,17 @@ pub struct ShardPlace {
 
 /// One bit per (row, column): set when that key of that row is hot. A row with no bit set is
 /// unique and stage 2 never looks at it again.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Under a memory limit, a mask too large to stay in memory lives in a scratch file's mapping
+/// (`neardup_scratch`): it is read and written in row order, so its owner hands back the pages
+/// of rows it is done with ([`HotMask::hand_back_rows`]) and the mask holds only the pages of
+/// the rows at hand, however many rows there are.
 pub struct HotMask {
     columns: usize,
     rows: usize,
-    bits: Vec<u64>,
+    bits: ScratchVec<u64>,
     /// One bit per row: its content key is hot and an earlier row has the same one.
-    copies: Vec<u64>,
+    copies: ScratchVec<u64>,
     /// The group of each hot row, when recorded (a `sign` step sends each hot sample to its
     /// group's stream without computing its keys).
     row_groups: RowGroups,
@@ -687,16 +692,77 @@ fn shard_place(
     })
 }
 
+impl PartialEq for HotMask {
+    fn eq(&self, other: &HotMask) -> bool {
+        (self.columns, self.rows) == (other.columns, other.rows)
+            && self.bits[..] == other.bits[..]
+            && self.copies[..] == other.copies[..]
+            && self.row_groups == other.row_groups
+    }
+}
+
+impl Eq for HotMask {}
+
+impl Clone for HotMask {
+    /// A copy in ordinary memory.
+    fn clone(&self) -> HotMask {
+        HotMask {
+            columns: self.columns,
+            rows: self.rows,
+            bits: ScratchVec::from_vec(self.bits.to_vec()),
+            copies: ScratchVec::from_vec(self.copies.to_vec()),
+            row_groups: self.row_groups.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for HotMask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HotMask")
+            .field("rows", &self.rows)
+            .field("columns", &self.columns)
+            .field("mapped", &self.bits.is_mapped())
+            .field("row_groups", &self.row_groups)
+            .finish_non_exhaustive()
+    }
+}
+
 impl HotMask {
     /// An all-cold mask.
     pub fn new(rows: usize, columns: usize) -> HotMask {
+        HotMask::new_in(rows, columns, &Backing::Heap)
+    }
+
+    /// An all-cold mask kept as `backing` says (see the type's docs).
+    pub(crate) fn new_in(rows: usize, columns: usize, backing: &Backing) -> HotMask {
         HotMask {
             columns,
             rows,
-            bits: vec![0; (rows * columns).div_ceil(64)],
-            copies: vec![0; rows.div_ceil(64)],
+            bits: ScratchVec::zeroed(backing, (rows * columns).div_ceil(64)),
+            copies: ScratchVec::zeroed(backing, rows.div_ceil(64)),
             row_groups: RowGroups::NotRecorded,
         }
+    }
+
+    /// Bytes of the mask of `rows` rows of `columns` keys.
+    pub(crate) fn bytes_for(rows: usize, columns: usize) -> usize {
+        8 * ((rows * columns).div_ceil(64) + rows.div_ceil(64))
+    }
+
+    /// Whether it lives in a scratch file's mapping.
+    pub fn is_mapped(&self) -> bool {
+        self.bits.is_mapped()
+    }
+
+    /// Hands back the pages of a mapped mask that hold only rows before `rows.end` and not
+    /// before the page of `rows.start`: for an owner done with those rows, in row order. Their
+    /// bits stay in the scratch file, so a later read still sees them (a page fault). Nothing
+    /// for a mask in ordinary memory.
+    pub fn hand_back_rows(&self, rows: std::ops::Range<usize>) {
+        let (start, end) = (rows.start.min(self.rows), rows.end.min(self.rows));
+        self.bits
+            .release_range(start * self.columns / 64, end * self.columns / 64);
+        self.copies.release_range(start / 64, end / 64);
     }
 
     pub(crate) fn from_bits(
@@ -710,8 +776,8 @@ impl HotMask {
         HotMask {
             columns,
             rows,
-            bits,
-            copies,
+            bits: ScratchVec::from_vec(bits),
+            copies: ScratchVec::from_vec(copies),
             row_groups: RowGroups::NotRecorded,
         }
     }
@@ -945,6 +1011,47 @@ mod tests {
             table(1, vec![1, 5, 6, 7]),
             table(2, vec![3, 8, 9, 2]),
         ]
+    }
+
+    #[test]
+    fn a_mapped_mask_reads_the_same_after_its_rows_are_handed_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let (rows, columns) = (100_000, 21);
+        let backing = Backing::Scratch {
+            dir: Some(dir.path().to_path_buf()),
+        };
+        let mut masks = [
+            HotMask::new(rows, columns),
+            HotMask::new_in(rows, columns, &backing),
+        ];
+        assert_eq!(masks[1].is_mapped(), cfg!(target_os = "linux"));
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for _ in 0..50_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let pos = (x % (rows * columns) as u64) as usize;
+            for m in &mut masks {
+                m.set_position(pos);
+                if x & 1 == 1 {
+                    m.set_later_copy(pos / columns);
+                }
+            }
+            // Rows handed back in stretches, in and out of order: the bits stay.
+            if x.is_multiple_of(1_000) {
+                let row = pos / columns;
+                masks[1].hand_back_rows(row / 2..row);
+            }
+        }
+        masks[1].hand_back_rows(0..rows);
+        assert_eq!(masks[0], masks[1]);
+        assert!(masks[1].hot_rows() > 30_000);
+        for row in (0..rows).step_by(7) {
+            assert_eq!(masks[0].is_later_copy(row), masks[1].is_later_copy(row));
+            for col in 0..columns {
+                assert_eq!(masks[0].is_hot(row, col), masks[1].is_hot(row, col));
+            }
+        }
     }
 
     #[test]

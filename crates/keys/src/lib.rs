@@ -20,13 +20,15 @@
 //!   by high key bits, then per partition an exact count (an open-addressing table in memory, a
 //!   sort and run scan for spilled partitions), in parallel in memory or partition by partition
 //!   from spill files under a memory limit; it yields the sorted [`HotKeys`] and the
-//!   per-(row, column) [`HotMask`]; against a saved index, the keys of earlier runs count once
-//!   more each ([`PriorKeys`], given in [`KeysConfig::prior`] or to [`merge_table_files`]);
+//!   per-(row, column) [`HotMask`] (spilled, a mask too large for the budget goes to a scratch
+//!   file's mapping, marked in row order with the pages behind handed back); against a saved
+//!   index, the keys of earlier runs count once more each ([`PriorKeys`], given in
+//!   [`KeysConfig::prior`] or to [`merge_table_files`]);
 //! - merging the tables of several shards ([`merge_tables`]) and the hot-key file format.
 //!
 //! It does not read or parse files itself (that is `neardup-corpus`), compute hashes (that is
-//! `neardup-sketch`), schedule threads (that is `neardup-exec`), or decide duplicates (that is
-//! stage 2, `neardup-dedup`).
+//! `neardup-sketch`), schedule threads (that is `neardup-exec`), keep arrays in scratch mappings
+//! (that is `neardup-scratch`), or decide duplicates (that is stage 2, `neardup-dedup`).
 #![warn(missing_docs)]
 
 mod count;

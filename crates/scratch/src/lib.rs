@@ -1,19 +1,27 @@
-//! Growable arrays for the decision state's bookkeeping (the bucket index, the places of
-//! representatives' records, the first copies of texts): what cannot spill the way records do,
-//! because every decision looks it up.
+//! Memory that can be handed back: growable arrays of plain values that live on the heap or in a
+//! shared mapping of an unnamed scratch file, and an open-addressing table over them.
 //!
-//! Without a memory limit they are heap arrays. Under one they live in a shared mapping of an
-//! unnamed scratch file in the spill directory ([`Backing::Scratch`]): the kernel keeps their
+//! This crate owns [`ScratchVec`] (the array), [`ProbeTable`] (a hash table of fixed-size slots
+//! in one), and [`MappedResidency`] (how much of the scratch mappings the process holds in
+//! memory). They hold what a run under a memory limit cannot spill the way records do, because
+//! it is looked up everywhere: stage 1's hot mask, and stage 2's bookkeeping (the bucket index,
+//! the places of representatives' records, the first copies of texts, the ids a later decision
+//! may name and the clusters' sizes). It does not decide when to hand pages back or how much to
+//! hold: the mask's owner and the decision core do (`neardup-keys`, `neardup-dedup`).
+//!
+//! Without a memory limit the arrays are heap arrays. Under one they live in a shared mapping of
+//! an unnamed scratch file in the spill directory ([`Backing::Scratch`]): the kernel keeps their
 //! contents in the file (helped by the page cache, which it may reclaim), so the pages this
 //! process holds can be handed back at any time ([`ScratchVec::release`]) and fault back in,
-//! unchanged, when touched. The decision state then bounds what it holds of them, however many
-//! representatives a run keeps; a lookup of a page handed back costs a minor fault while the
-//! page cache has it, a read when it does not.
+//! unchanged, when touched. Their owner then bounds what it holds of them, however large they
+//! grow; a lookup of a page handed back costs a minor fault while the page cache has it, a read
+//! when it does not.
 //!
 //! A scratch file's blocks are reserved when it grows (`fallocate`), so a full disk is an error
 //! when growing, never a `SIGBUS` on a later write. Any error of the scratch file (it cannot be
 //! created, reserved or mapped) moves the array to the heap, with a warning: the run goes on
-//! with the same decisions, no longer bounded.
+//! with the same results, no longer bounded.
+#![warn(missing_docs)]
 
 use std::marker::PhantomData;
 use std::mem::{ManuallyDrop, size_of};
@@ -21,7 +29,7 @@ use std::ops::{Deref, DerefMut};
 use std::path::PathBuf;
 use std::ptr::NonNull;
 
-/// Where bookkeeping arrays live.
+/// Where a [`ScratchVec`] keeps its values.
 #[derive(Clone, Debug, Default)]
 pub enum Backing {
     /// Heap memory (no memory limit).
@@ -62,6 +70,8 @@ unsafe impl Plain for u64 {}
 unsafe impl Zeroable for u64 {}
 // SAFETY: a pair of plain integers.
 unsafe impl Plain for (u32, u32) {}
+// SAFETY: a plain integer (the bytes of ids).
+unsafe impl Plain for u8 {}
 
 fn page_bytes() -> usize {
     static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -80,7 +90,7 @@ fn page_bytes() -> usize {
 
 /// A hint to load the cache line holding `p`.
 #[inline(always)]
-pub(crate) fn prefetch_line(p: *const u32) {
+pub fn prefetch_line(p: *const u32) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults, whatever the address; SSE is part of
     // x86_64.
@@ -148,6 +158,11 @@ impl<T: Plain> ScratchVec<T> {
         self.len
     }
 
+    /// Whether it holds no value.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Whether its values are in a scratch file's mapping.
     pub fn is_mapped(&self) -> bool {
         matches!(self.store, Store::Mapped { .. })
@@ -163,6 +178,21 @@ impl<T: Plain> ScratchVec<T> {
         self.len += 1;
     }
 
+    /// Appends copies of `values`.
+    pub fn extend_from_slice(&mut self, values: &[T]) {
+        self.reserve(values.len());
+        // SAFETY: room for `values.len()` more values was reserved; a slice of the caller's never
+        // overlaps this array's spare capacity.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                values.as_ptr(),
+                self.ptr.as_ptr().add(self.len),
+                values.len(),
+            );
+        }
+        self.len += values.len();
+    }
+
     /// Makes room for `additional` more values (at least doubling when it grows).
     pub fn reserve(&mut self, additional: usize) {
         let needed = self.len.checked_add(additional).expect("capacity overflow");
@@ -175,9 +205,8 @@ impl<T: Plain> ScratchVec<T> {
                 Ok(()) => return,
                 Err(e) => {
                     tracing::warn!(
-                        "bookkeeping scratch file: {e}; keeping this part of the decision state \
-                         in memory instead (the decisions are the same, the memory limit no \
-                         longer holds for it)"
+                        "scratch file: {e}; keeping this array in memory instead (the \
+                         results are the same, the memory limit no longer holds for it)"
                     );
                     self.move_to_heap();
                 }
@@ -358,6 +387,13 @@ pub struct MappedResidency {
     parts_released: usize,
 }
 
+impl Default for MappedResidency {
+    /// [`MappedResidency::new`].
+    fn default() -> MappedResidency {
+        MappedResidency::new()
+    }
+}
+
 impl MappedResidency {
     /// A measure starting now: file mappings already in memory are not the scratch mappings'.
     pub fn new() -> MappedResidency {
@@ -409,13 +445,64 @@ impl<T: Zeroable> ScratchVec<T> {
     /// none of its pages.
     pub fn zeroed(backing: &Backing, len: usize) -> ScratchVec<T> {
         let mut v = ScratchVec::new(backing);
-        v.reserve(len);
-        if !v.is_mapped() {
-            // SAFETY: within the capacity; all-zero bytes are a valid T.
-            unsafe { std::ptr::write_bytes(v.ptr.as_ptr(), 0, len) };
+        if matches!(backing, Backing::Scratch { .. }) {
+            v.reserve(len);
         }
-        v.len = len;
-        v
+        if v.is_mapped() {
+            v.len = len;
+            return v;
+        }
+        // Zeroed heap memory as the allocator gives it (fresh pages of a large array are the
+        // kernel's zero pages until written, as with `vec![0; len]`).
+        ScratchVec::from_vec(zeroed_vec(len))
+    }
+}
+
+/// A vector of `len` zero values, allocated zeroed.
+fn zeroed_vec<T: Zeroable>(len: usize) -> Vec<T> {
+    let layout = std::alloc::Layout::array::<T>(len).expect("capacity overflow");
+    if layout.size() == 0 {
+        return Vec::new();
+    }
+    // SAFETY: a layout of non-zero size.
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: allocated by the global allocator with the layout of `len` values of T, which are
+    // all initialised (all-zero bytes are a valid T).
+    unsafe { Vec::from_raw_parts(ptr, len, len) }
+}
+
+impl<T: Plain> ScratchVec<T> {
+    /// The values of `values`, on the heap (no copy).
+    pub fn from_vec(values: Vec<T>) -> ScratchVec<T> {
+        assert!(size_of::<T>() > 0, "no zero-sized values");
+        let mut values = ManuallyDrop::new(values);
+        ScratchVec {
+            ptr: NonNull::new(values.as_mut_ptr()).expect("a vector's pointer is not null"),
+            len: values.len(),
+            cap: values.capacity(),
+            store: Store::Heap,
+            next_part: 0,
+            _values: PhantomData,
+        }
+    }
+
+    /// Hands back the pages of a mapping that lie wholly before value `end` and not before the
+    /// page holding value `start`: for an owner done with a stretch of its values (they stay in
+    /// the file and fault back in if touched again). Nothing for a heap array.
+    pub fn release_range(&self, start: usize, end: usize) {
+        let bytes = self.mapped_bytes();
+        if bytes == 0 {
+            return;
+        }
+        let page = page_bytes();
+        let from = (start * size_of::<T>()).min(bytes) / page * page;
+        let to = (end * size_of::<T>()).min(bytes) / page * page;
+        if to > from {
+            self.hand_back(from, to - from);
+        }
     }
 }
 
@@ -588,14 +675,24 @@ impl<S: KeyedSlot> ProbeTable<S> {
         self.len
     }
 
+    /// Whether it holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The entries held, in slot order (not the order they came in).
+    pub fn iter(&self) -> impl Iterator<Item = &S> {
+        self.slots.iter().filter(|s| s.key() != S::EMPTY)
+    }
+
     /// Slots, empty ones included.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn capacity(&self) -> usize {
         self.slots.len()
     }
 
     /// Whether its slots are in a scratch file's mapping.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_mapped(&self) -> bool {
         self.slots.is_mapped()
     }
@@ -606,7 +703,7 @@ impl<S: KeyedSlot> ProbeTable<S> {
     }
 
     /// [`ScratchVec::release`] of its slots.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn release(&mut self) {
         self.slots.release();
     }
@@ -617,9 +714,9 @@ impl<S: KeyedSlot> ProbeTable<S> {
     }
 }
 
-/// Both backings, the scratch files in `dir`: what tests of the bookkeeping run against.
-#[cfg(test)]
-pub(crate) fn both_backings(dir: &tempfile::TempDir) -> [Backing; 2] {
+/// Both backings, the scratch files in `dir`: what tests of arrays' owners run against.
+#[cfg(any(test, feature = "test-support"))]
+pub fn both_backings(dir: &tempfile::TempDir) -> [Backing; 2] {
     [
         Backing::Heap,
         Backing::Scratch {
@@ -629,8 +726,8 @@ pub(crate) fn both_backings(dir: &tempfile::TempDir) -> [Backing; 2] {
 }
 
 /// The next value of a xorshift generator (`state` not 0): test data without a dependency.
-#[cfg(test)]
-pub(crate) fn xorshift(state: &mut u64) -> u64 {
+#[cfg(any(test, feature = "test-support"))]
+pub fn xorshift(state: &mut u64) -> u64 {
     *state ^= *state << 13;
     *state ^= *state >> 7;
     *state ^= *state << 17;
