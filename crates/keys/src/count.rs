@@ -54,14 +54,16 @@ type Pair = (u64, u64);
 
 /// Scans a sorted partition: appends hot keys, reports hot positions in ascending order (and,
 /// for the first position of each run, whether a prior run held the key as a content key),
-/// returns the distinct count.
+/// returns the distinct count. A position for which `mark` returns `Some(flags)` is kept as
+/// `(position, flags)` in place of the pairs (in the order they were reported); the pairs are
+/// truncated to those.
 fn scan_runs(
-    pairs: &[Pair],
+    pairs: &mut Vec<Pair>,
     rule: HotRule<'_>,
     hot: &mut Vec<u64>,
-    mut mark: impl FnMut(u64, Option<bool>),
+    mut mark: impl FnMut(u64, Option<bool>) -> Option<u64>,
 ) -> u64 {
-    let mut distinct = 0;
+    let (mut distinct, mut kept) = (0, 0);
     let mut i = 0;
     while i < pairs.len() {
         let key = pairs[i].0;
@@ -73,12 +75,18 @@ fn scan_runs(
         let (is_hot, prior_content) = rule.judge(key, (j - i) as u64);
         if is_hot {
             hot.push(key);
-            for (n, p) in pairs[i..j].iter().enumerate() {
-                mark(p.1, (n == 0).then_some(prior_content));
+            for n in i..j {
+                let pos = pairs[n].1;
+                if let Some(flags) = mark(pos, (n == i).then_some(prior_content)) {
+                    // `kept <= n`: no pair still to be read is overwritten.
+                    pairs[kept] = (pos, flags);
+                    kept += 1;
+                }
             }
         }
         i = j;
     }
+    pairs.truncate(kept);
     distinct
 }
 
@@ -636,11 +644,12 @@ impl PartCount<'_> {
             return Ok(());
         }
         let mut copies = LaterCopies::new(self.content_col, self.columns);
-        stats.distinct_keys += scan_runs(&pairs, self.rule, hot, |pos, run_start| {
+        stats.distinct_keys += scan_runs(&mut pairs, self.rule, hot, |pos, run_start| {
             mask.set_position(pos as usize);
             if let Some(row) = copies.later_copy(pos, run_start) {
                 mask.set_later_copy(row);
             }
+            None
         });
         Ok(())
     }
@@ -659,32 +668,10 @@ impl PartCount<'_> {
         /// A position that is also a later copy's content key.
         const LATER_COPY: u64 = 1;
         let mut copies = LaterCopies::new(self.content_col, self.columns);
-        let mut marked = 0;
-        let (mut i, mut distinct) = (0, 0);
-        while i < pairs.len() {
-            let key = pairs[i].0;
-            let mut j = i + 1;
-            while j < pairs.len() && pairs[j].0 == key {
-                j += 1;
-            }
-            distinct += 1;
-            let (is_hot, prior_content) = self.rule.judge(key, (j - i) as u64);
-            if is_hot {
-                hot.push(key);
-                for n in i..j {
-                    let pos = pairs[n].1;
-                    let later = copies
-                        .later_copy(pos, (n == i).then_some(prior_content))
-                        .is_some();
-                    // `marked <= n`: the pair read last is never one still to be read.
-                    pairs[marked] = (pos, if later { LATER_COPY } else { 0 });
-                    marked += 1;
-                }
-            }
-            i = j;
-        }
-        stats.distinct_keys += distinct;
-        pairs.truncate(marked);
+        stats.distinct_keys += scan_runs(&mut pairs, self.rule, hot, |pos, run_start| {
+            let later = copies.later_copy(pos, run_start).is_some();
+            Some(if later { LATER_COPY } else { 0 })
+        });
         pairs.sort_unstable();
         // About a megabyte of mask between two hand-backs.
         let every = (1usize << 23) / self.columns.max(1);

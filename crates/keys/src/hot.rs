@@ -1025,11 +1025,9 @@ mod tests {
             HotMask::new_in(rows, columns, &backing),
         ];
         assert_eq!(masks[1].is_mapped(), cfg!(target_os = "linux"));
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
         for _ in 0..50_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = neardup_scratch::xorshift(&mut state);
             let pos = (x % (rows * columns) as u64) as usize;
             for m in &mut masks {
                 m.set_position(pos);
