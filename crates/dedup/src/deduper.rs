@@ -411,7 +411,6 @@ impl Deduper {
     fn decide_sample(&mut self, c: &Candidate<'_>) -> Verdict {
         self.stats.checked += 1;
         self.last = LastDecision::default();
-        let mut first_copy = false;
         if let Some(col) = self.exact_column
             && c.hot[col]
             && c.row[col] != NO_KEY
@@ -430,10 +429,7 @@ impl Deduper {
                         cluster: first.cluster,
                     };
                 }
-                None => {
-                    first_copy = true;
-                    self.last.new_first_copy = true;
-                }
+                None => self.last.new_first_copy = true,
             }
         }
 
@@ -496,7 +492,9 @@ impl Deduper {
                         continue;
                     };
                     self.stats.near += 1;
-                    if first_copy && let Some(first) = self.exact_seen.get_mut(c.content_hash) {
+                    if self.last.new_first_copy
+                        && let Some(first) = self.exact_seen.get_mut(c.content_hash)
+                    {
                         // Its later exact copies resolve to what it duplicates.
                         first.cluster = of;
                     }
