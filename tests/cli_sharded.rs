@@ -427,22 +427,33 @@ fn each_staged_command_lists_only_the_options_it_uses() {
         );
     }
     let apply = help("apply");
-    for absent in ["--memory-limit", "--min-key-count"] {
-        assert!(
-            !apply.contains(absent),
-            "apply --help lists {absent}:\n{apply}"
-        );
-    }
+    assert!(
+        !apply.contains("--min-key-count"),
+        "apply --help lists --min-key-count:\n{apply}"
+    );
+    // Its --memory-limit bounds stage 2: the decision state and the hot mask.
     for present in [
         "--output",
         "--decisions",
         "--max-reps",
         "--num-perm",
         "--spill-dir",
+        "--memory-limit",
     ] {
         assert!(
             apply.contains(present),
             "apply --help lacks {present}:\n{apply}"
+        );
+    }
+    // The per-shard steps bound their hot masks with it.
+    for cmd in ["sign", "write"] {
+        let text = help(cmd);
+        for present in ["--memory-limit", "--spill-dir"] {
+            assert!(text.contains(present), "{cmd} --help lacks {present}");
+        }
+        assert!(
+            !text.contains("--min-key-count"),
+            "{cmd} --help lists --min-key-count"
         );
     }
     let exact = help("exact");

@@ -578,6 +578,59 @@ fn decide_under_a_memory_limit_spills_and_decides_the_same() {
     assert!(spilled > 0, "nothing spilled under a 1 KB limit");
 }
 
+/// `sign` and `write` under `--memory-limit` keep the shard's hot mask in a scratch mapping in
+/// the spill directory and write the same streams, decisions and dataset.
+#[test]
+fn sign_and_write_under_a_memory_limit_write_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let work = checked_run(tmp.path(), (13, 800, 40), 2, 2);
+    let spill = work.join("spill");
+    // Shard `i`'s step `step`, within 1 KB.
+    let limited = |step: &str, i: usize| {
+        let mut cmd = neardup();
+        cmd.arg(step)
+            .arg(work.join(format!("keys-{i}.ndk")))
+            .arg("--hot")
+            .arg(work.join("hot.ndh"))
+            .args(["--id-field", "id", "--memory-limit", "1KB", "--spill-dir"])
+            .arg(&spill);
+        cmd
+    };
+    for i in 0..2 {
+        let signed = work.join(format!("limited-sig-{i}"));
+        run_ok(limited("sign", i).arg("-o").arg(&signed));
+        assert!(spill.is_dir(), "the spill directory was not made");
+        assert_eq!(
+            data_files(&signed),
+            data_files(&work.join(format!("sig-{i}"))),
+            "shard {i}"
+        );
+    }
+    let decided: Vec<PathBuf> = (0..2).map(|g| work.join(format!("decided-{g}"))).collect();
+    let out = work.join("LIMITED");
+    let mut decisions = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..2 {
+        let dec = work.join(format!("limited-d-{i}.jsonl"));
+        run_ok(
+            limited("write", i)
+                .arg("--decided")
+                .args(&decided)
+                .arg("-o")
+                .arg(&out)
+                .arg("--decisions")
+                .arg(&dec),
+        );
+        decisions.extend(std::fs::read(&dec).unwrap());
+        expected.extend(std::fs::read(work.join(format!("d-{i}.jsonl"))).unwrap());
+    }
+    assert!(
+        decisions == expected,
+        "write decided otherwise under a limit"
+    );
+    assert!(data_files(&out) == data_files(&work.join("OUT")));
+}
+
 #[test]
 fn one_component_holding_most_hot_rows_is_decided_by_one_group() {
     let tmp = tempfile::tempdir().unwrap();

@@ -12,7 +12,7 @@ use std::str::FromStr;
 use neardup_corpus::{DEFAULT_SEPARATOR, FieldPath, FieldsMode, Format, TextSelector};
 use neardup_dedup::{DeduperConfig, EmptyPolicy, Prefer, Verify};
 use neardup_exec::OnError;
-use neardup_keys::{DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, RowRule, ShortTextPolicy};
+use neardup_keys::{DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, MaskMemory, RowRule, ShortTextPolicy};
 use neardup_sketch::{
     BandKeyScheme, CharClassSet, HashScheme, LshParams, Normalizer, Shingler, SketchConfig,
 };
@@ -305,7 +305,9 @@ pub struct DedupSettings {
     /// `FIELD:desc` or `FIELD:asc` (see `neardup_dedup::Prefer`).
     pub prefer: Prefer,
     /// With a preference other than `first`: memory for the ranked hot samples a run (or a
-    /// `sign` step) sorts before sorted runs spill to `keys.spill_dir`.
+    /// `sign` step) sorts, and for the decisions a run (or a `decide` step) holds to write them
+    /// in row order, before sorted runs spill to `keys.spill_dir`. Under `keys.memory_limit`, at
+    /// most a quarter of the limit ([`Config::sort_memory`]).
     pub sort_memory: u64,
     /// Saved indexes of earlier runs to deduplicate against (`--against`), in order: this run's
     /// records get the decisions they get in one run over the indexed runs' inputs, then these.
@@ -675,6 +677,24 @@ impl Config {
         }
     }
 
+    /// The memory for sorting ranked samples and decisions: `dedup.sort_memory`, and at most a
+    /// quarter of `keys.memory_limit` (a ranked run's decide holds its decisions beside the
+    /// decision state, which takes half).
+    pub fn sort_memory(&self) -> usize {
+        let within = self.keys.memory_limit.map_or(u64::MAX, |limit| limit / 4);
+        usize::try_from(self.dedup.sort_memory.min(within)).unwrap_or(usize::MAX)
+    }
+
+    /// Where a hot mask built from saved key tables is kept (stage 2 run apart: `apply`, and
+    /// the per-shard `sign` and `write` steps): within `keys.memory_limit`, spilling to
+    /// `keys.spill_dir`.
+    pub fn mask_memory(&self) -> MaskMemory {
+        MaskMemory {
+            memory_limit: self.keys.memory_limit,
+            spill_dir: self.keys.spill_dir.clone(),
+        }
+    }
+
     /// Checks everything that can be checked before reading any input (paths are checked by
     /// [`crate::RunPaths`] once the inputs are known).
     pub fn validate(&self) -> Result<(), Error> {
@@ -740,6 +760,18 @@ mod tests {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    #[test]
+    fn sorting_takes_at_most_a_quarter_of_the_memory_limit() {
+        let mut c = Config::default();
+        assert_eq!(c.sort_memory() as u64, DEFAULT_SORT_MEMORY);
+        c.keys.memory_limit = Some(100 << 20);
+        assert_eq!(c.sort_memory(), 25 << 20);
+        c.keys.memory_limit = Some(4 << 30);
+        assert_eq!(c.sort_memory() as u64, DEFAULT_SORT_MEMORY);
+        c.dedup.sort_memory = 1000;
+        assert_eq!(c.sort_memory(), 1000);
     }
 
     #[test]

@@ -246,14 +246,19 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
 pub(crate) const STEP_FORMAT_VERSION: u32 = 4;
 
 impl TableInput<'_> {
-    /// The shard's hot mask, files and place among the shards `hot` was counted from.
+    /// The shard's hot mask, files and place among the shards `hot` was counted from. A mask
+    /// read from a file is kept within `config`'s memory limit ([`neardup_keys::MaskMemory`]);
+    /// a table in memory is many times its mask.
     fn mask(
         &self,
+        config: &Config,
         hot: &HotKeys,
         grouping: RowGrouping,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
         match self {
-            TableInput::File(path) => HotMask::for_shard(path, hot, grouping),
+            TableInput::File(path) => {
+                HotMask::for_shard(path, hot, grouping, &config.mask_memory())
+            }
             TableInput::Value(table) => HotMask::for_table(table, hot, grouping),
         }
         .map_err(wrong_tables)
@@ -296,7 +301,7 @@ fn sign_into(
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot, RowGrouping::Record)?;
+    let (mask, files, place) = table.mask(config, hot, RowGrouping::Record)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let mut paths = RunPaths::new();
@@ -496,6 +501,7 @@ fn decide_into(
         &sketch,
         &mut outs,
         config.run.threads,
+        config.sort_memory(),
         &control.cancel,
         prior.as_ref(),
     )
@@ -584,7 +590,7 @@ pub fn write_shard<'a>(
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(hot, RowGrouping::Skip)?;
+    let (mask, files, place) = table.mask(config, hot, RowGrouping::Skip)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config, against.as_ref());

@@ -427,7 +427,7 @@ pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
         deduper: config.deduper_config(),
         empty: config.dedup.empty,
         prefer: config.dedup.prefer.clone(),
-        sort_memory: usize::try_from(config.dedup.sort_memory).unwrap_or(usize::MAX),
+        sort_memory: config.sort_memory(),
         threads: config.run.threads,
         block_bytes: k.block_bytes,
         on_error: config.run.on_error,
@@ -573,7 +573,7 @@ pub fn apply<'a>(
             check_apply_paths(config, &shards.files, tables, against.as_ref())?;
             let inputs: Vec<InputFile> = shards.files.iter().map(|f| f.input.clone()).collect();
             let publication = begin_publication(config, &inputs, &control.cancel)?;
-            let (mask, files) = HotMask::from_table_files(&shards, hot)?;
+            let (mask, files) = HotMask::from_table_files(&shards, hot, &config.mask_memory())?;
             apply_with_mask(config, &files, &mask, publication, control, observe, &start)
         }
     }

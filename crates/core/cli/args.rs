@@ -150,6 +150,13 @@ pub(crate) struct SignArgs {
     /// Report (JSON: what was signed, per group).
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
+    /// Memory bound (e.g. 4GiB): the shard's hot mask goes to a scratch file's mapping past a
+    /// sixteenth of it, holding only the rows at hand [default: no limit].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) memory_limit: Option<u64>,
+    /// Directory for spill files, created if missing [default: the system temp directory].
+    #[arg(long)]
+    pub(crate) spill_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]
@@ -202,6 +209,10 @@ pub(crate) struct WriteArgs {
     /// Decide outputs of every group (any order).
     #[arg(long, required = true, num_args = 1..)]
     pub(crate) decided: Vec<PathBuf>,
+    /// Memory bound (e.g. 4GiB): the shard's hot mask goes to a scratch file's mapping past a
+    /// sixteenth of it, holding only the rows at hand [default: no limit].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) memory_limit: Option<u64>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]
@@ -224,6 +235,11 @@ pub(crate) struct ApplyArgs {
     /// More key tables (the earlier spelling; positional tables are the same).
     #[arg(long = "keys", hide = true)]
     pub(crate) keys: Vec<PathBuf>,
+    /// Memory bound (e.g. 4GiB): stage 2's decision state takes at most half of it, spilling
+    /// to disk past it, and the hot mask goes to a scratch file's mapping past a sixteenth of
+    /// it [default: no limit].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) memory_limit: Option<u64>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]

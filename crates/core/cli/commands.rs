@@ -187,11 +187,15 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
         hot,
         output,
         report,
+        memory_limit,
+        spill_dir,
         input,
         sketch,
         decide,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide])?;
+    let mut config = build_config(&[], &input, &[&sketch, &decide])?;
+    config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
+    config.keys.spill_dir = spill_dir.or(config.keys.spill_dir);
     config.validate()?;
     let mut paths = RunPaths::new();
     paths
@@ -200,7 +204,11 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     if let Some(r) = &report {
         paths.write_file("the report (--report)", r);
     }
+    if let Some(dir) = &config.keys.spill_dir {
+        paths.spill_dir(dir);
+    }
     paths.check()?;
+    paths.prepare()?;
     let hot = load_hot_argument(&hot)?;
     let control = watched_step();
     let signed = {
@@ -291,12 +299,14 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
         table,
         hot,
         decided,
+        memory_limit,
         input,
         sketch,
         decide,
         output,
     } = args;
-    let config = build_config(&[], &input, &[&sketch, &decide, &output])?;
+    let mut config = build_config(&[], &input, &[&sketch, &decide, &output])?;
+    config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     require_outputs(&config)?;
     config.validate()?;
     let mut paths = RunPaths::new();
@@ -305,6 +315,8 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
         .read_file("the key table", &table);
     paths.write_config_outputs(&config, &[]);
     paths.check()?;
+    // The shard's mask may go to the spill directory before the step checks its outputs.
+    paths.prepare()?;
     let hot = load_hot_argument(&hot)?;
     let control = watched_step();
     let report = {
@@ -322,13 +334,15 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
         mut tables,
         hot,
         keys,
+        memory_limit,
         input,
         sketch,
         decide,
         output,
     } = args;
     tables.extend(keys);
-    let config = build_config(&[], &input, &[&sketch, &decide, &output])?;
+    let mut config = build_config(&[], &input, &[&sketch, &decide, &output])?;
+    config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     require_outputs(&config)?;
     config.validate()?;
     // The tables' input files are checked too, by the library, once their headers are read.

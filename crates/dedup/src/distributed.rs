@@ -53,7 +53,7 @@ use crate::handoff::{
 use crate::pass::{Addressing, DedupStats, Stage2Config, needs_shingles};
 use crate::prepare::{HotWork, SampleKind};
 use crate::prior::PriorState;
-use crate::rank_order::RankSorter;
+use crate::rank_order::RecordSorter;
 use crate::route::{HotRoute, HotSample, wrong_route};
 use crate::stage::run_stage2;
 
@@ -165,7 +165,7 @@ pub struct Signer<'a> {
     /// The hot columns of the sample being written (reused).
     hot_columns: Vec<bool>,
     /// Ranked samples wait here to be written in (rank, row) order ([`SignedShape::ranked`]).
-    sorter: Option<RankSorter>,
+    sorter: Option<RecordSorter>,
     /// The sample being encoded for the sorter (reused).
     encoded: Vec<u8>,
 }
@@ -241,7 +241,7 @@ impl<'a> Signer<'a> {
     /// signer holds them all.
     pub fn sorting_in(mut self, memory: usize, spill_dir: Option<PathBuf>) -> Self {
         if self.shape.ranked {
-            self.sorter = Some(RankSorter::new(self.streams.len(), memory, spill_dir));
+            self.sorter = Some(RecordSorter::by_rank(self.streams.len(), memory, spill_dir));
         }
         self
     }
@@ -291,7 +291,7 @@ impl<'a> Signer<'a> {
         if self.shape.ranked {
             let sorter = self
                 .sorter
-                .get_or_insert_with(|| RankSorter::new(self.streams.len(), usize::MAX, None));
+                .get_or_insert_with(|| RecordSorter::by_rank(self.streams.len(), usize::MAX, None));
             self.encoded.clear();
             encode_signed_parts(&sample, self.shape, &mut self.encoded);
             sorter.push(group, &self.encoded)?;
@@ -813,6 +813,8 @@ pub struct GroupDecided {
 /// row order); the decisions of stream `s` go to `out[s]`. Returns the decision core's counters
 /// and the decisions written per shard. `prior` is the state earlier runs left this group
 /// (`--against` a saved index; see [`PriorState`]), which the group's decisions start from.
+/// Ranked streams are decided out of row order: their decisions are held (up to `sort_memory`
+/// bytes, then sorted runs spill to `dedup.spill_dir`) and written in row order at the end.
 #[allow(clippy::too_many_arguments)]
 pub fn decide_group<R: Read>(
     signed: Vec<(String, RecordReader<R>)>,
@@ -821,6 +823,7 @@ pub fn decide_group<R: Read>(
     sketch: &DecideShape,
     out: &mut [RecordWriter<StepSink>],
     threads: usize,
+    sort_memory: usize,
     cancel: &CancelToken,
     prior: Option<&PriorState>,
 ) -> Result<GroupDecided, DedupError> {
@@ -854,7 +857,10 @@ pub fn decide_group<R: Read>(
     let mut written = vec![0u64; out.len()];
     // Ranked samples are decided out of row order; their decisions are written in row order
     // at the end, as `write` reads them.
-    let mut held: Vec<Vec<DecidedSample>> = vec![Vec::new(); out.len()];
+    let mut held = shape
+        .ranked
+        .then(|| RecordSorter::by_row(out.len(), sort_memory, dedup.spill_dir.clone()));
+    let mut encoded = Vec::new();
     let mut order = DecideOrder::new(signed, shape)?;
     let mut ahead = SketchAhead::new(sketch, threads, deduper.needs_shingles() && shape.texts);
     let mut decided = 0u64;
@@ -919,21 +925,24 @@ pub fn decide_group<R: Read>(
                 verdict,
                 dup_of_id,
             };
-            if shape.ranked {
-                held[s].push(decided_sample);
-            } else {
-                write_decided(&mut out[s], &decided_sample)?;
+            match &mut held {
+                Some(sorter) => {
+                    encoded.clear();
+                    encode_decided(&decided_sample, &mut encoded);
+                    sorter.push(s as u32, &encoded).map_err(DedupError::Spill)?;
+                }
+                None => write_decided(&mut out[s], &decided_sample)?,
             }
             written[s] += 1;
             decided += 1;
         }
     }
     debug_assert_eq!(decided, written.iter().sum::<u64>());
-    for (stream, mut decisions) in out.iter_mut().zip(held) {
-        decisions.sort_unstable_by_key(|d| d.row);
-        for d in &decisions {
-            write_decided(stream, d)?;
-        }
+    if let Some(sorter) = held {
+        sorter.finish(out).map_err(|e| DedupError::StepOutput {
+            what: "the decided samples",
+            source: e,
+        })?;
     }
     Ok(GroupDecided {
         deduper: deduper.stats(),
@@ -1191,6 +1200,7 @@ pub(crate) fn run_ranked_into(
         &sketch,
         &mut out,
         cfg.threads,
+        cfg.sort_memory,
         &control.cancel,
         None,
     )?;
@@ -1364,6 +1374,7 @@ mod tests {
             &sketch,
             &mut out,
             2,
+            usize::MAX,
             &CancelToken::default(),
             None,
         )
@@ -1444,6 +1455,7 @@ mod tests {
                 &sketch,
                 &mut out,
                 threads,
+                usize::MAX,
                 &CancelToken::default(),
                 None,
             )

@@ -27,8 +27,9 @@
 //!   sketching the texts sign sent;
 //! - **which copy is kept** ([`Prefer`]): input order by default; any other preference ranks
 //!   the hot samples in the sign step (`prefer`), sorts each group's stream by rank (`rank_order`,
-//!   spilling past a budget), and decide takes them in that order; a one-process run with a
-//!   preference runs the three steps itself;
+//!   spilling past a budget), and decide takes them in that order and puts its decisions back
+//!   in row order with the same sorter; a one-process run with a preference runs the three
+//!   steps itself;
 //! - **the state earlier runs leave** ([`PriorState`], [`Deduper::seed`]): against a saved
 //!   index, the decision core starts from the representatives and first copies of earlier runs
 //!   that this run's hot keys reach, and this run's files are numbered after theirs

@@ -1,8 +1,11 @@
-//! The ranked samples of a `sign` step (a preference other than input order, `crate::Prefer`)
-//! put in (rank, row) order within each group before they are written, so that `decide` merges
-//! the shards' streams as they come. Past a memory budget, the samples held are sorted and
-//! spill to a temporary file (a run); the streams are then merged from the runs and what is
-//! still held. Builds on `handoff` (a ranked record's first 16 bytes are its rank and row).
+//! Records put in order before they are written, within a memory budget, for the two steps that
+//! produce them out of order under a preference other than input order (`crate::Prefer`): the
+//! ranked samples of a `sign` step, in (rank, row) order within each group so that `decide`
+//! merges the shards' streams as they come, and the decisions of a `decide` step, decided in
+//! rank order and written in row order within each shard's stream, as `write` reads them. Past
+//! the budget, the records held are sorted and spill to a temporary file (a run); the streams
+//! are then merged from the runs and what is still held. Builds on `handoff` (a ranked record's
+//! first 16 bytes are its rank and row, a decided one's first 8 its row).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -13,10 +16,18 @@ use std::path::PathBuf;
 use crate::distributed::StepSink;
 use crate::handoff::RecordWriter;
 
+fn word(record: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"))
+}
+
 /// A ranked record's sort key: its rank and row.
-fn sort_key(record: &[u8]) -> (u64, u64) {
-    let word = |at: usize| u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"));
-    (word(0), word(8))
+fn rank_then_row(record: &[u8]) -> (u64, u64) {
+    (word(record, 0), word(record, 8))
+}
+
+/// A decided record's sort key: its row.
+fn row(record: &[u8]) -> (u64, u64) {
+    (word(record, 0), 0)
 }
 
 /// A record held in memory: where its bytes are, and its group and key.
@@ -35,8 +46,9 @@ struct Run {
     per_group: Vec<u64>,
 }
 
-/// Sorts the ranked records of every group of one shard (see the module docs).
-pub(crate) struct RankSorter {
+/// Sorts the records of every group (or shard) one step writes (see the module docs).
+pub(crate) struct RecordSorter {
+    key: fn(&[u8]) -> (u64, u64),
     bytes: Vec<u8>,
     held: Vec<Held>,
     runs: Vec<Run>,
@@ -45,11 +57,28 @@ pub(crate) struct RankSorter {
     spill_dir: Option<PathBuf>,
 }
 
-impl RankSorter {
-    /// A sorter of records of `groups` groups that holds up to about `memory` bytes before it
-    /// spills to `spill_dir` (the system's temporary directory when unset).
-    pub fn new(groups: usize, memory: usize, spill_dir: Option<PathBuf>) -> RankSorter {
-        RankSorter {
+impl RecordSorter {
+    /// A sorter of ranked records of `groups` groups into (rank, row) order that holds up to
+    /// about `memory` bytes before it spills to `spill_dir` (the system's temporary directory
+    /// when unset).
+    pub fn by_rank(groups: usize, memory: usize, spill_dir: Option<PathBuf>) -> RecordSorter {
+        RecordSorter::new(rank_then_row, groups, memory, spill_dir)
+    }
+
+    /// A sorter of decided records of `streams` streams into row order, as
+    /// [`RecordSorter::by_rank`] holds and spills.
+    pub fn by_row(streams: usize, memory: usize, spill_dir: Option<PathBuf>) -> RecordSorter {
+        RecordSorter::new(row, streams, memory, spill_dir)
+    }
+
+    fn new(
+        key: fn(&[u8]) -> (u64, u64),
+        groups: usize,
+        memory: usize,
+        spill_dir: Option<PathBuf>,
+    ) -> RecordSorter {
+        RecordSorter {
+            key,
             bytes: Vec::new(),
             held: Vec::new(),
             runs: Vec::new(),
@@ -63,7 +92,7 @@ impl RankSorter {
     pub fn push(&mut self, group: u32, record: &[u8]) -> io::Result<()> {
         self.held.push(Held {
             group,
-            key: sort_key(record),
+            key: (self.key)(record),
             start: self.bytes.len(),
             len: record.len(),
         });
@@ -123,7 +152,7 @@ impl RankSorter {
                 if per_group[group] > 0 {
                     per_group[group] -= 1;
                     read_record(reader, &mut heads[r])?;
-                    heap.push(Reverse((sort_key(&heads[r]), r)));
+                    heap.push(Reverse(((self.key)(&heads[r]), r)));
                 }
             }
             let held_of_group = |i: usize| self.held.get(i).filter(|h| h.group as usize == group);
@@ -146,7 +175,7 @@ impl RankSorter {
                     if per_group[group] > 0 {
                         per_group[group] -= 1;
                         read_record(reader, &mut heads[source])?;
-                        heap.push(Reverse((sort_key(&heads[source]), source)));
+                        heap.push(Reverse(((self.key)(&heads[source]), source)));
                     }
                 }
                 stream.record_done()?;
@@ -169,7 +198,8 @@ fn read_record(reader: &mut impl Read, into: &mut Vec<u8>) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::handoff::RecordReader;
+    use crate::deduper::{SampleAddr, Verdict};
+    use crate::handoff::{DecidedSample, RecordReader, decode_decided, encode_decided};
     use proptest::prelude::*;
 
     fn record(rank: u64, row: u64, payload: &[u8]) -> Vec<u8> {
@@ -181,13 +211,14 @@ mod tests {
         r
     }
 
-    /// The records of each group's stream, after sorting with `memory`.
+    /// The records of each group's stream after `sorter` sorted them (`length` says how long
+    /// the record at the front of a stream's bytes is), and the runs it spilled.
     fn sorted(
+        mut sorter: RecordSorter,
         groups: usize,
-        memory: usize,
         input: &[(u32, Vec<u8>)],
+        length: fn(&[u8]) -> usize,
     ) -> (Vec<Vec<Vec<u8>>>, usize) {
-        let mut sorter = RankSorter::new(groups, memory, None);
         for (g, r) in input {
             sorter.push(*g, r).unwrap();
         }
@@ -204,7 +235,7 @@ mod tests {
                 let mut records = Vec::new();
                 while reader
                     .next(|b| {
-                        let len = 17 + b[16] as usize;
+                        let len = length(b);
                         records.push(b[..len].to_vec());
                         Ok(len)
                     })
@@ -228,7 +259,8 @@ mod tests {
                 .enumerate()
                 .map(|(row, (g, rank, payload))| (*g, record(*rank, row as u64, payload)))
                 .collect();
-            let (out, runs) = sorted(3, memory, &input);
+            let sorter = RecordSorter::by_rank(3, memory, None);
+            let (out, runs) = sorted(sorter, 3, &input, |b| 17 + b[16] as usize);
             if memory == 0 && !input.is_empty() {
                 prop_assert!(runs > 0);
             }
@@ -238,8 +270,64 @@ mod tests {
                     .filter(|(group, _)| *group as usize == g)
                     .map(|(_, r)| r.clone())
                     .collect();
-                expect.sort_by_key(|r| sort_key(r));
+                expect.sort_by_key(|r| rank_then_row(r));
                 prop_assert_eq!(records, &expect);
+            }
+        }
+
+        #[test]
+        fn every_stream_of_decisions_comes_out_in_row_order_however_much_spills(
+            decisions in prop::collection::vec(
+                (0u32..3, 0u8..3, any::<u64>(), prop::option::of("[a-z0-9é]{0,12}")),
+                0..200,
+            ),
+            order in any::<u64>(),
+            memory in prop::sample::select(vec![0usize, 64, 1000, 1 << 20]),
+        ) {
+            // Rows are unique, decided in an order that is not theirs (as rank order is not).
+            let mut input: Vec<(u32, DecidedSample)> = decisions
+                .into_iter()
+                .enumerate()
+                .map(|(row, (stream, kind, addr, id))| {
+                    let addr = SampleAddr { file: (addr >> 48) as u32, record: addr >> 8, field: (addr & 3) as u32 };
+                    let verdict = match kind {
+                        0 => Verdict::Unique,
+                        1 => Verdict::Exact { of: addr, cluster: addr },
+                        _ => Verdict::Near { of: addr, similarity: 0.9 },
+                    };
+                    (stream, DecidedSample { row: row as u64, verdict, dup_of_id: id })
+                })
+                .collect();
+            let mut state = order | 1;
+            for i in (1..input.len()).rev() {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                input.swap(i, (state % (i as u64 + 1)) as usize);
+            }
+            let encoded: Vec<(u32, Vec<u8>)> = input
+                .iter()
+                .map(|(stream, d)| {
+                    let mut bytes = Vec::new();
+                    encode_decided(d, &mut bytes);
+                    (*stream, bytes)
+                })
+                .collect();
+            let sorter = RecordSorter::by_row(3, memory, None);
+            let (out, runs) = sorted(sorter, 3, &encoded, |b| decode_decided(b).unwrap().1);
+            if memory == 0 && !input.is_empty() {
+                prop_assert!(runs > 0);
+            }
+            for (stream, records) in out.iter().enumerate() {
+                let got: Vec<DecidedSample> =
+                    records.iter().map(|r| decode_decided(r).unwrap().0).collect();
+                let mut expect: Vec<DecidedSample> = input
+                    .iter()
+                    .filter(|(s, _)| *s as usize == stream)
+                    .map(|(_, d)| d.clone())
+                    .collect();
+                expect.sort_by_key(|d| d.row);
+                prop_assert_eq!(got, expect);
             }
         }
     }

@@ -16,13 +16,12 @@ use std::sync::Mutex;
 
 use neardup_corpus::ScratchDir;
 use neardup_exec::CancelToken;
-use neardup_scratch::Backing;
 use neardup_sketch::NO_KEY;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Damage, KeysError};
-use crate::hot::HotMask;
+use crate::hot::{HotMask, mask_backing};
 use crate::prior::{HotRule, PriorKeys};
 
 /// What counting found.
@@ -528,13 +527,7 @@ impl SpillCounter {
         // The mask grows with the corpus (a bit per key): past an eighth of the budget it goes
         // to a scratch file's mapping, marked a partition at a time in row order and handed
         // back behind (`PartCount::mark_in_row_order`), so that it too stays within the limit.
-        let backing = if HotMask::bytes_for(rows, columns) as u64 > budget_bytes / 8 {
-            Backing::Scratch {
-                dir: Some(dir.path().to_path_buf()),
-            }
-        } else {
-            Backing::Heap
-        };
+        let backing = mask_backing(rows, columns, budget_bytes / 8, Some(dir.path()));
         let mut mask = HotMask::new_in(rows, columns, &backing);
         let mut hot_keys = Vec::new();
         let mut stats = CountStats {

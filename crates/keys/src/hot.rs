@@ -192,9 +192,13 @@ impl HotSummary {
     }
 }
 
-/// Builds a [`HotMask`] from keys given in row order, in pieces of any size.
+/// Builds a [`HotMask`] from keys given in row order, in pieces of any size. A mapped mask's
+/// pages behind the rows marked are handed back as it goes (and all of them at the end), so that
+/// marking holds only the pages at hand.
 struct MaskMarker<'a> {
     mask: HotMask,
+    /// Rows (and hot rows' groups) before these have been handed back.
+    handed_back: (usize, usize),
     index: SortedKeyIndex<'a>,
     columns: usize,
     content_col: Option<usize>,
@@ -210,12 +214,19 @@ struct MaskMarker<'a> {
 }
 
 impl<'a> MaskMarker<'a> {
-    /// A marker of `rows` rows of `columns` keys.
-    fn new(hot: &'a HotKeys, rows: usize, columns: usize, grouping: RowGrouping) -> MaskMarker<'a> {
-        let mut mask = HotMask::new(rows, columns);
+    /// A marker of `rows` rows of `columns` keys, into a mask kept as `memory` says.
+    fn new(
+        hot: &'a HotKeys,
+        rows: usize,
+        columns: usize,
+        grouping: RowGrouping,
+        memory: &MaskMemory,
+    ) -> MaskMarker<'a> {
+        let backing = memory.backing(rows, columns);
+        let mut mask = HotMask::new_in(rows, columns, &backing);
         let group_of_key = match (&hot.plan, grouping) {
             (Some(plan), RowGrouping::Record) => {
-                mask.row_groups = RowGroups::Recorded(Vec::new());
+                mask.row_groups = RowGroups::Recorded(ScratchVec::new(&backing));
                 Some(&plan.group_of_key[..])
             }
             (None, RowGrouping::Record) => {
@@ -227,6 +238,7 @@ impl<'a> MaskMarker<'a> {
         let content_col = hot.layout().rule.exact_key.then(|| columns - 1);
         MaskMarker {
             mask,
+            handed_back: (0, 0),
             index: SortedKeyIndex::new(&hot.keys),
             columns,
             content_col,
@@ -273,6 +285,78 @@ impl<'a> MaskMarker<'a> {
                 }
             }
         });
+        self.hand_back(self.pos / self.columns);
+    }
+
+    /// Hands back a mapped mask's pages before `row` (the row in progress is not done), and
+    /// those of the groups recorded so far but the last.
+    fn hand_back(&mut self, row: usize) {
+        if !self.mask.is_mapped() {
+            return;
+        }
+        let (rows, groups) = self.handed_back;
+        self.mask.hand_back_rows(rows..row);
+        let recorded = match &self.mask.row_groups {
+            RowGroups::Recorded(recorded) => {
+                let done = recorded.len().saturating_sub(1);
+                recorded.release_range(groups, done);
+                done
+            }
+            _ => 0,
+        };
+        self.handed_back = (row, recorded);
+    }
+
+    /// The mask, its pages handed back when it is mapped (stage 2 reads it again from the first
+    /// row).
+    fn finish(self) -> HotMask {
+        if self.mask.is_mapped() {
+            self.mask.hand_back_rows(0..self.mask.rows);
+            if let RowGroups::Recorded(recorded) = &self.mask.row_groups {
+                recorded.release_range(0, recorded.len());
+            }
+        }
+        self.mask
+    }
+}
+
+/// Where a [`HotMask`] built from saved key tables is kept ([`HotMask::for_shard`],
+/// [`HotMask::from_table_files`]): in ordinary memory, or, under a memory limit, once it would
+/// take more than a sixteenth of it (an eighth of stage 1's half, as when stage 1 spills), in a
+/// scratch file's mapping, whose pages are handed back behind the rows marked and, in stage 2,
+/// decided. Decisions do not depend on it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MaskMemory {
+    /// The run's memory limit (`None`: the mask stays in ordinary memory).
+    pub memory_limit: Option<u64>,
+    /// Where the mapping's file is (unnamed; the system's temporary directory when unset).
+    pub spill_dir: Option<PathBuf>,
+}
+
+impl MaskMemory {
+    /// How a mask of `rows` rows of `columns` keys is kept.
+    fn backing(&self, rows: usize, columns: usize) -> Backing {
+        match self.memory_limit {
+            Some(limit) => mask_backing(rows, columns, limit / 16, self.spill_dir.as_deref()),
+            None => Backing::Heap,
+        }
+    }
+}
+
+/// A mask of `rows` rows of `columns` keys goes to a scratch mapping in `spill_dir` past
+/// `heap_bytes`.
+pub(crate) fn mask_backing(
+    rows: usize,
+    columns: usize,
+    heap_bytes: u64,
+    spill_dir: Option<&Path>,
+) -> Backing {
+    if HotMask::bytes_for(rows, columns) as u64 > heap_bytes {
+        Backing::Scratch {
+            dir: spill_dir.map(Path::to_path_buf),
+        }
+    } else {
+        Backing::Heap
     }
 }
 
@@ -653,14 +737,50 @@ pub enum RowGrouping {
 }
 
 /// Which groups a [`HotMask`] knows its hot rows to be in.
-#[derive(Clone, Debug, PartialEq, Eq)]
 enum RowGroups {
     /// Not recorded ([`RowGrouping::Skip`]).
     NotRecorded,
     /// One group (no plan).
     One,
-    /// With a plan: the group of each hot row, in row order.
-    Recorded(Vec<u32>),
+    /// With a plan: the group of each hot row, in row order (kept as the mask's bits are).
+    Recorded(ScratchVec<u32>),
+}
+
+impl PartialEq for RowGroups {
+    fn eq(&self, other: &RowGroups) -> bool {
+        match (self, other) {
+            (RowGroups::NotRecorded, RowGroups::NotRecorded) | (RowGroups::One, RowGroups::One) => {
+                true
+            }
+            (RowGroups::Recorded(a), RowGroups::Recorded(b)) => a[..] == b[..],
+            _ => false,
+        }
+    }
+}
+
+impl Eq for RowGroups {}
+
+impl Clone for RowGroups {
+    /// A copy in ordinary memory.
+    fn clone(&self) -> RowGroups {
+        match self {
+            RowGroups::NotRecorded => RowGroups::NotRecorded,
+            RowGroups::One => RowGroups::One,
+            RowGroups::Recorded(groups) => {
+                RowGroups::Recorded(ScratchVec::from_vec(groups.to_vec()))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for RowGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RowGroups::NotRecorded => f.write_str("NotRecorded"),
+            RowGroups::One => f.write_str("One"),
+            RowGroups::Recorded(groups) => write!(f, "Recorded({} hot rows)", groups.len()),
+        }
+    }
 }
 
 /// Where the table `identity` (named `name` in messages) sits among the tables `hot` was
@@ -795,23 +915,27 @@ impl HotMask {
             return Ok(HotMask::new(0, 0));
         };
         let rows = tables.iter().map(|t| t.rows()).sum();
-        let mut marker = MaskMarker::new(hot, rows, first.columns(), RowGrouping::Skip);
+        let memory = MaskMemory::default();
+        let mut marker = MaskMarker::new(hot, rows, first.columns(), RowGrouping::Skip, &memory);
         for t in tables {
             marker.mark(t.keys());
         }
-        Ok(marker.mask)
+        Ok(marker.finish())
     }
 
     /// [`HotMask::from_tables`] over saved tables, reading each sequentially instead of holding
-    /// them; also returns all their files' row ranges, in row order.
+    /// them, into a mask kept as `memory` says; also returns all their files' row ranges, in row
+    /// order.
     pub fn from_table_files(
         tables: &ShardTables,
         hot: &HotKeys,
+        memory: &MaskMemory,
     ) -> Result<(HotMask, Vec<FileRows>), KeysError> {
         tables.layout.check_compatible(hot.layout())?;
         hot.check_tables(&tables.identities, Some(&tables.paths))?;
         let rows = tables.rows.iter().sum::<u64>() as usize;
-        let mut marker = MaskMarker::new(hot, rows, tables.layout.columns(), RowGrouping::Skip);
+        let columns = tables.layout.columns();
+        let mut marker = MaskMarker::new(hot, rows, columns, RowGrouping::Skip, memory);
         let mut files = Vec::new();
         let mut block = Vec::new();
         for p in &tables.paths {
@@ -825,7 +949,7 @@ impl HotMask {
             }
             files.extend(reader.finish()?.files);
         }
-        Ok((marker.mask, files))
+        Ok((marker.finish(), files))
     }
 
     /// The mask of one shard's saved table alone, for the per-shard steps of a distributed
@@ -833,11 +957,12 @@ impl HotMask {
     /// shard, rows and checksum). Rows count from the shard's first row; a row that repeats a
     /// content key first seen in an earlier shard is not marked as a later copy (only this
     /// shard's rows are seen), which costs it a signature but changes no decision. Also returns
-    /// the shard's files and where it sits among all shards.
+    /// the shard's files and where it sits among all shards. The mask is kept as `memory` says.
     pub fn for_shard(
         table: &Path,
         hot: &HotKeys,
         grouping: RowGrouping,
+        memory: &MaskMemory,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
         let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
         shards.layout.check_compatible(hot.layout())?;
@@ -848,6 +973,7 @@ impl HotMask {
             identity.rows as usize,
             shards.layout.columns(),
             grouping,
+            memory,
         );
         let mut reader = TableReader::open(table)?;
         let mut block = Vec::new();
@@ -859,7 +985,7 @@ impl HotMask {
             marker.mark(&block);
         }
         let files = reader.finish()?.files;
-        Ok((marker.mask, files, place))
+        Ok((marker.finish(), files, place))
     }
 
     /// [`HotMask::for_shard`] of a table in memory: the same checks and mask, the table's
@@ -872,9 +998,10 @@ impl HotMask {
         table.layout().check_compatible(hot.layout())?;
         let name = format!("the key table of shard {}", table.shard());
         let place = shard_place(table.identity(), hot, &name)?;
-        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), grouping);
+        let memory = MaskMemory::default();
+        let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), grouping, &memory);
         marker.mark(table.keys());
-        Ok((marker.mask, table.files().to_vec(), place))
+        Ok((marker.finish(), table.files().to_vec(), place))
     }
 
     pub(crate) fn set_later_copy(&mut self, row: usize) {
@@ -923,6 +1050,7 @@ impl HotMask {
             mask: self,
             next_row: 0,
             hot_before: 0,
+            handed_back: 0,
         }
     }
 
@@ -943,7 +1071,12 @@ pub struct HotRowGroups<'a> {
     next_row: usize,
     /// Hot rows before `next_row`.
     hot_before: usize,
+    /// The groups of the hot rows before this one have been handed back (a mapped mask's).
+    handed_back: usize,
 }
+
+/// A mapped mask's recorded groups are handed back behind the rows asked for every this many.
+const GROUPS_HANDED_BACK: usize = 1 << 16;
 
 impl HotRowGroups<'_> {
     /// The group that decides hot row `row`: 0 without a plan. `None` for a cold row, a row
@@ -959,7 +1092,13 @@ impl HotRowGroups<'_> {
         match &self.mask.row_groups {
             RowGroups::NotRecorded => None,
             RowGroups::One => Some(0),
-            RowGroups::Recorded(groups) => groups.get(self.hot_before).copied(),
+            RowGroups::Recorded(groups) => {
+                if self.hot_before >= self.handed_back + GROUPS_HANDED_BACK {
+                    groups.release_range(self.handed_back, self.hot_before);
+                    self.handed_back = self.hot_before;
+                }
+                groups.get(self.hot_before).copied()
+            }
         }
     }
 }
@@ -1003,6 +1142,18 @@ mod tests {
             chunks: Vec::new(),
         }];
         KeyTable::new(layout(DESCRIPTION), shard, files, keys).unwrap()
+    }
+
+    /// Saves `tables` in `dir`, one file per shard.
+    fn saved(tables: &[KeyTable], dir: &std::path::Path) -> Vec<PathBuf> {
+        tables
+            .iter()
+            .map(|t| {
+                let p = dir.join(format!("keys-{}.ndk", t.shard()));
+                t.save(&p).unwrap();
+                p
+            })
+            .collect()
     }
 
     fn tables() -> Vec<KeyTable> {
@@ -1141,6 +1292,72 @@ mod tests {
     }
 
     #[test]
+    fn masks_of_saved_tables_are_the_same_within_a_memory_limit() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut exact = layout(DESCRIPTION);
+        exact.rule.exact_key = true;
+        let columns = exact.columns();
+        // Three shards of 60,000 rows whose keys repeat often enough that many rows are hot
+        // and many are later copies, in several components.
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let rows = 60_000;
+        let tables: Vec<KeyTable> = (0..3)
+            .map(|shard| {
+                let keys = (0..rows * columns)
+                    .map(|_| neardup_scratch::xorshift(&mut state) % 400_000)
+                    .collect();
+                let files = table(shard, Vec::new()).files().to_vec();
+                let files = vec![FileRows {
+                    records: rows as u64,
+                    rows: rows as u64,
+                    ..files[0].clone()
+                }];
+                KeyTable::new(exact.clone(), shard, files, keys).unwrap()
+            })
+            .collect();
+        let paths = saved(&tables, tmp.path());
+        let (counted, in_memory, _) = merge_tables(&tables, 1).unwrap();
+        let opened = ShardTables::open(&paths).unwrap();
+        let plan = crate::plan_from_tables(&opened, &counted, 3, &|| false).unwrap();
+        let hot = counted.with_plan(plan).unwrap();
+        let unlimited = MaskMemory::default();
+        let within = MaskMemory {
+            memory_limit: Some(16 * 1024),
+            spill_dir: Some(tmp.path().to_path_buf()),
+        };
+        let (all, _) = HotMask::from_table_files(&opened, &hot, &unlimited).unwrap();
+        assert!(!all.is_mapped());
+        assert_eq!(all, in_memory);
+        assert!(all.hot_rows() > rows && all.hot_rows() < 3 * rows);
+        assert!((0..3 * rows).any(|r| all.is_later_copy(r)));
+        let (limited, _) = HotMask::from_table_files(&opened, &hot, &within).unwrap();
+        assert_eq!(limited.is_mapped(), cfg!(target_os = "linux"));
+        assert_eq!(limited, all);
+        for p in &paths {
+            let grouping = RowGrouping::Record;
+            let (heap, files, place) = HotMask::for_shard(p, &hot, grouping, &unlimited).unwrap();
+            let (mapped, files_within, place_within) =
+                HotMask::for_shard(p, &hot, grouping, &within).unwrap();
+            assert_eq!(mapped.is_mapped(), cfg!(target_os = "linux"));
+            assert_eq!((&files, place), (&files_within, place_within));
+            assert_eq!(mapped, heap);
+            // The groups read back the same in row order, the mapped ones handed back behind.
+            let (mut a, mut b) = (heap.groups(), mapped.groups());
+            let mut groups_seen = [0usize; 3];
+            for row in 0..rows {
+                let group = a.group_of(row);
+                assert_eq!(group, b.group_of(row), "{} row {row}", p.display());
+                if let Some(g) = group {
+                    groups_seen[g as usize] += 1;
+                }
+            }
+            assert!(groups_seen.iter().all(|n| *n > 0), "{groups_seen:?}");
+            // And again from the first row: the pages handed back keep their values.
+            assert_eq!(mapped.groups().group_of(0), heap.groups().group_of(0));
+        }
+    }
+
+    #[test]
     fn the_mask_needs_exactly_the_tables_the_keys_were_counted_from() {
         let tables = tables();
         let (hot, mask, _) = merge_tables(&tables, 1).unwrap();
@@ -1222,14 +1439,7 @@ mod tests {
     fn saved_tables_and_hot_files_keep_the_identities() {
         let tmp = tempfile::tempdir().unwrap();
         let tables = tables();
-        let paths: Vec<PathBuf> = tables
-            .iter()
-            .map(|t| {
-                let p = tmp.path().join(format!("keys-{}.ndk", t.shard()));
-                t.save(&p).unwrap();
-                p
-            })
-            .collect();
+        let paths = saved(&tables, tmp.path());
         let (hot, _, _) = merge_tables(&tables, 1).unwrap();
         let hot_path = tmp.path().join("hot.ndh");
         hot.save(&hot_path).unwrap();
@@ -1237,9 +1447,9 @@ mod tests {
         assert_eq!(loaded, hot);
         let opened = ShardTables::open(&paths).unwrap();
         assert_eq!(Some(opened.identities.as_slice()), hot.tables());
-        HotMask::from_table_files(&opened, &loaded).unwrap();
+        HotMask::from_table_files(&opened, &loaded, &MaskMemory::default()).unwrap();
         let two = ShardTables::open(&paths[..2]).unwrap();
-        let err = HotMask::from_table_files(&two, &loaded)
+        let err = HotMask::from_table_files(&two, &loaded, &MaskMemory::default())
             .unwrap_err()
             .to_string();
         assert!(err.contains("shard 2 (2 rows) is missing"), "{err}");

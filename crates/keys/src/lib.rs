@@ -47,7 +47,7 @@ pub use error::{
     Damage, Incompatible, InputFailure, KeysError, KeysSettingsError, LayoutDifference, TableName,
     TableProblem,
 };
-pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, RowGrouping, ShardPlace};
+pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, MaskMemory, RowGrouping, ShardPlace};
 /// Re-exported for compatibility: [`Progress`] and [`OnError`] were stage 1's before every step
 /// ran on `neardup-exec`, and `neardup::keys::{Progress, OnError}` is public API.
 pub use neardup_exec::{OnError, Progress};
