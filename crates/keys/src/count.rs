@@ -16,6 +16,7 @@ use std::sync::Mutex;
 
 use neardup_corpus::ScratchDir;
 use neardup_exec::CancelToken;
+use neardup_scratch::{Backing, ScratchVec};
 use neardup_sketch::NO_KEY;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -41,8 +42,9 @@ pub struct CountStats {
 
 /// The result of counting: the sorted hot keys, the per-position hot mask and statistics.
 pub struct Counted {
-    /// Hot keys, ascending.
-    pub hot_keys: Vec<u64>,
+    /// Hot keys, ascending: in a scratch file's mapping, its pages handed back, when the count
+    /// spilled (they grow with the corpus).
+    pub hot_keys: ScratchVec<u64>,
     /// Hot bit per (row, column).
     pub mask: HotMask,
     /// Statistics.
@@ -59,7 +61,7 @@ type Pair = (u64, u64);
 fn scan_runs(
     pairs: &mut Vec<Pair>,
     rule: HotRule<'_>,
-    hot: &mut Vec<u64>,
+    hot: &mut ScratchVec<u64>,
     mut mark: impl FnMut(u64, Option<bool>) -> Option<u64>,
 ) -> u64 {
     let (mut distinct, mut kept) = (0, 0);
@@ -418,7 +420,7 @@ pub(crate) fn count_in_memory_until(
     }
     stats.hot_keys = hot_keys.len() as u64;
     Some(Counted {
-        hot_keys,
+        hot_keys: ScratchVec::from_vec(hot_keys),
         mask: HotMask::from_bits(rows, columns, bits_vec, copies),
         stats,
     })
@@ -529,7 +531,13 @@ impl SpillCounter {
         // back behind (`PartCount::mark_in_row_order`), so that it too stays within the limit.
         let backing = mask_backing(rows, columns, budget_bytes / 8, Some(dir.path()));
         let mut mask = HotMask::new_in(rows, columns, &backing);
-        let mut hot_keys = Vec::new();
+        // The hot keys grow with the corpus too: appended in key order, their pages handed back
+        // after each partition until the caller reads them (or, in a one-process run, drops
+        // them).
+        let mut hot_keys = ScratchVec::new(&Backing::Scratch {
+            dir: Some(dir.path().to_path_buf()),
+        });
+        let mut handed_back = 0;
         let mut stats = CountStats {
             spilled: true,
             ..CountStats::default()
@@ -552,6 +560,8 @@ impl SpillCounter {
                 &mut hot_keys,
                 &mut stats,
             )?;
+            hot_keys.release_range(handed_back, hot_keys.len());
+            handed_back = hot_keys.len();
         }
         stats.hot_keys = hot_keys.len() as u64;
         // Stage 2 reads it again from the first row.
@@ -584,7 +594,7 @@ impl PartCount<'_> {
         trail: &[usize],
         bits_used: u32,
         mask: &mut HotMask,
-        hot: &mut Vec<u64>,
+        hot: &mut ScratchVec<u64>,
         stats: &mut CountStats,
     ) -> Result<(), KeysError> {
         let dir = self.dir;
@@ -655,7 +665,7 @@ impl PartCount<'_> {
         &self,
         mut pairs: Vec<Pair>,
         mask: &mut HotMask,
-        hot: &mut Vec<u64>,
+        hot: &mut ScratchVec<u64>,
         stats: &mut CountStats,
     ) {
         /// A position that is also a later copy's content key.
@@ -761,7 +771,7 @@ mod tests {
 
     fn check(c: &Counted, keys: &[u64], columns: usize, min_count: u32) {
         let (hot, bits) = brute(keys, columns, min_count);
-        assert_eq!(c.hot_keys, hot);
+        assert_eq!(c.hot_keys[..], hot[..]);
         for (pos, b) in bits.iter().enumerate() {
             assert_eq!(
                 c.mask.is_hot(pos / columns, pos % columns),
@@ -832,7 +842,9 @@ mod tests {
                 spilled.mask.is_mapped(),
                 mapped && cfg!(target_os = "linux")
             );
-            assert_eq!(spilled.hot_keys, mem.hot_keys);
+            // The hot keys of a spilled count are in a mapping whose pages were handed back.
+            assert_eq!(spilled.hot_keys.is_mapped(), cfg!(target_os = "linux"));
+            assert_eq!(spilled.hot_keys[..], mem.hot_keys[..]);
             assert_eq!(spilled.mask, mem.mask);
             assert_eq!(spilled.stats.distinct_keys, mem.stats.distinct_keys);
             assert_eq!(spilled.stats.keys, mem.stats.keys);
@@ -883,7 +895,7 @@ mod tests {
                 .filter(|k| b_keys.contains(k))
                 .collect();
             for c in [&mem, &spilled] {
-                assert_eq!(c.hot_keys, want);
+                assert_eq!(c.hot_keys[..], want[..]);
                 for row in 0..b_rows {
                     for col in 0..columns {
                         assert_eq!(

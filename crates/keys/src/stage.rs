@@ -562,7 +562,7 @@ pub fn run_keys(
         stats.hot_samples as f64 / stats.samples as f64
     };
     Ok(KeysOutput {
-        hot: HotKeys::new(layout.clone(), cfg.min_count, hot_keys),
+        hot: HotKeys::counted(layout.clone(), cfg.min_count, hot_keys),
         layout,
         files: file_rows,
         table,
@@ -929,7 +929,7 @@ pub fn merge_table_files(
         }
     };
     Ok((
-        HotKeys::new(tables.layout.clone(), min_count, counted.hot_keys)
+        HotKeys::counted(tables.layout.clone(), min_count, counted.hot_keys)
             .counted_from(tables.identities.clone()),
         counted.mask,
         counted.stats,
@@ -961,7 +961,7 @@ pub fn merge_tables<T: std::borrow::Borrow<KeyTable>>(
     let counted = count_in_memory(&all, columns, min_count, content_col);
     let identities = ordered.iter().map(|t| t.identity()).collect();
     Ok((
-        HotKeys::new(layout.clone(), min_count, counted.hot_keys).counted_from(identities),
+        HotKeys::counted(layout.clone(), min_count, counted.hot_keys).counted_from(identities),
         counted.mask,
         counted.stats,
     ))
