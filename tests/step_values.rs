@@ -152,9 +152,19 @@ impl Setup {
         out: &str,
         for_shard: impl Fn(usize) -> Vec<DecidedInput<'a>>,
     ) -> (Vec<u8>, BTreeMap<String, Vec<u8>>) {
+        self.write_all_with(&config(2), out, for_shard)
+    }
+
+    /// [`Setup::write_all`] with `base`'s settings.
+    fn write_all_with<'a>(
+        &self,
+        base: &Config,
+        out: &str,
+        for_shard: impl Fn(usize) -> Vec<DecidedInput<'a>>,
+    ) -> (Vec<u8>, BTreeMap<String, Vec<u8>>) {
         let mut decisions = Vec::new();
         for (i, t) in self.tables.iter().enumerate() {
-            let mut c = config(2);
+            let mut c = base.clone();
             c.output.dir = Some(self.path(out));
             let d = self.path(&format!("{out}-d-{i}.jsonl"));
             c.output.decisions = Some(d.clone());
@@ -183,6 +193,37 @@ impl Setup {
 }
 
 const SPLITS: [&[&[usize]]; 3] = [&[&[0, 1, 2]], &[&[0, 1], &[2]], &[&[0], &[1], &[2]]];
+
+/// The library's `sign` and `write` under a memory limit make their spill directory before they
+/// build the shard's mask (which may go there), and write what they write without the limit.
+#[test]
+fn steps_within_a_memory_limit_make_their_spill_directory_and_write_the_same() {
+    let s = setup(SPLITS[1], 3);
+    let spill = s.path("spill/not/made/yet");
+    let mut limited = config(2);
+    limited.keys.memory_limit = Some(1024);
+    limited.keys.spill_dir = Some(spill.clone());
+    let mut signed = Vec::new();
+    for (i, t) in s.tables.iter().enumerate() {
+        let plain = s.path(&format!("sig-{i}"));
+        neardup::sign_shard(&config(2), t, &s.hot, &plain, &control()).unwrap();
+        let within = s.path(&format!("limited-sig-{i}"));
+        neardup::sign_shard(&limited, t, &s.hot, &within, &control()).unwrap();
+        assert!(spill.is_dir(), "sign did not make its spill directory");
+        assert_eq!(files_in(&within), files_in(&plain), "shard {i}");
+        signed.push(within);
+    }
+    let inputs: Vec<SignedInput> = signed.iter().map(|d| StepInput::Dir(d.as_path())).collect();
+    let decided: Vec<DecidedGroup> = (0..3)
+        .map(|g| neardup::decide(&limited, &inputs, &s.summary, g, &control()).unwrap())
+        .collect();
+    std::fs::remove_dir_all(s.path("spill")).unwrap();
+    let result = s.write_all_with(&limited, "out", |_| {
+        decided.iter().map(Into::into).collect()
+    });
+    assert!(spill.is_dir(), "write did not make its spill directory");
+    s.check(result, "sign, decide and write within 1 KB");
+}
 
 #[test]
 fn values_alone_make_one_runs_decisions_and_outputs() {

@@ -264,6 +264,17 @@ impl TableInput<'_> {
         .map_err(wrong_tables)
     }
 
+    /// The shard's files and place among the shards `hot` was counted from, with the checks of
+    /// [`TableInput::mask`], from a table file's header alone: a step checks its paths, and
+    /// makes its spill directory, before it builds the mask (which may go there).
+    fn files(&self, hot: &HotKeys) -> Result<(Vec<FileRows>, ShardPlace), Error> {
+        match self {
+            TableInput::File(path) => HotMask::shard_files(path, hot),
+            TableInput::Value(table) => HotMask::table_files(table, hot),
+        }
+        .map_err(wrong_tables)
+    }
+
     /// How messages name the table.
     fn name(&self) -> String {
         match self {
@@ -301,15 +312,20 @@ fn sign_into(
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(config, hot, RowGrouping::Record)?;
+    let (files, place) = table.files(hot)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let mut paths = RunPaths::new();
     paths.read_inputs(&inputs);
     table.read_paths(&mut paths);
+    if let Some(dir) = &config.keys.spill_dir {
+        paths.spill_dir(dir);
+    }
     let all: Vec<u32> = (0..groups).collect();
     let targets = out.map(|dir| StepFiles::plan::<SignManifest>(dir, &all, &mut paths));
     paths.check()?;
+    paths.prepare()?;
+    let (mask, _, _) = table.mask(config, hot, RowGrouping::Record)?;
     let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
     let mut cfg = stage2_config(config)?;
@@ -590,7 +606,7 @@ pub fn write_shard<'a>(
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (mask, files, place) = table.mask(config, hot, RowGrouping::Skip)?;
+    let (files, place) = table.files(hot)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config, against.as_ref());
@@ -642,6 +658,7 @@ pub fn write_shard<'a>(
     paths.write_config_outputs(config, &inputs);
     paths.check()?;
     paths.prepare()?;
+    let (mask, _, _) = table.mask(config, hot, RowGrouping::Skip)?;
     let streams = given
         .iter()
         .map(|g| g.open(place.index, &wanted_by))

@@ -1032,6 +1032,30 @@ impl HotMask {
         Ok((marker.finish(), files, place))
     }
 
+    /// What [`HotMask::for_shard`] returns besides the mask (the shard's files and its place
+    /// among all shards), with the same checks, from the table's header alone: for a step that
+    /// checks its paths, and makes its spill directory, before it builds the mask.
+    pub fn shard_files(
+        table: &Path,
+        hot: &HotKeys,
+    ) -> Result<(Vec<FileRows>, ShardPlace), KeysError> {
+        let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
+        shards.layout.check_compatible(hot.layout())?;
+        let place = shard_place(shards.identities[0], hot, &table.display().to_string())?;
+        Ok((shards.files, place))
+    }
+
+    /// [`HotMask::shard_files`] of a table in memory (its identity computed from its keys).
+    pub fn table_files(
+        table: &KeyTable,
+        hot: &HotKeys,
+    ) -> Result<(Vec<FileRows>, ShardPlace), KeysError> {
+        table.layout().check_compatible(hot.layout())?;
+        let name = format!("the key table of shard {}", table.shard());
+        let place = shard_place(table.identity(), hot, &name)?;
+        Ok((table.files().to_vec(), place))
+    }
+
     /// [`HotMask::for_shard`] of a table in memory: the same checks and mask, the table's
     /// identity computed from its keys (one pass, no file).
     pub fn for_table(

@@ -24,8 +24,10 @@ rolled forward or back before anything else happens there): whole and reused, or
 again.
 
 **Memory per task.** ``keys``, ``sign`` and ``write`` hold one shard's blocks in flight (as
-``neardup dedup`` does, bounded by ``threads`` × the block size, not by the shard's size);
-``decide`` holds one group's representatives (bounded by ``max_reps`` per bucket) and streams its
+``neardup dedup`` does, bounded by ``threads`` × the block size, not by the shard's size) and,
+in ``sign`` and ``write``, the shard's hot mask, which goes to a scratch mapping in ``spill_dir``
+past a sixteenth of ``memory_limit``; ``decide`` holds one group's representatives (bounded by
+``max_reps`` per bucket; with ``memory_limit`` they spill past half of it) and streams its
 inputs; ``hot`` counts the keys of all shards, from spill files beyond ``memory_limit``.
 
 Install Ray with ``pip install "neardup[ray]"``.
