@@ -246,33 +246,34 @@ impl<'a> From<&'a KeyTable> for TableInput<'a> {
 pub(crate) const STEP_FORMAT_VERSION: u32 = 4;
 
 impl TableInput<'_> {
-    /// The shard's hot mask, files and place among the shards `hot` was counted from. A mask
-    /// read from a file is kept within `config`'s memory limit ([`neardup_keys::MaskMemory`]);
-    /// a table in memory is many times its mask.
-    fn mask(
-        &self,
-        config: &Config,
-        hot: &HotKeys,
-        grouping: RowGrouping,
-    ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), Error> {
-        match self {
-            TableInput::File(path) => {
-                HotMask::for_shard(path, hot, grouping, &config.mask_memory())
-            }
-            TableInput::Value(table) => HotMask::for_table(table, hot, grouping),
-        }
-        .map_err(wrong_tables)
-    }
-
-    /// The shard's files and place among the shards `hot` was counted from, with the checks of
-    /// [`TableInput::mask`], from a table file's header alone: a step checks its paths, and
-    /// makes its spill directory, before it builds the mask (which may go there).
+    /// The shard's files and place among the shards `hot` was counted from, the table checked
+    /// against them, from a table file's header alone: a step checks its paths, and makes its
+    /// spill directory, before it builds the mask ([`TableInput::mask`]), which may go there.
     fn files(&self, hot: &HotKeys) -> Result<(Vec<FileRows>, ShardPlace), Error> {
         match self {
             TableInput::File(path) => HotMask::shard_files(path, hot),
             TableInput::Value(table) => HotMask::table_files(table, hot),
         }
         .map_err(wrong_tables)
+    }
+
+    /// The shard's hot mask, the table checked and placed by [`TableInput::files`]. A mask read
+    /// from a file is kept within `config`'s memory limit ([`neardup_keys::MaskMemory`]); a
+    /// table in memory is many times its mask.
+    fn mask(
+        &self,
+        config: &Config,
+        place: &ShardPlace,
+        hot: &HotKeys,
+        grouping: RowGrouping,
+    ) -> Result<HotMask, Error> {
+        match self {
+            TableInput::File(path) => {
+                HotMask::of_checked_shard(path, place, hot, grouping, &config.mask_memory())
+                    .map_err(wrong_tables)
+            }
+            TableInput::Value(table) => Ok(HotMask::of_checked_table(table, hot, grouping)),
+        }
     }
 
     /// How messages name the table.
@@ -325,7 +326,7 @@ fn sign_into(
     let targets = out.map(|dir| StepFiles::plan::<SignManifest>(dir, &all, &mut paths));
     paths.check()?;
     paths.prepare()?;
-    let (mask, _, _) = table.mask(config, hot, RowGrouping::Record)?;
+    let mask = table.mask(config, &place, hot, RowGrouping::Record)?;
     let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
     let mut cfg = stage2_config(config)?;
@@ -658,7 +659,7 @@ pub fn write_shard<'a>(
     paths.write_config_outputs(config, &inputs);
     paths.check()?;
     paths.prepare()?;
-    let (mask, _, _) = table.mask(config, hot, RowGrouping::Skip)?;
+    let mask = table.mask(config, &place, hot, RowGrouping::Skip)?;
     let streams = given
         .iter()
         .map(|g| g.open(place.index, &wanted_by))

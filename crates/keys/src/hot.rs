@@ -1008,17 +1008,23 @@ impl HotMask {
         grouping: RowGrouping,
         memory: &MaskMemory,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
-        shards.layout.check_compatible(hot.layout())?;
-        let identity = shards.identities[0];
-        let place = shard_place(identity, hot, &table.display().to_string())?;
-        let mut marker = MaskMarker::new(
-            hot,
-            identity.rows as usize,
-            shards.layout.columns(),
-            grouping,
-            memory,
-        );
+        let (files, place) = HotMask::shard_files(table, hot)?;
+        let mask = HotMask::of_checked_shard(table, &place, hot, grouping, memory)?;
+        Ok((mask, files, place))
+    }
+
+    /// [`HotMask::for_shard`]'s mask of a table that [`HotMask::shard_files`] checked and
+    /// placed (`place`): the keys are read through (their checksum verified at the end), the
+    /// checks not made again.
+    pub fn of_checked_shard(
+        table: &Path,
+        place: &ShardPlace,
+        hot: &HotKeys,
+        grouping: RowGrouping,
+        memory: &MaskMemory,
+    ) -> Result<HotMask, KeysError> {
+        let columns = hot.layout().columns();
+        let mut marker = MaskMarker::new(hot, place.rows as usize, columns, grouping, memory);
         let mut reader = TableReader::open(table)?;
         let mut block = Vec::new();
         loop {
@@ -1028,13 +1034,14 @@ impl HotMask {
             }
             marker.mark(&block);
         }
-        let files = reader.finish()?.files;
-        Ok((marker.finish(), files, place))
+        reader.finish()?;
+        Ok(marker.finish())
     }
 
     /// What [`HotMask::for_shard`] returns besides the mask (the shard's files and its place
     /// among all shards), with the same checks, from the table's header alone: for a step that
-    /// checks its paths, and makes its spill directory, before it builds the mask.
+    /// checks its paths, and makes its spill directory, before it builds the mask
+    /// ([`HotMask::of_checked_shard`]).
     pub fn shard_files(
         table: &Path,
         hot: &HotKeys,
@@ -1045,7 +1052,8 @@ impl HotMask {
         Ok((shards.files, place))
     }
 
-    /// [`HotMask::shard_files`] of a table in memory (its identity computed from its keys).
+    /// [`HotMask::shard_files`] of a table in memory (its identity computed from its keys: one
+    /// pass).
     pub fn table_files(
         table: &KeyTable,
         hot: &HotKeys,
@@ -1063,13 +1071,21 @@ impl HotMask {
         hot: &HotKeys,
         grouping: RowGrouping,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        table.layout().check_compatible(hot.layout())?;
-        let name = format!("the key table of shard {}", table.shard());
-        let place = shard_place(table.identity(), hot, &name)?;
+        let (files, place) = HotMask::table_files(table, hot)?;
+        Ok((
+            HotMask::of_checked_table(table, hot, grouping),
+            files,
+            place,
+        ))
+    }
+
+    /// [`HotMask::for_table`]'s mask of a table that [`HotMask::table_files`] checked (the
+    /// checks, and the pass over its keys they take, not made again).
+    pub fn of_checked_table(table: &KeyTable, hot: &HotKeys, grouping: RowGrouping) -> HotMask {
         let memory = MaskMemory::default();
         let mut marker = MaskMarker::new(hot, table.rows(), table.columns(), grouping, &memory);
         marker.mark(table.keys());
-        Ok((marker.finish(), table.files().to_vec(), place))
+        marker.finish()
     }
 
     pub(crate) fn set_later_copy(&mut self, row: usize) {
