@@ -61,7 +61,9 @@
 //!    runs interleaved with the kernel's first block, on otherwise idle scalar units. `oph`
 //!    has no blocks (one position per shingle): it skips the filter when no shingle set is
 //!    wanted, and with the AVX2 and AVX-512 kernels mixes four shingles per AVX2 vector before
-//!    the scalar minima.
+//!    the scalar minima. With AVX-512, once a text has given 128 shingles per position (most
+//!    of them can no longer lower a minimum), sixteen at a time are compared with the minima
+//!    held in registers and only the lower ones are taken.
 //! 4. `oph` with character or byte shingles takes a text longer than 16 KiB a piece at a time:
 //!    steps 1 and 2 and the minima run on one piece's hashes (at most 128 KiB, still in the L2
 //!    cache) before the next piece is hashed, and densification runs once at the end. Each piece
@@ -217,10 +219,14 @@ struct Inner {
 }
 
 impl Inner {
-    /// Whether `oph` mixes shingles in AVX2 vectors: with the AVX2 and AVX-512 kernels (the
-    /// reference and portable kernels stay scalar, so tests compare the two).
-    fn vector_oph(&self) -> bool {
-        matches!(self.kernel, Kernel::Avx2 | Kernel::Avx512)
+    /// How `oph` takes its minima with this kernel (the reference and portable kernels stay
+    /// scalar, so tests compare the others with them).
+    fn oph_path(&self) -> oph::OphPath {
+        match self.kernel {
+            Kernel::Reference | Kernel::Portable => oph::OphPath::Scalar,
+            Kernel::Avx2 => oph::OphPath::Avx2,
+            Kernel::Avx512 => oph::OphPath::Avx512,
+        }
     }
 
     /// Whether `text` is hashed a piece at a time (module docs, step 4): a long text, shingles
@@ -477,7 +483,7 @@ impl MinHasher {
             return;
         }
         if let Params::Oph(keys) = &inner.params {
-            oph::sign(hashes, keys, out, &mut Vec::new(), inner.vector_oph());
+            oph::sign(hashes, keys, out, &mut Vec::new(), inner.oph_path());
             return;
         }
         self.sign_blocks_from(hashes, 0, out);
@@ -550,17 +556,18 @@ impl MinHasher {
         if let Params::Oph(keys) = &inner.params
             && inner.in_pieces(shingler, text)
         {
-            let vector = inner.vector_oph();
+            let path = inner.oph_path();
             oph::begin(bins, out.len());
+            let mut taken = 0;
+            let take = |new: &[u64]| {
+                oph::update(new, keys, bins, path, taken);
+                taken += new.len();
+            };
             let shingles = if *collect_distinct {
                 let buffers = (&mut *hashes, &mut *unique, &mut *filter);
-                distinct_in_pieces(inner, shingler, text, buffers, |new| {
-                    oph::update(new, keys, bins, vector)
-                })
+                distinct_in_pieces(inner, shingler, text, buffers, take)
             } else {
-                inner.hash_in_pieces(shingler, text, hashes, |piece| {
-                    oph::update(piece, keys, bins, vector)
-                })
+                inner.hash_in_pieces(shingler, text, hashes, take)
             };
             // `hashes` holds only the last piece's; `unique` all of the text's when collected.
             (*filtered, *last_piece_only) = (*collect_distinct, true);
@@ -581,9 +588,9 @@ impl MinHasher {
             } else if *collect_distinct && hashes.len() >= DEDUP_MIN {
                 drop_recent_repeats(hashes, unique, filter);
                 *filtered = true;
-                oph::sign(unique, keys, out, bins, inner.vector_oph());
+                oph::sign(unique, keys, out, bins, inner.oph_path());
             } else {
-                oph::sign(hashes, keys, out, bins, inner.vector_oph());
+                oph::sign(hashes, keys, out, bins, inner.oph_path());
             }
             return hashes.len();
         }

@@ -53,18 +53,31 @@ impl OphKeys {
     }
 }
 
+/// How [`update`] takes the per-shingle minima; every path gives the same minima.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OphPath {
+    /// The plain loop (the reference and portable kernels, so that tests compare the others
+    /// with it).
+    Scalar,
+    /// Mixing four hashes per AVX2 vector ([`oph_update_avx2`]).
+    Avx2,
+    /// Once a text's minima have settled, sixteen hashes per AVX-512 vector tested against
+    /// them, and only the few that lower one taken ([`oph_update_avx512`]); before that, and
+    /// for signatures wider than [`SETTLED_MAX_WIDTH`], the AVX2 path.
+    Avx512,
+}
+
 /// Signs non-empty `hashes` with the `oph` scheme (module docs). `bins` is scratch space.
-/// `vector` mixes four hashes per AVX2 vector ([`oph_update_avx2`]); the values are the same.
 pub(super) fn sign(
     hashes: &[u64],
     keys: &OphKeys,
     out: &mut [u32],
     bins: &mut Vec<u64>,
-    vector: bool,
+    path: OphPath,
 ) {
     debug_assert!(!hashes.is_empty() && !out.is_empty());
     begin(bins, out.len());
-    update(hashes, keys, bins, vector);
+    update(hashes, keys, bins, path, 0);
     finish(bins, keys, out);
 }
 
@@ -76,17 +89,46 @@ pub(super) fn begin(bins: &mut Vec<u64>, num_perm: usize) {
     bins.resize(num_perm, u64::MAX);
 }
 
-/// Takes `hashes` into the minima `bins` (see [`begin`]).
-pub(super) fn update(hashes: &[u64], keys: &OphKeys, bins: &mut [u64], vector: bool) {
+/// Shingles per position a text takes on the AVX2 path before [`OphPath::Avx512`] tests
+/// sixteen at a time. After `k` shingles per position a new one lowers its position's minimum
+/// with probability about `1/k`, so a vector of sixteen needs an update about `16/k` of the
+/// time (each a mispredicted branch and a few register updates). Criterion
+/// `signature/oph/Avx512` on 32 MB of rustdocs: 64, 128, 256 and 512 within the noise of each
+/// other, 16 and 32 barely faster than the AVX2 path alone.
+const SETTLED_PER_POSITION: usize = 128;
+
+/// Widest signature [`OphPath::Avx512`] tests in vectors: its minima (as 32-bit values) fit
+/// eight registers, looked up by four two-register permutations.
+pub(super) const SETTLED_MAX_WIDTH: usize = 128;
+
+/// Takes `hashes` into the minima `bins` (see [`begin`]); `taken` is how many shingles went
+/// into `bins` since [`begin`] (the text's earlier pieces).
+pub(super) fn update(
+    hashes: &[u64],
+    keys: &OphKeys,
+    bins: &mut [u64],
+    path: OphPath,
+    taken: usize,
+) {
     let n = bins.len();
     let mix = (keys.xor, keys.mul);
     #[cfg(target_arch = "x86_64")]
-    if vector && n <= 1 << 32 && avx2_supported() {
+    if path != OphPath::Scalar && n <= 1 << 32 && avx2_supported() {
+        let mut settled = 0;
+        if path == OphPath::Avx512 && n <= SETTLED_MAX_WIDTH && avx512_supported() {
+            let warm_up = (SETTLED_PER_POSITION * n).saturating_sub(taken);
+            settled = hashes.len().saturating_sub(warm_up);
+        }
+        let (warming, rest) = hashes.split_at(hashes.len() - settled);
         // SAFETY: AVX2 was just checked.
-        unsafe { oph_update_avx2(hashes, mix, bins) };
+        unsafe { oph_update_avx2(warming, mix, bins) };
+        if !rest.is_empty() {
+            // SAFETY: AVX-512 F and DQ were checked with `settled`.
+            unsafe { oph_update_avx512(rest, mix, bins) };
+        }
         return;
     }
-    let _ = vector;
+    let _ = (path, taken);
     if n.is_power_of_two() && n <= 1 << 32 {
         // ((x >> 32) * 2^k) >> 32 == (x >> 32) >> (32 - k): the same positions without the
         // second multiplication, which halves the multiplier pressure of the loop.
@@ -186,6 +228,13 @@ fn avx2_supported() -> bool {
     Features::detected().has(Feature::Avx2)
 }
 
+/// Whether [`oph_update_avx512`] can run on this CPU.
+#[cfg(target_arch = "x86_64")]
+fn avx512_supported() -> bool {
+    use neardup_cpu::{Feature, Features};
+    Features::detected().has_all(&[Feature::Avx512F, Feature::Avx512Dq])
+}
+
 /// [`oph_update`] with the mixing done four hashes per AVX2 vector: the scalar loop spends its
 /// time in two 64-bit multiplications per shingle (the mix and the position), which the
 /// vector does with 32-bit ones; the minima stay scalar (four lanes may hit one position).
@@ -229,6 +278,120 @@ fn oph_update_avx2(hashes: &[u64], (xor, mul): (u64, u64), bins: &mut [u64]) {
     oph_update(rest, (xor, mul), bins, |z| oph_position(z, n));
 }
 
+/// [`oph_update`] for a text whose minima have mostly settled (`bins.len()` at most
+/// [`SETTLED_MAX_WIDTH`]): the minima live in eight registers as 32-bit values while sixteen
+/// shingles at a time are mixed and compared with the minima of their positions; a vector in
+/// which none is lower moves on at once, and each lane that is lower takes its position's
+/// minimum in the registers (one lane after the other: lanes may share a position). The
+/// registers go back to `bins` at the end, so the minima are those of [`oph_update`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn oph_update_avx512(hashes: &[u64], (xor, mul): (u64, u64), bins: &mut [u64]) {
+    use std::arch::x86_64::*;
+    let n = bins.len();
+    assert!(n <= SETTLED_MAX_WIDTH, "minima wider than the registers");
+    // The minima as 32-bit values. An empty position (u64::MAX) reads u32::MAX, which every
+    // value is at most, so `value <= minimum` finds every update (and equal values, which
+    // change nothing); `reached` tells which positions a lane wrote, so that an empty one that
+    // took the value u32::MAX is told from one no shingle reached. Positions past `n` are never
+    // looked up.
+    let mut minima = [u32::MAX; SETTLED_MAX_WIDTH];
+    for (m, &b) in minima.iter_mut().zip(bins.iter()) {
+        *m = b as u32;
+    }
+    let mut reached = 0u128;
+    let blocks = hashes.chunks_exact(16);
+    let rest = blocks.remainder();
+    // SAFETY: AVX-512 F and DQ are enabled on this function; the loads read 16-value stretches
+    // of `minima`, `LANE_POSITIONS` and 8-hash halves of a 16-hash block, the stores write
+    // 16-lane arrays.
+    unsafe {
+        let mut table: [__m512i; 8] =
+            std::array::from_fn(|r| _mm512_loadu_si512(minima[16 * r..].as_ptr().cast()));
+        let lane_positions: [__m512i; 8] =
+            std::array::from_fn(|r| _mm512_loadu_si512(LANE_POSITIONS[16 * r..].as_ptr().cast()));
+        let key = _mm512_set1_epi64(xor as i64);
+        let factor = _mm512_set1_epi64(mul as i64);
+        let width = _mm512_set1_epi64(n as i64);
+        let (bit5, bit6) = (_mm512_set1_epi32(32), _mm512_set1_epi32(64));
+        let (mut positions, mut values) = ([0u32; 16], [0u32; 16]);
+        for block in blocks {
+            // Positions and values of 8 hashes, as 8 32-bit lanes each.
+            let mix = |half: &[u64]| {
+                let h = _mm512_xor_si512(_mm512_loadu_si512(half.as_ptr().cast()), key);
+                let mut z = _mm512_mullo_epi64(h, factor);
+                z = _mm512_xor_si512(z, _mm512_srli_epi64::<32>(z));
+                let pos =
+                    _mm512_srli_epi64::<32>(_mm512_mul_epu32(_mm512_srli_epi64::<32>(z), width));
+                (_mm512_cvtepi64_epi32(pos), _mm512_cvtepi64_epi32(z))
+            };
+            let (pos_lo, value_lo) = mix(&block[..8]);
+            let (pos_hi, value_hi) = mix(&block[8..]);
+            let pos = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(pos_lo), pos_hi);
+            let value = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(value_lo), value_hi);
+            // The minimum of each lane's position: four 32-entry lookups chosen by bits 5 and 6.
+            let quarter = |a: __m512i, b: __m512i| _mm512_permutex2var_epi32(a, pos, b);
+            let in_upper_32 = _mm512_test_epi32_mask(pos, bit5);
+            let low = _mm512_mask_blend_epi32(
+                in_upper_32,
+                quarter(table[0], table[1]),
+                quarter(table[2], table[3]),
+            );
+            let high = _mm512_mask_blend_epi32(
+                in_upper_32,
+                quarter(table[4], table[5]),
+                quarter(table[6], table[7]),
+            );
+            let current = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(pos, bit6), low, high);
+            let lower = _mm512_cmple_epu32_mask(value, current);
+            if lower == 0 {
+                continue;
+            }
+            // The lower lanes to the front, then each into the register holding its position.
+            _mm512_storeu_si512(
+                positions.as_mut_ptr().cast(),
+                _mm512_maskz_compress_epi32(lower, pos),
+            );
+            _mm512_storeu_si512(
+                values.as_mut_ptr().cast(),
+                _mm512_maskz_compress_epi32(lower, value),
+            );
+            for k in 0..lower.count_ones() as usize {
+                reached |= 1 << positions[k];
+                let (p, v) = (
+                    _mm512_set1_epi32(positions[k] as i32),
+                    _mm512_set1_epi32(values[k] as i32),
+                );
+                for (minima, lanes) in table.iter_mut().zip(&lane_positions) {
+                    let here = _mm512_cmpeq_epi32_mask(*lanes, p);
+                    *minima = _mm512_mask_min_epu32(*minima, here, *minima, v);
+                }
+            }
+        }
+        for (r, minima_r) in table.iter().enumerate() {
+            _mm512_storeu_si512(minima[16 * r..].as_mut_ptr().cast(), *minima_r);
+        }
+    }
+    for (p, bin) in bins.iter_mut().enumerate() {
+        if reached >> p & 1 == 1 {
+            *bin = (*bin).min(u64::from(minima[p]));
+        }
+    }
+    oph_update(rest, (xor, mul), bins, |z| oph_position(z, n));
+}
+
+/// Each lane's position in the registers of [`oph_update_avx512`]: 0, 1, …, 127.
+#[cfg(target_arch = "x86_64")]
+static LANE_POSITIONS: [u32; SETTLED_MAX_WIDTH] = {
+    let mut lanes = [0u32; SETTLED_MAX_WIDTH];
+    let mut i = 0;
+    while i < SETTLED_MAX_WIDTH {
+        lanes[i] = i as u32;
+        i += 1;
+    }
+    lanes
+};
+
 /// `((x >> 32) * n) >> 32`: a position below `n` from the high half of `x`.
 #[inline(always)]
 fn oph_position(x: u64, n: usize) -> usize {
@@ -265,6 +428,54 @@ fn oph_donor_from(bins: &[u64], i: usize, key: u64, first_attempt: u64) -> usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every path takes the same minima as the scalar loop, whatever the width, the length, the
+    /// split into pieces and the shingles taken before (so also across the switch from the
+    /// AVX2 path to the settled one, and with values equal to a minimum).
+    #[test]
+    fn every_path_takes_the_scalar_minima() {
+        let mut state = 5;
+        let paths = [OphPath::Scalar, OphPath::Avx2, OphPath::Avx512];
+        for n in [1, 2, 7, 31, 32, 33, 64, 100, 127, 128, 129, 256] {
+            let keys = OphKeys::new(n, 3 + n as u64);
+            let settled = SETTLED_PER_POSITION * n;
+            for len in [
+                0,
+                1,
+                15,
+                16,
+                17,
+                100,
+                settled - 1,
+                settled + 17,
+                settled + 40 * n + 13,
+            ] {
+                // Few distinct values, so that later hashes repeat earlier minima exactly.
+                let distinct: Vec<u64> = (0..len / 3 + 1).map(|_| splitmix64(&mut state)).collect();
+                let hashes: Vec<u64> = (0..len)
+                    .map(|_| distinct[(splitmix64(&mut state) % distinct.len() as u64) as usize])
+                    .collect();
+                let mut expected = Vec::new();
+                begin(&mut expected, n);
+                update(&hashes, &keys, &mut expected, OphPath::Scalar, 0);
+                for path in paths {
+                    for pieces in [1, 2, 5] {
+                        let mut bins = Vec::new();
+                        begin(&mut bins, n);
+                        let mut taken = 0;
+                        for piece in hashes.chunks(len.div_ceil(pieces).max(1)) {
+                            update(piece, &keys, &mut bins, path, taken);
+                            taken += piece.len();
+                        }
+                        assert_eq!(
+                            bins, expected,
+                            "{path:?}, n {n}, len {len}, {pieces} pieces"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn tabulated_densification_equals_drawing_one_by_one() {
