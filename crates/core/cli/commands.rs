@@ -13,6 +13,7 @@ use super::view::{ProgressView, answer, note};
 
 /// Both stages (`dedup`, `exact`) with a progress view, stopped by the signal handlers.
 pub(crate) fn run_pipeline(config: Config, quiet: bool) -> Result<Report, Error> {
+    super::allocator::keep_freed_memory(config.keys.memory_limit);
     let control = watched_step();
     let (Some(stage1), Some(stage2)) = (control.stage1.clone(), control.stage2.clone()) else {
         unreachable!("a watched control has both stages' counters")
