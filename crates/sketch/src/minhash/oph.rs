@@ -95,10 +95,12 @@ pub(super) fn begin(bins: &mut Vec<u64>, num_perm: usize) {
 /// time (each a mispredicted branch and a few register updates). Criterion
 /// `signature/oph/Avx512` on 32 MB of rustdocs: 64, 128, 256 and 512 within the noise of each
 /// other, 16 and 32 barely faster than the AVX2 path alone.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const SETTLED_PER_POSITION: usize = 128;
 
 /// Widest signature [`OphPath::Avx512`] tests in vectors: its minima (as 32-bit values) fit
 /// eight registers, looked up by four two-register permutations.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const SETTLED_MAX_WIDTH: usize = 128;
 
 /// Takes `hashes` into the minima `bins` (see [`begin`]); `taken` is how many shingles went
