@@ -18,7 +18,7 @@ const TRIM_THRESHOLD: i32 = 64 << 20;
 /// as such blocks are freed: the buffers of a few megabytes a run allocates per block (bytes,
 /// decoded texts, shingle sets) were faulted in and zeroed by the kernel again and again. Fixed
 /// where glibc's dynamic setting ends up, the full rustdocs corpus takes 20 % fewer page faults
-/// and 6 % less wall time for a peak about 15 MB higher (docs/benchmarks.md); a run under
+/// and about 4 % less wall time for a peak about 15 MB higher (docs/benchmarks.md); a run under
 /// `--memory-limit`, which must not spend that, keeps glibc's defaults.
 pub(crate) fn keep_freed_memory(memory_limit: Option<u64>) {
     if memory_limit.is_some() {

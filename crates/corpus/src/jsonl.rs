@@ -318,9 +318,7 @@ pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
         Slot::Missing;
         nfields + usize::from(id_slot.is_some()) + usize::from(rank_slot.is_some())
     ];
-    // A block's texts are decoded into one buffer, which grows to its largest text: megabytes
-    // on documents of that size, freshly faulted in for every block when each block had its own.
-    let mut scratch = DECODED.with(|d| d.take());
+    let mut scratch = Vec::new();
     let string_paths = json::StringPaths::detected();
     let mut join_buf = String::new();
     let mut values_buf: Vec<FieldValue<'static>> = Vec::with_capacity(nfields);
@@ -381,15 +379,4 @@ pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
         emit_record(record, &values, id, rank, &selector.mode, &mut join_buf, f);
         values_buf = reuse_vec(values);
     }
-    // Like a block's bytes (`buffers::give`), one odd huge text does not pin its memory.
-    if scratch.capacity() <= 64 << 20 {
-        scratch.clear();
-        DECODED.with(|d| d.replace(scratch));
-    }
-}
-
-thread_local! {
-    /// The buffer [`line_samples`] decodes escaped strings into, kept by each thread from block
-    /// to block (an inner call, which finds it taken, starts an empty one).
-    static DECODED: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
