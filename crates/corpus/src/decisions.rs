@@ -266,6 +266,14 @@ impl EscapedName {
     }
 }
 
+/// Appends `value` as `write` writes it, or `null` when there is none.
+fn or_null<T>(line: &mut Vec<u8>, value: Option<T>, write: impl FnOnce(&mut Vec<u8>, T)) {
+    match value {
+        Some(value) => write(line, value),
+        None => line.extend_from_slice(b"null"),
+    }
+}
+
 /// Appends `s` as a JSON string, as `serde_json` writes it.
 fn json_string(out: &mut Vec<u8>, s: &str) {
     serde_json::to_writer(out, s).expect("writing to a Vec cannot fail");
@@ -284,10 +292,7 @@ impl JsonlRows {
         line.extend_from_slice(b",\"field\":");
         line.extend_from_slice(numbers.format(row.field).as_bytes());
         line.extend_from_slice(b",\"id\":");
-        match row.id {
-            Some(id) => json_string(line, id),
-            None => line.extend_from_slice(b"null"),
-        }
+        or_null(line, row.id, json_string);
         line.extend_from_slice(if row.keep {
             b",\"keep\":true,\"reason\":\""
         } else {
@@ -295,28 +300,20 @@ impl JsonlRows {
         });
         line.extend_from_slice(row.reason.as_str().as_bytes());
         line.extend_from_slice(b"\",\"dup_of_file\":");
-        match row.dup_of_file {
-            Some(file) => line.extend_from_slice(self.dup_of_file.of(file)),
-            None => line.extend_from_slice(b"null"),
-        }
+        or_null(line, row.dup_of_file, |line, file| {
+            line.extend_from_slice(self.dup_of_file.of(file))
+        });
         line.extend_from_slice(b",\"dup_of_record\":");
-        match row.dup_of_record {
-            Some(record) => line.extend_from_slice(numbers.format(record).as_bytes()),
-            None => line.extend_from_slice(b"null"),
-        }
+        or_null(line, row.dup_of_record, |line, record| {
+            line.extend_from_slice(numbers.format(record).as_bytes())
+        });
         line.extend_from_slice(b",\"dup_of_id\":");
-        match row.dup_of_id {
-            Some(id) => json_string(line, id),
-            None => line.extend_from_slice(b"null"),
-        }
+        or_null(line, row.dup_of_id, json_string);
         line.extend_from_slice(b",\"similarity\":");
-        match row.similarity {
-            // serde_json's own float formatting (and its `null` for NaN and infinities).
-            Some(similarity) => {
-                serde_json::to_writer(&mut *line, &similarity).expect("writing to a Vec")
-            }
-            None => line.extend_from_slice(b"null"),
-        }
+        // serde_json's own float formatting (and its `null` for NaN and infinities).
+        or_null(line, row.similarity, |line, similarity| {
+            serde_json::to_writer(line, &similarity).expect("writing to a Vec cannot fail")
+        });
         line.extend_from_slice(b",\"cluster_file\":");
         line.extend_from_slice(self.cluster_file.of(row.cluster_file));
         line.extend_from_slice(b",\"cluster_record\":");
