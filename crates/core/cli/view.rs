@@ -2,8 +2,7 @@
 //! stderr and answers on stdout.
 
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -30,27 +29,35 @@ pub(crate) fn init_logging(quiet: bool, verbose: u8) {
         .init();
 }
 
+/// How often the progress thread looks at the counters.
+const REFRESH: Duration = Duration::from_millis(200);
+
 /// Shows the stages' progress on stderr until dropped: bars on a terminal, a log line every
 /// ten seconds otherwise.
 pub(crate) struct ProgressView {
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the thread: its wait between refreshes ends at once. (A sleep there made
+    /// every run end up to a refresh interval late, about 0.1 s on average, waiting to join it.)
+    stop: Option<mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ProgressView {
     /// Shows the counters of `control`'s stages.
     pub(crate) fn start(control: &RunControl, quiet: bool) -> ProgressView {
-        let stop = Arc::new(AtomicBool::new(false));
+        ProgressView::refreshed_every(REFRESH, control, quiet)
+    }
+
+    /// [`ProgressView::start`], looking at the counters every `refresh`.
+    fn refreshed_every(refresh: Duration, control: &RunControl, quiet: bool) -> ProgressView {
+        let (stop, stopped) = mpsc::channel::<()>();
         let thread = (!quiet).then(|| {
-            let stop = stop.clone();
             let control = control.clone();
             std::thread::spawn(move || {
                 let terminal = std::io::stderr().is_terminal();
                 let started = Instant::now();
                 let mut last_log = Instant::now();
                 let mut bar: Option<(u8, ProgressBar)> = None;
-                while !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(200));
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(refresh) {
                     let Some((stage, p)) = control.current() else {
                         return;
                     };
@@ -92,13 +99,16 @@ impl ProgressView {
                 }
             })
         });
-        ProgressView { stop, thread }
+        ProgressView {
+            stop: Some(stop),
+            thread,
+        }
     }
 }
 
 impl Drop for ProgressView {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -134,5 +144,30 @@ pub(crate) fn error_message(e: &Error) -> String {
             format!("{e} (--prefer {})", b.prefer)
         }
         _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_view_stops_at_once_when_dropped() {
+        // Waiting out the refresh interval on drop made every run end late; with an interval
+        // of an hour, a view that waits for it cannot end within the minute allowed here.
+        let control = RunControl::watched();
+        let (done, dropped) = mpsc::channel();
+        std::thread::spawn(move || {
+            let view = ProgressView::refreshed_every(Duration::from_secs(3600), &control, false);
+            assert!(
+                view.thread.is_some(),
+                "a view that is not quiet has a thread"
+            );
+            drop(view);
+            done.send(()).expect("the test waits");
+        });
+        dropped
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the view's thread ended when the view was dropped");
     }
 }
