@@ -485,33 +485,77 @@ mod simd {
         table
     };
 
-    /// Sorts 8 unsigned lanes ascending (the bitonic network: lane partners at distance 1 and
-    /// 2 by in-lane shuffles, at distance 4 by swapping the 128-bit halves).
+    /// One compare-exchange stage on 8 lanes: each lane takes the lesser of itself and its
+    /// `partner` lane, or the greater where `TAKE_MAX` has its bit.
+    #[inline(always)]
+    fn exchange<const TAKE_MAX: i32>(v: __m256i, partner: __m256i) -> __m256i {
+        // SAFETY: only called from functions that require AVX2 (`sort8`, `merge_bitonic8`).
+        unsafe {
+            let lo = _mm256_min_epu32(v, partner);
+            let hi = _mm256_max_epu32(v, partner);
+            _mm256_blend_epi32::<TAKE_MAX>(lo, hi)
+        }
+    }
+
+    /// The partner lanes at distance 1 (an in-lane shuffle).
+    #[inline(always)]
+    fn partner_1(v: __m256i) -> __m256i {
+        // SAFETY: only called from functions that require AVX2.
+        unsafe { _mm256_shuffle_epi32::<0b10_11_00_01>(v) }
+    }
+
+    /// The partner lanes at distance 2 (an in-lane shuffle).
+    #[inline(always)]
+    fn partner_2(v: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_shuffle_epi32::<0b01_00_11_10>(v) }
+    }
+
+    /// The partner lanes at distance 4 (the 128-bit halves swapped).
+    #[inline(always)]
+    fn partner_4(v: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_permute2x128_si256::<0x01>(v, v) }
+    }
+
+    /// Sorts 8 unsigned lanes ascending (the bitonic network).
     #[inline]
     #[target_feature(enable = "avx2")]
     fn sort8(mut v: __m256i) -> __m256i {
-        #[inline(always)]
-        fn exchange<const TAKE_MAX: i32>(v: __m256i, partner: __m256i) -> __m256i {
-            // SAFETY: only called from `sort8`, which requires AVX2.
-            unsafe {
-                let lo = _mm256_min_epu32(v, partner);
-                let hi = _mm256_max_epu32(v, partner);
-                _mm256_blend_epi32::<TAKE_MAX>(lo, hi)
-            }
-        }
-        let d1 = |v| _mm256_shuffle_epi32::<0b10_11_00_01>(v);
-        let d2 = |v| _mm256_shuffle_epi32::<0b01_00_11_10>(v);
-        let d4 = |v| _mm256_permute2x128_si256::<0x01>(v, v);
-        v = exchange::<{ TAKE_MAX_8[0] as i32 }>(v, d1(v));
-        v = exchange::<{ TAKE_MAX_8[1] as i32 }>(v, d2(v));
-        v = exchange::<{ TAKE_MAX_8[2] as i32 }>(v, d1(v));
-        v = exchange::<{ TAKE_MAX_8[3] as i32 }>(v, d4(v));
-        v = exchange::<{ TAKE_MAX_8[4] as i32 }>(v, d2(v));
-        exchange::<{ TAKE_MAX_8[5] as i32 }>(v, d1(v))
+        v = exchange::<{ TAKE_MAX_8[0] as i32 }>(v, partner_1(v));
+        v = exchange::<{ TAKE_MAX_8[1] as i32 }>(v, partner_2(v));
+        v = exchange::<{ TAKE_MAX_8[2] as i32 }>(v, partner_1(v));
+        merge_bitonic8(v)
+    }
+
+    /// Sorts 8 unsigned lanes that form a bitonic sequence ascending (the network's last three
+    /// stages).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn merge_bitonic8(mut v: __m256i) -> __m256i {
+        v = exchange::<{ TAKE_MAX_8[3] as i32 }>(v, partner_4(v));
+        v = exchange::<{ TAKE_MAX_8[4] as i32 }>(v, partner_2(v));
+        exchange::<{ TAKE_MAX_8[5] as i32 }>(v, partner_1(v))
+    }
+
+    /// Sorts the 16 unsigned lanes of `low` and `high` ascending, the 8 least into the first
+    /// register: each sorted, then merged by the network's last three stages (with `high`
+    /// reversed, the lane-wise minima and maxima of the two are each bitonic, and no minimum
+    /// exceeds a maximum).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn sort16_avx2(low: __m256i, high: __m256i) -> (__m256i, __m256i) {
+        let reversed = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+        let low = sort8(low);
+        let high = _mm256_permutevar8x32_epi32(sort8(high), reversed);
+        (
+            merge_bitonic8(_mm256_min_epu32(low, high)),
+            merge_bitonic8(_mm256_max_epu32(low, high)),
+        )
     }
 
     /// [`super::append_fingerprint_set`] with buckets of about 3 values, each sorted and
-    /// deduplicated in one 8-lane register.
+    /// deduplicated in one 8-lane register (the few of 9 to 16 in two, by [`sort16_avx2`]).
     #[target_feature(enable = "avx2,popcnt")]
     pub(super) fn append_set_avx2(hashes: &[u64], out: &mut Vec<u32>, scratch: &mut SetScratch) {
         let n = hashes.len();
@@ -564,6 +608,37 @@ mod simd {
                     let packed = _mm256_permutevar8x32_epi32(v, order);
                     _mm256_storeu_si256(dst.add(written).cast(), packed);
                     written += keep.count_ones() as usize;
+                }
+            } else if len <= 16 {
+                // SAFETY: `start + 16 <= n + 7` (the bucket holds at least 9 values, so it starts
+                // at most at n - 9) is within the values and their 8 padding slots; the two
+                // stores write 8 lanes each, at `written <= n - 9` and then at most 8 further
+                // on, within the `n + 8` reserved slots.
+                unsafe {
+                    let high_lanes =
+                        _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32 - 8), lane_index);
+                    let low = _mm256_loadu_si256(src.add(start).cast());
+                    let high = _mm256_loadu_si256(src.add(start + 8).cast());
+                    let (low, high) =
+                        sort16_avx2(low, _mm256_blendv_epi8(padding, high, high_lanes));
+                    let before_low = _mm256_permutevar8x32_epi32(low, previous);
+                    // The high register's first lane follows the low register's last one.
+                    let before_high = _mm256_blend_epi32::<1>(
+                        _mm256_permutevar8x32_epi32(high, previous),
+                        _mm256_permutevar8x32_epi32(low, _mm256_set1_epi32(7)),
+                    );
+                    let repeats = |v, before| {
+                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, before)))
+                            as u32
+                    };
+                    let keep_low = (!repeats(low, before_low) | 1) & 0xFF;
+                    let keep_high = !repeats(high, before_high) & ((1u32 << (len - 8)) - 1);
+                    for (v, keep) in [(low, keep_low), (high, keep_high)] {
+                        let order = _mm256_loadu_si256(COMPRESS_8[keep as usize].as_ptr().cast());
+                        let packed = _mm256_permutevar8x32_epi32(v, order);
+                        _mm256_storeu_si256(dst.add(written).cast(), packed);
+                        written += keep.count_ones() as usize;
+                    }
                 }
             } else {
                 // SAFETY: `start..end` is within the n scattered values, and `written <= start`
@@ -870,6 +945,46 @@ mod tests {
                     naive,
                     "{features:?} len {len}"
                 );
+            }
+        }
+    }
+
+    /// Buckets of 9 to 16 values, which the AVX2 kernel sorts in two registers: every length,
+    /// with repeats inside either register and across the two (the 8th and 9th smallest
+    /// equal), and `u32::MAX` (the padding's value) among them, at every CPU level.
+    #[test]
+    fn buckets_of_nine_to_sixteen_values_come_out_sorted_and_distinct() {
+        // 100 values make 32 buckets (the top 5 bits); hashes below 2^32 are their own
+        // fingerprints. The others are spread one or two per bucket.
+        let bucket = |b: u64, low: u64| (b << 27) | low;
+        let mut seed = 3u64;
+        for len in 9..=16usize {
+            for pattern in 0..5 {
+                let mut crowded: Vec<u64> = (0..len as u64)
+                    .map(|i| bucket(31, lcg(&mut seed) % 1000 * 1000 + i))
+                    .collect();
+                match pattern {
+                    1 => crowded[len - 1] = crowded[0],
+                    2 => {
+                        // After sorting, lanes 7 and 8 hold the same value.
+                        crowded.sort_unstable();
+                        crowded[8] = crowded[7];
+                    }
+                    3 => crowded.iter_mut().step_by(2).for_each(|h| *h = bucket(31, 5)),
+                    4 => crowded[..3].fill(u64::from(u32::MAX)),
+                    _ => {}
+                }
+                let mut v: Vec<u64> = (0..100 - len as u64)
+                    .map(|i| bucket(i % 31, lcg(&mut seed) % (1 << 27)))
+                    .collect();
+                v.splice(40..40, crowded);
+                let want = naive_set(&v);
+                let mut scratch = SetScratch::default();
+                for features in Features::detected().levels() {
+                    let mut got = vec![1];
+                    append_fingerprint_set_on(features, &v, &mut got, &mut scratch);
+                    assert_eq!(&got[1..], &want[..], "{features:?}, {len} values, {pattern}");
+                }
             }
         }
     }
