@@ -370,10 +370,12 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
             let packed = _mm512_maskz_compress_epi8(keep, decoded);
             _mm512_storeu_si512(dst.add(len).cast(), packed);
             len += keep.count_ones() as usize;
-            i += limit.min(64);
-            if limit >= 64 {
+            // Tested on `stops`, as in `unescape_packed_x32`.
+            if stops == 0 {
+                i += 64;
                 continue;
             }
+            i += limit;
             if !decode_window_stop(b, &mut i, dst, &mut len) {
                 break;
             }
@@ -483,10 +485,14 @@ unsafe fn unescape_packed_x32(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
                 _mm_unpackhi_epi64(high, high),
             );
             len += kept(2) + kept(3);
-            i += limit;
-            if limit == 32 {
+            // Tested on `stops`, not `limit`: the next window's load then waits only for the
+            // branch's prediction, not for the masks of this one (the loop ran at the latency
+            // of a window's compares, bit tests and `i += limit`).
+            if stops == 0 {
+                i += 32;
                 continue;
             }
+            i += limit;
             if !decode_window_stop(b, &mut i, dst, &mut len) {
                 break;
             }

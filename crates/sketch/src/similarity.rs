@@ -970,7 +970,10 @@ mod tests {
                         crowded.sort_unstable();
                         crowded[8] = crowded[7];
                     }
-                    3 => crowded.iter_mut().step_by(2).for_each(|h| *h = bucket(31, 5)),
+                    3 => crowded
+                        .iter_mut()
+                        .step_by(2)
+                        .for_each(|h| *h = bucket(31, 5)),
                     4 => crowded[..3].fill(u64::from(u32::MAX)),
                     _ => {}
                 }
@@ -983,7 +986,11 @@ mod tests {
                 for features in Features::detected().levels() {
                     let mut got = vec![1];
                     append_fingerprint_set_on(features, &v, &mut got, &mut scratch);
-                    assert_eq!(&got[1..], &want[..], "{features:?}, {len} values, {pattern}");
+                    assert_eq!(
+                        &got[1..],
+                        &want[..],
+                        "{features:?}, {len} values, {pattern}"
+                    );
                 }
             }
         }
