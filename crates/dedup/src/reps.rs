@@ -237,16 +237,35 @@ impl RepStore {
     }
 }
 
-/// A bucket holding more than one representative: its first inline, the rest in the shared
-/// linked list, in insertion order.
+/// Representatives a [`List`] holds itself, before the rest go to its chain of [`Chunk`]s.
+const HELD: usize = 5;
+
+/// A bucket holding more than one representative: its first [`HELD`] in the record, the rest in
+/// a chain of chunks, in insertion order. (With one held here and one per link of a shared
+/// linked list, listing a bucket waited on each link in turn, one cache miss after another:
+/// 94 % of the walk's time.)
 #[derive(Clone, Copy)]
 struct List {
-    first: RepId,
-    /// Index into `links` of the second entry.
+    held: [RepId; HELD],
+    /// Index into `chunks` of the first chunk, [`NONE`] until there is one.
     head: u32,
     tail: u32,
     len: u32,
 }
+
+/// Representatives per [`Chunk`].
+const CHUNK: usize = 7;
+
+/// Up to [`CHUNK`] representatives of one bucket after its held ones, and the next chunk
+/// (32 bytes).
+#[derive(Clone, Copy)]
+struct Chunk {
+    reps: [RepId; CHUNK],
+    next: u32,
+}
+
+// SAFETY: plain integers.
+unsafe impl Plain for Chunk {}
 
 const NONE: u32 = u32::MAX;
 /// A slot's value with this bit set is an index into `lists`; without, the bucket's only
@@ -312,8 +331,7 @@ impl KeyedSlot for Slot {
 pub struct BucketIndex {
     slots: ProbeTable<Slot>,
     lists: ScratchVec<List>,
-    /// (representative, next link)
-    links: ScratchVec<(RepId, u32)>,
+    chunks: ScratchVec<Chunk>,
 }
 
 impl Default for BucketIndex {
@@ -328,7 +346,7 @@ impl BucketIndex {
     pub fn new(backing: Backing, budget: u64) -> BucketIndex {
         BucketIndex {
             lists: ScratchVec::new(&backing),
-            links: ScratchVec::new(&backing),
+            chunks: ScratchVec::new(&backing),
             slots: ProbeTable::new(backing, budget),
         }
     }
@@ -362,11 +380,6 @@ impl BucketIndex {
                 return;
             }
         };
-        let link = u32::try_from(self.links.len())
-            .ok()
-            .filter(|l| *l != NONE)
-            .expect("fewer than 4 billion bucket entries");
-        self.links.push((rep, NONE));
         let value = slot.value;
         if value & LISTED == 0 {
             let list = u32::try_from(self.lists.len())
@@ -374,33 +387,60 @@ impl BucketIndex {
                 .filter(|l| *l < LISTED)
                 .expect("fewer than 2^31 buckets with several representatives");
             slot.value = list | LISTED;
+            let mut held = [NONE; HELD];
+            held[..2].copy_from_slice(&[value, rep]);
             self.lists.push(List {
-                first: value,
-                head: link,
-                tail: link,
+                held,
+                head: NONE,
+                tail: NONE,
                 len: 2,
             });
-        } else {
-            let list = &mut self.lists[(value & !LISTED) as usize];
-            self.links[list.tail as usize].1 = link;
-            list.tail = link;
-            list.len += 1;
+            return;
         }
+        let list = &mut self.lists[(value & !LISTED) as usize];
+        if let Some(place) = list.held.get_mut(list.len as usize) {
+            *place = rep;
+            list.len += 1;
+            return;
+        }
+        let beyond = list.len as usize - HELD;
+        list.len += 1;
+        if beyond % CHUNK != 0 {
+            self.chunks[list.tail as usize].reps[beyond % CHUNK] = rep;
+            return;
+        }
+        let chunk = u32::try_from(self.chunks.len())
+            .ok()
+            .filter(|c| *c != NONE)
+            .expect("fewer than 4 billion chunks of bucket entries");
+        let previous = std::mem::replace(&mut list.tail, chunk);
+        if list.head == NONE {
+            list.head = chunk;
+        } else {
+            self.chunks[previous as usize].next = chunk;
+        }
+        let mut reps = [NONE; CHUNK];
+        reps[0] = rep;
+        self.chunks.push(Chunk { reps, next: NONE });
     }
 
     pub fn reps(&self, key: u64) -> BucketIter<'_> {
-        let (first, next) = match self.find(key) {
-            None => (None, NONE),
+        let (only, held, next, left) = match self.find(key) {
+            None => (None, &[][..], NONE, 0),
             Some(v) if v & LISTED != 0 => {
                 let list = &self.lists[(v & !LISTED) as usize];
-                (Some(list.first), list.head)
+                let len = list.len as usize;
+                let held = &list.held[..HELD.min(len)];
+                (None, held, list.head, len.saturating_sub(HELD))
             }
-            Some(rep) => (Some(rep), NONE),
+            Some(rep) => (Some(rep), &[][..], NONE, 0),
         };
         BucketIter {
-            links: &self.links,
-            first,
+            chunks: &self.chunks,
+            only,
+            held: held.iter(),
             next,
+            left,
         }
     }
 
@@ -410,7 +450,7 @@ impl BucketIndex {
 
     /// Bytes its arrays may hold in memory (all of them, mapped or not).
     pub fn memory_bytes(&self) -> usize {
-        self.slots.memory_bytes() + self.lists.memory_bytes() + self.links.memory_bytes()
+        self.slots.memory_bytes() + self.lists.memory_bytes() + self.chunks.memory_bytes()
     }
 
     /// Hands one of `parts` parts of its mapped arrays back to the kernel
@@ -418,7 +458,7 @@ impl BucketIndex {
     pub fn release_part(&mut self, parts: usize) {
         self.slots.release_part(parts);
         self.lists.release_part(parts);
-        self.links.release_part(parts);
+        self.chunks.release_part(parts);
     }
 
     /// Hands its mapped pages back to the kernel ([`ScratchVec::release`]).
@@ -426,28 +466,40 @@ impl BucketIndex {
     pub fn release(&mut self) {
         self.slots.release();
         self.lists.release();
-        self.links.release();
+        self.chunks.release();
     }
 }
 
 pub struct BucketIter<'a> {
-    links: &'a [(RepId, u32)],
-    first: Option<RepId>,
+    chunks: &'a [Chunk],
+    /// The representative of a bucket that has only one (held in its slot).
+    only: Option<RepId>,
+    /// The held representatives not yet given, then those of the current chunk.
+    held: std::slice::Iter<'a, RepId>,
+    /// The next chunk to go on with.
     next: u32,
+    /// Representatives in `next` and the chunks after it.
+    left: usize,
 }
 
 impl Iterator for BucketIter<'_> {
     type Item = RepId;
     fn next(&mut self) -> Option<RepId> {
-        if let Some(f) = self.first.take() {
-            return Some(f);
+        if let Some(only) = self.only.take() {
+            return Some(only);
         }
-        if self.next == NONE {
+        if let Some(&held) = self.held.next() {
+            return Some(held);
+        }
+        if self.left == 0 {
             return None;
         }
-        let (rep, next) = self.links[self.next as usize];
-        self.next = next;
-        Some(rep)
+        let chunk = &self.chunks[self.next as usize];
+        let here = self.left.min(CHUNK);
+        self.left -= here;
+        self.next = chunk.next;
+        self.held = chunk.reps[..here].iter();
+        self.held.next().copied()
     }
 }
 
@@ -593,5 +645,14 @@ mod tests {
         assert_eq!(idx.reps(8).count(), 0);
         assert_eq!(idx.len(7), 3);
         assert_eq!(idx.buckets(), 2);
+        // Past the representatives a list holds itself, through several chunks.
+        for n in 0..(HELD + 3 * CHUNK) as u32 {
+            idx.push(5, 100 + n);
+            idx.push(6, 200 + n);
+            let listed = |base| (0..=n).map(|i| base + i).collect::<Vec<_>>();
+            assert_eq!(idx.reps(5).collect::<Vec<_>>(), listed(100));
+            assert_eq!(idx.reps(6).collect::<Vec<_>>(), listed(200));
+            assert_eq!(idx.len(5), n as usize + 1);
+        }
     }
 }
