@@ -405,7 +405,7 @@ impl BucketIndex {
         }
         let beyond = list.len as usize - HELD;
         list.len += 1;
-        if beyond % CHUNK != 0 {
+        if !beyond.is_multiple_of(CHUNK) {
             self.chunks[list.tail as usize].reps[beyond % CHUNK] = rep;
             return;
         }
