@@ -112,6 +112,10 @@ enum Store {
     },
 }
 
+/// Heap arrays smaller than this fault their pages in as they are touched
+/// ([`ScratchVec::prefault`]): a system call saves little on a few pages.
+const PREFAULT_MIN_BYTES: usize = 64 * 1024;
+
 /// A growable array of [`Plain`] values, on the heap or in a scratch file's mapping
 /// ([`Backing`]). Dereferences to a slice of its values.
 pub struct ScratchVec<T: Plain> {
@@ -346,6 +350,32 @@ impl<T: Plain> ScratchVec<T> {
     }
 
     /// Bytes of its mapping (0 on the heap, or before it has one).
+    /// Has the kernel back a large heap array's pages with writable memory now, in one call (a
+    /// hint: nothing for a mapped array, whose owner bounds what it holds, nor where the
+    /// kernel cannot). A table whose slots are read before they are written (a probe, then a
+    /// fill) otherwise maps the shared zero page on the read and faults again on the write,
+    /// and that second fault's TLB flush interrupts every core the process runs on.
+    pub fn prefault(&self) {
+        #[cfg(target_os = "linux")]
+        if matches!(self.store, Store::Heap) {
+            let page = page_bytes();
+            let start = (self.ptr.as_ptr() as usize).next_multiple_of(page);
+            let end = (self.ptr.as_ptr() as usize + self.cap * size_of::<T>()) / page * page;
+            if end >= start + PREFAULT_MIN_BYTES {
+                // SAFETY: a page-aligned range inside this array's own allocation;
+                // MADV_POPULATE_WRITE only faults its pages in (their contents stay as they
+                // are). An error (a kernel before 5.14) leaves them to fault in on use.
+                unsafe {
+                    libc::madvise(
+                        start as *mut libc::c_void,
+                        end - start,
+                        libc::MADV_POPULATE_WRITE,
+                    )
+                };
+            }
+        }
+    }
+
     fn mapped_bytes(&self) -> usize {
         match &self.store {
             Store::Mapped { bytes, .. } => *bytes,
@@ -653,6 +683,8 @@ impl<S: KeyedSlot> ProbeTable<S> {
         let capacity = self.slots.len() * 2;
         let mut old =
             std::mem::replace(&mut self.slots, ScratchVec::zeroed(&self.backing, capacity));
+        // Every slot is probed before it is filled: rehashing alone touches all the pages.
+        self.slots.prefault();
         let mapped = self.slots.is_mapped();
         let mut moved = 0usize;
         for i in 0..old.len() {
