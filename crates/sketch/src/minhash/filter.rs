@@ -53,19 +53,29 @@ pub(super) fn append_unless_recent(
     let start = unique.len();
     // A local slice keeps the output pointer in a register (stores through a `&mut Vec` make
     // the compiler reload its header every iteration).
-    let dst = spare_slots(unique, hashes.len());
+    // Three more slots: the vector copy writes four values wherever it stops.
+    let dst = spare_slots(unique, hashes.len() + 3);
     let mut len = 0;
     // Two passes per 64 hashes. Probing and writing the output in one loop ([`filter_step`])
     // made each probe wait for the previous output store, whose address depends on the probe
     // before it: repeats hit recently written slots, so the CPU stops loading ahead of stores
     // with unknown addresses, and the loop ran at the latency of a probe. Here the probes only
     // set bits, and the kept hashes are copied out afterwards.
+    #[cfg(target_arch = "x86_64")]
+    let avx2 = avx2_copies();
     for block in hashes.chunks(64) {
         let mut kept = 0u64;
         for (i, &h) in block.iter().enumerate() {
             let slot = &mut filter[filter_slot(h)];
             kept |= u64::from(*slot != h) << i;
             *slot = h;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if avx2 && block.len() == 64 {
+            // SAFETY: AVX2 and POPCNT were checked; `dst` has room for the whole block from
+            // `len` on (`len` grew by at most what earlier blocks held), plus 3 slots.
+            len += unsafe { copy_kept_avx2(block, kept, dst[len..].as_mut_ptr().cast()) };
+            continue;
         }
         while kept != 0 {
             dst[len].write(block[kept.trailing_zeros() as usize]);
@@ -75,6 +85,60 @@ pub(super) fn append_unless_recent(
     }
     // SAFETY: every `dst[i]` with `i < len` was written above, right after the first `start`.
     unsafe { unique.set_len(start + len) };
+}
+
+/// Whether [`copy_kept_avx2`] can run on this CPU.
+#[cfg(target_arch = "x86_64")]
+fn avx2_copies() -> bool {
+    use neardup_cpu::{Feature, Features};
+    Features::detected().has_all(&[Feature::Avx2, Feature::Popcnt])
+}
+
+/// Copies the values of a 64-value `block` whose bits are set in `kept` to `dst`, in order, four
+/// at a time (a lane permutation per four, from a table of the sixteen ways to keep some of
+/// them); returns how many. The scalar loop took a branch per kept value and mispredicted its
+/// exit once per block.
+///
+/// # Safety
+/// The CPU has AVX2 and POPCNT; `dst` is valid for writing `kept.count_ones() + 3` values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+unsafe fn copy_kept_avx2(block: &[u64], kept: u64, dst: *mut u64) -> usize {
+    use std::arch::x86_64::*;
+    /// For each 4-bit mask, the 32-bit lanes that move its kept 64-bit lanes to the front.
+    static ORDER: [[i32; 8]; 16] = {
+        let lanes = neardup_cpu::kept_lanes_first();
+        let mut table = [[0i32; 8]; 16];
+        let mut mask = 0;
+        while mask < 16 {
+            let mut k = 0;
+            while k < 4 {
+                table[mask][2 * k] = 2 * lanes[mask][k] as i32;
+                table[mask][2 * k + 1] = 2 * lanes[mask][k] as i32 + 1;
+                k += 1;
+            }
+            mask += 1;
+        }
+        table
+    };
+    assert_eq!(block.len(), 64, "a whole block");
+    let mut len = 0usize;
+    // SAFETY: each load reads `block[i..i + 4]` (i < 64, a multiple of 4) or a table row; each
+    // store writes 4 values at `dst + len`, with `len` at most the kept values before `i`, so
+    // within the `kept.count_ones() + 3` the caller provides.
+    unsafe {
+        for i in (0..64).step_by(4) {
+            let mask = ((kept >> i) & 0xF) as usize;
+            let values = _mm256_loadu_si256(block.as_ptr().add(i).cast());
+            let order = _mm256_loadu_si256(ORDER[mask].as_ptr().cast());
+            _mm256_storeu_si256(
+                dst.add(len).cast(),
+                _mm256_permutevar8x32_epi32(values, order),
+            );
+            len += mask.count_ones() as usize;
+        }
+    }
+    len
 }
 
 /// The filter as an array, built on first use.
