@@ -10,8 +10,9 @@
 //! A [`Features`] value can only be the detected set or a subset of it (there is no way to add a
 //! feature), so code that runs a kernel because a [`Features`] value has its features is sound.
 //!
-//! It also holds the one lane table the kernels for CPUs without a compress instruction share
-//! ([`kept_lanes_first`]).
+//! It also holds the lane tables the kernels for CPUs without a compress instruction share
+//! ([`kept_lanes_first`], and its widened forms [`kept_lanes_first_i32`] and
+//! [`kept_pairs_first_i32`]).
 //!
 //! It does not own the kernels or the choice between them: `neardup-sketch` maps features to its
 //! signing, window-hashing, SHA-1 and set kernels, `neardup-corpus` to its JSON string paths.
@@ -37,6 +38,41 @@ pub const fn kept_lanes_first() -> [[u8; 8]; 256] {
                 kept += 1;
             }
             lane += 1;
+        }
+        mask += 1;
+    }
+    table
+}
+
+/// [`kept_lanes_first`] widened to 32-bit lane indices, for a lane permutation of eight 32-bit
+/// lanes (`vpermd`).
+pub const fn kept_lanes_first_i32() -> [[i32; 8]; 256] {
+    let lanes = kept_lanes_first();
+    let mut table = [[0i32; 8]; 256];
+    let mut mask = 0;
+    while mask < 256 {
+        let mut k = 0;
+        while k < 8 {
+            table[mask][k] = lanes[mask][k] as i32;
+            k += 1;
+        }
+        mask += 1;
+    }
+    table
+}
+
+/// For each 4-bit mask of four 64-bit lanes, the 32-bit lane indices that move its kept lanes
+/// to the front (each 64-bit lane as its two halves), for a lane permutation (`vpermd`).
+pub const fn kept_pairs_first_i32() -> [[i32; 8]; 16] {
+    let lanes = kept_lanes_first();
+    let mut table = [[0i32; 8]; 16];
+    let mut mask = 0;
+    while mask < 16 {
+        let mut k = 0;
+        while k < 4 {
+            table[mask][2 * k] = 2 * lanes[mask][k] as i32;
+            table[mask][2 * k + 1] = 2 * lanes[mask][k] as i32 + 1;
+            k += 1;
         }
         mask += 1;
     }

@@ -470,20 +470,7 @@ mod simd {
 
     /// For each 8-bit mask of lanes to keep, the permutation moving those lanes to the front
     /// (AVX2 has no compress instruction).
-    static COMPRESS_8: [[i32; 8]; 256] = {
-        let lanes = neardup_cpu::kept_lanes_first();
-        let mut table = [[0i32; 8]; 256];
-        let mut mask = 0;
-        while mask < 256 {
-            let mut k = 0;
-            while k < 8 {
-                table[mask][k] = lanes[mask][k] as i32;
-                k += 1;
-            }
-            mask += 1;
-        }
-        table
-    };
+    static COMPRESS_8: [[i32; 8]; 256] = neardup_cpu::kept_lanes_first_i32();
 
     /// One compare-exchange stage on 8 lanes: each lane takes the lesser of itself and its
     /// `partner` lane, or the greater where `TAKE_MAX` has its bit.

@@ -106,21 +106,7 @@ fn avx2_copies() -> bool {
 unsafe fn copy_kept_avx2(block: &[u64], kept: u64, dst: *mut u64) -> usize {
     use std::arch::x86_64::*;
     /// For each 4-bit mask, the 32-bit lanes that move its kept 64-bit lanes to the front.
-    static ORDER: [[i32; 8]; 16] = {
-        let lanes = neardup_cpu::kept_lanes_first();
-        let mut table = [[0i32; 8]; 16];
-        let mut mask = 0;
-        while mask < 16 {
-            let mut k = 0;
-            while k < 4 {
-                table[mask][2 * k] = 2 * lanes[mask][k] as i32;
-                table[mask][2 * k + 1] = 2 * lanes[mask][k] as i32 + 1;
-                k += 1;
-            }
-            mask += 1;
-        }
-        table
-    };
+    static ORDER: [[i32; 8]; 16] = neardup_cpu::kept_pairs_first_i32();
     assert_eq!(block.len(), 64, "a whole block");
     let mut len = 0usize;
     // SAFETY: each load reads `block[i..i + 4]` (i < 64, a multiple of 4) or a table row; each
