@@ -349,7 +349,6 @@ impl<T: Plain> ScratchVec<T> {
         self.next_part = (self.next_part + 1) % parts.max(1);
     }
 
-    /// Bytes of its mapping (0 on the heap, or before it has one).
     /// Has the kernel back a large heap array's pages with writable memory now, in one call (a
     /// hint: nothing for a mapped array, whose owner bounds what it holds, nor where the
     /// kernel cannot). A table whose slots are read before they are written (a probe, then a
@@ -376,6 +375,7 @@ impl<T: Plain> ScratchVec<T> {
         }
     }
 
+    /// Bytes of its mapping (0 on the heap, or before it has one).
     fn mapped_bytes(&self) -> usize {
         match &self.store {
             Store::Mapped { bytes, .. } => *bytes,
