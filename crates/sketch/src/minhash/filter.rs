@@ -4,6 +4,8 @@
 
 use std::mem::MaybeUninit;
 
+use neardup_cpu::{Feature, Features};
+
 /// The filter has 2^FILTER_BITS slots (64 KB). On the rustdocs corpus 8192 slots pass 50 % of
 /// char 5-grams to the kernel (45 % are distinct per text); 4096 pass 53 % and measured ~6 %
 /// slower overall, 2048 pass 58 %; 16384 and more (48 %) measured no faster.
@@ -50,6 +52,16 @@ pub(super) fn append_unless_recent(
     unique: &mut Vec<u64>,
     filter: &mut [u64; FILTER_SLOTS],
 ) {
+    append_unless_recent_on(Features::detected(), hashes, unique, filter)
+}
+
+/// [`append_unless_recent`] copying kept values out with the path `features` allow.
+fn append_unless_recent_on(
+    features: Features,
+    hashes: &[u64],
+    unique: &mut Vec<u64>,
+    filter: &mut [u64; FILTER_SLOTS],
+) {
     let start = unique.len();
     // A local slice keeps the output pointer in a register (stores through a `&mut Vec` make
     // the compiler reload its header every iteration).
@@ -62,7 +74,9 @@ pub(super) fn append_unless_recent(
     // with unknown addresses, and the loop ran at the latency of a probe. Here the probes only
     // set bits, and the kept hashes are copied out afterwards.
     #[cfg(target_arch = "x86_64")]
-    let avx2 = avx2_copies();
+    let avx2 = features.has_all(&[Feature::Avx2, Feature::Popcnt]);
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = features;
     for block in hashes.chunks(64) {
         let mut kept = 0u64;
         for (i, &h) in block.iter().enumerate() {
@@ -72,7 +86,7 @@ pub(super) fn append_unless_recent(
         }
         #[cfg(target_arch = "x86_64")]
         if avx2 && block.len() == 64 {
-            // SAFETY: AVX2 and POPCNT were checked; `dst` has room for the whole block from
+            // SAFETY: `Features` only holds features this CPU has (AVX2 and POPCNT here); `dst` has room for the whole block from
             // `len` on (`len` grew by at most what earlier blocks held), plus 3 slots.
             len += unsafe { copy_kept_avx2(block, kept, dst[len..].as_mut_ptr().cast()) };
             continue;
@@ -85,13 +99,6 @@ pub(super) fn append_unless_recent(
     }
     // SAFETY: every `dst[i]` with `i < len` was written above, right after the first `start`.
     unsafe { unique.set_len(start + len) };
-}
-
-/// Whether [`copy_kept_avx2`] can run on this CPU.
-#[cfg(target_arch = "x86_64")]
-fn avx2_copies() -> bool {
-    use neardup_cpu::{Feature, Features};
-    Features::detected().has_all(&[Feature::Avx2, Feature::Popcnt])
 }
 
 /// Copies the values of a 64-value `block` whose bits are set in `kept` to `dst`, in order, four
@@ -180,6 +187,29 @@ pub(super) fn reset_filter(filter: &mut [u64; FILTER_SLOTS], kept: &[u64]) {
 mod tests {
     use super::*;
     use crate::minhash::{HashScheme, MinHasher, splitmix64};
+
+    #[test]
+    fn every_copy_path_keeps_what_the_scalar_one_keeps() {
+        let mut state = 9;
+        let base: Vec<u64> = (0..300).map(|_| splitmix64(&mut state)).collect();
+        // Repeats near and far, blocks of 64 whole and cut, appended after earlier values.
+        for len in [0, 1, 63, 64, 65, 200, 1000] {
+            let hashes: Vec<u64> = (0..len)
+                .map(|i| base[(splitmix64(&mut state) % 300) as usize] ^ (i % 3 == 0) as u64)
+                .collect();
+            let mut expected = vec![7];
+            let mut filter = Vec::new();
+            let table = ready_filter(&mut filter);
+            append_unless_recent_on(Features::none(), &hashes, &mut expected, table);
+            reset_filter(table, &expected[1..]);
+            for features in Features::detected().levels() {
+                let mut got = vec![7];
+                append_unless_recent_on(features, &hashes, &mut got, table);
+                reset_filter(table, &got[1..]);
+                assert_eq!(got, expected, "{features:?}, {len} hashes");
+            }
+        }
+    }
 
     #[test]
     fn dropping_repeats_keeps_every_value_and_leaves_the_filter_empty() {
