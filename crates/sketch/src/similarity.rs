@@ -525,6 +525,28 @@ mod simd {
         exchange::<{ TAKE_MAX_8[5] as i32 }>(v, partner_1(v))
     }
 
+    /// The lanes of `v` equal to the same lane of `before`, a bit each.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn equal_lanes(v: __m256i, before: __m256i) -> u32 {
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, before))) as u32
+    }
+
+    /// Stores the lanes of `v` set in `keep` (below 256) packed at `dst`; returns how many.
+    ///
+    /// # Safety
+    /// `dst` is valid for writing 8 values.
+    #[inline]
+    #[target_feature(enable = "avx2,popcnt")]
+    unsafe fn store_kept(v: __m256i, keep: u32, dst: *mut u32) -> usize {
+        // SAFETY: the table has 256 rows of 8 lanes; the caller's contract covers the store.
+        unsafe {
+            let order = _mm256_loadu_si256(COMPRESS_8[keep as usize].as_ptr().cast());
+            _mm256_storeu_si256(dst.cast(), _mm256_permutevar8x32_epi32(v, order));
+        }
+        keep.count_ones() as usize
+    }
+
     /// Sorts the 16 unsigned lanes of `low` and `high` ascending, the 8 least into the first
     /// register: each sorted, then merged by the network's last three stages (with `high`
     /// reversed, the lane-wise minima and maxima of the two are each bitonic, and no minimum
@@ -587,14 +609,8 @@ mod simd {
                     // Padding is u32::MAX, which sorts last: the first `len` lanes are the bucket.
                     let v = sort8(_mm256_blendv_epi8(padding, loaded, valid_lanes));
                     let before = _mm256_permutevar8x32_epi32(v, previous);
-                    let repeats =
-                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, before)))
-                            as u32;
-                    let keep = (!repeats | 1) & ((1u32 << len) - 1);
-                    let order = _mm256_loadu_si256(COMPRESS_8[keep as usize].as_ptr().cast());
-                    let packed = _mm256_permutevar8x32_epi32(v, order);
-                    _mm256_storeu_si256(dst.add(written).cast(), packed);
-                    written += keep.count_ones() as usize;
+                    let keep = (!equal_lanes(v, before) | 1) & ((1u32 << len) - 1);
+                    written += store_kept(v, keep, dst.add(written));
                 }
             } else if len <= 16 {
                 // SAFETY: `start + 16 <= n + 7` (the bucket holds at least 9 values, so it starts
@@ -614,18 +630,10 @@ mod simd {
                         _mm256_permutevar8x32_epi32(high, previous),
                         _mm256_permutevar8x32_epi32(low, _mm256_set1_epi32(7)),
                     );
-                    let repeats = |v, before| {
-                        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, before)))
-                            as u32
-                    };
-                    let keep_low = (!repeats(low, before_low) | 1) & 0xFF;
-                    let keep_high = !repeats(high, before_high) & ((1u32 << (len - 8)) - 1);
-                    for (v, keep) in [(low, keep_low), (high, keep_high)] {
-                        let order = _mm256_loadu_si256(COMPRESS_8[keep as usize].as_ptr().cast());
-                        let packed = _mm256_permutevar8x32_epi32(v, order);
-                        _mm256_storeu_si256(dst.add(written).cast(), packed);
-                        written += keep.count_ones() as usize;
-                    }
+                    let keep_low = (!equal_lanes(low, before_low) | 1) & 0xFF;
+                    let keep_high = !equal_lanes(high, before_high) & ((1u32 << (len - 8)) - 1);
+                    written += store_kept(low, keep_low, dst.add(written));
+                    written += store_kept(high, keep_high, dst.add(written));
                 }
             } else {
                 // SAFETY: `start..end` is within the n scattered values, and `written <= start`
