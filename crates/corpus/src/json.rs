@@ -69,22 +69,67 @@ pub(crate) enum Slot {
 }
 
 impl Slot {
-    /// The slot's string content, if it is a string.
-    pub(crate) fn text<'a>(&self, line: &'a str, scratch: &'a [u8]) -> Option<&'a str> {
+    /// The slot's string content, if it is a string (`decoded` holds the strings
+    /// [`parse_line`] decoded from `line`).
+    pub(crate) fn text<'a>(&self, line: &'a str, decoded: &'a DecodedStrings) -> Option<&'a str> {
         match *self {
             Slot::Str(a, b) => Some(&line[a..b]),
-            // Decoding copies runs of the (validated) line cut at ASCII bytes and appends whole
-            // chars, so this cannot fail; re-validating with SIMD costs less than a copy.
-            Slot::Decoded(a, b) => simdutf8::basic::from_utf8(&scratch[a..b]).ok(),
+            Slot::Decoded(a, b) => decoded.get(a, b),
             _ => None,
         }
     }
 }
 
+/// The strings with escapes that [`parse_line`] decoded, back to back: reused across lines.
+///
+/// Only the parser writes here, and what it writes is UTF-8: it copies the bytes of a string of
+/// its line, which is UTF-8, with each escape sequence (ASCII bytes only, so never inside a
+/// multi-byte char) replaced by the UTF-8 of the char it stands for. So a string read back at
+/// char boundaries needs no second validation (which cost 2 % of a full rustdocs run). The
+/// decoding paths are held to serde_json's output by this module's tests, where a debug
+/// assertion checks every string read back.
+#[derive(Default, Debug)]
+pub(crate) struct DecodedStrings {
+    /// UTF-8 after every [`parse_line`] (cleared when it fails).
+    bytes: Vec<u8>,
+}
+
+impl DecodedStrings {
+    /// The decoded string at `a..b`, if that range lies within the buffer at char boundaries.
+    fn get(&self, a: usize, b: usize) -> Option<&str> {
+        let bytes = self.bytes.get(a..b)?;
+        // A char starts at any byte but a continuation byte (0b10xx_xxxx).
+        let starts_char = |i: usize| self.bytes.get(i).is_none_or(|&x| (x as i8) >= -0x40);
+        if !(starts_char(a) && starts_char(b)) {
+            return None;
+        }
+        debug_assert!(std::str::from_utf8(bytes).is_ok(), "decoded to bad UTF-8");
+        // SAFETY: `self.bytes` is UTF-8 (the type's doc), and `a..b` is cut at char boundaries.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    }
+}
+
 /// Parses `line` as one JSON object, filling `slots` (reset to `Missing` first) for the paths of
-/// `plan`. Decoded strings are appended to `scratch` (cleared first). On error returns a message
-/// with the byte column; slot contents are then unspecified.
+/// `plan`. Strings with escapes are decoded into `decoded` (emptied first). On error returns a
+/// message with the byte column; slot contents are then unspecified.
 pub(crate) fn parse_line(
+    line: &str,
+    plan: &[Node],
+    slots: &mut [Slot],
+    decoded: &mut DecodedStrings,
+    paths: StringPaths,
+) -> Result<(), String> {
+    decoded.bytes.clear();
+    let parsed = parse_line_into(line, plan, slots, &mut decoded.bytes, paths);
+    if parsed.is_err() {
+        // A string cut short by the error is UTF-8 too, but nothing may read it.
+        decoded.bytes.clear();
+    }
+    parsed
+}
+
+/// [`parse_line`] decoding into `scratch` (empty).
+fn parse_line_into(
     line: &str,
     plan: &[Node],
     slots: &mut [Slot],
@@ -92,7 +137,6 @@ pub(crate) fn parse_line(
     paths: StringPaths,
 ) -> Result<(), String> {
     slots.fill(Slot::Missing);
-    scratch.clear();
     let mut p = Parser {
         s: line,
         b: line.as_bytes(),
@@ -986,7 +1030,7 @@ mod tests {
         let fp = paths(ps);
         let plan = build_plan(&fp);
         let mut slots = vec![Slot::Missing; fp.len()];
-        let mut scratch = Vec::new();
+        let mut scratch = DecodedStrings::default();
         parse_line(line, &plan, &mut slots, &mut scratch, string_paths)?;
         Ok(slots
             .iter()
@@ -1078,7 +1122,7 @@ mod tests {
         let fp = paths(&["a", "b", "c", "d.e"]);
         let plan = build_plan(&fp);
         let mut slots = vec![Slot::Missing; 4];
-        let mut scratch = Vec::new();
+        let mut scratch = DecodedStrings::default();
         let line = r#"{"a":null,"b":12.50,"d":"str","a":"last"}"#;
         parse_line(
             line,
@@ -1099,6 +1143,45 @@ mod tests {
     fn escaped_keys_match() {
         let r = run(r#"{"te\u0078t":"v"}"#, &["text"]).unwrap();
         assert_eq!(r[0].as_deref(), Some("v"));
+    }
+
+    #[test]
+    fn decoded_strings_are_read_back_only_at_char_boundaries() {
+        let fp = paths(&["a"]);
+        let plan = build_plan(&fp);
+        let mut slots = vec![Slot::Missing; 1];
+        let mut decoded = DecodedStrings::default();
+        let line = r#"{"a":"é\nx\u00e9"}"#;
+        parse_line(
+            line,
+            &plan,
+            &mut slots,
+            &mut decoded,
+            StringPaths::detected(),
+        )
+        .unwrap();
+        let Slot::Decoded(a, b) = slots[0] else {
+            panic!("an escaped string is decoded: {:?}", slots[0]);
+        };
+        assert_eq!(decoded.get(a, b), Some("é\nxé"));
+        // Inside the first é, inside the last one, and past the end.
+        assert_eq!(decoded.get(a + 1, b), None);
+        assert_eq!(decoded.get(a, b - 1), None);
+        assert_eq!(decoded.get(a, b + 1), None);
+        assert_eq!(decoded.get(a + 2, b), Some("\nxé"));
+        // A line that fails leaves nothing to read back.
+        let bad = r#"{"a":"é\nx\q"}"#;
+        assert!(
+            parse_line(
+                bad,
+                &plan,
+                &mut slots,
+                &mut decoded,
+                StringPaths::detected()
+            )
+            .is_err()
+        );
+        assert_eq!(decoded.get(0, 1), None);
     }
 
     #[test]

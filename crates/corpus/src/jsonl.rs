@@ -13,7 +13,7 @@ use crate::block::{
 use crate::chunk::{Chunk, ChunkRange};
 use crate::error::ReadError;
 use crate::format::{Compression, InputFile};
-use crate::json::{self, Slot};
+use crate::json::{self, DecodedStrings, Slot};
 use crate::select::TextSelector;
 
 /// How far past a chunk's end a read goes to find the end of the chunk's last line (and how much
@@ -318,7 +318,7 @@ pub(crate) fn line_samples<F: FnMut(Sample<'_>)>(
         Slot::Missing;
         nfields + usize::from(id_slot.is_some()) + usize::from(rank_slot.is_some())
     ];
-    let mut scratch = Vec::new();
+    let mut scratch = DecodedStrings::default();
     let string_paths = json::StringPaths::detected();
     let mut join_buf = String::new();
     let mut values_buf: Vec<FieldValue<'static>> = Vec::with_capacity(nfields);

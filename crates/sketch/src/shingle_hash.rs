@@ -173,11 +173,15 @@ pub(crate) fn xxh3_64_up_to_128(b: &[u8]) -> u64 {
     }
 }
 
-/// Hashes every `k`-byte window of `bytes` starting at multiples of `step`.
-pub(crate) type WindowHasher = fn(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>);
+/// Hashes every `k`-byte window of `bytes[..end]` starting at a multiple of `step`. It may read
+/// the bytes after `end` (a vector loop then hashes a run's last windows with the others, and
+/// drops those that reach past it), but never hashes them.
+pub(crate) type WindowHasher =
+    fn(bytes: &[u8], end: usize, k: usize, step: usize, out: &mut Vec<u64>);
 
 /// Portable [`WindowHasher`]: one tight loop per xxh3 length class.
-pub(crate) fn hash_windows(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
+pub(crate) fn hash_windows(bytes: &[u8], end: usize, k: usize, step: usize, out: &mut Vec<u64>) {
+    let bytes = &bytes[..end];
     #[inline(always)]
     fn each(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>, hash: impl Fn(&[u8]) -> u64) {
         // `Windows` is exact-size, so `extend` reserves once and writes without capacity checks.
@@ -202,19 +206,23 @@ pub(crate) fn avx512_windows_supported() -> bool {
     Features::detected().has_all(&[Feature::Avx512F, Feature::Avx512Bw, Feature::Avx512Dq])
 }
 
-/// How the vector window hashers cover `len` bytes in `k`-byte windows: `(windows,
-/// vector_windows)`, where the vector loop hashes windows `0..vector_windows` eight at a time
-/// (each step loads 16 bytes from its first window's start) and the rest are hashed one by one
-/// ([`hash_windows_from`]); `None` when no window fits.
+/// How the vector window hashers cover the `k`-byte windows of the first `end` of `readable`
+/// bytes: `(windows, vector_windows)`, where the vector loop hashes windows `0..vector_windows`
+/// eight at a time (each step loads 16 bytes from its first window's start, so it needs
+/// `vector_windows + 8 <= readable`) and windows `vector_windows..windows`, if any, are hashed
+/// one by one ([`hash_windows_from`]); `None` when no window fits. The vector loop goes on
+/// past `windows` to the next multiple of eight when the bytes after `end` allow the loads:
+/// then a run inside a longer text (an ASCII run between multi-byte chars) has no windows
+/// left to hash one by one.
 #[cfg(target_arch = "x86_64")]
-fn window_steps(len: usize, k: usize) -> Option<(usize, usize)> {
-    let windows = len.checked_sub(k - 1)?;
-    let vector_windows = if len >= 16 {
-        ((len - 16) / 8 + 1) * 8
+fn window_steps(end: usize, readable: usize, k: usize) -> Option<(usize, usize)> {
+    let windows = end.checked_sub(k - 1)?;
+    let loadable = if readable >= 16 {
+        ((readable - 16) / 8 + 1) * 8
     } else {
         0
     };
-    Some((windows, vector_windows))
+    Some((windows, windows.next_multiple_of(8).min(loadable)))
 }
 
 /// The byte shuffle of the vector window hashers: with a 16-byte load repeated in every
@@ -233,8 +241,6 @@ fn window_shuffle(k: usize) -> [u8; 64] {
     control
 }
 
-/// Hashes the 4..=8-byte windows `from..` of `bytes` into `dst[from..]` one by one: what the
-/// vector loops leave.
 /// Whether a vector loop may hash windows `0..vector_windows` of `bytes` into `dst`: whole
 /// steps of eight, each with 16 bytes to load and eight slots to fill.
 #[cfg(target_arch = "x86_64")]
@@ -244,6 +250,8 @@ fn vector_fits(bytes: &[u8], dst: &[std::mem::MaybeUninit<u64>], vector_windows:
         && (vector_windows == 0 || vector_windows + 8 <= bytes.len())
 }
 
+/// Hashes the 4..=8-byte windows `from..dst.len()` of `bytes` into `dst[from..]` one by one:
+/// what the vector loops leave.
 #[cfg(target_arch = "x86_64")]
 fn hash_windows_from(bytes: &[u8], k: usize, dst: &mut [std::mem::MaybeUninit<u64>], from: usize) {
     for (p, slot) in dst.iter_mut().enumerate().skip(from) {
@@ -256,9 +264,16 @@ fn hash_windows_from(bytes: &[u8], k: usize, dst: &mut [std::mem::MaybeUninit<u6
 /// [`hash_windows`]. `MinHasher` picks it only where it is supported; the check here (one
 /// load of the cached features) keeps the function sound on its own.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn hash_windows_avx512(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
+pub(crate) fn hash_windows_avx512(
+    bytes: &[u8],
+    end: usize,
+    k: usize,
+    step: usize,
+    out: &mut Vec<u64>,
+) {
     hash_windows_vectorised(
         bytes,
+        end,
         k,
         step,
         out,
@@ -285,6 +300,7 @@ type VectorWindows = unsafe fn(
 #[cfg(target_arch = "x86_64")]
 fn hash_windows_vectorised(
     bytes: &[u8],
+    end: usize,
     k: usize,
     step: usize,
     out: &mut Vec<u64>,
@@ -292,18 +308,20 @@ fn hash_windows_vectorised(
     vector_loop: VectorWindows,
 ) {
     if step != 1 || !(4..=8).contains(&k) || !supported {
-        return hash_windows(bytes, k, step, out);
+        return hash_windows(bytes, end, k, step, out);
     }
-    let Some((windows, vector_windows)) = window_steps(bytes.len(), k) else {
+    let Some((windows, vector_windows)) = window_steps(end, bytes.len(), k) else {
         return;
     };
-    out.reserve(windows);
+    let written = windows.max(vector_windows);
+    out.reserve(written);
     let start = out.len();
-    let dst = &mut out.spare_capacity_mut()[..windows];
+    let dst = &mut out.spare_capacity_mut()[..written];
     // SAFETY: `supported` says this CPU has the loop's features.
     unsafe { vector_loop(bytes, k, dst, vector_windows) };
-    hash_windows_from(bytes, k, dst, vector_windows);
-    // SAFETY: all `windows` slots after `start` were written above.
+    hash_windows_from(&bytes[..end], k, &mut dst[..windows], vector_windows);
+    // SAFETY: all `windows` slots after `start` were written above (the vector loop's windows
+    // past them reach beyond `end`, and are left out).
     unsafe { out.set_len(start + windows) };
 }
 
@@ -364,9 +382,16 @@ pub(crate) fn avx2_windows_supported() -> bool {
 /// no 64-bit multiplication, but three 32-bit ones per lane still do four windows in about the
 /// time the scalar loop does one and a half.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn hash_windows_avx2(bytes: &[u8], k: usize, step: usize, out: &mut Vec<u64>) {
+pub(crate) fn hash_windows_avx2(
+    bytes: &[u8],
+    end: usize,
+    k: usize,
+    step: usize,
+    out: &mut Vec<u64>,
+) {
     hash_windows_vectorised(
         bytes,
+        end,
         k,
         step,
         out,
@@ -531,7 +556,7 @@ pub(crate) fn hash_char_windows(
             } else {
                 (run_end - p - k) / step + 1
             };
-            ascii(&bytes[p..run_end], k, step, out);
+            ascii(&bytes[p..], run_end - p, k, step, out);
             let next = p + count * step;
             if next <= run_end {
                 p = next;
@@ -581,7 +606,7 @@ pub(crate) fn fast_hash_shingles(
         Shingler::Chars { k, step } => hash_char_windows(text, k, step, out, ascii),
         Shingler::Bytes { k, step } => {
             assert!(k > 0 && step > 0, "shingle width and step must be >= 1");
-            ascii(text.as_bytes(), k, step, out);
+            ascii(text.as_bytes(), text.len(), k, step, out);
         }
         Shingler::Words { .. } | Shingler::AsciiWords { .. } => {
             shingler.for_each(text, |s| out.push(xxh3_64_up_to_128(s)))
@@ -630,7 +655,7 @@ pub(crate) fn fast_hash_in_pieces(
         if chars {
             hash_char_windows(&text[from..to], k, step, hashes, ascii);
         } else {
-            ascii(&bytes[from..to], k, step, hashes);
+            ascii(&bytes[from..to], to - from, k, step, hashes);
         }
         each(hashes);
     };
@@ -764,9 +789,19 @@ mod tests {
             for k in 1..=10 {
                 for step in 1..=2 {
                     let (mut want, mut got) = (vec![1], vec![1]);
-                    hash_windows(&text[..len], k, step, &mut want);
-                    hash_windows_avx512(&text[..len], k, step, &mut got);
+                    hash_windows(&text[..len], len, k, step, &mut want);
+                    hash_windows_avx512(&text[..len], len, k, step, &mut got);
                     assert_eq!(got, want, "len {len} k {k} step {step}");
+                    // With bytes to read past the end (an ASCII run inside a text): the same
+                    // windows, none reaching past it.
+                    let (mut ahead, mut beyond) = (vec![1], vec![1]);
+                    hash_windows(&text, len, k, step, &mut ahead);
+                    hash_windows_avx512(&text, len, k, step, &mut beyond);
+                    assert_eq!(ahead, want, "len {len} k {k} step {step}");
+                    assert_eq!(
+                        beyond, want,
+                        "len {len} k {k} step {step} with more to read"
+                    );
                 }
             }
         }
@@ -784,9 +819,19 @@ mod tests {
             for k in 1..=10 {
                 for step in 1..=2 {
                     let (mut want, mut got) = (vec![1], vec![1]);
-                    hash_windows(&text[..len], k, step, &mut want);
-                    hash_windows_avx2(&text[..len], k, step, &mut got);
+                    hash_windows(&text[..len], len, k, step, &mut want);
+                    hash_windows_avx2(&text[..len], len, k, step, &mut got);
                     assert_eq!(got, want, "len {len} k {k} step {step}");
+                    // With bytes to read past the end (an ASCII run inside a text): the same
+                    // windows, none reaching past it.
+                    let (mut ahead, mut beyond) = (vec![1], vec![1]);
+                    hash_windows(&text, len, k, step, &mut ahead);
+                    hash_windows_avx2(&text, len, k, step, &mut beyond);
+                    assert_eq!(ahead, want, "len {len} k {k} step {step}");
+                    assert_eq!(
+                        beyond, want,
+                        "len {len} k {k} step {step} with more to read"
+                    );
                 }
             }
         }
