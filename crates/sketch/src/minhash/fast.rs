@@ -2,7 +2,7 @@
 //! positions over all of a text's shingle hashes, as a scalar reference, a portable blocked
 //! loop and AVX2 and AVX-512 intrinsics, plus the AVX-512 kernel fused with the repeat filter.
 
-use super::filter::{FILTER_SLOTS, filter_step, output_slots};
+use super::filter::{TextFilter, filter_step, output_slots};
 use super::{BLOCK, EMPTY_SLOT, Kernel};
 
 #[inline(always)]
@@ -138,12 +138,12 @@ const FUSED_BLOCK: usize = 256;
 /// kernel (vector multiplies and minima) runs on block `t`'s kept values, two filter steps per
 /// kernel step since about half the values are kept. The two use different execution units, so
 /// the filter costs almost nothing extra. Leaves the kept values in `unique` (for further
-/// position blocks) and their slots set in `filter` (the caller resets them).
+/// position blocks).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 pub(super) fn avx512_filtered<const R: usize>(
     hashes: &[u64],
-    filter: &mut [u64; FILTER_SLOTS],
+    filter: &mut TextFilter<'_>,
     unique: &mut Vec<u64>,
     a: &[u32],
     s: &[u32],

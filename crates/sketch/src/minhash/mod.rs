@@ -103,7 +103,7 @@ use crate::shingle::Shingler;
 use crate::shingle_hash::{self, WindowHasher};
 
 pub use datasketch::datasketch_permutations;
-use filter::{DEDUP_MIN, append_unless_recent, drop_recent_repeats, ready_filter, reset_filter};
+use filter::{DEDUP_MIN, RepeatFilter, append_unless_recent, drop_recent_repeats};
 use oph::OphKeys;
 /// The fastest window hasher for a kernel, chosen once per [`MinHasher`].
 fn window_hasher(kernel: Kernel) -> WindowHasher {
@@ -278,8 +278,8 @@ pub struct MinHasher {
 pub struct SignScratch {
     pub(crate) hashes: Vec<u64>,
     unique: Vec<u64>,
-    /// The recent-shingle filter of [`drop_recent_repeats`]; empty until first used.
-    filter: Vec<u64>,
+    /// The recent-shingle filter of [`drop_recent_repeats`].
+    filter: RepeatFilter,
     /// Whether `unique` holds the last signed text's filtered hashes.
     filtered: bool,
     /// Whether `hashes` holds only the last piece's hashes of a text signed in pieces.
@@ -361,18 +361,16 @@ fn distinct_in_pieces(
     inner: &Inner,
     shingler: &Shingler,
     text: &str,
-    (hashes, unique, filter): (&mut Vec<u64>, &mut Vec<u64>, &mut Vec<u64>),
+    (hashes, unique, filter): (&mut Vec<u64>, &mut Vec<u64>, &mut RepeatFilter),
     mut each: impl FnMut(&[u64]),
 ) -> usize {
     unique.clear();
-    let filter = ready_filter(filter);
-    let shingles = inner.hash_in_pieces(shingler, text, hashes, |piece| {
+    let mut filter = filter.begin_text();
+    inner.hash_in_pieces(shingler, text, hashes, |piece| {
         let start = unique.len();
-        append_unless_recent(piece, unique, filter);
+        append_unless_recent(piece, unique, &mut filter);
         each(&unique[start..]);
-    });
-    reset_filter(filter, unique);
-    shingles
+    })
 }
 
 impl MinHasher {
@@ -605,7 +603,7 @@ impl MinHasher {
         if let (Kernel::Avx512, Params::Fast { a, s }) = (inner.kernel, &inner.params) {
             // The first block of positions is signed while filtering; the others, if any, sign
             // the filtered hashes afterwards.
-            let filter = ready_filter(filter);
+            let filter = &mut filter.begin_text();
             let head = out.len().min(BLOCK);
             let mut block_out = [0u32; BLOCK];
             // SAFETY: `with_kernel` only accepts `Kernel::Avx512` where AVX-512F is supported.
@@ -625,7 +623,6 @@ impl MinHasher {
             }
             out[..head].copy_from_slice(&block_out[..head]);
             self.sign_blocks_from(unique, BLOCK, out);
-            reset_filter(filter, unique);
             return hashes.len();
         }
         drop_recent_repeats(hashes, unique, filter);
