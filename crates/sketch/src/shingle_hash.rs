@@ -655,7 +655,9 @@ pub(crate) fn fast_hash_in_pieces(
         if chars {
             hash_char_windows(&text[from..to], k, step, hashes, ascii);
         } else {
-            ascii(&bytes[from..to], to - from, k, step, hashes);
+            // The bytes after the piece are readable (never hashed), so the vector loop takes
+            // the piece's last windows too.
+            ascii(&bytes[from..], to - from, k, step, hashes);
         }
         each(hashes);
     };
