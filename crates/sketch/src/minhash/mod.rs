@@ -53,7 +53,9 @@
 //! 1. Shingle hashes into a reusable `Vec<u64>` (text order, repeats kept). For `fast`,
 //!    shingling and xxh3 are fused (module `shingle_hash`): ASCII runs of char mode and byte
 //!    mode hash their windows in a tight loop (eight per AVX-512 vector, four per AVX2 vector,
-//!    for 4..=8-byte windows). For `datasketch`, SHA-1 runs sixteen shingles at a time on AVX-512.
+//!    for 4..=8-byte windows), and long stretches of multi-byte chars four windows per AVX2
+//!    vector, whatever their byte lengths up to 16. For `datasketch`, SHA-1 runs sixteen
+//!    shingles at a time on AVX-512.
 //! 2. A branch-free direct-mapped filter drops most repeats (`min` is idempotent, and real text
 //!    repeats about half of its char 5-grams); a repeat it misses is signed twice, harmlessly.
 //! 3. A min kernel over blocks of permutations held in SIMD registers (AVX-512, AVX2 or
@@ -109,14 +111,14 @@ use oph::OphKeys;
 fn window_hasher(kernel: Kernel) -> WindowHasher {
     #[cfg(target_arch = "x86_64")]
     if kernel == Kernel::Avx512 && shingle_hash::avx512_windows_supported() {
-        return shingle_hash::hash_windows_avx512;
+        return shingle_hash::AVX512_WINDOWS;
     }
     #[cfg(target_arch = "x86_64")]
     if matches!(kernel, Kernel::Avx2 | Kernel::Avx512) && shingle_hash::avx2_windows_supported() {
-        return shingle_hash::hash_windows_avx2;
+        return shingle_hash::AVX2_WINDOWS;
     }
     let _ = kernel;
-    shingle_hash::hash_windows
+    shingle_hash::PORTABLE_WINDOWS
 }
 
 /// Which MinHash hashing scheme to use.
@@ -213,7 +215,7 @@ struct Inner {
     num_perm: usize,
     seed: u64,
     kernel: Kernel,
-    /// Hashes byte windows (byte mode and the ASCII runs of char mode); chosen with the kernel.
+    /// Hashes the windows of char and byte mode; chosen with the kernel.
     window_hasher: WindowHasher,
     params: Params,
 }
