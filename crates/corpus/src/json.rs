@@ -287,9 +287,10 @@ const HEX_DIGIT: [u8; 256] = {
 /// send the parser back to them.
 const DENSE_PLAIN_RUN: usize = 4;
 
-/// Decodes escape-dense string contents from the `\uXXXX` escape at `b[i]` on, one byte or
-/// escape at a time, appending to `out`; returns where it stopped: `i` itself when no `\u`
-/// escape of a char of the Basic Multilingual Plane (not a surrogate) starts there. It stops at
+/// Decodes escape-dense string contents from the escape at `b[i]` on (a `\uXXXX` one where the
+/// parser calls it), one byte or escape at a time, appending to `out`; returns where it stopped:
+/// `i` itself when nothing it decodes starts there. It takes `\u` escapes of chars of the Basic
+/// Multilingual Plane but surrogates, one-character escapes and plain bytes, and stops at
 /// anything the general path must see (a closing quote, a control byte, a surrogate, which may
 /// pair with the next escape, a bad digit or escape, the end of the input) and after
 /// [`DENSE_PLAIN_RUN`] plain bytes in a row, where the vector paths take over again.
@@ -300,7 +301,6 @@ const DENSE_PLAIN_RUN: usize = 4;
 /// four times slower than the same text written as UTF-8.
 #[inline]
 fn unescape_dense(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
-    let start = i;
     let mut plain = 0;
     while let Some(&c) = b.get(i) {
         if c == b'\\' {
@@ -325,18 +325,16 @@ fn unescape_dense(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
                     ]);
                 }
                 i += 6;
-            } else if i > start {
+            } else {
                 let simple = simple_escape_at(b, i);
                 if simple == 0 {
                     break;
                 }
                 out.push(simple);
                 i += 2;
-            } else {
-                break;
             }
             plain = 0;
-        } else if c == b'"' || c < 0x20 || plain == DENSE_PLAIN_RUN || i == start {
+        } else if c == b'"' || c < 0x20 || plain == DENSE_PLAIN_RUN {
             break;
         } else {
             out.push(c);

@@ -614,35 +614,68 @@ pub(crate) fn hash_char_windows(
         // The window at `p` reaches a multi-byte char (or the end of the text). In mostly-ASCII
         // text most such stretches are a few windows around one accented letter: those are
         // walked here, and only a longer stretch goes to `hasher.mixed`.
-        let mut e = p;
-        for _ in 0..k {
+        let limit = if step == 1 {
+            MIXED_FIRST_WALKED
+        } else {
+            usize::MAX
+        };
+        p = match walk_windows(bytes, p, k, step, limit, out) {
+            Walked::Ascii(next) => next,
+            Walked::Limit(next) => match (hasher.mixed)(bytes, next, k, out) {
+                Some(next) => next,
+                None => return,
+            },
+            Walked::End => return,
+        };
+    }
+}
+
+/// Where [`walk_windows`] stopped.
+enum Walked {
+    /// At the start of a window of exactly `k` bytes (all ASCII).
+    Ascii(usize),
+    /// At the start of the first window past its limit.
+    Limit(usize),
+    /// With no window left in the text.
+    End,
+}
+
+/// Hashes the `k`-char windows of UTF-8 `bytes` from the char boundary `p` on, moved by `step`
+/// chars, while they hold a multi-byte char, walking each window's two ends char by char; at
+/// most `limit` of them.
+#[inline(always)]
+fn walk_windows(
+    bytes: &[u8],
+    mut p: usize,
+    k: usize,
+    step: usize,
+    limit: usize,
+    out: &mut Vec<u64>,
+) -> Walked {
+    let n = bytes.len();
+    let mut e = p;
+    for _ in 0..k {
+        if e >= n {
+            return Walked::End;
+        }
+        e += utf8_len(bytes[e]);
+    }
+    let mut walked = 0;
+    while e - p > k {
+        if walked == limit {
+            return Walked::Limit(p);
+        }
+        out.push(xxh3_64(&bytes[p..e]));
+        walked += 1;
+        for _ in 0..step {
             if e >= n {
-                return;
+                return Walked::End;
             }
+            p += utf8_len(bytes[p]);
             e += utf8_len(bytes[e]);
         }
-        let mut walked = 0;
-        while e - p > k {
-            if step == 1 && walked == MIXED_FIRST_WALKED {
-                match (hasher.mixed)(bytes, p, k, out) {
-                    Some(next) => {
-                        p = next;
-                        break;
-                    }
-                    None => return,
-                }
-            }
-            out.push(xxh3_64(&bytes[p..e]));
-            walked += 1;
-            for _ in 0..step {
-                if e >= n {
-                    return;
-                }
-                p += utf8_len(bytes[p]);
-                e += utf8_len(bytes[e]);
-            }
-        }
     }
+    Walked::Ascii(p)
 }
 
 /// How many windows of a stretch that holds multi-byte chars [`hash_char_windows`] walks itself
@@ -654,47 +687,21 @@ const MIXED_FIRST_WALKED: usize = 8;
 /// Portable [`MixedWindowHasher`]: walks the chars of each window's two ends.
 pub(crate) fn hash_mixed_windows(
     bytes: &[u8],
-    mut p: usize,
+    p: usize,
     k: usize,
     out: &mut Vec<u64>,
 ) -> Option<usize> {
-    let n = bytes.len();
-    let mut e = p;
-    for _ in 0..k {
-        if e >= n {
-            return None;
-        }
-        e += utf8_len(bytes[e]);
+    match walk_windows(bytes, p, k, 1, usize::MAX, out) {
+        Walked::Ascii(p) => Some(p),
+        Walked::End => None,
+        Walked::Limit(_) => unreachable!("no limit"),
     }
-    while e - p > k {
-        out.push(xxh3_64(&bytes[p..e]));
-        if e >= n {
-            return None;
-        }
-        p += utf8_len(bytes[p]);
-        e += utf8_len(bytes[e]);
-    }
-    Some(p)
 }
 
-/// For each byte, the positions of its set bits, lowest first (then zeros).
+/// For each byte, the positions of its set bits, lowest first (then zeros): a char-start mask's
+/// offsets, 8 bytes at a time.
 #[cfg(target_arch = "x86_64")]
-static SET_BITS: [[u8; 8]; 256] = {
-    let mut table = [[0u8; 8]; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        let (mut bit, mut count) = (0, 0);
-        while bit < 8 {
-            if byte & (1 << bit) != 0 {
-                table[byte][count] = bit as u8;
-                count += 1;
-            }
-            bit += 1;
-        }
-        byte += 1;
-    }
-    table
-};
+static SET_BITS: [[u8; 8]; 256] = neardup_cpu::kept_lanes_first();
 
 /// Windows a batch of [`hash_mixed_windows_avx2`] hashes, unless its stretch of multi-byte text
 /// ends first (a few more when its last block of bytes lists more char starts): the starts are
