@@ -287,10 +287,10 @@ const HEX_DIGIT: [u8; 256] = {
 /// send the parser back to them.
 const DENSE_PLAIN_RUN: usize = 4;
 
-/// Decodes escape-dense string contents from the escape at `b[i]` on (a `\uXXXX` one where the
-/// parser calls it), one byte or escape at a time, appending to `out`; returns where it stopped:
-/// `i` itself when nothing it decodes starts there. It takes `\u` escapes of chars of the Basic
-/// Multilingual Plane but surrogates, one-character escapes and plain bytes, and stops at
+/// Decodes escape-dense string contents from the escape at `b[i]` on, one byte or escape at a
+/// time, appending to `out`; returns where it stopped: `i` itself when nothing it decodes starts
+/// there. It takes `\u` escapes of chars of the Basic Multilingual Plane but surrogates,
+/// one-character escapes and plain bytes, and stops at
 /// anything the general path must see (a closing quote, a control byte, a surrogate, which may
 /// pair with the next escape, a bad digit or escape, the end of the input) and after
 /// [`DENSE_PLAIN_RUN`] plain bytes in a row, where the vector paths take over again.
@@ -313,6 +313,8 @@ fn unescape_dense(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
                 if (0xd800..0xe000).contains(&c) {
                     break;
                 }
+                // UTF-8 written here, not through `char::encode_utf8` and a copy of its bytes:
+                // that copy's length varies, and it was a `memmove` call per letter.
                 if c < 0x80 {
                     out.push(c as u8);
                 } else if c < 0x800 {
@@ -739,12 +741,10 @@ impl<'a> Parser<'a> {
             let Some(c) = self.peek() else {
                 return Err(self.err("EOF while parsing a string"));
             };
-            let d = match c {
-                b'0'..=b'9' => c - b'0',
-                b'a'..=b'f' => c - b'a' + 10,
-                b'A'..=b'F' => c - b'A' + 10,
-                _ => return Err(self.err("invalid \\u escape")),
-            };
+            let d = HEX_DIGIT[c as usize];
+            if d > 0xf {
+                return Err(self.err("invalid \\u escape"));
+            }
             v = v * 16 + d as u32;
             self.i += 1;
         }
@@ -821,20 +821,14 @@ impl<'a> Parser<'a> {
                     return Ok((dec_start, out.len(), true));
                 }
                 Some(b'\\') => {
-                    let simple = simple_escape_at(b, i);
-                    if simple != 0 {
-                        out.push(simple);
-                        i += 2;
+                    let after = unescape_dense(b, i, out);
+                    if after > i {
+                        i = after;
                     } else {
-                        let after = unescape_dense(b, i, out);
-                        if after > i {
-                            i = after;
-                        } else {
-                            self.i = i;
-                            let c = self.escape()?;
-                            out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
-                            i = self.i;
-                        }
+                        self.i = i;
+                        let c = self.escape()?;
+                        out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+                        i = self.i;
                     }
                 }
                 Some(_) => {

@@ -798,9 +798,9 @@ fn mixed_windows_avx2(bytes: &[u8], mut p: usize, k: usize, out: &mut Vec<u64>) 
         let mut cut = windows;
         let mut j = 0;
         while j < windows {
-            // SAFETY: the loads read `starts[j..j + 8]` and `starts[j + k..j + k + 8]`, inside
-            // the array (j < windows <= cap + 32 - k); slots past `count` hold stale values,
-            // and what they give is ignored below.
+            // SAFETY: the loads read `starts[j..j + 8]` and `starts[j + k..j + k + 8]`, which end
+            // by `count + 7 <= cap + 38`, inside the array; slots past `count` hold stale
+            // values, and what they give is ignored below.
             let ascii = unsafe {
                 let first = _mm256_loadu_si256(starts.as_ptr().add(j).cast());
                 let last = _mm256_loadu_si256(starts.as_ptr().add(j + k).cast());
