@@ -325,7 +325,7 @@ fn sign_into(
     let all: Vec<u32> = (0..groups).collect();
     let targets = out.map(|dir| StepFiles::plan::<SignManifest>(dir, &all, &mut paths));
     paths.check()?;
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
     let mask = table.mask(config, &place, hot, RowGrouping::Record)?;
     let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
@@ -658,7 +658,7 @@ pub fn write_shard<'a>(
     }
     paths.write_config_outputs(config, &inputs);
     paths.check()?;
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
     let mask = table.mask(config, &place, hot, RowGrouping::Skip)?;
     let streams = given
         .iter()
