@@ -28,6 +28,7 @@ __all__ = [
     "Run",
     "DecisionStream",
     "CorpusStream",
+    "run_cli",
     "settings",
     "defaults",
     "start_dedup",
@@ -366,6 +367,10 @@ class CorpusStream(Iterator[Tuple[str, bool]]):
         """Waits for stage 1; False when no bucket key is hot."""
     def __iter__(self) -> "CorpusStream": ...
     def __next__(self) -> Tuple[str, bool]: ...
+
+def run_cli(args: Sequence[str]) -> int:
+    """Runs the ``neardup`` command line with ``args`` (the program's name first); returns its
+    exit code."""
 
 def settings() -> Dict[str, List[str]]:
     """Every setting's name, by section."""
