@@ -477,9 +477,14 @@ fn decide_into(
     for g in &given {
         g.read_paths(group, "the sign output", &mut paths);
     }
+    if let Some(dir) = &config.keys.spill_dir {
+        paths.spill_dir(dir);
+    }
     let all: Vec<u32> = (0..shards).collect();
     let targets = out.map(|dir| StepFiles::plan::<DecideManifest>(dir, &all, &mut paths));
     paths.check()?;
+    // Representatives spill there under a memory limit.
+    let _spill_dirs = paths.prepare()?;
     let streams = given
         .iter()
         .map(|g| g.open(group, &wanted_by))
