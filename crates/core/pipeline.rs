@@ -130,9 +130,10 @@ impl Report {
     pub fn summary(&self) -> String {
         let t = &self.totals;
         let mut s = format!(
-            "{} records in {} files: kept {}, dropped {} ({} near, {} exact duplicates); {} empty, {} unreadable",
+            "{} records in {} file{}: kept {}, dropped {} ({} near, {} exact duplicates); {} empty, {} unreadable",
             t.records_in,
             self.files.len(),
+            if self.files.len() == 1 { "" } else { "s" },
             t.records_kept,
             t.records_dropped,
             t.near,
@@ -212,15 +213,23 @@ impl Report {
             }
         }
         let d = &self.stage2;
-        s += &format!(
-            "stage 2: {} hot samples checked, {} comparisons, {} representatives in {} buckets; {:.1} MB/s, {:.2} s",
-            d.deduper.checked,
-            d.deduper.comparisons,
-            d.deduper.representatives,
-            d.deduper.buckets,
-            d.mb_per_second,
-            d.seconds
-        );
+        if d.clusters.is_none() && d.deduper.checked == 0 {
+            // A distributed `write` step: the `decide` steps checked the hot samples.
+            s += &format!(
+                "stage 2: the decide steps' decisions applied; {:.1} MB/s, {:.2} s",
+                d.mb_per_second, d.seconds
+            );
+        } else {
+            s += &format!(
+                "stage 2: {} hot samples checked, {} comparisons, {} representatives in {} buckets; {:.1} MB/s, {:.2} s",
+                d.deduper.checked,
+                d.deduper.comparisons,
+                d.deduper.representatives,
+                d.deduper.buckets,
+                d.mb_per_second,
+                d.seconds
+            );
+        }
         for p in &self.input_problems {
             s += &format!("\ninput problem: {p}");
         }

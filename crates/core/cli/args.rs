@@ -490,10 +490,11 @@ pub(crate) struct OutputOpts {
     /// Directory for the filtered dataset (same relative paths and formats as the inputs).
     #[arg(long, short = 'o')]
     pub(crate) output: Option<PathBuf>,
-    /// Decisions file, one row per sample (.jsonl or .parquet).
+    /// Decisions file, one row per sample (.jsonl or .parquet; - for standard output, JSONL,
+    /// written once the run has succeeded).
     #[arg(long)]
     pub(crate) decisions: Option<PathBuf>,
-    /// Run report (JSON).
+    /// Run report (JSON; - for standard output). Alone, without the outputs above: a dry run.
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
     /// Replace an existing output directory.

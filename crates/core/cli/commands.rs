@@ -9,6 +9,7 @@ use neardup::{
 
 use super::args::*;
 use super::signals::handle_signals;
+use super::stdout::{ToStdout, send_all, take_outputs};
 use super::view::{ProgressView, answer, note};
 
 /// Both stages (`dedup`, `exact`) with a progress view, stopped by the signal handlers.
@@ -47,14 +48,18 @@ fn hot_argument_error(e: KeysError) -> Error {
     }
 }
 
-/// A run that writes nothing would throw its work away: refused before any.
+/// A run that writes nothing would throw its work away: refused before any. A run with only
+/// `--report` is a dry run: what it would keep and drop, as `dedup()` with no outputs in Python.
 pub(crate) fn require_outputs(config: &Config) -> Result<(), Error> {
     if config.output.dir.is_none()
         && config.output.decisions.is_none()
         && config.output.index_out.is_none()
+        && config.output.report.is_none()
     {
         return Err(Error::Usage(
-            "give --output DIR, --decisions FILE and/or --index-out FILE".into(),
+            "give --output DIR, --decisions FILE and/or --index-out FILE, or --report FILE \
+             alone for a dry run (- for standard output)"
+                .into(),
         ));
     }
     Ok(())
@@ -87,9 +92,11 @@ pub(crate) fn dedup(args: DedupArgs, quiet: bool) -> Result<(), Error> {
         decide,
         output,
     } = args;
-    let config = build_config(&inputs, &input, &[&sketch, &count, &decide, &output])?;
+    let mut config = build_config(&inputs, &input, &[&sketch, &count, &decide, &output])?;
     require_outputs(&config)?;
+    let to_stdout = take_outputs(&mut config)?;
     let report = run_pipeline(config, quiet)?;
+    send_all(to_stdout, &report)?;
     note(quiet, report.summary());
     Ok(())
 }
@@ -118,11 +125,14 @@ pub(crate) fn keys(args: KeysArgs, quiet: bool) -> Result<(), Error> {
         ..DecideOpts::default()
     };
     let config = build_config(&inputs, &input, &[&sketch, &decide])?;
+    let mut report = report;
+    let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
     let control = watched_step();
     let made = {
         let _view = ProgressView::start(&control, quiet);
         KeysStep::new(&config, shard)?.write(&output, report.as_deref(), &control)?
     };
+    report_to_stdout.map(ToStdout::send).transpose()?;
     let stats = &made.stage1;
     note(
         quiet,
@@ -157,18 +167,22 @@ pub(crate) fn hot(args: HotArgs, quiet: bool) -> Result<(), Error> {
     config.keys.memory_limit = memory_limit;
     config.keys.spill_dir = spill_dir;
     config.run.threads = threads.unwrap_or(0);
+    let mut report = report;
+    let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
     let control = RunControl {
         cancel: handle_signals(),
         ..RunControl::default()
     };
     let (_, made) =
         HotStep::new(&config, &tables, groups)?.write(&output, report.as_deref(), &control)?;
+    report_to_stdout.map(ToStdout::send).transpose()?;
     let stats = &made.count;
     note(
         quiet,
         format_args!(
-            "{} tables, {} keys, {} distinct, {} hot keys, {} hot samples of {}{} -> {}",
+            "{} table{}, {} keys, {} distinct, {} hot keys, {} hot samples of {}{} -> {}",
             tables.len(),
+            if tables.len() == 1 { "" } else { "s" },
             stats.keys,
             stats.distinct_keys,
             stats.hot_keys,
@@ -198,6 +212,8 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     config.keys.spill_dir = spill_dir.or(config.keys.spill_dir);
     config.validate()?;
+    let mut report = report;
+    let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
     let mut paths = RunPaths::new();
     paths
         .read_file("the hot-key file (--hot)", &hot)
@@ -219,6 +235,7 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     if let Some(path) = &report {
         save_json(path, &signed)?;
     }
+    report_to_stdout.map(ToStdout::send).transpose()?;
     let m = &signed.manifest;
     note(
         quiet,
@@ -256,6 +273,8 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
     config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     config.keys.spill_dir = spill_dir.or(config.keys.spill_dir);
     config.validate()?;
+    let mut report = report;
+    let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
     let mut paths = RunPaths::new();
     paths.read_file("the hot-key file (--hot)", &hot);
     if let Some(r) = &report {
@@ -276,6 +295,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
     if let Some(path) = &report {
         save_json(path, &decided)?;
     }
+    report_to_stdout.map(ToStdout::send).transpose()?;
     let m = &decided.manifest;
     note(
         quiet,
@@ -310,6 +330,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
     config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     require_outputs(&config)?;
     config.validate()?;
+    let to_stdout = take_outputs(&mut config)?;
     let mut paths = RunPaths::new();
     paths
         .read_file("the hot-key file (--hot)", &hot)
@@ -325,6 +346,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
         let decided: Vec<neardup::DecidedInput> = decided.iter().map(Into::into).collect();
         neardup::write_shard(&config, &table, &hot, &decided, &control)?
     };
+    send_all(to_stdout, &report)?;
     note(quiet, report.summary());
     Ok(())
 }
@@ -346,6 +368,7 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
     config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     require_outputs(&config)?;
     config.validate()?;
+    let to_stdout = take_outputs(&mut config)?;
     // The tables' input files are checked too, by the library, once their headers are read.
     let mut paths = RunPaths::new();
     paths.read_file("the hot-key file (--hot)", &hot);
@@ -360,6 +383,7 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
         let _view = ProgressView::start(&control, quiet);
         neardup::apply(&config, &hot, &tables, &control, &mut |_| {})?
     };
+    send_all(to_stdout, &report)?;
     note(quiet, report.summary());
     Ok(())
 }
@@ -379,8 +403,9 @@ pub(crate) fn index(args: IndexArgs, quiet: bool) -> Result<(), Error> {
     note(
         quiet,
         format_args!(
-            "{} files, {} samples: {} entries, {} kept, {} bytes -> {}",
+            "{} file{}, {} samples: {} entries, {} kept, {} bytes -> {}",
             made.files,
+            if made.files == 1 { "" } else { "s" },
             made.samples,
             made.entries,
             made.kept,
@@ -402,9 +427,11 @@ pub(crate) fn exact(args: ExactArgs, quiet: bool) -> Result<(), Error> {
     } = args;
     let mut config = build_config(&inputs, &input, &[&normalize, &count, &output])?;
     require_outputs(&config)?;
+    let to_stdout = take_outputs(&mut config)?;
     config.keys.exact = true;
     config.keys.near = false;
     let report = run_pipeline(config, quiet)?;
+    send_all(to_stdout, &report)?;
     note(quiet, report.summary());
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! The `neardup` command line: [`run`] it with a program's arguments. Apart from the rest of the
 //! library: arguments (`args`), one function per command (`commands`), what is shown (`view`),
-//! the signal handlers (`signals`) and the allocator's settings for a run (`allocator`). The
-//! rest of the library (`crates/core/lib.rs` and the crates under it) knows nothing of flags,
-//! terminals or exit codes.
+//! the signal handlers (`signals`), `-` for an output file (`stdout`) and the allocator's
+//! settings for a run (`allocator`). The rest of the library (`crates/core/lib.rs` and the
+//! crates under it) knows nothing of flags, terminals or exit codes.
 //!
 //! The `neardup` binary (`crates/core/main.rs`) and the Python package's `neardup` command
 //! (`python -m neardup`) both call [`run`], so they take the same arguments, write the same
@@ -12,6 +12,7 @@ pub(crate) mod allocator;
 pub(crate) mod args;
 pub(crate) mod commands;
 pub(crate) mod signals;
+pub(crate) mod stdout;
 pub(crate) mod view;
 
 use std::ffi::OsString;

@@ -1,11 +1,12 @@
-//! What the command line shows: log output, progress bars on a terminal, and its lines on
-//! stderr and answers on stdout.
+//! What the command line shows: log output (coloured on a terminal only), progress (bars on a
+//! terminal, log lines otherwise), and its lines on stderr and answers on stdout.
 
 use std::io::{IsTerminal, Write};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use neardup::exec::Progress;
 use neardup::{Error, IoOp, IoTarget, RunControl};
 
 /// Sends log lines to stderr, filtered by `RUST_LOG` or else by `-q`/`-v`. A process that has a
@@ -27,15 +28,101 @@ pub(crate) fn init_logging(quiet: bool, verbose: u8) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours for a terminal only: a log file or a pipe gets the lines as text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
 }
 
 /// How often the progress thread looks at the counters.
 const REFRESH: Duration = Duration::from_millis(200);
+/// How often a line of progress is logged when stderr is no terminal (a batch job's log).
+const LOG_EVERY: Duration = Duration::from_secs(10);
+/// How long a stage is watched before a rate and an ETA are shown: the first refresh finds
+/// the blocks read before the view first looked, and a rate over them would be absurd.
+const RATE_AFTER: Duration = Duration::from_secs(1);
 
-/// Shows the stages' progress on stderr until dropped: bars on a terminal, a log line every
-/// ten seconds otherwise.
+/// One stage as the view has watched it: since when, and from which count of bytes, so that
+/// rates are over what the view saw happen.
+struct Watched {
+    stage: u8,
+    since: Instant,
+    bytes_then: u64,
+}
+
+impl Watched {
+    fn new(stage: u8, p: &Progress) -> Watched {
+        Watched {
+            stage,
+            since: Instant::now(),
+            bytes_then: p.bytes(),
+        }
+    }
+
+    /// Bytes per second since the view began watching the stage, once it has for a while.
+    fn rate(&self, p: &Progress) -> Option<f64> {
+        let secs = self.since.elapsed();
+        (secs >= RATE_AFTER)
+            .then(|| p.bytes().saturating_sub(self.bytes_then) as f64 / secs.as_secs_f64())
+            .filter(|r| *r > 0.0)
+    }
+
+    /// What the stage has read, of how much, how fast and for how much longer: a bar's
+    /// message or a log line's end.
+    fn describe(&self, p: &Progress, with_bytes: bool) -> String {
+        let mut s = String::new();
+        if with_bytes {
+            s += &format!("{} of ~{}", mb(p.bytes()), mb(p.total().max(p.bytes())));
+            if p.total() > 0 {
+                s += &format!(
+                    " ({:.0} %)",
+                    100.0 * p.bytes().min(p.total()) as f64 / p.total() as f64
+                );
+            }
+            s += ", ";
+        }
+        s += &format!("{} samples", p.samples());
+        if let Some(rate) = self.rate(p) {
+            s += &format!(", {}/s", mb(rate as u64));
+            let left = p.total().saturating_sub(p.bytes());
+            if left > 0 {
+                s += &format!(", ETA {}", eta(left as f64 / rate));
+            }
+        }
+        s
+    }
+}
+
+/// A byte count for people: MB with one decimal below 10, else whole.
+fn mb(bytes: u64) -> String {
+    let mb = bytes as f64 / 1e6;
+    if mb < 10.0 {
+        format!("{mb:.1} MB")
+    } else {
+        format!("{mb:.0} MB")
+    }
+}
+
+/// Seconds left, as `42 s`, `3 min 05 s` or `2 h 10 min`.
+fn eta(secs: f64) -> String {
+    let s = secs.ceil() as u64;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, s % 3600 / 60),
+    }
+}
+
+fn stage_name(stage: u8) -> &'static str {
+    if stage == 1 {
+        "stage 1 keys "
+    } else {
+        "stage 2 dedup"
+    }
+}
+
+/// Shows the stages' progress on stderr until dropped: bars on a terminal; otherwise (a pipe,
+/// a batch job's log) a line when a stage starts and every ten seconds, never a bar's frames.
 pub(crate) struct ProgressView {
     /// Dropped to stop the thread: its wait between refreshes ends at once. (A sleep there made
     /// every run end up to a refresh interval late, about 0.1 s on average, waiting to join it.)
@@ -55,55 +142,71 @@ impl ProgressView {
         let thread = (!quiet).then(|| {
             let control = control.clone();
             std::thread::spawn(move || {
-                let terminal = std::io::stderr().is_terminal();
-                let started = Instant::now();
-                let mut last_log = Instant::now();
-                let mut bar: Option<(u8, ProgressBar)> = None;
-                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(refresh) {
-                    let Some((stage, p)) = control.current() else {
-                        return;
-                    };
-                    if terminal {
-                        if bar.as_ref().is_none_or(|(s, _)| *s != stage) {
-                            if let Some((_, b)) = bar.take() {
-                                b.finish_and_clear();
-                            }
-                            let b = ProgressBar::new(p.total().max(1));
-                            b.set_style(
-                                ProgressStyle::with_template(
-                                    "{prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta} {msg}",
-                                )
-                                .expect("progress template")
-                                .progress_chars("=> "),
-                            );
-                            b.set_prefix(if stage == 1 { "stage 1 keys " } else { "stage 2 dedup" });
-                            bar = Some((stage, b));
-                        }
-                        let (_, b) = bar.as_ref().expect("bar");
-                        b.set_length(p.total().max(p.bytes()).max(1));
-                        b.set_position(p.bytes());
-                        b.set_message(format!("{} samples", p.samples()));
-                    } else if last_log.elapsed() >= Duration::from_secs(10) {
-                        last_log = Instant::now();
-                        let secs = started.elapsed().as_secs_f64();
-                        tracing::info!(
-                            "stage {}: {:.0} MB of ~{:.0} MB, {} samples ({:.0} s elapsed)",
-                            stage,
-                            p.bytes() as f64 / 1e6,
-                            p.total() as f64 / 1e6,
-                            p.samples(),
-                            secs
-                        );
-                    }
-                }
-                if let Some((_, b)) = bar {
-                    b.finish_and_clear();
+                if std::io::stderr().is_terminal() {
+                    show_bars(&control, refresh, &stopped);
+                } else {
+                    log_lines(&control, refresh, &stopped);
                 }
             })
         });
         ProgressView {
             stop: Some(stop),
             thread,
+        }
+    }
+}
+
+/// A bar per stage on a terminal, until `stopped`.
+fn show_bars(control: &RunControl, refresh: Duration, stopped: &mpsc::Receiver<()>) {
+    let mut bar: Option<(Watched, ProgressBar)> = None;
+    while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(refresh) {
+        let Some((stage, p)) = control.current() else {
+            return;
+        };
+        if bar.as_ref().is_none_or(|(w, _)| w.stage != stage) {
+            if let Some((_, b)) = bar.take() {
+                b.finish_and_clear();
+            }
+            let b = ProgressBar::new(p.total().max(1));
+            b.set_style(
+                ProgressStyle::with_template("{prefix} [{bar:30}] {msg}")
+                    .expect("progress template")
+                    .progress_chars("=> "),
+            );
+            b.set_prefix(stage_name(stage));
+            bar = Some((Watched::new(stage, p), b));
+        }
+        let (watched, b) = bar.as_ref().expect("bar");
+        // Compressed and Parquet inputs read to more bytes than they take on disk.
+        b.set_length(p.total().max(p.bytes()).max(1));
+        b.set_position(p.bytes());
+        b.set_message(watched.describe(p, true));
+    }
+    if let Some((_, b)) = bar {
+        b.finish_and_clear();
+    }
+}
+
+/// Log lines when stderr is no terminal, until `stopped`.
+fn log_lines(control: &RunControl, refresh: Duration, stopped: &mpsc::Receiver<()>) {
+    let mut watched: Option<Watched> = None;
+    let mut last_line = Instant::now();
+    while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(refresh) {
+        let Some((stage, p)) = control.current() else {
+            return;
+        };
+        if watched.as_ref().is_none_or(|w| w.stage != stage) {
+            tracing::info!(
+                "{}: started, ~{} to read",
+                stage_name(stage).trim_end(),
+                mb(p.total())
+            );
+            watched = Some(Watched::new(stage, p));
+            last_line = Instant::now();
+        } else if last_line.elapsed() >= LOG_EVERY {
+            last_line = Instant::now();
+            let w = watched.as_ref().expect("watched");
+            tracing::info!("{}: {}", stage_name(stage).trim_end(), w.describe(p, true));
         }
     }
 }
@@ -145,6 +248,9 @@ pub(crate) fn error_message(e: &Error) -> String {
         Error::Dedup(neardup::dedup::DedupError::BadRank(b)) => {
             format!("{e} (--prefer {})", b.prefer)
         }
+        Error::Dedup(neardup::dedup::DedupError::Config(
+            neardup::dedup::SettingsError::PreferFieldEmpty { prefer, .. },
+        )) => format!("{e} (--prefer {prefer})"),
         _ => e.to_string(),
     }
 }

@@ -1168,7 +1168,7 @@ pub(crate) fn run_ranked_into(
         ..Default::default()
     })
     .map_err(DedupError::Output)?;
-    let (_, signer) = run_stage2(
+    let (signed_stats, signer) = run_stage2(
         files,
         mask,
         &sign_cfg,
@@ -1179,6 +1179,20 @@ pub(crate) fn run_ranked_into(
         addressing,
     )?;
     signer.finish().map_err(sign_stream_error)?;
+    // A field no ranked sample holds a number in (a misspelt `quality`) would rank every copy
+    // alike: the run would keep first copies while saying it kept the best.
+    let (ranked, valued) = signed_stats.ranked;
+    if let Some(field) = cfg.prefer.rank_field()
+        && ranked > 0
+        && valued == 0
+    {
+        return Err(SettingsError::PreferFieldEmpty {
+            prefer: cfg.prefer.to_string(),
+            field: field.to_string(),
+            ranked,
+        }
+        .into());
+    }
 
     let (decided_out, decided_in) = scratch()?;
     let signed =

@@ -312,6 +312,15 @@ pub enum SettingsError {
     /// A preference other than input order with a saved index: ranking B's records together
     /// with the earlier runs' could change the earlier runs' decisions.
     PreferAgainstIndex,
+    /// A field preference whose field none of the ranked samples holds a number in.
+    PreferFieldEmpty {
+        /// The preference (`quality:desc`).
+        prefer: String,
+        /// Its field.
+        field: String,
+        /// The samples it ranked.
+        ranked: u64,
+    },
 }
 
 impl fmt::Display for SettingsError {
@@ -338,6 +347,16 @@ impl fmt::Display for SettingsError {
                 "a run against a saved index keeps the first copy: the earlier runs' decisions \
                  are final, and a preference (prefer) would rank this run's records before \
                  theirs; leave prefer at `first`",
+            ),
+            SettingsError::PreferFieldEmpty {
+                prefer,
+                field,
+                ranked,
+            } => write!(
+                f,
+                "the preference `{prefer}`: none of the {ranked} samples with near-duplicate \
+                 candidates has a number in the field `{field}`, so every copy would rank alike \
+                 and the first be kept; check the field's name"
             ),
         }
     }

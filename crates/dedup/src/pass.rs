@@ -142,6 +142,10 @@ pub struct DedupStats {
     pub mb_per_second: f64,
     /// Input bytes read.
     pub bytes: u64,
+    /// Samples a field preference ranked, and those whose field held a number: a field none
+    /// of them holds is refused rather than silently ranking every copy alike.
+    #[serde(skip)]
+    pub ranked: (u64, u64),
 }
 
 /// One output file (or its parts, when split by size).

@@ -80,6 +80,8 @@ pub(crate) struct PreparedBlock {
     /// The first hot sample (its index in `samples`) whose rank field holds something that is
     /// not a number, and what it holds: the pass stops there.
     pub bad_rank: Option<(u32, &'static str)>,
+    /// Samples ranked by a field, and those of them whose field held a number.
+    pub ranked: (u32, u32),
 }
 
 impl PreparedBlock {
@@ -254,6 +256,7 @@ fn prepare_block(
             carried: String::new(),
             ids: String::new(),
             bad_rank: None,
+            ranked: (0, 0),
         };
     }
     let columns = row_keys.len();
@@ -278,6 +281,7 @@ fn prepare_block(
     let mut next_row = *row;
     let ranking = matches!(hot_work, HotWork::Sign { .. }) && !cfg.prefer.is_input_order();
     let mut bad_rank = None;
+    let mut ranked = (0u32, 0u32);
     block.for_each_sample(&cfg.selector, |s| {
         let mut rank = 0;
         let id = s.id.as_ref().map(|id| {
@@ -349,6 +353,10 @@ fn prepare_block(
                         SampleKind::Hot { .. } | SampleKind::Text { .. } | SampleKind::Copy { .. }
                     )
                 {
+                    ranked.0 += 1;
+                    if matches!(s.rank, neardup_corpus::RankValue::Number(v) if !v.is_nan()) {
+                        ranked.1 += 1;
+                    }
                     rank = cfg.prefer.rank(&text, s.rank).unwrap_or_else(|what| {
                         bad_rank.get_or_insert((samples.len() as u32, what));
                         u64::MAX
@@ -382,6 +390,7 @@ fn prepare_block(
         carried,
         ids,
         bad_rank,
+        ranked,
     }
 }
 

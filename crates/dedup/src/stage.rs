@@ -254,6 +254,8 @@ impl<R: HotRoute> Pass<'_, R> {
         let _ = self.spares.try_send(RecycledBuffers::from_block(&mut work));
         let keep = keep?;
         self.decider.stats.bytes += work.block.input_bytes();
+        self.decider.stats.ranked.0 += u64::from(work.ranked.0);
+        self.decider.stats.ranked.1 += u64::from(work.ranked.1);
         self.output.send(WriterMsg::Block(work.block, keep))
     }
 

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 
 use hashbrown::HashSet;
 use numpy::PyReadonlyArray1;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -318,11 +318,25 @@ impl State {
 /// ``deduper(text)`` returns whether the text is kept; ``deduper.decide(text)`` the whole
 /// :class:`Decision` (``record`` is the text's position, ``dup_of_record`` that of the text it
 /// duplicates).
+///
+/// Its state (what it has kept) is this process's: it is no use in another. A forked child
+/// (``multiprocessing``, ``datasets.Dataset.filter(..., num_proc=2)``) is refused, because each
+/// child would decide against its own copy and keep what the others saw, and it does not
+/// pickle. Decide in one process, or give a whole table to :func:`neardup.drop_duplicates`,
+/// which uses every core.
 #[pyclass(frozen, module = "neardup")]
 pub struct Deduper {
     state: Mutex<State>,
     hot_len: Option<usize>,
+    /// The process the deduper was made in.
+    pid: u32,
 }
+
+/// Why a deduper is no use in another process, and what to do instead.
+const ONE_PROCESS: &str = "each process would decide against its own copy of what the \
+    Deduper has seen and keep duplicates the others saw. Decide in one process (for a \
+    datasets.Dataset: filter(..., num_proc=1)), or deduplicate the whole table at once with \
+    neardup.drop_duplicates(data, column=\"text\"), which uses every core";
 
 /// Reads the `hot_keys` argument: a HotKeys object, or any array or sequence of u64 keys.
 fn hot_set(hot: &Bound<'_, PyAny>, sketcher: &Sketcher, rule: RowRule) -> PyResult<HashSet<u64>> {
@@ -391,6 +405,7 @@ impl Deduper {
         };
         let columns = rule.columns(sketcher.bands());
         Ok(Deduper {
+            pid: std::process::id(),
             hot_len: hot.as_ref().map(|h| h.len()),
             state: Mutex::new(State {
                 sig: vec![0; sketcher.num_perm()],
@@ -416,6 +431,14 @@ impl Deduper {
 
     /// Decides the next text and returns the whole :class:`Decision`.
     fn decide(&self, py: Python<'_>, text: &Bound<'_, PyAny>) -> PyResult<Decision> {
+        let pid = std::process::id();
+        if pid != self.pid {
+            return Err(PyRuntimeError::new_err(format!(
+                "this Deduper was made in process {} and is used in process {pid}, a forked \
+                 child: {ONE_PROCESS}",
+                self.pid
+            )));
+        }
         let text = text.cast::<pyo3::types::PyString>().map_err(|_| {
             PyTypeError::new_err(format!(
                 "a text must be a str, not {}",
@@ -438,6 +461,13 @@ impl Deduper {
                 format!("exact verification's spill file failed: {e}"),
             )
         })
+    }
+
+    /// Refuses to pickle: the state is this process's.
+    fn __reduce__(&self) -> PyResult<()> {
+        Err(PyTypeError::new_err(format!(
+            "a Deduper cannot be pickled or sent to another process: {ONE_PROCESS}"
+        )))
     }
 
     /// Texts decided so far.

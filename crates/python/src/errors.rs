@@ -15,7 +15,8 @@
 //! | the run was cancelled (Ctrl-C) | `KeyboardInterrupt` |
 //!
 //! The type is chosen from the error's variant and its source (an `io::Error`'s kind), never
-//! from its message.
+//! from its message. The messages are the CLI's with its flags spelled as keyword arguments
+//! (`pass overwrite=True`, `on_error="fail"`, `fields=`): as the caller spelled the setting.
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
@@ -63,9 +64,29 @@ pub fn os_error(py: Python<'_>, source: &std::io::Error, message: String) -> PyE
     err
 }
 
-/// Converts a neardup error into the Python exception of its kind (see the module docs).
+/// `message` with the settings a Python caller set by keyword named so: the library's messages
+/// that tell the user what to pass name the CLI's flag (`pass --overwrite`, `--on-error fail`,
+/// `chosen with --field`), and the caller wrote `overwrite=True`, `on_error="fail"`, `fields=`.
+pub(crate) fn python_spelling(message: &str) -> String {
+    const AS_KEYWORDS: [(&str, &str); 6] = [
+        ("pass --overwrite", "pass overwrite=True"),
+        ("--overwrite will not", "overwrite=True will not"),
+        ("--on-error fail", "on_error=\"fail\""),
+        ("--on-error skip", "on_error=\"skip\""),
+        ("chosen with --field)", "chosen with fields=)"),
+        ("--field or --id-field", "fields= or id_field="),
+    ];
+    AS_KEYWORDS
+        .iter()
+        .fold(message.to_string(), |m, (flag, keyword)| {
+            m.replace(flag, keyword)
+        })
+}
+
+/// Converts a neardup error into the Python exception of its kind (see the module docs), its
+/// message naming settings as keyword arguments.
 pub fn to_py(e: Error) -> PyErr {
-    let message = e.to_string();
+    let message = python_spelling(&e.to_string());
     match e {
         Error::Usage(_)
         | Error::Config(_)
@@ -127,7 +148,7 @@ fn written(e: neardup::corpus::WriteError, message: String) -> PyErr {
 /// Converts an error of a key-table or hot-key value like [`to_py`], with the error's own
 /// message (it names the file; there is no stage to name).
 pub fn keys_to_py(e: KeysError) -> PyErr {
-    let message = e.to_string();
+    let message = python_spelling(&e.to_string());
     keys_error(e, message)
 }
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import errno
 import json
 
@@ -243,7 +245,12 @@ def test_progress_bars_follow_the_stages():
         def close(self):
             self.closed = True
 
-    bars = neardup._Bars(Bar, show_at=0.0)
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    # On a terminal (elsewhere: lines, test_front_door.py).
+    bars = neardup._Bars(Bar, show_at=0.0, stream=Terminal())
     run = _FakeRun()
     for _ in range(3):
         bars.update(run)
@@ -252,7 +259,7 @@ def test_progress_bars_follow_the_stages():
     assert made[0].n == 100 and made[0].closed and made[1].n == 50 and made[1].closed
     assert made[1].postfix == "5 samples"
     # Before its time, nothing is shown.
-    late = neardup._Bars(Bar, show_at=float("inf"))
+    late = neardup._Bars(Bar, show_at=float("inf"), stream=Terminal())
     late.update(_FakeRun())
     assert len(made) == 2
 

@@ -35,6 +35,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from . import _native
+from ._inputs import check_paths
 from ._native import (
     CorruptFileError,
     Decided,
@@ -72,6 +73,13 @@ __all__ = [
     "stream",
     "write",
 ]
+
+def __dir__() -> List[str]:
+    """The package's public names (and its submodules once imported), not the modules and
+    typing names it imports for itself."""
+    submodules = [m for m in ("lshcurator", "ray") if m in globals()]
+    return sorted([*__all__, "__version__", *submodules])
+
 
 PathLike = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathLike, Iterable[PathLike]]
@@ -111,36 +119,96 @@ def _tqdm_class(progress: Optional[bool]):
     return tqdm
 
 
-class _Bars:
-    """tqdm bars for the two stages of a run, shown once it has gone on for a while."""
+#: Seconds between progress lines when stderr is no terminal (a batch job's log).
+_LINE_EVERY_SECONDS = 10.0
+#: Seconds a stage is watched before a rate is shown (the first look finds the blocks read
+#: before it, and a rate over them would be absurd).
+_RATE_AFTER_SECONDS = 1.0
 
-    def __init__(self, tqdm, show_at: float):
+
+def _mb(n: float) -> str:
+    mb = n / 1e6
+    return f"{mb:.1f} MB" if mb < 10 else f"{mb:.0f} MB"
+
+
+def _stage_name(stage: int) -> str:
+    return "stage 1 keys" if stage == 1 else "stage 2 dedup"
+
+
+class _Bars:
+    """The two stages' progress on stderr once a run has gone on for a while: tqdm bars on a
+    terminal or in a notebook (left in place when the run ends), else a line when a stage
+    starts and every ten seconds, as the CLI logs them (a log file gets no bar frames)."""
+
+    def __init__(self, tqdm, show_at: float, stream=None):
         self._tqdm = tqdm
         self._show_at = show_at
+        self._stream = stream if stream is not None else sys.stderr
         self._bar: Any = None
         self._stage = 0
+        self._since = 0.0
+        self._done_then = 0
+        self._last_line = 0.0
+        self._lines = tqdm is not None and not self._is_display(tqdm, self._stream)
+
+    @staticmethod
+    def _is_display(tqdm, stream) -> bool:
+        """Whether bars can be drawn: a terminal, or a notebook (tqdm.auto's widget class)."""
+        if any("notebook" in c.__module__ for c in getattr(tqdm, "__mro__", ())):
+            return True
+        isatty = getattr(stream, "isatty", None)
+        return bool(isatty and isatty())
 
     def update(self, run) -> None:
         if self._tqdm is None or time.monotonic() < self._show_at:
             return
         stage, done, total, samples = run.progress()
+        now = time.monotonic()
         if stage != self._stage:
             self.close()
-            self._stage = stage
-            self._bar = self._tqdm(
-                total=total or None,
-                unit="B",
-                unit_scale=True,
-                unit_divisor=1024,
-                desc="stage 1 keys " if stage == 1 else "stage 2 dedup",
-                leave=False,
-            )
+            self._stage, self._since, self._done_then = stage, now, done
+            if self._lines:
+                self._line(f"{_stage_name(stage)}: started, ~{_mb(total)} to read")
+                self._last_line = now
+            else:
+                # Counted from what is done already: the rate is over what the bar sees.
+                self._bar = self._tqdm(
+                    total=max(total, done) or None,
+                    initial=done,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    desc=_stage_name(stage).ljust(13),
+                    leave=True,
+                    file=self._stream,
+                )
+        if self._lines:
+            if now - self._last_line >= _LINE_EVERY_SECONDS:
+                self._last_line = now
+                self._line(f"{_stage_name(stage)}: {self._describe(done, total, samples, now)}")
+            return
         bar = self._bar
         if total and done > total:
             bar.total = done
         bar.n = done
         bar.set_postfix_str(f"{samples} samples", refresh=False)
         bar.refresh()
+
+    def _describe(self, done: int, total: int, samples: int, now: float) -> str:
+        s = f"{_mb(done)} of ~{_mb(max(total, done))}"
+        if total:
+            s += f" ({100 * min(done, total) / total:.0f} %)"
+        s += f", {samples} samples"
+        elapsed = now - self._since
+        if elapsed >= _RATE_AFTER_SECONDS and done > self._done_then:
+            rate = (done - self._done_then) / elapsed
+            s += f", {_mb(rate)}/s"
+            if total > done:
+                s += f", ETA {int(-(-(total - done) // rate))} s"
+        return s
+
+    def _line(self, text: str) -> None:
+        print(f"neardup: {text}", file=self._stream, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -167,7 +235,8 @@ def dedup(
         decisions: decisions file, one row per sample (``.jsonl`` or ``.parquet``).
         report: run report (JSON) to write.
         progress: tqdm bars on stderr when the run goes on for more than a couple of seconds
-            (None: when tqdm is installed; True: always, tqdm required; False: never).
+            (None: when tqdm is installed; True: always, tqdm required; False: never); when
+            stderr is no terminal (a log file), a line per stage and every ten seconds instead.
         **settings: settings by name (``threshold``, ``fields``, ``id_field``, ``num_perm``,
             ``threads``, ``overwrite``, ``max_output_bytes``, …; see ``docs/tuning.md``), and
             ``config=`` / ``compat=``. ``index_out=PATH`` saves the run's index and
@@ -180,12 +249,15 @@ def dedup(
         ``stage2``, ``files``, ``config``, …; ``against`` and ``index`` with saved indexes).
 
     Raises:
-        TypeError: an unknown setting.
+        TypeError: an unknown setting, or data in memory given as ``inputs`` (a list of texts,
+            a DataFrame, an Arrow table, a Hugging Face dataset: the message names the call
+            that takes it).
         ValueError: a bad setting value.
         FileNotFoundError: no input found.
         OSError: reading or writing failed (the message names the file).
         InputError: a bad record with ``on_error="fail"``.
     """
+    inputs = check_paths(inputs, "neardup.dedup")
     run = _native.start_dedup(inputs, output, decisions, report, settings)
     return _report(run, progress)
 
@@ -236,7 +308,7 @@ def stream(inputs: Inputs, **settings: Any) -> DecisionStream:
         ...     if not d.keep:
         ...         print(d.file, d.record, "duplicates", d.dup_of_file, d.dup_of_record)
     """
-    return _native.stream(inputs, settings)
+    return _native.stream(check_paths(inputs, "neardup.stream"), settings)
 
 
 def compute_keys(inputs: Inputs, shard: int = 0, **settings: Any) -> KeyTable:
@@ -250,7 +322,7 @@ def compute_keys(inputs: Inputs, shard: int = 0, **settings: Any) -> KeyTable:
         shard: the shard's number; the rows of all shards are counted in shard order.
         **settings: settings by name, as for :func:`dedup` (none of the output ones).
     """
-    return _native.compute_keys(inputs, shard, **settings)
+    return _native.compute_keys(check_paths(inputs, "neardup.compute_keys"), shard, **settings)
 
 
 def hot_keys(
@@ -319,6 +391,7 @@ def keys(
         The shard's report: ``shard``, ``table``, ``inputs``, ``input_problems`` and ``stage1``
         (records, samples, speed), as ``neardup keys --report`` writes it.
     """
+    inputs = check_paths(inputs, "neardup.keys")
     return _report(_native.start_keys(inputs, shard, output, settings), progress)
 
 

@@ -44,6 +44,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import neardup
 from neardup import _native
+from neardup._inputs import check_paths
 
 __all__ = ["dedup"]
 
@@ -369,6 +370,8 @@ def dedup(
             f"{os.fspath(decisions)}: the Ray runner writes JSONL decisions (the shards' files "
             "concatenated); give a name not ending in .parquet"
         )
+    if inputs is not None:
+        inputs = check_paths(inputs, "neardup.ray.dedup")
     split = _shards_of(inputs, shards)
     groups = len(split) if groups is None else int(groups)
     if groups < 1:
