@@ -10,6 +10,7 @@
 mod deduper;
 mod errors;
 mod files;
+mod index;
 mod lshcurator;
 mod run;
 mod settings;
@@ -46,6 +47,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sketcher::Sketcher>()?;
     m.add_class::<deduper::Decision>()?;
     m.add_class::<deduper::Deduper>()?;
+    m.add_class::<index::Index>()?;
+    m.add_class::<index::IndexDecision>()?;
     m.add_class::<tables::KeyTable>()?;
     m.add_class::<tables::HotKeys>()?;
     m.add_class::<values::Signed>()?;
