@@ -150,6 +150,17 @@ pub struct DeduperStats {
     pub spilled_bytes: u64,
 }
 
+/// An earlier sample a queried one duplicates ([`Deduper::query`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Match {
+    /// The earlier sample.
+    pub addr: SampleAddr,
+    /// Its id, when it was noted ([`Deduper::note`]) or seeded.
+    pub id: Option<String>,
+    /// The similarity (1.0 for the same text; exact Jaccard under [`Verify::Jaccard`]).
+    pub similarity: f64,
+}
+
 /// One sample to decide: its address, signature and row of keys, and which columns are hot.
 pub struct Candidate<'a> {
     /// The sample.
@@ -526,6 +537,112 @@ impl Deduper {
         }
         self.last.new_rep = rep;
         Verdict::Unique
+    }
+
+    /// The earlier samples `c` duplicates, changing nothing: the first sample with its text
+    /// (similarity 1.0), then each representative of its hot buckets whose similarity reaches the
+    /// threshold (confirmed as [`Deduper::decide`] confirms a candidate), each once, in the order
+    /// `decide` compares them. Only what `decide` looks at is found: representatives (at most
+    /// `max_reps` per bucket) and first copies, never a sample that was dropped as a near
+    /// duplicate unless it is the first with its text.
+    pub fn query(&mut self, c: &Candidate<'_>) -> Vec<Match> {
+        let mut out = Vec::new();
+        let mut first_addr = None;
+        if let Some(col) = self.exact_column
+            && c.hot[col]
+            && c.row[col] != NO_KEY
+            && let Some(first) = self.exact_seen.get(c.content_hash)
+        {
+            first_addr = Some(first.addr);
+            out.push(Match {
+                addr: first.addr,
+                id: self.ids.get(first.id).map(str::to_string),
+                similarity: 1.0,
+            });
+        }
+        self.seen_reps.clear();
+        for band in 0..self.bands {
+            let key = c.row[band];
+            if !c.hot[band] || key == NO_KEY {
+                continue;
+            }
+            self.bucket_reps.clear();
+            self.bucket_reps.extend(self.buckets.reps(key));
+            for k in 0..self.bucket_reps.len() {
+                let rep = self.bucket_reps[k];
+                if !self.seen_reps.insert(rep) {
+                    continue;
+                }
+                let Some(theirs) = self.reps.signature(rep) else {
+                    continue;
+                };
+                let sim = similarity(c.signature, theirs);
+                if sim < self.candidate_floor {
+                    continue;
+                }
+                let decided = match c.shingles.filter(|_| self.reps.keeps_sets()) {
+                    Some(mine) => self.reps.jaccard_at_least(rep, mine, self.config.threshold),
+                    _ => (sim >= self.config.threshold).then_some(sim),
+                };
+                let (Some(similarity), Some(addr)) = (decided, self.reps.addr(rep)) else {
+                    continue;
+                };
+                if Some(addr) == first_addr {
+                    continue;
+                }
+                let id = self
+                    .rep_ids
+                    .get(rep as usize)
+                    .and_then(|at| self.ids.get(*at))
+                    .map(str::to_string);
+                out.push(Match {
+                    addr,
+                    id,
+                    similarity,
+                });
+            }
+        }
+        out
+    }
+
+    /// Adds `c` as if it had been kept, without deciding it: it becomes the first sample with
+    /// its text (unless an earlier one has it) and a representative of each of its hot buckets
+    /// with room. Call [`Deduper::note`] after it, with [`Verdict::Unique`], to keep its id.
+    pub fn insert(&mut self, c: &Candidate<'_>) {
+        self.last = LastDecision::default();
+        if let Some(col) = self.exact_column
+            && c.hot[col]
+            && c.row[col] != NO_KEY
+        {
+            let first = FirstCopy {
+                addr: c.addr,
+                cluster: c.addr,
+                id: IdRef::NONE,
+            };
+            self.last.new_first_copy = self
+                .exact_seen
+                .get_or_insert(c.content_hash, first)
+                .is_none();
+        }
+        let others = self.others_bytes();
+        let mut rep: Option<RepId> = None;
+        for band in 0..self.bands {
+            let key = c.row[band];
+            if !c.hot[band]
+                || key == NO_KEY
+                || self
+                    .config
+                    .max_reps
+                    .is_some_and(|m| self.buckets.len(key) >= m)
+            {
+                continue;
+            }
+            let id =
+                *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
+            self.buckets.push(key, id);
+        }
+        self.last.new_rep = rep;
+        self.bound_bookkeeping();
     }
 
     /// Starts from the decision state earlier runs left (see [`PriorState`]): their

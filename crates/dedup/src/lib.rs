@@ -71,7 +71,8 @@ mod verify;
 
 pub use clusters::{ClusterCounter, ClusterHead, ClusterSize, ClusterStats, LARGEST_CLUSTERS};
 pub use deduper::{
-    Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, TextDeduper, Verdict, Verify,
+    Candidate, Deduper, DeduperConfig, DeduperStats, Match, SampleAddr, TextDeduper, Verdict,
+    Verify,
 };
 pub use distributed::{
     DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, StepSink, decide_group,

@@ -11,6 +11,7 @@ mod cli;
 mod deduper;
 mod errors;
 mod files;
+mod index;
 mod lshcurator;
 mod run;
 mod settings;
@@ -47,6 +48,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<sketcher::Sketcher>()?;
     m.add_class::<deduper::Decision>()?;
     m.add_class::<deduper::Deduper>()?;
+    m.add_class::<index::Index>()?;
+    m.add_class::<index::IndexDecision>()?;
     m.add_class::<tables::KeyTable>()?;
     m.add_class::<tables::HotKeys>()?;
     m.add_class::<values::Signed>()?;

@@ -16,6 +16,8 @@ Three levels:
   and pickles (Ray's object store carries it). :mod:`neardup.ray` runs the steps as Ray tasks.
 - **Texts in memory.** :class:`Sketcher` turns texts into signatures and band keys (numpy);
   :class:`Deduper` decides texts one by one (first seen kept).
+- **Online dedup.** :class:`Index` is an index many documents are checked against, one at a
+  time or in batches, with ``neardup dedup``'s decisions (``docs/online.md``).
 
 :mod:`neardup.lshcurator` is a drop-in replacement for lshcurator 0.2.3.
 
@@ -43,6 +45,8 @@ from ._native import (
     DecisionStream,
     Deduper,
     HotKeys,
+    Index,
+    IndexDecision,
     InputError,
     KeyTable,
     Signed,
@@ -58,6 +62,8 @@ __all__ = [
     "DecisionStream",
     "Deduper",
     "HotKeys",
+    "Index",
+    "IndexDecision",
     "InputError",
     "KeyTable",
     "Signed",

@@ -21,6 +21,8 @@ __all__ = [
     "Sketcher",
     "Decision",
     "Deduper",
+    "Index",
+    "IndexDecision",
     "KeyTable",
     "HotKeys",
     "Signed",
@@ -168,6 +170,56 @@ class Deduper:
     def stats(self) -> Dict[str, int]:
         """The decision core's counters (checked, comparisons, near, exact, representatives,
         buckets, bytes)."""
+
+_Id = Union[str, int]
+
+@final
+class IndexDecision:
+    """The decision an Index made about one document."""
+
+    @property
+    def id(self) -> _Id:
+        """The document's id (the one given, or the integer the index gave it)."""
+    @property
+    def keep(self) -> bool:
+        """Whether the document is kept (and joined the index)."""
+    @property
+    def reason(self) -> str:
+        """"unique", "near", "exact", "empty" or "error"."""
+    @property
+    def dup_of(self) -> Optional[_Id]:
+        """The id of the earlier document it duplicates (None when kept)."""
+    @property
+    def similarity(self) -> Optional[float]:
+        """The similarity that decided (1.0 for exact copies; None when kept)."""
+    def to_dict(self) -> Dict[str, Any]:
+        """id, keep, reason, dup_of and similarity as a dict."""
+
+@final
+class Index:
+    """Online dedup: documents checked against everything kept before them, with the decisions
+    of ``neardup dedup`` over the same texts in the same order."""
+
+    def __new__(cls, store: Optional[_Path] = None, *, namespace: Optional[str] = None, **settings: Any) -> "Index":
+        """store=None: in memory. Settings by name as for Deduper."""
+    def check(self, text: Optional[str], id: Optional[_Id] = None) -> IndexDecision:
+        """Decides text and adds it when kept; an id checked before gets its first decision."""
+    def check_many(self, texts: Iterable[Optional[str]], ids: Optional[Iterable[Optional[_Id]]] = None) -> List[IndexDecision]:
+        """check() for each text in order, signed in parallel with the GIL released."""
+    def query(self, text: str) -> List[Tuple[_Id, float]]:
+        """The earlier documents text duplicates, with their similarity; adds nothing."""
+    def insert(self, text: str, id: Optional[_Id] = None) -> _Id:
+        """Adds text as a kept document without deciding it; returns its id."""
+    def insert_many(self, texts: Iterable[str], ids: Optional[Iterable[Optional[_Id]]] = None) -> List[_Id]:
+        """insert() for each text, signed in parallel."""
+    @property
+    def namespace(self) -> Optional[str]:
+        """The namespace given."""
+    @property
+    def stats(self) -> Dict[str, int]:
+        """The decision core's counters."""
+    def __len__(self) -> int:
+        """Documents checked or inserted (each id once)."""
 
 @final
 class KeyTable:

@@ -1,0 +1,95 @@
+"""A hojichar filter that drops near duplicates with neardup's decisions.
+
+``NearDedup`` is a :class:`hojichar.Filter` usable in :class:`hojichar.Compose` (it needs the
+``hojichar`` package, ``pip install hojichar``). It checks each document's text against an online
+:class:`neardup.Index`: a document that duplicates an earlier one is rejected, and every document
+it decides gets the decision in ``document.extras["neardup"]`` (``keep``, ``reason``, ``dup_of``,
+``similarity``). Unlike hojichar's ``GenerateDedupLSH`` + ``InlineDeduplicator``, which drops any
+document sharing one LSH band key with an earlier one, a document is dropped only when its
+similarity with the earlier one reaches the threshold (exact Jaccard by default), and the
+decisions are those of ``neardup dedup`` over the same texts in the same order.
+
+The state is the process's own (``store=None``), as ``InlineDeduplicator``'s.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence, Union
+
+from hojichar import Document, Filter
+
+from . import Index, IndexDecision
+
+__all__ = ["NearDedup"]
+
+# What `document.extras` holds the decision under.
+EXTRAS_KEY = "neardup"
+
+
+class NearDedup(Filter):
+    """Rejects documents that near-duplicate an earlier document (hojichar ``Filter``).
+
+    ``store`` and ``namespace`` choose the index (``None``: in this process's memory);
+    ``id_key`` names the key of ``document.extras`` holding each document's id (a ``str`` or an
+    ``int``), so that a document processed again (a retried batch) gets its first decision back
+    instead of being compared with itself; without it documents get the index's integer ids.
+    Other keyword arguments are neardup settings (``threshold``, ``num_perm``, ``verify``, …) or
+    hojichar's ``Filter`` arguments (``p``, ``skip_rejected``, ``use_batch``, ``batch_size``,
+    ``random_state``). With ``use_batch=True`` hojichar hands the filter whole batches, which
+    neardup signs in parallel.
+    """
+
+    def __init__(
+        self,
+        store: Optional[str] = None,
+        *,
+        namespace: Optional[str] = None,
+        id_key: Optional[str] = None,
+        p: float = 1.0,
+        skip_rejected: bool = True,
+        use_batch: bool = False,
+        batch_size: int = 128,
+        random_state: Any = None,
+        **settings: Any,
+    ) -> None:
+        super().__init__(
+            p=p,
+            skip_rejected=skip_rejected,
+            use_batch=use_batch,
+            batch_size=batch_size,
+            random_state=random_state,
+        )
+        # Underscored: hojichar copies a filter's public plain attributes into every rejected
+        # document's reject_reason.
+        self._index = Index(store, namespace=namespace, **settings)
+        self.id_key = id_key
+
+    @property
+    def index(self) -> Index:
+        """The index documents are checked against."""
+        return self._index
+
+    def _id(self, document: Document) -> Union[str, int, None]:
+        if self.id_key is None:
+            return None
+        return document.extras.get(self.id_key)
+
+    @staticmethod
+    def _record(document: Document, decision: IndexDecision) -> None:
+        document.extras[EXTRAS_KEY] = decision.to_dict()
+        if not decision.keep:
+            document.is_rejected = True
+
+    def apply(self, document: Document) -> Document:
+        """Checks the document's text; rejects it when it duplicates an earlier document."""
+        self._record(document, self._index.check(document.text, id=self._id(document)))
+        return document
+
+    def apply_batch(self, batch: Sequence[Document]) -> list:
+        """Checks a batch in one call (texts signed in parallel); documents already rejected are
+        left alone when ``skip_rejected``, as one by one."""
+        todo = [d for d in batch if not (self.skip_rejected and d.is_rejected)]
+        decisions = self._index.check_many([d.text for d in todo], ids=[self._id(d) for d in todo])
+        for document, decision in zip(todo, decisions):
+            self._record(document, decision)
+        return list(batch)

@@ -1,0 +1,379 @@
+//! `neardup.Index`: the online dedup index (`neardup-online`) and its decisions.
+
+use std::sync::Mutex;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyInt, PyString};
+
+use neardup::dedup::EmptyPolicy;
+use neardup::sketch::Sketcher;
+use neardup_online::{DocId, Index as Core, IndexError, IndexSettings, Text};
+
+use crate::settings::{Scope, config_from};
+use crate::texts::str_of;
+
+/// A document's id from Python: an int or a str (a bool is refused, so that ``True`` is not
+/// taken for ``1``).
+fn doc_id(id: &Bound<'_, PyAny>) -> PyResult<DocId> {
+    if id.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(
+            "an id must be a str or an int, not bool",
+        ));
+    }
+    if let Ok(s) = id.cast::<PyString>() {
+        return Ok(DocId::Str(str_of(s)?.into_owned()));
+    }
+    if id.is_instance_of::<PyInt>() {
+        return id.extract::<i64>().map(DocId::Int).map_err(|_| {
+            PyValueError::new_err(format!("an int id must fit in 64 bits, got {id}"))
+        });
+    }
+    Err(PyTypeError::new_err(format!(
+        "an id must be a str or an int, not {}",
+        type_name(id)
+    )))
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_default()
+}
+
+fn id_to_py<'py>(py: Python<'py>, id: &DocId) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match id {
+        DocId::Int(n) => n.into_pyobject(py)?.into_any(),
+        DocId::Str(s) => PyString::new(py, s).into_any(),
+    })
+}
+
+/// The decision an :class:`Index` made about one document.
+///
+/// ``id`` is the document's id (the one given, or the integer the index gave it); ``keep`` and
+/// ``reason`` (``"unique"``, ``"near"``, ``"exact"``, ``"empty"``, ``"error"``) what was decided;
+/// ``dup_of`` the id of the earlier document it duplicates and ``similarity`` the similarity
+/// that decided (exact Jaccard under ``verify="exact"``, 1.0 for exact copies).
+#[pyclass(frozen, module = "neardup", eq)]
+#[derive(Clone, Debug, PartialEq)]
+pub struct IndexDecision {
+    inner: neardup_online::Decision,
+}
+
+#[pymethods]
+impl IndexDecision {
+    /// The document's id (str or int).
+    #[getter]
+    fn id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        id_to_py(py, &self.inner.id)
+    }
+    /// Whether the document is kept (and joined the index).
+    #[getter]
+    fn keep(&self) -> bool {
+        self.inner.keep
+    }
+    /// Why: "unique", "near", "exact", "empty" or "error".
+    #[getter]
+    fn reason(&self) -> &'static str {
+        self.inner.reason.as_str()
+    }
+    /// The id of the earlier document this one duplicates (None when kept).
+    #[getter]
+    fn dup_of<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.inner
+            .dup_of
+            .as_ref()
+            .map(|d| id_to_py(py, d))
+            .transpose()
+    }
+    /// The similarity that decided (1.0 for exact copies; None when kept).
+    #[getter]
+    fn similarity(&self) -> Option<f64> {
+        self.inner.similarity
+    }
+
+    /// The decision as a dict with the keys ``id``, ``keep``, ``reason``, ``dup_of`` and
+    /// ``similarity``.
+    fn to_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("id", self.id(py)?)?;
+        d.set_item("keep", self.inner.keep)?;
+        d.set_item("reason", self.reason())?;
+        d.set_item("dup_of", self.dup_of(py)?)?;
+        d.set_item("similarity", self.inner.similarity)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        let mut s = format!(
+            "IndexDecision(id={}, keep={}, reason={:?}",
+            self.inner.id,
+            if self.inner.keep { "True" } else { "False" },
+            self.inner.reason.as_str()
+        );
+        if let Some(d) = &self.inner.dup_of {
+            s += &format!(", dup_of={d}");
+        }
+        if let Some(sim) = self.inner.similarity {
+            s += &format!(", similarity={sim:?}");
+        }
+        s + ")"
+    }
+}
+
+/// An online dedup index: documents are checked against everything kept before them, one at a
+/// time or in batches, with the decisions ``neardup dedup`` makes over the same texts in the same
+/// order (the same decision core: bounded representatives per bucket, verification, first seen
+/// kept, ``dup_of`` named).
+///
+/// ``store=None`` keeps the index in this process's memory. Settings are keyword arguments as
+/// for :class:`Deduper` (the sketch settings and ``threshold``, ``max_reps``, ``verify``,
+/// ``exact``, ``near``, ``empty``, …). ``namespace`` names the index within a shared store.
+///
+/// Ids are ``str`` or ``int`` (``7`` and ``"7"`` are different documents); a document checked
+/// without one gets the next integer no document has. Checking an id again returns the decision
+/// it got the first time and changes nothing, so a producer may retry. Batch verbs sign their
+/// texts in parallel with the GIL released.
+#[pyclass(frozen, module = "neardup")]
+pub struct Index {
+    core: Mutex<Core>,
+    namespace: Option<String>,
+}
+
+/// Python values as texts: a `str`, or anything else (``None``, bytes, numbers), which has no
+/// text and is decided ``"error"`` as the batch engine decides a record whose field is not a
+/// string.
+enum Given<'py> {
+    Str(Bound<'py, PyString>),
+    Unreadable,
+}
+
+fn given<'py>(text: &Bound<'py, PyAny>) -> Given<'py> {
+    match text.cast::<PyString>() {
+        Ok(s) => Given::Str(s.clone()),
+        Err(_) => Given::Unreadable,
+    }
+}
+
+fn ids_of(ids: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<DocId>>> {
+    let Some(ids) = ids.filter(|i| !i.is_none()) else {
+        return Ok(vec![None; n]);
+    };
+    let ids: Vec<Option<DocId>> = ids
+        .try_iter()?
+        .map(|id| {
+            let id = id?;
+            if id.is_none() {
+                Ok(None)
+            } else {
+                doc_id(&id).map(Some)
+            }
+        })
+        .collect::<PyResult<_>>()?;
+    if ids.len() != n {
+        return Err(PyValueError::new_err(format!(
+            "{} ids for {n} texts: give one id per text",
+            ids.len()
+        )));
+    }
+    Ok(ids)
+}
+
+fn index_error(py: Python<'_>, e: IndexError) -> PyErr {
+    match e {
+        IndexError::Settings(e) => PyValueError::new_err(e.to_string()),
+        IndexError::Spill(io) => crate::errors::os_error(
+            py,
+            &io,
+            format!("exact verification's spill file failed: {io}"),
+        ),
+    }
+}
+
+impl Index {
+    fn core(&self) -> std::sync::MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` over the texts with the GIL released.
+    fn with_texts<T: Send>(
+        &self,
+        py: Python<'_>,
+        texts: &Bound<'_, PyAny>,
+        f: impl FnOnce(&mut Core, &[Text<'_>]) -> T + Send,
+    ) -> PyResult<T> {
+        let given: Vec<Given<'_>> = texts
+            .try_iter()?
+            .map(|t| t.map(|t| given(&t)))
+            .collect::<PyResult<_>>()?;
+        let strs: Vec<Option<std::borrow::Cow<'_, str>>> = given
+            .iter()
+            .map(|g| match g {
+                Given::Str(s) => str_of(s).map(Some),
+                Given::Unreadable => Ok(None),
+            })
+            .collect::<PyResult<_>>()?;
+        let texts: Vec<Text<'_>> = strs
+            .iter()
+            .map(|s| match s {
+                Some(s) => Text::Str(s),
+                None => Text::Unreadable,
+            })
+            .collect();
+        Ok(py.detach(|| f(&mut self.core(), &texts)))
+    }
+}
+
+#[pymethods]
+impl Index {
+    #[new]
+    #[pyo3(signature = (store = None, *, namespace = None, **settings))]
+    fn new(
+        store: Option<&Bound<'_, PyAny>>,
+        namespace: Option<String>,
+        settings: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        if let Some(store) = store.filter(|s| !s.is_none()) {
+            return Err(PyValueError::new_err(format!(
+                "store={store}: only store=None (in memory) is supported by this version"
+            )));
+        }
+        let config = config_from(settings, Scope::Deduper)?;
+        let sketcher = Sketcher::new(config.sketch_config().map_err(crate::errors::to_py)?)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let core = Core::new(IndexSettings {
+            sketcher,
+            rule: config.row_rule(),
+            deduper: config.deduper_config(),
+            keep_empty: config.dedup.empty == EmptyPolicy::Keep,
+        })
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(Index {
+            core: Mutex::new(core),
+            namespace,
+        })
+    }
+
+    /// Decides ``text`` against everything kept so far and adds it when it is kept. ``id`` is a
+    /// str or an int (the next free integer when None); an id checked before gets its first
+    /// decision back and nothing changes. A value that is not a str (``None``, bytes) is decided
+    /// ``"error"`` and kept, an empty text ``"empty"``, as ``neardup dedup`` decides them.
+    #[pyo3(signature = (text, id = None))]
+    fn check(
+        &self,
+        py: Python<'_>,
+        text: &Bound<'_, PyAny>,
+        id: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<IndexDecision> {
+        let id = id.filter(|i| !i.is_none()).map(doc_id).transpose()?;
+        let texts = pyo3::types::PyTuple::new(py, [text])?;
+        let out = self.with_texts(py, texts.as_any(), |core, texts| {
+            core.check_many(texts, vec![id])
+        })?;
+        let mut out = out.map_err(|e| index_error(py, e))?;
+        Ok(IndexDecision {
+            inner: out.pop().expect("one decision"),
+        })
+    }
+
+    /// :meth:`check` for each text in order (``ids`` one per text, or None), signing them in
+    /// parallel first: the same decisions as the checks one by one.
+    #[pyo3(signature = (texts, ids = None))]
+    fn check_many(
+        &self,
+        py: Python<'_>,
+        texts: &Bound<'_, PyAny>,
+        ids: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<IndexDecision>> {
+        let texts = pyo3::types::PyList::new(py, texts.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        let ids = ids_of(ids, texts.len())?;
+        let out = self.with_texts(py, texts.as_any(), |core, texts| {
+            core.check_many(texts, ids)
+        })?;
+        Ok(out
+            .map_err(|e| index_error(py, e))?
+            .into_iter()
+            .map(|inner| IndexDecision { inner })
+            .collect())
+    }
+
+    /// The earlier documents ``text`` duplicates, as ``(id, similarity)`` pairs, adding
+    /// nothing: the first document with the same text (1.0), then the kept documents sharing a
+    /// bucket with it whose similarity reaches the threshold (at most ``max_reps`` are kept per
+    /// bucket, as in a run). Empty when :meth:`check` would keep it.
+    fn query<'py>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyString>,
+    ) -> PyResult<Vec<(Bound<'py, PyAny>, f64)>> {
+        let text = str_of(text)?;
+        let text: &str = &text;
+        let found = py.detach(|| self.core().query(text));
+        found
+            .iter()
+            .map(|(id, sim)| Ok((id_to_py(py, id)?, *sim)))
+            .collect()
+    }
+
+    /// Adds ``text`` without deciding it, as a kept document (the collection an index starts
+    /// from). Returns its id. An id already in the index is left as it was.
+    #[pyo3(signature = (text, id = None))]
+    fn insert<'py>(
+        &self,
+        py: Python<'py>,
+        text: &Bound<'py, PyAny>,
+        id: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let id = id.filter(|i| !i.is_none()).map(doc_id).transpose()?;
+        let texts = pyo3::types::PyTuple::new(py, [text])?;
+        let ids = self.with_texts(py, texts.as_any(), |core, texts| {
+            core.insert_many(texts, vec![id])
+        })?;
+        let ids = ids.map_err(|e| index_error(py, e))?;
+        id_to_py(py, &ids[0])
+    }
+
+    /// :meth:`insert` for each text, signing them in parallel. Returns the ids.
+    #[pyo3(signature = (texts, ids = None))]
+    fn insert_many<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+        ids: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let texts = pyo3::types::PyList::new(py, texts.try_iter()?.collect::<PyResult<Vec<_>>>()?)?;
+        let ids = ids_of(ids, texts.len())?;
+        let out = self.with_texts(py, texts.as_any(), |core, texts| {
+            core.insert_many(texts, ids)
+        })?;
+        out.map_err(|e| index_error(py, e))?
+            .iter()
+            .map(|id| id_to_py(py, id))
+            .collect()
+    }
+
+    /// The namespace given.
+    #[getter]
+    fn namespace(&self) -> Option<String> {
+        self.namespace.clone()
+    }
+
+    /// The decision core's counters: documents checked, comparisons, near and exact
+    /// duplicates, representatives and buckets held, and their bytes.
+    #[getter]
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let stats = self.core().stats();
+        crate::json_to_py(py, &serde_json::to_value(stats).expect("stats serialise"))
+    }
+
+    /// Documents checked or inserted (each id once).
+    fn __len__(&self) -> usize {
+        self.core().len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Index(documents={})", self.core().len())
+    }
+}
