@@ -10,6 +10,7 @@
 mod deduper;
 mod errors;
 mod files;
+mod frames;
 mod lshcurator;
 mod run;
 mod settings;
@@ -57,6 +58,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(settings::defaults, m)?)?;
     m.add_function(wrap_pyfunction!(run::start_dedup, m)?)?;
     m.add_function(wrap_pyfunction!(run::stream, m)?)?;
+    m.add_function(wrap_pyfunction!(frames::start_dedup_table, m)?)?;
+    m.add_function(wrap_pyfunction!(frames::table_result, m)?)?;
     m.add_function(wrap_pyfunction!(tables::compute_keys, m)?)?;
     m.add_function(wrap_pyfunction!(tables::hot_keys, m)?)?;
     m.add_function(wrap_pyfunction!(tables::hot_keys_result, m)?)?;
