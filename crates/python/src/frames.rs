@@ -298,6 +298,24 @@ pub fn table_result<'py>(
     ))
 }
 
+/// A block of a distributed dataset (`neardup.ray.drop_duplicates`) registered under the name
+/// its key table records, so that each step, in whichever process it runs, reads the same input.
+/// Its columns are checked as [`start_dedup_table`] checks a table's.
+fn register_block(
+    data: &Bound<'_, PyAny>,
+    name: &str,
+    config: &neardup::Config,
+) -> PyResult<ArrowTable> {
+    let (schema, batches) = import_batches(data)?;
+    check_columns(
+        &schema,
+        &config.input.fields,
+        config.input.id_field.as_deref(),
+        rank_column(config).as_deref(),
+    )?;
+    ArrowTable::register_as(name, batches).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
 /// The settings of a step over a table: `fields_mode="expand"` is refused (a row would get
 /// several decisions).
 fn table_config(settings: Option<&Bound<'_, PyDict>>) -> PyResult<neardup::Config> {
@@ -317,4 +335,152 @@ fn rank_column(config: &neardup::Config) -> Option<String> {
         neardup::dedup::Prefer::Field { field, .. } => Some(field.to_string()),
         _ => None,
     }
+}
+
+/// Stage 1 of one block of a distributed dataset, registered as `name`: its key table, shard
+/// `shard`.
+#[pyfunction]
+#[pyo3(signature = (data, name, shard, settings = None))]
+pub fn block_keys(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    name: &str,
+    shard: u32,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<crate::tables::KeyTable> {
+    let config = table_config(settings)?;
+    let block = register_block(data, name, &config)?;
+    let step = neardup::KeysStep::with_files(&config, std::slice::from_ref(block.input()), shard)
+        .map_err(to_py)?;
+    let (inner, stats) = py
+        .detach(|| step.table(&RunControl::default()))
+        .map_err(to_py)?;
+    drop(block);
+    Ok(crate::tables::KeyTable::computed(
+        inner,
+        serde_json::to_value(stats).expect("stats serialise"),
+    ))
+}
+
+/// The `sign` step of one block, registered as `name` again (the name its key table records).
+#[pyfunction]
+#[pyo3(signature = (data, name, table, hot, settings = None))]
+pub fn block_sign(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    name: &str,
+    table: PyRef<'_, crate::tables::KeyTable>,
+    hot: PyRef<'_, crate::tables::HotKeys>,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<crate::values::Signed> {
+    let config = table_config(settings)?;
+    let block = register_block(data, name, &config)?;
+    let (table, hot) = (&table.inner, &hot.inner);
+    let (inner, stats) = py
+        .detach(|| neardup::sign(&config, table, hot, &RunControl::default()))
+        .map_err(to_py)?;
+    drop(block);
+    Ok(crate::values::Signed {
+        inner,
+        stats: Some(serde_json::to_value(stats).expect("statistics serialise")),
+    })
+}
+
+/// The `write` step of one block without outputs: the decisions of its rows, as
+/// [`table_result`] gives them; `dup_of` and `cluster` are global row numbers (`row_bases`: the
+/// first global row of each block, in block order).
+#[pyfunction]
+#[pyo3(signature = (data, name, table, hot, decided, row_bases, settings = None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn block_decisions<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    name: &str,
+    table: PyRef<'py, crate::tables::KeyTable>,
+    hot: PyRef<'py, crate::tables::HotKeys>,
+    decided: Vec<PyRef<'py, crate::values::Decided>>,
+    row_bases: Vec<u64>,
+    settings: Option<&Bound<'py, PyDict>>,
+) -> PyResult<(
+    Bound<'py, PyArray1<bool>>,
+    Bound<'py, PyArray1<u8>>,
+    Vec<&'static str>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<i64>>,
+    Option<Ids>,
+    String,
+)> {
+    let config = table_config(settings)?;
+    let has_ids = config.input.id_field.is_some();
+    let block = register_block(data, name, &config)?;
+    let rows = block.rows() as usize;
+    let shard = table.inner.shard() as usize;
+    let inputs: Vec<neardup::DecidedInput<'_>> = decided
+        .iter()
+        .map(|d| neardup::StepInput::Value(&d.inner))
+        .collect();
+    let (key_table, hot) = (&table.inner, &hot.inner);
+    let mut d = TableDecisions {
+        keep: vec![true; rows],
+        reason: vec![u8::MAX; rows],
+        dup_of: vec![-1; rows],
+        similarity: vec![f64::NAN; rows],
+        cluster: vec![-1; rows],
+        ids: has_ids.then(|| (vec![None; rows], vec![None; rows])),
+        indexed_dups: Vec::new(),
+        report: String::new(),
+        undecided: None,
+    };
+    let global = |a: neardup::corpus::SampleAddr| -> i64 {
+        row_bases
+            .get(a.file as usize)
+            .map_or(-1, |base| (base + a.record) as i64)
+    };
+    let report = py
+        .detach(|| {
+            neardup::write_shard_with(
+                &config,
+                key_table,
+                hot,
+                &inputs,
+                &RunControl::default(),
+                &mut |x| {
+                    if x.addr.file as usize != shard {
+                        return;
+                    }
+                    let row = x.addr.record as usize;
+                    d.keep[row] = x.keep;
+                    d.reason[row] = reason_code(x.reason);
+                    if let Some(s) = x.similarity {
+                        d.similarity[row] = s;
+                    }
+                    if let Some(a) = x.dup_of {
+                        d.dup_of[row] = global(a);
+                    }
+                    d.cluster[row] = global(x.cluster);
+                    if let Some((ids, dup_ids)) = &mut d.ids {
+                        ids[row].clone_from(&x.id);
+                        dup_ids[row].clone_from(&x.dup_of_id);
+                    }
+                },
+            )
+        })
+        .map_err(to_py)?;
+    drop(block);
+    if let Some(row) = d.reason.iter().position(|r| *r == u8::MAX) {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "no decision was made for row {row} of block {name} (a bug: please report it)"
+        )));
+    }
+    Ok((
+        d.keep.into_pyarray(py),
+        d.reason.into_pyarray(py),
+        REASONS.to_vec(),
+        d.dup_of.into_pyarray(py),
+        d.similarity.into_pyarray(py),
+        d.cluster.into_pyarray(py),
+        d.ids,
+        crate::run::report_json(&report),
+    ))
 }

@@ -60,6 +60,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run::stream, m)?)?;
     m.add_function(wrap_pyfunction!(frames::start_dedup_table, m)?)?;
     m.add_function(wrap_pyfunction!(frames::table_result, m)?)?;
+    m.add_function(wrap_pyfunction!(frames::block_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(frames::block_sign, m)?)?;
+    m.add_function(wrap_pyfunction!(frames::block_decisions, m)?)?;
     m.add_function(wrap_pyfunction!(tables::compute_keys, m)?)?;
     m.add_function(wrap_pyfunction!(tables::hot_keys, m)?)?;
     m.add_function(wrap_pyfunction!(tables::hot_keys_result, m)?)?;

@@ -17,7 +17,7 @@ Three levels:
 - **Tables in memory.** :func:`dedup_table` decides the rows of a pyarrow Table, a polars or
   pandas DataFrame, a ``datasets.Dataset`` or any Arrow stream in place, and
   :func:`drop_duplicates` returns the rows it keeps, as the type it was given
-  (:mod:`neardup.frames`).
+  (:mod:`neardup.frames`); :func:`neardup.ray.drop_duplicates` does it for a Ray dataset.
 - **Texts in memory.** :class:`Sketcher` turns texts into signatures and band keys (numpy);
   :class:`Deduper` decides texts one by one (first seen kept).
 

@@ -33,6 +33,9 @@ __all__ = [
     "start_dedup",
     "start_dedup_table",
     "table_result",
+    "block_keys",
+    "block_sign",
+    "block_decisions",
     "stream",
     "compute_keys",
     "hot_keys",
@@ -407,6 +410,24 @@ def table_result(
     """The decisions of a dedup_table run: keep, reason codes, reason names, dup_of (-1: none),
     similarity (NaN: none), cluster (-1: an indexed run's), the ids and dup_of ids (with an id
     column), the duplicates of indexed runs' records (row, file, record), the report JSON."""
+
+def block_keys(
+    data: Any, name: str, shard: int, settings: Optional[Dict[str, Any]] = None
+) -> KeyTable:
+    """Stage 1 of one block of a distributed dataset, registered as `name`."""
+
+def block_sign(
+    data: Any, name: str, table: KeyTable, hot: HotKeys,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Signed:
+    """The sign step of one block, registered as `name` again."""
+
+def block_decisions(
+    data: Any, name: str, table: KeyTable, hot: HotKeys, decided: List[Decided],
+    row_bases: List[int], settings: Optional[Dict[str, Any]] = None,
+) -> Tuple[Any, Any, List[str], Any, Any, Any, Optional[Tuple[List[Optional[str]], List[Optional[str]]]], str]:
+    """The write step of one block without outputs: its rows' decisions, as table_result gives
+    them (without the indexed runs' duplicates), dup_of and cluster as global rows."""
 
 def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Any) -> KeyTable:
     """Stage 1 over one shard of inputs."""
