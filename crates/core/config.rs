@@ -718,6 +718,13 @@ impl Config {
         if self.keys.chunk_bytes == 0 {
             return Err(ConfigError::ChunkBytes.into());
         }
+        if self.input.format == Some(Format::Arrow) {
+            return Err(ConfigError::TableRun(
+                "format \"arrow\" is an in-memory table's, not a file's: give files as jsonl or \
+                 parquet, or hand the table to neardup.dedup_table",
+            )
+            .into());
+        }
         Ok(())
     }
 

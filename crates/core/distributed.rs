@@ -606,6 +606,19 @@ pub fn write_shard<'a>(
     decided: &[DecidedInput<'_>],
     control: &RunControl,
 ) -> Result<Report, Error> {
+    write_shard_with(config, table, hot, decided, control, &mut |_| {})
+}
+
+/// [`write_shard`], handing every decision of the shard to `observe` in input order: for a
+/// shard that is an in-memory table, whose rows are filtered by their caller (no output then).
+pub fn write_shard_with<'a>(
+    config: &Config,
+    table: impl Into<TableInput<'a>>,
+    hot: &HotKeys,
+    decided: &[DecidedInput<'_>],
+    control: &RunControl,
+    observe: &mut dyn FnMut(&neardup_dedup::Decision),
+) -> Result<Report, Error> {
     let table = table.into();
     config.validate()?;
     crate::against::not_in_steps(config, "write")?;
@@ -701,7 +714,7 @@ pub fn write_shard<'a>(
         &names,
         merge,
         &publication,
-        &mut |_| {},
+        observe,
     )
     .map_err(step_error)?;
     let report = Report::new(config, &inputs, Vec::new(), None, stage2);

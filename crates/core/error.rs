@@ -902,6 +902,9 @@ pub enum ConfigError {
     NoInputs,
     /// A plan of no groups.
     NoGroups,
+    /// A setting an in-memory table's run cannot use (`output`, `index_out`), or `format =
+    /// "arrow"` in settings (only a table handed in is one).
+    TableRun(&'static str),
     /// Hot keys made with other sketch or field settings than the run's.
     HotLayout {
         /// The settings that differ, the hot keys' value first.
@@ -1001,6 +1004,7 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::NoInputs => f.write_str("no inputs given"),
             ConfigError::NoGroups => f.write_str("--groups must be at least 1"),
+            ConfigError::TableRun(what) => f.write_str(what),
             ConfigError::HotLayout { differences } => {
                 f.write_str(
                     "the hot keys do not match these settings (pass `apply`, `sign`, `decide` \

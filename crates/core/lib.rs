@@ -69,6 +69,7 @@ pub use config::{
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
     TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
+    write_shard_with,
 };
 pub use error::{
     ConfigError, CorruptValue, Error, IndexUseError, InputsError, IoOp, IoTarget, SettingChange,

@@ -715,8 +715,55 @@ impl Pipeline {
             paths.read_inputs(&against::indexed_inputs(index));
         }
         paths.check()?;
+        // The spill directories it made live as long as the run.
         let _spill_dirs = paths.prepare()?;
-        let files = found.files;
+        self.run_inputs(found.files, problems, against, observe)
+    }
+
+    /// Like [`Pipeline::run_with`] over in-memory Arrow tables instead of the configured inputs
+    /// (which are not read): each table is one input, its rows its records, so a decision's
+    /// `addr.file` is the table's place in `tables` and `addr.record` its row. The tables cannot
+    /// be written out, so `output` and `index_out` must not be set; the decisions file and the
+    /// report may be.
+    pub fn run_tables(
+        &self,
+        tables: &[&neardup_corpus::ArrowTable],
+        observe: &mut dyn FnMut(&Decision),
+    ) -> Result<Report, Error> {
+        if self.config.output.dir.is_some() {
+            return Err(ConfigError::TableRun(
+                "an in-memory table has no output directory: filter it with its decisions \
+                 (neardup.drop_duplicates) instead of giving `output`",
+            )
+            .into());
+        }
+        if self.config.output.index_out.is_some() {
+            return Err(ConfigError::TableRun(
+                "an index saved from an in-memory table could not be read back by a later run: \
+                 write the table to Parquet and save the index of a run over that file",
+            )
+            .into());
+        }
+        let files: Vec<InputFile> = tables.iter().map(|t| t.input().clone()).collect();
+        let against = against::load_against(&self.config)?;
+        let mut paths = RunPaths::new();
+        paths.write_config_outputs(&self.config, &files);
+        if let Some(index) = &against {
+            paths.read_inputs(&against::indexed_inputs(index));
+        }
+        paths.check()?;
+        let _spill_dirs = paths.prepare()?;
+        self.run_inputs(files, Vec::new(), against, observe)
+    }
+
+    /// Both stages over `files`, whose paths have been checked.
+    fn run_inputs(
+        &self,
+        files: Vec<InputFile>,
+        problems: Vec<String>,
+        against: Option<neardup_index::SavedIndex>,
+        observe: &mut dyn FnMut(&Decision),
+    ) -> Result<Report, Error> {
         let publication = begin_publication(&self.config, &files, &self.control.cancel)?;
         let keys = against::with_prior_keys(keys_config(&self.config)?, against.as_ref());
         let KeysOutput {

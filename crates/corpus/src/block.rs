@@ -254,6 +254,12 @@ pub(crate) enum BlockData {
         /// [`Block::texts_only`]).
         texts_only: bool,
     },
+    /// A slice of a registered in-memory table's batch (`arrow_table`).
+    Arrow {
+        batch: RecordBatch,
+        /// Sum of the value bytes of the selected text columns.
+        text_bytes: u64,
+    },
 }
 
 impl Block {
@@ -261,7 +267,7 @@ impl Block {
     pub fn num_records(&self) -> usize {
         match &self.data {
             BlockData::Jsonl { starts, .. } => starts.len(),
-            BlockData::Parquet { batch, .. } => batch.num_rows(),
+            BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => batch.num_rows(),
         }
     }
 
@@ -270,7 +276,9 @@ impl Block {
     pub fn input_bytes(&self) -> u64 {
         match &self.data {
             BlockData::Jsonl { bytes, .. } => bytes.len() as u64,
-            BlockData::Parquet { text_bytes, .. } => *text_bytes,
+            BlockData::Parquet { text_bytes, .. } | BlockData::Arrow { text_bytes, .. } => {
+                *text_bytes
+            }
         }
     }
 
@@ -281,7 +289,7 @@ impl Block {
                 let end = starts.get(i + 1).copied().unwrap_or(bytes.len());
                 Some(&bytes[*starts.get(i)?..end])
             }
-            BlockData::Parquet { .. } => None,
+            BlockData::Parquet { .. } | BlockData::Arrow { .. } => None,
         }
     }
 
@@ -301,10 +309,10 @@ impl Block {
         )
     }
 
-    /// The decoded rows of a Parquet block; `None` for JSONL.
+    /// The decoded rows of a Parquet or in-memory Arrow block; `None` for JSONL.
     pub fn record_batch(&self) -> Option<&RecordBatch> {
         match &self.data {
-            BlockData::Parquet { batch, .. } => Some(batch),
+            BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => Some(batch),
             BlockData::Jsonl { .. } => None,
         }
     }

@@ -83,6 +83,7 @@ pub fn plan_chunks(files: &[InputFile], target_bytes: u64) -> Vec<Chunk> {
     for (i, file) in files.iter().enumerate() {
         let ranges = match (file.format, file.compression) {
             _ if file.size <= target => vec![ChunkRange::Whole],
+            (Format::Arrow, _) => vec![ChunkRange::Whole],
             (Format::Jsonl, Compression::None) => jsonl_ranges(file, target),
             (Format::Jsonl, _) => vec![ChunkRange::Whole],
             (Format::Parquet, _) => parquet_ranges(file, target),

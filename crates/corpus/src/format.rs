@@ -10,6 +10,9 @@ pub enum Format {
     Jsonl,
     /// Apache Parquet (`.parquet`); compression is internal to the file.
     Parquet,
+    /// Arrow record batches in memory ([`ArrowTable`](crate::ArrowTable)): never a file name's
+    /// format, and never written out.
+    Arrow,
 }
 
 /// Whole-file compression of a JSONL file (Parquet files always report [`Compression::None`]).

@@ -11,6 +11,8 @@
 //!   damaged Parquet row group, and a second read of a chunk stops where the first lost records
 //!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
 //!   [`record_fields`]);
+//! - **in-memory Arrow tables** as inputs ([`ArrowTable`], [`Format::Arrow`]): registered record
+//!   batches that every stage reads in place, as it reads a file;
 //! - **writing** filtered copies of the inputs ([`OutputDir`], [`FileWriter`]), atomic files
 //!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]);
 //! - **publishing** a run's outputs all or nothing ([`Publication`]): staging under hidden,
@@ -38,6 +40,7 @@
 //! [`plan_chunks`] is deterministic, adding the record counts of a file's earlier chunks gives the
 //! same file-level index in both stages.
 
+mod arrow_table;
 mod block;
 mod chunk;
 mod decisions;
@@ -52,6 +55,7 @@ mod read;
 mod select;
 mod write;
 
+pub use arrow_table::{ArrowTable, NameTaken};
 pub use block::{
     Block, FieldsSeen, Projection, RankValue, ReadOptions, Sample, SampleAddr, SampleText,
     SkipReason,

@@ -640,7 +640,7 @@ impl<'a> Resolved<'a> {
     }
 }
 
-fn text_bytes(batch: &RecordBatch, selector: &TextSelector) -> u64 {
+pub(crate) fn text_bytes(batch: &RecordBatch, selector: &TextSelector) -> u64 {
     selector
         .fields
         .iter()

@@ -2,7 +2,8 @@
 //! ([`read_chunk`], [`reread_chunk`], [`ChunkReader`]) and its sample walker for a block
 //! ([`Block::for_each_sample`]). The types they share live in `block`.
 
-use crate::block::{Block, BlockData, FieldsSeen, Projection, ReadOptions, Sample};
+use crate::arrow_table::ArrowSource;
+use crate::block::{Block, BlockData, FieldsSeen, Projection, ReadOptions, Sample, SampleText};
 use crate::chunk::Chunk;
 use crate::error::{ReadError, Unreadable};
 use crate::format::{Format, InputFile};
@@ -22,6 +23,9 @@ impl Block {
             }
             BlockData::Parquet { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, None, &mut f)
+            }
+            BlockData::Arrow { batch, .. } => {
+                parquet_read::batch_samples(batch, selector, None, &mut nulls_empty(f))
             }
         }
     }
@@ -51,6 +55,14 @@ impl Block {
                     }
                 })
             }
+            BlockData::Arrow { batch, .. } => {
+                let mut f = nulls_empty(f);
+                parquet_read::batch_samples(batch, selector, None, &mut |s: Sample<'_>| {
+                    if records.binary_search(&s.record).is_ok() {
+                        f(s)
+                    }
+                })
+            }
         }
     }
 
@@ -70,7 +82,21 @@ impl Block {
             BlockData::Parquet { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, Some(seen), &mut f)
             }
+            BlockData::Arrow { batch, .. } => {
+                parquet_read::batch_samples(batch, selector, Some(seen), &mut nulls_empty(f))
+            }
         }
+    }
+}
+
+/// The samples of an in-memory table's rows as `f` gets them: a text column's null is an empty
+/// text (decided `empty`), as a data frame's missing value means, not an unreadable field.
+fn nulls_empty<F: FnMut(Sample<'_>)>(mut f: F) -> impl FnMut(Sample<'_>) {
+    move |mut s: Sample<'_>| {
+        if s.text == SampleText::Skipped(crate::SkipReason::NullField) {
+            s.text = SampleText::Text(std::borrow::Cow::Borrowed(""));
+        }
+        f(s)
     }
 }
 
@@ -112,6 +138,10 @@ pub fn reread_chunk(
             Ok(s) => Inner::Parquet(Box::new(s)),
             Err(e) => Inner::Failed(Some(e)),
         },
+        Format::Arrow => match ArrowSource::open(file, opts) {
+            Ok(s) => Inner::Arrow(Box::new(s)),
+            Err(e) => Inner::Failed(Some(e)),
+        },
     };
     ChunkReader {
         inner,
@@ -137,6 +167,10 @@ pub fn record_fields(files: &[InputFile], max_records: usize) -> Vec<String> {
             break;
         }
         match file.format {
+            Format::Arrow => {
+                names.extend(crate::arrow_table::field_names(file));
+                looked += 1;
+            }
             Format::Parquet => {
                 let Ok((_, meta)) = parquet_read::load(file) else {
                     continue;
@@ -206,6 +240,7 @@ impl std::fmt::Debug for ChunkReader {
 enum Inner {
     Jsonl(Box<JsonlSource>),
     Parquet(Box<ParquetSource>),
+    Arrow(Box<ArrowSource>),
     Failed(Option<ReadError>),
 }
 
@@ -216,6 +251,7 @@ impl Iterator for ChunkReader {
         let next = match &mut self.inner {
             Inner::Jsonl(s) => s.next_block(),
             Inner::Parquet(s) => s.next_block(),
+            Inner::Arrow(s) => s.next_block(),
             Inner::Failed(e) => return e.take().map(Err),
         };
         match next {

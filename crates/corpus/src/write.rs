@@ -146,6 +146,13 @@ impl OutputDir {
                 since_flush: 0,
             })),
             Format::Parquet => Sink::Parquet(Box::new(ParquetSink::for_input(input, &base)?)),
+            Format::Arrow => {
+                return Err(WriteError::new(
+                    &base,
+                    "invalid_output",
+                    "an in-memory Arrow table has no output file: filter it with its decisions",
+                ));
+            }
         };
         Ok(FileWriter {
             rel,

@@ -112,7 +112,10 @@ pub fn run_dedup_into(
 /// is left to its reader, whose error says why.
 fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), DedupError> {
     let sizes = neardup_exec::map_in_parts(inputs, &mut [(); 8], |_, f| {
-        neardup_corpus::current_size(&f.path).ok()
+        // An in-memory table is immutable while registered: it has no size to look up.
+        (f.format != neardup_corpus::Format::Arrow)
+            .then(|| neardup_corpus::current_size(&f.path).ok())
+            .flatten()
     });
     for (f, now) in inputs.iter().zip(sizes) {
         if let Some(now) = now

@@ -55,6 +55,8 @@ pub(crate) enum Output {
     Signed(Box<neardup::SignedShard>, serde_json::Value),
     /// A group's decisions.
     Decided(Box<neardup::DecidedGroup>),
+    /// The decisions of an in-memory table's rows.
+    Table(Box<crate::frames::TableDecisions>),
 }
 
 /// How long a wait for the next decision lasts before Python's signal handlers get to run.

@@ -39,6 +39,16 @@ pub struct KeyTable {
     stats: Option<serde_json::Value>,
 }
 
+impl KeyTable {
+    /// A table just computed, with stage 1's statistics.
+    pub(crate) fn computed(inner: neardup::keys::KeyTable, stats: serde_json::Value) -> KeyTable {
+        KeyTable {
+            inner,
+            stats: Some(stats),
+        }
+    }
+}
+
 #[pymethods]
 impl KeyTable {
     /// The rows as a read-only ``numpy.uint64`` array of shape ``(rows, columns)`` that shares

@@ -224,3 +224,58 @@ def test_a_worker_node_killed_mid_run_changes_nothing(tmp_path, cluster, cli):
     assert (tmp_path / "d.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     assert data_files(tmp_path / "out") == data_files(tmp_path / "one")
     assert report["tasks_reused"] == 0, interrupted
+
+
+DATA_DRIVER = """
+import json, sys
+import pyarrow as pa
+import ray, ray.data
+import neardup, neardup.ray
+args = json.loads(sys.argv[1])
+rows = json.load(open(args["rows"], encoding="utf-8"))
+table = pa.Table.from_pylist(rows)
+ray.init(address=args["address"], log_to_driver=False)
+# Blocks of uneven sizes, as a dataset read from several files would have.
+cuts = [0, 17, 160, 161, 300, len(rows)]
+ds = ray.data.from_arrow([table.slice(a, b - a) for a, b in zip(cuts, cuts[1:])])
+kept, decisions = neardup.ray.drop_duplicates(ds, column="text", id_field="id",
+                                              with_decisions=True, threads=1)
+kept = kept.to_arrow_refs()
+out = {
+    "kept": pa.concat_tables(ray.get(kept)).column("id").to_pylist(),
+    "blocks": len(kept),
+    "decisions": pa.concat_tables(ray.get(decisions.to_arrow_refs())).to_pylist(),
+    "one_process": neardup.dedup_table(table, id_field="id").to_pylist(),
+}
+print(json.dumps(out))
+"""
+
+
+def test_a_ray_dataset_is_decided_as_one_process_decides_its_rows(tmp_path, cluster):
+    from test_tables import ROWS
+
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps(ROWS), encoding="utf-8")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DATA_DRIVER,
+         json.dumps({"address": cluster.address, "rows": str(rows)})],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **RAY_ENV},
+    )
+    got = finish(proc)
+    want = got["one_process"]
+    assert len(want) == len(ROWS)
+    assert {d["reason"] for d in want} >= {"unique", "near", "exact"}
+    for row, (g, w) in enumerate(zip(got["decisions"], want)):
+        for key in ("keep", "reason", "dup_of", "cluster", "id", "dup_of_id"):
+            assert g[key] == w[key], (row, key)
+        if w["similarity"] is None:
+            assert g["similarity"] is None
+        else:
+            assert abs(g["similarity"] - w["similarity"]) < 1e-9
+    assert got["kept"] == [r["id"] for r, d in zip(ROWS, want) if d["keep"]]
+    assert got["blocks"] == 5

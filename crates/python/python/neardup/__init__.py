@@ -14,6 +14,10 @@ Three levels:
   :func:`decide` (per group, a :class:`Decided`) and :func:`write` (per shard: the dataset and
   decisions). Every value saves to and loads from a file or directory, turns into bytes and back,
   and pickles (Ray's object store carries it). :mod:`neardup.ray` runs the steps as Ray tasks.
+- **Tables in memory.** :func:`dedup_table` decides the rows of a pyarrow Table, a polars or
+  pandas DataFrame, a ``datasets.Dataset`` or any Arrow stream in place, and
+  :func:`drop_duplicates` returns the rows it keeps, as the type it was given
+  (:mod:`neardup.frames`); :func:`neardup.ray.drop_duplicates` does it for a Ray dataset.
 - **Texts in memory.** :class:`Sketcher` turns texts into signatures and band keys (numpy);
   :class:`Deduper` decides texts one by one (first seen kept).
 - **Online dedup.** :class:`Index` is an index many documents are checked against, one at a
@@ -71,9 +75,12 @@ __all__ = [
     "compute_keys",
     "decide",
     "dedup",
+    "dedup_table",
+    "drop_duplicates",
     "defaults",
     "hot_keys",
     "keys",
+    "report_of",
     "settings",
     "sign",
     "stream",
@@ -296,6 +303,9 @@ def _report(run, progress: Optional[bool] = None) -> Dict[str, Any]:
 
     _finish(run, progress)
     return json.loads(run.result())
+
+
+from .frames import dedup_table, drop_duplicates, report_of  # noqa: E402
 
 
 def stream(inputs: Inputs, **settings: Any) -> DecisionStream:

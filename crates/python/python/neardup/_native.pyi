@@ -34,6 +34,11 @@ __all__ = [
     "settings",
     "defaults",
     "start_dedup",
+    "start_dedup_table",
+    "table_result",
+    "block_keys",
+    "block_sign",
+    "block_decisions",
     "stream",
     "compute_keys",
     "hot_keys",
@@ -441,6 +446,45 @@ def start_dedup(
 
 def stream(inputs: _Inputs, settings: Optional[Dict[str, Any]] = None) -> DecisionStream:
     """Starts neardup.stream."""
+
+def start_dedup_table(data: Any, settings: Optional[Dict[str, Any]] = None) -> Run:
+    """Starts neardup.dedup_table over an object with __arrow_c_stream__ (``settings["fields"]``:
+    the text columns)."""
+
+def table_result(
+    run: Run,
+) -> Tuple[
+    numpy.typing.NDArray[numpy.bool_],
+    numpy.typing.NDArray[numpy.uint8],
+    List[str],
+    numpy.typing.NDArray[numpy.int64],
+    numpy.typing.NDArray[numpy.float64],
+    numpy.typing.NDArray[numpy.int64],
+    Optional[Tuple[List[Optional[str]], List[Optional[str]]]],
+    List[Tuple[int, str, int]],
+    str,
+]:
+    """The decisions of a dedup_table run: keep, reason codes, reason names, dup_of (-1: none),
+    similarity (NaN: none), cluster (-1: an indexed run's), the ids and dup_of ids (with an id
+    column), the duplicates of indexed runs' records (row, file, record), the report JSON."""
+
+def block_keys(
+    data: Any, name: str, shard: int, settings: Optional[Dict[str, Any]] = None
+) -> KeyTable:
+    """Stage 1 of one block of a distributed dataset, registered as `name`."""
+
+def block_sign(
+    data: Any, name: str, table: KeyTable, hot: HotKeys,
+    settings: Optional[Dict[str, Any]] = None,
+) -> Signed:
+    """The sign step of one block, registered as `name` again."""
+
+def block_decisions(
+    data: Any, name: str, table: KeyTable, hot: HotKeys, decided: List[Decided],
+    row_bases: List[int], settings: Optional[Dict[str, Any]] = None,
+) -> Tuple[Any, Any, List[str], Any, Any, Any, Optional[Tuple[List[Optional[str]], List[Optional[str]]]], str]:
+    """The write step of one block without outputs: its rows' decisions, as table_result gives
+    them (without the indexed runs' duplicates), dup_of and cluster as global rows."""
 
 def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Any) -> KeyTable:
     """Stage 1 over one shard of inputs."""

@@ -30,6 +30,10 @@ past a sixteenth of ``memory_limit``; ``decide`` holds one group's representativ
 ``max_reps`` per bucket; with ``memory_limit`` they spill past half of it) and streams its
 inputs; ``hot`` counts the keys of all shards, from spill files beyond ``memory_limit``.
 
+:func:`drop_duplicates` does the same for a ``ray.data.Dataset``, with its blocks as shards: the
+steps run over the blocks in the object store (nothing is written to files), and the rows kept
+come back as a Dataset.
+
 Install Ray with ``pip install "neardup[ray]"``.
 """
 
@@ -46,7 +50,7 @@ import neardup
 from neardup import _native
 from neardup._inputs import check_paths
 
-__all__ = ["dedup"]
+__all__ = ["dedup", "drop_duplicates"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -478,3 +482,140 @@ def dedup(
         "clusters": _merge_clusters(work, groups),
         "shard_reports": shard_reports,
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Ray Data: a Dataset's blocks as shards.
+
+
+def _block_name(run: str, shard: int) -> str:
+    """The name block ``shard`` of run ``run`` is registered under in every task that reads it
+    (its key table records it, and the later steps find the block by it)."""
+    return f"<ray dataset {run} block {shard}>"
+
+
+def _block_keys_task(block: Any, run: str, shard: int, settings: Dict[str, Any]):
+    """Stage 1 of one block: its key table, and its number of rows."""
+    return _native.block_keys(block, _block_name(run, shard), shard, settings), block.num_rows
+
+
+def _block_hot_task(groups: int, hot_settings: Dict[str, Any], *tables):
+    return neardup.hot_keys(tables, groups=groups, **hot_settings)
+
+
+def _block_sign_task(block: Any, run: str, shard: int, settings: Dict[str, Any], table, hot):
+    return _native.block_sign(block, _block_name(run, shard), table, hot, settings)
+
+
+def _block_decide_task(group: int, settings: Dict[str, Any], hot, *signed):
+    return neardup.decide([s.group(group) for s in signed], hot, group, **settings)
+
+
+def _block_filter_task(
+    block: Any,
+    run: str,
+    shard: int,
+    settings: Dict[str, Any],
+    row_bases: List[int],
+    table,
+    hot,
+    *decided,
+):
+    """The block's kept rows and its decisions (``dup_of`` and ``cluster`` as rows of the whole
+    dataset)."""
+    import pyarrow as pa
+
+    from neardup.frames import _decisions_table
+
+    keep, codes, names, dup_of, similarity, cluster, ids, report = _native.block_decisions(
+        block, _block_name(run, shard), table, hot, [d.shard(shard) for d in decided],
+        row_bases, settings,
+    )
+    decisions = _decisions_table(
+        keep, codes, names, dup_of, similarity, cluster, ids, [], report, False
+    )
+    return block.filter(pa.array(keep)), decisions
+
+
+def drop_duplicates(
+    ds: Any,
+    column: Union[str, Sequence[str]] = "text",
+    *,
+    groups: Optional[int] = None,
+    with_decisions: bool = False,
+    task_cpus: float = 1,
+    **settings: Any,
+) -> Any:
+    """The rows of a ``ray.data.Dataset`` that one :func:`neardup.dedup_table` over all its rows
+    in order would keep, found by the steps of a distributed run with the dataset's blocks as
+    shards: stage 1 per block, the hot keys once, sign per block, decide per group, and the
+    decisions per block, each a Ray task; the blocks stay in the object store.
+
+    Args:
+        ds: the dataset (materialized here: every step reads its blocks, in order).
+        column: the text column or columns, as for :func:`neardup.dedup_table`.
+        groups: stage 2's groups (decide tasks); default the number of blocks, at most the
+            cluster's CPUs.
+        with_decisions: return ``(kept, decisions)``, the decisions a Dataset with one row per
+            input row in order, as :func:`neardup.dedup_table` makes them (``dup_of`` and
+            ``cluster`` are row numbers of the whole dataset).
+        task_cpus: CPUs each task asks for.
+        **settings: as for :func:`neardup.dedup_table`; ``threads`` is per task. ``against``
+            is not taken here.
+
+    Returns:
+        The kept rows, a ``ray.data.Dataset`` of one block per input block, in order.
+    """
+    import uuid
+
+    import ray
+    import ray.data
+
+    from neardup.frames import _fields
+
+    if settings.get("against"):
+        raise ValueError(
+            "against= is not taken by neardup.ray.drop_duplicates: run neardup.dedup_table or "
+            "neardup.ray.dedup over files"
+        )
+    settings = _fields(column, settings)
+    hot_settings = {k: settings.pop(k) for k in ("min_key_count", "memory_limit", "spill_dir")
+                    if k in settings}
+    blocks = ds.materialize().to_arrow_refs()
+    if not blocks:
+        return (ds, ds) if with_decisions else ds
+    if groups is None:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        groups = max(1, min(len(blocks), cpus))
+    run = uuid.uuid4().hex[:12]
+
+    remotes: Dict[Any, Any] = {}
+
+    def remote(f, **options):
+        if f not in remotes:
+            remotes[f] = ray.remote(f)
+        return remotes[f].options(num_cpus=task_cpus, **options)
+
+    keyed = [
+        remote(_block_keys_task, num_returns=2).remote(b, run, i, settings)
+        for i, b in enumerate(blocks)
+    ]
+    tables = [k for k, _ in keyed]
+    rows = ray.get([n for _, n in keyed])
+    row_bases = [sum(rows[:i]) for i in range(len(rows))]
+    hot = remote(_block_hot_task).remote(groups, hot_settings, *tables)
+    signed = [
+        remote(_block_sign_task).remote(b, run, i, settings, tables[i], hot)
+        for i, b in enumerate(blocks)
+    ]
+    decided = [remote(_block_decide_task).remote(g, settings, hot, *signed) for g in range(groups)]
+    filtered = [
+        remote(_block_filter_task, num_returns=2).remote(
+            b, run, i, settings, row_bases, tables[i], hot, *decided
+        )
+        for i, b in enumerate(blocks)
+    ]
+    kept = ray.data.from_arrow_refs([k for k, _ in filtered])
+    if not with_decisions:
+        return kept
+    return kept, ray.data.from_arrow_refs([d for _, d in filtered])

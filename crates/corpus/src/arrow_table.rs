@@ -1,0 +1,307 @@
+//! In-memory Arrow record batches as an input ([`Format::Arrow`]): a table handed in by a library
+//! (pyarrow, polars, pandas, DuckDB, Hugging Face `datasets`) is read in place, twice (once per
+//! stage), without copying its buffers.
+//!
+//! A table is registered ([`ArrowTable::register`]) and stands in the run's inputs as an
+//! [`InputFile`] whose path names it (`<name #N>`); its readers find its batches by that path
+//! while the registration lives, so every stage, chunk plan and address works on it as on a file.
+//! Its records are its rows in order, and a sample's record number is its row number.
+//!
+//! A null in a text column is an empty text here (decided `empty`), not an unreadable field: a
+//! data frame's missing value is a missing text, not a damaged record.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::RecordBatch;
+
+use crate::block::{BlockData, ReadOptions};
+use crate::error::ReadError;
+use crate::format::{Compression, Format, InputFile};
+
+/// Rows per block at least and at most, whatever the texts' sizes: as for Parquet batches.
+const MIN_BLOCK_ROWS: usize = 64;
+const MAX_BLOCK_ROWS: usize = 65536;
+
+type Registry = HashMap<PathBuf, Arc<Vec<RecordBatch>>>;
+
+/// The tables registered now, by the path that names them.
+static TABLES: Mutex<Option<Registry>> = Mutex::new(None);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Record batches registered as an input while this value lives (dropping it unregisters them).
+#[derive(Debug)]
+pub struct ArrowTable {
+    input: InputFile,
+    rows: u64,
+}
+
+/// [`ArrowTable::register_as`] was given a name registered already.
+#[derive(Debug)]
+pub struct NameTaken(pub PathBuf);
+
+impl std::fmt::Display for NameTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "an in-memory table is registered as {} already",
+            self.0.display()
+        )
+    }
+}
+
+impl std::error::Error for NameTaken {}
+
+impl ArrowTable {
+    /// Registers `batches` (all of one schema) as an input named `<name #N>` (`name` e.g.
+    /// `"pyarrow.Table"`, `N` unique in the process). The batches are shared, not copied.
+    pub fn register(name: &str, batches: Vec<RecordBatch>) -> ArrowTable {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Self::register_as(&format!("<{name} #{id}>"), batches).expect("generated names are unique")
+    }
+
+    /// Registers `batches` under a name of the caller's (`<...>` by convention): a staged run
+    /// whose steps run in several processes registers each shard's table under the same name in
+    /// each (the key table records its inputs by name).
+    pub fn register_as(name: &str, batches: Vec<RecordBatch>) -> Result<ArrowTable, NameTaken> {
+        let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+        let size = batches
+            .iter()
+            .map(|b| b.get_array_memory_size() as u64)
+            .sum();
+        let path = PathBuf::from(name);
+        let mut registry = tables();
+        let registry = registry.get_or_insert_with(HashMap::new);
+        if registry.contains_key(&path) {
+            return Err(NameTaken(path));
+        }
+        registry.insert(path.clone(), Arc::new(batches));
+        let input = InputFile {
+            relative: path.clone(),
+            path,
+            format: Format::Arrow,
+            compression: Compression::None,
+            size,
+        };
+        Ok(ArrowTable { input, rows })
+    }
+
+    /// The table as an input of a run.
+    pub fn input(&self) -> &InputFile {
+        &self.input
+    }
+
+    /// Its rows.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+}
+
+impl Drop for ArrowTable {
+    fn drop(&mut self) {
+        if let Some(t) = tables().as_mut() {
+            t.remove(&self.input.path);
+        }
+    }
+}
+
+fn tables() -> std::sync::MutexGuard<'static, Option<Registry>> {
+    TABLES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The registered batches an input's path names.
+fn lookup(path: &Path) -> Option<Arc<Vec<RecordBatch>>> {
+    tables().as_ref()?.get(path).cloned()
+}
+
+/// Streams a registered table's rows as blocks of about [`ReadOptions::block_bytes`] of text,
+/// each a zero-copy slice of one batch.
+pub(crate) struct ArrowSource {
+    batches: Arc<Vec<RecordBatch>>,
+    selector: crate::select::TextSelector,
+    block_bytes: usize,
+    /// The batch being sliced, and the next row of it.
+    batch: usize,
+    row: usize,
+    /// Rows delivered: the next block's first record.
+    delivered: u64,
+}
+
+impl ArrowSource {
+    /// A table is always read whole (one chunk): its blocks cost no I/O, and the executor shares
+    /// them between the threads.
+    pub(crate) fn open(file: &InputFile, opts: &ReadOptions) -> Result<ArrowSource, ReadError> {
+        let batches = lookup(&file.path).ok_or_else(|| {
+            ReadError::new(
+                &file.path,
+                "io",
+                None,
+                "the in-memory table is no longer registered (it was released before the run ended)",
+            )
+        })?;
+        Ok(ArrowSource {
+            batches,
+            selector: opts.selector.clone(),
+            block_bytes: opts.block_bytes.max(1),
+            batch: 0,
+            row: 0,
+            delivered: 0,
+        })
+    }
+
+    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+        loop {
+            let batch = self.batches.get(self.batch)?;
+            let left = batch.num_rows() - self.row;
+            if left == 0 {
+                self.batch += 1;
+                self.row = 0;
+                continue;
+            }
+            // Rows per block from the batch's average text size, so blocks hold about
+            // `block_bytes` of text whether rows are tweets or books.
+            let text = crate::parquet_read::text_bytes(batch, &self.selector).max(1);
+            let per_row = (text / batch.num_rows() as u64).max(1);
+            let rows = ((self.block_bytes as u64 / per_row) as usize)
+                .clamp(MIN_BLOCK_ROWS, MAX_BLOCK_ROWS)
+                .min(left);
+            let slice = batch.slice(self.row, rows);
+            self.row += rows;
+            let first = self.delivered;
+            self.delivered += rows as u64;
+            let text_bytes = crate::parquet_read::text_bytes(&slice, &self.selector);
+            return Some(Ok((
+                first,
+                BlockData::Arrow {
+                    batch: slice,
+                    text_bytes,
+                },
+            )));
+        }
+    }
+}
+
+/// The column names of a registered table (top level, and one level into structs), for a
+/// message about a field no row has.
+pub(crate) fn field_names(file: &InputFile) -> Vec<String> {
+    let Some(batches) = lookup(&file.path) else {
+        return Vec::new();
+    };
+    let Some(first) = batches.first() else {
+        return Vec::new();
+    };
+    let mut names = Vec::new();
+    for field in first.schema().fields() {
+        names.push(field.name().clone());
+        if let arrow_schema::DataType::Struct(children) = field.data_type() {
+            for c in children {
+                names.push(format!("{}.{}", field.name(), c.name()));
+            }
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, RecordBatch, StringArray, StringViewArray};
+
+    use super::*;
+    use crate::block::{Projection, SampleText};
+    use crate::chunk::{Chunk, ChunkRange, plan_chunks};
+    use crate::read::read_chunk;
+    use crate::select::{FieldPath, TextSelector};
+
+    fn batch(texts: Vec<Option<&str>>) -> RecordBatch {
+        let col: ArrayRef = Arc::new(StringArray::from(texts));
+        RecordBatch::try_from_iter([("text", col)]).unwrap()
+    }
+
+    /// Every sample of a registered table, as (record, text), read in blocks of `block_bytes`.
+    fn samples(table: &ArrowTable, block_bytes: usize) -> Vec<(u64, String)> {
+        let mut opts = ReadOptions::new(
+            TextSelector::single(FieldPath::top("text")),
+            Projection::TextOnly,
+        );
+        opts.block_bytes = block_bytes;
+        let chunks = plan_chunks(std::slice::from_ref(table.input()), 1);
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(chunks[0].range, ChunkRange::Whole);
+        let mut out = Vec::new();
+        for block in read_chunk(table.input(), &chunks[0], &opts) {
+            let block = block.unwrap();
+            block.for_each_sample(&opts.selector, |s| {
+                let SampleText::Text(t) = s.text else {
+                    panic!("no text for record {}", s.record)
+                };
+                out.push((block.first_record + s.record as u64, t.into_owned()));
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn rows_are_records_in_order_across_batches_and_blocks_and_nulls_are_empty() {
+        let texts: Vec<String> = (0..300).map(|i| format!("text number {i}")).collect();
+        let first: Vec<Option<&str>> = texts[..250].iter().map(|t| Some(t.as_str())).collect();
+        let mut second: Vec<Option<&str>> = texts[250..].iter().map(|t| Some(t.as_str())).collect();
+        second[3] = None;
+        let table = ArrowTable::register("test", vec![batch(first), batch(second)]);
+        assert_eq!(table.rows(), 300);
+        assert_eq!(table.input().format, Format::Arrow);
+        let mut want: Vec<(u64, String)> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i as u64, t.clone()))
+            .collect();
+        want[253].1 = String::new();
+        // One block per batch, and blocks of 64 rows (the least a block holds).
+        assert_eq!(samples(&table, 1 << 20), want);
+        assert_eq!(samples(&table, 1), want);
+    }
+
+    #[test]
+    fn string_views_are_read_as_strings() {
+        let col: ArrayRef = Arc::new(StringViewArray::from(vec![
+            "a short one",
+            "a string longer than twelve bytes",
+        ]));
+        let b = RecordBatch::try_from_iter([("text", col)]).unwrap();
+        let table = ArrowTable::register("views", vec![b]);
+        assert_eq!(
+            samples(&table, 1 << 20),
+            vec![
+                (0, "a short one".to_string()),
+                (1, "a string longer than twelve bytes".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_released_table_cannot_be_read_and_names_are_unique() {
+        let table = ArrowTable::register_as("<shard 0>", vec![batch(vec![Some("x")])]).unwrap();
+        assert!(ArrowTable::register_as("<shard 0>", Vec::new()).is_err());
+        let input = table.input().clone();
+        drop(table);
+        let chunk = Chunk {
+            file: 0,
+            seq: 0,
+            range: ChunkRange::Whole,
+        };
+        let opts = ReadOptions::new(
+            TextSelector::single(FieldPath::top("text")),
+            Projection::TextOnly,
+        );
+        let err = read_chunk(&input, &chunk, &opts)
+            .next()
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("no longer registered"), "{err}");
+        // The name is free again.
+        ArrowTable::register_as("<shard 0>", Vec::new()).unwrap();
+    }
+}

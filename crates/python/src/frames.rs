@@ -1,0 +1,486 @@
+//! Tables in memory (`neardup.dedup_table`): anything that exports an Arrow stream (the Arrow
+//! PyCapsule interface: pyarrow, polars, DuckDB, pandas through pyarrow, a Hugging Face dataset's
+//! Arrow table) is deduplicated in place, both stages in Rust with the GIL released, and the
+//! decisions come back as columns aligned with its rows.
+//!
+//! A table's batches are imported once and kept (no copy: they share the exporter's buffers), so
+//! both stages read the same memory. A one-shot stream is read into memory the same way; one too
+//! large for memory is handed in as a callable that returns a fresh stream for each stage
+//! (`TableSource::Reopen`).
+
+use std::ffi::CStr;
+use std::sync::Arc;
+
+use arrow_array::ffi_stream::RecordBatchStreamReader;
+use arrow_array::{RecordBatch, RecordBatchReader};
+use arrow_schema::{DataType, Schema};
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
+
+use neardup::corpus::{ArrowTable, Reason};
+use neardup::{Error, Pipeline, RunControl};
+
+use crate::errors::to_py;
+use crate::run::{Output, Run};
+use crate::settings::{Scope, config_from};
+
+const STREAM_CAPSULE: &CStr = c"arrow_array_stream";
+
+/// The ids of a table's rows and of the rows they duplicate, when an id column is set.
+type Ids = (Vec<Option<String>>, Vec<Option<String>>);
+
+/// The decisions of a table's rows, as columns: what `neardup.dedup_table` turns into a
+/// `pyarrow.Table`.
+pub(crate) struct TableDecisions {
+    keep: Vec<bool>,
+    /// [`Reason`] as its index in [`REASONS`].
+    reason: Vec<u8>,
+    /// The row a dropped row duplicates; -1 for none (kept rows, and duplicates of a record of
+    /// an indexed run, which `dup_of_input` names).
+    dup_of: Vec<i64>,
+    /// NaN for none.
+    similarity: Vec<f64>,
+    /// The row of the kept copy its set resolves to (its own when kept); -1 when that copy is
+    /// an indexed run's.
+    cluster: Vec<i64>,
+    /// The ids, when an id column is set: the row's, and the one of the row it duplicates.
+    ids: Option<Ids>,
+    /// Dropped rows that duplicate a record of an indexed run (`against`): (row, file, record).
+    indexed_dups: Vec<(u64, String, u64)>,
+    /// The JSON of the run's report.
+    report: String,
+    /// A row no decision was made for, which would be a bug: the table's rows and the run's
+    /// records did not line up.
+    undecided: Option<usize>,
+}
+
+/// The names of the reasons, by their code in [`TableDecisions::reason`].
+const REASONS: [&str; 5] = ["unique", "near", "exact", "empty", "error"];
+
+fn reason_code(r: Reason) -> u8 {
+    match r {
+        Reason::Unique => 0,
+        Reason::Near => 1,
+        Reason::Exact => 2,
+        Reason::Empty => 3,
+        Reason::Error => 4,
+    }
+}
+
+/// Reads the Arrow stream `data` exports (`__arrow_c_stream__`) into its batches, without
+/// copying their buffers.
+fn import_batches(data: &Bound<'_, PyAny>) -> PyResult<(Arc<Schema>, Vec<RecordBatch>)> {
+    if !data.hasattr("__arrow_c_stream__")? {
+        return Err(PyTypeError::new_err(format!(
+            "a table must export an Arrow stream (__arrow_c_stream__): a pyarrow Table or \
+             RecordBatchReader, a polars or pandas DataFrame, a datasets.Dataset, a DuckDB \
+             relation; got {}",
+            data.get_type().name()?
+        )));
+    }
+    let capsule = data.call_method1("__arrow_c_stream__", (data.py().None(),))?;
+    let capsule = capsule.cast::<PyCapsule>()?;
+    let ptr = capsule.pointer_checked(Some(STREAM_CAPSULE))?;
+    // SAFETY: the capsule holds an exported Arrow stream, which is moved out (the capsule's copy
+    // is marked released).
+    let reader = unsafe { RecordBatchStreamReader::from_raw(ptr.as_ptr().cast()) }
+        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+    Ok((schema, batches))
+}
+
+/// Whether `t` holds texts: strings of any offset width, string views, or a dictionary of them.
+fn is_text(t: &DataType) -> bool {
+    match t {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
+        DataType::Dictionary(_, values) => is_text(values),
+        _ => false,
+    }
+}
+
+/// The type of column `name` (a top-level column, or `struct.field` one level down), if the
+/// table has it.
+fn column_type<'a>(schema: &'a Schema, name: &str) -> Option<&'a DataType> {
+    if let Ok(f) = schema.field_with_name(name) {
+        return Some(f.data_type());
+    }
+    let (outer, inner) = name.split_once('.')?;
+    match schema.field_with_name(outer).ok()?.data_type() {
+        DataType::Struct(children) => children
+            .iter()
+            .find(|c| c.name() == inner)
+            .map(|c| c.data_type()),
+        _ => None,
+    }
+}
+
+fn columns_list(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{:?}", f.name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Refuses a text column the table lacks or that does not hold strings, and an id or rank
+/// column it lacks, naming the column and the table's columns.
+fn check_columns(
+    schema: &Schema,
+    texts: &[String],
+    id: Option<&str>,
+    rank: Option<&str>,
+) -> PyResult<()> {
+    for name in texts {
+        match column_type(schema, name) {
+            None => {
+                return Err(PyKeyError::new_err(format!(
+                    "the table has no column {name:?}; its columns: {}",
+                    columns_list(schema)
+                )));
+            }
+            Some(t) if !is_text(t) => {
+                return Err(PyTypeError::new_err(format!(
+                    "column {name:?} holds {t}, not strings: give a string column (or cast \
+                     it, e.g. pyarrow.compute.cast(table[{name:?}], pyarrow.string()))"
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    for (what, name) in [("id_field", id), ("prefer", rank)] {
+        if let Some(name) = name
+            && column_type(schema, name).is_none()
+        {
+            return Err(PyKeyError::new_err(format!(
+                "{what}: the table has no column {name:?}; its columns: {}",
+                columns_list(schema)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Starts `neardup.dedup_table`: both stages over the table `data` exports, on a thread of its
+/// own. `settings` holds `fields` (the text columns) and the other settings by name.
+#[pyfunction]
+#[pyo3(signature = (data, settings = None))]
+pub fn start_dedup_table(
+    data: &Bound<'_, PyAny>,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Run> {
+    let config = table_config(settings)?;
+    let (schema, batches) = import_batches(data)?;
+    check_columns(
+        &schema,
+        &config.input.fields,
+        config.input.id_field.as_deref(),
+        rank_column(&config).as_deref(),
+    )?;
+    // Against saved indexes, the indexed runs' files are numbered first, then the table.
+    let indexed = neardup::against::indexed_names(&config).map_err(to_py)?;
+    let table = ArrowTable::register(&data.get_type().name()?.to_string(), batches);
+    let has_ids = config.input.id_field.is_some();
+    let control = RunControl::watched();
+    let (Some(stage1), Some(stage2)) = (control.stage1.clone(), control.stage2.clone()) else {
+        unreachable!("a watched control has both stages' counters")
+    };
+    let pipeline = Pipeline::new(config)
+        .map_err(to_py)?
+        .with_progress(stage1, stage2)
+        .with_cancel(control.cancel.clone());
+    Run::spawn_output("neardup-table", &control, to_py, move || {
+        run_table(&pipeline, &table, &indexed, has_ids).map(|d| Output::Table(Box::new(d)))
+    })
+}
+
+/// Runs `pipeline` over `table` and gathers one decision per row.
+fn run_table(
+    pipeline: &Pipeline,
+    table: &ArrowTable,
+    indexed: &[String],
+    has_ids: bool,
+) -> Result<TableDecisions, Error> {
+    let rows = table.rows() as usize;
+    let me = indexed.len() as u32;
+    let mut d = TableDecisions {
+        keep: vec![true; rows],
+        reason: vec![u8::MAX; rows],
+        dup_of: vec![-1; rows],
+        similarity: vec![f64::NAN; rows],
+        cluster: vec![-1; rows],
+        ids: has_ids.then(|| (vec![None; rows], vec![None; rows])),
+        indexed_dups: Vec::new(),
+        report: String::new(),
+        undecided: None,
+    };
+    if rows == 0 {
+        // Nothing to decide: a run would fail for want of any text.
+        d.report = "null".into();
+        return Ok(d);
+    }
+    let report = pipeline.run_tables(&[table], &mut |x| {
+        if x.addr.file != me {
+            return;
+        }
+        let row = x.addr.record as usize;
+        d.keep[row] = x.keep;
+        d.reason[row] = reason_code(x.reason);
+        if let Some(s) = x.similarity {
+            d.similarity[row] = s;
+        }
+        match x.dup_of {
+            Some(a) if a.file == me => d.dup_of[row] = a.record as i64,
+            Some(a) => d.indexed_dups.push((
+                row as u64,
+                indexed.get(a.file as usize).cloned().unwrap_or_default(),
+                a.record,
+            )),
+            None => {}
+        }
+        if x.cluster.file == me {
+            d.cluster[row] = x.cluster.record as i64;
+        }
+        if let Some((ids, dup_ids)) = &mut d.ids {
+            ids[row].clone_from(&x.id);
+            dup_ids[row].clone_from(&x.dup_of_id);
+        }
+    })?;
+    d.undecided = d.reason.iter().position(|r| *r == u8::MAX);
+    d.report = crate::run::report_json(&report);
+    Ok(d)
+}
+
+/// The decisions `neardup.dedup_table` made, as numpy columns and lists: `(keep, reason codes,
+/// reason names, dup_of, similarity, cluster, ids, dup_of_ids, indexed_dups, report JSON)`.
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+pub fn table_result<'py>(
+    py: Python<'py>,
+    run: &Run,
+) -> PyResult<(
+    Bound<'py, PyArray1<bool>>,
+    Bound<'py, PyArray1<u8>>,
+    Vec<&'static str>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<i64>>,
+    Option<Ids>,
+    Vec<(u64, String, u64)>,
+    String,
+)> {
+    let Output::Table(d) = run.take(py)? else {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "this run made no table decisions",
+        ));
+    };
+    let d = *d;
+    if let Some(row) = d.undecided {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "no decision was made for row {row} of the table (a bug: please report it)"
+        )));
+    }
+    Ok((
+        d.keep.into_pyarray(py),
+        d.reason.into_pyarray(py),
+        REASONS.to_vec(),
+        d.dup_of.into_pyarray(py),
+        d.similarity.into_pyarray(py),
+        d.cluster.into_pyarray(py),
+        d.ids,
+        d.indexed_dups,
+        d.report,
+    ))
+}
+
+/// A block of a distributed dataset (`neardup.ray.drop_duplicates`) registered under the name
+/// its key table records, so that each step, in whichever process it runs, reads the same input.
+/// Its columns are checked as [`start_dedup_table`] checks a table's.
+fn register_block(
+    data: &Bound<'_, PyAny>,
+    name: &str,
+    config: &neardup::Config,
+) -> PyResult<ArrowTable> {
+    let (schema, batches) = import_batches(data)?;
+    check_columns(
+        &schema,
+        &config.input.fields,
+        config.input.id_field.as_deref(),
+        rank_column(config).as_deref(),
+    )?;
+    ArrowTable::register_as(name, batches).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// The settings of a step over a table: `fields_mode="expand"` is refused (a row would get
+/// several decisions).
+fn table_config(settings: Option<&Bound<'_, PyDict>>) -> PyResult<neardup::Config> {
+    let config = config_from(settings, Scope::NoOutputs)?;
+    if config.input.fields_mode == neardup::FieldsModeKind::Expand {
+        return Err(PyValueError::new_err(
+            "fields_mode=\"expand\" makes one sample per column, so a row would have several \
+             decisions: a table is deduplicated with its columns joined (fields_mode=\"join\")",
+        ));
+    }
+    Ok(config)
+}
+
+/// The column `prefer` ranks by, when it names one.
+fn rank_column(config: &neardup::Config) -> Option<String> {
+    match &config.dedup.prefer {
+        neardup::dedup::Prefer::Field { field, .. } => Some(field.to_string()),
+        _ => None,
+    }
+}
+
+/// Stage 1 of one block of a distributed dataset, registered as `name`: its key table, shard
+/// `shard`.
+#[pyfunction]
+#[pyo3(signature = (data, name, shard, settings = None))]
+pub fn block_keys(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    name: &str,
+    shard: u32,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<crate::tables::KeyTable> {
+    let config = table_config(settings)?;
+    let block = register_block(data, name, &config)?;
+    let step = neardup::KeysStep::with_files(&config, std::slice::from_ref(block.input()), shard)
+        .map_err(to_py)?;
+    let (inner, stats) = py
+        .detach(|| step.table(&RunControl::default()))
+        .map_err(to_py)?;
+    drop(block);
+    Ok(crate::tables::KeyTable::computed(
+        inner,
+        serde_json::to_value(stats).expect("stats serialise"),
+    ))
+}
+
+/// The `sign` step of one block, registered as `name` again (the name its key table records).
+#[pyfunction]
+#[pyo3(signature = (data, name, table, hot, settings = None))]
+pub fn block_sign(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    name: &str,
+    table: PyRef<'_, crate::tables::KeyTable>,
+    hot: PyRef<'_, crate::tables::HotKeys>,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<crate::values::Signed> {
+    let config = table_config(settings)?;
+    let block = register_block(data, name, &config)?;
+    let (table, hot) = (&table.inner, &hot.inner);
+    let (inner, stats) = py
+        .detach(|| neardup::sign(&config, table, hot, &RunControl::default()))
+        .map_err(to_py)?;
+    drop(block);
+    Ok(crate::values::Signed {
+        inner,
+        stats: Some(serde_json::to_value(stats).expect("statistics serialise")),
+    })
+}
+
+/// The `write` step of one block without outputs: the decisions of its rows, as
+/// [`table_result`] gives them; `dup_of` and `cluster` are global row numbers (`row_bases`: the
+/// first global row of each block, in block order).
+#[pyfunction]
+#[pyo3(signature = (data, name, table, hot, decided, row_bases, settings = None))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn block_decisions<'py>(
+    py: Python<'py>,
+    data: &Bound<'py, PyAny>,
+    name: &str,
+    table: PyRef<'py, crate::tables::KeyTable>,
+    hot: PyRef<'py, crate::tables::HotKeys>,
+    decided: Vec<PyRef<'py, crate::values::Decided>>,
+    row_bases: Vec<u64>,
+    settings: Option<&Bound<'py, PyDict>>,
+) -> PyResult<(
+    Bound<'py, PyArray1<bool>>,
+    Bound<'py, PyArray1<u8>>,
+    Vec<&'static str>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<i64>>,
+    Option<Ids>,
+    String,
+)> {
+    let config = table_config(settings)?;
+    let has_ids = config.input.id_field.is_some();
+    let block = register_block(data, name, &config)?;
+    let rows = block.rows() as usize;
+    let shard = table.inner.shard() as usize;
+    let inputs: Vec<neardup::DecidedInput<'_>> = decided
+        .iter()
+        .map(|d| neardup::StepInput::Value(&d.inner))
+        .collect();
+    let (key_table, hot) = (&table.inner, &hot.inner);
+    let mut d = TableDecisions {
+        keep: vec![true; rows],
+        reason: vec![u8::MAX; rows],
+        dup_of: vec![-1; rows],
+        similarity: vec![f64::NAN; rows],
+        cluster: vec![-1; rows],
+        ids: has_ids.then(|| (vec![None; rows], vec![None; rows])),
+        indexed_dups: Vec::new(),
+        report: String::new(),
+        undecided: None,
+    };
+    let global = |a: neardup::corpus::SampleAddr| -> i64 {
+        row_bases
+            .get(a.file as usize)
+            .map_or(-1, |base| (base + a.record) as i64)
+    };
+    let report = py
+        .detach(|| {
+            neardup::write_shard_with(
+                &config,
+                key_table,
+                hot,
+                &inputs,
+                &RunControl::default(),
+                &mut |x| {
+                    if x.addr.file as usize != shard {
+                        return;
+                    }
+                    let row = x.addr.record as usize;
+                    d.keep[row] = x.keep;
+                    d.reason[row] = reason_code(x.reason);
+                    if let Some(s) = x.similarity {
+                        d.similarity[row] = s;
+                    }
+                    if let Some(a) = x.dup_of {
+                        d.dup_of[row] = global(a);
+                    }
+                    d.cluster[row] = global(x.cluster);
+                    if let Some((ids, dup_ids)) = &mut d.ids {
+                        ids[row].clone_from(&x.id);
+                        dup_ids[row].clone_from(&x.dup_of_id);
+                    }
+                },
+            )
+        })
+        .map_err(to_py)?;
+    drop(block);
+    if let Some(row) = d.reason.iter().position(|r| *r == u8::MAX) {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+            "no decision was made for row {row} of block {name} (a bug: please report it)"
+        )));
+    }
+    Ok((
+        d.keep.into_pyarray(py),
+        d.reason.into_pyarray(py),
+        REASONS.to_vec(),
+        d.dup_of.into_pyarray(py),
+        d.similarity.into_pyarray(py),
+        d.cluster.into_pyarray(py),
+        d.ids,
+        crate::run::report_json(&report),
+    ))
+}
