@@ -75,7 +75,9 @@ pub use error::{
     SettingsFileProblem, StepKind, StepOutputsError,
 };
 pub use neardup_exec::CancelToken;
-pub use paths::{NamedPath, PathConflict, PathConflicts, RunPaths, SourceRelation, Unwritable};
+pub use paths::{
+    NamedPath, PathConflict, PathConflicts, PreparedDirs, RunPaths, SourceRelation, Unwritable,
+};
 pub use pipeline::{
     DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,
     discover_inputs, discover_inputs_and_sources, keys_config, save_json, stage2_config,

@@ -281,7 +281,7 @@ class Signed:
         """HotKeys.fingerprint of the hot keys it was signed with."""
     @property
     def manifest(self) -> Dict[str, Any]:
-        """The manifest (manifest.json of the directory)."""
+        """The manifest (the fields of manifest.json of the directory but its checksum)."""
     @property
     def stats(self) -> Optional[Dict[str, Any]]:
         """The pass's statistics for a value just signed; None for one read back."""
@@ -329,7 +329,7 @@ class Decided:
         """HotKeys.fingerprint of the hot keys it was decided with."""
     @property
     def manifest(self) -> Dict[str, Any]:
-        """The manifest (manifest.json of the directory)."""
+        """The manifest (the fields of manifest.json of the directory but its checksum)."""
     def shard(self, place: int) -> "Decided":
         """This group's part for the shard at place `place`: what write of that shard needs."""
     def save(self, path: _Path) -> None:
