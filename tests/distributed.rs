@@ -205,6 +205,12 @@ fn data_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     out
 }
 
+/// The manifest at `path`, or `None` when there is none.
+fn manifest(path: &Path) -> Option<serde_json::Value> {
+    let bytes = std::fs::read(path).ok()?;
+    Some(serde_json::from_slice(&bytes).unwrap())
+}
+
 struct Run<'a> {
     work: &'a Path,
     /// Stage-1 flags (also given to every later step).
@@ -363,6 +369,18 @@ impl Run<'_> {
             one_outputs.keys().collect::<Vec<_>>()
         );
         assert!(outputs == one_outputs, "outputs differ from the single run");
+        // The whole output's manifest, published by the last write step, lists what the one
+        // process's lists.
+        let listed = |dir: &str| {
+            let m = manifest(&self.work.join(dir).join("_SUCCESS"))
+                .unwrap_or_else(|| panic!("{dir} has no _SUCCESS"));
+            m["files"].clone()
+        };
+        assert_eq!(
+            listed("OUT"),
+            listed("one"),
+            "the manifests list other files"
+        );
         // The decisions hold real work: near and exact drops.
         let text = String::from_utf8(one_decisions).unwrap();
         assert!(
@@ -903,6 +921,212 @@ fn write_steps_share_one_output_directory_safely() {
     let o = write0(&["--overwrite"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(data_files(&out), before);
+}
+
+/// A Parquet input read in other blocks by the steps than by one process (here its key table
+/// was planned in smaller chunks; on real corpora a shard alone is planned otherwise than the
+/// whole input) is written byte for byte as one process writes it: the encoder's pages are cut
+/// where the kept rows say, not where the blocks ended.
+#[test]
+fn parquet_outputs_do_not_depend_on_the_blocks_the_steps_read() {
+    use arrow_array::{ArrayRef, RecordBatch, StringArray};
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("in");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = Rng(29);
+    let mut letters = |n: usize| -> String {
+        (0..n)
+            .map(|_| (b'a' + rng.below(26) as u8) as char)
+            .collect()
+    };
+    // Row groups of small then large texts, of other row counts each, so that chunks of about
+    // 1 MiB (one process) and of 64 KiB (the steps) group them differently, and the output's
+    // row groups (of the largest input row group's rows) hold several 1 MB pages of text.
+    let path = dir.join("p.parquet");
+    let file = std::fs::File::create(&path).unwrap();
+    let schema = Arc::new(arrow_schema::Schema::new(vec![
+        arrow_schema::Field::new("id", arrow_schema::DataType::Utf8, false),
+        arrow_schema::Field::new("text", arrow_schema::DataType::Utf8, false),
+    ]));
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), None).unwrap();
+    let mut row = 0;
+    let mut last = String::new();
+    for (rows, size) in [
+        (1500, 100),
+        (300, 3000),
+        (300, 3000),
+        (200, 4000),
+        (300, 2000),
+    ] {
+        let mut ids = Vec::new();
+        let mut texts = Vec::new();
+        for _ in 0..rows {
+            // Every fifth text repeats the one before: exact copies to drop.
+            if row % 5 != 4 {
+                last = letters(size / 2 + rng_len(row, size));
+            }
+            ids.push(format!("p-{row}"));
+            texts.push(last.clone());
+            row += 1;
+        }
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(ids)) as ArrayRef,
+                Arc::new(StringArray::from(texts)) as ArrayRef,
+            ],
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+        w.flush().unwrap();
+    }
+    w.close().unwrap();
+    let a = dir.join("a.jsonl");
+    let mut lines = Vec::new();
+    for i in 0..50 {
+        writeln!(lines, "{}", serde_json::json!({"id": format!("a-{i}"), "text": format!("short text number {}", i % 20)})).unwrap();
+    }
+    std::fs::write(&a, lines).unwrap();
+    let files = vec![a, path];
+
+    let work = tmp.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    let one = Run {
+        work: &work,
+        keys_flags: &[],
+        decide_flags: &[],
+    };
+    let (one_decisions, one_outputs) = one.single(&files);
+    let settings = work.join("small-chunks.toml");
+    std::fs::write(&settings, "[keys]\nchunk_bytes = 65536\n").unwrap();
+    let settings = settings.to_str().unwrap().to_string();
+    let flags = ["--config", settings.as_str()];
+    let steps = Run {
+        work: &work,
+        keys_flags: &flags,
+        decide_flags: &[],
+    };
+    let (tables, hot) = steps.keys_and_hot(&split(&files, 2), 2);
+    let sigs = steps.sign(&tables, &hot);
+    let decided = steps.decide(&sigs, &hot, 2);
+    let (decisions, outputs) = steps.write(&tables, &hot, &decided);
+    assert!(decisions == one_decisions, "the steps decided otherwise");
+    assert!(
+        String::from_utf8_lossy(&decisions).contains("\"reason\":\"exact\""),
+        "nothing was dropped"
+    );
+    let (p, q) = (
+        &outputs[Path::new("p.parquet")],
+        &one_outputs[Path::new("p.parquet")],
+    );
+    assert!(
+        p == q,
+        "the steps' Parquet output differs from one process's ({} and {} bytes)",
+        p.len(),
+        q.len()
+    );
+}
+
+/// A text length's spread for [`parquet_outputs_do_not_depend_on_the_blocks_the_steps_read`].
+fn rng_len(row: usize, size: usize) -> usize {
+    (row * 7919) % size
+}
+
+/// The whole output's `_SUCCESS` appears once the last shard's `write` step is in, never before;
+/// it lists every shard's files in shard order, goes as a shard writes its files again and comes
+/// back when that shard is in; a `_SUCCESS` that is not neardup's is refused before any work.
+#[test]
+fn the_last_write_step_publishes_the_whole_outputs_manifest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let files = corpus(&tmp.path().join("in"), 37, 400, 20);
+    let work = tmp.path().join("w");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = Run {
+        work: &work,
+        keys_flags: &[],
+        decide_flags: &[],
+    };
+    let shards = split(&files, 4);
+    let (tables, hot) = run.keys_and_hot(&shards, 2);
+    let sigs = run.sign(&tables, &hot);
+    let decided = run.decide(&sigs, &hot, 2);
+    let out = work.join("OUT");
+    let write = |i: usize, extra: &[&str]| {
+        exec(
+            neardup()
+                .arg("write")
+                .arg(&tables[i])
+                .arg("--hot")
+                .arg(&hot)
+                .arg("--decided")
+                .args(&decided)
+                .arg("-o")
+                .arg(&out)
+                .args(extra),
+        )
+    };
+    let whole = out.join("_SUCCESS");
+    // Out of order: the output is whole only with the last of them.
+    for i in [3, 0, 2] {
+        let o = write(i, &[]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(!whole.exists(), "_SUCCESS before every shard was in");
+    }
+    let o = write(1, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let m = manifest(&whole).expect("no _SUCCESS once every shard was in");
+    assert_eq!(m["format"], "neardup-manifest");
+    assert_eq!(m["distributed"]["shards"], 4);
+    let mut expected = Vec::new();
+    for i in 0..4 {
+        let shard = manifest(&out.join(format!("_SUCCESS.shard-{i:05}"))).unwrap();
+        assert_eq!(shard["distributed"]["shard"], i);
+        assert_eq!(shard["distributed"]["dataset"], m["distributed"]["dataset"]);
+        expected.extend(shard["files"].as_array().unwrap().iter().cloned());
+    }
+    assert_eq!(m["files"], serde_json::Value::Array(expected.clone()));
+    let data = data_files(&out);
+    let listed: Vec<PathBuf> = expected
+        .iter()
+        .map(|f| PathBuf::from(f["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        data.keys()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        listed.iter().cloned().collect(),
+        "_SUCCESS does not list exactly the data files"
+    );
+    for f in &expected {
+        let path = f["path"].as_str().unwrap();
+        assert_eq!(
+            data[Path::new(path)].len() as u64,
+            f["bytes"].as_u64().unwrap()
+        );
+    }
+
+    // A shard written again: the whole manifest is published again once it is in, listing the
+    // same files.
+    let o = write(1, &["--overwrite"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(manifest(&whole).unwrap()["files"], m["files"]);
+
+    // A shard that fails before its commit leaves the whole output's manifest as it was.
+    let o = write(0, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(manifest(&whole).unwrap()["files"], m["files"]);
+
+    // Hadoop's empty marker is not neardup's: a write step refuses to change what it vouches for.
+    std::fs::write(&whole, b"").unwrap();
+    let o = write(0, &["--overwrite"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("not a neardup manifest"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(&whole).unwrap(), b"");
+    assert_eq!(data_files(&out), data);
 }
 
 /// How much a record is preferred under `--prefer` (higher is kept), with input order breaking

@@ -283,6 +283,37 @@ pub fn chunk_bytes_within(memory_limit: u64) -> u64 {
     (memory_limit / 512).max(1 << 20)
 }
 
+/// What a run with `threads` worker threads holds beside what `memory_limit` bounds (the
+/// memory that grows with the corpus, and spills): the program and its allocator, and per thread
+/// the blocks it reads and prepares with their readers' buffers; the writers' buffers. A limit
+/// below it is said before a run starts (it will use about this much more). Measured: see
+/// docs/tuning.md, "Memory limit and spilling".
+pub fn memory_floor(threads: usize) -> u64 {
+    (24 << 20) + (4 << 20) * threads as u64
+}
+
+/// The bytes of read blocks a run under [`KeysSettings::memory_limit`] holds at most between
+/// reading them and being done with them (prepared, or waiting for their turn; see
+/// `neardup_exec::ExecOptions::block_memory`): an eighth of it, whatever the thread count and the
+/// size of a chunk (a Parquet row group decodes to several times its bytes on disk). What
+/// preparing adds to a block (decoded texts, signatures, shingle sets) comes on top, a few times
+/// its bytes for hot samples.
+pub fn block_memory_within(memory_limit: u64) -> u64 {
+    (memory_limit / 8).max(1)
+}
+
+/// The size of a read block under [`KeysSettings::memory_limit`] with `threads` workers: four per
+/// thread (read, being prepared, waiting for their turn, waiting for the writer) within
+/// [`block_memory_within`], from 64 KiB up to the default 4 MiB. Smaller blocks change nothing a run decides or writes (the Parquet writer
+/// regroups rows, see `neardup_corpus::FileWriter`).
+pub fn block_bytes_within(memory_limit: u64, threads: usize) -> usize {
+    let per_block = block_memory_within(memory_limit) / (4 * threads.max(1) as u64);
+    per_block.clamp(
+        64 << 10,
+        neardup_corpus::ReadOptions::DEFAULT_BLOCK_BYTES as u64,
+    ) as usize
+}
+
 /// Stage 2's settings as a run's [`Config`] holds them (the section `dedup`); the dedup crate
 /// takes them as the decision core's `DeduperConfig` ([`Config::deduper_config`]) inside the
 /// pass's `Stage2Config` ([`crate::stage2_config`]).

@@ -319,9 +319,7 @@ fn sign_into(
     let mut paths = RunPaths::new();
     paths.read_inputs(&inputs);
     table.read_paths(&mut paths);
-    if let Some(dir) = &config.keys.spill_dir {
-        paths.spill_dir(dir);
-    }
+    paths.config_spill_dir(config);
     let all: Vec<u32> = (0..groups).collect();
     let targets = out.map(|dir| StepFiles::plan::<SignManifest>(dir, &all, &mut paths));
     paths.check()?;
@@ -477,11 +475,9 @@ fn decide_into(
     for g in &given {
         g.read_paths(group, "the sign output", &mut paths);
     }
-    if let Some(dir) = &config.keys.spill_dir {
-        paths.spill_dir(dir);
-    }
     let all: Vec<u32> = (0..shards).collect();
     let targets = out.map(|dir| StepFiles::plan::<DecideManifest>(dir, &all, &mut paths));
+    paths.config_spill_dir(config);
     paths.check()?;
     // Representatives spill there under a memory limit.
     let _spill_dirs = paths.prepare()?;
@@ -590,7 +586,25 @@ pub fn decide(
 
 /// The manifest name a `write` step publishes its files under in a shared output directory.
 pub fn write_manifest_name(place: &ShardPlace) -> String {
-    format!("_SUCCESS.shard-{:05}", place.index)
+    neardup_corpus::shard_manifest_name(place.index)
+}
+
+/// Publishes the whole output's manifest `_SUCCESS` in `dir`, the output directory (or prefix)
+/// the `write` steps of the distributed run whose hot-key file has fingerprint `hot_fingerprint`
+/// share, once every shard's manifest is in; returns it, or `None` while a shard is missing.
+/// The last `write` step does this itself; a driver calls it once every step is done, so that
+/// an output whose last step died between its commit and this is made whole too.
+pub fn publish_output(
+    dir: &Path,
+    hot_fingerprint: u64,
+) -> Result<Option<neardup_corpus::Manifest>, Error> {
+    neardup_corpus::publish_whole(dir, &output_dataset_id(hot_fingerprint)).map_err(publish_error)
+}
+
+/// The id the manifests of a distributed run's output share ([`neardup_corpus::Distributed`]):
+/// the fingerprint of the hot-key file every step of the run checked its inputs against.
+pub fn output_dataset_id(hot_fingerprint: u64) -> String {
+    format!("{hot_fingerprint:016x}")
 }
 
 /// The `write` step: re-reads the inputs of the shard whose key table is `table` (a file or a
@@ -695,6 +709,12 @@ pub fn write_shard_with<'a>(
             }),
         manifest: write_manifest_name(&place),
         shared_output: true,
+        // The last shard in publishes the whole output's `_SUCCESS`.
+        shard: Some(neardup_corpus::Distributed {
+            dataset: output_dataset_id(fingerprint),
+            shards: place.shards,
+            shard: Some(place.index),
+        }),
         outputs: inputs.iter().map(|f| f.relative.clone()).collect(),
         decisions: config.output.decisions.clone(),
         report: config.output.report.clone(),

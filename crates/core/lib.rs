@@ -64,12 +64,12 @@ mod steps;
 pub use config::{
     Config, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers, LshWeights,
     MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings,
-    UnknownPreset, chunk_bytes_within, decision_memory,
+    UnknownPreset, block_bytes_within, block_memory_within, chunk_bytes_within, decision_memory,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
-    TableInput, decide, decide_group_dirs, sign, sign_shard, write_manifest_name, write_shard,
-    write_shard_with,
+    TableInput, decide, decide_group_dirs, output_dataset_id, publish_output, sign, sign_shard,
+    write_manifest_name, write_shard, write_shard_with,
 };
 pub use error::{
     ConfigError, CorruptValue, Error, IndexUseError, InputsError, IoOp, IoTarget, SettingChange,

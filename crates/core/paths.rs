@@ -42,6 +42,9 @@ pub struct RunPaths {
     /// Input files, with what each is (`"the input file"`, `"the key table"`, …).
     inputs: Vec<(Cow<'static, str>, PathBuf)>,
     outputs: Vec<Output>,
+    /// The run's memory limit and worker threads, when it has a limit: one below what the run
+    /// needs beside what it spills is said before any work ([`RunPaths::prepare`]).
+    memory: Option<(u64, usize)>,
 }
 
 #[derive(Debug)]
@@ -156,6 +159,42 @@ impl RunPaths {
         self
     }
 
+    /// The directory a run configured by `config` makes spill files in: `keys.spill_dir`, or,
+    /// under a memory limit, the system's temporary directory (where they go without one), so
+    /// that a limit the run could not keep fails it before any work ([`RunPaths::prepare`]).
+    pub fn config_spill_dir(&mut self, config: &Config) -> &mut Self {
+        self.spill_location(
+            config.keys.spill_dir.as_deref(),
+            config.keys.memory_limit,
+            config.run.threads,
+        )
+    }
+
+    /// [`RunPaths::config_spill_dir`] of a run whose spill directory is `spill_dir`, whose
+    /// memory limit is `memory_limit` and whose worker threads are `threads` (0: all cores).
+    pub fn spill_location(
+        &mut self,
+        spill_dir: Option<&Path>,
+        memory_limit: Option<u64>,
+        threads: usize,
+    ) -> &mut Self {
+        self.memory = memory_limit.map(|limit| (limit, threads));
+        match (spill_dir, memory_limit) {
+            (Some(dir), _) => self.spill_dir(dir),
+            (None, Some(_)) => {
+                self.outputs.push(Output {
+                    what: "the spill directory (the system's temporary directory, TMPDIR; \
+                           --spill-dir sets another)"
+                        .to_string(),
+                    path: std::env::temp_dir(),
+                    kind: OutputKind::SpillDir,
+                });
+                self
+            }
+            (None, None) => self,
+        }
+    }
+
     /// Everything a run configured by `config` writes: the dataset directory (holding an output
     /// for each of `files`), the decisions file, the report and the spill directory.
     pub fn write_config_outputs(&mut self, config: &Config, files: &[InputFile]) -> &mut Self {
@@ -174,10 +213,7 @@ impl RunPaths {
         for p in &config.dedup.against {
             self.read_file("the index (--against)", p);
         }
-        if let Some(dir) = &config.keys.spill_dir {
-            self.spill_dir(dir);
-        }
-        self
+        self.config_spill_dir(config)
     }
 
     /// Checks every output against every input and every other output, and that each can be
@@ -211,30 +247,44 @@ impl RunPaths {
     }
 
     /// Makes what the run needs before it starts and after [`RunPaths::check`] passed: a missing
-    /// spill directory is created (with its parents). Hold what it returns for the run: dropped,
-    /// it removes again the directories it made that are empty then, so a run leaves no empty
-    /// spill directory behind.
+    /// spill directory is created (with its parents), and one spill file is made there and
+    /// dropped: spill files are unnamed files made as the run goes, and a directory that cannot
+    /// take them (a read-only mount, a missing `TMPDIR`, a file system without unnamed files)
+    /// fails the run now, not halfway or by a run that goes on without its memory limit. Hold
+    /// what it returns for the run: dropped, it removes again the directories it made that are
+    /// empty then, so a run leaves no empty spill directory behind.
     pub fn prepare(&self) -> Result<PreparedDirs, Error> {
+        if let Some((limit, threads)) = self.memory {
+            let threads = neardup_exec::ExecOptions::threads(threads).threads;
+            let floor = crate::config::memory_floor(threads);
+            if limit < floor {
+                tracing::warn!(
+                    "--memory-limit {}: a run on {threads} thread{} needs about {} beside what \
+                     grows with the corpus (the program, the blocks being read and prepared, \
+                     readers' and writers' buffers; see docs/tuning.md, \"Memory limit and \
+                     spilling\"), so it will use about {}: everything that can spill spills",
+                    mib(limit),
+                    if threads == 1 { "" } else { "s" },
+                    mib(floor),
+                    mib(floor + limit),
+                );
+            }
+        }
         let mut prepared = PreparedDirs::default();
         for out in &self.outputs {
             if let OutputKind::SpillDir = out.kind {
+                let failed = |what: String| move |e| Error::io(IoOp::Create { what }, &out.path, e);
                 let mut missing = Vec::new();
                 let mut at = Some(out.path.as_path());
                 while let Some(dir) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
                     missing.push(dir.to_path_buf());
                     at = dir.parent();
                 }
-                std::fs::create_dir_all(&out.path).map_err(|e| {
-                    Error::io(
-                        IoOp::Create {
-                            what: out.what.clone(),
-                        },
-                        &out.path,
-                        e,
-                    )
-                })?;
+                std::fs::create_dir_all(&out.path).map_err(failed(out.what.clone()))?;
                 // Deepest first, the order they are removed in.
                 prepared.made.extend(missing);
+                tempfile::tempfile_in(&out.path)
+                    .map_err(failed(format!("a spill file in {}", out.what)))?;
             }
         }
         Ok(prepared)
@@ -1137,6 +1187,11 @@ fn writable(out: &Output, r: &Resolved) -> Result<(), PathConflict> {
         return Err(unwritable(dir, Unwritable::NotADirectory));
     }
     access_write(dir).map_err(|e| unwritable(dir, Unwritable::Refused(e)))
+}
+
+/// `bytes` in MiB, as messages give sizes.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 /// `access(2)` for writing and searching a directory: honours permissions, ACLs and read-only

@@ -418,6 +418,11 @@ pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
             .min(crate::chunk_bytes_within(limit)),
         None => config.keys.chunk_bytes,
     };
+    if let Some(limit) = config.keys.memory_limit {
+        let threads = neardup_exec::ExecOptions::threads(config.run.threads).threads;
+        k.block_bytes = crate::config::block_bytes_within(limit, threads);
+        k.block_memory = Some(crate::config::block_memory_within(limit));
+    }
     k.memory_limit = config.keys.memory_limit;
     k.spill_dir = config.keys.spill_dir.clone();
     k.on_error = config.run.on_error;
@@ -439,6 +444,7 @@ pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
         sort_memory: config.sort_memory(),
         threads: config.run.threads,
         block_bytes: k.block_bytes,
+        block_memory: k.block_memory,
         on_error: config.run.on_error,
         output: config.output.dir.as_ref().map(|dir| OutputOptions {
             dir: dir.clone(),

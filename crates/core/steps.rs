@@ -155,11 +155,17 @@ impl KeysStep {
         let mut paths = RunPaths::new();
         paths
             .read_discovered(&self.inputs)
-            .write_file("the key table (--output)", table);
+            .write_file("the key table (--output)", table)
+            .spill_location(
+                self.keys.spill_dir.as_deref(),
+                self.keys.memory_limit,
+                self.keys.threads,
+            );
         if let Some(r) = report {
             paths.write_file("the report (--report)", r);
         }
         paths.check()?;
+        let _spill_dirs = paths.prepare()?;
         for p in &self.problems {
             tracing::warn!("input problem: {p}");
         }
@@ -233,9 +239,7 @@ impl<'a> HotStep<'a> {
         for p in &self.config.dedup.against {
             paths.read_file("the index (--against)", p);
         }
-        if let Some(dir) = &self.config.keys.spill_dir {
-            paths.spill_dir(dir);
-        }
+        paths.config_spill_dir(self.config);
         paths
     }
 

@@ -271,6 +271,16 @@ impl Block {
         }
     }
 
+    /// The memory the block holds: its buffer (JSONL), or its decoded columns (Parquet).
+    pub fn memory_bytes(&self) -> u64 {
+        match &self.data {
+            BlockData::Jsonl { bytes, starts } => {
+                (bytes.len() + starts.capacity() * size_of::<usize>()) as u64
+            }
+            BlockData::Parquet { batch, .. } => batch.get_array_memory_size() as u64,
+        }
+    }
+
     /// Input bytes this block covers (JSONL: raw line bytes incl. newlines, decompressed;
     /// Parquet: the text columns' value bytes) — used for MB/s.
     pub fn input_bytes(&self) -> u64 {

@@ -68,8 +68,9 @@ pub use discover::{
 pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
 pub use publish::{
-    AtomicFile, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication, PublishOptions,
-    Published, RunId, ScratchDir, ScratchFile, read_manifest, special_node,
+    AtomicFile, Distributed, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
+    PublishOptions, Published, RunId, ScratchDir, ScratchFile, publish_whole, read_manifest,
+    shard_manifest_name, special_node,
 };
 pub use read::{ChunkReader, read_chunk, record_fields, reread_chunk};
 pub use select::{DEFAULT_SEPARATOR, FieldPath, FieldPathError, FieldsMode, TextSelector};

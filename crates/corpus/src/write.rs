@@ -1,7 +1,7 @@
 //! Writing filtered copies of input files into a run's staging directory, optionally split into
 //! size-bounded parts; [`crate::Publication`] publishes them.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -22,8 +22,13 @@ use crate::format::{Compression, Format, InputFile, format_suffix_len};
 
 /// Buffer between encoders and the temp file; large writes keep syscalls rare.
 const WRITE_BUF: usize = 1 << 20;
-/// Rows per Parquet write when splitting, so a part can end close to the size limit.
-const SPLIT_SLICE_ROWS: usize = 1024;
+/// Rows per write to a Parquet encoder. The encoder cuts a column's pages (and checks their size)
+/// within each write on its own, so writes of whatever rows the blocks happened to hold would cut
+/// pages where the blocks ended, and blocks end in other places when the same file is read in
+/// other chunks (a shard of a distributed run, another `chunk_bytes`). Kept rows are regrouped
+/// into writes of exactly this many rows counted from a part's start, so the bytes depend on the
+/// kept rows alone. Also how finely a split part's size is checked.
+const PARQUET_WRITE_ROWS: usize = 1024;
 
 /// Where and how outputs are written.
 #[derive(Clone, Debug)]
@@ -421,6 +426,10 @@ struct ParquetSink {
     writer: Option<ArrowWriter<OutFile>>,
     /// In-memory bytes given to the current part's writer, to estimate its encoded ratio.
     mem_in: u64,
+    /// Kept rows not yet given to the writer (fewer than [`PARQUET_WRITE_ROWS`] between blocks),
+    /// in order.
+    pending: VecDeque<RecordBatch>,
+    pending_rows: usize,
     /// Footer size estimate: a fixed part (schema, key-value metadata) plus a part per row group
     /// (column chunk metadata with truncated statistics), which the encoder's running size omits.
     footer_base: u64,
@@ -473,6 +482,8 @@ impl ParquetSink {
             props: b.build(),
             writer: None,
             mem_in: 0,
+            pending: VecDeque::new(),
+            pending_rows: 0,
             // The embedded Arrow schema is about as large as the input's; 256 bytes per leaf
             // covers a column chunk's metadata with two 64-byte statistics values.
             footer_base: 1024 + kv_bytes + 64 * leaves,
@@ -495,6 +506,29 @@ impl ParquetSink {
             self.mem_in = 0;
         }
         Ok(self.writer.as_mut().expect("just created"))
+    }
+
+    /// Takes the first `n` pending rows (at most `pending_rows`) as one batch.
+    fn take_pending(&mut self, n: usize) -> Result<RecordBatch, arrow_schema::ArrowError> {
+        let mut pieces = Vec::new();
+        let mut need = n;
+        while need > 0 {
+            let front = self.pending.pop_front().expect("n <= pending_rows");
+            if front.num_rows() > need {
+                self.pending
+                    .push_front(front.slice(need, front.num_rows() - need));
+                pieces.push(front.slice(0, need));
+                need = 0;
+            } else {
+                need -= front.num_rows();
+                pieces.push(front);
+            }
+        }
+        self.pending_rows -= n;
+        match pieces.len() {
+            1 => Ok(pieces.pop().expect("one piece")),
+            _ => arrow_select::concat::concat_batches(&self.schema, &pieces),
+        }
     }
 
     /// Estimated final size of the current part if `mem` more in-memory bytes were added.
@@ -718,25 +752,39 @@ impl FileWriter {
         let filtered = filtered
             .with_schema(sink.schema.clone())
             .map_err(|e| WriteError::new(&base, "invalid_block", e.to_string()))?;
-        let step = if self.max.is_some() {
-            SPLIT_SLICE_ROWS
-        } else {
-            filtered.num_rows().max(1)
-        };
-        let mut off = 0;
-        while off < filtered.num_rows() {
-            let slice = filtered.slice(off, step.min(filtered.num_rows() - off));
-            off += slice.num_rows();
-            let mem = slice.get_array_memory_size() as u64;
+        if filtered.num_rows() > 0 {
+            sink.pending_rows += filtered.num_rows();
+            sink.pending.push_back(filtered);
+        }
+        self.write_pending(PARQUET_WRITE_ROWS)
+    }
+
+    /// Gives the writer the pending rows in writes of [`PARQUET_WRITE_ROWS`], while at least
+    /// `min_rows` are pending (1 at the end: the last write takes what is left).
+    fn write_pending(&mut self, min_rows: usize) -> Result<(), WriteError> {
+        let base = self.base();
+        loop {
+            let Sink::Parquet(sink) = &mut self.sink else {
+                unreachable!("write_pending is only called for Parquet sinks");
+            };
+            if sink.pending_rows < min_rows.max(1) {
+                return Ok(());
+            }
+            let slice = sink
+                .take_pending(sink.pending_rows.min(PARQUET_WRITE_ROWS))
+                .map_err(|e| WriteError::new(&base, "parquet", e.to_string()))?;
+            // The rows' own bytes, not the buffers they are a slice of (which depend on the
+            // block they came in).
+            let mem = slice
+                .columns()
+                .iter()
+                .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+                .sum::<u64>();
             if let Some(max) = self.max
                 && self.part_records > 0
+                && sink.projected(mem) > max
             {
-                let Sink::Parquet(sink) = &self.sink else {
-                    unreachable!("checked above");
-                };
-                if sink.projected(mem) > max {
-                    self.close_part()?;
-                }
+                self.close_part()?;
             }
             let part = self.parts.len();
             let (staged, shown) = (self.staging.join(self.part_rel(part)), self.shown(part));
@@ -750,7 +798,6 @@ impl FileWriter {
             self.records += slice.num_rows() as u64;
             self.part_records += slice.num_rows() as u64;
         }
-        Ok(())
     }
 
     /// Finishes the current part's encoder and fsyncs it.
@@ -786,6 +833,9 @@ impl FileWriter {
     /// Flushes and fsyncs every part, ready to be published; an input with no kept record still
     /// gets one (empty, valid) output file.
     pub fn finish(mut self) -> Result<WrittenFile, WriteError> {
+        if matches!(self.sink, Sink::Parquet(_)) {
+            self.write_pending(1)?;
+        }
         let has_open = match &self.sink {
             Sink::Jsonl(s) => s.enc.is_some(),
             Sink::Parquet(s) => s.writer.is_some(),
@@ -858,6 +908,106 @@ mod tests {
         assert!(local.written - local.writeback_from < WRITEBACK_BYTES);
         assert_eq!(out.finish().unwrap(), want.len() as u64);
         assert_eq!(std::fs::read(&path).unwrap(), want);
+    }
+
+    /// Writes `batch`'s rows as blocks of the given sizes (each block keeping the rows `keep`
+    /// says) through a [`FileWriter`] for the Parquet input `input`; returns the output's bytes.
+    fn parquet_output(
+        input: &InputFile,
+        batch: &RecordBatch,
+        blocks: &[usize],
+        keep: impl Fn(usize) -> bool,
+        max: Option<u64>,
+    ) -> Vec<Vec<u8>> {
+        let dir = tempfile::tempdir().unwrap();
+        let staging = dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        let out = OutputDir::staged(dir.path().to_path_buf(), staging.clone(), max);
+        let mut w = out.file_writer(input).unwrap();
+        let mut at = 0;
+        for &n in blocks.iter().cycle() {
+            if at >= batch.num_rows() {
+                break;
+            }
+            let n = n.min(batch.num_rows() - at);
+            let block = Block {
+                file: 0,
+                chunk_seq: 0,
+                first_record: at as u64,
+                data: BlockData::Parquet {
+                    batch: batch.slice(at, n),
+                    text_bytes: 0,
+                    full: true,
+                    texts_only: false,
+                },
+            };
+            let mask: Vec<bool> = (at..at + n).map(&keep).collect();
+            w.write_block(&block, &mask).unwrap();
+            at += n;
+        }
+        let written = w.finish().unwrap();
+        written
+            .paths
+            .iter()
+            .map(|p| std::fs::read(staging.join(p.strip_prefix(dir.path()).unwrap())).unwrap())
+            .collect()
+    }
+
+    /// The bytes of a Parquet output depend on the rows kept, never on the blocks they came in
+    /// (a distributed run's `write` step reads a shard in other blocks than one process reads
+    /// the whole input): pages are cut at the same rows, split parts end at the same rows.
+    #[test]
+    fn parquet_bytes_do_not_depend_on_the_blocks() {
+        use arrow_array::{ArrayRef, Int64Array, StringArray};
+        let dir = tempfile::tempdir().unwrap();
+        let rows = 3000;
+        // Texts of 200 to 5,000 bytes, so a row group's text column passes the 1 MB page limit
+        // several times and not at fixed row counts.
+        let mut state = 7u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            state >> 33
+        };
+        let texts: Vec<String> = (0..rows)
+            .map(|i| {
+                let len = 200 + (next() % 4800) as usize;
+                (0..len)
+                    .map(|_| (b'a' + (next() % 26) as u8) as char)
+                    .collect::<String>()
+                    + &i.to_string()
+            })
+            .collect();
+        let batch = RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)) as ArrayRef,
+            ),
+            ("text", Arc::new(StringArray::from(texts)) as ArrayRef),
+        ])
+        .unwrap();
+        let path = dir.path().join("in.parquet");
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(2000))
+            .build();
+        let mut w = ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+            .unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let input = InputFile::detect(&path, Path::new("in.parquet"), None).unwrap();
+        let keep = |i: usize| i % 7 != 3;
+        for max in [None, Some(2_000_000)] {
+            let one = parquet_output(&input, &batch, &[rows], keep, max);
+            assert!(max.is_none() || one.len() > 1, "no split at {max:?}");
+            for blocks in [&[1000][..], &[333, 17, 1500], &[1], &[2999, 1]] {
+                let other = parquet_output(&input, &batch, blocks, keep, max);
+                assert!(
+                    other == one,
+                    "blocks of {blocks:?} rows (split at {max:?}) changed the bytes"
+                );
+            }
+        }
     }
 
     #[test]

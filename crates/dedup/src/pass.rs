@@ -58,6 +58,9 @@ pub struct Stage2Config {
     pub threads: usize,
     /// Target size of one read block.
     pub block_bytes: usize,
+    /// Bytes of blocks read and not yet decided at most (see
+    /// [`neardup_exec::ExecOptions::block_memory`]); `None`: bounded by the look-ahead only.
+    pub block_memory: Option<u64>,
     /// Bad input policy.
     pub on_error: OnError,
     /// Where the filtered dataset goes (none: decide only).

@@ -427,6 +427,10 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
         job.row_base
     }
 
+    fn block_bytes(&self, block: &Block) -> u64 {
+        block.memory_bytes()
+    }
+
     /// Counting a shared block's texts costs a parse, but lets the next block start before this
     /// one is signed.
     fn advance(&self, block: &Block) -> u64 {

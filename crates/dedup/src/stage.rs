@@ -364,7 +364,10 @@ pub(crate) fn run_stage2<R: HotRoute>(
     };
 
     let window = threads * 2;
-    let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(8);
+    // Blocks decided and waiting for the writer are no longer counted in the executor's block
+    // memory: under a bound, only a couple of them wait.
+    let queued_for_writer = if cfg.block_memory.is_some() { 2 } else { 8 };
+    let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(queued_for_writer);
     let (spare_tx, spare_rx) = crossbeam_channel::bounded::<RecycledBuffers>(window);
     let prep = PrepareWork {
         mask,
@@ -400,7 +403,11 @@ pub(crate) fn run_stage2<R: HotRoute>(
         let ran = neardup_exec::run_ordered(
             &prep,
             &jobs,
-            ExecOptions { threads, window },
+            ExecOptions {
+                threads,
+                window,
+                block_memory: cfg.block_memory,
+            },
             &cancelled,
             |event| pass.on_event(event),
         );
@@ -547,6 +554,7 @@ mod tests {
             empty: EmptyPolicy::Keep,
             threads,
             block_bytes,
+            block_memory: None,
             on_error: OnError::Skip,
             output: None,
             decisions: None,
@@ -614,6 +622,16 @@ mod tests {
             assert!(
                 other.unwrap() == one,
                 "{threads} threads, {block_bytes}-byte blocks"
+            );
+            // Blocks in flight bounded to one at a time beyond the consumer's job: the same.
+            let bounded = Stage2Config {
+                block_memory: Some(1),
+                ..stage2(threads, block_bytes)
+            };
+            let other = verdicts(&stage1.files, &stage1.mask, &bounded);
+            assert!(
+                other.unwrap() == one,
+                "{threads} threads, {block_bytes}-byte blocks, bounded"
             );
         }
     }

@@ -6,7 +6,11 @@
 //! order, block order** — whatever the thread count, so everything downstream is deterministic.
 //!
 //! - Workers claim jobs with a counter, in order, at most `window` jobs ahead of the consumer,
-//!   which bounds the memory of prepared blocks waiting for their turn.
+//!   which bounds the memory of prepared blocks waiting for their turn; under a memory budget
+//!   ([`ExecOptions::block_memory`]) the blocks read and not yet consumed hold at most that many
+//!   bytes, whatever the thread count and however large a job is: a worker that would pass it
+//!   waits (preparing queued blocks meanwhile), except for blocks of the job the consumer is at,
+//!   which never wait, so the run always moves on.
 //! - A job only one thread can read (a compressed file is one whole-file chunk) has its blocks
 //!   shared: the reading thread queues them in a bounded [`BlockQueue`] and every thread without
 //!   a job of its own (or waiting for the window) prepares queued blocks.
@@ -53,6 +57,12 @@ pub trait ChunkWork: Sync {
 
     /// The position `job`'s first block starts at ([`ChunkWork::RELAYS_POSITION`] only).
     fn first_position(&self, _job: &Self::Job) -> u64 {
+        0
+    }
+
+    /// The bytes `block` holds, charged against [`ExecOptions::block_memory`] from when it is
+    /// read until the consumer has taken it (0: not counted).
+    fn block_bytes(&self, _block: &Self::Block) -> u64 {
         0
     }
 
@@ -113,6 +123,10 @@ pub struct ExecOptions {
     pub threads: usize,
     /// Jobs a worker may claim ahead of the consumer (0: twice the threads).
     pub window: usize,
+    /// Bytes of blocks ([`ChunkWork::block_bytes`]) read and not yet consumed at most (a block
+    /// larger than that alone, or one of the job the consumer is at, still goes); `None`: no
+    /// bound beyond the window.
+    pub block_memory: Option<u64>,
 }
 
 impl ExecOptions {
@@ -123,7 +137,11 @@ impl ExecOptions {
         } else {
             threads
         };
-        ExecOptions { threads, window: 0 }
+        ExecOptions {
+            threads,
+            window: 0,
+            block_memory: None,
+        }
     }
 }
 
@@ -138,8 +156,13 @@ enum JobOutput<O, E> {
     End,
 }
 
-/// A [`JobOutput`] with its place in the order: (job, its number within the job, the output).
-type Numbered<O, E> = (usize, usize, JobOutput<O, E>);
+/// A [`JobOutput`] with its place in the order: (job, its number within the job, the output,
+/// the bytes charged for it against the block memory).
+type Numbered<O, E> = (usize, usize, JobOutput<O, E>, u64);
+
+/// Outputs received ahead of the consumer's turn, by (job, number within the job), with the
+/// bytes charged for each.
+type Pending<O, E> = BTreeMap<(usize, usize), (JobOutput<O, E>, u64)>;
 
 /// A shared block waiting for any thread to prepare it.
 struct Queued<B> {
@@ -150,6 +173,15 @@ struct Queued<B> {
     /// Its number among the job's blocks (the relay's index).
     nth_block: usize,
     relay: Option<Arc<Relay>>,
+    /// Bytes charged for it when it was read.
+    charged: u64,
+}
+
+/// The bytes of blocks in flight, against [`ExecOptions::block_memory`].
+struct BlockMemory {
+    limit: u64,
+    used: Mutex<u64>,
+    freed: Condvar,
 }
 
 struct Run<'a, W: ChunkWork> {
@@ -164,6 +196,7 @@ struct Run<'a, W: ChunkWork> {
     stop: AtomicBool,
     cancelled: &'a (dyn Fn() -> bool + Sync),
     queue: BlockQueue<Queued<W::Block>>,
+    memory: Option<BlockMemory>,
 }
 
 impl<W: ChunkWork> Run<'_, W> {
@@ -174,6 +207,43 @@ impl<W: ChunkWork> Run<'_, W> {
     fn stop_all(&self) {
         self.stop.store(true, Ordering::Relaxed);
         self.consumed_changed.notify_all();
+    }
+
+    /// Charges `block` of job `i` against the block memory, waiting while it would pass the
+    /// bound (preparing queued blocks meanwhile: the consumer may wait for them); the blocks of
+    /// the job the consumer is at, and a block when nothing else is charged, never wait.
+    /// Returns the bytes charged, or `None` when the run stopped.
+    fn charge(
+        &self,
+        i: usize,
+        block: &W::Block,
+        worker: &mut W::Worker,
+        tx: &crossbeam_channel::Sender<Numbered<W::Out, W::ReadError>>,
+    ) -> Option<u64> {
+        let Some(memory) = &self.memory else {
+            return Some(0);
+        };
+        let bytes = self.work.block_bytes(block);
+        loop {
+            if self.should_stop() {
+                return None;
+            }
+            let at_head = i <= *self.consumed.lock().unwrap_or_else(|e| e.into_inner());
+            let mut used = memory.used.lock().unwrap_or_else(|e| e.into_inner());
+            if at_head || *used == 0 || *used + bytes <= memory.limit {
+                *used += bytes;
+                return Some(bytes);
+            }
+            if let Some(queued) = self.queue.try_pop() {
+                drop(used);
+                self.run_queued(queued, worker, tx);
+                continue;
+            }
+            let _ = memory
+                .freed
+                .wait_timeout(used, POLL)
+                .unwrap_or_else(|e| e.into_inner());
+        }
     }
 
     fn run_queued(
@@ -188,6 +258,7 @@ impl<W: ChunkWork> Run<'_, W> {
             seq,
             nth_block,
             relay,
+            charged,
         } = queued;
         let position = match &relay {
             Some(relay) => {
@@ -202,7 +273,7 @@ impl<W: ChunkWork> Run<'_, W> {
         };
         let (out, _end) = self.work.prepare(worker, &self.jobs[job], block, position);
         // Fails only when the consumer has stopped.
-        let _ = tx.send((job, seq, JobOutput::Block(out)));
+        let _ = tx.send((job, seq, JobOutput::Block(out), charged));
     }
 
     /// Waits until job `i` is within the window of the consumer, preparing queued blocks
@@ -251,22 +322,25 @@ impl<W: ChunkWork> Run<'_, W> {
             if self.should_stop() {
                 return;
             }
-            let msg = match item {
+            let (msg, charged) = match item {
                 Ok(block) => {
+                    let Some(charged) = self.charge(i, &block, worker, tx) else {
+                        return;
+                    };
                     let (out, end) = self.work.prepare(worker, job, block, position);
                     if W::RELAYS_POSITION {
                         position = end;
                     }
-                    JobOutput::Block(out)
+                    (JobOutput::Block(out), charged)
                 }
-                Err(e) => JobOutput::Error(e),
+                Err(e) => (JobOutput::Error(e), 0),
             };
-            if tx.send((i, seq, msg)).is_err() {
+            if tx.send((i, seq, msg, charged)).is_err() {
                 return;
             }
             seq += 1;
         }
-        let _ = tx.send((i, seq, JobOutput::End));
+        let _ = tx.send((i, seq, JobOutput::End, 0));
     }
 
     /// Reads job `i` on this thread and queues its blocks for every free thread.
@@ -285,12 +359,16 @@ impl<W: ChunkWork> Run<'_, W> {
             }
             match item {
                 Ok(block) => {
+                    let Some(charged) = self.charge(i, &block, worker, tx) else {
+                        return;
+                    };
                     let queued = Queued {
                         block,
                         job: i,
                         seq,
                         nth_block,
                         relay: relay.clone(),
+                        charged,
                     };
                     nth_block += 1;
                     if let Some(oldest) = self.queue.push(queued) {
@@ -298,7 +376,7 @@ impl<W: ChunkWork> Run<'_, W> {
                     }
                 }
                 Err(e) => {
-                    if tx.send((i, seq, JobOutput::Error(e))).is_err() {
+                    if tx.send((i, seq, JobOutput::Error(e), 0)).is_err() {
                         return;
                     }
                 }
@@ -306,7 +384,7 @@ impl<W: ChunkWork> Run<'_, W> {
             seq += 1;
         }
         // The end goes behind every block in the consumer's order, whoever prepares them.
-        let _ = tx.send((i, seq, JobOutput::End));
+        let _ = tx.send((i, seq, JobOutput::End, 0));
     }
 
     fn worker_loop(&self, tx: crossbeam_channel::Sender<Numbered<W::Out, W::ReadError>>) {
@@ -361,6 +439,11 @@ pub fn run_ordered<W: ChunkWork, C>(
         stop: AtomicBool::new(false),
         cancelled,
         queue: BlockQueue::new(jobs.len(), threads),
+        memory: options.block_memory.map(|limit| BlockMemory {
+            limit,
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        }),
     };
     let (tx, rx) = crossbeam_channel::bounded::<Numbered<W::Out, W::ReadError>>(window * 4);
     let mut failure: Option<C> = None;
@@ -372,19 +455,18 @@ pub fn run_ordered<W: ChunkWork, C>(
             scope.spawn(move || run.worker_loop(tx));
         }
         drop(tx);
-        let mut pending: BTreeMap<(usize, usize), JobOutput<W::Out, W::ReadError>> =
-            BTreeMap::new();
+        let mut pending: Pending<W::Out, W::ReadError> = BTreeMap::new();
         'receive: loop {
             if (run.cancelled)() {
                 break;
             }
-            let (job, seq, msg) = match rx.recv_timeout(POLL) {
+            let (job, seq, msg, charged) = match rx.recv_timeout(POLL) {
                 Ok(sent) => sent,
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
             };
-            pending.insert((job, seq), msg);
-            while let Some(msg) = pending.remove(&next) {
+            pending.insert((job, seq), (msg, charged));
+            while let Some((msg, charged)) = pending.remove(&next) {
                 let (job, seq) = next;
                 let consumed = match msg {
                     JobOutput::Block(out) => consume(Event::Block { job, out }),
@@ -393,9 +475,17 @@ pub fn run_ordered<W: ChunkWork, C>(
                         next = (job + 1, 0);
                         *run.consumed.lock().unwrap_or_else(|e| e.into_inner()) = job + 1;
                         run.consumed_changed.notify_all();
+                        if let Some(memory) = &run.memory {
+                            // The next job's blocks no longer wait.
+                            memory.freed.notify_all();
+                        }
                         consume(Event::JobEnd { job })
                     }
                 };
+                if let Some(memory) = run.memory.as_ref().filter(|_| charged > 0) {
+                    *memory.used.lock().unwrap_or_else(|e| e.into_inner()) -= charged;
+                    memory.freed.notify_all();
+                }
                 if let Err(e) = consumed {
                     failure = Some(e);
                     break 'receive;

@@ -2,7 +2,7 @@
 //! the sharing of blocks and the timing; relayed positions are the running sums; a failing
 //! consumer and a cancel stop the run.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use neardup_exec::{ChunkWork, Completion, Event, ExecOptions, run_ordered};
 use proptest::prelude::*;
@@ -19,6 +19,20 @@ struct Work<const RELAY: bool> {
     /// Spins per block, to vary the interleaving.
     spin: u32,
     prepared: AtomicUsize,
+    /// Bytes of blocks prepared and not yet consumed (a block of n weighs n), and their most.
+    in_flight: AtomicU64,
+    most_in_flight: AtomicU64,
+}
+
+impl<const RELAY: bool> Work<RELAY> {
+    fn new(spin: u32) -> Self {
+        Work {
+            spin,
+            prepared: AtomicUsize::new(0),
+            in_flight: AtomicU64::new(0),
+            most_in_flight: AtomicU64::new(0),
+        }
+    }
 }
 
 impl<const RELAY: bool> ChunkWork for Work<RELAY> {
@@ -47,6 +61,10 @@ impl<const RELAY: bool> ChunkWork for Work<RELAY> {
         *block
     }
 
+    fn block_bytes(&self, block: &u64) -> u64 {
+        *block
+    }
+
     fn prepare(&self, _: &mut (), _: &Job, block: u64, position: u64) -> ((u64, u64), u64) {
         for _ in 0..(block as u32 % 7) * self.spin {
             std::hint::spin_loop();
@@ -55,6 +73,8 @@ impl<const RELAY: bool> ChunkWork for Work<RELAY> {
             std::thread::yield_now();
         }
         self.prepared.fetch_add(1, Ordering::Relaxed);
+        let now = self.in_flight.fetch_add(block, Ordering::SeqCst) + block;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
         ((position, block), position + block)
     }
 }
@@ -93,24 +113,39 @@ fn record(event: Event<(u64, u64), u32>, seen: &mut Vec<Seen>) {
 }
 
 fn run<const RELAY: bool>(jobs: &[Job], threads: usize, window: usize) -> Vec<Seen> {
-    let work = Work::<RELAY> {
-        spin: 50,
-        prepared: AtomicUsize::new(0),
-    };
+    run_within::<RELAY>(jobs, threads, window, None).0
+}
+
+/// [`run`] with the blocks in flight bounded to `block_memory` bytes; also returns the most
+/// bytes of blocks that were prepared and not yet consumed at once.
+fn run_within<const RELAY: bool>(
+    jobs: &[Job],
+    threads: usize,
+    window: usize,
+    block_memory: Option<u64>,
+) -> (Vec<Seen>, u64) {
+    let work = Work::<RELAY>::new(50);
     let mut seen = Vec::new();
     let done = run_ordered(
         &work,
         jobs,
-        ExecOptions { threads, window },
+        ExecOptions {
+            threads,
+            window,
+            block_memory,
+        },
         &|| false,
         |e| {
+            if let Event::Block { out, .. } = &e {
+                work.in_flight.fetch_sub(out.1, Ordering::SeqCst);
+            }
             record(e, &mut seen);
             Ok::<(), ()>(())
         },
     )
     .unwrap();
     assert_eq!(done, Completion::Finished);
-    seen
+    (seen, work.most_in_flight.load(Ordering::SeqCst))
 }
 
 fn jobs_strategy() -> impl Strategy<Value = Vec<Job>> {
@@ -139,6 +174,40 @@ proptest! {
     ) {
         prop_assert_eq!(run::<true>(&jobs, threads, window), expected(&jobs, true));
         prop_assert_eq!(run::<false>(&jobs, threads, window), expected(&jobs, false));
+    }
+
+    #[test]
+    fn a_memory_bound_keeps_the_order_and_never_stalls(
+        jobs in jobs_strategy(),
+        threads in 1usize..6,
+        window in 0usize..4,
+        block_memory in 0u64..100,
+    ) {
+        let within = Some(block_memory);
+        prop_assert_eq!(run_within::<true>(&jobs, threads, window, within).0, expected(&jobs, true));
+        prop_assert_eq!(run_within::<false>(&jobs, threads, window, within).0, expected(&jobs, false));
+    }
+}
+
+/// Under a memory bound, the blocks prepared and not yet consumed weigh at most the bound plus
+/// the blocks of the one job the consumer is at, however many threads and jobs ahead there are.
+#[test]
+fn a_memory_bound_holds_the_blocks_in_flight_whatever_the_threads() {
+    // 40 jobs of 8 blocks of 10 bytes: 80 bytes a job.
+    let jobs: Vec<Job> = (0..40)
+        .map(|j| Job {
+            items: (0..8).map(|_| Ok(10)).collect(),
+            shared: j % 2 == 0,
+            first: 0,
+        })
+        .collect();
+    for threads in [2, 4, 7] {
+        let (seen, most) = run_within::<true>(&jobs, threads, 0, Some(100));
+        assert_eq!(seen, expected(&jobs, true));
+        assert!(
+            most <= 100 + 80,
+            "{threads} threads: {most} bytes in flight"
+        );
     }
 }
 
@@ -172,10 +241,7 @@ fn a_failing_consumer_stops_the_run_with_its_error() {
             first: 0,
         })
         .collect();
-    let work = Work::<true> {
-        spin: 0,
-        prepared: AtomicUsize::new(0),
-    };
+    let work = Work::<true>::new(0);
     let mut events = 0;
     let r = run_ordered(&work, &jobs, ExecOptions::threads(3), &|| false, |_| {
         events += 1;
@@ -196,10 +262,7 @@ fn a_cancel_ends_the_run_promptly_after_a_prefix() {
             first: 0,
         })
         .collect();
-    let work = Work::<true> {
-        spin: 200,
-        prepared: AtomicUsize::new(0),
-    };
+    let work = Work::<true>::new(200);
     let cancel = AtomicBool::new(false);
     let mut seen = Vec::new();
     let r = run_ordered(

@@ -53,6 +53,9 @@ pub struct KeysConfig {
     pub chunk_bytes: u64,
     /// Target size of one read block.
     pub block_bytes: usize,
+    /// Bytes of blocks read and not yet folded into the table, at most (see
+    /// [`neardup_exec::ExecOptions::block_memory`]); `None`: bounded by the look-ahead only.
+    pub block_memory: Option<u64>,
     /// When the key table would exceed this many bytes, spill and count from disk.
     pub memory_limit: Option<u64>,
     /// Where spill files go (the system temp dir when `None`).
@@ -75,6 +78,7 @@ impl KeysConfig {
             threads: 0,
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             block_bytes: ReadOptions::DEFAULT_BLOCK_BYTES,
+            block_memory: None,
             memory_limit: None,
             spill_dir: None,
             on_error: OnError::default(),
@@ -426,6 +430,10 @@ impl ChunkWork for SketchWork<'_> {
         chunk.range == ChunkRange::Whole
     }
 
+    fn block_bytes(&self, block: &Block) -> u64 {
+        block.memory_bytes()
+    }
+
     fn prepare(&self, worker: &mut Worker, _: &Chunk, block: Block, _: u64) -> (BlockRows, u64) {
         (self.sketch_block(&block, worker), 0)
     }
@@ -693,7 +701,10 @@ fn sketch_rows(
     let completion = run_ordered(
         &work,
         &chunks,
-        ExecOptions::threads(threads),
+        ExecOptions {
+            block_memory: cfg.block_memory,
+            ..ExecOptions::threads(threads)
+        },
         &|| control.is_cancelled(),
         |event| {
             match event {

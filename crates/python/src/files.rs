@@ -77,3 +77,20 @@ pub fn concatenate(py: Python<'_>, parts: Vec<PathBuf>, target: PathBuf) -> PyRe
     })
     .map_err(|(path, e)| named(&path, e))
 }
+
+/// Publishes the whole output's manifest `_SUCCESS` of a distributed run in `output` (a
+/// directory or a prefix) once every shard's manifest is there; returns its JSON, or None while a
+/// shard is missing. `hot_fingerprint`: the run's hot-key file's fingerprint.
+#[pyfunction]
+pub fn publish_output(
+    py: Python<'_>,
+    output: PathBuf,
+    hot_fingerprint: u64,
+) -> PyResult<Option<String>> {
+    let manifest = py
+        .detach(|| neardup::publish_output(&output, hot_fingerprint))
+        .map_err(crate::errors::to_py)?;
+    manifest
+        .map(|m| serde_json::to_string(&m).map_err(|e| PyValueError::new_err(e.to_string())))
+        .transpose()
+}

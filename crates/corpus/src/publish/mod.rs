@@ -25,6 +25,7 @@
 
 mod journal;
 mod liveness;
+mod whole;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
@@ -43,6 +44,7 @@ use crate::write::{LocalFile, OutFile, OutputDir, OutputOptions, part_name};
 use journal::{Applied, Journal, Op, make_dirs, sync_dir};
 pub use liveness::{RunId, ScratchDir, ScratchFile};
 use liveness::{aside_name, create_locked, create_locked_dir, sweep, temp_name};
+pub use whole::{publish_whole, shard_manifest_name};
 
 /// The default name of an output directory's manifest (Hadoop's and Spark's success marker;
 /// dataset readers such as `pyarrow.dataset` and Spark skip names starting with `_` or `.`).
@@ -79,6 +81,11 @@ pub struct PublishOptions {
     /// staging directories, are allowed there; only this run's own output names must be free
     /// (or, with `overwrite`, listed in this run's manifest).
     pub shared_output: bool,
+    /// With `shared_output`: the distributed run and the shard this run writes. Its manifest
+    /// says so, an earlier whole-output manifest (`_SUCCESS`) is removed as the shard commits
+    /// (the dataset it listed is changing), and once every shard's manifest is in, the commit
+    /// publishes the whole output's `_SUCCESS` ([`publish_whole`]).
+    pub shard: Option<Distributed>,
 }
 
 impl Default for PublishOptions {
@@ -93,6 +100,7 @@ impl Default for PublishOptions {
             scratch_dirs: Vec::new(),
             cancel: CancelToken::new(),
             shared_output: false,
+            shard: None,
         }
     }
 }
@@ -118,6 +126,25 @@ pub struct Manifest {
     pub decisions: Option<ManifestEntry>,
     /// The report of the run, if any.
     pub report: Option<ManifestEntry>,
+    /// Set in the manifests of a distributed run's output (each shard's, and the whole
+    /// output's); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub distributed: Option<Distributed>,
+}
+
+/// Where the files of a manifest belong in a distributed run's output: the per-shard steps each
+/// publish their shard's files under `_SUCCESS.shard-NNNNN`, and the whole output's `_SUCCESS`
+/// lists every shard's files once all are in.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Distributed {
+    /// The distributed run's id (the same in every shard's manifest: the hot-key file's
+    /// fingerprint, which the shards' steps all checked their inputs against).
+    pub dataset: String,
+    /// How many shards the output has.
+    pub shards: u32,
+    /// This manifest's shard (its place in shard order); absent in the whole output's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<u32>,
 }
 
 /// A data file listed in a [`Manifest`].
@@ -281,6 +308,8 @@ struct Dataset {
     overwrite: bool,
     /// The prefix, when the dataset goes to object storage.
     object: Option<ObjectUrl>,
+    /// A shard of a distributed run's output ([`PublishOptions::shard`]).
+    shard: Option<Distributed>,
 }
 
 struct Shared {
@@ -369,8 +398,18 @@ impl Publication {
             die_after_ops: None,
         };
         if let Some(out) = &opts.output {
-            p.dataset =
-                Some(p.begin_dataset(out, &opts.manifest, &opts.outputs, opts.shared_output)?);
+            let dataset =
+                p.begin_dataset(out, &opts.manifest, &opts.outputs, opts.shared_output)?;
+            // Held by the publication at once: refused below, it removes its staging directory.
+            let dataset = p.dataset.insert(dataset);
+            if let Some(shard) = opts.shard.as_ref().filter(|_| opts.shared_output) {
+                // The whole output's manifest is replaced later: a foreign one is refused now.
+                match &dataset.object {
+                    Some(url) => read_object_manifest(url, MANIFEST).map(drop)?,
+                    None => read_manifest(&absolute(&out.dir)?, MANIFEST).map(drop)?,
+                }
+                dataset.shard = Some(shard.clone());
+            }
         }
         let singles = opts.decisions.iter().chain(&opts.report).chain(&opts.files);
         for target in singles {
@@ -498,6 +537,7 @@ impl Publication {
             manifest: manifest.to_string(),
             overwrite: opts.overwrite,
             object: None,
+            shard: None,
         })
     }
 
@@ -575,6 +615,7 @@ impl Publication {
             manifest: manifest.to_string(),
             overwrite: opts.overwrite,
             object: Some(dir),
+            shard: None,
         })
     }
 
@@ -857,6 +898,7 @@ impl Publication {
             files: listing,
             decisions: entry(&self.decisions),
             report: entry(&self.report),
+            distributed: d.shard.clone(),
         };
         drop(files);
         let mut manifest_bytes = serde_json::to_vec_pretty(&m).map_err(|e| {
@@ -868,6 +910,10 @@ impl Publication {
         if d.overwrite && held.contains_key(Path::new(&d.manifest)) {
             neardup_storage::delete(&manifest_url).map_err(at)?;
         }
+        if d.shard.is_some() && held.contains_key(Path::new(MANIFEST)) {
+            // As in a directory: the whole output's manifest goes before this shard changes.
+            neardup_storage::delete(&dir.join(MANIFEST)).map_err(at)?;
+        }
         self.uploads.complete(&urls).map_err(at)?;
         let written: BTreeSet<&PathBuf> = parts.iter().map(|p| &p.rel).collect();
         for rel in listed.keys().filter(|r| !written.contains(r)) {
@@ -875,6 +921,9 @@ impl Publication {
         }
         neardup_storage::put(&manifest_url, manifest_bytes).map_err(at)?;
         complete_last()?;
+        if let Some(shard) = &d.shard {
+            publish_whole(d.out.path(), &shard.dataset)?;
+        }
         Ok(Some(m))
     }
 
@@ -929,8 +978,19 @@ impl Publication {
         let mut renames = Vec::new();
         let mut manifest = None;
         let mut manifest_temp = None;
+        let mut dir_lock = None;
         if let Some(d) = &self.dataset {
             let dir = absolute(d.out.path())?;
+            if d.shard.is_some() {
+                dir_lock = Some(whole::lock_dir(&dir).map_err(|e| WriteError::io(&dir, e))?);
+                // The whole output's manifest lists this shard's earlier files, or a dataset
+                // without this shard: it goes first, and comes back below if the output is whole.
+                let whole = dir.join(MANIFEST);
+                if fs::symlink_metadata(&whole).is_ok() {
+                    read_manifest(&dir, MANIFEST)?;
+                    asides.push(whole);
+                }
+            }
             let (claimed, parts) = d.out.finished();
             if claimed != parts.iter().map(|p| p.file).collect::<BTreeSet<_>>().len() {
                 return Err(WriteError::new(
@@ -989,6 +1049,7 @@ impl Publication {
                 files: listing,
                 decisions: entry(&self.decisions),
                 report: entry(&self.report),
+                distributed: d.shard.clone(),
             };
             let temp = temp_name(&manifest_path, run);
             let lock = write_manifest(&temp, &m).map_err(|e| {
@@ -1062,6 +1123,11 @@ impl Publication {
                     at = sub.parent();
                 }
             }
+        }
+        if let (Some(d), Some(_locked)) = (&self.dataset, &dir_lock)
+            && let Some(shard) = &d.shard
+        {
+            whole::publish_whole_locked(&absolute(d.out.path())?, &shard.dataset)?;
         }
         Ok(manifest)
     }

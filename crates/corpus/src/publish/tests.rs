@@ -503,6 +503,7 @@ fn a_manifest_being_committed_survives_another_runs_sweep() {
         files: Vec::new(),
         decisions: None,
         report: None,
+        distributed: None,
     };
     let held = write_manifest(&temp, &m).unwrap();
     let swept = sweep(dir.path()).unwrap();

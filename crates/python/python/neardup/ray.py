@@ -455,6 +455,14 @@ def dedup(
         )
     shard_reports = [r["report"] for r in results[-len(split):]]
     hot_info = results[len(split)]
+    if out is not None:
+        # The last write task published the whole output's _SUCCESS; publishing it here too
+        # covers a last task that died between its own commit and that (then reused on resume).
+        if _native.publish_output(out, hot_info["fingerprint"]) is None:
+            raise RuntimeError(
+                f"{out}: a shard's manifest is missing after every write task finished; the "
+                "output has no _SUCCESS"
+            )
     kinds = [("keys", len(split)), ("hot", 1), ("sign", len(split)), ("decide", groups), ("write", len(split))]
     steps: Dict[str, Dict[str, Any]] = {}
     at = 0
