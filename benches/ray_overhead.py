@@ -4,7 +4,8 @@
         --corpus ../shared/corpora/rustdocs/jsonl [--groups 3] [--rounds 3]
 
 Starts a head and two worker nodes on 127.0.0.1 (one CPU each, stopped by pid at the end; see
-crates/python/tests/local_ray.py), then alternates, round after round: the CLI over every file of
+crates/python/tests/local_ray.py), in a network namespace with only loopback that it runs itself
+in first (root, or where user namespaces are allowed), then alternates, round after round: the CLI over every file of
 the corpus (all cores), and a driver process running ``neardup.ray.dedup`` over the same files,
 one shard per file, with a fresh ``work_dir``. Prints each run's wall seconds, the median ratio
 Ray / CLI, and checks that the decisions and data files are identical. While the Ray runs go,
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Dict, List
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "crates" / "python" / "tests"))
-from local_ray import RAY_ENV, LocalCluster, kill_session  # noqa: E402
+from local_ray import LocalCluster, kill_session, run_in_private_network  # noqa: E402
 
 BASELINE = """
 import json, sys, ray
@@ -98,6 +99,7 @@ class RssSampler:
 
 
 def main() -> None:
+    run_in_private_network([sys.executable, *sys.argv])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", required=True, help="the neardup CLI (release build)")
     ap.add_argument("--corpus", required=True, help="a directory of input files, one shard each")
@@ -110,9 +112,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="nd-ray-bench-"))
     cli_times: List[float] = []
     ray_times: List[float] = []
-    env = {**os.environ, **RAY_ENV}
     try:
         with LocalCluster(workers=2) as cluster:
+            env = cluster.env()
             print(f"cluster: 3 nodes of 1 CPU on 127.0.0.1:{cluster.port}; {len(inputs)} shards, "
                   f"{args.groups} groups; machine: {os.cpu_count()} cores", flush=True)
             baseline = subprocess.run([sys.executable, "-c", BASELINE, cluster.address], check=True,

@@ -5,11 +5,37 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Runs the whole session again inside a network namespace with only loopback, where the
+    Ray tests' clusters and their drivers stay on 127.0.0.1 (see local_ray.py); the other tests
+    need no more than loopback either. Where no such namespace can be made, the session goes on
+    here and the Ray tests refuse to start a cluster."""
+    from local_ray import in_private_network, private_network_command, PRIVATE_NETWORK_ENV
+
+    if in_private_network():
+        return
+    if os.environ.get(PRIVATE_NETWORK_ENV):
+        raise pytest.UsageError("the private network namespace has interfaces other than lo")
+    command = private_network_command(
+        [sys.executable, "-m", "pytest", *config.invocation_params.args]
+    )
+    if command is None:
+        return
+    capture = config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.stop_global_capturing()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(config.invocation_params.dir)
+    os.execvpe(command[0], command, {**os.environ, PRIVATE_NETWORK_ENV: "1"})
 DATA = REPO / "tests" / "data"
 SAMPLE = DATA / "sample"
 COMPAT = DATA / "compat"

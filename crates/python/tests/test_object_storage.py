@@ -125,7 +125,7 @@ def test_the_ray_runner_keeps_everything_on_object_storage_and_resumes(s3, tmp_p
     """Inputs, output, decisions and the work directory all on the S3 server: no node shares a
     disk with another; the decisions and outputs are the CLI's; a second run reuses every task."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'neardup[ray]')")
-    from local_ray import RAY_ENV, LocalCluster, kill_session
+    from local_ray import LocalCluster, kill_session
 
     inputs = [f"s3://corpus/in/{n}" for n in FILES]
     cli("dedup", *inputs, "--output", tmp_path / "cli-out", "--decisions", tmp_path / "cli.jsonl")
@@ -152,7 +152,7 @@ def test_the_ray_runner_keeps_everything_on_object_storage_and_resumes(s3, tmp_p
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            env={**os.environ, **RAY_ENV},
+            env=cluster.env(),
         )
         try:
             out, err = proc.communicate(timeout=300)
@@ -179,8 +179,14 @@ def test_the_ray_runner_keeps_everything_on_object_storage_and_resumes(s3, tmp_p
     assert read_jsonl(tmp_path / "cli.jsonl")[0]["file"] == "s3://corpus/in/part-0.jsonl"
     for name in FILES:
         assert _get(s3, f"ray-out/{name}") == (tmp_path / "cli-out" / name).read_bytes(), name
-    shard_manifests = [k for k in _keys(s3, "ray-out/") if "_SUCCESS" in k]
+    shard_manifests = [k for k in _keys(s3, "ray-out/") if "_SUCCESS." in k]
     assert len(shard_manifests) == len(FILES)
+    # The whole output's manifest lists what the CLI's lists.
+    whole = json.loads(_get(s3, "ray-out/_SUCCESS"))
+    assert [(f["path"], f["bytes"]) for f in whole["files"]] == [
+        (n, (tmp_path / "cli-out" / n).stat().st_size) for n in FILES
+    ]
+    assert whole["distributed"]["shards"] == len(FILES)
     work = _keys(s3, "ray-work/")
     assert "ray-work/run.json" in work and "ray-work/hot.ndh" in work
     assert [k for k in work if k.startswith("ray-work/keys/")] == [

@@ -1,6 +1,7 @@
 """neardup.ray on a real Ray cluster on 127.0.0.1: a head and two worker nodes of one CPU each,
 each started in a session of its own (setsid) and stopped by killing exactly the processes of
-those sessions."""
+those sessions, in a network namespace with only loopback (pytest itself runs in it: see
+conftest.py and local_ray.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, SAMPLE
-from local_ray import RAY_ENV, LocalCluster, kill_session, session_pids
+from local_ray import LocalCluster, in_private_network, kill_session, session_pids
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'neardup[ray]')")
 
@@ -42,6 +43,32 @@ def cluster():
         c.stop()
 
 
+def test_the_cluster_and_its_drivers_are_on_loopback_only(cluster):
+    """This process (which starts the drivers) and every node see no network but loopback, and
+    the nodes registered 127.0.0.1 as their address."""
+    assert in_private_network()
+    for pid in cluster.pids():
+        with open(f"/proc/{pid}/net/dev", encoding="ascii") as f:
+            interfaces = [line.split(":")[0].strip() for line in f.readlines()[2:]]
+        assert interfaces == ["lo"], (pid, interfaces)
+    out = subprocess.run(
+        [sys.executable, "-c", NODE_ADDRESSES, cluster.address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=cluster.env(),
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["127.0.0.1"] * 3
+
+
+NODE_ADDRESSES = """
+import json, sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+print(json.dumps(sorted(n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"])))
+"""
+
+
 def drive(cluster, cwd: Path, **args) -> subprocess.Popen:
     """Starts a driver process running neardup.ray.dedup(**args) from `cwd`."""
     return subprocess.Popen(
@@ -51,7 +78,7 @@ def drive(cluster, cwd: Path, **args) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, **RAY_ENV},
+        env=cluster.env(),
     )
 
 
@@ -92,6 +119,10 @@ def test_ray_runs_are_the_clis_and_resume(tmp_path, cluster, cli, monkeypatch):
     report = finish(drive(cluster, REPO, **args))
     assert (tmp_path / "d.jsonl").read_bytes() == (tmp_path / "one.jsonl").read_bytes()
     assert data_files(tmp_path / "out") == data_files(tmp_path / "one")
+    # The whole output's manifest is there, listing what the one process's lists.
+    whole = json.loads((tmp_path / "out" / "_SUCCESS").read_text())
+    assert whole["files"] == json.loads((tmp_path / "one" / "_SUCCESS").read_text())["files"]
+    assert whole["distributed"]["shards"] == 3
     assert json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])["file"] == inputs[0]
     assert report["shards"] == 3 and report["groups"] == 2
     assert report["tasks"] == 3 + 1 + 3 + 2 + 3 and report["tasks_reused"] == 0
