@@ -54,9 +54,9 @@ mod step_values;
 mod steps;
 
 pub use config::{
-    Config, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers, LshWeights,
-    MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings,
-    UnknownPreset, chunk_bytes_within, decision_memory,
+    Config, CustomTokenizer, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers,
+    LshWeights, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit,
+    SketchSettings, UnknownPreset, chunk_bytes_within, decision_memory,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
