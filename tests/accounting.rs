@@ -1033,3 +1033,60 @@ fn problems_are_numbered_from_zero_and_read_as_sentences() {
         "{stderr}"
     );
 }
+
+/// A file below a path too long to open (made level by level with `mkdirat`, as a program that
+/// never spells the whole path can) holds records the run cannot read: the run fails naming
+/// where, instead of leaving them out of every total and exiting 0.
+#[test]
+fn a_file_under_a_path_too_long_to_open_is_an_error_not_left_out() {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    std::fs::write(input.join("a.jsonl"), jsonl_body(10)).unwrap();
+    let name = CString::new("d".repeat(200)).unwrap();
+    let path = CString::new(input.as_os_str().as_bytes()).unwrap();
+    // SAFETY: plain system calls on NUL-terminated strings and descriptors this test owns.
+    let mut fd = unsafe { libc::open(path.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY) };
+    assert!(fd >= 0);
+    for _ in 0..25 {
+        unsafe {
+            assert_eq!(libc::mkdirat(fd, name.as_ptr(), 0o755), 0);
+            let next = libc::openat(fd, name.as_ptr(), libc::O_DIRECTORY | libc::O_RDONLY);
+            assert!(next >= 0);
+            libc::close(fd);
+            fd = next;
+        }
+    }
+    let file = CString::new("deep.jsonl").unwrap();
+    let body = jsonl_body(5);
+    unsafe {
+        let f = libc::openat(fd, file.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644);
+        assert!(f >= 0);
+        assert_eq!(
+            libc::write(f, body.as_ptr().cast(), body.len()),
+            body.len() as isize
+        );
+        libc::close(f);
+        libc::close(fd);
+    }
+    let report = tmp.path().join("d.jsonl");
+    let o = run(neardup()
+        .arg("dedup")
+        .arg(&input)
+        .arg("--decisions")
+        .arg(&report)
+        .arg("-q"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("name too long") && err.contains("in no total"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&input.join(name.to_str().unwrap()).display().to_string()),
+        "{err}"
+    );
+    assert!(!report.exists());
+}

@@ -539,6 +539,35 @@ fn indexes_that_do_not_fit_the_run_are_refused_naming_why() {
         "{e}"
     );
     assert!(!root.join("dc.jsonl").exists());
+    // Records edited in place (same size): the one found is named by its 0-based number, as
+    // decisions and reports number records. Only odd-numbered records are edited, so a number
+    // off by one would name an even one.
+    let text = String::from_utf8(original.clone()).unwrap();
+    let edited: String = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let l = if i % 2 == 1 {
+                l.replacen("\"text\":\"w", "\"text\":\"x", 1)
+            } else {
+                l.to_string()
+            };
+            format!("{l}\n")
+        })
+        .collect();
+    assert_eq!(edited.len(), original.len());
+    std::fs::write(&a1, &edited).unwrap();
+    let e = refused(&mut dedup_c(&["--against", "idx-ab"]));
+    let record: usize = e
+        .split("the text of record ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("names no edited record: {e}"));
+    assert!(e.contains("A/a1.jsonl"), "{e}");
+    assert_eq!(record % 2, 1, "record {record} was not edited: {e}");
+    assert_ne!(text.lines().nth(record), edited.lines().nth(record));
+    assert!(!root.join("dc.jsonl").exists());
     std::fs::write(&a1, &original).unwrap();
     ok(&mut dedup_c(&["--against", "idx-ab"]));
 }

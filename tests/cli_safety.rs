@@ -465,7 +465,8 @@ fn everything_checkable_is_checked_before_stage_1() {
         refused(&ran, 2, names, dir, &before);
     }
 
-    // A spill directory that does not exist yet is created, for dedup and for hot.
+    // A spill directory that does not exist yet is created for the run, for dedup and for hot,
+    // and removed after it (with the parents made for it): no empty directory is left behind.
     let reference = dir.join("reference.jsonl");
     run_ok(
         neardup(dir)
@@ -482,7 +483,7 @@ fn everything_checkable_is_checked_before_stage_1() {
         "--spill-dir",
         "spill/deeper",
     ]));
-    assert!(dir.join("spill/deeper").is_dir());
+    assert!(!dir.join("spill").exists());
     assert_eq!(
         std::fs::read(&reference).unwrap(),
         std::fs::read(dir.join("spilled.jsonl")).unwrap()
@@ -500,7 +501,7 @@ fn everything_checkable_is_checked_before_stage_1() {
         "--spill-dir",
         "hot-spill",
     ]));
-    assert!(dir.join("hot-spill").is_dir() && dir.join("h.ndh").is_file());
+    assert!(!dir.join("hot-spill").exists() && dir.join("h.ndh").is_file());
 }
 
 #[test]
@@ -920,4 +921,143 @@ fn documented_commands_use_flags_their_help_lists() {
         compatibility.contains("| MinHash | `oph`"),
         "compatibility.md names another default scheme"
     );
+}
+
+/// The kinds of node a path can hold besides a regular file, made at `path`: a FIFO, a character
+/// device made with `mknod` (the numbers of `/dev/null`), and symbolic links to the process's
+/// standard output and to such a device.
+fn make_special(path: &Path, kind: &str) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    match kind {
+        // SAFETY: `c` is a NUL-terminated path that outlives the calls.
+        "fifo" => assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0),
+        "chardev" => assert_eq!(
+            unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) },
+            0,
+            "mknod needs root: {}",
+            std::io::Error::last_os_error()
+        ),
+        "stdout-link" => std::os::unix::fs::symlink("/proc/self/fd/1", path).unwrap(),
+        "device-link" => {
+            let dev = path.with_extension("dev");
+            make_special(&dev, "chardev");
+            std::os::unix::fs::symlink(&dev, path).unwrap();
+        }
+        _ => unreachable!("{kind}"),
+    }
+}
+
+const SPECIAL_KINDS: [&str; 4] = ["fifo", "chardev", "stdout-link", "device-link"];
+
+/// An output path holding a FIFO, a device or a symbolic link is never replaced by a file: every
+/// single-file output of every command refuses it before any work, naming the flag and the path
+/// (exit 2), and the node is left as it was.
+#[test]
+fn outputs_that_are_not_regular_files_are_refused_before_any_work() {
+    for kind in SPECIAL_KINDS {
+        let tmp = corpus();
+        let dir = tmp.path();
+        run_ok(neardup(dir).args(["keys", "in", "-o", "t.ndk"]));
+        make_special(&dir.join("x"), kind);
+        let before = snapshot(dir);
+        for (args, flag) in [
+            (&["dedup", "in", "--decisions", "x"][..], "--decisions"),
+            (&["dedup", "in", "-o", "out", "--report", "x"], "--report"),
+            (
+                &["dedup", "in", "--decisions", "d.jsonl", "--index-out", "x"],
+                "--index-out",
+            ),
+            (&["exact", "in", "--decisions", "x"], "--decisions"),
+            (&["keys", "in", "-o", "x"], "--output"),
+            (&["hot", "t.ndk", "-o", "x"], "--output"),
+        ] {
+            let ran = run_within(neardup(dir).args(args), Duration::from_secs(60));
+            refused(&ran, 2, &[flag, " x ", "not a regular file"], dir, &before);
+        }
+    }
+}
+
+/// With `--overwrite`, an output directory whose manifest `_SUCCESS` is a FIFO, a device or a
+/// link is refused before any work (reading a FIFO would wait forever), and the node stays.
+#[test]
+fn an_output_directory_whose_manifest_is_not_a_regular_file_is_refused() {
+    for kind in SPECIAL_KINDS {
+        let tmp = corpus();
+        let dir = tmp.path();
+        std::fs::create_dir(dir.join("out")).unwrap();
+        make_special(&dir.join("out/_SUCCESS"), kind);
+        let before = snapshot(dir);
+        let ran = run_within(
+            neardup(dir).args(["dedup", "in", "-o", "out", "--overwrite"]),
+            Duration::from_secs(60),
+        );
+        refused(&ran, 1, &["_SUCCESS", "not a regular file"], dir, &before);
+    }
+}
+
+/// A symbolic link inside an input directory (or a glob's tree) that leads to an output, or to
+/// a directory around it, is refused before any work, naming the link: the next run over the
+/// same input would follow it and read the outputs back as input. A link leading nowhere yet
+/// (the first run, before the output exists) counts as well.
+#[test]
+fn links_inside_the_input_tree_that_lead_to_outputs_are_refused() {
+    let tmp = corpus();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("in/sub")).unwrap();
+    std::os::unix::fs::symlink("../out", dir.join("in/link")).unwrap();
+    std::os::unix::fs::symlink("../../reports", dir.join("in/sub/up")).unwrap();
+    std::fs::create_dir(dir.join("reports")).unwrap();
+    let before = snapshot(dir);
+    for (args, names) in [
+        (
+            &["dedup", "in", "-o", "out"][..],
+            &["--output", "in/link"][..],
+        ),
+        (&["exact", "in", "-o", "out"], &["--output", "in/link"]),
+        (
+            &["dedup", "in", "--decisions", "reports/d.jsonl"],
+            &["--decisions", "in/sub/up"],
+        ),
+        (
+            &[
+                "dedup",
+                "in/**/*.jsonl",
+                "-o",
+                "elsewhere",
+                "--report",
+                "reports/r.jsonl",
+            ],
+            &["--report", "in/sub/up"],
+        ),
+    ] {
+        let ran = run(neardup(dir).args(args));
+        refused(&ran, 2, names, dir, &before);
+    }
+    // What the link does not lead to is fine, and the link's own data is read.
+    run_ok(neardup(dir).args(["dedup", "in", "-o", "elsewhere", "--report", "r.json"]));
+}
+
+/// An output beside a glob's matches, in a directory the glob's pattern does not enter
+/// (`gg/x2` for `gg/data*/*.jsonl`), is not read back and is accepted; one the pattern enters
+/// (`gg/data3`) is refused.
+#[test]
+fn a_glob_refuses_only_the_directories_its_pattern_enters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir_all(dir.join("gg/data1")).unwrap();
+    std::fs::create_dir_all(dir.join("gg/data2")).unwrap();
+    std::fs::copy(sample("part-0.jsonl"), dir.join("gg/data1/a.jsonl")).unwrap();
+    std::fs::copy(sample("part-1.jsonl"), dir.join("gg/data2/b.jsonl")).unwrap();
+    let before = snapshot(dir);
+    let ran = run(neardup(dir).args(["dedup", "gg/data*/*.jsonl", "-o", "gg/data3"]));
+    refused(
+        &ran,
+        2,
+        &["--output", "gg/data3", "gg/data*/*.jsonl"],
+        dir,
+        &before,
+    );
+    run_ok(neardup(dir).args(["dedup", "gg/data*/*.jsonl", "-o", "gg/x2"]));
+    assert!(dir.join("gg/x2/data1/a.jsonl").exists());
 }

@@ -599,7 +599,8 @@ fn sign_and_write_under_a_memory_limit_write_the_same() {
     for i in 0..2 {
         let signed = work.join(format!("limited-sig-{i}"));
         run_ok(limited("sign", i).arg("-o").arg(&signed));
-        assert!(spill.is_dir(), "the spill directory was not made");
+        // Made for the step (it spilled there) and removed after it.
+        assert!(!spill.exists(), "the spill directory was left behind");
         assert_eq!(
             data_files(&signed),
             data_files(&work.join(format!("sig-{i}"))),
@@ -822,6 +823,37 @@ fn decide_opens_no_input_and_mismatched_step_outputs_are_refused() {
             .arg(work.join("bad.jsonl")),
     );
     assert!(!o.status.success());
+    assert!(stderr(&o).contains("checksum"), "{}", stderr(&o));
+    assert!(!work.join("bad.jsonl").exists());
+    // A flipped byte in a decide output's manifest (its group, 1 made 3) is a checksum error,
+    // found before the manifest is used, not a group missing.
+    std::fs::copy(&stream, damaged.join("shard-00000.bin")).unwrap();
+    let manifest = std::fs::read_to_string(damaged.join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"group\": 1,"), "{manifest}");
+    std::fs::write(
+        damaged.join("manifest.json"),
+        manifest.replacen("\"group\": 1,", "\"group\": 3,", 1),
+    )
+    .unwrap();
+    let o = exec(
+        neardup()
+            .arg("write")
+            .arg(&tables[0])
+            .arg("--hot")
+            .arg(&hot)
+            .arg("--decided")
+            .arg(&decided[0])
+            .arg(&damaged)
+            .arg(&decided[2])
+            .arg("--decisions")
+            .arg(work.join("bad.jsonl")),
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("manifest.json is damaged: its checksum does not match"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!work.join("bad.jsonl").exists());
 
     // The good steps still give the single run's decisions.

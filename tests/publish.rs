@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
@@ -170,6 +171,102 @@ fn a_record_appended_between_the_stages_is_not_lost_silently() {
             "{}: {} bytes now, {before} bytes when stage 1 read it",
             input.display(),
             body.len()
+        )),
+        "{err}"
+    );
+    assert!(published(&out).is_empty());
+    assert!(!dec.exists());
+}
+
+/// Records appended to an input while stage 2 reads it (here: `apply`, stopped with SIGSTOP
+/// the moment it has the input open, the records appended, then let go on) lie past the chunks
+/// stage 1 recorded: the run fails naming the file, and publishes nothing, instead of leaving
+/// them out of every output and total.
+#[test]
+fn records_appended_while_stage_two_reads_are_not_lost_silently() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("a.jsonl");
+    let mut body = String::new();
+    for _ in 0..12 {
+        body.push_str(&std::fs::read_to_string(data("sample/part-0.jsonl")).unwrap());
+        body.push_str(&std::fs::read_to_string(data("sample/part-1.jsonl")).unwrap());
+    }
+    std::fs::write(&input, &body).unwrap();
+    let settings = tmp.path().join("s.toml");
+    std::fs::write(&settings, "[keys]\nchunk_bytes = 65536\n").unwrap();
+    let table = tmp.path().join("t.ndk");
+    let hot = tmp.path().join("h.ndh");
+    for cmd in [
+        neardup()
+            .arg("keys")
+            .arg(&input)
+            .arg("--out")
+            .arg(&table)
+            .arg("--config")
+            .arg(&settings),
+        neardup().arg("hot").arg(&table).arg("--out").arg(&hot),
+    ] {
+        assert!(run(cmd.arg("-q")).status.success());
+    }
+    let out = tmp.path().join("out");
+    let dec = tmp.path().join("d.jsonl");
+    let mut child = neardup()
+        .arg("apply")
+        .arg("--hot")
+        .arg(&hot)
+        .arg("--keys")
+        .arg(&table)
+        .arg("--config")
+        .arg(&settings)
+        .arg("-o")
+        .arg(&out)
+        .arg("--decisions")
+        .arg(&dec)
+        .args(["-j", "1", "-q"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let fds = std::path::PathBuf::from(format!("/proc/{pid}/fd"));
+    let canonical = std::fs::canonicalize(&input).unwrap();
+    let reading = || {
+        std::fs::read_dir(&fds).into_iter().flatten().any(|e| {
+            e.ok()
+                .and_then(|e| std::fs::read_link(e.path()).ok())
+                .is_some_and(|target| target == canonical)
+        })
+    };
+    let started = std::time::Instant::now();
+    while !reading() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "apply ended before it was seen reading the input"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(60));
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    // SAFETY: signals to the child this test started and has not reaped.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let before = std::fs::metadata(&input).unwrap().len();
+    let late: String = (0..100)
+        .map(|i| format!("{{\"id\": \"late-{i}\", \"text\": \"a record added while stage 2 ran, number {i}\"}}\n"))
+        .collect();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&input)
+        .unwrap()
+        .write_all(late.as_bytes())
+        .unwrap();
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    eprintln!("stderr: {err}");
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: {} bytes when stage 2 ended, {before} bytes when the run read it",
+            input.display(),
+            before + late.len() as u64
         )),
         "{err}"
     );
@@ -417,4 +514,141 @@ fn a_dead_runs_leftovers_are_removed_by_the_next_run() {
         ["_SUCCESS", "part-0.jsonl", "part-1.jsonl", "part-2.parquet"]
     );
     drop(lock);
+}
+
+/// Two runs writing one decisions file (or report) into different output directories: the
+/// second, started while the first is alive (held with SIGSTOP once its temporary decisions file
+/// exists), is refused naming the file and publishes nothing; the first then publishes, and its
+/// manifest describes the decisions file that is there.
+#[test]
+fn two_runs_writing_one_single_file_output_exclude_each_other() {
+    for flag in ["--decisions", "--report"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let input = tmp.path().join("in");
+        std::fs::create_dir(&input).unwrap();
+        std::fs::copy(data("sample/part-0.jsonl"), input.join("a.jsonl")).unwrap();
+        let shared = tmp.path().join("shared.json");
+        let (out_a, out_b) = (tmp.path().join("out-a"), tmp.path().join("out-b"));
+        let mut first = neardup()
+            .arg("dedup")
+            .arg(&input)
+            .arg("-o")
+            .arg(&out_a)
+            .arg(flag)
+            .arg(&shared)
+            .args(["-q", "-j", "1"])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = first.id() as libc::pid_t;
+        let started = std::time::Instant::now();
+        let temp_exists = || {
+            std::fs::read_dir(tmp.path()).unwrap().any(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                name.starts_with(".shared.json.neardup-") && name.ends_with(".tmp")
+            })
+        };
+        while !temp_exists() {
+            assert!(
+                first.try_wait().unwrap().is_none(),
+                "the first run ended before it was seen"
+            );
+            assert!(started.elapsed() < std::time::Duration::from_secs(60));
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+        // SAFETY: signals to the child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let second = run(neardup()
+            .arg("dedup")
+            .arg(&input)
+            .arg("-o")
+            .arg(&out_b)
+            .arg(flag)
+            .arg(&shared)
+            .arg("-q"));
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        let first = first.wait_with_output().unwrap();
+        assert!(first.status.success(), "{}", stderr(&first));
+        let msg = stderr(&second);
+        assert_eq!(second.status.code(), Some(1), "{flag}: {msg}");
+        assert!(
+            msg.contains(&shared.display().to_string())
+                && msg.contains("another neardup run is writing this file"),
+            "{flag}: {msg}"
+        );
+        assert!(published(&out_b).is_empty(), "{flag}");
+        let manifest: Value =
+            serde_json::from_slice(&std::fs::read(out_a.join("_SUCCESS")).unwrap()).unwrap();
+        let key = if flag == "--decisions" {
+            "decisions"
+        } else {
+            "report"
+        };
+        assert_eq!(
+            manifest[key]["bytes"].as_u64().unwrap(),
+            std::fs::metadata(&shared).unwrap().len(),
+            "{flag}"
+        );
+        assert!(
+            artefacts(tmp.path()).is_empty(),
+            "{:?}",
+            artefacts(tmp.path())
+        );
+    }
+}
+
+/// A spill directory that did not exist is made for the run and gone after it (with the parents
+/// made for it), whether the run spilled or not, and whether it succeeded or failed; one that
+/// existed stays, as do directories holding anything else.
+#[test]
+fn no_empty_spill_directory_is_left_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    std::fs::create_dir(&input).unwrap();
+    std::fs::copy(data("sample/part-0.jsonl"), input.join("a.jsonl")).unwrap();
+    for (i, extra) in [&[][..], &["--memory-limit", "1MB"]].iter().enumerate() {
+        let spill = tmp.path().join(format!("spill-{i}/deeper"));
+        let o = run(neardup()
+            .arg("dedup")
+            .arg(&input)
+            .arg("--decisions")
+            .arg(tmp.path().join(format!("d-{i}.jsonl")))
+            .arg("--spill-dir")
+            .arg(&spill)
+            .arg("-q")
+            .args(*extra));
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            !tmp.path().join(format!("spill-{i}")).exists(),
+            "{extra:?}: the spill directory was left behind"
+        );
+    }
+    // A failed run (an output directory that is not empty) leaves none either.
+    let full = tmp.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("x"), b"mine").unwrap();
+    let o = run(neardup()
+        .arg("dedup")
+        .arg(&input)
+        .arg("-o")
+        .arg(&full)
+        .arg("--spill-dir")
+        .arg(tmp.path().join("spill-f"))
+        .arg("-q"));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(!tmp.path().join("spill-f").exists());
+    // An existing one stays.
+    let kept = tmp.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    let o = run(neardup()
+        .arg("dedup")
+        .arg(&input)
+        .arg("--decisions")
+        .arg(tmp.path().join("d-k.jsonl"))
+        .arg("--spill-dir")
+        .arg(&kept)
+        .arg("-q"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(kept.is_dir());
+    assert_eq!(std::fs::read_dir(&kept).unwrap().count(), 0);
 }

@@ -195,7 +195,8 @@ impl Setup {
 const SPLITS: [&[&[usize]]; 3] = [&[&[0, 1, 2]], &[&[0, 1], &[2]], &[&[0], &[1], &[2]]];
 
 /// The library's `sign` and `write` under a memory limit make their spill directory before they
-/// build the shard's mask (which may go there), and write what they write without the limit.
+/// build the shard's mask (which may go there; they would fail without it), write what they write
+/// without the limit, and remove the directory they made once they are done with it.
 #[test]
 fn steps_within_a_memory_limit_make_their_spill_directory_and_write_the_same() {
     let s = setup(SPLITS[1], 3);
@@ -209,7 +210,10 @@ fn steps_within_a_memory_limit_make_their_spill_directory_and_write_the_same() {
         neardup::sign_shard(&config(2), t, &s.hot, &plain, &control()).unwrap();
         let within = s.path(&format!("limited-sig-{i}"));
         neardup::sign_shard(&limited, t, &s.hot, &within, &control()).unwrap();
-        assert!(spill.is_dir(), "sign did not make its spill directory");
+        assert!(
+            !s.path("spill").exists(),
+            "sign left the spill directory it made"
+        );
         assert_eq!(files_in(&within), files_in(&plain), "shard {i}");
         signed.push(within);
     }
@@ -217,11 +221,13 @@ fn steps_within_a_memory_limit_make_their_spill_directory_and_write_the_same() {
     let decided: Vec<DecidedGroup> = (0..3)
         .map(|g| neardup::decide(&limited, &inputs, &s.summary, g, &control()).unwrap())
         .collect();
-    std::fs::remove_dir_all(s.path("spill")).unwrap();
     let result = s.write_all_with(&limited, "out", |_| {
         decided.iter().map(Into::into).collect()
     });
-    assert!(spill.is_dir(), "write did not make its spill directory");
+    assert!(
+        !s.path("spill").exists(),
+        "write left the spill directory it made"
+    );
     s.check(result, "sign, decide and write within 1 KB");
 }
 

@@ -390,7 +390,7 @@ pub fn build_index(
     }
     paths.write_file("the index (-o)", out);
     paths.check()?;
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
 
     let earlier_names: Vec<String> = earlier
         .as_ref()

@@ -325,7 +325,7 @@ fn sign_into(
     let all: Vec<u32> = (0..groups).collect();
     let targets = out.map(|dir| StepFiles::plan::<SignManifest>(dir, &all, &mut paths));
     paths.check()?;
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
     let mask = table.mask(config, &place, hot, RowGrouping::Record)?;
     let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
@@ -477,9 +477,14 @@ fn decide_into(
     for g in &given {
         g.read_paths(group, "the sign output", &mut paths);
     }
+    if let Some(dir) = &config.keys.spill_dir {
+        paths.spill_dir(dir);
+    }
     let all: Vec<u32> = (0..shards).collect();
     let targets = out.map(|dir| StepFiles::plan::<DecideManifest>(dir, &all, &mut paths));
     paths.check()?;
+    // Representatives spill there under a memory limit.
+    let _spill_dirs = paths.prepare()?;
     let streams = given
         .iter()
         .map(|g| g.open(group, &wanted_by))
@@ -658,7 +663,7 @@ pub fn write_shard<'a>(
     }
     paths.write_config_outputs(config, &inputs);
     paths.check()?;
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
     let mask = table.mask(config, &place, hot, RowGrouping::Skip)?;
     let streams = given
         .iter()

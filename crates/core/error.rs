@@ -729,6 +729,14 @@ pub enum CorruptValue {
         /// Bytes the manifest records.
         expected: u64,
     },
+    /// A step output directory's manifest whose checksum (its `checksum` field) is missing or
+    /// differs from the one computed.
+    ManifestChecksum {
+        /// The manifest file.
+        manifest: PathBuf,
+        /// The step that made it.
+        step: StepKind,
+    },
     /// The value holds no stream.
     NoStreams {
         /// The value.
@@ -759,6 +767,13 @@ impl fmt::Display for CorruptValue {
                 f,
                 "these {} bytes are damaged: their checksum does not match",
                 value.names().value
+            ),
+            CorruptValue::ManifestChecksum { manifest, step } => write!(
+                f,
+                "{} is damaged: its checksum does not match its contents (it was altered or \
+                 written by an older neardup); run `neardup {}` again",
+                manifest.display(),
+                step.names().command
             ),
             CorruptValue::RunsPast { what } => write!(
                 f,

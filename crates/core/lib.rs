@@ -28,7 +28,9 @@
 //! keys), [`corpus`] (reading and writing datasets), [`keys`], [`dedup`], [`index`] (saved
 //! indexes) and [`storage`] (local paths and object storage URLs read alike). Any path of a run — inputs,
 //! outputs, key tables, hot-key files, step directories — may be an `s3://`, `gs://` or `az://`
-//! URL, except the spill directory.
+//! URL, except the spill directory. With the `cli` feature (on by default), [`cli`] is the
+//! `neardup` command line itself, which the binary and the Python package's `neardup` command
+//! both run.
 //!
 //! ```no_run
 //! use neardup::{Config, Pipeline};
@@ -43,7 +45,13 @@
 //! ```
 #![warn(missing_docs)]
 
+// The command line's modules name the library as any user of it does (`neardup::Config`).
+#[cfg(feature = "cli")]
+extern crate self as neardup;
+
 pub mod against;
+#[cfg(feature = "cli")]
+pub mod cli;
 mod config;
 mod distributed;
 mod error;
@@ -67,7 +75,9 @@ pub use error::{
     SettingsFileProblem, StepKind, StepOutputsError,
 };
 pub use neardup_exec::CancelToken;
-pub use paths::{NamedPath, PathConflict, PathConflicts, RunPaths, SourceRelation, Unwritable};
+pub use paths::{
+    NamedPath, PathConflict, PathConflicts, PreparedDirs, RunPaths, SourceRelation, Unwritable,
+};
 pub use pipeline::{
     DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,
     discover_inputs, discover_inputs_and_sources, keys_config, save_json, stage2_config,

@@ -211,10 +211,19 @@ impl RunPaths {
     }
 
     /// Makes what the run needs before it starts and after [`RunPaths::check`] passed: a missing
-    /// spill directory is created (with its parents).
-    pub fn prepare(&self) -> Result<(), Error> {
+    /// spill directory is created (with its parents). Hold what it returns for the run: dropped,
+    /// it removes again the directories it made that are empty then, so a run leaves no empty
+    /// spill directory behind.
+    pub fn prepare(&self) -> Result<PreparedDirs, Error> {
+        let mut prepared = PreparedDirs::default();
         for out in &self.outputs {
             if let OutputKind::SpillDir = out.kind {
+                let mut missing = Vec::new();
+                let mut at = Some(out.path.as_path());
+                while let Some(dir) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+                    missing.push(dir.to_path_buf());
+                    at = dir.parent();
+                }
                 std::fs::create_dir_all(&out.path).map_err(|e| {
                     Error::io(
                         IoOp::Create {
@@ -224,9 +233,11 @@ impl RunPaths {
                         e,
                     )
                 })?;
+                // Deepest first, the order they are removed in.
+                prepared.made.extend(missing);
             }
         }
-        Ok(())
+        Ok(prepared)
     }
 
     fn resolve_outputs(&self, refusals: &mut Refusals) -> Vec<(&Output, Resolved)> {
@@ -261,6 +272,7 @@ impl RunPaths {
     /// containing an argument. (A file argument is an input file: see
     /// [`RunPaths::check_against_input_files`].)
     fn check_against_sources(&self, outputs: &[(&Output, Resolved)], refusals: &mut Refusals) {
+        self.check_against_links(outputs, refusals);
         for source in &self.sources {
             let what_source = match source.kind {
                 SourceKind::File(_) => continue,
@@ -308,6 +320,56 @@ impl RunPaths {
                             object_storage: false,
                         },
                     );
+                }
+            }
+        }
+    }
+
+    /// Outputs a symbolic link inside an input directory or glob's tree leads to (or, for a
+    /// dataset directory, holds what it leads to): the next run over the same arguments follows
+    /// the link and reads the outputs back. A link leading nowhere yet counts too: this run is
+    /// about to make its target.
+    fn check_against_links(&self, outputs: &[(&Output, Resolved)], refusals: &mut Refusals) {
+        for source in &self.sources {
+            let what_source = match source.kind {
+                SourceKind::File(_) => continue,
+                SourceKind::Dir(_) => NamedPath::new("the input directory", &source.arg),
+                SourceKind::Glob { .. } => NamedPath::new("the input glob", &source.arg),
+            };
+            for link in &source.links {
+                let Some(target) = link_target(&link.path) else {
+                    continue;
+                };
+                for (out, r) in outputs {
+                    if refusals.refused(out) {
+                        continue;
+                    }
+                    let read_back = match r.path.strip_prefix(&target) {
+                        Ok(rest) => {
+                            let below = link.relative.join(rest);
+                            match out.kind {
+                                OutputKind::File => source.reads_file(&below),
+                                OutputKind::Dataset { .. } | OutputKind::SpillDir => {
+                                    source.may_read_inside(&below)
+                                }
+                            }
+                        }
+                        Err(_) => {
+                            matches!(out.kind, OutputKind::Dataset { .. })
+                                && target.starts_with(&r.path)
+                                && source.may_read_inside(&link.relative)
+                        }
+                    };
+                    if read_back {
+                        refusals.push(
+                            out,
+                            PathConflict::ThroughLink {
+                                output: out.named(),
+                                link: link.path.clone(),
+                                source: what_source.clone(),
+                            },
+                        );
+                    }
                 }
             }
         }
@@ -500,6 +562,25 @@ impl RunPaths {
     }
 }
 
+/// The directories [`RunPaths::prepare`] made (a missing spill directory and its parents), removed
+/// when dropped if they are empty then: held for the life of a run.
+#[derive(Debug, Default)]
+#[must_use = "dropping it removes the spill directory it made: hold it for the run"]
+pub struct PreparedDirs {
+    made: Vec<PathBuf>,
+}
+
+impl Drop for PreparedDirs {
+    fn drop(&mut self) {
+        for dir in &self.made {
+            // Only an empty directory goes: another run's spill files, or the user's, keep it.
+            if std::fs::remove_dir(dir).is_err() {
+                break;
+            }
+        }
+    }
+}
+
 /// A path as messages name it: what it is for the user and the path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamedPath {
@@ -578,6 +659,17 @@ pub enum PathConflict {
         source: NamedPath,
         /// Both on object storage.
         object_storage: bool,
+    },
+    /// An output a symbolic link inside an input directory or glob's tree leads to (or a dataset
+    /// directory holding where it leads): a later run over the same arguments would follow the
+    /// link and read the outputs back.
+    ThroughLink {
+        /// The output.
+        output: NamedPath,
+        /// The link.
+        link: PathBuf,
+        /// The input directory or glob.
+        source: NamedPath,
     },
     /// A spill directory on object storage.
     SpillOnObjectStorage {
@@ -664,6 +756,14 @@ pub enum PathConflict {
         /// The output.
         output: NamedPath,
     },
+    /// An output file whose path holds a node that is not a regular file (a FIFO, a device, a
+    /// symbolic link): publishing renames a file into place, which would replace it.
+    NotARegularFile {
+        /// The output.
+        output: NamedPath,
+        /// What is there (`"a FIFO (named pipe)"`, `"a character device"`, …).
+        node: &'static str,
+    },
     /// An output directory whose path is a file.
     DirectoryIsFile {
         /// The output.
@@ -721,6 +821,17 @@ impl fmt::Display for PathConflict {
                 } else {
                     "the input tree"
                 }
+            ),
+            PathConflict::ThroughLink {
+                output,
+                link,
+                source,
+            } => write!(
+                f,
+                "{output} is where the symbolic link {} in {source} leads: a later run over it \
+                 would follow the link and read the outputs back as input; remove the link or \
+                 choose a path it does not lead to",
+                link.display()
             ),
             PathConflict::SpillOnObjectStorage { output } => write!(
                 f,
@@ -800,6 +911,12 @@ impl fmt::Display for PathConflict {
             PathConflict::FileIsDirectory { output } => {
                 write!(f, "{output} is a directory: name a file")
             }
+            PathConflict::NotARegularFile { output, node } => write!(
+                f,
+                "{output} is {node}, not a regular file: outputs are published by renaming a \
+                 finished file into place, which would replace it; name a regular file or a new \
+                 path"
+            ),
             PathConflict::DirectoryIsFile { output } => {
                 write!(f, "{output} exists and is not a directory")
             }
@@ -967,8 +1084,17 @@ fn check_dataset_names(outputs: &[(&Output, Resolved)], refusals: &mut Refusals)
 }
 
 /// Whether the output can be made: a file's directory, or a directory itself, must exist or be
-/// creatable in a writable directory; a file must not be a directory and vice versa.
+/// creatable in a writable directory; a file must not be a directory and vice versa, nor any
+/// other node but a regular file.
 fn writable(out: &Output, r: &Resolved) -> Result<(), PathConflict> {
+    if let OutputKind::File = out.kind
+        && let Some(node) = neardup_corpus::special_node(&out.path).filter(|n| *n != "a directory")
+    {
+        return Err(PathConflict::NotARegularFile {
+            output: out.named(),
+            node,
+        });
+    }
     match (&out.kind, std::fs::metadata(&r.path).map(|m| m.is_dir())) {
         (OutputKind::File, Ok(true)) => {
             return Err(PathConflict::FileIsDirectory {
@@ -1050,6 +1176,17 @@ impl CanonicalParents {
             .as_ref()
             .map(|p| p.join(name))
     }
+}
+
+/// Where the symbolic link `link` leads, resolved like an output path (a target that does not
+/// exist yet through its nearest existing ancestor).
+fn link_target(link: &Path) -> Option<PathBuf> {
+    let target = std::fs::read_link(link).ok()?;
+    let full = match link.parent() {
+        Some(parent) if target.is_relative() => parent.join(target),
+        _ => target,
+    };
+    resolve(&full).ok().map(|r| r.path)
 }
 
 /// Resolves `path`: its longest existing ancestor through `canonicalize`, the rest lexically.
@@ -1348,9 +1485,17 @@ mod tests {
         .spill_dir(&tmp.path().join("spill/here"));
         p.check().unwrap();
         assert!(!tmp.path().join("new").exists() && !tmp.path().join("spill").exists());
-        p.prepare().unwrap();
+        let prepared = p.prepare().unwrap();
         assert!(tmp.path().join("spill/here").is_dir());
         assert!(!tmp.path().join("new").exists());
+        // What it made goes when the run ends, if empty; what holds a file stays.
+        drop(prepared);
+        assert!(!tmp.path().join("spill").exists());
+        let prepared = p.prepare().unwrap();
+        std::fs::write(tmp.path().join("spill/mine"), b"").unwrap();
+        drop(prepared);
+        assert!(!tmp.path().join("spill/here").exists());
+        assert!(tmp.path().join("spill/mine").exists());
     }
 
     #[test]

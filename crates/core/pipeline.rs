@@ -560,7 +560,7 @@ pub fn apply<'a>(
                 .iter()
                 .flat_map(|t| t.files().iter().cloned())
                 .collect();
-            check_apply_paths(config, &files, &[], against.as_ref())?;
+            let _spill_dirs = check_apply_paths(config, &files, &[], against.as_ref())?;
             let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
             let publication = begin_publication(config, &inputs, &control.cancel)?;
             let mask = HotMask::from_tables(&ordered, hot).map_err(wrong_tables)?;
@@ -570,7 +570,7 @@ pub fn apply<'a>(
             let shards = ShardTables::open(tables).map_err(wrong_tables)?;
             hot.check_tables(&shards.identities, Some(&shards.paths))
                 .map_err(wrong_tables)?;
-            check_apply_paths(config, &shards.files, tables, against.as_ref())?;
+            let _spill_dirs = check_apply_paths(config, &shards.files, tables, against.as_ref())?;
             let inputs: Vec<InputFile> = shards.files.iter().map(|f| f.input.clone()).collect();
             let publication = begin_publication(config, &inputs, &control.cancel)?;
             let (mask, files) = HotMask::from_table_files(&shards, hot, &config.mask_memory())?;
@@ -589,13 +589,13 @@ pub(crate) fn wrong_tables(e: KeysError) -> Error {
 }
 
 /// The path checks of stage 2 run apart: outputs against the inputs the tables list and the
-/// tables themselves.
+/// tables themselves; returns what [`RunPaths::prepare`] made, held for the run.
 fn check_apply_paths(
     config: &Config,
     files: &[FileRows],
     tables: &[PathBuf],
     against: Option<&neardup_index::SavedIndex>,
-) -> Result<(), Error> {
+) -> Result<crate::PreparedDirs, Error> {
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let mut paths = RunPaths::new();
     paths.read_inputs(&inputs);
@@ -706,7 +706,7 @@ impl Pipeline {
             paths.read_inputs(&against::indexed_inputs(index));
         }
         paths.check()?;
-        paths.prepare()?;
+        let _spill_dirs = paths.prepare()?;
         let files = found.files;
         let publication = begin_publication(&self.config, &files, &self.control.cancel)?;
         let keys = against::with_prior_keys(keys_config(&self.config)?, against.as_ref());

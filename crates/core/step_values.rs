@@ -26,7 +26,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::distributed::{DecideManifest, DecideSettings, STEP_MANIFEST, SignManifest};
 use crate::error::{CorruptValue, Error, IoOp, IoTarget, StepKind, StepOutputsError};
 use crate::paths::RunPaths;
-use crate::pipeline::{publish_error, save_json_to};
+use crate::pipeline::publish_error;
 
 /// The bytes of one stream, shared by a value, its parts and the steps reading them (no copy).
 #[derive(Clone)]
@@ -178,14 +178,57 @@ pub(crate) fn read_manifest<M: StepManifest>(dir: &Path) -> Result<M, Error> {
             Error::io(IoOp::Read, &path, e)
         }
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| {
+    let not_manifest = |e| {
         Error::StepOutputs(StepOutputsError::NotManifest {
             step: M::STEP.kind,
             dir: dir.to_path_buf(),
             manifest: path.clone(),
             source: e,
         })
-    })
+    };
+    let mut fields: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes).map_err(not_manifest)?;
+    let stored = fields.remove(MANIFEST_CHECKSUM);
+    let manifest: M =
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(not_manifest)?;
+    // Nothing of it is used before it is known whole: a flipped digit still parses.
+    if stored.as_ref().and_then(|v| v.as_str()) != Some(&manifest_checksum(&manifest)) {
+        return Err(Error::Corrupt(CorruptValue::ManifestChecksum {
+            manifest: path,
+            step: M::STEP.kind,
+        }));
+    }
+    Ok(manifest)
+}
+
+/// The field of a step output directory's `manifest.json` holding its checksum.
+const MANIFEST_CHECKSUM: &str = "checksum";
+
+/// The checksum a step output directory's manifest carries: the xxh3-64 of the manifest's
+/// compact JSON (without the checksum), as 16 hexadecimal digits.
+fn manifest_checksum<M: Serialize>(manifest: &M) -> String {
+    let compact = serde_json::to_vec(manifest).expect("a manifest serialises");
+    format!("{:016x}", xxh3_64(&compact))
+}
+
+/// Writes a step output directory's `manifest.json`: the manifest, its fields in their order,
+/// and its checksum last.
+fn save_manifest_to(
+    mut file: neardup_corpus::AtomicFile,
+    manifest: &impl Serialize,
+) -> Result<(), Error> {
+    let path = file.path().to_path_buf();
+    let mut text = serde_json::to_string_pretty(manifest).expect("a manifest serialises");
+    let end = text.rfind('}').expect("a manifest is a JSON object");
+    text.truncate(end);
+    let text = format!(
+        "{},\n  \"{MANIFEST_CHECKSUM}\": \"{}\"\n}}\n",
+        text.trim_end(),
+        manifest_checksum(manifest)
+    );
+    let fail = |e: std::io::Error| Error::io(IoOp::Write, &path, e);
+    std::io::Write::write_all(&mut file, text.as_bytes()).map_err(fail)?;
+    file.commit().map_err(fail)
 }
 
 /// Checks that a manifest is its step's, of this version (`origin` names it in the message).
@@ -602,7 +645,7 @@ impl StepOutput {
             streams.extend(bytes);
         }
         if let Some(f) = &self.files {
-            save_json_to(
+            save_manifest_to(
                 self.publication.file(&f.manifest).map_err(publish_error)?,
                 manifest,
             )?;
@@ -738,8 +781,20 @@ impl<'a, M: StepManifest> Given<'a, M> {
         let (name, reader): (String, Box<dyn Read + Send>) = match self.from {
             Source::Dir(dir) => {
                 let path = M::stream_file(dir, index);
-                let file = neardup_storage::file::open(&path)
-                    .map_err(|e| Error::io(IoOp::Read, &path, e))?;
+                let open = || {
+                    neardup_storage::file::open(&path).map_err(|e| Error::io(IoOp::Read, &path, e))
+                };
+                // A file is verified whole before any record of it is used (a value's bytes were
+                // when they were read).
+                let damaged = |e| Error::Io {
+                    op: IoOp::OpenStream,
+                    target: IoTarget::Stream(path.display().to_string()),
+                    source: e,
+                };
+                RecordReader::new(std::io::BufReader::with_capacity(1 << 20, open()?))
+                    .and_then(RecordReader::verify)
+                    .map_err(damaged)?;
+                let file = open()?;
                 (
                     path.display().to_string(),
                     Box::new(std::io::BufReader::with_capacity(1 << 20, file)),

@@ -245,7 +245,7 @@ impl<'a> HotStep<'a> {
     pub fn merge(&self, control: &RunControl) -> Result<(HotKeys, HotMask, CountStats), Error> {
         let paths = self.paths();
         paths.check()?;
-        paths.prepare()?;
+        let _spill_dirs = paths.prepare()?;
         self.count_and_plan(control)
     }
 
@@ -340,7 +340,7 @@ impl<'a> HotStep<'a> {
             ..PublishOptions::default()
         })
         .map_err(publish_error)?;
-        paths.prepare()?;
+        let _spill_dirs = paths.prepare()?;
         let (hot, mask, count) = self.count_and_plan(control)?;
         hot.save_to(publication.file(output).map_err(publish_error)?)?;
         let made = HotReport {

@@ -209,7 +209,7 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
         paths.spill_dir(dir);
     }
     paths.check()?;
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
     let hot = load_hot_argument(&hot)?;
     let control = watched_step();
     let signed = {
@@ -265,7 +265,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         paths.spill_dir(dir);
     }
     paths.check()?;
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
     let hot = HotSummary::load(&hot).map_err(hot_argument_error)?;
     let control = RunControl {
         cancel: handle_signals(),
@@ -317,7 +317,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
     paths.write_config_outputs(&config, &[]);
     paths.check()?;
     // The shard's mask may go to the spill directory before the step checks its outputs.
-    paths.prepare()?;
+    let _spill_dirs = paths.prepare()?;
     let hot = load_hot_argument(&hot)?;
     let control = watched_step();
     let report = {

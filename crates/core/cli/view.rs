@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 use neardup::{Error, IoOp, IoTarget, RunControl};
 
+/// Sends log lines to stderr, filtered by `RUST_LOG` or else by `-q`/`-v`. A process that has a
+/// global subscriber already (an earlier command run in it) keeps it.
 pub(crate) fn init_logging(quiet: bool, verbose: u8) {
     let default = if quiet {
         "error"
@@ -22,11 +24,11 @@ pub(crate) fn init_logging(quiet: bool, verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_target(false)
-        .init();
+        .try_init();
 }
 
 /// How often the progress thread looks at the counters.

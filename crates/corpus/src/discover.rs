@@ -47,8 +47,10 @@ pub struct InputProblem {
     /// True when the run cannot go on as asked: an argument that names nothing (a missing path, a
     /// glob without a match), a file named explicitly whose format is unknown, something that
     /// cannot be read twice (standard input, a pipe, a device), or a file name that is not UTF-8.
-    /// False for entries met while walking a directory or expanding a glob (unknown extension,
-    /// unreadable subdirectory), which are reported and left out.
+    /// False for entries met while walking a directory or expanding a glob that hold no records
+    /// (unknown extension, a link leading nowhere or in a loop), which are reported and left
+    /// out; an entry the walk cannot look at or read (a path too long to open, a subdirectory
+    /// without permission) may hold records that would be in no total, so it is fatal.
     pub fatal: bool,
 }
 
@@ -59,6 +61,18 @@ pub struct InputSource {
     pub arg: String,
     /// What it names.
     pub kind: SourceKind,
+    /// The symbolic links met walking a directory or glob, whatever they lead to (even nowhere
+    /// yet): a later walk follows them, so an output they lead to would be read back.
+    pub links: Vec<SourceLink>,
+}
+
+/// A symbolic link below a directory or glob argument; see [`InputSource::links`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceLink {
+    /// The link's path (as walked: the argument joined with `relative`).
+    pub path: PathBuf,
+    /// Its path below [`InputSource::root`].
+    pub relative: PathBuf,
 }
 
 /// What an input argument names; see [`InputSource`].
@@ -117,9 +131,45 @@ impl InputSource {
         match &self.kind {
             SourceKind::File(_) => false,
             SourceKind::Dir(_) => true,
-            SourceKind::Glob { depth, .. } => below.components().count() < *depth,
+            SourceKind::Glob {
+                depth,
+                prefix,
+                matcher,
+                ..
+            } => {
+                below.components().count() < *depth
+                    && glob_may_enter(matcher.glob().glob(), prefix, below)
+            }
         }
     }
+}
+
+/// Whether the walk of glob `pattern` (literal directory prefix `prefix`) could read a file
+/// inside the directory `below` (relative to the prefix): each of its components must match the
+/// pattern's component at that level (`gg/data*/*.jsonl` enters `data1`, never `x2`); from a
+/// `**` on, anything below may match.
+fn glob_may_enter(pattern: &str, prefix: &Path, below: &Path) -> bool {
+    let skip = prefix.components().count();
+    let parts: Vec<Component<'_>> = Path::new(pattern).components().skip(skip).collect();
+    for (i, c) in below.components().enumerate() {
+        let Some(part) = parts.get(i) else {
+            return false;
+        };
+        let part = part.as_os_str().to_string_lossy();
+        if part.contains("**") {
+            return true;
+        }
+        let matches = globset::GlobBuilder::new(&part)
+            .literal_separator(true)
+            .build()
+            .map(|g| g.compile_matcher().is_match(c.as_os_str()))
+            // A component that is no pattern alone (a brace spanning components): assume it may.
+            .unwrap_or(true);
+        if !matches {
+            return false;
+        }
+    }
+    true
 }
 
 /// Expands input arguments into files. Never fails as a whole: every argument either contributes
@@ -177,12 +227,12 @@ impl Discoverer<'_> {
         let path = Path::new(arg);
         match std::fs::metadata(path) {
             Ok(meta) if meta.is_dir() => {
-                let mut entries = Vec::new();
-                let mut visited = HashSet::new();
-                if let Err(e) = walk(path, Path::new(""), usize::MAX, &mut visited, &mut entries) {
+                let mut w = Walk::default();
+                if let Err(e) = w.walk(path, Path::new(""), usize::MAX) {
                     return self.error(arg, format!("cannot read directory: {e}"));
                 }
-                self.source(arg, SourceKind::Dir(path.to_path_buf()));
+                let Walk { entries, links, .. } = w;
+                self.source(arg, SourceKind::Dir(path.to_path_buf()), links);
                 self.add_walked(arg, entries);
             }
             Ok(meta) => {
@@ -193,7 +243,7 @@ impl Discoverer<'_> {
                 if let Some(kind) = not_a_file(&meta) {
                     return self.error(arg, format!("is {kind}, not a file: {READ_TWICE}"));
                 }
-                self.source(arg, SourceKind::File(path.to_path_buf()));
+                self.source(arg, SourceKind::File(path.to_path_buf()), Vec::new());
                 self.add_file(arg, path, &name);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && is_glob(arg) => self.glob(arg),
@@ -220,7 +270,7 @@ impl Discoverer<'_> {
         if !url.key().ends_with('/') {
             match neardup_storage::head(&url) {
                 Ok(Some(size)) => {
-                    self.source(arg, SourceKind::File(PathBuf::from(arg)));
+                    self.source(arg, SourceKind::File(PathBuf::from(arg)), Vec::new());
                     let name = url.file_name().to_string();
                     return self.add_object(arg, &url, Path::new(&name), size);
                 }
@@ -235,7 +285,7 @@ impl Discoverer<'_> {
         if entries.is_empty() {
             return self.error(arg, "no such object, and no object below this prefix");
         }
-        self.source(arg, SourceKind::Dir(PathBuf::from(arg)));
+        self.source(arg, SourceKind::Dir(PathBuf::from(arg)), Vec::new());
         self.add_listed(arg, &url, entries, |_| true);
     }
 
@@ -262,6 +312,7 @@ impl Discoverer<'_> {
                 matcher: matcher.clone(),
                 depth,
             },
+            Vec::new(),
         );
         self.add_listed(arg, &base, entries, matching);
     }
@@ -305,10 +356,11 @@ impl Discoverer<'_> {
         }
     }
 
-    fn source(&mut self, arg: &str, kind: SourceKind) {
+    fn source(&mut self, arg: &str, kind: SourceKind, links: Vec<SourceLink>) {
         self.out.sources.push(InputSource {
             arg: arg.to_string(),
             kind,
+            links,
         });
     }
 
@@ -316,7 +368,7 @@ impl Discoverer<'_> {
         entries.sort_by(|a, b| a.relative.cmp(&b.relative));
         for w in entries {
             match w.error {
-                Some(msg) => self.problem(w.path.display().to_string(), msg),
+                Some((msg, fatal)) => self.push_problem(w.path.display().to_string(), msg, fatal),
                 None => self.add_file(arg, &w.path, &w.relative),
             }
         }
@@ -371,14 +423,16 @@ impl Discoverer<'_> {
         } else {
             prefix.clone()
         };
-        let mut entries = Vec::new();
-        let mut visited = HashSet::new();
-        if let Err(e) = walk(&root, Path::new(""), depth, &mut visited, &mut entries) {
+        let mut w = Walk::default();
+        if let Err(e) = w.walk(&root, Path::new(""), depth) {
             return self.error(
                 arg,
                 format!("glob matched no file: cannot read {}: {e}", root.display()),
             );
         }
+        let Walk {
+            mut entries, links, ..
+        } = w;
         entries.retain(|w| matcher.is_match(prefix.join(&w.relative)));
         if entries.is_empty() {
             return self.error(arg, "glob matched no file");
@@ -391,6 +445,7 @@ impl Discoverer<'_> {
                 matcher,
                 depth,
             },
+            links,
         );
         self.add_walked(arg, entries);
     }
@@ -451,53 +506,82 @@ fn split_glob(pattern: &str) -> (PathBuf, String) {
 struct Walked {
     path: PathBuf,
     relative: PathBuf,
-    error: Option<String>,
+    /// Why it could not be walked, and whether that is fatal (see [`walk_error`]).
+    error: Option<(String, bool)>,
 }
 
-/// Collects every regular file under `dir` up to `depth` levels; subdirectory read errors become
-/// entries with an error so they are reported instead of dropped.
-fn walk(
-    dir: &Path,
-    rel: &Path,
-    depth: usize,
-    visited: &mut HashSet<PathBuf>,
-    out: &mut Vec<Walked>,
-) -> std::io::Result<()> {
-    if depth == 0 {
-        return Ok(());
+/// The problem of an entry the walk could not look at or read (`what` failed): fatal unless
+/// nothing is there to hold records (a link leading nowhere, a loop of links), since the
+/// records of what the walk cannot see would be in no total.
+fn walk_error(what: &str, e: &std::io::Error) -> (String, bool) {
+    let empty = e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ELOOP);
+    if empty {
+        (format!("{what}: {e}: left out"), false)
+    } else {
+        (
+            format!(
+                "{what}: {e}; the records it holds would be in no total: make it readable (a \
+                 path too long to open: move it higher up), or leave it out of the inputs"
+            ),
+            true,
+        )
     }
-    if let Ok(canon) = std::fs::canonicalize(dir)
-        && !visited.insert(canon)
-    {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let relative = rel.join(entry.file_name());
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_dir() => {
-                if let Err(e) = walk(&path, &relative, depth - 1, visited, out) {
-                    out.push(Walked {
-                        path,
-                        relative,
-                        error: Some(format!("cannot read directory: {e}")),
-                    });
-                }
-            }
-            Ok(_) => out.push(Walked {
-                path,
-                relative,
-                error: None,
-            }),
-            Err(e) => out.push(Walked {
-                path,
-                relative,
-                error: Some(format!("cannot access: {e}")),
-            }),
+}
+
+/// What a walk found: files (and entries that could not be read), and symbolic links.
+#[derive(Default)]
+struct Walk {
+    visited: HashSet<PathBuf>,
+    entries: Vec<Walked>,
+    links: Vec<SourceLink>,
+}
+
+impl Walk {
+    /// Collects every regular file under `dir` up to `depth` levels; subdirectory read errors
+    /// become entries with an error so they are reported instead of dropped.
+    fn walk(&mut self, dir: &Path, rel: &Path, depth: usize) -> std::io::Result<()> {
+        if depth == 0 {
+            return Ok(());
         }
+        if let Ok(canon) = std::fs::canonicalize(dir)
+            && !self.visited.insert(canon)
+        {
+            return Ok(());
+        }
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let relative = rel.join(entry.file_name());
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                self.links.push(SourceLink {
+                    path: path.clone(),
+                    relative: relative.clone(),
+                });
+            }
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => {
+                    if let Err(e) = self.walk(&path, &relative, depth - 1) {
+                        self.entries.push(Walked {
+                            path,
+                            relative,
+                            error: Some(walk_error("cannot read directory", &e)),
+                        });
+                    }
+                }
+                Ok(_) => self.entries.push(Walked {
+                    path,
+                    relative,
+                    error: None,
+                }),
+                Err(e) => self.entries.push(Walked {
+                    path,
+                    relative,
+                    error: Some(walk_error("cannot access", &e)),
+                }),
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The matcher of glob `pattern` (`*` stays within one path component, as in a shell) and how

@@ -232,6 +232,8 @@ impl WriteError {
     /// directory not empty, no overwrite), `"in_use"` (another live run writes to the output
     /// directory), `"not_ours"` (an output would replace a file no manifest lists),
     /// `"changed"` (a listed file changed since it was written), `"foreign_manifest"`,
+    /// `"not_a_regular_file"` (an output's path is a FIFO, a device, a link: see
+    /// [`crate::special_node`]),
     /// `"interrupted"` (cancelled before the commit), `"unfinished"` (an output was not
     /// finished), `"duplicate_output"` (two inputs map to the same output path),
     /// `"invalid_block"` (block not read with full records, wrong mask length, schema differs),

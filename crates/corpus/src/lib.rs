@@ -58,12 +58,14 @@ pub use block::{
 };
 pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
-pub use discover::{DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, discover};
+pub use discover::{
+    DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, SourceLink, discover,
+};
 pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
 pub use publish::{
     AtomicFile, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication, PublishOptions,
-    Published, RunId, ScratchDir, ScratchFile, read_manifest,
+    Published, RunId, ScratchDir, ScratchFile, read_manifest, special_node,
 };
 pub use read::{ChunkReader, read_chunk, record_fields, reread_chunk};
 pub use select::{DEFAULT_SEPARATOR, FieldPath, FieldPathError, FieldsMode, TextSelector};

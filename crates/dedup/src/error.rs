@@ -77,6 +77,16 @@ pub enum Mismatch {
         /// Its size now.
         now: u64,
     },
+    /// An input's size changed while stage 2 read it (records appended then would be in no
+    /// output and no total).
+    SizeDuringStage2 {
+        /// The input file.
+        file: PathBuf,
+        /// Its size when stage 1 found it (the bytes stage 2 read).
+        stage1: u64,
+        /// Its size when stage 2 ended.
+        now: u64,
+    },
     /// The hot mask covers another number of rows than the inputs' table rows.
     MaskRows {
         /// Rows of the mask.
@@ -113,6 +123,13 @@ impl fmt::Display for Mismatch {
                 f,
                 "{}: {now} bytes now, {stage1} bytes when stage 1 read it; the input changed \
                  between the stages: run stage 1 again on the inputs as they are",
+                file.display()
+            ),
+            Mismatch::SizeDuringStage2 { file, stage1, now } => write!(
+                f,
+                "{}: {now} bytes when stage 2 ended, {stage1} bytes when the run read it; the \
+                 input changed while the run read it, so what changed is in no output and no \
+                 total: nothing was published; run again once the input is complete",
                 file.display()
             ),
             Mismatch::MaskRows { mask, inputs } => write!(

@@ -543,6 +543,34 @@ impl<R: Read> RecordReader<R> {
     pub fn records(&self) -> u64 {
         self.records
     }
+
+    /// Reads the rest of the stream without decoding a record, and verifies its checksum and
+    /// end marker: what a step does with a stream before it uses any of it, so that damage is
+    /// reported as damage, not as whatever a flipped byte made a record say. (The record count is
+    /// verified by the reading proper.)
+    pub fn verify(mut self) -> io::Result<()> {
+        loop {
+            self.read_hashed(4)?;
+            let len = u32::from_le_bytes(self.batch[..4].try_into().expect("4 bytes")) as usize;
+            if len == 0 {
+                self.read_hashed(8)?;
+                let mut trailer = [0u8; 16];
+                self.input
+                    .read_exact(&mut trailer)
+                    .map_err(|_| corrupt("the stream is truncated"))?;
+                if u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"))
+                    != self.hash.digest()
+                {
+                    return Err(corrupt("the stream's checksum does not match its contents"));
+                }
+                if &trailer[8..] != STREAM_END {
+                    return Err(corrupt("the stream is truncated (no end marker)"));
+                }
+                return Ok(());
+            }
+            self.read_hashed(len)?;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -105,10 +105,12 @@ pub fn run_dedup_into(
 
 /// Refuses inputs whose size changed since stage 1 found them: stage 2 reads the chunks stage 1
 /// recorded, so what was appended after the last of them would be neither decided nor written,
-/// and a changed record count inside a chunk is caught only by that chunk's counts. Objects are
-/// looked up a few at a time. An input that cannot be looked up is left to its reader, whose
-/// error says why.
-fn check_sizes(inputs: &[neardup_corpus::InputFile]) -> Result<(), DedupError> {
+/// and a changed record count inside a chunk is caught only by that chunk's counts. Called
+/// before stage 2 reads (`ended` false) and again once it has read everything and before
+/// anything is published (`ended` true): what was appended while it ran is past the chunks it
+/// read just the same. Objects are looked up a few at a time. An input that cannot be looked up
+/// is left to its reader, whose error says why.
+fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), DedupError> {
     let sizes = neardup_exec::map_in_parts(inputs, &mut [(); 8], |_, f| {
         neardup_corpus::current_size(&f.path).ok()
     });
@@ -116,10 +118,11 @@ fn check_sizes(inputs: &[neardup_corpus::InputFile]) -> Result<(), DedupError> {
         if let Some(now) = now
             && now != f.size
         {
-            return Err(DedupError::Mismatch(Mismatch::Size {
-                file: f.path.clone(),
-                stage1: f.size,
-                now,
+            let (file, stage1) = (f.path.clone(), f.size);
+            return Err(DedupError::Mismatch(if ended {
+                Mismatch::SizeDuringStage2 { file, stage1, now }
+            } else {
+                Mismatch::Size { file, stage1, now }
             }));
         }
     }
@@ -340,7 +343,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     let threads = ExecOptions::threads(cfg.threads).threads;
     let (jobs, record_bases) = chunk_jobs(files);
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
-    check_sizes(&inputs)?;
+    check_sizes(&inputs, false)?;
     if let Some(p) = control.progress() {
         p.set_total(inputs.iter().map(|f| f.size).sum());
     }
@@ -397,7 +400,9 @@ pub(crate) fn run_stage2<R: HotRoute>(
             |event| pass.on_event(event),
         );
         let ran = match ran {
-            Ok(neardup_exec::Completion::Finished) => pass.finish_files(),
+            Ok(neardup_exec::Completion::Finished) => pass
+                .finish_files()
+                .and_then(|()| check_sizes(&inputs, true)),
             Ok(neardup_exec::Completion::Cancelled) => Err(DedupError::Interrupted),
             Err(e) => Err(e),
         };

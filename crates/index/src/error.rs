@@ -232,13 +232,12 @@ impl fmt::Display for FileChange {
             FileChange::Size { was, now } => {
                 write!(f, "its size changed from {was} to {now} bytes")
             }
-            FileChange::RecordGone { record, field } => write!(
-                f,
-                "record {} (field {field}) is no longer there",
-                record + 1
-            ),
+            // Records are numbered from 0, as in decisions and reports.
+            FileChange::RecordGone { record, field } => {
+                write!(f, "record {record} (field {field}) is no longer there")
+            }
             FileChange::Text { record } => {
-                write!(f, "the text of record {} has changed", record + 1)
+                write!(f, "the text of record {record} has changed")
             }
         }
     }

@@ -7,6 +7,7 @@
 //! owns no algorithm: signing, keys, counting and decisions are the library crates', so Python and
 //! the CLI decide alike. Tested from Python (`crates/python/tests/`, run by `tests/run`).
 
+mod cli;
 mod deduper;
 mod errors;
 mod files;
@@ -54,6 +55,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<run::Run>()?;
     m.add_class::<run::DecisionStream>()?;
     m.add_class::<lshcurator::CorpusStream>()?;
+    m.add_function(wrap_pyfunction!(cli::run_cli, m)?)?;
     m.add_function(wrap_pyfunction!(settings::settings, m)?)?;
     m.add_function(wrap_pyfunction!(settings::defaults, m)?)?;
     m.add_function(wrap_pyfunction!(run::start_dedup, m)?)?;

@@ -104,7 +104,8 @@ impl Signed {
         self.inner.manifest().hot
     }
 
-    /// The manifest (as ``manifest.json`` of the directory), as a dict.
+    /// The manifest (the fields of ``manifest.json`` of the directory but its checksum), as a
+    /// dict.
     #[getter]
     fn manifest<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         crate::json_to_py(

@@ -174,6 +174,36 @@ fn beside(target: &Path, run: RunId, suffix: &str) -> PathBuf {
     target.with_file_name(format!(".{name}.neardup-{run}{suffix}"))
 }
 
+/// The temporary file of another live run (not `run`) writing the single-file output `target`:
+/// a name `.<name>.neardup-<id>.tmp` beside it whose lock is held. Two runs writing one file
+/// would each publish theirs and one run's manifest would describe the other's file.
+pub(crate) fn live_temp_of(target: &Path, run: RunId) -> Option<PathBuf> {
+    let dir = target.parent()?;
+    let name = target.file_name()?.to_str()?;
+    let (head, tail) = (format!(".{name}.neardup-"), TEMP_SUFFIX);
+    for entry in fs::read_dir(dir).ok()?.flatten() {
+        let file_name = entry.file_name();
+        let Some(id) = file_name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&head))
+            .and_then(|n| n.strip_suffix(tail))
+            .and_then(RunId::parse)
+        else {
+            continue;
+        };
+        if id == run {
+            continue;
+        }
+        let path = entry.path();
+        match open_rw(&path) {
+            Ok(Opened::File(f)) if !try_lock(&f).unwrap_or(true) => return Some(path),
+            Ok(Opened::Denied) => return Some(path),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Whether the exclusive lock was taken (`Ok(false)`: another open file holds it).
 pub(crate) fn try_lock(file: &File) -> io::Result<bool> {
     // SAFETY: flock on a file descriptor this `File` owns.

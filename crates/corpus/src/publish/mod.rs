@@ -146,6 +146,8 @@ const MANIFEST_FORMAT: &str = "neardup-manifest";
 /// (`"foreign_manifest"`) when the file is not a neardup manifest or lists a path outside `dir`.
 pub fn read_manifest(dir: &Path, name: &str) -> Result<Option<Manifest>, WriteError> {
     let path = dir.join(name);
+    // Reading a FIFO would wait forever, a device could stream without end.
+    refuse_special(&path, &path)?;
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -180,6 +182,50 @@ fn parse_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest, WriteError> {
         }
     }
     Ok(m)
+}
+
+/// What the node at `path` is when it is there and is not a regular file (`"a FIFO"`, `"a
+/// character device"`, `"a symbolic link"`, …), read without following a link: outputs are
+/// published by renaming a finished file onto their path, which would replace such a node with a
+/// regular file (`/dev/null` made a file, a FIFO's reader left waiting), so no run writes there.
+pub fn special_node(path: &Path) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = fs::symlink_metadata(path).ok()?.file_type();
+    if t.is_file() {
+        return None;
+    }
+    Some(if t.is_dir() {
+        "a directory"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    })
+}
+
+/// Refuses an output whose path (`abs`, named `shown`) is held by a node that is not a regular
+/// file (see [`special_node`]); a directory is refused by the caller with its own message.
+fn refuse_special(abs: &Path, shown: &Path) -> Result<(), WriteError> {
+    match special_node(abs) {
+        None | Some("a directory") => Ok(()),
+        Some(node) => Err(WriteError::new(
+            shown,
+            "not_a_regular_file",
+            format!(
+                "this path is {node}, not a regular file; outputs are published by renaming a \
+                 finished file into place, which would replace it: name a regular file or a new \
+                 path"
+            ),
+        )),
+    }
 }
 
 /// A relative path of normal components only (no `..`, no root).
@@ -567,12 +613,28 @@ impl Publication {
                 "a directory has this name; name a file",
             ));
         }
+        refuse_special(&abs, target)?;
         let dir = abs.parent().unwrap_or(Path::new("/")).to_path_buf();
         make_dirs(&dir, &mut lock_ignoring_poison(&self.created))
             .map_err(|e| WriteError::io(target, e))?;
         self.sweep_once(&dir)?;
         let temp = temp_name(&abs, self.shared.run);
         let lock = create_locked(&temp).map_err(|e| WriteError::io(target, e))?;
+        // Looked for once this run's own temporary file holds its lock: of two runs starting
+        // together, at least one sees the other.
+        if let Some(other) = liveness::live_temp_of(&abs, self.shared.run) {
+            drop(lock);
+            let _ = fs::remove_file(&temp);
+            return Err(WriteError::new(
+                target,
+                "in_use",
+                format!(
+                    "another neardup run is writing this file ({} is in use); wait for it to \
+                     finish or choose another path",
+                    other.display()
+                ),
+            ));
+        }
         self.shared.files().push(Staged {
             target: abs,
             temp,
@@ -887,6 +949,7 @@ impl Publication {
             };
             check_unchanged(&dir, &listed)?;
             let manifest_path = dir.join(&d.manifest);
+            refuse_special(&manifest_path, &manifest_path)?;
             if d.overwrite && fs::symlink_metadata(&manifest_path).is_ok() {
                 asides.push(manifest_path.clone());
             }
@@ -936,6 +999,8 @@ impl Publication {
             manifest = Some(m);
         }
         for (target, temp, _) in &files {
+            // A node made there during the run (a FIFO, a link) is not replaced either.
+            refuse_special(target, target)?;
             if fs::symlink_metadata(target).is_ok() {
                 asides.push(target.clone());
             }

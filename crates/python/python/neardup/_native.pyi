@@ -28,6 +28,7 @@ __all__ = [
     "Run",
     "DecisionStream",
     "CorpusStream",
+    "run_cli",
     "settings",
     "defaults",
     "start_dedup",
@@ -280,7 +281,7 @@ class Signed:
         """HotKeys.fingerprint of the hot keys it was signed with."""
     @property
     def manifest(self) -> Dict[str, Any]:
-        """The manifest (manifest.json of the directory)."""
+        """The manifest (the fields of manifest.json of the directory but its checksum)."""
     @property
     def stats(self) -> Optional[Dict[str, Any]]:
         """The pass's statistics for a value just signed; None for one read back."""
@@ -328,7 +329,7 @@ class Decided:
         """HotKeys.fingerprint of the hot keys it was decided with."""
     @property
     def manifest(self) -> Dict[str, Any]:
-        """The manifest (manifest.json of the directory)."""
+        """The manifest (the fields of manifest.json of the directory but its checksum)."""
     def shard(self, place: int) -> "Decided":
         """This group's part for the shard at place `place`: what write of that shard needs."""
     def save(self, path: _Path) -> None:
@@ -366,6 +367,10 @@ class CorpusStream(Iterator[Tuple[str, bool]]):
         """Waits for stage 1; False when no bucket key is hot."""
     def __iter__(self) -> "CorpusStream": ...
     def __next__(self) -> Tuple[str, bool]: ...
+
+def run_cli(args: Sequence[str]) -> int:
+    """Runs the ``neardup`` command line with ``args`` (the program's name first); returns its
+    exit code."""
 
 def settings() -> Dict[str, List[str]]:
     """Every setting's name, by section."""
