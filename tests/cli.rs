@@ -402,3 +402,87 @@ fn ascii_word_tokens_split_at_every_non_ascii_character() {
     );
     assert_eq!(decide("word"), [(true, None), (true, None), (true, None)]);
 }
+
+/// `--tokenize jieba` shingles Chinese words: near copies of documents of real sentences
+/// (Debian's gettext translations, `tests/data/cjk`) are found, and key tables made with jieba
+/// and with characters never combine: the tokenizer is part of the settings' fingerprint.
+#[test]
+fn jieba_words_shingle_chinese_and_tables_of_other_tokenizers_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sentences: Vec<String> = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cjk/zh.jsonl"),
+    )
+    .unwrap()
+    .lines()
+    .map(|l| {
+        serde_json::from_str::<Value>(l).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    })
+    .collect();
+    // Documents of five sentences; the second of each pair drops its last sentence.
+    let mut records = String::new();
+    for doc in sentences.chunks(5).take(40) {
+        let whole = doc.concat();
+        let less = doc[..4].concat();
+        for text in [whole, less] {
+            records += &(serde_json::json!({ "text": text }).to_string() + "\n");
+        }
+    }
+    let input = tmp.path().join("zh.jsonl");
+    std::fs::write(&input, records).unwrap();
+    let decide = |tokenize: &str| {
+        let dec = tmp.path().join(format!("{tokenize}.jsonl"));
+        let o = run(neardup()
+            .arg("dedup")
+            .arg(&input)
+            .args([
+                "--tokenize",
+                tokenize,
+                "--shingle",
+                "2",
+                "--threshold",
+                "0.5",
+            ])
+            .args(["-q", "--decisions"])
+            .arg(&dec));
+        assert!(o.status.success(), "--tokenize {tokenize}");
+        read_jsonl(&dec)
+            .iter()
+            .map(|d| d["keep"].as_bool().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let words = decide("jieba");
+    assert_eq!(words.len(), 80);
+    let dropped = words.iter().filter(|k| !**k).count();
+    assert!(dropped >= 30, "{dropped} near copies found");
+    assert!(
+        words.iter().step_by(2).all(|k| *k),
+        "every first copy is kept"
+    );
+    // Key tables of two tokenizers do not combine.
+    let table = |tokenize: &str, shard: &str| {
+        let out = tmp.path().join(format!("{tokenize}.ndk"));
+        let o = run(neardup()
+            .arg("keys")
+            .arg(&input)
+            .args(["--tokenize", tokenize, "--shard", shard, "-q", "--out"])
+            .arg(&out));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        out
+    };
+    let (jieba, chars) = (table("jieba", "0"), table("char", "1"));
+    let o = run(neardup()
+        .arg("hot")
+        .arg(&jieba)
+        .arg(&chars)
+        .arg("--out")
+        .arg(tmp.path().join("hot.ndh")));
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("settings") || err.contains("fingerprint"),
+        "{err}"
+    );
+}

@@ -155,9 +155,10 @@ pub enum FieldsModeKind {
 }
 
 /// What a shingle is made of (the setting `tokenize`); with the shingle size and step it becomes
-/// the sketch's `neardup_sketch::Shingler`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// the sketch's `neardup_sketch::Shingler`. Written as a name in settings files and flags:
+/// `char`, `byte`, `word`, `ascii-word` (also `alnum`), `jieba`, `custom:NAME`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum ShingleUnit {
     /// Unicode characters.
     Char,
@@ -165,9 +166,75 @@ pub enum ShingleUnit {
     Byte,
     /// Words (Unicode word boundaries).
     Word,
-    /// Runs of ASCII letters, digits and `_` (hojichar's `non_alpha_num_splitter`).
-    #[serde(rename = "ascii-word")]
+    /// Runs of ASCII letters, digits and `_` (hojichar's `non_alpha_num_splitter`, `alnum`).
     AsciiWord,
+    /// Chinese words by jieba (`neardup_segment::Jieba`), n-grams joined by one space.
+    Jieba,
+    /// Tokens of a tokenizer the program hands in under this name (the Python package's
+    /// `tokenizer=` callable): [`SketchSettings::custom_tokenizer`]. The name enters the
+    /// settings fingerprint, so runs with different tokenizers must name them differently.
+    Custom(String),
+}
+
+impl FromStr for ShingleUnit {
+    type Err = String;
+    fn from_str(name: &str) -> Result<ShingleUnit, String> {
+        Ok(match name {
+            "char" => ShingleUnit::Char,
+            "byte" => ShingleUnit::Byte,
+            "word" => ShingleUnit::Word,
+            "ascii-word" | "alnum" => ShingleUnit::AsciiWord,
+            "jieba" => ShingleUnit::Jieba,
+            _ => match name.strip_prefix("custom:") {
+                Some(custom) if !custom.is_empty() => ShingleUnit::Custom(custom.to_string()),
+                _ => {
+                    return Err(format!(
+                        "unknown tokenize {name:?} (known: \"char\", \"byte\", \"word\", \
+                         \"ascii-word\" or \"alnum\", \"jieba\", and \"custom:NAME\" for a \
+                         tokenizer handed in by the Python package's tokenizer=)"
+                    ));
+                }
+            },
+        })
+    }
+}
+
+impl TryFrom<String> for ShingleUnit {
+    type Error = String;
+    fn try_from(name: String) -> Result<ShingleUnit, String> {
+        name.parse()
+    }
+}
+
+impl std::fmt::Display for ShingleUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShingleUnit::Char => f.write_str("char"),
+            ShingleUnit::Byte => f.write_str("byte"),
+            ShingleUnit::Word => f.write_str("word"),
+            ShingleUnit::AsciiWord => f.write_str("ascii-word"),
+            ShingleUnit::Jieba => f.write_str("jieba"),
+            ShingleUnit::Custom(name) => write!(f, "custom:{name}"),
+        }
+    }
+}
+
+impl From<ShingleUnit> for String {
+    fn from(unit: ShingleUnit) -> String {
+        unit.to_string()
+    }
+}
+
+/// The tokenizer of `tokenize = "custom:NAME"` ([`SketchSettings::custom_tokenizer`]): a program
+/// hands it in beside the settings, since no settings file can hold one. Equal when it is the
+/// same tokenizer.
+#[derive(Clone, Debug)]
+pub struct CustomTokenizer(pub std::sync::Arc<dyn neardup_sketch::Tokenizer>);
+
+impl PartialEq for CustomTokenizer {
+    fn eq(&self, other: &CustomTokenizer) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// How texts become signatures and keys.
@@ -204,6 +271,11 @@ pub struct SketchSettings {
     pub rows: Option<usize>,
     /// Band-key encoding.
     pub band_keys: BandKeyScheme,
+    /// The tokenizer of `tokenize = "custom:NAME"`, whose [`neardup_sketch::Tokenizer::name`]
+    /// must be `custom:NAME`. Not a setting of files or flags: a program sets it (the Python
+    /// package from `tokenizer=`).
+    #[serde(skip)]
+    pub custom_tokenizer: Option<CustomTokenizer>,
 }
 
 impl Default for SketchSettings {
@@ -224,6 +296,7 @@ impl Default for SketchSettings {
             bands: None,
             rows: None,
             band_keys: BandKeyScheme::Fast,
+            custom_tokenizer: None,
         }
     }
 }
@@ -575,7 +648,12 @@ impl Config {
         if s.hash == HashScheme::Datasketch && s.seed > u64::from(u32::MAX) {
             return Err(ConfigError::DatasketchSeed { seed: s.seed }.into());
         }
-        let shingler = match s.tokenize {
+        let tokens = |tokenizer| Shingler::Tokens {
+            n: s.shingle,
+            step: s.step,
+            tokenizer,
+        };
+        let shingler = match &s.tokenize {
             ShingleUnit::Char => Shingler::Chars {
                 k: s.shingle,
                 step: s.step,
@@ -591,6 +669,11 @@ impl Config {
             ShingleUnit::AsciiWord => Shingler::AsciiWords {
                 n: s.shingle,
                 step: s.step,
+            },
+            ShingleUnit::Jieba => tokens(neardup_segment::jieba()),
+            ShingleUnit::Custom(name) => match &s.custom_tokenizer {
+                Some(t) if t.0.name() == s.tokenize.to_string() => tokens(t.0.clone()),
+                _ => return Err(ConfigError::NoCustomTokenizer(name.clone()).into()),
             },
         };
         let keep_chars = match &s.keep_chars {
@@ -798,6 +881,74 @@ mod tests {
         let path = dir.path().join(name);
         std::fs::write(&path, text).unwrap();
         path
+    }
+
+    #[test]
+    fn tokenize_names_round_trip_and_enter_the_fingerprint() {
+        for name in [
+            "char",
+            "byte",
+            "word",
+            "ascii-word",
+            "jieba",
+            "custom:fugashi",
+        ] {
+            let unit: ShingleUnit = name.parse().unwrap();
+            assert_eq!(unit.to_string(), name);
+            let json = serde_json::to_value(&unit).unwrap();
+            assert_eq!(json, name);
+            assert_eq!(serde_json::from_value::<ShingleUnit>(json).unwrap(), unit);
+        }
+        assert_eq!("alnum".parse(), Ok(ShingleUnit::AsciiWord));
+        assert!("custom:".parse::<ShingleUnit>().is_err());
+        assert!(
+            "mecab"
+                .parse::<ShingleUnit>()
+                .unwrap_err()
+                .contains("jieba")
+        );
+
+        let fingerprint = |unit: ShingleUnit| {
+            let mut c = Config::default();
+            c.sketch.tokenize = unit;
+            c.sketch_config().unwrap().fingerprint()
+        };
+        let prints = [
+            fingerprint(ShingleUnit::Char),
+            fingerprint(ShingleUnit::Word),
+            fingerprint(ShingleUnit::AsciiWord),
+            fingerprint(ShingleUnit::Jieba),
+        ];
+        for (i, a) in prints.iter().enumerate() {
+            assert!(prints[i + 1..].iter().all(|b| a != b), "{prints:?}");
+        }
+
+        // A custom tokenizer must be handed in, under its name.
+        #[derive(Debug)]
+        struct Named(&'static str);
+        impl neardup_sketch::Tokenizer for Named {
+            fn name(&self) -> &str {
+                self.0
+            }
+            fn tokenize(&self, text: &str, emit: &mut dyn FnMut(&str)) {
+                text.split_whitespace().for_each(emit);
+            }
+        }
+        let mut c = Config::default();
+        c.sketch.tokenize = ShingleUnit::Custom("mine".into());
+        let err = c.sketch_config().unwrap_err().to_string();
+        assert!(err.contains("custom:mine"), "{err}");
+        c.sketch.custom_tokenizer =
+            Some(CustomTokenizer(std::sync::Arc::new(Named("custom:other"))));
+        assert!(c.sketch_config().is_err(), "another name");
+        c.sketch.custom_tokenizer =
+            Some(CustomTokenizer(std::sync::Arc::new(Named("custom:mine"))));
+        let mine = c.sketch_config().unwrap();
+        assert_eq!(mine.shingler.describe(), "token:custom:mine:5:1");
+        c.sketch.tokenize = ShingleUnit::Custom("yours".into());
+        c.sketch.custom_tokenizer =
+            Some(CustomTokenizer(std::sync::Arc::new(Named("custom:yours"))));
+        assert_ne!(c.sketch_config().unwrap().fingerprint(), mine.fingerprint());
     }
 
     #[test]

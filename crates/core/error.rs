@@ -847,6 +847,9 @@ pub enum ConfigError {
         /// `--step`.
         step: usize,
     },
+    /// `tokenize = "custom:NAME"` without the tokenizer of that name handed in beside the
+    /// settings.
+    NoCustomTokenizer(String),
     /// A seed over 32 bits with `--hash datasketch`.
     DatasketchSeed {
         /// The seed.
@@ -940,6 +943,13 @@ impl fmt::Display for ConfigError {
             ConfigError::ShingleOrStep { shingle, step } => write!(
                 f,
                 "--shingle and --step must be at least 1, got --shingle {shingle} --step {step}"
+            ),
+            ConfigError::NoCustomTokenizer(name) => write!(
+                f,
+                "tokenize \"custom:{name}\" names a tokenizer that a program hands in (the Python \
+                 package's tokenizer= callable, named {name:?}), and none was given here; the \
+                 command line takes only the native tokenizers (char, byte, word, ascii-word or \
+                 alnum, jieba)"
             ),
             ConfigError::DatasketchSeed { seed } => write!(
                 f,

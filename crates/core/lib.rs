@@ -62,9 +62,10 @@ mod step_values;
 mod steps;
 
 pub use config::{
-    Config, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers, LshWeights,
-    MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings,
-    UnknownPreset, block_bytes_within, block_memory_within, chunk_bytes_within, decision_memory,
+    Config, CustomTokenizer, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers,
+    LshWeights, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit,
+    SketchSettings, UnknownPreset, block_bytes_within, block_memory_within, chunk_bytes_within,
+    decision_memory,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,

@@ -420,7 +420,8 @@ pub(crate) struct SketchOpts {
     /// --verify].
     #[arg(long, requires = "bands")]
     pub(crate) rows: Option<usize>,
-    /// Shingle unit [default: char].
+    /// What a shingle is made of; --shingle counts these units (Japanese words: see
+    /// docs/tokenizers.md) [default: char].
     #[arg(long)]
     pub(crate) tokenize: Option<TokenizeArg>,
     /// Shingle size [default: 5].
@@ -546,6 +547,10 @@ value_enum!(TokenizeArg => ShingleUnit {
     /// Runs of ASCII letters, digits and '_' ([A-Za-z0-9_]); every other character, any non-ASCII
     /// one included, separates; case kept (hojichar's non_alpha_num_splitter). Joined by one space.
     AsciiWord => ShingleUnit::AsciiWord,
+    /// The same as ascii-word (hojichar's name for it).
+    Alnum => ShingleUnit::AsciiWord,
+    /// Chinese words by jieba (its dictionary and HMM, as Python's jieba.lcut). Joined by one space.
+    Jieba => ShingleUnit::Jieba,
 });
 
 pub(crate) fn parse_size(s: &str) -> Result<u64, String> {

@@ -212,6 +212,23 @@ fn count_texts(block: &Block, selector: &TextSelector) -> u64 {
     texts
 }
 
+/// Hands the texts of `block` that [`prepare_block`] signs (hot rows that are not later copies,
+/// the first text's row being `row`) to a tokenizer that takes them in batches
+/// (`neardup_sketch::Sketcher::prefetch`).
+fn prefetch_hot_texts(block: &Block, cfg: &Stage2Config, mask: &HotMask, mut row: u64) {
+    let mut texts = Vec::new();
+    block.for_each_sample(&cfg.selector, |s| {
+        if let SampleText::Text(text) = s.text {
+            let r = row as usize;
+            if row < mask.rows() as u64 && mask.is_hot_row(r) && !mask.is_later_copy(r) {
+                texts.push(text.into_owned());
+            }
+            row += 1;
+        }
+    });
+    cfg.sketcher.prefetch(texts.iter().map(String::as_str));
+}
+
 /// Classifies a block's samples (`row` is the table row of its first text, advanced past its
 /// last), signing the hot ones.
 fn prepare_block(
@@ -277,6 +294,9 @@ fn prepare_block(
         carried.push_str(text);
         (start, carried.len() as u32)
     };
+    if cfg.sketcher.wants_batches() && hot_work != HotWork::Decided && !texts_of_hot {
+        prefetch_hot_texts(&block, cfg, mask, *row);
+    }
     let mut ids = String::new();
     let mut next_row = *row;
     let ranking = matches!(hot_work, HotWork::Sign { .. }) && !cfg.prefer.is_input_order();

@@ -456,6 +456,17 @@ impl SketchWork<'_> {
             problems: Vec::new(),
             fields: FieldsSeen::new(&cfg.selector),
         };
+        if cfg.sketcher.wants_batches() {
+            // A tokenizer that takes a lock per call (a Python callable and its GIL) is handed
+            // the block's texts at once.
+            let mut texts = Vec::new();
+            block.for_each_sample(&cfg.selector, |sample| {
+                if let SampleText::Text(text) = sample.text {
+                    texts.push(text.into_owned());
+                }
+            });
+            cfg.sketcher.prefetch(texts.iter().map(String::as_str));
+        }
         let first = block.first_record;
         block.for_each_sample_noting(&cfg.selector, &mut out.fields, |sample| match sample.text {
             SampleText::Text(text) => {

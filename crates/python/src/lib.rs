@@ -20,6 +20,7 @@ mod sketcher;
 mod steps;
 mod tables;
 mod texts;
+mod tokenizer;
 mod values;
 
 use pyo3::prelude::*;

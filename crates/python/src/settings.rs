@@ -3,7 +3,9 @@
 //! Settings are keyword arguments named as in a settings file (`docs/tuning.md`): the field names
 //! of `Config`'s sections, flat (`threshold=0.7`, `num_perm=256`, `fields=["title", "body"]`),
 //! since no name appears in two sections. Two more names work as the CLI's flags of the same
-//! name: `config` (a settings file) and `compat` (`"lshcurator"`, a preset); the layers apply in
+//! name: `config` (a settings file) and `compat` (`"lshcurator"`, a preset), and two stand for
+//! the setting `tokenize`: `tokenizer` (its name, or a Python callable, [`crate::tokenizer`]) and
+//! `tokenizer_name` (the callable's name); the layers apply in
 //! the library's one order ([`neardup::Layers`]), the CLI's. The list of names comes from
 //! `Config` itself, so a new setting is accepted as soon as the library has it.
 
@@ -91,7 +93,7 @@ impl Scope {
                     .into_iter()
                     .filter(move |n| self.check(&section, n).is_ok())
             })
-            .chain(["config".to_string(), "compat".to_string()])
+            .chain(["config", "compat", "tokenizer", "tokenizer_name"].map(String::from))
             .collect();
         names.sort();
         names
@@ -235,7 +237,10 @@ pub fn config_from(settings: Option<&Bound<'_, PyDict>>, scope: Scope) -> PyResu
     let config = layers.given();
     for (key, value) in settings.iter() {
         let name: String = key.extract()?;
-        if name == "config" || name == "compat" {
+        if matches!(
+            name.as_str(),
+            "config" | "compat" | "tokenizer" | "tokenizer_name"
+        ) {
             continue;
         }
         let unknown = || {
@@ -266,6 +271,17 @@ pub fn config_from(settings: Option<&Bound<'_, PyDict>>, scope: Scope) -> PyResu
         apply_one(config, &section, &name, json)
             .map_err(|e| PyValueError::new_err(format!("setting {name}: {e}")))?;
     }
+    // After the other settings: each of them is written through its section's serde type,
+    // which leaves out the tokenizer object.
+    let tokenizer_name = settings
+        .get_item("tokenizer_name")?
+        .map(|n| n.extract::<String>())
+        .transpose()?;
+    crate::tokenizer::apply(
+        layers.given(),
+        settings.get_item("tokenizer")?.as_ref(),
+        tokenizer_name,
+    )?;
     let config = layers.finish();
     config.validate().map_err(crate::errors::to_py)?;
     Ok(config)

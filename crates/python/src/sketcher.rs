@@ -18,7 +18,8 @@ const TEXTS_PER_TASK: usize = 64;
 /// Turns texts into MinHash signatures and LSH band keys, exactly as stage 1 does.
 ///
 /// Takes the sketch settings of a run as keyword arguments (``num_perm``, ``threshold`` and
-/// ``verify`` or ``bands`` + ``rows``, ``hash``, ``tokenize``, ``shingle``, ``lowercase``, …, ``short_texts``,
+/// ``verify`` or ``bands`` + ``rows``, ``hash``, ``tokenizer`` (a name or a callable
+/// ``str -> Iterable[str]``), ``shingle``, ``lowercase``, …, ``short_texts``,
 /// ``threads``; see ``docs/tuning.md``), so its band keys equal the key table's band columns of a
 /// run with the same settings. Work runs on ``threads`` threads (0: all cores) with the GIL
 /// released; texts are a list of ``str`` or an Arrow string array (pyarrow ``Array`` or
@@ -53,6 +54,7 @@ impl Sketcher {
     {
         let texts = Texts::from_py(texts)?;
         let num_perm = self.sketcher.num_perm();
+        let sketcher = &self.sketcher;
         let out = texts.with_slices(|slices| {
             let mut out = vec![T::default(); slices.len() * width];
             if width == 0 {
@@ -61,6 +63,8 @@ impl Sketcher {
             let task = |(texts, rows): (&[&str], &mut [T])| {
                 let mut scratch = Scratch::default();
                 let mut sig = vec![0u32; num_perm];
+                // A Python tokenizer takes the task's texts under one hold of the GIL.
+                sketcher.prefetch(texts.iter().copied());
                 for (text, row) in texts.iter().zip(rows.chunks_exact_mut(width)) {
                     per_text(text, &mut scratch, &mut sig, row);
                 }

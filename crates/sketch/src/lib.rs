@@ -42,7 +42,7 @@ pub use minhash::{
     EMPTY_SLOT, HashScheme, Kernel, MinHasher, SignScratch, datasketch_permutations,
 };
 pub use normalize::{CharClassSet, Normalizer, is_blank, py_strip};
-pub use shingle::{CustomShingler, Shingler};
+pub use shingle::{CustomShingler, Shingler, Tokenizer};
 pub use similarity::{
     SetScratch, append_fingerprint_set, count_equal, fingerprint, fingerprint_set,
     jaccard_at_least, jaccard_sorted, similarity,

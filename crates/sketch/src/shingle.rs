@@ -16,6 +16,32 @@ pub trait CustomShingler: Send + Sync + fmt::Debug {
     fn shingles(&self, text: &str, emit: &mut dyn FnMut(&[u8]));
 }
 
+/// Something that cuts a text into tokens (words of a segmenter such as jieba, a Japanese
+/// morphological analyser, a user's own function), for [`Shingler::Tokens`], whose shingles are
+/// n-grams of the tokens joined by one space, as hojichar joins them.
+pub trait Tokenizer: Send + Sync + fmt::Debug {
+    /// A stable name: it enters [`Shingler::describe`] and so the settings fingerprint, so two
+    /// tokenizers that cut texts differently must never share one.
+    fn name(&self) -> &str;
+
+    /// Calls `emit` once per token of `text`, in text order.
+    fn tokenize(&self, text: &str, emit: &mut dyn FnMut(&str));
+
+    /// Told the texts this thread is about to tokenize, in one call: a tokenizer whose every
+    /// call is costly (one that takes a lock, such as Python's GIL) does the whole batch at once
+    /// and answers [`Tokenizer::tokenize`] from what it kept. Only a hint: a text left out is
+    /// tokenized on its own, and the tokens are the same either way.
+    fn prefetch(&self, texts: &[&str]) {
+        let _ = texts;
+    }
+
+    /// Whether [`Tokenizer::prefetch`] does anything, so callers skip gathering texts for those
+    /// that would ignore it.
+    fn wants_batches(&self) -> bool {
+        false
+    }
+}
+
 /// How a text is cut into shingles.
 #[derive(Clone, Debug)]
 pub enum Shingler {
@@ -54,6 +80,16 @@ pub enum Shingler {
         /// Window stride in tokens.
         step: usize,
     },
+    /// n consecutive tokens of a [`Tokenizer`], moved by `step` tokens; shingle = tokens
+    /// joined by one ASCII space (hojichar's n-grams).
+    Tokens {
+        /// Window width in tokens.
+        n: usize,
+        /// Window stride in tokens.
+        step: usize,
+        /// What cuts the text into tokens.
+        tokenizer: Arc<dyn Tokenizer>,
+    },
     /// A user's shingler; its shingles are used as they are.
     Custom(Arc<dyn CustomShingler>),
 }
@@ -66,6 +102,7 @@ impl Shingler {
             Shingler::Bytes { k, step } => ("byte k", *k, *step),
             Shingler::Words { n, step } => ("word n", *n, *step),
             Shingler::AsciiWords { n, step } => ("ascii-word n", *n, *step),
+            Shingler::Tokens { n, step, .. } => ("token n", *n, *step),
             Shingler::Custom(_) => return Ok(()),
         };
         if width == 0 {
@@ -94,18 +131,38 @@ impl Shingler {
             Shingler::AsciiWords { n, step } => {
                 word_windows(text, n, step, &mut f, WordSplit::AsciiAlphanumeric)
             }
+            Shingler::Tokens {
+                n,
+                step,
+                ref tokenizer,
+            } => token_windows(tokenizer.as_ref(), text, n, step, &mut f),
             Shingler::Custom(ref t) => t.shingles(text, &mut f),
         }
     }
 
+    /// The tokenizer of [`Shingler::Tokens`], when it asks for batches
+    /// ([`Tokenizer::wants_batches`]).
+    pub fn batching_tokenizer(&self) -> Option<&dyn Tokenizer> {
+        match self {
+            Shingler::Tokens { tokenizer, .. } if tokenizer.wants_batches() => {
+                Some(tokenizer.as_ref())
+            }
+            _ => None,
+        }
+    }
+
     /// Stable short description for reports and fingerprints, e.g. `"char:5:1"`, `"byte:5:1"`,
-    /// `"word:3:1"`, `"ascii-word:3:1"`, `"custom:<debug>"`.
+    /// `"word:3:1"`, `"ascii-word:3:1"`, `"token:jieba:2:1"` (the tokenizer's name),
+    /// `"custom:<debug>"`.
     pub fn describe(&self) -> String {
         match self {
             Shingler::Chars { k, step } => format!("char:{k}:{step}"),
             Shingler::Bytes { k, step } => format!("byte:{k}:{step}"),
             Shingler::Words { n, step } => format!("word:{n}:{step}"),
             Shingler::AsciiWords { n, step } => format!("ascii-word:{n}:{step}"),
+            Shingler::Tokens { n, step, tokenizer } => {
+                format!("token:{}:{n}:{step}", tokenizer.name())
+            }
             Shingler::Custom(t) => format!("custom:{t:?}"),
         }
     }
@@ -166,6 +223,38 @@ fn wide_char_windows(text: &str, k: usize, step: usize, f: &mut impl FnMut(&[u8]
         f(&text.as_bytes()[s..e]);
         start = starts.nth(step - 1);
         end = ends.nth(step - 1);
+    }
+}
+
+/// Token `n`-gram windows moved by `step` tokens, each the tokens joined by one space. The
+/// tokens are copied once into one buffer, each followed by a space, so every window is a slice
+/// of it.
+fn token_windows(
+    tokenizer: &dyn Tokenizer,
+    text: &str,
+    n: usize,
+    step: usize,
+    f: &mut impl FnMut(&[u8]),
+) {
+    check(n, step);
+    let mut joined = String::with_capacity(text.len() + text.len() / 2);
+    // Where each token starts in `joined`; the next token's start, less its space, is where a
+    // token ends.
+    let mut starts = Vec::new();
+    tokenizer.tokenize(text, &mut |token| {
+        starts.push(joined.len());
+        joined.push_str(token);
+        joined.push(' ');
+    });
+    if starts.len() < n {
+        return;
+    }
+    starts.push(joined.len());
+    let bytes = joined.as_bytes();
+    let mut first = 0;
+    while first + n < starts.len() {
+        f(&bytes[starts[first]..starts[first + n] - 1]);
+        first += step;
     }
 }
 
@@ -364,6 +453,47 @@ mod tests {
             let s = Shingler::AsciiWords { n, step };
             proptest::prop_assert_eq!(collect(&s, &text), joined_windows(&tokens, n, step));
         }
+    }
+
+    /// Tokens split at spaces, empty ones left out: a stand-in for a segmenter.
+    #[derive(Debug)]
+    struct SpaceTokens;
+    impl Tokenizer for SpaceTokens {
+        fn name(&self) -> &str {
+            "spaces"
+        }
+        fn tokenize(&self, text: &str, emit: &mut dyn FnMut(&str)) {
+            text.split(' ').filter(|t| !t.is_empty()).for_each(emit);
+        }
+    }
+
+    #[test]
+    fn token_shingles_are_n_grams_joined_by_one_space() {
+        let tokens = |n, step| Shingler::Tokens {
+            n,
+            step,
+            tokenizer: Arc::new(SpaceTokens),
+        };
+        let text = "文字  列 の テキスト a b";
+        let words: Vec<&str> = text.split(' ').filter(|t| !t.is_empty()).collect();
+        for n in 1..8 {
+            for step in 1..4 {
+                assert_eq!(
+                    collect(&tokens(n, step), text),
+                    joined_windows(&words, n, step),
+                    "{n} {step}"
+                );
+            }
+        }
+        assert_eq!(
+            collect(&tokens(2, 1), "一 二 三"),
+            vec!["一 二".as_bytes().to_vec(), "二 三".as_bytes().to_vec()]
+        );
+        assert!(collect(&tokens(1, 1), "   ").is_empty());
+        assert_eq!(tokens(3, 1).describe(), "token:spaces:3:1");
+        assert!(tokens(0, 1).validate().is_err());
+        assert!(tokens(1, 0).validate().is_err());
+        assert!(tokens(2, 1).batching_tokenizer().is_none());
     }
 
     #[derive(Debug)]

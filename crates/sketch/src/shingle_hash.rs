@@ -1049,7 +1049,7 @@ pub(crate) fn fast_hash_shingles(
             assert!(k > 0 && step > 0, "shingle width and step must be >= 1");
             (hasher.bytes)(text.as_bytes(), text.len(), k, step, out);
         }
-        Shingler::Words { .. } | Shingler::AsciiWords { .. } => {
+        Shingler::Words { .. } | Shingler::AsciiWords { .. } | Shingler::Tokens { .. } => {
             shingler.for_each(text, |s| out.push(xxh3_64_up_to_128(s)))
         }
         Shingler::Custom(_) => shingler.for_each(text, |s| out.push(xxh3_64(s))),
@@ -1081,7 +1081,10 @@ pub(crate) fn fast_hash_in_pieces(
     let (k, step, chars) = match *shingler {
         Shingler::Chars { k, step } => (k, step, true),
         Shingler::Bytes { k, step } => (k, step, false),
-        Shingler::Words { .. } | Shingler::AsciiWords { .. } | Shingler::Custom(_) => {
+        Shingler::Words { .. }
+        | Shingler::AsciiWords { .. }
+        | Shingler::Tokens { .. }
+        | Shingler::Custom(_) => {
             return false;
         }
     };

@@ -245,6 +245,28 @@ impl Sketcher {
         &self.hasher
     }
 
+    /// Whether the shingler's tokenizer takes texts in batches ([`Sketcher::prefetch`]): callers
+    /// that sketch a block of texts gather them only then.
+    pub fn wants_batches(&self) -> bool {
+        self.config.shingler.batching_tokenizer().is_some()
+    }
+
+    /// Hands the texts this thread is about to sketch to a tokenizer that takes batches (one
+    /// that holds a lock per call, such as a Python callable and its GIL), normalised as
+    /// sketching normalises them, so it tokenizes them all in one call. Sketching gives the
+    /// same results with or without it; without a batching tokenizer it does nothing.
+    pub fn prefetch<'t>(&self, texts: impl IntoIterator<Item = &'t str>) {
+        let Some(tokenizer) = self.config.shingler.batching_tokenizer() else {
+            return;
+        };
+        let normalized: Vec<std::borrow::Cow<'t, str>> = texts
+            .into_iter()
+            .map(|t| self.config.normalizer.normalize(t))
+            .collect();
+        let texts: Vec<&str> = normalized.iter().map(|t| t.as_ref()).collect();
+        tokenizer.prefetch(&texts);
+    }
+
     /// Signature length.
     pub fn num_perm(&self) -> usize {
         self.config.num_perm

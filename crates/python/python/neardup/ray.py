@@ -321,6 +321,25 @@ def _sum_totals(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
     return totals
 
 
+def _shipped_tokenizer(settings: Dict[str, Any], ray: Any) -> Dict[str, Any]:
+    """Checks that a callable ``tokenizer=`` can be sent to the workers (pickled with Ray's
+    cloudpickle) before any task runs, and returns what stands for it in the work directory's
+    identity: the settings' name of it (``tokenize``), never the callable."""
+    tokenizer = settings.get("tokenizer")
+    if tokenizer is None or isinstance(tokenizer, str):
+        return {}
+    try:
+        ray.cloudpickle.dumps(tokenizer)
+    except Exception as e:
+        raise TypeError(
+            f"tokenizer {tokenizer!r} cannot be sent to Ray workers: pickling it failed ({e}); "
+            "give a module-level function, or an object that pickles"
+        ) from e
+    named = {k: settings[k] for k in ("tokenizer", "tokenizer_name") if k in settings}
+    name = neardup.Sketcher(**named).settings["tokenize"]
+    return {"tokenizer": name, "tokenizer_name": None}
+
+
 def dedup(
     inputs: Any,
     output: Optional[PathLike],
@@ -355,7 +374,8 @@ def dedup(
         task_cpus: CPUs each task reserves (and the threads it uses, unless ``threads=`` is
             given).
         **settings: settings by name, as for :func:`neardup.dedup` (``threshold``, ``fields``,
-            ``overwrite``, …).
+            ``overwrite``, …). A callable ``tokenizer=`` is pickled to every task (a callable
+            that cannot be pickled is refused before any task runs) and called there.
 
     Returns:
         A report: ``shards``, ``groups``, ``tasks``, ``tasks_reused`` (tasks whose output was
@@ -377,6 +397,7 @@ def dedup(
     if inputs is not None:
         inputs = check_paths(inputs, "neardup.ray.dedup")
     split = _shards_of(inputs, shards)
+    tokenizer = _shipped_tokenizer(settings, ray)
     groups = len(split) if groups is None else int(groups)
     if groups < 1:
         raise ValueError("groups must be at least 1")
@@ -396,7 +417,9 @@ def dedup(
         "shards": split,
         "groups": groups,
         "output": out,
-        "settings": json.loads(json.dumps(settings, sort_keys=True, default=os.fspath)),
+        "settings": json.loads(
+            json.dumps({**settings, **tokenizer}, sort_keys=True, default=os.fspath)
+        ),
     }
     _claim_work_dir(work, identity)
 

@@ -1,0 +1,255 @@
+"""tokenizer=: hojichar's splitters by name, native jieba, and Python callables (fugashi,
+sudachipy, jieba) on real Japanese and Chinese sentences (Debian's gettext catalogs, copied to
+tests/data/cjk by its make.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+import neardup
+from conftest import DATA, read_jsonl
+
+CJK = DATA / "cjk"
+
+
+def texts(name: str) -> list:
+    return [r["text"] for r in read_jsonl(CJK / name)]
+
+
+def japanese_words(text: str) -> list:
+    """hojichar's own Japanese splitter (fugashi over MeCab with unidic-lite)."""
+    from hojichar.filters.deduplication import japanese_word_splitter
+
+    return japanese_word_splitter(text)
+
+
+def sudachi_words(text: str) -> list:
+    """SudachiPy with sudachidict-core, split mode C."""
+    from sudachipy import Dictionary, SplitMode
+
+    global _SUDACHI
+    try:
+        tokenizer = _SUDACHI
+    except NameError:
+        tokenizer = _SUDACHI = Dictionary(dict="core").create(SplitMode.C)
+    return [m.surface() for m in tokenizer.tokenize(text)]
+
+
+def jieba_words(text: str) -> list:
+    """Python's jieba, whitespace tokens left out as the native jieba leaves them out."""
+    import jieba
+
+    jieba.setLogLevel(60)
+    return [w for w in jieba.lcut(text) if w.strip()]
+
+
+def ngram_set(tokens: list, n: int) -> set:
+    """hojichar's n-grams (GenerateDedupLSH): windows of n tokens joined by one space."""
+    return {" ".join(tokens[i : i + n]) for i in range(len(tokens) - n + 1)}
+
+
+def jaccard(a: set, b: set) -> float:
+    return len(a & b) / len(a | b)
+
+
+def near_copies(sentences: list, docs: int, seed: int) -> list:
+    """(original, near copy) pairs: documents of four to seven sentences, the copy with one
+    sentence replaced or dropped, as the benchmark corpora make near copies."""
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(docs):
+        parts = rng.sample(sentences, rng.randint(4, 7))
+        copy = list(parts)
+        i = rng.randrange(len(copy))
+        if rng.random() < 0.5:
+            copy[i] = rng.choice(sentences)
+        else:
+            del copy[i]
+        pairs.append(("".join(parts), "".join(copy)))
+    return pairs
+
+
+@pytest.mark.parametrize(
+    "split, corpus",
+    [(japanese_words, "ja.jsonl"), (sudachi_words, "ja.jsonl"), (jieba_words, "zh.jsonl")],
+)
+def test_shingle_sets_are_hojichars_ngram_sets(split, corpus):
+    """A near copy decided against its original is given the exact Jaccard of hojichar's n-gram
+    sets made with the same tokenizer: the shingle sets are the same sets."""
+    pairs = near_copies(texts(corpus), 60, seed=7)
+    compared = 0
+    for n in (1, 3):
+        for original, copy in pairs:
+            want = jaccard(ngram_set(split(original), n), ngram_set(split(copy), n))
+            deduper = neardup.Deduper(tokenizer=split, shingle=n, threshold=0.3, exact=False)
+            assert deduper(original)
+            decision = deduper.decide(copy)
+            if decision.keep:
+                # Not a candidate, or below the threshold: then it must be below it.
+                assert want < 0.3 or decision.reason == "unique"
+                continue
+            compared += 1
+            assert decision.similarity == pytest.approx(want, abs=1e-12), (n, original, copy)
+    assert compared > 80
+
+
+def test_alnum_is_hojichars_alphanumeric_splitter():
+    """alnum, native, cuts as hojichar's non_alpha_num_splitter: the same signatures as the
+    splitter handed in as a callable."""
+    from hojichar.filters.deduplication import non_alpha_num_splitter
+
+    docs = texts("ja.jsonl") + texts("zh.jsonl")
+    for n in (1, 2):
+        native = neardup.Sketcher(tokenizer="alnum", shingle=n)
+        called = neardup.Sketcher(tokenizer=non_alpha_num_splitter, shingle=n)
+        assert np.array_equal(native.signatures(docs), called.signatures(docs))
+    assert neardup.Sketcher(tokenizer="alnum").settings["tokenize"] == "ascii-word"
+
+
+def test_char_is_hojichars_character_ngrams():
+    """hojichar takes the n-grams of char_level_splitter as substrings; so does tokenizer="char"."""
+    compared = 0
+    for original, copy in near_copies(texts("ja.jsonl"), 40, seed=11):
+        deduper = neardup.Deduper(tokenizer="char", shingle=5, threshold=0.3, exact=False)
+        deduper(original)
+        decision = deduper.decide(copy)
+        if not decision.keep:
+            grams = lambda t: {t[i : i + 5] for i in range(len(t) - 4)}
+            assert decision.similarity == pytest.approx(jaccard(grams(original), grams(copy)), abs=1e-12)
+            compared += 1
+    assert compared > 20
+
+
+def test_native_jieba_equals_python_jieba():
+    """The same Chinese words, so the same signatures, on the sentences without their ASCII
+    characters (jieba-rs cuts runs of ASCII symbols by rules of its own: docs/tokenizers.md)."""
+    import re
+
+    docs = [re.sub(r"[\x00-\x7f]+", " ", t) for t in texts("zh.jsonl")]
+    native = neardup.Sketcher(tokenizer="jieba", shingle=2)
+    called = neardup.Sketcher(tokenizer=jieba_words, shingle=2)
+    assert np.array_equal(native.signatures(docs), called.signatures(docs))
+    # Not the character shingles.
+    assert not np.array_equal(native.signatures(docs), neardup.Sketcher(shingle=2).signatures(docs))
+
+
+def test_a_callable_in_every_entry_point_gives_the_same_decisions(tmp_path):
+    """dedup, stream, the staged steps and Deduper decide alike with a callable tokenizer, and
+    all of them differently from character shingles."""
+    pairs = near_copies(texts("ja.jsonl"), 150, seed=3)
+    rows = [{"text": t} for pair in pairs for t in pair]
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for part in range(3):
+        with open(inputs / f"part-{part}.jsonl", "w", encoding="utf-8") as f:
+            for row in rows[part * 100 : (part + 1) * 100]:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    settings = dict(tokenizer=japanese_words, shingle=3, threshold=0.6, chunk_bytes=4096, threads=2)
+    streamed = [d.keep for d in neardup.stream(inputs, **settings)]
+    assert len(streamed) == len(rows) and 0 < streamed.count(False) < len(rows) // 2
+    report = neardup.dedup(inputs, tmp_path / "out", decisions=tmp_path / "d.jsonl", **settings)
+    assert [r["keep"] for r in read_jsonl(tmp_path / "d.jsonl")] == streamed
+    assert report["totals"]["records_dropped"] == streamed.count(False)
+    deduper = neardup.Deduper(tokenizer=japanese_words, shingle=3, threshold=0.6)
+    assert [deduper(r["text"]) for r in rows] == streamed
+    # The staged steps, over files.
+    work = tmp_path / "steps"
+    work.mkdir()
+    neardup.keys([inputs], 0, work / "keys.ndk", progress=False, **settings)
+    neardup.hot_keys([work / "keys.ndk"]).save(work / "hot.ndh")
+    neardup.sign(work / "keys.ndk", work / "hot.ndh", work / "sig", progress=False, **settings)
+    neardup.decide([work / "sig"], work / "hot.ndh", 0, work / "decided", **settings)
+    neardup.write(work / "keys.ndk", work / "hot.ndh", [work / "decided"], decisions=work / "d.jsonl", **settings)
+    assert [r["keep"] for r in read_jsonl(work / "d.jsonl")] == streamed
+    one_thread = [d.keep for d in neardup.stream(inputs, **{**settings, "threads": 1})]
+    assert one_thread == streamed
+    chars = [d.keep for d in neardup.stream(inputs, threshold=0.6)]
+    assert chars != streamed
+
+
+def test_the_tokenizer_enters_the_fingerprint(tmp_path):
+    """Key tables made with different tokenizers never mix: a hot-key step refuses them."""
+    inputs = CJK / "ja.jsonl"
+    a = neardup.compute_keys(inputs, tokenizer=japanese_words, shingle=2)
+    b = neardup.compute_keys(inputs, tokenizer=sudachi_words, shingle=2)
+    c = neardup.compute_keys(inputs, tokenizer="char", shingle=2)
+    a.save(tmp_path / "a.keys")
+    b.save(tmp_path / "b.keys")
+    c.save(tmp_path / "c.keys")
+    for other in ("b.keys", "c.keys"):
+        with pytest.raises(Exception, match="(?i)settings|fingerprint"):
+            neardup.hot_keys([tmp_path / "a.keys", tmp_path / other])
+    # The same tokenizer under another name is another setting too.
+    named = neardup.Sketcher(tokenizer=japanese_words, tokenizer_name="fugashi-unidic-lite")
+    assert named.settings["tokenize"] == "custom:fugashi-unidic-lite"
+    assert (
+        neardup.Sketcher(tokenizer=japanese_words).settings["tokenize"]
+        == "custom:test_tokenizers.japanese_words"
+    )
+
+
+def test_bad_tokenizers_are_refused_before_any_work(tmp_path):
+    with pytest.raises(ValueError, match="tokenizer_name"):
+        neardup.Sketcher(tokenizer=lambda text: text.split())
+    # Named, a lambda is fine.
+    s = neardup.Sketcher(tokenizer=lambda text: text.split(), tokenizer_name="spaces", shingle=1)
+    assert s.signatures(["a b c"]).shape == (1, s.num_perm)
+    with pytest.raises(TypeError, match="not str"):
+        neardup.Sketcher(tokenizer=lambda text: [1, 2], tokenizer_name="ints")
+    with pytest.raises(TypeError, match="iterable"):
+        neardup.Sketcher(tokenizer=lambda text: 3, tokenizer_name="three")
+    with pytest.raises(ValueError, match="unknown tokenize"):
+        neardup.Sketcher(tokenizer="mecab")
+    with pytest.raises(TypeError, match="tokenizer_name"):
+        neardup.Sketcher(tokenizer="jieba", tokenizer_name="x")
+    with pytest.raises(TypeError, match="callable"):
+        neardup.Sketcher(tokenizer=3)
+    # A settings file cannot name a callable that is not given.
+    with pytest.raises(ValueError, match="custom:mine"):
+        neardup.Sketcher(tokenize="custom:mine")
+
+
+def test_a_tokenizer_that_fails_mid_run_stops_the_run(tmp_path):
+    def fails_on_the_tenth(text: str) -> list:
+        fails_on_the_tenth.calls += 1
+        if fails_on_the_tenth.calls > 10:
+            raise RuntimeError("tokenizer broke")
+        return text.split()
+
+    fails_on_the_tenth.calls = 0
+    out = tmp_path / "out"
+    # The worker stops with the callable's error on stderr; the run fails without output (the
+    # exception says only that the run's thread stopped: the panic's text does not reach it).
+    with pytest.raises(BaseException, match="panicked"):
+        neardup.dedup(
+            CJK / "ja.jsonl", out, tokenizer=fails_on_the_tenth, tokenizer_name="fails", progress=False
+        )
+    assert not out.exists()
+
+
+def test_ray_refuses_a_tokenizer_that_cannot_be_pickled_before_any_task(tmp_path):
+    ray = pytest.importorskip("ray")
+    import threading
+
+    import neardup.ray
+
+    lock = threading.Lock()
+
+    def locked(text: str) -> list:
+        with lock:
+            return text.split()
+
+    work = tmp_path / "work"
+    with pytest.raises(TypeError, match="cannot be sent to Ray workers"):
+        neardup.ray.dedup(
+            CJK / "ja.jsonl", None, tmp_path / "d.jsonl", work, tokenizer=locked, tokenizer_name="locked"
+        )
+    assert not ray.is_initialized() and not work.exists()
+    # A module-level function pickles (by reference to its module), and stands in the work
+    # directory's identity by its name.
+    shipped = neardup.ray._shipped_tokenizer({"tokenizer": japanese_words}, ray)
+    assert shipped == {"tokenizer": "custom:test_tokenizers.japanese_words", "tokenizer_name": None}
