@@ -271,13 +271,16 @@ impl Block {
         }
     }
 
-    /// The memory the block holds: its buffer (JSONL), or its decoded columns (Parquet).
+    /// The memory the block holds: its buffer (JSONL), or its decoded columns (Parquet). A slice
+    /// of a registered in-memory table holds none of its own: its buffers are the caller's
+    /// table's, which are held whatever the run reads.
     pub fn memory_bytes(&self) -> u64 {
         match &self.data {
             BlockData::Jsonl { bytes, starts } => {
                 (bytes.len() + starts.capacity() * size_of::<usize>()) as u64
             }
             BlockData::Parquet { batch, .. } => batch.get_array_memory_size() as u64,
+            BlockData::Arrow { .. } => 0,
         }
     }
 
