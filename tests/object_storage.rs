@@ -262,6 +262,45 @@ fn missing_buckets_objects_and_prefixes_are_refused_before_any_work() {
 }
 
 #[test]
+fn a_plain_http_endpoint_without_aws_allow_http_is_refused_naming_the_variable() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    s3.create_bucket("corpus");
+    s3.put("corpus", "in/a.jsonl", b"{\"text\":\"x\"}\n");
+    let decisions = tmp.path().join("d.jsonl");
+    let without: Vec<_> = s3
+        .env()
+        .into_iter()
+        .filter(|(k, _)| *k != "AWS_ALLOW_HTTP")
+        .collect();
+    let mut cmd = neardup();
+    cmd.env_remove("AWS_ALLOW_HTTP")
+        .args(["dedup", "s3://corpus/in/", "--decisions"])
+        .arg(&decisions);
+    let o = with_env(&mut cmd, &without);
+    let err = support::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("s3://corpus/in/")
+            && err.contains(
+                "the endpoint is plain http://, which the s3 client refuses unless \
+                             AWS_ALLOW_HTTP=true is set"
+            ),
+        "{err}"
+    );
+    // Refused by the client before any request: nothing to retry, and no retries claimed.
+    assert!(!err.contains("retries"), "{err}");
+    assert!(!decisions.exists());
+    // The variable it names is the fix.
+    let mut cmd = neardup();
+    cmd.args(["dedup", "s3://corpus/in/", "--decisions"])
+        .arg(&decisions);
+    let o = with_env(&mut cmd, &s3.env());
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    assert!(decisions.exists());
+}
+
+#[test]
 fn an_output_in_a_missing_bucket_is_refused_before_any_work() {
     let s3 = S3Server::start(&[]);
     let tmp = tempfile::tempdir().unwrap();

@@ -278,9 +278,24 @@ impl StorageError {
                      AWS_PROFILE) and the bucket's policy"
                 ),
             ),
+            // The client refuses an http:// endpoint unless told to (it would send the
+            // credentials unencrypted); retrying cannot help, and it is not retried.
+            _ if text.contains("URL scheme is not allowed") => (
+                StorageErrorKind::Config,
+                format!(
+                    "{doing} failed: the endpoint is plain http://, which the {} client refuses \
+                     unless {}=true is set (then credentials travel unencrypted: only for a \
+                     local or trusted server)",
+                    url.scheme().as_str(),
+                    allow_http_variable(url.scheme())
+                ),
+            ),
             _ => (
                 StorageErrorKind::Network,
-                format!("{doing} failed after {RETRIES} retries ({detail})"),
+                match retries(&text) {
+                    Some(n) => format!("{doing} failed after {n} retries ({detail})"),
+                    None => format!("{doing} failed ({detail})"),
+                },
             ),
         };
         StorageError {
@@ -304,6 +319,23 @@ impl StorageError {
     pub fn message(&self) -> &str {
         &self.message
     }
+}
+
+/// The environment variable that lets `scheme`'s client use a plain-HTTP endpoint.
+fn allow_http_variable(scheme: Scheme) -> &'static str {
+    match scheme {
+        Scheme::S3 => "AWS_ALLOW_HTTP",
+        Scheme::Gcs => "GOOGLE_ALLOW_HTTP",
+        Scheme::Azure => "AZURE_ALLOW_HTTP",
+    }
+}
+
+/// How many times the client retried the request whose error reads `text` (it says so only
+/// when it did: a request that cannot succeed, such as one it refuses to send, is not retried).
+fn retries(text: &str) -> Option<usize> {
+    let (_, after) = text.split_once(" after ")?;
+    let (n, rest) = after.split_once(' ')?;
+    rest.starts_with("retries").then(|| n.parse().ok())?
 }
 
 /// The innermost messages of an error chain, joined: the client's own message repeats the
