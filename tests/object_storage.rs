@@ -644,7 +644,16 @@ fn the_staged_steps_with_every_file_between_them_on_object_storage_match_one_loc
         shards.len(),
         "{published:?}"
     );
-    assert_eq!(published.len(), files.len() + shards.len(), "{published:?}");
+    // Each shard's manifest, and the whole output's `_SUCCESS` once every shard is in.
+    assert!(
+        published.iter().any(|k| k == "out/_SUCCESS"),
+        "{published:?}"
+    );
+    assert_eq!(
+        published.len(),
+        files.len() + shards.len() + 1,
+        "{published:?}"
+    );
     let mut intermediates = s3.keys("work", "run/");
     intermediates.retain(|k| !k.contains("/sig-") && !k.contains("/decided-"));
     assert_eq!(

@@ -246,6 +246,14 @@ impl StorageError {
     pub(crate) fn from_store(url: &ObjectUrl, doing: &str, e: object_store::Error) -> StorageError {
         let text = e.to_string();
         let detail = source_text(&e);
+        // Every layer's message: the refused scheme sits in a middle layer.
+        let mut chain = text.clone();
+        let mut source = std::error::Error::source(&e);
+        while let Some(layer) = source {
+            chain.push_str(" / ");
+            chain.push_str(&layer.to_string());
+            source = layer.source();
+        }
         let (kind, message) = match &e {
             object_store::Error::NotFound { .. } if text.contains("NoSuchBucket") => (
                 StorageErrorKind::NoBucket,
@@ -280,7 +288,7 @@ impl StorageError {
             ),
             // The client refuses an http:// endpoint unless told to (it would send the
             // credentials unencrypted); retrying cannot help, and it is not retried.
-            _ if text.contains("URL scheme is not allowed") => (
+            _ if chain.contains("URL scheme is not allowed") => (
                 StorageErrorKind::Config,
                 format!(
                     "{doing} failed: the endpoint is plain http://, which the {} client refuses \
@@ -292,10 +300,7 @@ impl StorageError {
             ),
             _ => (
                 StorageErrorKind::Network,
-                match retries(&text) {
-                    Some(n) => format!("{doing} failed after {n} retries ({detail})"),
-                    None => format!("{doing} failed ({detail})"),
-                },
+                format!("{doing} failed after {RETRIES} retries ({detail})"),
             ),
         };
         StorageError {
@@ -328,14 +333,6 @@ fn allow_http_variable(scheme: Scheme) -> &'static str {
         Scheme::Gcs => "GOOGLE_ALLOW_HTTP",
         Scheme::Azure => "AZURE_ALLOW_HTTP",
     }
-}
-
-/// How many times the client retried the request whose error reads `text` (it says so only
-/// when it did: a request that cannot succeed, such as one it refuses to send, is not retried).
-fn retries(text: &str) -> Option<usize> {
-    let (_, after) = text.split_once(" after ")?;
-    let (n, rest) = after.split_once(' ')?;
-    rest.starts_with("retries").then(|| n.parse().ok())?
 }
 
 /// The innermost messages of an error chain, joined: the client's own message repeats the
