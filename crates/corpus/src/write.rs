@@ -27,8 +27,12 @@ const WRITE_BUF: usize = 1 << 20;
 /// pages where the blocks ended, and blocks end in other places when the same file is read in
 /// other chunks (a shard of a distributed run, another `chunk_bytes`). Kept rows are regrouped
 /// into writes of exactly this many rows counted from a part's start, so the bytes depend on the
-/// kept rows alone. Also how finely a split part's size is checked.
+/// kept rows alone.
 const PARQUET_WRITE_ROWS: usize = 1024;
+/// Rows per write when outputs are split (`max_output_bytes`): a part's size is checked before
+/// each write, so this is how finely a part can end below the limit (counted from the part's start
+/// too, so the bytes still depend on the kept rows alone).
+const PARQUET_SPLIT_WRITE_ROWS: usize = 64;
 
 /// Where and how outputs are written.
 #[derive(Clone, Debug)]
@@ -756,13 +760,23 @@ impl FileWriter {
             sink.pending_rows += filtered.num_rows();
             sink.pending.push_back(filtered);
         }
-        self.write_pending(PARQUET_WRITE_ROWS)
+        self.write_pending(self.parquet_write_rows())
     }
 
-    /// Gives the writer the pending rows in writes of [`PARQUET_WRITE_ROWS`], while at least
-    /// `min_rows` are pending (1 at the end: the last write takes what is left).
+    /// Rows per write to this file's Parquet encoder.
+    fn parquet_write_rows(&self) -> usize {
+        if self.max.is_some() {
+            PARQUET_SPLIT_WRITE_ROWS
+        } else {
+            PARQUET_WRITE_ROWS
+        }
+    }
+
+    /// Gives the writer the pending rows in writes of [`FileWriter::parquet_write_rows`], while at
+    /// least `min_rows` are pending (1 at the end: the last write takes what is left).
     fn write_pending(&mut self, min_rows: usize) -> Result<(), WriteError> {
         let base = self.base();
+        let rows_per_write = self.parquet_write_rows();
         loop {
             let Sink::Parquet(sink) = &mut self.sink else {
                 unreachable!("write_pending is only called for Parquet sinks");
@@ -771,7 +785,7 @@ impl FileWriter {
                 return Ok(());
             }
             let slice = sink
-                .take_pending(sink.pending_rows.min(PARQUET_WRITE_ROWS))
+                .take_pending(sink.pending_rows.min(rows_per_write))
                 .map_err(|e| WriteError::new(&base, "parquet", e.to_string()))?;
             // The rows' own bytes, not the buffers they are a slice of (which depend on the
             // block they came in).
