@@ -523,77 +523,91 @@ fn a_dead_runs_leftovers_are_removed_by_the_next_run() {
 #[test]
 fn two_runs_writing_one_single_file_output_exclude_each_other() {
     for flag in ["--decisions", "--report"] {
-        let tmp = tempfile::tempdir().unwrap();
-        let input = tmp.path().join("in");
-        std::fs::create_dir(&input).unwrap();
-        std::fs::copy(data("sample/part-0.jsonl"), input.join("a.jsonl")).unwrap();
-        let shared = tmp.path().join("shared.json");
-        let (out_a, out_b) = (tmp.path().join("out-a"), tmp.path().join("out-b"));
-        let mut first = neardup()
-            .arg("dedup")
-            .arg(&input)
-            .arg("-o")
-            .arg(&out_a)
-            .arg(flag)
-            .arg(&shared)
-            .args(["-q", "-j", "1"])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pid = first.id() as libc::pid_t;
-        let started = std::time::Instant::now();
-        let temp_exists = || {
-            std::fs::read_dir(tmp.path()).unwrap().any(|e| {
-                let name = e.unwrap().file_name().to_string_lossy().into_owned();
-                name.starts_with(".shared.json.neardup-") && name.ends_with(".tmp")
-            })
-        };
-        while !temp_exists() {
+        'attempt: for attempt in 0.. {
             assert!(
-                first.try_wait().unwrap().is_none(),
-                "the first run ended before it was seen"
+                attempt < 20,
+                "{flag}: the first run was never stopped in time"
             );
-            assert!(started.elapsed() < std::time::Duration::from_secs(60));
-            std::thread::sleep(std::time::Duration::from_micros(200));
+            let tmp = tempfile::tempdir().unwrap();
+            let input = tmp.path().join("in");
+            std::fs::create_dir(&input).unwrap();
+            std::fs::copy(data("sample/part-0.jsonl"), input.join("a.jsonl")).unwrap();
+            let shared = tmp.path().join("shared.json");
+            let (out_a, out_b) = (tmp.path().join("out-a"), tmp.path().join("out-b"));
+            let mut first = neardup()
+                .arg("dedup")
+                .arg(&input)
+                .arg("-o")
+                .arg(&out_a)
+                .arg(flag)
+                .arg(&shared)
+                .args(["-q", "-j", "1"])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let pid = first.id() as libc::pid_t;
+            let started = std::time::Instant::now();
+            let temp_exists = || {
+                std::fs::read_dir(tmp.path()).unwrap().any(|e| {
+                    let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                    name.starts_with(".shared.json.neardup-") && name.ends_with(".tmp")
+                })
+            };
+            while !temp_exists() {
+                if first.try_wait().unwrap().is_some() {
+                    // It ended before it was seen (a fast run): try again.
+                    continue 'attempt;
+                }
+                assert!(started.elapsed() < std::time::Duration::from_secs(60));
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            // SAFETY: signals to the child this test started and has not reaped.
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+            if !temp_exists() {
+                // It published between being seen and being stopped (a loaded machine): the
+                // second run would rightly find nothing to wait for; try again.
+                assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+                first.wait().unwrap();
+                continue 'attempt;
+            }
+            let second = run(neardup()
+                .arg("dedup")
+                .arg(&input)
+                .arg("-o")
+                .arg(&out_b)
+                .arg(flag)
+                .arg(&shared)
+                .arg("-q"));
+            assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+            let first = first.wait_with_output().unwrap();
+            assert!(first.status.success(), "{}", stderr(&first));
+            let msg = stderr(&second);
+            assert_eq!(second.status.code(), Some(1), "{flag}: {msg}");
+            assert!(
+                msg.contains(&shared.display().to_string())
+                    && msg.contains("another neardup run is writing this file"),
+                "{flag}: {msg}"
+            );
+            assert!(published(&out_b).is_empty(), "{flag}");
+            let manifest: Value =
+                serde_json::from_slice(&std::fs::read(out_a.join("_SUCCESS")).unwrap()).unwrap();
+            let key = if flag == "--decisions" {
+                "decisions"
+            } else {
+                "report"
+            };
+            assert_eq!(
+                manifest[key]["bytes"].as_u64().unwrap(),
+                std::fs::metadata(&shared).unwrap().len(),
+                "{flag}"
+            );
+            assert!(
+                artefacts(tmp.path()).is_empty(),
+                "{:?}",
+                artefacts(tmp.path())
+            );
+            break;
         }
-        // SAFETY: signals to the child this test started and has not reaped.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
-        let second = run(neardup()
-            .arg("dedup")
-            .arg(&input)
-            .arg("-o")
-            .arg(&out_b)
-            .arg(flag)
-            .arg(&shared)
-            .arg("-q"));
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-        let first = first.wait_with_output().unwrap();
-        assert!(first.status.success(), "{}", stderr(&first));
-        let msg = stderr(&second);
-        assert_eq!(second.status.code(), Some(1), "{flag}: {msg}");
-        assert!(
-            msg.contains(&shared.display().to_string())
-                && msg.contains("another neardup run is writing this file"),
-            "{flag}: {msg}"
-        );
-        assert!(published(&out_b).is_empty(), "{flag}");
-        let manifest: Value =
-            serde_json::from_slice(&std::fs::read(out_a.join("_SUCCESS")).unwrap()).unwrap();
-        let key = if flag == "--decisions" {
-            "decisions"
-        } else {
-            "report"
-        };
-        assert_eq!(
-            manifest[key]["bytes"].as_u64().unwrap(),
-            std::fs::metadata(&shared).unwrap().len(),
-            "{flag}"
-        );
-        assert!(
-            artefacts(tmp.path()).is_empty(),
-            "{:?}",
-            artefacts(tmp.path())
-        );
     }
 }
 
