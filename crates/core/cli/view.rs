@@ -159,7 +159,14 @@ impl ProgressView {
 /// A bar per stage on a terminal, until `stopped`.
 fn show_bars(control: &RunControl, refresh: Duration, stopped: &mpsc::Receiver<()>) {
     let mut bar: Option<(Watched, ProgressBar)> = None;
-    while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(refresh) {
+    // Looked at once before the first wait: a stage shorter than a refresh still gets its bar.
+    let mut first = true;
+    while std::mem::take(&mut first)
+        || matches!(
+            stopped.recv_timeout(refresh),
+            Err(RecvTimeoutError::Timeout)
+        )
+    {
         let Some((stage, p)) = control.current() else {
             return;
         };
@@ -196,6 +203,21 @@ fn log_lines(control: &RunControl, refresh: Duration, stopped: &mpsc::Receiver<(
             return;
         };
         if watched.as_ref().is_none_or(|w| w.stage != stage) {
+            // A stage that began and ended between two looks still gets its line, first.
+            let seen = watched.as_ref().map_or(0, |w| w.stage);
+            for missed in seen + 1..stage {
+                let earlier = match missed {
+                    1 => control.stage1.as_deref(),
+                    _ => None,
+                };
+                if let Some(e) = earlier.filter(|e| e.bytes() > 0) {
+                    tracing::info!(
+                        "{}: started, ~{} to read",
+                        stage_name(missed).trim_end(),
+                        mb(e.total())
+                    );
+                }
+            }
             tracing::info!(
                 "{}: started, ~{} to read",
                 stage_name(stage).trim_end(),

@@ -295,7 +295,7 @@ def test_a_ray_dataset_is_decided_as_one_process_decides_its_rows(tmp_path, clus
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, **RAY_ENV},
+        env=cluster.env(),
     )
     got = finish(proc)
     want = got["one_process"]
