@@ -517,25 +517,7 @@ impl Deduper {
 
         // Kept: it represents each of its hot buckets that still has room. What the rest of the
         // state holds is taken before its first bucket entry, as the store places its records.
-        let others = self.others_bytes();
-        let mut rep: Option<RepId> = None;
-        for band in 0..self.bands {
-            let key = c.row[band];
-            if !c.hot[band] || key == NO_KEY {
-                continue;
-            }
-            if self
-                .config
-                .max_reps
-                .is_some_and(|m| self.buckets.len(key) >= m)
-            {
-                continue;
-            }
-            let id =
-                *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
-            self.buckets.push(key, id);
-        }
-        self.last.new_rep = rep;
+        self.last.new_rep = self.join_buckets(c);
         Verdict::Unique
     }
 
@@ -624,24 +606,7 @@ impl Deduper {
                 .get_or_insert(c.content_hash, first)
                 .is_none();
         }
-        let others = self.others_bytes();
-        let mut rep: Option<RepId> = None;
-        for band in 0..self.bands {
-            let key = c.row[band];
-            if !c.hot[band]
-                || key == NO_KEY
-                || self
-                    .config
-                    .max_reps
-                    .is_some_and(|m| self.buckets.len(key) >= m)
-            {
-                continue;
-            }
-            let id =
-                *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
-            self.buckets.push(key, id);
-        }
-        self.last.new_rep = rep;
+        self.last.new_rep = self.join_buckets(c);
         self.bound_bookkeeping();
     }
 
@@ -697,6 +662,29 @@ impl Deduper {
 
     /// Bytes of the decision state besides the representatives' store: the bucket index, the
     /// first copies, the ids and the clusters (all of them, in memory or mapped).
+    /// `c` as the representative of each of its hot buckets with room (one representative,
+    /// made at the first such bucket); `None` when no bucket had room.
+    fn join_buckets(&mut self, c: &Candidate<'_>) -> Option<RepId> {
+        let others = self.others_bytes();
+        let mut rep: Option<RepId> = None;
+        for band in 0..self.bands {
+            let key = c.row[band];
+            if !c.hot[band]
+                || key == NO_KEY
+                || self
+                    .config
+                    .max_reps
+                    .is_some_and(|m| self.buckets.len(key) >= m)
+            {
+                continue;
+            }
+            let id =
+                *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
+            self.buckets.push(key, id);
+        }
+        rep
+    }
+
     fn others_bytes(&self) -> u64 {
         (self.buckets.memory_bytes()
             + self.exact_seen.memory_bytes()

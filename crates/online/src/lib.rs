@@ -232,12 +232,7 @@ impl Index {
     ) -> Result<Vec<Decision>, IndexError> {
         assert_eq!(texts.len(), ids.len(), "one id per text");
         let ids = self.assign_ids(ids);
-        // Only the texts of ids not yet decided (and each id's first occurrence) are signed.
-        let mut seen_here = hashbrown::HashSet::new();
-        let fresh: Vec<bool> = ids
-            .iter()
-            .map(|id| !self.decided.contains_key(id) && seen_here.insert(id.clone()))
-            .collect();
+        let fresh = self.fresh(&ids);
         let signed = self.sign_all(texts, &fresh);
         let mut out = Vec::with_capacity(texts.len());
         for ((id, signed), fresh) in ids.into_iter().zip(signed).zip(fresh) {
@@ -251,6 +246,15 @@ impl Index {
             self.decided.insert(id, decided);
         }
         Ok(out)
+    }
+
+    /// Which of `ids` are to be signed and decided: those not decided yet, each at its first
+    /// occurrence in `ids` (a later one gets the first one's decision).
+    fn fresh(&self, ids: &[DocId]) -> Vec<bool> {
+        let mut seen_here = hashbrown::HashSet::new();
+        ids.iter()
+            .map(|id| !self.decided.contains_key(id) && seen_here.insert(id.clone()))
+            .collect()
     }
 
     /// The earlier documents `text` duplicates, with their similarity, inserting nothing: the
@@ -280,11 +284,7 @@ impl Index {
     ) -> Result<Vec<DocId>, IndexError> {
         assert_eq!(texts.len(), ids.len(), "one id per text");
         let ids = self.assign_ids(ids);
-        let mut seen_here = hashbrown::HashSet::new();
-        let fresh: Vec<bool> = ids
-            .iter()
-            .map(|id| !self.decided.contains_key(id) && seen_here.insert(id.clone()))
-            .collect();
+        let fresh = self.fresh(&ids);
         let signed = self.sign_all(texts, &fresh);
         for ((id, signed), fresh) in ids.iter().zip(signed).zip(fresh) {
             if !fresh {
