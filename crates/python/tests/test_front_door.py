@@ -77,6 +77,23 @@ def test_the_report_to_stdout_is_the_report(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["d.jsonl"]
 
 
+def test_a_report_names_decisions_sent_to_stdout_as_stdout(tmp_path):
+    done = cli("dedup", SAMPLE, "--decisions", "-", "--report", tmp_path / "r.json", "--quiet",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "r.json").read_text()
+    report = json.loads(text)
+    assert report["paths"]["decisions"] == "-", report["paths"]
+    # Not the stand-in file the decisions were staged in (gone once sent).
+    assert ".neardup-stdout" not in text
+    assert report["config"]["output"]["decisions"] is None
+    assert len(done.stdout.splitlines()) == report["totals"]["samples"]
+    # And a report sent to stdout names itself so.
+    done = cli("dedup", SAMPLE, "--decisions", tmp_path / "d.jsonl", "--report", "-", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["paths"]["report"] == "-"
+
+
 def test_decisions_and_report_cannot_both_take_stdout(tmp_path):
     done = cli("dedup", SAMPLE, "--decisions", "-", "--report", "-", cwd=tmp_path)
     assert done.returncode == 2
@@ -109,6 +126,61 @@ def test_a_run_with_no_output_at_all_is_still_refused_naming_the_dry_run(tmp_pat
     done = cli("dedup", SAMPLE, cwd=tmp_path)
     assert done.returncode == 2
     assert b"--report FILE alone for a dry run" in done.stderr
+
+
+# --- a report's settings given back ----------------------------------------------------------
+
+
+def test_a_reports_config_given_back_repeats_the_decisions_and_not_the_outputs(tmp_path):
+    first = tmp_path / "first"
+    first.mkdir()
+    done = cli("dedup", SAMPLE, "-o", first / "out", "--decisions", first / "d.jsonl",
+               "--report", first / "r.json", "--index-out", first / "index.ndx", "--overwrite",
+               "--spill-dir", first / "spill", "--threshold", "0.6", "--id-field", "id",
+               "--quiet")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((first / "r.json").read_text())
+    # Where it read and wrote is kept apart from the settings.
+    paths = report["paths"]
+    assert paths["inputs"] == [str(SAMPLE)]
+    assert paths["output"] == str(first / "out")
+    assert paths["decisions"] == str(first / "d.jsonl")
+    assert paths["report"] == str(first / "r.json")
+    assert paths["index_out"] == str(first / "index.ndx")
+    assert paths["spill_dir"] == str(first / "spill")
+    assert paths["overwrite"] is True
+    config = report["config"]
+    assert config["input"]["inputs"] == []
+    assert config["keys"]["spill_dir"] is None
+    assert config["output"] == {"dir": None, "decisions": None, "report": None,
+                                "overwrite": False, "max_output_bytes": None, "index_out": None}
+    assert (config["dedup"]["threshold"], config["input"]["id_field"]) == (0.6, "id")
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps(config))
+    before = {p: p.read_bytes() for p in sorted(first.rglob("*")) if p.is_file()}
+
+    # Given back with other outputs: the same decisions, and nothing of the first run touched.
+    second = tmp_path / "second"
+    second.mkdir()
+    done = cli("dedup", "--config", settings, SAMPLE, "--decisions", second / "d.jsonl",
+               "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert (second / "d.jsonl").read_bytes() == (first / "d.jsonl").read_bytes()
+    assert {p: p.read_bytes() for p in sorted(first.rglob("*")) if p.is_file()} == before
+    assert os.listdir(second) == ["d.jsonl"]
+    # Given back alone, it names no output: the run is refused, as any run without one.
+    done = cli("dedup", "--config", settings, SAMPLE, cwd=second)
+    assert done.returncode == 2, done.stderr
+    assert b"give --output DIR" in done.stderr
+    # An output directory named anew is not replaced: the report's overwrite does not come back.
+    done = cli("dedup", "--config", settings, SAMPLE, "-o", first / "out", "--quiet")
+    assert done.returncode == 1, done.stderr
+    assert {p: p.read_bytes() for p in sorted(first.rglob("*")) if p.is_file()} == before
+    # Python takes it the same way.
+    from_python = neardup.dedup(SAMPLE, config=settings, decisions=second / "py.jsonl",
+                                progress=False)
+    assert (second / "py.jsonl").read_bytes() == (first / "d.jsonl").read_bytes()
+    assert from_python["config"] == config
 
 
 # --- --prefer on a field no record has -------------------------------------------------------
@@ -237,6 +309,86 @@ def test_on_a_terminal_the_bars_show_honest_rates(tmp_path, corpus):
     # bar appeared showed hundreds of GiB/s.
     assert rates, text[-2000:]
     assert all(r < 5e9 for r in rates), sorted(rates)[-5:]
+
+
+def packed_corpus(root: Path, docs: int = 40_000) -> Path:
+    """Half the texts gzip-compressed JSONL, half a Parquet file of many row groups: inputs that
+    decode to more bytes than they take on disk."""
+    import gzip
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(9)
+    words = [f"w{i}" for i in range(5000)]
+    texts = [" ".join(rng.choice(words) for _ in range(150)) for _ in range(docs)]
+    root.mkdir()
+    with gzip.open(root / "a.jsonl.gz", "wt", encoding="utf-8") as f:
+        for t in texts[: docs // 2]:
+            f.write(json.dumps({"text": t, "meta": "x" * 200}) + "\n")
+    table = pa.table({"text": texts[docs // 2 :], "meta": ["x" * 200] * (docs - docs // 2)})
+    pq.write_table(table, root / "b.parquet", row_group_size=1000)
+    return root
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    return packed_corpus(tmp_path_factory.mktemp("packed") / "in")
+
+
+def on_disk(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.iterdir())
+
+
+def mb(n: int) -> str:
+    return neardup._mb(n)
+
+
+def test_on_a_terminal_a_bar_fills_to_a_total_that_never_changes(tmp_path, packed):
+    """Progress is counted in bytes on disk, as the total is: on gzip and Parquet inputs the
+    bar's total stayed put, its count never passed it, and a full bar never fell back."""
+    code, seen = in_a_terminal(["dedup", str(packed), "--decisions", "d.jsonl", "--threads", "1"],
+                               tmp_path)
+    text = seen.decode(errors="replace")
+    assert code == 0, text[-3000:]
+    for stage in ("stage 1 keys", "stage 2 dedup"):
+        frames = re.findall(re.escape(stage) + r" *\[[=> ]*\] ([\d.]+) MB of ~([\d.]+ MB) \((\d+) %\)",
+                            text)
+        assert len(frames) >= 2, (stage, text[-3000:])
+        assert {total for _, total, _ in frames} == {mb(on_disk(packed))}, frames
+        done = [float(d) for d, _, _ in frames]
+        percent = [int(p) for _, _, p in frames]
+        assert done == sorted(done) and percent == sorted(percent), frames
+        assert all(d * 1e6 <= on_disk(packed) * 1.0001 for d in done), frames
+    # In a pipe, each stage's line names the same total.
+    done = cli("dedup", packed, "--decisions", tmp_path / "d2.jsonl", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    for stage in ("stage 1 keys", "stage 2 dedup"):
+        assert f"{stage}: started, ~{mb(on_disk(packed))} to read" in done.stderr.decode()
+
+
+def test_python_sees_progress_in_bytes_on_disk_up_to_its_total(tmp_path, packed):
+    """What Python's bars draw (a run's progress()): the count never passes the total, which is
+    the inputs' size on disk in both stages, and each stage's count only grows, to the total."""
+    import time
+
+    run = neardup._native.start_dedup(str(packed), None, str(tmp_path / "d.jsonl"), None,
+                                      {"threads": 1})
+    seen = []
+    while not run.wait(0.01):
+        seen.append(run.progress())
+    seen.append(run.progress())
+    run.result()
+    total = on_disk(packed)
+    for stage in (1, 2):
+        looks = [(done, of) for s, done, of, _ in seen if s == stage]
+        assert looks, seen[-5:]
+        assert {of for _, of in looks} == {total}, looks[-3:]
+        counts = [done for done, _ in looks]
+        assert counts == sorted(counts) and counts[-1] <= total, looks[-3:]
+    # The run ended with stage 2's count on its total.
+    assert seen[-1][:3] == (2, total, total), seen[-1]
 
 
 def test_python_progress_in_a_log_is_lines_and_on_a_terminal_stays(tmp_path, corpus):
