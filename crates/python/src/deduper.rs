@@ -418,6 +418,7 @@ impl Deduper {
             Scratch::default()
         };
         let columns = rule.columns(sketcher.bands());
+        crate::tokenizer::watch(&config.sketch.custom_tokenizer);
         Ok(Deduper {
             pid: std::process::id(),
             hot_len: hot.as_ref().map(|h| h.len()),

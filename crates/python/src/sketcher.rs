@@ -116,6 +116,7 @@ impl Sketcher {
                     })?,
             ),
         };
+        crate::tokenizer::watch(&config.sketch.custom_tokenizer);
         Ok(Sketcher {
             rule: RowRule {
                 band_keys: true,

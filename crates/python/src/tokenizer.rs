@@ -13,7 +13,8 @@
 //! it serves (their cancel tokens, [`PyTokenizer::stop_with`]; nothing is published), gives no
 //! more tokens, and the entry point that ran it raises [`crate::errors::TokenizerError`] with
 //! the callable's exception as its `__cause__` ([`failure`]) instead of whatever the stopped
-//! run returned.
+//! run returned. A user that does not watch it so (the online `Index`, so far) gets the old
+//! behaviour: the calling thread panics with what the callable raised.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -71,6 +72,9 @@ struct Watch {
     failure: Option<(PyErr, String)>,
     /// The cancel tokens of the runs using the tokenizer.
     stops: Vec<CancelToken>,
+    /// Whether its user takes what it raised ([`failure`]) after each call. A user that does not
+    /// (yet) gets the failure as a panic of the thread that called it, which stops the work.
+    watched: bool,
 }
 
 impl std::fmt::Debug for PyTokenizer {
@@ -121,6 +125,15 @@ impl PyTokenizer {
         }
         self.call(py, text).unwrap_or_else(|e| {
             let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+            if !watch.watched {
+                drop(watch);
+                let why = e
+                    .value(py)
+                    .repr()
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|_| e.to_string());
+                panic!("tokenizer {} failed: {why}", self.name)
+            }
             if watch.failure.is_none() {
                 watch.failure = Some((e, text.to_string()));
             }
@@ -145,6 +158,7 @@ impl PyTokenizer {
         if watch.failure.is_some() {
             token.cancel();
         }
+        watch.watched = true;
         watch.stops.retain(|t| !t.is_cancelled());
         watch.stops.push(token.clone());
     }
@@ -191,6 +205,14 @@ fn callable_of(tokenizer: &Option<CustomTokenizer>) -> Option<&PyTokenizer> {
         .0
         .as_any()?
         .downcast_ref::<PyTokenizer>()
+}
+
+/// Marks `tokenizer`, if a Python callable, as watched by a user that takes what it raised
+/// ([`failure`]) after each call (`Sketcher`, `Deduper`).
+pub fn watch(tokenizer: &Option<CustomTokenizer>) {
+    if let Some(t) = callable_of(tokenizer) {
+        t.watch.lock().unwrap_or_else(|p| p.into_inner()).watched = true;
+    }
 }
 
 /// Stops the run `token` belongs to when `config`'s tokenizer, a Python callable, raises.
