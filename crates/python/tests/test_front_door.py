@@ -19,7 +19,7 @@ from typing import List, Tuple
 import pytest
 
 import neardup
-from conftest import SAMPLE, cli_binary, read_jsonl
+from conftest import REPO, SAMPLE, cli_binary, read_jsonl
 
 
 def cli(*args: object, cwd: Path = None, **kwargs) -> subprocess.CompletedProcess:
@@ -225,6 +225,61 @@ def test_a_non_empty_output_directory_exits_1_as_the_readme_says(tmp_path):
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     assert "that is not empty (without `--overwrite`)" in readme and "with exit code 1" in readme
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep me"
+
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def readme_blocks(language: str) -> List[str]:
+    """The README's code blocks in `language`, in order."""
+    return re.findall(r"```" + re.escape(language) + r"\n(.*?)```", README.read_text(), re.S)
+
+
+def as_shell(line: str, tmp_path: Path) -> str:
+    """A README command line as a shell runs it here: its comment left out, the CLI under test
+    as `neardup`, and /tmp/ (where the README writes) this test's own directory."""
+    command = re.split(r"\s+# ", line, maxsplit=1)[0].strip()
+    return command.replace("/tmp/", f"{tmp_path}/")
+
+
+def test_the_readmes_set_up_run_prints_what_the_readme_shows(tmp_path):
+    set_up = readme_blocks("sh")[0]
+    [run] = [line for line in set_up.splitlines() if line.startswith("neardup dedup")]
+    env = {**os.environ, "PATH": f"{cli_binary().parent}:{os.environ['PATH']}"}
+    done = subprocess.run(as_shell(run, tmp_path), shell=True, cwd=REPO, env=env,
+                          capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    [summary] = readme_blocks("text")[:1]
+    assert summary.strip() in done.stderr.decode(), (summary, done.stderr[-2000:])
+    for name in ("part-0.jsonl", "part-1.jsonl", "part-2.parquet", "_SUCCESS"):
+        assert (tmp_path / "neardup-sample" / name).is_file(), name
+    assert (tmp_path / "neardup-sample.decisions.jsonl").is_file()
+
+
+def test_the_readmes_30_second_commands_run_as_written_on_the_sample(tmp_path):
+    """Every command of "In 30 seconds" that names only `crawl/` and files of its own runs as
+    written, in order (so `eval` reads the decisions the first run wrote), with the sample corpus
+    as `crawl/`; the rest need object storage, other corpora or fields the sample has not."""
+    import shutil
+
+    shutil.copytree(SAMPLE, tmp_path / "crawl")
+    env = {**os.environ, "PATH": f"{cli_binary().parent}:{os.environ['PATH']}"}
+    block = readme_blocks("sh")[1]
+    ran = []
+    for line in block.splitlines():
+        command = as_shell(line, tmp_path)
+        if not command or re.search(r"s3://|data/|dump-|\bin/|--prefer", command):
+            continue
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                              timeout=600)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        ran.append(command.split()[:2])
+        if "--decisions - |" in command:
+            assert b'"keep":false' in done.stdout, command
+        if "--report -" in command:
+            assert json.loads(done.stdout)["totals"]["records_in"] == 500
+    assert ["neardup", "eval"] in ran and ["neardup", "params"] in ran and len(ran) >= 5, ran
+    assert (tmp_path / "crawl-dedup" / "_SUCCESS").is_file()
 
 
 def test_python_messages_name_settings_as_keyword_arguments(tmp_path):
