@@ -7,6 +7,11 @@
 //! while the registration lives, so every stage, chunk plan and address works on it as on a file.
 //! Its records are its rows in order, and a sample's record number is its row number.
 //!
+//! A stream larger than memory is registered instead as a way to open it
+//! ([`ArrowTable::register_stream`]): each pass (stage 1, then stage 2) opens it afresh and reads
+//! it batch by batch, holding only the batches being worked on, so it must give the same rows in
+//! the same order every time it is opened.
+//!
 //! A table's samples are read as a Parquet file's rows are: a null in a text column is a null
 //! field (`SkipReason::NullField`), decided `error` and passed through, as the file runner
 //! decides a JSON `null` or a Parquet null, so a table and the same rows in a file get the same
@@ -18,16 +23,35 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
+use arrow_schema::SchemaRef;
 
 use crate::block::{BlockData, DiskShare, ReadOptions};
 use crate::error::ReadError;
 use crate::format::{Compression, Format, InputFile};
 
+/// One pass over a stream's batches, or why a batch could not be read.
+pub type StreamBatches = Box<dyn Iterator<Item = Result<RecordBatch, String>> + Send>;
+
+/// Opens a fresh pass over a stream (called once per stage), or says why it cannot.
+pub type OpenStream = dyn Fn() -> Result<StreamBatches, String> + Send + Sync;
+
 /// Rows per block at least and at most, whatever the texts' sizes: as for Parquet batches.
 const MIN_BLOCK_ROWS: usize = 64;
 const MAX_BLOCK_ROWS: usize = 65536;
 
-type Registry = HashMap<PathBuf, Arc<Vec<RecordBatch>>>;
+/// What a registered table's readers read.
+#[derive(Clone)]
+enum Rows {
+    /// Batches held in memory.
+    Held(Arc<Vec<RecordBatch>>),
+    /// A stream opened afresh for each pass.
+    Stream {
+        open: Arc<OpenStream>,
+        schema: SchemaRef,
+    },
+}
+
+type Registry = HashMap<PathBuf, Rows>;
 
 /// The tables registered now, by the path that names them.
 static TABLES: Mutex<Option<Registry>> = Mutex::new(None);
@@ -37,7 +61,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug)]
 pub struct ArrowTable {
     input: InputFile,
-    rows: u64,
+    /// None for a stream: its rows are counted as it is read.
+    rows: Option<u64>,
 }
 
 /// [`ArrowTable::register_as`] was given a name registered already.
@@ -73,13 +98,37 @@ impl ArrowTable {
             .iter()
             .map(|b| b.get_array_memory_size() as u64)
             .sum();
+        Self::insert(name, Rows::Held(Arc::new(batches)), size, Some(rows))
+    }
+
+    /// Registers a stream too large to hold as an input named `<name #N>`: `open` is called
+    /// once per pass over it and must give the same rows in the same order each time (what
+    /// differs in a later pass is caught by its record counts, or decides other texts).
+    /// `schema` is the stream's, for messages naming its columns.
+    pub fn register_stream(name: &str, schema: SchemaRef, open: Arc<OpenStream>) -> ArrowTable {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Self::insert(
+            &format!("<{name} #{id}>"),
+            Rows::Stream { open, schema },
+            0,
+            None,
+        )
+        .expect("generated names are unique")
+    }
+
+    fn insert(
+        name: &str,
+        rows_of: Rows,
+        size: u64,
+        rows: Option<u64>,
+    ) -> Result<ArrowTable, NameTaken> {
         let path = PathBuf::from(name);
         let mut registry = tables();
         let registry = registry.get_or_insert_with(HashMap::new);
         if registry.contains_key(&path) {
             return Err(NameTaken(path));
         }
-        registry.insert(path.clone(), Arc::new(batches));
+        registry.insert(path.clone(), rows_of);
         let input = InputFile {
             relative: path.clone(),
             path,
@@ -95,8 +144,8 @@ impl ArrowTable {
         &self.input
     }
 
-    /// Its rows.
-    pub fn rows(&self) -> u64 {
+    /// Its rows; None for a stream, whose rows are known once it has been read.
+    pub fn rows(&self) -> Option<u64> {
         self.rows
     }
 }
@@ -113,19 +162,28 @@ fn tables() -> std::sync::MutexGuard<'static, Option<Registry>> {
     TABLES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The registered batches an input's path names.
-fn lookup(path: &Path) -> Option<Arc<Vec<RecordBatch>>> {
+/// The registered rows an input's path names.
+fn lookup(path: &Path) -> Option<Rows> {
     tables().as_ref()?.get(path).cloned()
+}
+
+/// Where an [`ArrowSource`] takes its batches from.
+enum Batches {
+    /// Held batches, and the next one's index.
+    Held(Arc<Vec<RecordBatch>>, usize),
+    /// A pass over a stream.
+    Stream(StreamBatches),
 }
 
 /// Streams a registered table's rows as blocks of about [`ReadOptions::block_bytes`] of text,
 /// each a zero-copy slice of one batch.
 pub(crate) struct ArrowSource {
-    batches: Arc<Vec<RecordBatch>>,
+    path: PathBuf,
+    batches: Batches,
     selector: crate::select::TextSelector,
     block_bytes: usize,
     /// The batch being sliced, and the next row of it.
-    batch: usize,
+    batch: Option<RecordBatch>,
     row: usize,
     /// Rows delivered: the next block's first record.
     delivered: u64,
@@ -138,9 +196,9 @@ pub(crate) struct ArrowSource {
 
 impl ArrowSource {
     /// A table is always read whole (one chunk): its blocks cost no I/O, and the executor shares
-    /// them between the threads.
+    /// them between the threads. A stream is opened afresh here.
     pub(crate) fn open(file: &InputFile, opts: &ReadOptions) -> Result<ArrowSource, ReadError> {
-        let batches = lookup(&file.path).ok_or_else(|| {
+        let rows = lookup(&file.path).ok_or_else(|| {
             ReadError::new(
                 &file.path,
                 "io",
@@ -148,11 +206,23 @@ impl ArrowSource {
                 "the in-memory table is no longer registered (it was released before the run ended)",
             )
         })?;
+        let batches = match rows {
+            Rows::Held(batches) => Batches::Held(batches, 0),
+            Rows::Stream { open, .. } => Batches::Stream(open().map_err(|e| {
+                ReadError::new(
+                    &file.path,
+                    "io",
+                    None,
+                    format!("cannot open the stream: {e}"),
+                )
+            })?),
+        };
         Ok(ArrowSource {
+            path: file.path.clone(),
             batches,
             selector: opts.selector.clone(),
             block_bytes: opts.block_bytes.max(1),
-            batch: 0,
+            batch: None,
             row: 0,
             delivered: 0,
             disk: DiskShare::new(file.size),
@@ -160,16 +230,41 @@ impl ArrowSource {
         })
     }
 
+    /// The next batch to slice, None at the end.
+    fn next_batch(&mut self) -> Option<Result<RecordBatch, ReadError>> {
+        match &mut self.batches {
+            Batches::Held(batches, next) => {
+                let batch = batches.get(*next)?.clone();
+                *next += 1;
+                Some(Ok(batch))
+            }
+            Batches::Stream(stream) => Some(stream.next()?.map_err(|e| {
+                ReadError::new(
+                    &self.path,
+                    "io",
+                    Some(format!("row {}", self.delivered)),
+                    format!("cannot read the stream: {e}"),
+                )
+                .losing(self.delivered, None, None, None)
+            })),
+        }
+    }
+
     pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData, u64), ReadError>> {
         loop {
-            let batch = self.batches.get(self.batch)?;
-            let left = batch.num_rows() - self.row;
+            let left = self.batch.as_ref().map_or(0, |b| b.num_rows() - self.row);
             if left == 0 {
-                self.size_before += batch.get_array_memory_size() as u64;
-                self.batch += 1;
+                if let Some(done) = &self.batch {
+                    self.size_before += done.get_array_memory_size() as u64;
+                }
+                match self.next_batch()? {
+                    Ok(b) => self.batch = Some(b),
+                    Err(e) => return Some(Err(e)),
+                }
                 self.row = 0;
                 continue;
             }
+            let batch = self.batch.as_ref().expect("a batch with rows left");
             // Rows per block from the batch's average text size, so blocks hold about
             // `block_bytes` of text whether rows are tweets or books.
             let text = crate::parquet_read::text_bytes(batch, &self.selector).max(1);
@@ -184,10 +279,11 @@ impl ArrowSource {
             let text_bytes = crate::parquet_read::text_bytes(&slice, &self.selector);
             let upto = self.size_before
                 + batch.get_array_memory_size() as u64 * self.row as u64 / batch.num_rows() as u64;
-            let last = self.batches[self.batch + 1..]
-                .iter()
-                .all(|b| b.num_rows() == 0)
-                && self.row == batch.num_rows();
+            // A stream's size is unknown (0): its blocks give no bytes, last or not.
+            let last = match &self.batches {
+                Batches::Held(batches, next) => batches[*next..].iter().all(|b| b.num_rows() == 0),
+                Batches::Stream(_) => false,
+            } && self.row == batch.num_rows();
             let disk_bytes = self.disk.next(upto, last);
             return Some(Ok((
                 first,
@@ -204,14 +300,16 @@ impl ArrowSource {
 /// The column names of a registered table (top level, and one level into structs), for a
 /// message about a field no row has.
 pub(crate) fn field_names(file: &InputFile) -> Vec<String> {
-    let Some(batches) = lookup(&file.path) else {
-        return Vec::new();
-    };
-    let Some(first) = batches.first() else {
-        return Vec::new();
+    let schema = match lookup(&file.path) {
+        Some(Rows::Held(batches)) => match batches.first() {
+            Some(first) => first.schema(),
+            None => return Vec::new(),
+        },
+        Some(Rows::Stream { schema, .. }) => schema,
+        None => return Vec::new(),
     };
     let mut names = Vec::new();
-    for field in first.schema().fields() {
+    for field in schema.fields() {
         names.push(field.name().clone());
         if let arrow_schema::DataType::Struct(children) = field.data_type() {
             for c in children {
@@ -271,7 +369,7 @@ mod tests {
         let mut second: Vec<Option<&str>> = texts[250..].iter().map(|t| Some(t.as_str())).collect();
         second[3] = None;
         let table = ArrowTable::register("test", vec![batch(first), batch(second)]);
-        assert_eq!(table.rows(), 300);
+        assert_eq!(table.rows(), Some(300));
         assert_eq!(table.input().format, Format::Arrow);
         let mut want: Vec<(u64, String)> = texts
             .iter()
@@ -282,6 +380,77 @@ mod tests {
         // One block per batch, and blocks of 64 rows (the least a block holds).
         assert_eq!(samples(&table, 1 << 20), want);
         assert_eq!(samples(&table, 1), want);
+    }
+
+    #[test]
+    fn a_stream_is_opened_for_each_read_and_read_batch_by_batch() {
+        let texts: Vec<String> = (0..500).map(|i| format!("streamed text {i}")).collect();
+        let batches: Vec<RecordBatch> = texts
+            .chunks(120)
+            .map(|c| batch(c.iter().map(|t| Some(t.as_str())).collect()))
+            .collect();
+        let schema = batches[0].schema();
+        let opened = Arc::new(AtomicU64::new(0));
+        let (given, count) = (batches.clone(), opened.clone());
+        let table = ArrowTable::register_stream(
+            "test stream",
+            schema,
+            Arc::new(move || {
+                count.fetch_add(1, Ordering::Relaxed);
+                let batches = given.clone();
+                Ok(Box::new(batches.into_iter().map(Ok)) as StreamBatches)
+            }),
+        );
+        assert_eq!(table.rows(), None);
+        assert_eq!(field_names(table.input()), vec!["text".to_string()]);
+        let want: Vec<(u64, String)> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i as u64, t.clone()))
+            .collect();
+        assert_eq!(samples(&table, 1 << 20), want);
+        assert_eq!(samples(&table, 1), want);
+        assert_eq!(opened.load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn a_stream_that_fails_says_where_and_why() {
+        let first = batch(vec![Some("one"), Some("two")]);
+        let schema = first.schema();
+        let table = ArrowTable::register_stream(
+            "failing",
+            schema,
+            Arc::new(move || {
+                let items = vec![Ok(first.clone()), Err("the disk went away".to_string())];
+                Ok(Box::new(items.into_iter()) as StreamBatches)
+            }),
+        );
+        let chunks = plan_chunks(std::slice::from_ref(table.input()), 1);
+        let opts = ReadOptions::new(
+            TextSelector::single(FieldPath::top("text")),
+            Projection::TextOnly,
+        );
+        let read: Vec<_> = read_chunk(table.input(), &chunks[0], &opts).collect();
+        assert!(read[0].is_ok());
+        let err = read[1].as_ref().unwrap_err().to_string();
+        assert!(
+            err.contains("the disk went away") && err.contains("row 2"),
+            "{err}"
+        );
+        let cannot = ArrowTable::register_stream(
+            "unopenable",
+            batch(vec![]).schema(),
+            Arc::new(|| Err("no such query".to_string())),
+        );
+        let err = read_chunk(cannot.input(), &chunks[0], &opts)
+            .next()
+            .unwrap()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("cannot open the stream: no such query"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -12,7 +12,8 @@
 //!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
 //!   [`record_fields`]);
 //! - **in-memory Arrow tables** as inputs ([`ArrowTable`], [`Format::Arrow`]): registered record
-//!   batches that every stage reads in place, as it reads a file;
+//!   batches that every stage reads in place, as it reads a file, or a stream opened afresh for
+//!   each stage and read batch by batch;
 //! - **writing** filtered copies of the inputs ([`OutputDir`], [`FileWriter`]), atomic files
 //!   ([`AtomicFile`]) and the per-sample decisions file ([`DecisionWriter`], [`read_decisions`]);
 //! - **publishing** a run's outputs all or nothing ([`Publication`]): staging under hidden,
@@ -55,7 +56,7 @@ mod read;
 mod select;
 mod write;
 
-pub use arrow_table::{ArrowTable, NameTaken};
+pub use arrow_table::{ArrowTable, NameTaken, OpenStream, StreamBatches};
 pub use block::{
     Block, FieldsSeen, Projection, RankValue, ReadOptions, Sample, SampleAddr, SampleText,
     SkipReason,

@@ -6,14 +6,18 @@
 //! A table's batches are imported once and kept (no copy: they share the exporter's buffers), so
 //! both stages read the same memory. A one-shot stream is read into memory the same way; one too
 //! large for memory is handed in as a callable that returns a fresh stream for each stage
-//! (`TableSource::Reopen`).
+//! ([`start_dedup_stream`]), read batch by batch.
 
 use std::ffi::CStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use arrow_array::cast::AsArray;
 use arrow_array::ffi_stream::RecordBatchStreamReader;
-use arrow_array::{RecordBatch, RecordBatchReader};
+use arrow_array::{
+    Array, ArrayRef, LargeStringArray, RecordBatch, RecordBatchReader, StringArray, StringViewArray,
+};
 use arrow_schema::{DataType, Schema};
+use neardup_online::{DocId, Text};
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -57,6 +61,40 @@ pub(crate) struct TableDecisions {
 }
 
 /// The names of the reasons, by their code in [`TableDecisions::reason`].
+impl TableDecisions {
+    /// Columns for `rows` rows, none decided yet.
+    fn new(rows: usize, has_ids: bool) -> TableDecisions {
+        TableDecisions {
+            keep: vec![true; rows],
+            reason: vec![u8::MAX; rows],
+            dup_of: vec![-1; rows],
+            similarity: vec![f64::NAN; rows],
+            cluster: vec![-1; rows],
+            ids: has_ids.then(|| (vec![None; rows], vec![None; rows])),
+            indexed_dups: Vec::new(),
+            report: String::new(),
+            undecided: None,
+        }
+    }
+
+    /// Makes the columns reach `row` (a stream's rows are known as they are decided).
+    fn reach(&mut self, row: usize) {
+        if row < self.keep.len() {
+            return;
+        }
+        let n = row + 1;
+        self.keep.resize(n, true);
+        self.reason.resize(n, u8::MAX);
+        self.dup_of.resize(n, -1);
+        self.similarity.resize(n, f64::NAN);
+        self.cluster.resize(n, -1);
+        if let Some((ids, dup_ids)) = &mut self.ids {
+            ids.resize(n, None);
+            dup_ids.resize(n, None);
+        }
+    }
+}
+
 const REASONS: [&str; 5] = ["unique", "near", "exact", "empty", "error"];
 
 fn reason_code(r: Reason) -> u8 {
@@ -72,6 +110,16 @@ fn reason_code(r: Reason) -> u8 {
 /// Reads the Arrow stream `data` exports (`__arrow_c_stream__`) into its batches, without
 /// copying their buffers.
 fn import_batches(data: &Bound<'_, PyAny>) -> PyResult<(Arc<Schema>, Vec<RecordBatch>)> {
+    let reader = import_stream(data)?;
+    let schema = reader.schema();
+    let batches = reader
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))?;
+    Ok((schema, batches))
+}
+
+/// The Arrow stream `data` exports (`__arrow_c_stream__`), not read yet.
+fn import_stream(data: &Bound<'_, PyAny>) -> PyResult<RecordBatchStreamReader> {
     if !data.hasattr("__arrow_c_stream__")? {
         return Err(PyTypeError::new_err(format!(
             "a table must export an Arrow stream (__arrow_c_stream__): a pyarrow Table or \
@@ -85,13 +133,129 @@ fn import_batches(data: &Bound<'_, PyAny>) -> PyResult<(Arc<Schema>, Vec<RecordB
     let ptr = capsule.pointer_checked(Some(STREAM_CAPSULE))?;
     // SAFETY: the capsule holds an exported Arrow stream, which is moved out (the capsule's copy
     // is marked released).
-    let reader = unsafe { RecordBatchStreamReader::from_raw(ptr.as_ptr().cast()) }
-        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))?;
-    let schema = reader.schema();
-    let batches = reader
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))?;
-    Ok((schema, batches))
+    unsafe { RecordBatchStreamReader::from_raw(ptr.as_ptr().cast()) }
+        .map_err(|e| PyValueError::new_err(format!("cannot read the Arrow stream: {e}")))
+}
+
+/// The texts of column `column` of a table (any type `neardup.drop_duplicates` takes) and the
+/// ids of `id_column` (strings or integers), row by row: what `Index.check_table` checks. A null
+/// text is an empty one, as in a table run; a null id is none (the index gives one).
+pub(crate) fn column_of_table(
+    data: &Bound<'_, PyAny>,
+    column: &str,
+    id_column: Option<&str>,
+) -> PyResult<(Vec<ArrayRef>, Vec<Option<DocId>>)> {
+    let py = data.py();
+    let source = py
+        .import("neardup.frames")?
+        .getattr("_as_arrow")?
+        .call1((data,))?
+        .get_item(0)?;
+    let (schema, batches) = import_batches(&source)?;
+    let text_at = schema.index_of(column).map_err(|_| {
+        PyKeyError::new_err(format!(
+            "the table has no column {column:?}; its columns: {}",
+            columns_list(&schema)
+        ))
+    })?;
+    let text_type = schema.field(text_at).data_type();
+    if !is_text(text_type) {
+        return Err(PyTypeError::new_err(format!(
+            "column {column:?} holds {text_type}, not strings"
+        )));
+    }
+    let texts: Vec<ArrayRef> = batches.iter().map(|b| b.column(text_at).clone()).collect();
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    let Some(id_column) = id_column else {
+        return Ok((texts, vec![None; rows]));
+    };
+    let id_at = schema.index_of(id_column).map_err(|_| {
+        PyKeyError::new_err(format!(
+            "id_column: the table has no column {id_column:?}; its columns: {}",
+            columns_list(&schema)
+        ))
+    })?;
+    let mut ids = Vec::with_capacity(rows);
+    for b in &batches {
+        let a = b.column(id_at);
+        let str_ids = |it: &mut dyn Iterator<Item = Option<&str>>, ids: &mut Vec<Option<DocId>>| {
+            ids.extend(it.map(|s| s.map(|s| DocId::Str(s.to_string()))));
+        };
+        if let Some(a) = a.as_any().downcast_ref::<StringArray>() {
+            str_ids(&mut a.iter(), &mut ids);
+        } else if let Some(a) = a.as_any().downcast_ref::<LargeStringArray>() {
+            str_ids(&mut a.iter(), &mut ids);
+        } else if let Some(a) = a.as_any().downcast_ref::<StringViewArray>() {
+            str_ids(&mut a.iter(), &mut ids);
+        } else if a.data_type().is_integer() {
+            for i in 0..a.len() {
+                if a.is_null(i) {
+                    ids.push(None);
+                    continue;
+                }
+                let id = int_at(a.as_ref(), i).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "id_column {id_column:?}: an id past the range of a 64-bit signed integer"
+                    ))
+                })?;
+                ids.push(Some(DocId::Int(id)));
+            }
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "id_column {id_column:?} holds {}, not strings or integers",
+                a.data_type()
+            )));
+        }
+    }
+    Ok((texts, ids))
+}
+
+/// Integer `i` of an integer array of any width, as an i64 (None past i64's range).
+fn int_at(a: &dyn Array, i: usize) -> Option<i64> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::*;
+    match a.data_type() {
+        DataType::Int8 => Some(a.as_primitive::<Int8Type>().value(i).into()),
+        DataType::Int16 => Some(a.as_primitive::<Int16Type>().value(i).into()),
+        DataType::Int32 => Some(a.as_primitive::<Int32Type>().value(i).into()),
+        DataType::Int64 => Some(a.as_primitive::<Int64Type>().value(i)),
+        DataType::UInt8 => Some(a.as_primitive::<UInt8Type>().value(i).into()),
+        DataType::UInt16 => Some(a.as_primitive::<UInt16Type>().value(i).into()),
+        DataType::UInt32 => Some(a.as_primitive::<UInt32Type>().value(i).into()),
+        DataType::UInt64 => i64::try_from(a.as_primitive::<UInt64Type>().value(i)).ok(),
+        _ => None,
+    }
+}
+
+/// The rows of text arrays (string, large string, string view, or a dictionary of them) as
+/// texts; a null is an empty text.
+pub(crate) fn column_texts(arrays: &[ArrayRef]) -> Vec<Text<'_>> {
+    let mut out = Vec::with_capacity(arrays.iter().map(|a| a.len()).sum());
+    for a in arrays {
+        push_texts(a.as_ref(), &mut out);
+    }
+    out
+}
+
+fn push_texts<'a>(a: &'a dyn Array, out: &mut Vec<Text<'a>>) {
+    let text = |s: Option<&'a str>| Text::Str(s.unwrap_or(""));
+    if let Some(a) = a.as_any().downcast_ref::<StringArray>() {
+        out.extend(a.iter().map(text));
+    } else if let Some(a) = a.as_any().downcast_ref::<LargeStringArray>() {
+        out.extend(a.iter().map(text));
+    } else if let Some(a) = a.as_any().downcast_ref::<StringViewArray>() {
+        out.extend(a.iter().map(text));
+    } else if let Some(d) = a.as_any_dictionary_opt() {
+        let mut values = Vec::with_capacity(d.values().len());
+        push_texts(d.values().as_ref(), &mut values);
+        for (i, k) in d.normalized_keys().into_iter().enumerate() {
+            out.push(if a.is_null(i) {
+                Text::Str("")
+            } else {
+                values.get(k).copied().unwrap_or(Text::Str(""))
+            });
+        }
+    }
 }
 
 /// Whether `t` holds texts: strings of any offset width, string views, or a dictionary of them.
@@ -182,9 +346,59 @@ pub fn start_dedup_table(
         config.input.id_field.as_deref(),
         rank_column(&config).as_deref(),
     )?;
+    let table = ArrowTable::register(&data.get_type().name()?.to_string(), batches);
+    spawn_table_run(config, table)
+}
+
+/// Starts `neardup.dedup_table` over a stream too large for memory: `open` is a callable that
+/// returns a fresh Arrow stream (an object with `__arrow_c_stream__`) each time it is called.
+/// It is called now (for the schema, and that stream is stage 1's) and once more for each later
+/// pass, by the run's thread, which takes the GIL for the call only; the batches are read with
+/// the GIL released.
+#[pyfunction]
+#[pyo3(signature = (open, settings = None))]
+pub fn start_dedup_stream(
+    open: &Bound<'_, PyAny>,
+    settings: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Run> {
+    let config = table_config(settings)?;
+    let first = open_stream(open)?;
+    let schema = first.schema();
+    check_columns(
+        &schema,
+        &config.input.fields,
+        config.input.id_field.as_deref(),
+        rank_column(&config).as_deref(),
+    )?;
+    let name = format!("stream of {}", open.get_type().name()?);
+    let first = Mutex::new(Some(first));
+    let open: Py<PyAny> = open.clone().unbind();
+    let opener = move || -> Result<neardup::corpus::StreamBatches, String> {
+        let reader = match first.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(reader) => reader,
+            None => Python::attach(|py| open_stream(open.bind(py))).map_err(|e| e.to_string())?,
+        };
+        Ok(Box::new(reader.map(|b| b.map_err(|e| e.to_string()))))
+    };
+    let table = ArrowTable::register_stream(&name, schema, Arc::new(opener));
+    spawn_table_run(config, table)
+}
+
+/// Calls `open` for a fresh stream and imports it, checking that it is one.
+fn open_stream(open: &Bound<'_, PyAny>) -> PyResult<RecordBatchStreamReader> {
+    let data = open.call0()?;
+    import_stream(&data).map_err(|e| {
+        PyTypeError::new_err(format!(
+            "the callable handed to dedup_table must return an Arrow stream each time it is \
+             called: {e}"
+        ))
+    })
+}
+
+/// Runs both stages over a registered table on a thread of its own.
+fn spawn_table_run(config: neardup::Config, table: ArrowTable) -> PyResult<Run> {
     // Against saved indexes, the indexed runs' files are numbered first, then the table.
     let indexed = neardup::against::indexed_names(&config).map_err(to_py)?;
-    let table = ArrowTable::register(&data.get_type().name()?.to_string(), batches);
     let has_ids = config.input.id_field.is_some();
     let control = RunControl::watched();
     let (Some(stage1), Some(stage2)) = (control.stage1.clone(), control.stage2.clone()) else {
@@ -208,20 +422,11 @@ fn run_table(
     indexed: &[String],
     has_ids: bool,
 ) -> Result<TableDecisions, Error> {
-    let rows = table.rows() as usize;
+    // A stream's rows are counted as it is read: its columns grow with its decisions.
+    let rows = table.rows().unwrap_or(0) as usize;
     let me = indexed.len() as u32;
-    let mut d = TableDecisions {
-        keep: vec![true; rows],
-        reason: vec![u8::MAX; rows],
-        dup_of: vec![-1; rows],
-        similarity: vec![f64::NAN; rows],
-        cluster: vec![-1; rows],
-        ids: has_ids.then(|| (vec![None; rows], vec![None; rows])),
-        indexed_dups: Vec::new(),
-        report: String::new(),
-        undecided: None,
-    };
-    if rows == 0 {
+    let mut d = TableDecisions::new(rows, has_ids);
+    if table.rows() == Some(0) {
         // Nothing to decide: a run would fail for want of any text.
         d.report = "null".into();
         return Ok(d);
@@ -231,6 +436,7 @@ fn run_table(
             return;
         }
         let row = x.addr.record as usize;
+        d.reach(row);
         d.keep[row] = x.keep;
         d.reason[row] = reason_code(x.reason);
         if let Some(s) = x.similarity {
@@ -414,24 +620,14 @@ pub fn block_decisions<'py>(
     let config = table_config(settings)?;
     let has_ids = config.input.id_field.is_some();
     let block = register_block(data, name, &config)?;
-    let rows = block.rows() as usize;
+    let rows = block.rows().unwrap_or(0) as usize;
     let shard = table.inner.shard() as usize;
     let inputs: Vec<neardup::DecidedInput<'_>> = decided
         .iter()
         .map(|d| neardup::StepInput::Value(&d.inner))
         .collect();
     let (key_table, hot) = (&table.inner, &hot.inner);
-    let mut d = TableDecisions {
-        keep: vec![true; rows],
-        reason: vec![u8::MAX; rows],
-        dup_of: vec![-1; rows],
-        similarity: vec![f64::NAN; rows],
-        cluster: vec![-1; rows],
-        ids: has_ids.then(|| (vec![None; rows], vec![None; rows])),
-        indexed_dups: Vec::new(),
-        report: String::new(),
-        undecided: None,
-    };
+    let mut d = TableDecisions::new(rows, has_ids);
     let global = |a: neardup::corpus::SampleAddr| -> i64 {
         row_bases
             .get(a.file as usize)

@@ -402,6 +402,31 @@ impl Index {
             .collect()
     }
 
+    /// :meth:`check_many` over the rows of a table, in row order: ``data`` is anything
+    /// :func:`neardup.drop_duplicates` takes (a pyarrow Table, a polars or pandas DataFrame, a
+    /// ``datasets.Dataset``, an Arrow stream), ``column`` its text column (read in place, no
+    /// ``str`` made; a null is an empty text) and ``id_column`` an optional column of str or
+    /// int ids. Returns one decision per row.
+    #[pyo3(signature = (data, column = "text", id_column = None))]
+    fn check_table(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        column: &str,
+        id_column: Option<&str>,
+    ) -> PyResult<Vec<IndexDecision>> {
+        let (arrays, ids) = crate::frames::column_of_table(data, column, id_column)?;
+        let out = py.detach(|| {
+            let texts = crate::frames::column_texts(&arrays);
+            self.core().check_many(&texts, ids)
+        });
+        Ok(out
+            .map_err(|e| index_error(py, e))?
+            .into_iter()
+            .map(|inner| IndexDecision { inner })
+            .collect())
+    }
+
     /// The namespace given.
     #[getter]
     fn namespace(&self) -> Option<String> {

@@ -66,6 +66,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run::start_dedup, m)?)?;
     m.add_function(wrap_pyfunction!(run::stream, m)?)?;
     m.add_function(wrap_pyfunction!(frames::start_dedup_table, m)?)?;
+    m.add_function(wrap_pyfunction!(frames::start_dedup_stream, m)?)?;
     m.add_function(wrap_pyfunction!(frames::table_result, m)?)?;
     m.add_function(wrap_pyfunction!(frames::block_keys, m)?)?;
     m.add_function(wrap_pyfunction!(frames::block_sign, m)?)?;

@@ -2,7 +2,7 @@
 which re-exports the classes and wraps the functions."""
 
 from os import PathLike
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, final
 
 import numpy
 import numpy.typing
@@ -36,6 +36,7 @@ __all__ = [
     "defaults",
     "start_dedup",
     "start_dedup_table",
+    "start_dedup_stream",
     "table_result",
     "block_keys",
     "block_sign",
@@ -217,6 +218,9 @@ class Index:
         """Decides text and adds it when kept; an id checked before gets its first decision."""
     def check_many(self, texts: Iterable[Optional[str]], ids: Optional[Iterable[Optional[_Id]]] = None) -> List[IndexDecision]:
         """check() for each text in order, signed in parallel with the GIL released."""
+    def check_table(self, data: Any, column: str = "text", id_column: Optional[str] = None) -> List[IndexDecision]:
+        """check_many() over a table's rows (any type drop_duplicates takes), one decision per
+        row; the column is read in place (a null is an empty text)."""
     def query(self, text: str) -> List[Tuple[_Id, float]]:
         """The earlier documents text duplicates, with their similarity; adds nothing."""
     def insert(self, text: str, id: Optional[_Id] = None) -> _Id:
@@ -456,6 +460,10 @@ def stream(inputs: _Inputs, settings: Optional[Dict[str, Any]] = None) -> Decisi
 def start_dedup_table(data: Any, settings: Optional[Dict[str, Any]] = None) -> Run:
     """Starts neardup.dedup_table over an object with __arrow_c_stream__ (``settings["fields"]``:
     the text columns)."""
+
+def start_dedup_stream(open: Callable[[], Any], settings: Optional[Dict[str, Any]] = None) -> Run:
+    """Starts neardup.dedup_table over a stream larger than memory: ``open()`` returns a fresh
+    object with __arrow_c_stream__ for each stage, read batch by batch."""
 
 def table_result(
     run: Run,

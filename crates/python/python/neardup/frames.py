@@ -7,6 +7,10 @@ The table's Arrow data is read in place through the Arrow PyCapsule stream inter
 stages read them in Rust with the GIL released. A pandas DataFrame goes through
 ``pyarrow.Table.from_pandas`` (pandas' own memory is not Arrow's); a ``datasets.Dataset`` through
 its Arrow table (no row becomes a Python object).
+
+A stream too large for memory is handed in as a callable that returns a fresh stream each time it
+is called (e.g. ``lambda: dataset.scanner(columns=["text"]).to_reader()``): each stage opens it
+and reads it batch by batch, so only the batches being worked on are held.
 """
 
 from __future__ import annotations
@@ -87,15 +91,64 @@ def _as_arrow(data: Any) -> Tuple[Any, Callable[[Any], Any]]:
     )
 
 
+def _is_reopenable(data: Any) -> bool:
+    """Whether ``data`` is a callable that opens a stream (rather than a table itself)."""
+    return callable(data) and not hasattr(data, "__arrow_c_stream__") and not hasattr(
+        data, "to_arrow"
+    )
+
+
+def _kept_stream(open_stream: Callable[[], Any], mask: Any) -> Any:
+    """The rows a boolean mask keeps of a fresh pass over a stream, as a lazy
+    ``pyarrow.RecordBatchReader`` (one more pass, batch by batch)."""
+    import pyarrow as pa
+
+    reader = pa.RecordBatchReader.from_stream(open_stream())
+
+    def batches() -> Any:
+        start = 0
+        for batch in reader:
+            end = start + batch.num_rows
+            if end > len(mask):
+                raise ValueError(
+                    f"the stream gave more than the {len(mask)} rows it gave when it was "
+                    "deduplicated: it must give the same rows each time it is opened"
+                )
+            yield batch.filter(pa.array(mask[start:end]))
+            start = end
+        if start != len(mask):
+            raise ValueError(
+                f"the stream gave {start} rows, not the {len(mask)} it gave when it was "
+                "deduplicated: it must give the same rows each time it is opened"
+            )
+
+    return pa.RecordBatchReader.from_batches(reader.schema, batches())
+
+
 def _decisions(source: Any, progress: Any, settings: Dict[str, Any]) -> Any:
-    """Runs both stages over ``source`` and builds the decisions table."""
+    """Runs both stages over ``source`` (a table, or a callable opening a stream) and builds
+    the decisions table."""
     from . import _finish
 
-    run = _native.start_dedup_table(source, settings)
+    stream = _is_reopenable(source)
+    if stream:
+        run = _native.start_dedup_stream(source, settings)
+    else:
+        run = _native.start_dedup_table(source, settings)
     _finish(run, progress)
     keep, codes, names, dup_of, similarity, cluster, ids, indexed, report = (
         _native.table_result(run)
     )
+    if stream:
+        # A file the runner cannot read to its end is reported and the rest decided; a stream
+        # that fails part-way has rows nobody can name, so its decisions would not line up
+        # with the caller's rows.
+        lost = json.loads(report)["totals"]["unreadable"]
+        if lost:
+            raise OSError(
+                f"the stream could not be read to its end (from row {lost[0]['first_record']}): "
+                f"{lost[0]['reason']}"
+            )
     return _decisions_table(
         keep, codes, names, dup_of, similarity, cluster, ids, indexed, report,
         bool(settings.get("against")),
@@ -158,6 +211,11 @@ def dedup_table(
             batches are kept for the second stage), a polars or pandas ``DataFrame``, a
             ``datasets.Dataset``, or any object with ``__arrow_c_stream__`` (a DuckDB relation,
             …). Read in place: nothing is copied but a pandas frame's conversion to Arrow.
+            Or, for a stream larger than memory, a callable taking no argument that returns a
+            fresh Arrow stream (an object with ``__arrow_c_stream__``) each time it is called,
+            with the same rows in the same order: it is called once per stage and each stream
+            is read batch by batch, so memory holds the batches being worked on, not the
+            stream.
         column: the text column, or a list of them (joined into one text per row with
             ``separator``, as ``fields`` are). String, large string, string view and
             dictionary-encoded string columns, chunked or not; a null is decided ``error``
@@ -182,7 +240,7 @@ def dedup_table(
         TypeError: a text column that does not hold strings, an unknown setting.
         ValueError: a bad setting value.
     """
-    source, _ = _as_arrow(data)
+    source = data if _is_reopenable(data) else _as_arrow(data)[0]
     return _decisions(source, progress, _fields(column, settings))
 
 
@@ -199,7 +257,9 @@ def drop_duplicates(
     A pyarrow ``Table`` or ``RecordBatch``, a polars or pandas ``DataFrame`` (its index kept) and
     a ``datasets.Dataset`` come back as the same type (the Dataset through ``select``: an
     indices mapping over the same Arrow table, no row converted); a ``RecordBatchReader`` or
-    another Arrow exporter as a pyarrow ``Table``.
+    another Arrow exporter as a pyarrow ``Table``. For a callable opening a stream, the kept
+    rows are a ``pyarrow.RecordBatchReader`` over one more fresh stream, filtered batch by
+    batch as it is read (it raises if that stream's rows differ in number).
 
     Args:
         data, column, progress, settings: as for :func:`dedup_table`.
@@ -209,6 +269,11 @@ def drop_duplicates(
     Example:
         >>> kept = neardup.drop_duplicates(df, column="text", threshold=0.8)  # doctest: +SKIP
     """
+    if _is_reopenable(data):
+        decisions = _decisions(data, progress, _fields(column, settings))
+        mask = decisions.column("keep").to_numpy(zero_copy_only=False)
+        kept = _kept_stream(data, mask)
+        return (kept, decisions) if with_decisions else kept
     source, kept_rows = _as_arrow(data)
     decisions = _decisions(source, progress, _fields(column, settings))
     kept = kept_rows(decisions.column("keep").to_numpy(zero_copy_only=False))
