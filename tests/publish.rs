@@ -2,7 +2,7 @@
 //! replaces only what neardup wrote, a failed run publishes nothing, write errors say where and
 //! why, and a dead run's leftovers are cleaned up.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
