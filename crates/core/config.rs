@@ -538,6 +538,11 @@ pub struct OutputSettings {
     /// Where to save the index of this run (with the indexes it was made against), for later
     /// runs to deduplicate against (`--index-out`).
     pub index_out: Option<PathBuf>,
+    /// Whether `decisions` is a stand-in the caller sends to standard output once the run has
+    /// succeeded (the CLI's `--decisions -`): the run's report then names the decisions `-`,
+    /// not the stand-in, which is gone once sent. Not a setting of files or flags.
+    #[serde(skip)]
+    pub decisions_to_stdout: bool,
 }
 
 /// A preset reproducing another tool's decisions (the CLI's `--compat`, Python's `compat=`).
@@ -665,6 +670,24 @@ impl Config {
         Preset::Lshcurator.defaults(&mut self);
         Preset::Lshcurator.pin(&mut self);
         self
+    }
+
+    /// These settings without where a run reads and writes: the inputs, the output directory,
+    /// the decisions file, the report, the saved index, the spill directory, and `overwrite`
+    /// (which only ever meant the output directory named with it). What is left decides what a
+    /// run decides and writes, and is what a run's report keeps as its `config`: given back as a
+    /// settings file (`--config`, `config=`), it repeats the run's decisions on the inputs and
+    /// outputs named anew, and never sends a run to write over an earlier run's outputs. The
+    /// report keeps the paths apart ([`crate::ReportPaths`]).
+    pub fn without_run_paths(&self) -> Config {
+        let mut settings = self.clone();
+        settings.input.inputs.clear();
+        settings.keys.spill_dir = None;
+        settings.output = OutputSettings {
+            max_output_bytes: self.output.max_output_bytes,
+            ..OutputSettings::default()
+        };
+        settings
     }
 
     /// Reads a TOML (`.toml`) or JSON file.

@@ -81,8 +81,8 @@ pub use paths::{
     NamedPath, PathConflict, PathConflicts, PreparedDirs, RunPaths, SourceRelation, Unwritable,
 };
 pub use pipeline::{
-    DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,
-    discover_inputs, discover_inputs_and_sources, keys_config, run_threads, save_json,
+    DecisionStream, KeyTables, NextDecision, Pipeline, Report, ReportPaths, RunControl, Totals,
+    apply, discover_inputs, discover_inputs_and_sources, keys_config, run_threads, save_json,
     stage2_config,
 };
 pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};

@@ -26,8 +26,12 @@ use crate::paths::RunPaths;
 pub struct Report {
     /// neardup's version.
     pub version: String,
-    /// The settings of the run.
+    /// The settings of the run, without where it read and wrote ([`Config::without_run_paths`]):
+    /// a settings file that repeats its decisions on inputs and outputs named anew.
     pub config: Config,
+    /// Where the run read and wrote, as it was given.
+    #[serde(default)]
+    pub paths: ReportPaths,
     /// Input files read.
     pub files: Vec<PathBuf>,
     /// Inputs that could not be used (missing paths, unknown extensions, …).
@@ -49,6 +53,47 @@ pub struct Report {
     /// has no room for more), the blocks it read; absent without a limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<crate::config::MemoryPlan>,
+}
+
+/// Where a run read and wrote, as its settings named them: the paths a report's `config` leaves
+/// out ([`Config::without_run_paths`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReportPaths {
+    /// The inputs as given (files, directories, glob patterns); `files` lists what they held.
+    pub inputs: Vec<String>,
+    /// The filtered dataset's directory.
+    pub output: Option<PathBuf>,
+    /// The decisions file; `-` when the decisions went to standard output.
+    pub decisions: Option<PathBuf>,
+    /// The report; `-` when it went to standard output.
+    pub report: Option<PathBuf>,
+    /// The saved index.
+    pub index_out: Option<PathBuf>,
+    /// Where spill files went.
+    pub spill_dir: Option<PathBuf>,
+    /// Whether the run was allowed to replace an earlier run's output directory.
+    pub overwrite: bool,
+}
+
+impl ReportPaths {
+    /// The paths `config` names.
+    pub fn of(config: &Config) -> ReportPaths {
+        let output = &config.output;
+        ReportPaths {
+            inputs: config.input.inputs.clone(),
+            output: output.dir.clone(),
+            decisions: if output.decisions_to_stdout {
+                Some(PathBuf::from("-"))
+            } else {
+                output.decisions.clone()
+            },
+            report: output.report.clone(),
+            index_out: output.index_out.clone(),
+            spill_dir: config.keys.spill_dir.clone(),
+            overwrite: output.overwrite,
+        }
+    }
 }
 
 /// Record and sample accounting, from what stage 2 read:
@@ -118,7 +163,8 @@ impl Report {
         };
         Report {
             version: env!("CARGO_PKG_VERSION").to_string(),
-            config: config.clone(),
+            config: config.without_run_paths(),
+            paths: ReportPaths::of(config),
             files: files.iter().map(|f| f.path.clone()).collect(),
             input_problems: problems,
             stage1,

@@ -90,14 +90,14 @@ pub(crate) struct KeysArgs {
     // A stage-2 output, accepted only to say where it belongs instead of an unknown-flag error.
     #[arg(long, hide = true)]
     pub(crate) decisions: Option<PathBuf>,
-    /// How stage 2 will confirm candidates: without --bands and --rows it chooses them, so give
-    /// the later steps' --verify here too [default: exact].
-    #[arg(long, help_heading = "Sketch")]
-    pub(crate) verify: Option<VerifyArg>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]
     pub(crate) sketch: SketchOpts,
+    /// How stage 2 will confirm candidates: without --bands and --rows it chooses them, so give
+    /// the later steps' --verify here too [default: exact].
+    #[arg(long, help_heading = DECISIONS)]
+    pub(crate) verify: Option<VerifyArg>,
 }
 
 /// The arguments of `neardup hot`.
@@ -152,10 +152,10 @@ pub(crate) struct SignArgs {
     pub(crate) report: Option<PathBuf>,
     /// Memory bound (e.g. 4GiB): the shard's hot mask goes to a scratch file's mapping past a
     /// sixteenth of it, holding only the rows at hand [default: no limit].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, help_heading = KEYS)]
     pub(crate) memory_limit: Option<u64>,
     /// Directory for spill files, created if missing [default: the system temp directory].
-    #[arg(long)]
+    #[arg(long, help_heading = KEYS)]
     pub(crate) spill_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
@@ -185,10 +185,10 @@ pub(crate) struct DecideArgs {
     pub(crate) report: Option<PathBuf>,
     /// Memory for the group's decision state is half of this (e.g. 4GiB): representatives'
     /// signatures and shingle sets spill to disk past it [default: no limit].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, help_heading = KEYS)]
     pub(crate) memory_limit: Option<u64>,
     /// Directory for spill files, created if missing [default: the system temp directory].
-    #[arg(long)]
+    #[arg(long, help_heading = KEYS)]
     pub(crate) spill_dir: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
@@ -211,7 +211,7 @@ pub(crate) struct WriteArgs {
     pub(crate) decided: Vec<PathBuf>,
     /// Memory bound (e.g. 4GiB): the shard's hot mask goes to a scratch file's mapping past a
     /// sixteenth of it, holding only the rows at hand [default: no limit].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, help_heading = KEYS)]
     pub(crate) memory_limit: Option<u64>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
@@ -238,7 +238,7 @@ pub(crate) struct ApplyArgs {
     /// Memory bound (e.g. 4GiB): stage 2's decision state takes at most half of it, spilling
     /// to disk past it, and the hot mask goes to a scratch file's mapping past a sixteenth of
     /// it [default: no limit].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, help_heading = KEYS)]
     pub(crate) memory_limit: Option<u64>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
@@ -346,10 +346,30 @@ pub(crate) struct ParamsArgs {
 // Each command takes only the option groups it uses, so its help lists nothing it would ignore.
 // A settings file (--config) may still name any setting: a file shared by the staged commands
 // holds them all.
+//
+// A flag that is a setting is listed under a heading naming the settings file's section that
+// holds it, whichever option group carries the flag (a test checks every flag against the
+// section it writes).
+
+/// The heading of the flags of the settings file's `[input]` section (and the flags that are no
+/// settings: `--config`, `--compat`).
+const INPUT: &str = "Input [input]";
+/// `[run]`.
+const RUN: &str = "Run [run]";
+/// The normalisation flags, in `[sketch]`.
+const NORMALISATION: &str = "Normalisation [sketch]";
+/// `[sketch]`.
+const SKETCH: &str = "Sketch [sketch]";
+/// `[keys]`: stage 1's counting, memory and spilling.
+const KEYS: &str = "Keys and memory [keys]";
+/// `[dedup]`.
+const DECISIONS: &str = "Decisions [dedup]";
+/// `[output]`.
+const OUTPUT: &str = "Output [output]";
 
 /// Settings file, preset, how inputs are read, and threads.
 #[derive(Args, Debug, Default)]
-#[command(next_help_heading = "Input")]
+#[command(next_help_heading = INPUT)]
 pub(crate) struct InputOpts {
     /// Settings file (TOML or JSON, see docs/tuning.md); flags override it.
     #[arg(long)]
@@ -370,16 +390,16 @@ pub(crate) struct InputOpts {
     #[arg(long)]
     pub(crate) id_field: Option<String>,
     /// Skip bad records (counted, quoted in the report) or stop at the first [default: skip].
-    #[arg(long)]
+    #[arg(long, help_heading = RUN)]
     pub(crate) on_error: Option<OnErrorArg>,
     /// Worker threads, at most 1024 [default: 0 = all cores].
-    #[arg(long, short = 'j')]
+    #[arg(long, short = 'j', help_heading = RUN)]
     pub(crate) threads: Option<usize>,
 }
 
 /// Text normalisation before texts are compared (and hashed); outputs keep the original text.
 #[derive(Args, Debug, Default)]
-#[command(next_help_heading = "Normalisation")]
+#[command(next_help_heading = NORMALISATION)]
 pub(crate) struct NormalizeOpts {
     /// Lowercase texts before comparing them.
     #[arg(long)]
@@ -404,11 +424,8 @@ pub(crate) struct NormalizeOpts {
 /// What the key table holds: shingling, signature, bands. Stage 1 and stage 2 must agree on
 /// these (the staged commands check it).
 #[derive(Args, Debug, Default)]
-#[command(next_help_heading = "Sketch")]
+#[command(next_help_heading = SKETCH)]
 pub(crate) struct SketchOpts {
-    /// Similarity threshold, 0 to 1 [default: 0.8].
-    #[arg(long)]
-    pub(crate) threshold: Option<f64>,
     /// Signature width, 1 to 16384 [default: 128].
     #[arg(long)]
     pub(crate) num_perm: Option<usize>,
@@ -440,17 +457,21 @@ pub(crate) struct SketchOpts {
     /// Permutation seed [default: 1].
     #[arg(long)]
     pub(crate) seed: Option<u64>,
-    /// Do not count content hashes (no exact-copy shortcut).
-    #[arg(long)]
-    pub(crate) no_exact: bool,
-    // Last: a flattened group's heading stays in force for the fields after it.
     #[command(flatten)]
     pub(crate) normalize: NormalizeOpts,
+    // After the flattened group (whose heading would stay in force for the fields after it
+    // without a heading of their own): the settings of other sections, listed under theirs.
+    /// Similarity threshold, 0 to 1 [default: 0.8].
+    #[arg(long, help_heading = DECISIONS)]
+    pub(crate) threshold: Option<f64>,
+    /// Do not count content hashes (no exact-copy shortcut).
+    #[arg(long, help_heading = KEYS)]
+    pub(crate) no_exact: bool,
 }
 
 /// Stage 1's frequency filter.
 #[derive(Args, Debug, Default)]
-#[command(next_help_heading = "Counting")]
+#[command(next_help_heading = KEYS)]
 pub(crate) struct CountOpts {
     /// A key is hot when seen more than this many times [default: 1].
     #[arg(long)]
@@ -464,7 +485,7 @@ pub(crate) struct CountOpts {
 
 /// Stage 2's decisions.
 #[derive(Args, Debug, Default)]
-#[command(next_help_heading = "Decisions")]
+#[command(next_help_heading = DECISIONS)]
 pub(crate) struct DecideOpts {
     /// Representatives per hot bucket (0: unbounded) [default: 64].
     #[arg(long)]
@@ -487,7 +508,7 @@ pub(crate) struct DecideOpts {
 
 /// What a deduplicating run writes, and where it spills.
 #[derive(Args, Debug, Default)]
-#[command(next_help_heading = "Output")]
+#[command(next_help_heading = OUTPUT)]
 pub(crate) struct OutputOpts {
     /// Directory for the filtered dataset (same relative paths and formats as the inputs).
     #[arg(long, short = 'o')]
@@ -506,10 +527,10 @@ pub(crate) struct OutputOpts {
     #[arg(long, value_parser = parse_size)]
     pub(crate) max_output_bytes: Option<u64>,
     /// Keep or drop empty / whitespace-only texts [default: keep].
-    #[arg(long)]
+    #[arg(long, help_heading = DECISIONS)]
     pub(crate) empty: Option<EmptyArg>,
     /// Directory for spill files, created if missing [default: the system temp directory].
-    #[arg(long)]
+    #[arg(long, help_heading = KEYS)]
     pub(crate) spill_dir: Option<PathBuf>,
     /// Save this run's index (with those of --against) for later runs to deduplicate
     /// against.
@@ -849,6 +870,155 @@ mod tests {
             }
         }
         assert!(seen >= expected.len(), "{seen}");
+    }
+
+    /// Every option group at once, to give any of their flags alone.
+    #[derive(Parser, Debug)]
+    struct AllGroups {
+        #[command(flatten)]
+        input: InputOpts,
+        #[command(flatten)]
+        sketch: SketchOpts,
+        #[command(flatten)]
+        count: CountOpts,
+        #[command(flatten)]
+        decide: DecideOpts,
+        #[command(flatten)]
+        output: OutputOpts,
+    }
+
+    /// The settings-file section a help heading names: `Decisions [dedup]` -> `dedup`.
+    fn heading_section(heading: &str) -> Option<&str> {
+        heading.rsplit_once('[')?.1.strip_suffix(']')
+    }
+
+    /// The sections of the settings file that `flag` given alone (with `value`, and what it
+    /// requires) changes; `None` when that command line does not parse.
+    fn sections_written(flag: &clap::Arg, value: Option<&str>) -> Option<Vec<String>> {
+        let long = flag.get_long()?;
+        let mut argv = vec!["groups".to_string(), format!("--{long}")];
+        argv.extend(value.map(str::to_string));
+        // Flags that only come in pairs.
+        match long {
+            "bands" => argv.extend(["--rows".into(), "4".into()]),
+            "rows" => argv.extend(["--bands".into(), "4".into()]),
+            _ => {}
+        }
+        let parsed = AllGroups::try_parse_from(argv).ok()?;
+        let mut config = Config::default();
+        let groups: [&dyn Overrides; 5] = [
+            &parsed.input,
+            &parsed.sketch,
+            &parsed.count,
+            &parsed.decide,
+            &parsed.output,
+        ];
+        for g in groups {
+            g.apply(&mut config);
+        }
+        let (before, after) = (
+            serde_json::to_value(Config::default()).unwrap(),
+            serde_json::to_value(config).unwrap(),
+        );
+        let serde_json::Value::Object(sections) = after else {
+            unreachable!("a config is an object")
+        };
+        Some(
+            sections
+                .into_iter()
+                .filter(|(name, fields)| before[name] != *fields)
+                .map(|(name, _)| name)
+                .collect(),
+        )
+    }
+
+    /// `--help` lists a flag under a heading naming the settings file's section that holds its
+    /// setting (`--threshold` under `Decisions [dedup]`, as `threshold` is in `[dedup]`): each
+    /// flag of the option groups is given alone, and the sections of the settings it changes
+    /// must be the one its heading names; a flag that changes no setting must be one of those
+    /// known to be none. Then every command that takes a settings file lists each such flag
+    /// under the same heading, its own flags (`sign --memory-limit`, …) included.
+    #[test]
+    fn every_flag_is_listed_under_its_settings_file_section() {
+        use clap::CommandFactory;
+        let not_settings = ["config", "compat"];
+        let groups = AllGroups::command();
+        let mut heading_of = std::collections::BTreeMap::new();
+        for flag in groups.get_arguments() {
+            let Some(long) = flag.get_long() else {
+                continue;
+            };
+            if ["help", "version"].contains(&long) {
+                continue;
+            }
+            let heading = flag.get_help_heading().unwrap_or("Options");
+            let section = heading_section(heading);
+            let values: Vec<Option<String>> = if flag.get_action().takes_values() {
+                let named: Vec<String> = flag
+                    .get_possible_values()
+                    .iter()
+                    .map(|v| v.get_name().to_string())
+                    .collect();
+                let generic = ["0.5", "7", "2MiB", "quality:desc", "some/place", "x"];
+                named
+                    .into_iter()
+                    .chain(generic.map(String::from))
+                    .map(Some)
+                    .collect()
+            } else {
+                vec![None]
+            };
+            let written = values
+                .iter()
+                .filter_map(|v| sections_written(flag, v.as_deref()))
+                .find(|sections| !sections.is_empty())
+                .unwrap_or_default();
+            if not_settings.contains(&long) {
+                assert!(written.is_empty(), "--{long} writes {written:?}");
+                assert_eq!(section, Some("input"), "--{long}: {heading}");
+                continue;
+            }
+            assert_eq!(
+                written.iter().map(String::as_str).collect::<Vec<_>>(),
+                section.into_iter().collect::<Vec<_>>(),
+                "--{long} is listed under \"{heading}\" but writes the settings file's {written:?}"
+            );
+            heading_of.insert(long.to_string(), heading.to_string());
+        }
+        assert!(heading_of.len() >= 35, "{heading_of:?}");
+        assert_eq!(heading_of["threshold"], "Decisions [dedup]");
+        let cli = Cli::command();
+        let mut checked = 0;
+        for cmd in cli.get_subcommands() {
+            let takes = |long: &str| cmd.get_arguments().any(|a| a.get_long() == Some(long));
+            if !takes("config") {
+                continue;
+            }
+            // A step's own `--output`, `--report` or `--decisions` (a key table, a step's
+            // report, the decisions `index` reads) is a path of the step, not the run's setting
+            // of that name, which only the commands writing a run's outputs take.
+            let step_paths = ["output", "report", "decisions"];
+            for flag in cmd.get_arguments() {
+                let Some(long) = flag.get_long() else {
+                    continue;
+                };
+                if step_paths.contains(&long) && !takes("overwrite") {
+                    continue;
+                }
+                let Some(want) = heading_of.get(long) else {
+                    continue;
+                };
+                assert_eq!(
+                    flag.get_help_heading(),
+                    Some(want.as_str()),
+                    "`neardup {} --{}`",
+                    cmd.get_name(),
+                    flag.get_long().unwrap()
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked > 100, "{checked}");
     }
 
     #[test]

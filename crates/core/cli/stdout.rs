@@ -104,18 +104,19 @@ pub(crate) fn take_outputs(config: &mut Config) -> Result<RunToStdout, Error> {
         "decisions.jsonl",
         scratch.as_deref(),
     )?;
+    config.output.decisions_to_stdout = decisions.is_some();
     Ok(RunToStdout { decisions, report })
 }
 
 /// Sends what was asked for stdout there: the decisions file, or the run's report as a report
-/// file holds it (with `-` as the report's path in its settings).
+/// file holds it (with `-` as the report's path).
 pub(crate) fn send_all(taken: RunToStdout, report: &Report) -> Result<(), Error> {
     if let Some(decisions) = taken.decisions {
         decisions.send()?;
     }
     if taken.report {
         let mut report = report.clone();
-        report.config.output.report = Some("-".into());
+        report.paths.report = Some("-".into());
         let mut text = serde_json::to_string_pretty(&report).expect("a report serialises");
         text.push('\n');
         super::view::answer(&text)?;

@@ -7,8 +7,10 @@
 //! while the registration lives, so every stage, chunk plan and address works on it as on a file.
 //! Its records are its rows in order, and a sample's record number is its row number.
 //!
-//! A null in a text column is an empty text here (decided `empty`), not an unreadable field: a
-//! data frame's missing value is a missing text, not a damaged record.
+//! A table's samples are read as a Parquet file's rows are: a null in a text column is a null
+//! field (`SkipReason::NullField`), decided `error` and passed through, as the file runner
+//! decides a JSON `null` or a Parquet null, so a table and the same rows in a file get the same
+//! decisions.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow_array::RecordBatch;
 
-use crate::block::{BlockData, ReadOptions};
+use crate::block::{BlockData, DiskShare, ReadOptions};
 use crate::error::ReadError;
 use crate::format::{Compression, Format, InputFile};
 
@@ -127,6 +129,11 @@ pub(crate) struct ArrowSource {
     row: usize,
     /// Rows delivered: the next block's first record.
     delivered: u64,
+    /// The table's size ([`InputFile::size`]: its batches' memory) handed to its blocks, each
+    /// batch's by rows.
+    disk: DiskShare,
+    /// The size of the batches before the one being sliced.
+    size_before: u64,
 }
 
 impl ArrowSource {
@@ -148,14 +155,17 @@ impl ArrowSource {
             batch: 0,
             row: 0,
             delivered: 0,
+            disk: DiskShare::new(file.size),
+            size_before: 0,
         })
     }
 
-    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData, u64), ReadError>> {
         loop {
             let batch = self.batches.get(self.batch)?;
             let left = batch.num_rows() - self.row;
             if left == 0 {
+                self.size_before += batch.get_array_memory_size() as u64;
                 self.batch += 1;
                 self.row = 0;
                 continue;
@@ -172,12 +182,20 @@ impl ArrowSource {
             let first = self.delivered;
             self.delivered += rows as u64;
             let text_bytes = crate::parquet_read::text_bytes(&slice, &self.selector);
+            let upto = self.size_before
+                + batch.get_array_memory_size() as u64 * self.row as u64 / batch.num_rows() as u64;
+            let last = self.batches[self.batch + 1..]
+                .iter()
+                .all(|b| b.num_rows() == 0)
+                && self.row == batch.num_rows();
+            let disk_bytes = self.disk.next(upto, last);
             return Some(Ok((
                 first,
                 BlockData::Arrow {
                     batch: slice,
                     text_bytes,
                 },
+                disk_bytes,
             )));
         }
     }
@@ -221,7 +239,8 @@ mod tests {
         RecordBatch::try_from_iter([("text", col)]).unwrap()
     }
 
-    /// Every sample of a registered table, as (record, text), read in blocks of `block_bytes`.
+    /// Every sample of a registered table, as (record, text), read in blocks of `block_bytes`;
+    /// a sample without a text as the kind of its reason in angle brackets.
     fn samples(table: &ArrowTable, block_bytes: usize) -> Vec<(u64, String)> {
         let mut opts = ReadOptions::new(
             TextSelector::single(FieldPath::top("text")),
@@ -235,17 +254,18 @@ mod tests {
         for block in read_chunk(table.input(), &chunks[0], &opts) {
             let block = block.unwrap();
             block.for_each_sample(&opts.selector, |s| {
-                let SampleText::Text(t) = s.text else {
-                    panic!("no text for record {}", s.record)
+                let text = match s.text {
+                    SampleText::Text(t) => t.into_owned(),
+                    SampleText::Skipped(reason) => format!("<{}>", reason.kind()),
                 };
-                out.push((block.first_record + s.record as u64, t.into_owned()));
+                out.push((block.first_record + s.record as u64, text));
             });
         }
         out
     }
 
     #[test]
-    fn rows_are_records_in_order_across_batches_and_blocks_and_nulls_are_empty() {
+    fn rows_are_records_in_order_across_batches_and_blocks_and_nulls_are_null_fields() {
         let texts: Vec<String> = (0..300).map(|i| format!("text number {i}")).collect();
         let first: Vec<Option<&str>> = texts[..250].iter().map(|t| Some(t.as_str())).collect();
         let mut second: Vec<Option<&str>> = texts[250..].iter().map(|t| Some(t.as_str())).collect();
@@ -258,7 +278,7 @@ mod tests {
             .enumerate()
             .map(|(i, t)| (i as u64, t.clone()))
             .collect();
-        want[253].1 = String::new();
+        want[253].1 = "<null_field>".to_string();
         // One block per batch, and blocks of 64 rows (the least a block holds).
         assert_eq!(samples(&table, 1 << 20), want);
         assert_eq!(samples(&table, 1), want);

@@ -161,6 +161,40 @@ pub struct Block {
     /// Index, within the chunk, of the block's first record (JSONL: lines; Parquet: rows).
     pub first_record: u64,
     pub(crate) data: BlockData,
+    /// See [`Block::disk_bytes`].
+    pub(crate) disk_bytes: u64,
+}
+
+/// A chunk's share of its file's bytes on disk, handed out block by block ([`Block::disk_bytes`]):
+/// each block gets what the read has gone through since the block before, as far as the reader
+/// can tell (bytes of an uncompressed file, compressed bytes consumed, a row group's compressed
+/// bytes by rows), never more than the share and never going back, and the chunk's last block
+/// gets what is left. A progress bar whose total is the files' sizes on disk then fills to its
+/// total and never passes it, whatever a format decodes to.
+#[derive(Debug)]
+pub(crate) struct DiskShare {
+    share: u64,
+    given: u64,
+}
+
+impl DiskShare {
+    /// The share of a chunk: `share` bytes of its file.
+    pub(crate) fn new(share: u64) -> DiskShare {
+        DiskShare { share, given: 0 }
+    }
+
+    /// The bytes of a block after which the read has gone through `upto` bytes of the share (an
+    /// estimate: kept within the share, never below what was given); `last`: everything left.
+    pub(crate) fn next(&mut self, upto: u64, last: bool) -> u64 {
+        let upto = if last {
+            self.share
+        } else {
+            upto.min(self.share)
+        };
+        let bytes = upto.saturating_sub(self.given);
+        self.given += bytes;
+        bytes
+    }
 }
 
 /// The byte buffers of JSONL blocks, recycled. Each block is megabytes read into a buffer that
@@ -282,6 +316,14 @@ impl Block {
             BlockData::Parquet { batch, .. } => batch.get_array_memory_size() as u64,
             BlockData::Arrow { .. } => 0,
         }
+    }
+
+    /// The bytes of its input file on disk this block stands for (see `DiskShare`): over the
+    /// blocks of a chunk read to its end they add up to the chunk's share of the file, and over
+    /// a file's chunks to its size ([`crate::InputFile::size`]), compressed or Parquet alike. What
+    /// progress is counted in, against a total of the inputs' sizes.
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk_bytes
     }
 
     /// Input bytes this block covers (JSONL: raw line bytes incl. newlines, decompressed;

@@ -3,11 +3,13 @@
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use neardup_storage::ObjectReader;
 
 use crate::block::{
-    BlockData, FieldValue, FieldsSeen, RankValue, Sample, SkipReason, buffers, emit_bad,
+    BlockData, DiskShare, FieldValue, FieldsSeen, RankValue, Sample, SkipReason, buffers, emit_bad,
     emit_record, reuse_vec,
 };
 use crate::chunk::{Chunk, ChunkRange};
@@ -36,9 +38,29 @@ fn decoder<R: Read + Send + 'static>(
     })
 }
 
+/// A reader counting the bytes read through it (a compressed file's bytes, before the decoder).
+struct Counted<R> {
+    inner: R,
+    read: Arc<AtomicU64>,
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
 pub(crate) struct JsonlSource {
     path: PathBuf,
     reader: Box<dyn Read + Send>,
+    /// The file's bytes the decoder has read, for a compressed file; `None` when the blocks'
+    /// bytes are the file's.
+    compressed_read: Option<Arc<AtomicU64>>,
+    /// The file's bytes the blocks delivered so far stand for, from the chunk's start.
+    disk_read: u64,
+    disk: DiskShare,
     /// `buf[..filled]` are bytes read but not yet handed out (always starting at a line start once
     /// `skip_partial` is false); `buf[filled..]` are initialised but stale (see [`buffers::take`]).
     buf: Vec<u8>,
@@ -93,24 +115,39 @@ impl JsonlSource {
         // Whether `start` is a line start depends on the byte before it.
         let skip_partial = start > 0;
         let pos = start.saturating_sub(1);
+        let compressed_read =
+            (file.compression != Compression::None).then(|| Arc::new(AtomicU64::new(0)));
+        let counted = |inner| Counted {
+            inner,
+            read: compressed_read.clone().unwrap_or_default(),
+        };
         let reader = match file.object_url() {
             Some(url) => {
                 let hint_end = end.saturating_add(LOOKAHEAD as u64);
                 let object = ObjectReader::open(&url, file.size, pos, hint_end)
                     .map_err(|e| io_err(&crate::parquet_read::object_io_error(e)))?;
-                decoder(object, file.compression).map_err(|e| io_err(&e))?
+                decoder(
+                    counted(Box::new(object) as Box<dyn Read + Send>),
+                    file.compression,
+                )
+                .map_err(|e| io_err(&e))?
             }
             None => {
                 let mut f = File::open(&file.path).map_err(|e| io_err(&e))?;
                 if pos > 0 {
                     f.seek(SeekFrom::Start(pos)).map_err(|e| io_err(&e))?;
                 }
-                decoder(f, file.compression).map_err(|e| io_err(&e))?
+                decoder(counted(Box::new(f)), file.compression).map_err(|e| io_err(&e))?
             }
         };
+        // Chunks of a file cut at line starts cover it whole; a whole-file chunk is all of it.
+        let share = end.min(file.size).saturating_sub(start);
         Ok(JsonlSource {
             path: file.path.clone(),
             reader,
+            compressed_read,
+            disk_read: 0,
+            disk: DiskShare::new(share),
             buf: buffers::take(),
             filled: 0,
             pos,
@@ -152,7 +189,7 @@ impl JsonlSource {
     /// The pending error, located at the first record that was not delivered (which starts at
     /// `pos`: every line before it was delivered whole). The lines after a broken stream cannot
     /// be counted, so the loss has no record count.
-    fn take_error(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+    fn take_error(&mut self) -> Option<Result<(u64, BlockData, u64), ReadError>> {
         let (e, at) = self.pending.take()?;
         let location = format!(
             "chunk-local record {} (decompressed byte {})",
@@ -175,7 +212,7 @@ impl JsonlSource {
         .losing(self.record, None, None, Some(self.pos))))
     }
 
-    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData, u64), ReadError>> {
         if self.done {
             return self.take_error();
         }
@@ -273,7 +310,12 @@ impl JsonlSource {
         let first = self.record;
         self.record += starts.len() as u64;
         self.pos += cut as u64;
-        Some(Ok((first, BlockData::Jsonl { bytes, starts })))
+        self.disk_read = match &self.compressed_read {
+            Some(read) => read.load(Ordering::Relaxed),
+            None => self.disk_read + cut as u64,
+        };
+        let disk_bytes = self.disk.next(self.disk_read, self.done);
+        Some(Ok((first, BlockData::Jsonl { bytes, starts }, disk_bytes)))
     }
 }
 /// A JSON value that is not a string or null, as a rank: a number, or what else it is.

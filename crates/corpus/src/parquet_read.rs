@@ -24,8 +24,8 @@ use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use neardup_storage::ObjectRanges;
 
 use crate::block::{
-    BlockData, FieldValue, FieldsSeen, Projection, RankValue, ReadOptions, Sample, emit_record,
-    reuse_vec,
+    BlockData, DiskShare, FieldValue, FieldsSeen, Projection, RankValue, ReadOptions, Sample,
+    emit_record, reuse_vec,
 };
 use crate::chunk::{Chunk, ChunkRange};
 use crate::error::{ReadError, Unreadable};
@@ -165,6 +165,8 @@ pub(crate) struct ParquetSource {
     /// While replaying a failed group's texts: the rows of the replay still to drop (those the
     /// full read delivered before it failed).
     replay_skip: Option<u64>,
+    /// The chunk's share of the file's bytes, handed to its blocks by rows read.
+    disk: DiskShare,
 }
 
 /// A projection and its batch size.
@@ -187,6 +189,10 @@ struct GroupPlan {
     /// The loss an earlier read of the chunk met in this group, from its first lost row to the
     /// group's end: this read delivers the rows before it and reports the same loss.
     known: Option<Unreadable>,
+    /// Compressed bytes of the chunk's groups before this one.
+    disk_before: u64,
+    /// Its own compressed bytes.
+    disk: u64,
 }
 
 impl GroupPlan {
@@ -229,6 +235,8 @@ impl ParquetSource {
         };
         let mut plans = VecDeque::with_capacity(groups.len());
         let mut first = 0u64;
+        let mut disk_before = 0u64;
+        let group_disk = |g: usize| pmeta.row_group(g).compressed_size().max(0) as u64;
         for &g in &groups {
             let rows = pmeta.row_group(g).num_rows().max(0) as u64;
             let known = known
@@ -240,9 +248,20 @@ impl ParquetSource {
                 first,
                 rows,
                 known,
+                disk_before,
+                disk: group_disk(g),
             });
             first += rows;
+            disk_before += group_disk(g);
         }
+        // The chunk holding the last row group holds the rest of the file too (its footer, the
+        // magic bytes, anything between the groups), so a file's chunks cover all its bytes.
+        let share = if groups.last().is_none_or(|&g| g + 1 == n) {
+            let all: u64 = (0..n).map(group_disk).sum();
+            disk_before + file.size.saturating_sub(all)
+        } else {
+            disk_before
+        };
         let chunk_rows = first;
         let meta = ArrowReaderMetadata::try_new(Arc::new(pmeta), ArrowReaderOptions::default())
             .map_err(|e| {
@@ -314,6 +333,7 @@ impl ParquetSource {
             current: GroupPlan::default(),
             delivered: 0,
             replay_skip: None,
+            disk: DiskShare::new(share),
         })
     }
 
@@ -397,7 +417,7 @@ impl ParquetSource {
         err
     }
 
-    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData), ReadError>> {
+    pub(crate) fn next_block(&mut self) -> Option<Result<(u64, BlockData, u64), ReadError>> {
         loop {
             if let Some(r) = &mut self.reader {
                 match r.next() {
@@ -466,9 +486,9 @@ impl ParquetSource {
         }
     }
 
-    /// A batch of the current group as a block (its chunk-local first row and data); `None` when
-    /// a replay drops all of it.
-    fn deliver(&mut self, batch: RecordBatch) -> Option<(u64, BlockData)> {
+    /// A batch of the current group as a block (its chunk-local first row, data and bytes on
+    /// disk); `None` when a replay drops all of it.
+    fn deliver(&mut self, batch: RecordBatch) -> Option<(u64, BlockData, u64)> {
         let mut batch = batch;
         let mut first = self.current.first + self.delivered;
         self.delivered += batch.num_rows() as u64;
@@ -486,6 +506,10 @@ impl ParquetSource {
             }
         }
         let text_bytes = text_bytes(&batch, &self.selector);
+        let g = &self.current;
+        let upto = g.disk_before + g.disk * self.delivered.min(g.rows) / g.rows.max(1);
+        let last = self.todo.is_empty() && self.delivered >= g.limit() && g.known.is_none();
+        let disk_bytes = self.disk.next(upto, last);
         Some((
             first,
             BlockData::Parquet {
@@ -494,6 +518,7 @@ impl ParquetSource {
                 full: self.full && !texts_only,
                 texts_only,
             },
+            disk_bytes,
         ))
     }
 }

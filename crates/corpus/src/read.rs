@@ -3,7 +3,7 @@
 //! ([`Block::for_each_sample`]). The types they share live in `block`.
 
 use crate::arrow_table::ArrowSource;
-use crate::block::{Block, BlockData, FieldsSeen, Projection, ReadOptions, Sample, SampleText};
+use crate::block::{Block, BlockData, FieldsSeen, Projection, ReadOptions, Sample};
 use crate::chunk::Chunk;
 use crate::error::{ReadError, Unreadable};
 use crate::format::{Format, InputFile};
@@ -21,11 +21,8 @@ impl Block {
             BlockData::Jsonl { bytes, starts } => {
                 jsonl::line_samples(bytes, starts, 0..starts.len(), selector, None, &mut f)
             }
-            BlockData::Parquet { batch, .. } => {
+            BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, None, &mut f)
-            }
-            BlockData::Arrow { batch, .. } => {
-                parquet_read::batch_samples(batch, selector, None, &mut nulls_empty(f))
             }
         }
     }
@@ -48,15 +45,7 @@ impl Block {
                 None,
                 &mut f,
             ),
-            BlockData::Parquet { batch, .. } => {
-                parquet_read::batch_samples(batch, selector, None, &mut |s: Sample<'_>| {
-                    if records.binary_search(&s.record).is_ok() {
-                        f(s)
-                    }
-                })
-            }
-            BlockData::Arrow { batch, .. } => {
-                let mut f = nulls_empty(f);
+            BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, None, &mut |s: Sample<'_>| {
                     if records.binary_search(&s.record).is_ok() {
                         f(s)
@@ -79,24 +68,10 @@ impl Block {
             BlockData::Jsonl { bytes, starts } => {
                 jsonl::line_samples(bytes, starts, 0..starts.len(), selector, Some(seen), &mut f)
             }
-            BlockData::Parquet { batch, .. } => {
+            BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, Some(seen), &mut f)
             }
-            BlockData::Arrow { batch, .. } => {
-                parquet_read::batch_samples(batch, selector, Some(seen), &mut nulls_empty(f))
-            }
         }
-    }
-}
-
-/// The samples of an in-memory table's rows as `f` gets them: a text column's null is an empty
-/// text (decided `empty`), as a data frame's missing value means, not an unreadable field.
-fn nulls_empty<F: FnMut(Sample<'_>)>(mut f: F) -> impl FnMut(Sample<'_>) {
-    move |mut s: Sample<'_>| {
-        if s.text == SampleText::Skipped(crate::SkipReason::NullField) {
-            s.text = SampleText::Text(std::borrow::Cow::Borrowed(""));
-        }
-        f(s)
     }
 }
 
@@ -255,11 +230,12 @@ impl Iterator for ChunkReader {
             Inner::Failed(e) => return e.take().map(Err),
         };
         match next {
-            Some(Ok((first_record, data))) => Some(Ok(Block {
+            Some(Ok((first_record, data, disk_bytes))) => Some(Ok(Block {
                 file: self.file,
                 chunk_seq: self.chunk_seq,
                 first_record,
                 data,
+                disk_bytes,
             })),
             // A source that cannot go on after an error ends by itself.
             Some(Err(e)) => Some(Err(e)),
@@ -293,6 +269,7 @@ mod tests {
                 bytes: bytes.to_vec().into(),
                 starts,
             },
+            disk_bytes: bytes.len() as u64,
         }
     }
 

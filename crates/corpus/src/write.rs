@@ -944,6 +944,7 @@ mod tests {
                     full: true,
                     texts_only: false,
                 },
+                disk_bytes: 0,
             };
             let mask: Vec<bool> = (at..at + n).map(&keep).collect();
             w.write_block(&block, &mask).unwrap();

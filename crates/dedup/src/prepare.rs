@@ -418,7 +418,7 @@ fn prepare_block(
     let texts = next_row - *row;
     *row = next_row;
     if let Some(p) = control.progress() {
-        p.add(block.input_bytes(), samples.len() as u64);
+        p.add(block.disk_bytes(), samples.len() as u64);
     }
     PreparedBlock {
         block,

@@ -11,8 +11,9 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Sets the expected input size (on-disk bytes of the inputs; compressed inputs decompress to
-    /// more).
+    /// Sets the expected input size: the inputs' bytes on disk, the units [`Progress::add`] counts
+    /// in (a compressed file or a Parquet file decodes to more, but its blocks are counted by the
+    /// bytes of the file they stand for, so the count ends at the total and never passes it).
     pub fn set_total(&self, bytes: u64) {
         self.total_bytes.store(bytes, Ordering::Relaxed);
     }
@@ -20,7 +21,7 @@ impl Progress {
     pub fn total(&self) -> u64 {
         self.total_bytes.load(Ordering::Relaxed)
     }
-    /// Records a finished block.
+    /// Records a finished block: the bytes on disk it stands for, and its samples.
     pub fn add(&self, bytes: u64, samples: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
         self.samples.fetch_add(samples, Ordering::Relaxed);
@@ -30,7 +31,7 @@ impl Progress {
         self.bytes.store(0, Ordering::Relaxed);
         self.samples.store(0, Ordering::Relaxed);
     }
-    /// Input bytes done so far.
+    /// Input bytes on disk done so far.
     pub fn bytes(&self) -> u64 {
         self.bytes.load(Ordering::Relaxed)
     }

@@ -507,7 +507,8 @@ impl SketchWork<'_> {
             }
         });
         if let Some(p) = self.control.progress() {
-            p.add(out.bytes, out.rows);
+            // In the units of its total, the inputs' sizes on disk.
+            p.add(block.disk_bytes(), out.rows);
         }
         out
     }

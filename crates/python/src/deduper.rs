@@ -195,6 +195,16 @@ struct State {
     hot_columns: Vec<bool>,
     shingles: Vec<u32>,
     next: u64,
+    /// The `tokenizer=` callable, if one: a text it raised on is not decided.
+    tokenizer: Option<neardup::CustomTokenizer>,
+}
+
+/// Why a text was not decided.
+enum Undecided {
+    /// Exact verification's spill file failed.
+    Io(std::io::Error),
+    /// The `tokenizer=` callable raised on it (the text is not counted).
+    Tokenizer,
 }
 
 impl State {
@@ -232,13 +242,12 @@ impl State {
         (kind, info.content_hash)
     }
 
-    fn decide(&mut self, text: &str) -> Result<Decision, std::io::Error> {
+    fn decide(&mut self, text: &str) -> Result<Decision, Undecided> {
         let addr = SampleAddr {
             file: 0,
             record: self.next,
             field: 0,
         };
-        self.next += 1;
         let decision = |keep: bool, reason: Reason| Decision {
             file: None,
             record: addr.record,
@@ -255,6 +264,11 @@ impl State {
             cluster_record: addr.record,
         };
         let (kind, content_hash) = self.sketch(text);
+        if crate::tokenizer::has_failed(&self.tokenizer) {
+            // Its sketch is of no tokens: deciding it would change the state for good.
+            return Err(Undecided::Tokenizer);
+        }
+        self.next += 1;
         if kind == RowKind::Blank {
             return Ok(decision(self.keep_empty, Reason::Empty));
         }
@@ -281,7 +295,7 @@ impl State {
             shingles,
         });
         if let Some(e) = self.core.take_io_error() {
-            return Err(e);
+            return Err(Undecided::Io(e));
         }
         Ok(match verdict {
             Verdict::Unique => decision(true, Reason::Unique),
@@ -404,6 +418,7 @@ impl Deduper {
             Scratch::default()
         };
         let columns = rule.columns(sketcher.bands());
+        crate::tokenizer::watch(&config.sketch.custom_tokenizer);
         Ok(Deduper {
             pid: std::process::id(),
             hot_len: hot.as_ref().map(|h| h.len()),
@@ -420,6 +435,7 @@ impl Deduper {
                 sign_blank,
                 scratch,
                 next: 0,
+                tokenizer: config.sketch.custom_tokenizer.clone(),
             }),
         })
     }
@@ -452,14 +468,20 @@ impl Deduper {
         let text: &str = &text;
         let result = py.detach(|| {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            state.decide(text)
+            state.decide(text).map_err(|e| (e, state.next))
         });
-        result.map_err(|e| {
-            crate::errors::os_error(
+        result.map_err(|(e, next)| match e {
+            Undecided::Io(e) => crate::errors::os_error(
                 py,
                 &e,
                 format!("exact verification's spill file failed: {e}"),
-            )
+            ),
+            Undecided::Tokenizer => {
+                let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                let place = format!("text {next} given to this Deduper (not decided)");
+                crate::tokenizer::failure(py, &state.tokenizer, Some(&place))
+                    .unwrap_or_else(|| PyRuntimeError::new_err("the tokenizer failed"))
+            }
         })
     }
 

@@ -13,6 +13,7 @@
 //! | an indexed run's file changed since the index was made | `neardup.InputError` |
 //! | an indexed run's file gone, an index that cannot be read or written | the `OSError` subclass of its kind |
 //! | the run was cancelled (Ctrl-C) | `KeyboardInterrupt` |
+//! | a `tokenizer=` callable raised (the run stopped: see `tokenizer.rs`) | `neardup.TokenizerError` (a `RuntimeError`; `__cause__` the callable's exception) |
 //!
 //! The type is chosen from the error's variant and its source (an `io::Error`'s kind), never
 //! from its message. The messages are the CLI's with its flags spelled as keyword arguments
@@ -36,6 +37,14 @@ create_exception!(
     PyValueError,
     "An input record or file could not be read with on_error=\"fail\", or the inputs changed \
      between the two stages. The message names the file and the record."
+);
+create_exception!(
+    neardup,
+    TokenizerError,
+    pyo3::exceptions::PyRuntimeError,
+    "A tokenizer= callable raised: the message names the tokenizer and the text (and where the \
+     text was, when known), and __cause__ is the callable's own exception. The run stopped and \
+     published nothing."
 );
 create_exception!(
     neardup,

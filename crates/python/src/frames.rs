@@ -194,9 +194,11 @@ pub fn start_dedup_table(
         .map_err(to_py)?
         .with_progress(stage1, stage2)
         .with_cancel(control.cancel.clone());
+    let watched = pipeline.config().clone();
     Run::spawn_output("neardup-table", &control, to_py, move || {
         run_table(&pipeline, &table, &indexed, has_ids).map(|d| Output::Table(Box::new(d)))
     })
+    .map(|run| run.watching(&watched))
 }
 
 /// Runs `pipeline` over `table` and gathers one decision per row.
@@ -352,9 +354,7 @@ pub fn block_keys(
     let block = register_block(data, name, &config)?;
     let step = neardup::KeysStep::with_files(&config, std::slice::from_ref(block.input()), shard)
         .map_err(to_py)?;
-    let (inner, stats) = py
-        .detach(|| step.table(&RunControl::default()))
-        .map_err(to_py)?;
+    let (inner, stats) = crate::tokenizer::run_watched(py, &config, |control| step.table(control))?;
     drop(block);
     Ok(crate::tables::KeyTable::computed(
         inner,
@@ -376,9 +376,9 @@ pub fn block_sign(
     let config = table_config(settings)?;
     let block = register_block(data, name, &config)?;
     let (table, hot) = (&table.inner, &hot.inner);
-    let (inner, stats) = py
-        .detach(|| neardup::sign(&config, table, hot, &RunControl::default()))
-        .map_err(to_py)?;
+    let (inner, stats) = crate::tokenizer::run_watched(py, &config, |control| {
+        neardup::sign(&config, table, hot, control)
+    })?;
     drop(block);
     Ok(crate::values::Signed {
         inner,

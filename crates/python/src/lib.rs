@@ -43,6 +43,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("InputError", py.get_type::<errors::InputError>())?;
+    m.add("TokenizerError", py.get_type::<errors::TokenizerError>())?;
     m.add(
         "CorruptFileError",
         py.get_type::<errors::CorruptFileError>(),

@@ -43,6 +43,8 @@ pub struct Run {
     control: RunControl,
     /// How the run's error becomes a Python exception.
     error: fn(Error) -> PyErr,
+    /// The run's `tokenizer=` callable: what it raised is the run's error ([`Run::watching`]).
+    tokenizer: Option<neardup::CustomTokenizer>,
 }
 
 /// What a run made.
@@ -157,7 +159,15 @@ impl Run {
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = py.detach(|| t.join());
         }
-        match self.result.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        let result = self.result.lock().unwrap_or_else(|e| e.into_inner()).take();
+        // A callable tokenizer that raised stopped the run (or, raising on its last texts, left
+        // it to finish with texts it gave no tokens): what it raised is the run's error.
+        if result.is_some()
+            && let Some(raised) = crate::tokenizer::failure(py, &self.tokenizer, None)
+        {
+            return Err(raised);
+        }
+        match result {
             Some(Ok(output)) => Ok(output),
             Some(Err(e)) => Err((self.error)(e)),
             None => Err(PyRuntimeError::new_err(
@@ -202,9 +212,11 @@ pub fn start_dedup(
         .map_err(to_py)?
         .with_progress(stage1, stage2)
         .with_cancel(control.cancel.clone());
+    let watched = pipeline.config().clone();
     Run::spawn("neardup-dedup", &control, move || {
         pipeline.run().map(|r| report_json(&r))
     })
+    .map(|run| run.watching(&watched))
 }
 
 impl Run {
@@ -262,7 +274,17 @@ impl Run {
             thread: std::sync::Mutex::new(Some(thread)),
             control: control.clone(),
             error,
+            tokenizer: None,
         })
+    }
+
+    /// The run with `config`'s tokenizer watched, when it is a Python callable: its raising
+    /// stops the run (at once if it already has), and what it raised becomes the run's error.
+    /// Called as soon as the run has started, before it is handed to Python.
+    pub(crate) fn watching(mut self, config: &Config) -> Run {
+        crate::tokenizer::stop_with(config, &self.control.cancel);
+        self.tokenizer = config.sketch.custom_tokenizer.clone();
+        self
     }
 }
 
@@ -270,6 +292,8 @@ impl Run {
 #[pyclass(frozen, module = "neardup")]
 pub struct DecisionStream {
     state: std::sync::Mutex<StreamState>,
+    /// The run's `tokenizer=` callable, whose raising stops it and is its error.
+    tokenizer: Option<neardup::CustomTokenizer>,
     /// Every file decisions may name: the indexed runs' (against saved indexes), then the
     /// run's inputs.
     names: Vec<Arc<str>>,
@@ -310,7 +334,18 @@ impl DecisionStream {
             }
         };
         loop {
-            match py.detach(|| stream.next_within(SIGNAL_POLL)) {
+            let next = py.detach(|| stream.next_within(SIGNAL_POLL));
+            if crate::tokenizer::has_failed(&self.tokenizer) {
+                // No decision made after the callable raised is handed out (it may be of a
+                // text the callable gave no tokens): the callable raised before the texts of
+                // the decision's block were decided, so it is seen here by then.
+                stream.cancel();
+                let _ = py.detach(|| stream.finish());
+                *self.state.lock().unwrap_or_else(|e| e.into_inner()) = StreamState::Failed;
+                return Err(crate::tokenizer::failure(py, &self.tokenizer, None)
+                    .unwrap_or_else(|| PyRuntimeError::new_err("the tokenizer failed")));
+            }
+            match next {
                 NextDecision::Decision(d) => {
                     *self.state.lock().unwrap_or_else(|e| e.into_inner()) =
                         StreamState::Running(stream);
@@ -329,6 +364,10 @@ impl DecisionStream {
             }
         }
         let finished = py.detach(|| stream.finish());
+        if let Some(raised) = crate::tokenizer::failure(py, &self.tokenizer, None) {
+            *self.state.lock().unwrap_or_else(|e| e.into_inner()) = StreamState::Failed;
+            return Err(raised);
+        }
         let outcome = finished.map_err(to_py).and_then(|report| {
             let discovered = report.files.iter().map(|f| f.display().to_string());
             let own = &self.names[self.names.len().saturating_sub(report.files.len())..];
@@ -382,9 +421,16 @@ pub fn stream(
         .collect();
     let indexed = names.len();
     names.extend(input_names(&config)?);
-    let stream = Pipeline::new(config).map_err(to_py)?.stream();
+    let cancel = neardup::CancelToken::new();
+    crate::tokenizer::stop_with(&config, &cancel);
+    let tokenizer = config.sketch.custom_tokenizer.clone();
+    let stream = Pipeline::new(config)
+        .map_err(to_py)?
+        .with_cancel(cancel)
+        .stream();
     Ok(DecisionStream {
         state: std::sync::Mutex::new(StreamState::Running(stream)),
+        tokenizer,
         names,
         indexed,
     })

@@ -55,10 +55,11 @@ impl Sketcher {
         let texts = Texts::from_py(texts)?;
         let num_perm = self.sketcher.num_perm();
         let sketcher = &self.sketcher;
-        let out = texts.with_slices(|slices| {
+        let tokenizer = &self.config.sketch.custom_tokenizer;
+        let (out, failed_at) = texts.with_slices(|slices| {
             let mut out = vec![T::default(); slices.len() * width];
             if width == 0 {
-                return out;
+                return (out, None);
             }
             let task = |(texts, rows): (&[&str], &mut [T])| {
                 let mut scratch = Scratch::default();
@@ -79,8 +80,15 @@ impl Sketcher {
                         .for_each(task)
                 });
             }
-            out
+            // A tokenizer= callable that raised gave some texts no tokens: where was it?
+            let failed_at = crate::tokenizer::failed_text(tokenizer)
+                .and_then(|t| slices.iter().position(|s| *s == t));
+            (out, failed_at)
         })?;
+        let place = failed_at.map(|i| format!("texts[{i}]"));
+        if let Some(raised) = crate::tokenizer::failure(py, tokenizer, place.as_deref()) {
+            return Err(raised);
+        }
         let n = out.len() / width.max(1);
         PyArray1::from_vec(py, out).reshape([n, width])
     }
@@ -108,6 +116,7 @@ impl Sketcher {
                     })?,
             ),
         };
+        crate::tokenizer::watch(&config.sketch.custom_tokenizer);
         Ok(Sketcher {
             rule: RowRule {
                 band_keys: true,

@@ -54,6 +54,7 @@ pub fn start_keys(
         let made = step.write(&output, None, &watched)?;
         Ok(serde_json::to_string(&made).expect("a report serialises"))
     })
+    .map(|run| run.watching(&config))
 }
 
 /// The settings of a step that writes no dataset (`sign`, `decide`).
@@ -185,19 +186,22 @@ pub fn start_sign(
     paths.check().map_err(crate::errors::to_py)?;
     let control = RunControl::watched();
     let watched = control.clone();
+    let tokenizer = config.clone();
     let Some(output) = output else {
         return Run::spawn_output("neardup-sign", &watched, crate::errors::to_py, move || {
             let hot = hot.get()?;
             let (signed, stats) = neardup::sign(&config, table.input(), &hot, &control)?;
             let stats = serde_json::to_value(stats).expect("statistics serialise");
             Ok(Output::Signed(Box::new(signed), stats))
-        });
+        })
+        .map(|run| run.watching(&tokenizer));
     };
     Run::spawn("neardup-sign", &watched, move || {
         let hot = hot.get()?;
         let signed = neardup::sign_shard(&config, table.input(), &hot, &output, &control)?;
         Ok(serde_json::to_string(&signed).expect("reports serialise"))
     })
+    .map(|run| run.watching(&tokenizer))
 }
 
 /// The `Signed` value a [`start_sign`] run without output made.
@@ -235,6 +239,8 @@ pub fn start_decide(
     paths.check().map_err(crate::errors::to_py)?;
     let control = RunControl::watched();
     let watched = control.clone();
+    // Deciding signs the group's hot samples: a tokenizer= callable runs here.
+    let tokenizer = config.clone();
     let Some(output) = output else {
         return Run::spawn_output(
             "neardup-decide",
@@ -246,7 +252,8 @@ pub fn start_decide(
                 let decided = neardup::decide(&config, &inputs, &hot, group, &control)?;
                 Ok(Output::Decided(Box::new(decided)))
             },
-        );
+        )
+        .map(|run| run.watching(&tokenizer));
     };
     Run::spawn("neardup-decide", &watched, move || {
         let hot = hot.summary()?;
@@ -254,6 +261,7 @@ pub fn start_decide(
         let decided = neardup::decide_group_dirs(&config, &inputs, &hot, group, &output, &control)?;
         Ok(serde_json::to_string(&decided).expect("reports serialise"))
     })
+    .map(|run| run.watching(&tokenizer))
 }
 
 /// The `Decided` value a [`start_decide`] run without output made.

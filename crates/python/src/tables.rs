@@ -293,9 +293,7 @@ pub fn compute_keys(
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
     let step = neardup::KeysStep::new(&config, shard).map_err(to_py)?;
-    let (inner, stats) = py
-        .detach(|| step.table(&neardup::RunControl::default()))
-        .map_err(to_py)?;
+    let (inner, stats) = crate::tokenizer::run_watched(py, &config, |control| step.table(control))?;
     Ok(KeyTable {
         inner,
         stats: Some(serde_json::to_value(stats).expect("stats serialise")),

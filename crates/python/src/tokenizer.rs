@@ -11,6 +11,14 @@
 //! A run signs its hot texts a second time in stage 2, and the callable's time is the floor of
 //! the run, so the tokens stage 1 made are kept (up to a budget, [`Kept`]) and stage 2 takes them
 //! instead of calling the callable again.
+//!
+//! A callable that raises cannot fail the engine's worker where it is called (the engine's
+//! tokenizers cannot fail): the tokenizer keeps what it raised and on which text, stops the runs
+//! it serves (their cancel tokens, [`PyTokenizer::stop_with`]; nothing is published), gives no
+//! more tokens, and the entry point that ran it raises [`crate::errors::TokenizerError`] with
+//! the callable's exception as its `__cause__` ([`failure`]) instead of whatever the stopped
+//! run returned. A user that does not watch it so (the online `Index`, so far) gets the old
+//! behaviour: the calling thread panics with what the callable raised.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -20,8 +28,10 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 
-use neardup::CustomTokenizer;
+use neardup::{CancelToken, CustomTokenizer};
 use neardup_sketch::Tokenizer;
+
+use crate::errors::TokenizerError;
 
 /// The tokens of one text: their text back to back, and where each ends.
 #[derive(Default)]
@@ -102,6 +112,19 @@ pub struct PyTokenizer {
     /// Tokens kept for a run's second stage; None where nothing is signed twice (`Sketcher`,
     /// `Deduper`, the online index).
     kept: Option<Mutex<Kept>>,
+    watch: Mutex<Watch>,
+}
+
+/// What the callable raised, and the runs to stop when it does.
+#[derive(Default)]
+struct Watch {
+    /// The first exception, and the text it was called on.
+    failure: Option<(PyErr, String)>,
+    /// The cancel tokens of the runs using the tokenizer.
+    stops: Vec<CancelToken>,
+    /// Whether its user takes what it raised ([`failure`]) after each call. A user that does not
+    /// (yet) gets the failure as a panic of the thread that called it, which stops the work.
+    watched: bool,
 }
 
 impl std::fmt::Debug for PyTokenizer {
@@ -143,16 +166,150 @@ impl PyTokenizer {
         Ok(tokens)
     }
 
-    /// What a run does when the callable fails inside the engine, where no error can be
-    /// returned: stop the run (nothing is published), saying why.
-    fn failed(&self, py: Python<'_>, e: PyErr) -> ! {
-        let why = e
+    /// The tokens of `text`, or none once the callable has raised (on this text or an earlier
+    /// one): what it raised is kept for the caller, and the runs using the tokenizer are
+    /// stopped, since inside the engine no error can be returned.
+    fn tokens(&self, py: Python<'_>, text: &str) -> Tokens {
+        if self.has_failed() {
+            return Tokens::default();
+        }
+        self.call(py, text).unwrap_or_else(|e| {
+            let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+            if !watch.watched {
+                drop(watch);
+                let why = e
+                    .value(py)
+                    .repr()
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|_| e.to_string());
+                panic!("tokenizer {} failed: {why}", self.name)
+            }
+            if watch.failure.is_none() {
+                watch.failure = Some((e, text.to_string()));
+            }
+            for stop in &watch.stops {
+                stop.cancel();
+            }
+            Tokens::default()
+        })
+    }
+
+    fn has_failed(&self) -> bool {
+        self.watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failure
+            .is_some()
+    }
+
+    /// Stops the run `token` belongs to when the callable raises, at once if it already has.
+    pub fn stop_with(&self, token: &CancelToken) {
+        let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
+        if watch.failure.is_some() {
+            token.cancel();
+        }
+        watch.watched = true;
+        watch.stops.retain(|t| !t.is_cancelled());
+        watch.stops.push(token.clone());
+    }
+
+    /// What the callable raised, as the exception its caller gets: a [`TokenizerError`] naming
+    /// the tokenizer, the text (and `place`, where it is known: "text 3 of the list") whose
+    /// `__cause__` is the callable's own exception. Taken: the tokenizer works again after.
+    fn take_failure(&self, py: Python<'_>, place: Option<&str>) -> Option<PyErr> {
+        let (cause, text) = self
+            .watch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failure
+            .take()?;
+        let raised = cause
             .value(py)
             .repr()
             .map(|r| r.to_string())
-            .unwrap_or_else(|_| e.to_string());
-        panic!("tokenizer {} failed: {why}", self.name)
+            .unwrap_or_else(|_| cause.to_string());
+        let err = TokenizerError::new_err(format!(
+            "tokenizer {} raised {raised} on {}{}",
+            self.name,
+            place.map(|p| format!("{p}, ")).unwrap_or_default(),
+            excerpt(&text)
+        ));
+        err.set_cause(py, Some(cause));
+        Some(err)
     }
+}
+
+/// The start of `text`, quoted, for a message: enough to find the document by.
+fn excerpt(text: &str) -> String {
+    const SHOWN: usize = 80;
+    match text.char_indices().nth(SHOWN) {
+        Some((end, _)) => format!("the text {:?}… ({} bytes)", &text[..end], text.len()),
+        None => format!("the text {text:?}"),
+    }
+}
+
+/// The Python callable `config`'s tokenizer is, if it is one.
+fn callable_of(tokenizer: &Option<CustomTokenizer>) -> Option<&PyTokenizer> {
+    tokenizer
+        .as_ref()?
+        .0
+        .as_any()?
+        .downcast_ref::<PyTokenizer>()
+}
+
+/// Marks `tokenizer`, if a Python callable, as watched by a user that takes what it raised
+/// ([`failure`]) after each call (`Sketcher`, `Deduper`).
+pub fn watch(tokenizer: &Option<CustomTokenizer>) {
+    if let Some(t) = callable_of(tokenizer) {
+        t.watch.lock().unwrap_or_else(|p| p.into_inner()).watched = true;
+    }
+}
+
+/// Stops the run `token` belongs to when `config`'s tokenizer, a Python callable, raises.
+pub fn stop_with(config: &neardup::Config, token: &CancelToken) {
+    if let Some(t) = callable_of(&config.sketch.custom_tokenizer) {
+        t.stop_with(token);
+    }
+}
+
+/// Whether `tokenizer`, a Python callable, has raised since its failure was last taken.
+pub fn has_failed(tokenizer: &Option<CustomTokenizer>) -> bool {
+    callable_of(tokenizer).is_some_and(PyTokenizer::has_failed)
+}
+
+/// Runs `work`, a step in the calling thread with the GIL released, with `config`'s tokenizer
+/// watched when it is a Python callable: its raising stops the step and is the step's error.
+pub fn run_watched<T: Send>(
+    py: Python<'_>,
+    config: &neardup::Config,
+    work: impl FnOnce(&neardup::RunControl) -> Result<T, neardup::Error> + Send,
+) -> PyResult<T> {
+    let control = neardup::RunControl::default();
+    stop_with(config, &control.cancel);
+    let result = py.detach(|| work(&control));
+    if let Some(raised) = failure(py, &config.sketch.custom_tokenizer, None) {
+        return Err(raised);
+    }
+    result.map_err(crate::errors::to_py)
+}
+
+/// The text `tokenizer`, a Python callable, raised on, if it has.
+pub fn failed_text(tokenizer: &Option<CustomTokenizer>) -> Option<String> {
+    let watch = callable_of(tokenizer)?
+        .watch
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    watch.failure.as_ref().map(|(_, text)| text.clone())
+}
+
+/// What `tokenizer`, a Python callable, raised, as the exception to raise in its place (see
+/// [`PyTokenizer::take_failure`]); `None` when it has not raised.
+pub fn failure(
+    py: Python<'_>,
+    tokenizer: &Option<CustomTokenizer>,
+    place: Option<&str>,
+) -> Option<PyErr> {
+    callable_of(tokenizer)?.take_failure(py, place)
 }
 
 impl Tokenizer for PyTokenizer {
@@ -172,9 +329,7 @@ impl Tokenizer for PyTokenizer {
         });
         let tokens = match kept {
             Some(tokens) => tokens,
-            None => Arc::new(Python::attach(|py| {
-                self.call(py, text).unwrap_or_else(|e| self.failed(py, e))
-            })),
+            None => Arc::new(Python::attach(|py| self.tokens(py, text))),
         };
         tokens.each(emit);
     }
@@ -205,15 +360,15 @@ impl Tokenizer for PyTokenizer {
             Python::attach(|py| {
                 for &text in &missing {
                     if !tokens.contains_key(text) {
-                        let t =
-                            Arc::new(self.call(py, text).unwrap_or_else(|e| self.failed(py, e)));
+                        let t = Arc::new(self.tokens(py, text));
                         tokens.insert(text.to_string(), t.clone());
                         made.push((text, t));
                     }
                 }
             });
         }
-        if let Some(k) = &self.kept {
+        // Once the callable has raised, what it gave is no tokens at all: none are kept.
+        if let Some(k) = self.kept.as_ref().filter(|_| !self.has_failed()) {
             let mut k = k.lock().unwrap_or_else(|e| e.into_inner());
             for (text, t) in &made {
                 k.keep(text, t);
@@ -225,6 +380,10 @@ impl Tokenizer for PyTokenizer {
 
     fn wants_batches(&self) -> bool {
         true
+    }
+
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }
 
@@ -308,6 +467,7 @@ pub fn apply(
         name: format!("custom:{name}"),
         function: tokenizer.clone().unbind(),
         kept,
+        watch: Mutex::default(),
     };
     t.call(tokenizer.py(), "neardup テスト 测试")?;
     config.sketch.tokenize = neardup::ShingleUnit::Custom(name);

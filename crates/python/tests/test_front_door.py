@@ -19,7 +19,7 @@ from typing import List, Tuple
 import pytest
 
 import neardup
-from conftest import SAMPLE, cli_binary, read_jsonl
+from conftest import REPO, SAMPLE, cli_binary, read_jsonl
 
 
 def cli(*args: object, cwd: Path = None, **kwargs) -> subprocess.CompletedProcess:
@@ -77,6 +77,23 @@ def test_the_report_to_stdout_is_the_report(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["d.jsonl"]
 
 
+def test_a_report_names_decisions_sent_to_stdout_as_stdout(tmp_path):
+    done = cli("dedup", SAMPLE, "--decisions", "-", "--report", tmp_path / "r.json", "--quiet",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "r.json").read_text()
+    report = json.loads(text)
+    assert report["paths"]["decisions"] == "-", report["paths"]
+    # Not the stand-in file the decisions were staged in (gone once sent).
+    assert ".neardup-stdout" not in text
+    assert report["config"]["output"]["decisions"] is None
+    assert len(done.stdout.splitlines()) == report["totals"]["samples"]
+    # And a report sent to stdout names itself so.
+    done = cli("dedup", SAMPLE, "--decisions", tmp_path / "d.jsonl", "--report", "-", "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["paths"]["report"] == "-"
+
+
 def test_decisions_and_report_cannot_both_take_stdout(tmp_path):
     done = cli("dedup", SAMPLE, "--decisions", "-", "--report", "-", cwd=tmp_path)
     assert done.returncode == 2
@@ -109,6 +126,61 @@ def test_a_run_with_no_output_at_all_is_still_refused_naming_the_dry_run(tmp_pat
     done = cli("dedup", SAMPLE, cwd=tmp_path)
     assert done.returncode == 2
     assert b"--report FILE alone for a dry run" in done.stderr
+
+
+# --- a report's settings given back ----------------------------------------------------------
+
+
+def test_a_reports_config_given_back_repeats_the_decisions_and_not_the_outputs(tmp_path):
+    first = tmp_path / "first"
+    first.mkdir()
+    done = cli("dedup", SAMPLE, "-o", first / "out", "--decisions", first / "d.jsonl",
+               "--report", first / "r.json", "--index-out", first / "index.ndx", "--overwrite",
+               "--spill-dir", first / "spill", "--threshold", "0.6", "--id-field", "id",
+               "--quiet")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((first / "r.json").read_text())
+    # Where it read and wrote is kept apart from the settings.
+    paths = report["paths"]
+    assert paths["inputs"] == [str(SAMPLE)]
+    assert paths["output"] == str(first / "out")
+    assert paths["decisions"] == str(first / "d.jsonl")
+    assert paths["report"] == str(first / "r.json")
+    assert paths["index_out"] == str(first / "index.ndx")
+    assert paths["spill_dir"] == str(first / "spill")
+    assert paths["overwrite"] is True
+    config = report["config"]
+    assert config["input"]["inputs"] == []
+    assert config["keys"]["spill_dir"] is None
+    assert config["output"] == {"dir": None, "decisions": None, "report": None,
+                                "overwrite": False, "max_output_bytes": None, "index_out": None}
+    assert (config["dedup"]["threshold"], config["input"]["id_field"]) == (0.6, "id")
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps(config))
+    before = {p: p.read_bytes() for p in sorted(first.rglob("*")) if p.is_file()}
+
+    # Given back with other outputs: the same decisions, and nothing of the first run touched.
+    second = tmp_path / "second"
+    second.mkdir()
+    done = cli("dedup", "--config", settings, SAMPLE, "--decisions", second / "d.jsonl",
+               "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert (second / "d.jsonl").read_bytes() == (first / "d.jsonl").read_bytes()
+    assert {p: p.read_bytes() for p in sorted(first.rglob("*")) if p.is_file()} == before
+    assert os.listdir(second) == ["d.jsonl"]
+    # Given back alone, it names no output: the run is refused, as any run without one.
+    done = cli("dedup", "--config", settings, SAMPLE, cwd=second)
+    assert done.returncode == 2, done.stderr
+    assert b"give --output DIR" in done.stderr
+    # An output directory named anew is not replaced: the report's overwrite does not come back.
+    done = cli("dedup", "--config", settings, SAMPLE, "-o", first / "out", "--quiet")
+    assert done.returncode == 1, done.stderr
+    assert {p: p.read_bytes() for p in sorted(first.rglob("*")) if p.is_file()} == before
+    # Python takes it the same way.
+    from_python = neardup.dedup(SAMPLE, config=settings, decisions=second / "py.jsonl",
+                                progress=False)
+    assert (second / "py.jsonl").read_bytes() == (first / "d.jsonl").read_bytes()
+    assert from_python["config"] == config
 
 
 # --- --prefer on a field no record has -------------------------------------------------------
@@ -153,6 +225,61 @@ def test_a_non_empty_output_directory_exits_1_as_the_readme_says(tmp_path):
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
     assert "that is not empty (without `--overwrite`)" in readme and "with exit code 1" in readme
     assert (tmp_path / "out" / "mine.txt").read_text() == "keep me"
+
+
+README = Path(__file__).resolve().parents[3] / "README.md"
+
+
+def readme_blocks(language: str) -> List[str]:
+    """The README's code blocks in `language`, in order."""
+    return re.findall(r"```" + re.escape(language) + r"\n(.*?)```", README.read_text(), re.S)
+
+
+def as_shell(line: str, tmp_path: Path) -> str:
+    """A README command line as a shell runs it here: its comment left out, the CLI under test
+    as `neardup`, and /tmp/ (where the README writes) this test's own directory."""
+    command = re.split(r"\s+# ", line, maxsplit=1)[0].strip()
+    return command.replace("/tmp/", f"{tmp_path}/")
+
+
+def test_the_readmes_set_up_run_prints_what_the_readme_shows(tmp_path):
+    set_up = readme_blocks("sh")[0]
+    [run] = [line for line in set_up.splitlines() if line.startswith("neardup dedup")]
+    env = {**os.environ, "PATH": f"{cli_binary().parent}:{os.environ['PATH']}"}
+    done = subprocess.run(as_shell(run, tmp_path), shell=True, cwd=REPO, env=env,
+                          capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    [summary] = readme_blocks("text")[:1]
+    assert summary.strip() in done.stderr.decode(), (summary, done.stderr[-2000:])
+    for name in ("part-0.jsonl", "part-1.jsonl", "part-2.parquet", "_SUCCESS"):
+        assert (tmp_path / "neardup-sample" / name).is_file(), name
+    assert (tmp_path / "neardup-sample.decisions.jsonl").is_file()
+
+
+def test_the_readmes_30_second_commands_run_as_written_on_the_sample(tmp_path):
+    """Every command of "In 30 seconds" that names only `crawl/` and files of its own runs as
+    written, in order (so `eval` reads the decisions the first run wrote), with the sample corpus
+    as `crawl/`; the rest need object storage, other corpora or fields the sample has not."""
+    import shutil
+
+    shutil.copytree(SAMPLE, tmp_path / "crawl")
+    env = {**os.environ, "PATH": f"{cli_binary().parent}:{os.environ['PATH']}"}
+    block = readme_blocks("sh")[1]
+    ran = []
+    for line in block.splitlines():
+        command = as_shell(line, tmp_path)
+        if not command or re.search(r"s3://|data/|dump-|\bin/|--prefer", command):
+            continue
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True,
+                              timeout=600)
+        assert done.returncode == 0, (command, done.stderr[-2000:])
+        ran.append(command.split()[:2])
+        if "--decisions - |" in command:
+            assert b'"keep":false' in done.stdout, command
+        if "--report -" in command:
+            assert json.loads(done.stdout)["totals"]["records_in"] == 500
+    assert ["neardup", "eval"] in ran and ["neardup", "params"] in ran and len(ran) >= 5, ran
+    assert (tmp_path / "crawl-dedup" / "_SUCCESS").is_file()
 
 
 def test_python_messages_name_settings_as_keyword_arguments(tmp_path):
@@ -237,6 +364,86 @@ def test_on_a_terminal_the_bars_show_honest_rates(tmp_path, corpus):
     # bar appeared showed hundreds of GiB/s.
     assert rates, text[-2000:]
     assert all(r < 5e9 for r in rates), sorted(rates)[-5:]
+
+
+def packed_corpus(root: Path, docs: int = 40_000) -> Path:
+    """Half the texts gzip-compressed JSONL, half a Parquet file of many row groups: inputs that
+    decode to more bytes than they take on disk."""
+    import gzip
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(9)
+    words = [f"w{i}" for i in range(5000)]
+    texts = [" ".join(rng.choice(words) for _ in range(150)) for _ in range(docs)]
+    root.mkdir()
+    with gzip.open(root / "a.jsonl.gz", "wt", encoding="utf-8") as f:
+        for t in texts[: docs // 2]:
+            f.write(json.dumps({"text": t, "meta": "x" * 200}) + "\n")
+    table = pa.table({"text": texts[docs // 2 :], "meta": ["x" * 200] * (docs - docs // 2)})
+    pq.write_table(table, root / "b.parquet", row_group_size=1000)
+    return root
+
+
+@pytest.fixture(scope="module")
+def packed(tmp_path_factory) -> Path:
+    return packed_corpus(tmp_path_factory.mktemp("packed") / "in")
+
+
+def on_disk(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.iterdir())
+
+
+def mb(n: int) -> str:
+    return neardup._mb(n)
+
+
+def test_on_a_terminal_a_bar_fills_to_a_total_that_never_changes(tmp_path, packed):
+    """Progress is counted in bytes on disk, as the total is: on gzip and Parquet inputs the
+    bar's total stayed put, its count never passed it, and a full bar never fell back."""
+    code, seen = in_a_terminal(["dedup", str(packed), "--decisions", "d.jsonl", "--threads", "1"],
+                               tmp_path)
+    text = seen.decode(errors="replace")
+    assert code == 0, text[-3000:]
+    for stage in ("stage 1 keys", "stage 2 dedup"):
+        frames = re.findall(re.escape(stage) + r" *\[[=> ]*\] ([\d.]+) MB of ~([\d.]+ MB) \((\d+) %\)",
+                            text)
+        assert len(frames) >= 2, (stage, text[-3000:])
+        assert {total for _, total, _ in frames} == {mb(on_disk(packed))}, frames
+        done = [float(d) for d, _, _ in frames]
+        percent = [int(p) for _, _, p in frames]
+        assert done == sorted(done) and percent == sorted(percent), frames
+        assert all(d * 1e6 <= on_disk(packed) * 1.0001 for d in done), frames
+    # In a pipe, each stage's line names the same total.
+    done = cli("dedup", packed, "--decisions", tmp_path / "d2.jsonl", "--threads", "1")
+    assert done.returncode == 0, done.stderr
+    for stage in ("stage 1 keys", "stage 2 dedup"):
+        assert f"{stage}: started, ~{mb(on_disk(packed))} to read" in done.stderr.decode()
+
+
+def test_python_sees_progress_in_bytes_on_disk_up_to_its_total(tmp_path, packed):
+    """What Python's bars draw (a run's progress()): the count never passes the total, which is
+    the inputs' size on disk in both stages, and each stage's count only grows, to the total."""
+    import time
+
+    run = neardup._native.start_dedup(str(packed), None, str(tmp_path / "d.jsonl"), None,
+                                      {"threads": 1})
+    seen = []
+    while not run.wait(0.01):
+        seen.append(run.progress())
+    seen.append(run.progress())
+    run.result()
+    total = on_disk(packed)
+    for stage in (1, 2):
+        looks = [(done, of) for s, done, of, _ in seen if s == stage]
+        assert looks, seen[-5:]
+        assert {of for _, of in looks} == {total}, looks[-3:]
+        counts = [done for done, _ in looks]
+        assert counts == sorted(counts) and counts[-1] <= total, looks[-3:]
+    # The run ended with stage 2's count on its total.
+    assert seen[-1][:3] == (2, total, total), seen[-1]
 
 
 def test_python_progress_in_a_log_is_lines_and_on_a_terminal_stays(tmp_path, corpus):

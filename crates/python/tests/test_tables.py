@@ -218,18 +218,32 @@ def test_a_column_that_is_not_strings_is_refused():
         neardup.dedup_table(pa.table({"text": ["a"]}), fields=["text"])
 
 
-def test_nulls_are_empty_texts(cli, tmp_path):
+def test_nulls_are_decided_as_the_file_runner_decides_null_fields(cli, tmp_path):
     texts = [r["text"] for r in ROWS[:60]]
     with_nulls = [None if i % 7 == 0 else t for i, t in enumerate(texts)]
-    got = neardup.dedup_table(pa.table({"text": with_nulls}))
-    # The file runner decides an empty text as the table's null.
-    want = file_decisions(cli, tmp_path, [{"text": t or ""} for t in with_nulls])
+    with_nulls[1] = ""
+    table = pa.table({"text": with_nulls})
+    got = neardup.dedup_table(table)
+    # The same rows in a JSONL file, nulls as JSON nulls: the same decisions, row by row.
+    want = file_decisions(cli, tmp_path, [{"text": t} for t in with_nulls])
     assert_same(got, want)
-    assert all(
-        r == "empty" for r, t in zip(got.column("reason").to_pylist(), with_nulls) if t is None
-    )
-    dropped = neardup.dedup_table(pa.table({"text": with_nulls}), empty="drop")
-    assert not any(k for k, t in zip(dropped.column("keep").to_pylist(), with_nulls) if t is None)
+    reasons = got.column("reason").to_pylist()
+    assert [r for r, t in zip(reasons, with_nulls) if t is None] == ["error"] * 9
+    assert reasons[1] == "empty"
+    report = neardup.report_of(got)
+    assert report["totals"]["errors"] == 9
+    assert report["stage2"]["skipped"] == {"null_field": 9}
+    # A null is no empty text: empty="drop" drops the empty string and keeps the nulls, as the
+    # file runner passes a null field's record through.
+    dropped = neardup.dedup_table(table, empty="drop")
+    keep = dropped.column("keep").to_pylist()
+    assert all(k for k, t in zip(keep, with_nulls) if t is None)
+    assert keep[1] is False
+    want = file_decisions(cli, tmp_path, [{"text": t} for t in with_nulls], "--empty", "drop")
+    assert_same(dropped, want)
+    # drop_duplicates keeps the rows whose text is null.
+    kept = neardup.drop_duplicates(table)
+    assert kept.column("text").null_count == 9
 
 
 def test_expand_mode_and_outputs_are_refused():

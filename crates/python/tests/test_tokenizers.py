@@ -5,7 +5,9 @@ tests/data/cjk by its make.py)."""
 from __future__ import annotations
 
 import json
+import os
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,22 +215,140 @@ def test_bad_tokenizers_are_refused_before_any_work(tmp_path):
         neardup.Sketcher(tokenize="custom:mine")
 
 
-def test_a_tokenizer_that_fails_mid_run_stops_the_run(tmp_path):
-    def fails_on_the_tenth(text: str) -> list:
-        fails_on_the_tenth.calls += 1
-        if fails_on_the_tenth.calls > 10:
-            raise RuntimeError("tokenizer broke")
-        return text.split()
+BROKEN = "BROKEN document: this tokenizer cannot cut it"
 
-    fails_on_the_tenth.calls = 0
+
+def words(text: str) -> list:
+    return text.split()
+
+
+def breaks(text: str) -> list:
+    """words(), raising on the broken document."""
+    if text.startswith("BROKEN"):
+        raise ValueError("cannot cut " + repr(text[:14]))
+    return text.split()
+
+
+@pytest.fixture
+def broken_corpus(tmp_path) -> Path:
+    """Three files of texts with near copies, the broken document and its exact copy in the
+    middle one (so it is hot, and stage 2 cuts it again)."""
+    rng = random.Random(11)
+    vocabulary = [f"w{i}" for i in range(400)]
+    docs = [" ".join(rng.choice(vocabulary) for _ in range(40)) for _ in range(200)]
+    docs += [d.replace(" ", " w2 ", 1) for d in docs[:48]]
+    rng.shuffle(docs)
+    docs[150:150] = [BROKEN, BROKEN]
+    root = tmp_path / "in"
+    root.mkdir()
+    for part in range(3):
+        with open(root / f"part-{part}.jsonl", "w", encoding="utf-8") as f:
+            for d in docs[part * 100 : (part + 1) * 100]:
+                f.write(json.dumps({"text": d}) + "\n")
+    return root
+
+
+def assert_raised_by_the_tokenizer(raised: "pytest.ExceptionInfo", where: str = "") -> None:
+    """The caller got neardup's TokenizerError, naming the tokenizer and the text (and `where`),
+    caused by the callable's own exception."""
+    e = raised.value
+    assert isinstance(e, neardup.TokenizerError) and isinstance(e, RuntimeError), repr(e)
+    assert isinstance(e.__cause__, ValueError), repr(e.__cause__)
+    assert str(e.__cause__) == "cannot cut 'BROKEN documen'"
+    message = str(e)
+    assert message.startswith("tokenizer custom:words raised ValueError(\"cannot cut 'BROKEN documen'\")"), message
+    assert f'"{BROKEN}"' in message, message
+    assert where in message, message
+
+
+RUNS = {
+    "dedup": lambda inputs, out, **s: neardup.dedup(
+        inputs, out / "data", decisions=out / "d.jsonl", report=out / "r.json", progress=False, **s
+    ),
+    "stream": lambda inputs, out, **s: list(neardup.stream(inputs, **s)),
+    "keys": lambda inputs, out, **s: neardup.keys([inputs], 0, out / "k.ndk", progress=False, **s),
+    "compute_keys": lambda inputs, out, **s: neardup.compute_keys(inputs, **s),
+}
+
+
+@pytest.mark.parametrize("entry", sorted(RUNS))
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_tokenizer_that_raises_is_the_runs_error_and_nothing_is_published(
+    tmp_path, broken_corpus, entry, threads
+):
     out = tmp_path / "out"
-    # The worker stops with the callable's error on stderr; the run fails without output (the
-    # exception says only that the run's thread stopped: the panic's text does not reach it).
-    with pytest.raises(BaseException, match="panicked"):
-        neardup.dedup(
-            CJK / "ja.jsonl", out, tokenizer=fails_on_the_tenth, tokenizer_name="fails", progress=False
-        )
-    assert not out.exists()
+    out.mkdir()
+    with pytest.raises(neardup.TokenizerError) as raised:
+        RUNS[entry](broken_corpus, out, tokenizer=breaks, tokenizer_name="words", shingle=2,
+                    threads=threads, chunk_bytes=4096)
+    assert_raised_by_the_tokenizer(raised)
+    assert os.listdir(out) == []
+    # The same run with a tokenizer that works goes through.
+    RUNS[entry](broken_corpus, out, tokenizer=words, tokenizer_name="words", shingle=2,
+                threads=threads, chunk_bytes=4096)
+
+
+def test_the_decide_step_raises_what_its_tokenizer_raised(tmp_path, broken_corpus):
+    """The staged steps: keys cuts every text (RUNS above), decide the hot ones again (a whole
+    run's stage 2 takes the tokens its stage 1 kept, so there a callable raises in stage 1)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    settings = dict(tokenizer_name="words", shingle=2)
+    neardup.keys([broken_corpus], 0, work / "k.ndk", progress=False, tokenizer=words, **settings)
+    neardup.hot_keys([work / "k.ndk"]).save(work / "hot.ndh")
+    neardup.sign(work / "k.ndk", work / "hot.ndh", work / "sig", progress=False, tokenizer=words,
+                 **settings)
+    for output in (work / "decided", None):
+        with pytest.raises(neardup.TokenizerError) as raised:
+            neardup.decide([work / "sig"], work / "hot.ndh", 0, output, tokenizer=breaks,
+                           **settings)
+        assert_raised_by_the_tokenizer(raised)
+        assert not (work / "decided").exists()
+    neardup.decide([work / "sig"], work / "hot.ndh", 0, work / "decided", tokenizer=words,
+                   **settings)
+
+
+def test_tables_raise_what_the_tokenizer_raised(broken_corpus):
+    import pyarrow as pa
+
+    rows = [r for p in sorted(broken_corpus.iterdir()) for r in read_jsonl(p)]
+    table = pa.Table.from_pylist(rows)
+    for call in (neardup.dedup_table, neardup.drop_duplicates):
+        with pytest.raises(neardup.TokenizerError) as raised:
+            call(table, tokenizer=breaks, tokenizer_name="words", shingle=2)
+        assert_raised_by_the_tokenizer(raised)
+
+
+def test_a_sketcher_raises_naming_the_text_and_works_again(broken_corpus):
+    texts = [r["text"] for p in sorted(broken_corpus.iterdir()) for r in read_jsonl(p)]
+    at = texts.index(BROKEN)
+    sketcher = neardup.Sketcher(tokenizer=breaks, tokenizer_name="words", shingle=2)
+    for method in (sketcher.signatures, sketcher.band_keys):
+        with pytest.raises(neardup.TokenizerError) as raised:
+            method(texts)
+        assert_raised_by_the_tokenizer(raised, f"texts[{at}]")
+        # Without the broken text it works, and gives what a working tokenizer gives.
+        fine = texts[:at]
+        working = neardup.Sketcher(tokenizer=words, tokenizer_name="words", shingle=2)
+        assert np.array_equal(method(fine), getattr(working, method.__name__)(fine))
+
+
+def test_a_deduper_raises_naming_the_text_and_does_not_count_it(broken_corpus):
+    texts = [r["text"] for p in sorted(broken_corpus.iterdir()) for r in read_jsonl(p)]
+    at = texts.index(BROKEN)
+    deduper = neardup.Deduper(tokenizer=breaks, tokenizer_name="words", shingle=2)
+    first = [deduper.decide(t) for t in texts[:at]]
+    with pytest.raises(neardup.TokenizerError) as raised:
+        deduper(texts[at])
+    assert_raised_by_the_tokenizer(raised, f"text {at} given to this Deduper (not decided)")
+    # The text was not decided: the rest is decided as if it had never been given.
+    rest = [t for t in texts[at:] if t != BROKEN]
+    after = [deduper.decide(t) for t in rest]
+    reference = neardup.Deduper(tokenizer=words, tokenizer_name="words", shingle=2)
+    want = [reference.decide(t) for t in texts[:at] + rest]
+    assert [(d.keep, d.record, d.dup_of_record) for d in first + after] == [
+        (d.keep, d.record, d.dup_of_record) for d in want
+    ]
 
 
 def test_ray_refuses_a_tokenizer_that_cannot_be_pickled_before_any_task(tmp_path):

@@ -40,6 +40,12 @@ pub trait Tokenizer: Send + Sync + fmt::Debug {
     fn wants_batches(&self) -> bool {
         false
     }
+
+    /// The tokenizer as its own type, for the program that handed it in and looks after it (the
+    /// Python package reads back what its callable raised); `None` by default.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 /// How a text is cut into shingles.

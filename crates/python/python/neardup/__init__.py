@@ -55,6 +55,7 @@ from ._native import (
     KeyTable,
     Signed,
     Sketcher,
+    TokenizerError,
 )
 
 __version__: str = _native.__version__
@@ -72,6 +73,7 @@ __all__ = [
     "KeyTable",
     "Signed",
     "Sketcher",
+    "TokenizerError",
     "compute_keys",
     "decide",
     "dedup",

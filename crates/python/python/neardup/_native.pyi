@@ -17,6 +17,7 @@ __version__: str
 __all__ = [
     "__version__",
     "InputError",
+    "TokenizerError",
     "CorruptFileError",
     "Sketcher",
     "Decision",
@@ -56,6 +57,11 @@ __all__ = [
 class InputError(ValueError):
     """A bad record or unreadable input with on_error="fail", or inputs that changed between the
     stages; the message names the file and the record."""
+
+class TokenizerError(RuntimeError):
+    """A tokenizer= callable raised: the message names the tokenizer and the text (and where the
+    text was, when known); __cause__ is the callable's own exception. The run stopped and
+    published nothing."""
 
 class CorruptFileError(OSError):
     """A key-table or hot-key file, or a step value's bytes, is damaged, truncated or not

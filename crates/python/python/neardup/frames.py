@@ -160,8 +160,8 @@ def dedup_table(
             …). Read in place: nothing is copied but a pandas frame's conversion to Arrow.
         column: the text column, or a list of them (joined into one text per row with
             ``separator``, as ``fields`` are). String, large string, string view and
-            dictionary-encoded string columns, chunked or not; a null is an empty text
-            (decided ``empty``).
+            dictionary-encoded string columns, chunked or not; a null is decided ``error``
+            and kept, as the file runner decides a null field (an empty string is ``empty``).
         progress: tqdm bars, as for :func:`neardup.dedup`.
         **settings: the settings of :func:`neardup.dedup` by name (``threshold``, ``num_perm``,
             ``id_field`` and ``prefer`` naming columns, ``against`` saved indexes, …), none of
@@ -170,7 +170,7 @@ def dedup_table(
 
     Returns:
         A ``pyarrow.Table`` with one row per input row, in order: ``keep`` (bool), ``reason``
-        (``unique``, ``near``, ``exact``, ``empty``), ``dup_of`` (the row it duplicates, or
+        (``unique``, ``near``, ``exact``, ``empty``, ``error``), ``dup_of`` (the row it duplicates, or
         null), ``similarity`` (null when kept), ``cluster`` (the row of the copy its set keeps);
         with ``id_field`` also ``id`` and ``dup_of_id``; with ``against`` also ``dup_of_file``
         and ``dup_of_record`` for duplicates of an indexed run's record (``dup_of`` and
