@@ -9,7 +9,7 @@ use neardup::dedup::Verify;
 use neardup::keys::{HotMask, TableStore, run_keys};
 use neardup::{Config, HotStep, KeysStep, Pipeline, RunControl};
 
-mod support;
+use crate::support;
 
 fn sample_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample")
