@@ -10,7 +10,7 @@
 //! B's and C's decisions and outputs must be exactly those their records get in one run
 //! `neardup dedup A/ B/ C/`, and A's never change.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-mod support;
+use crate::support;
 
 fn neardup() -> Command {
     Command::new(env!("CARGO_BIN_EXE_neardup"))

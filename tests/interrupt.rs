@@ -7,7 +7,7 @@
 //!
 //! `NEARDUP_KILL_SEED` replays another draw of the moments (the seed is printed on failure).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-mod support;
+use crate::support;
 
 fn neardup() -> Command {
     Command::new(env!("CARGO_BIN_EXE_neardup"))

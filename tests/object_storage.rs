@@ -6,15 +6,13 @@
 //! Needs `NEARDUP_MOTO_SERVER` (the `moto_server` binary); `tests/run` sets it. Without it every
 //! test fails saying how to run it.
 
-#[path = "support/s3.rs"]
-mod s3;
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use s3::{DroppingProxy, S3Server};
+use support::s3::{self, DroppingProxy, S3Server};
 use support::{neardup, unique_lines, write_compressed, write_parquet_in_groups};
 
 /// A corpus of every input kind: plain JSONL large enough to be read in several byte-range

@@ -9,7 +9,7 @@ use neardup::dedup::Verify;
 use neardup::keys::{HotMask, TableStore, run_keys};
 use neardup::{Config, HotStep, KeysStep, Pipeline, RunControl};
 
-mod support;
+use crate::support;
 
 fn sample_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/sample")
@@ -962,7 +962,7 @@ fn errors_carry_what_failed_and_their_source() {
         matches!(err, neardup::Error::Config(neardup::ConfigError::Threshold(t)) if t == 1.5),
         "{err:?}"
     );
-    assert_eq!(err.exit_code(), 2);
+    assert_eq!(neardup::cli::exit_code(&err), 2);
     assert_eq!(
         err.to_string(),
         "--threshold must be within [0, 1], got 1.5"
@@ -982,5 +982,5 @@ fn errors_carry_what_failed_and_their_source() {
         err.source().is_some() && err.to_string().contains("bad.toml"),
         "{err}"
     );
-    assert_eq!(err.exit_code(), 2);
+    assert_eq!(neardup::cli::exit_code(&err), 2);
 }

@@ -2,9 +2,10 @@
 //! replaces only what neardup wrote, a failed run publishes nothing, write errors say where and
 //! why, and a dead run's leftovers are cleaned up.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
@@ -520,6 +521,19 @@ fn a_dead_runs_leftovers_are_removed_by_the_next_run() {
 /// second, started while the first is alive (held with SIGSTOP once its temporary decisions file
 /// exists), is refused naming the file and publishes nothing; the first then publishes, and its
 /// manifest describes the decisions file that is there.
+/// Whether some process holds a `flock` on the file with inode `ino` (`/proc/locks` names it
+/// as `MAJOR:MINOR:INODE`).
+fn flock_held(ino: u64) -> bool {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let suffix = format!(":{ino}");
+    locks.lines().any(|line| {
+        line.contains("FLOCK")
+            && line
+                .split_whitespace()
+                .any(|field| field.ends_with(&suffix))
+    })
+}
+
 #[test]
 fn two_runs_writing_one_single_file_output_exclude_each_other() {
     for flag in ["--decisions", "--report"] {
@@ -547,10 +561,16 @@ fn two_runs_writing_one_single_file_output_exclude_each_other() {
                 .unwrap();
             let pid = first.id() as libc::pid_t;
             let started = std::time::Instant::now();
+            // The temporary file exists a moment before its lock is taken; stopped in that
+            // moment, the first run is rightly not seen as alive, so the test waits for the lock
+            // (as /proc/locks lists it: taking it here would disturb the run).
             let temp_exists = || {
                 std::fs::read_dir(tmp.path()).unwrap().any(|e| {
-                    let name = e.unwrap().file_name().to_string_lossy().into_owned();
-                    name.starts_with(".shared.json.neardup-") && name.ends_with(".tmp")
+                    let e = e.unwrap();
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with(".shared.json.neardup-")
+                        && name.ends_with(".tmp")
+                        && e.metadata().is_ok_and(|m| flock_held(m.ino()))
                 })
             };
             while !temp_exists() {

@@ -447,7 +447,7 @@ fn bytes_round_trip_and_damage_is_refused() {
 /// The message of a refused step (an error in the arguments: exit code 2).
 fn refused<T: std::fmt::Debug>(r: Result<T, Error>) -> String {
     match r {
-        Err(e) if e.exit_code() == 2 => e.to_string(),
+        Err(e) if neardup::cli::exit_code(&e) == 2 => e.to_string(),
         other => panic!("expected a usage error, got {other:?}"),
     }
 }

@@ -47,8 +47,8 @@ impl LshWeights {
     /// Under `--verify exact` (the default): a false candidate costs at most one set
     /// intersection and can never drop a document, while a miss is a duplicate kept for good.
     /// So a miss weighs about 330 false candidates. At threshold 0.8 and 128 permutations this
-    /// picks 20 bands × 6 rows, which found every duplicate on the two measured slices where
-    /// 16 × 8 missed 0.6 % of them, for about 2 % more wall time (`docs/benchmarks.md`).
+    /// picks 20 bands × 6 rows, which found duplicates 16 × 8 missed for a little more wall time
+    /// (`docs/benchmarks.md`, "Default bands and rows").
     pub const EXACT: LshWeights = LshWeights {
         false_positive: 0.003,
         false_negative: 0.997,

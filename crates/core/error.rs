@@ -9,7 +9,8 @@ use neardup_corpus::{InputProblem, WriteError};
 use neardup_dedup::StepInputError;
 use neardup_keys::KeysError;
 
-/// Why a run failed. [`Error::exit_code`] maps it to the CLI's exit status.
+/// Why a run failed. The CLI maps it to its exit status (`neardup::cli`: 2 for what the
+/// arguments got wrong, 130 when interrupted, 1 otherwise).
 #[derive(Debug)]
 pub enum Error {
     /// A command-line argument the binary refuses (exit code 2); the library never makes it.
@@ -74,32 +75,6 @@ pub enum Error {
     /// its outputs were published; nothing was published and what it wrote was removed
     /// (exit code 130).
     Interrupted,
-}
-
-impl Error {
-    /// 2 for usage errors, 130 (128 + SIGINT) when interrupted, 1 for everything else.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            Error::Usage(_)
-            | Error::Config(_)
-            | Error::Paths(_)
-            | Error::StepInput(_)
-            | Error::StepOutputs(_)
-            | Error::IndexUse(_)
-            | Error::WrongKeyFiles(_) => 2,
-            Error::Index(
-                neardup_index::IndexError::OtherSettings { .. }
-                | neardup_index::IndexError::Overlap { .. }
-                | neardup_index::IndexError::NotAnIndex { .. }
-                | neardup_index::IndexError::MinCount(_)
-                | neardup_index::IndexError::Decisions { .. },
-            ) => 2,
-            Error::Interrupted => 130,
-            Error::Keys(neardup_keys::KeysError::Config(_))
-            | Error::Dedup(neardup_dedup::DedupError::Config(_)) => 2,
-            _ => 1,
-        }
-    }
 }
 
 impl fmt::Display for Error {

@@ -55,7 +55,6 @@ pub mod cli;
 mod config;
 mod distributed;
 mod error;
-pub mod eval;
 mod paths;
 mod pipeline;
 mod step_values;
@@ -91,6 +90,7 @@ pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};
 
 pub use neardup_corpus as corpus;
 pub use neardup_dedup as dedup;
+pub use neardup_eval as eval;
 pub use neardup_exec as exec;
 pub use neardup_index as index;
 pub use neardup_keys as keys;

@@ -20,10 +20,8 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fmt;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -1207,14 +1205,8 @@ fn mib(bytes: u64) -> String {
 /// `access(2)` for writing and searching a directory: honours permissions, ACLs and read-only
 /// mounts without creating anything.
 fn access_write(dir: &Path) -> io::Result<()> {
-    let c = CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    use rustix::fs::{Access, access};
+    access(dir, Access::WRITE_OK | Access::EXEC_OK).map_err(io::Error::from)
 }
 
 /// Resolves input files through their parent directories, each resolved once: many inputs share

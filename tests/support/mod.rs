@@ -1,5 +1,8 @@
-//! Helpers of the end-to-end tests of publishing and interruption.
+//! Helpers shared by the integration test modules: the binary under test, corpora, compressed
+//! and Parquet inputs, and (in `s3`) a real S3 API server.
 #![allow(dead_code)]
+
+pub mod s3;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

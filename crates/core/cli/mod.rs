@@ -25,8 +25,8 @@ use crate::Error;
 /// Runs the `neardup` command line with `args`, the program's name first (as
 /// [`std::env::args_os`] gives them), and returns its exit code: 0 when the command did its work
 /// (or printed `--help`), 1 when it failed, 2 for arguments, settings or outputs it refused
-/// ([`Error::exit_code`](crate::Error::exit_code), and clap's for arguments it cannot parse), 128 + n when signal n stopped
-/// it.
+/// ([`exit_code`], and clap's for arguments it cannot parse), 128 + n when signal n
+/// stopped it.
 ///
 /// It acts for the whole process, as the program does: while the command runs, SIGINT, SIGTERM
 /// and SIGHUP stop it cleanly (it removes what it wrote and publishes nothing; a second signal
@@ -80,7 +80,35 @@ where
                 "neardup: error: {}",
                 view::error_message(&e)
             );
-            e.exit_code() as u8
+            exit_code(&e)
         }
+    }
+}
+
+/// The exit status of a command that failed with `error`: 2 when the arguments, settings or
+/// named files are wrong (what the user must change), 130 (128 + SIGINT) when it was cancelled,
+/// 1 for everything else.
+pub fn exit_code(error: &Error) -> u8 {
+    use neardup_dedup::DedupError;
+    use neardup_index::IndexError;
+    use neardup_keys::KeysError;
+    match error {
+        Error::Usage(_)
+        | Error::Config(_)
+        | Error::Paths(_)
+        | Error::StepInput(_)
+        | Error::StepOutputs(_)
+        | Error::IndexUse(_)
+        | Error::WrongKeyFiles(_) => 2,
+        Error::Index(
+            IndexError::OtherSettings { .. }
+            | IndexError::Overlap { .. }
+            | IndexError::NotAnIndex { .. }
+            | IndexError::MinCount(_)
+            | IndexError::Decisions { .. },
+        ) => 2,
+        Error::Interrupted => 130,
+        Error::Keys(KeysError::Config(_)) | Error::Dedup(DedupError::Config(_)) => 2,
+        _ => 1,
     }
 }

@@ -215,8 +215,8 @@ pub(crate) mod buffers {
 
     /// A buffer to read into, recycled when there is one. Its length is how many of its bytes are
     /// initialised (stale data of an earlier block), not how many hold data: a reader tracks that
-    /// itself, and reads over the stale bytes without zeroing them first (zeroing every 4 MB
-    /// block before each read cost about 2% of stage 1).
+    /// itself, and reads over the stale bytes without zeroing them first (zeroing each block
+    /// showed in stage 1's time: docs/benchmarks.md, "Measurements behind the code").
     pub(crate) fn take() -> Vec<u8> {
         let mut free = FREE.lock().unwrap_or_else(|e| e.into_inner());
         free.pop().unwrap_or_default()

@@ -61,9 +61,9 @@ const MIN_CHUNK_BYTES: u64 = 1 << 20;
 
 /// The chunk size to plan `files` with: `max_bytes`, or less when chunks that large would be few
 /// — about a 64th of the input, at least 1 MiB. With few large chunks the threads that finish
-/// early wait for the one reading the last chunk (a 42 MB file in 32 MB chunks ran at about one
-/// core of two; in 4 MiB chunks stage 1 took 1.06x as long as in 1 MiB chunks). Depends on the files alone, never on the thread count, so the chunks, and all
-/// that is recorded per chunk, are the same for every thread count.
+/// early wait for the one reading the last chunk (docs/benchmarks.md, "Measurements behind the
+/// code"). Depends on the files alone, never on the thread count, so the chunks, and all that
+/// is recorded per chunk, are the same for every thread count.
 pub fn balanced_chunk_bytes(files: &[InputFile], max_bytes: u64) -> u64 {
     let total: u64 = files.iter().map(|f| f.size).sum();
     (total / BALANCED_CHUNKS).clamp(MIN_CHUNK_BYTES.min(max_bytes), max_bytes.max(1))

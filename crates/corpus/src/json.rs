@@ -88,7 +88,7 @@ impl Slot {
 /// Only the parser writes here, and what it writes is UTF-8: it copies the bytes of a string of
 /// its line, which is UTF-8, with each escape sequence (ASCII bytes only, so never inside a
 /// multi-byte char) replaced by the UTF-8 of the char it stands for. So a string read back at
-/// char boundaries needs no second validation (which cost 2 % of a full rustdocs run). The
+/// char boundaries needs no second validation, which would cost a measurable share of a run. The
 /// decoding paths are held to serde_json's output by this module's tests, where a debug
 /// assertion checks every string read back.
 #[derive(Default, Debug)]
@@ -521,8 +521,8 @@ unsafe fn unescape_simple_x64(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usiz
 /// one after the other. A window stops where [`unescape_simple_x64`]'s does (closing quote,
 /// control byte, `\u` or invalid escape, pair of backslashes, escape cut by the window's end);
 /// real text has an escape every dozen bytes, so this takes one window where the narrower path
-/// takes one step per escape. (A sixteen-byte version of it spent 11 % of a full rustdocs run's
-/// CPU where this spends 7 %.)
+/// takes one step per escape (a sixteen-byte version measured slower: docs/benchmarks.md,
+/// "Measurements behind the code").
 ///
 /// # Safety
 /// The CPU must have AVX2 and POPCNT ([`StringPaths::packed_thirty_two`]).

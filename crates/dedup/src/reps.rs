@@ -241,9 +241,8 @@ impl RepStore {
 const HELD: usize = 5;
 
 /// A bucket holding more than one representative: its first [`HELD`] in the record, the rest in
-/// a chain of chunks, in insertion order. (With one held here and one per link of a shared
-/// linked list, listing a bucket waited on each link in turn, one cache miss after another:
-/// 94 % of the walk's time.)
+/// a chain of chunks, in insertion order: with one held here and one per link of a shared
+/// linked list, listing a bucket waited on each link in turn, one cache miss after another.
 #[derive(Clone, Copy)]
 struct List {
     held: [RepId; HELD],

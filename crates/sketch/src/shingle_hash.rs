@@ -680,8 +680,8 @@ fn walk_windows(
 
 /// How many windows of a stretch that holds multi-byte chars [`hash_char_windows`] walks itself
 /// before it hands the rest to [`WindowHasher::mixed`]: the call and a vector path's set-up cost
-/// more than a few windows save, and rustdocs pages (an accented letter here and there, about
-/// six windows per stretch) hashed 13 % slower when the vector path took over after 4.
+/// more than a few windows save on text with an accented letter here and there, about six
+/// windows per stretch (docs/benchmarks.md, "Measurements behind the code").
 const MIXED_FIRST_WALKED: usize = 8;
 
 /// Portable [`MixedWindowHasher`]: walks the chars of each window's two ends.
@@ -926,8 +926,7 @@ unsafe fn xxh3_4to16_avx2(
     // SAFETY: the caller runs with AVX2 enabled.
     unsafe {
         // Both paths always: choosing by the lanes' lengths mispredicted on Cyrillic text with
-        // spaces, where window lengths cross 8 bytes at random (measured 10 % slower there; 10 %
-        // faster on CJK text, whose windows are mostly 15 bytes).
+        // spaces, where window lengths cross 8 bytes at random.
         _mm256_blendv_epi8(
             xxh3_4to8_avx2(lo, hi, len),
             xxh3_9to16_avx2(lo, hi, len),

@@ -238,27 +238,11 @@ pub(crate) fn make_dirs(dir: &Path, created: &mut Vec<PathBuf>) -> io::Result<()
 pub(crate) fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        use std::ffi::CString;
-        use std::os::unix::ffi::OsStrExt;
-        let c = |p: &Path| {
-            CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+        use rustix::fs::{CWD, RenameFlags, renameat_with};
+        let e = match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+            Ok(()) => return Ok(()),
+            Err(errno) => io::Error::from(errno),
         };
-        let (f, t) = (c(from)?, c(to)?);
-        // SAFETY: two valid NUL-terminated paths, relative to the working directory.
-        let r = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                f.as_ptr(),
-                libc::AT_FDCWD,
-                t.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            )
-        };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
         if !matches!(
             e.raw_os_error(),
             Some(libc::EINVAL) | Some(libc::ENOSYS) | Some(libc::EOPNOTSUPP)

@@ -8,7 +8,6 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::SystemTime;
 
@@ -50,10 +49,7 @@ pub fn publish_whole(dir: &Path, dataset: &str) -> Result<Option<Manifest>, Writ
 /// then publish it one after the other, and never from a listing a commit is changing.
 pub(crate) fn lock_dir(dir: &Path) -> io::Result<File> {
     let f = File::open(dir)?;
-    // SAFETY: flock on a file descriptor this `File` owns.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    f.lock()?;
     Ok(f)
 }
 

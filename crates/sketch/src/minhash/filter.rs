@@ -6,9 +6,8 @@ use std::mem::MaybeUninit;
 
 use neardup_cpu::{Feature, Features};
 
-/// The filter has 2^FILTER_BITS slots (64 KB). On the rustdocs corpus 8192 slots pass 50 % of
-/// char 5-grams to the kernel (45 % are distinct per text); 4096 pass 53 % and measured ~6 %
-/// slower overall, 2048 pass 58 %; 16384 and more (48 %) measured no faster.
+/// The filter has 2^FILTER_BITS slots (64 KB): fewer let more repeats through to the kernel and
+/// measured slower, more measured no faster (docs/benchmarks.md, "Measurements behind the code").
 const FILTER_BITS: u32 = 13;
 pub(super) const FILTER_SLOTS: usize = 1 << FILTER_BITS;
 
@@ -26,7 +25,7 @@ fn filter_slot(h: u64) -> usize {
 /// high bits with the tag of the text that stored it in the low bits, which the slot's index
 /// repeats anyway. A hash is a repeat exactly when its slot holds its high bits with this
 /// text's tag, so an entry of an earlier text never matches, and nothing is cleared between
-/// texts (clearing the slots each text had written cost 1.7 % of a full rustdocs run): each
+/// texts (clearing the slots each text had written showed in a run's profile): each
 /// text takes the next tag, and only when the tags run out are all the slots cleared.
 #[derive(Debug, Default)]
 pub(super) struct RepeatFilter {

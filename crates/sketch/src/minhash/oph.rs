@@ -102,9 +102,8 @@ const SETTLED_PER_POSITION: usize = 128;
 /// Shingles per position a text takes on the AVX2 path before each lane stores its value only
 /// when it is lower than its position's minimum (a branch, rarely taken by then) instead of
 /// always storing the lower of the two: the stores made each load of a minimum wait for the
-/// store to that position a few shingles earlier. Full rustdocs: `oph_update_avx2` 11.1–11.6 %
-/// of the run's samples with stores only, 9.5–10.1 % with this (two profiles each); 16, 32 and
-/// 128 measured within the noise of 64 end to end.
+/// store to that position a few shingles earlier (the profiles, and the other counts tried:
+/// docs/benchmarks.md, "Measurements behind the code").
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const SETTLED_PER_POSITION_AVX2: usize = 64;
 

@@ -1,6 +1,10 @@
 //! `neardup eval`: measures the quality of a finished run from its decisions file, with exact
 //! Jaccard similarities of shingle sets instead of MinHash estimates.
 //!
+//! This crate owns the measurement (reading a decisions file beside its inputs, the exact sets,
+//! precision, recall, clusters and the [`EvalReport`]). It does not run deduplication, read
+//! settings files or print: the facade (`neardup::eval`) and the CLI's `eval` command do that.
+//!
 //! Every sample's shingle set is built exactly as the run built it — the same [`Normalizer`] and
 //! [`Shingler`] — except that each shingle is hashed with 64-bit xxh3 (so sets are exact up to
 //! 64-bit collisions, whatever MinHash scheme the run used). A text too short to yield a single
@@ -41,6 +45,8 @@
 //!
 //! Inputs are read in two passes: one that collects the drawn samples' sets (only as far into
 //! each file as the last drawn record), and one over the whole corpus that does both measurements.
+
+#![warn(missing_docs)]
 
 use std::path::PathBuf;
 

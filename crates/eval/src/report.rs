@@ -7,7 +7,7 @@ use neardup_corpus::Reason;
 use neardup_sketch::Normalizer;
 use serde::Serialize;
 
-/// The outcome of [`evaluate`](crate::eval::evaluate): serialisable (the `--report` JSON), with [`EvalReport::summary`]
+/// The outcome of [`evaluate`](crate::evaluate): serialisable (the `--report` JSON), with [`EvalReport::summary`]
 /// for humans.
 #[derive(Clone, Debug, Serialize)]
 pub struct EvalReport {
