@@ -57,6 +57,8 @@ pub(crate) struct JsonlSource {
     pending: Option<(std::io::Error, u64)>,
     done: bool,
     block_bytes: usize,
+    /// The file is not compressed: decompressed offsets are the file's.
+    uncompressed: bool,
 }
 
 impl Drop for JsonlSource {
@@ -121,6 +123,7 @@ impl JsonlSource {
             pending: None,
             done: false,
             block_bytes: block_bytes.max(1),
+            uncompressed: file.compression == Compression::None,
         })
     }
 
@@ -272,8 +275,17 @@ impl JsonlSource {
         starts.extend(memchr::memchr_iter(b'\n', &bytes[..cut - 1]).map(|i| i + 1));
         let first = self.record;
         self.record += starts.len() as u64;
+        let offset = self.uncompressed.then_some(self.pos);
         self.pos += cut as u64;
-        Some(Ok((first, BlockData::Jsonl { bytes, starts })))
+        Some(Ok((
+            first,
+            BlockData::Jsonl {
+                bytes,
+                starts,
+                offset,
+                picked: None,
+            },
+        )))
     }
 }
 /// A JSON value that is not a string or null, as a rank: a number, or what else it is.
