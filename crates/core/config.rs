@@ -356,13 +356,74 @@ pub fn chunk_bytes_within(memory_limit: u64) -> u64 {
     (memory_limit / 512).max(1 << 20)
 }
 
+/// What a run holds per worker thread beside the blocks it reads (which the block memory
+/// bounds): its reader's buffers (a Parquet reader's decompressed pages and decoded
+/// dictionaries, a few megabytes with pages of 1 MB), its sketching scratch, its stack and its
+/// allocator's arena. Measured: see docs/tuning.md, "Memory limit and spilling".
+pub const MEMORY_PER_THREAD: u64 = 8 << 20;
+
+/// What a run holds beside what `memory_limit` bounds, whatever the thread count: the program
+/// and its allocator, the block being decided and those waiting for the writer, and the
+/// writers' buffers. A run's peak stays below the limit plus this (docs/tuning.md, "Memory
+/// limit and spilling", says what it leaves out: the largest text's working memory, and a
+/// Parquet output's row group being encoded).
+pub const MEMORY_ABOVE_LIMIT: u64 = 32 << 20;
+
 /// What a run with `threads` worker threads holds beside what `memory_limit` bounds (the
-/// memory that grows with the corpus, and spills): the program and its allocator, and per thread
-/// the blocks it reads and prepares with their readers' buffers; the writers' buffers. A limit
-/// below it is said before a run starts (it will use about this much more). Measured: see
-/// docs/tuning.md, "Memory limit and spilling".
+/// memory that grows with the corpus, and spills): [`MEMORY_ABOVE_LIMIT`], and
+/// [`MEMORY_PER_THREAD`] per thread. A limit below it is said before a run starts (it will use
+/// about this much more); above it, the threads a run uses are those the limit has room for
+/// ([`threads_within`]).
 pub fn memory_floor(threads: usize) -> u64 {
-    (24 << 20) + (4 << 20) * threads as u64
+    MEMORY_ABOVE_LIMIT + MEMORY_PER_THREAD * threads as u64
+}
+
+/// The worker threads a run under `memory_limit` uses when asked for `threads` (already
+/// resolved: not 0): as many as the limit has room for, what each thread holds
+/// ([`MEMORY_PER_THREAD`]) taking at most a quarter of it, and at least one. Fewer threads
+/// change nothing a run decides or writes.
+pub fn threads_within(memory_limit: u64, threads: usize) -> usize {
+    let room = (memory_limit / 4 / MEMORY_PER_THREAD).max(1);
+    threads.clamp(1, usize::try_from(room).unwrap_or(usize::MAX))
+}
+
+/// How a run holds [`KeysSettings::memory_limit`]: the run report's `memory` (absent without a
+/// limit), so that a report says what the limit changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryPlan {
+    /// The limit, in bytes.
+    pub limit: u64,
+    /// The worker threads asked for (`run.threads`, 0 resolved to the cores).
+    pub threads_asked: usize,
+    /// The worker threads the run used ([`threads_within`]).
+    pub threads: usize,
+    /// The largest block read at once ([`block_bytes_within`]).
+    pub block_bytes: u64,
+    /// The blocks in flight, with what preparing added to them, at most ([`block_memory_within`]).
+    pub block_memory: u64,
+    /// Stage 2's decision state at most before it spills ([`decision_memory`]).
+    pub decision_memory: u64,
+    /// What the run holds beside the limit at most ([`MEMORY_ABOVE_LIMIT`]; docs/tuning.md,
+    /// "Memory limit and spilling", says what it leaves out).
+    pub above_limit: u64,
+}
+
+impl MemoryPlan {
+    /// The plan of a run of `config`; `None` without a memory limit.
+    pub fn of(config: &Config) -> Option<MemoryPlan> {
+        let limit = config.keys.memory_limit?;
+        let threads_asked = neardup_exec::ExecOptions::threads(config.run.threads).threads;
+        let threads = threads_within(limit, threads_asked);
+        Some(MemoryPlan {
+            limit,
+            threads_asked,
+            threads,
+            block_bytes: block_bytes_within(limit, threads) as u64,
+            block_memory: block_memory_within(limit),
+            decision_memory: decision_memory(limit),
+            above_limit: MEMORY_ABOVE_LIMIT,
+        })
+    }
 }
 
 /// The bytes of read blocks a run under [`KeysSettings::memory_limit`] holds at most between
@@ -375,12 +436,13 @@ pub fn block_memory_within(memory_limit: u64) -> u64 {
     (memory_limit / 8).max(1)
 }
 
-/// The size of a read block under [`KeysSettings::memory_limit`] with `threads` workers: four per
-/// thread (read, being prepared, waiting for their turn, waiting for the writer) within
-/// [`block_memory_within`], from 64 KiB up to the default 4 MiB. Smaller blocks change nothing a run decides or writes (the Parquet writer
-/// regroups rows, see `neardup_corpus::FileWriter`).
+/// The size of a read block under [`KeysSettings::memory_limit`] with `threads` workers: a
+/// sixteenth per thread of [`block_memory_within`] (a block is charged there with what preparing
+/// may add to it, up to four times its bytes of text in shingle sets, and a few wait for their
+/// turn), from 64 KiB up to the default 4 MiB. Smaller blocks change nothing a run decides or
+/// writes (the Parquet writer regroups rows, see `neardup_corpus::FileWriter`).
 pub fn block_bytes_within(memory_limit: u64, threads: usize) -> usize {
-    let per_block = block_memory_within(memory_limit) / (4 * threads.max(1) as u64);
+    let per_block = block_memory_within(memory_limit) / (16 * threads.max(1) as u64);
     per_block.clamp(
         64 << 10,
         neardup_corpus::ReadOptions::DEFAULT_BLOCK_BYTES as u64,

@@ -63,9 +63,10 @@ mod steps;
 
 pub use config::{
     Config, CustomTokenizer, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers,
-    LshWeights, MAX_NUM_PERM, MAX_THREADS, OutputSettings, Preset, RunSettings, ShingleUnit,
-    SketchSettings, UnknownPreset, block_bytes_within, block_memory_within, chunk_bytes_within,
-    decision_memory,
+    LshWeights, MAX_NUM_PERM, MAX_THREADS, MEMORY_ABOVE_LIMIT, MEMORY_PER_THREAD, MemoryPlan,
+    OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings, UnknownPreset,
+    block_bytes_within, block_memory_within, chunk_bytes_within, decision_memory, memory_floor,
+    threads_within,
 };
 pub use distributed::{
     DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
@@ -82,7 +83,8 @@ pub use paths::{
 };
 pub use pipeline::{
     DecisionStream, KeyTables, NextDecision, Pipeline, Report, RunControl, Totals, apply,
-    discover_inputs, discover_inputs_and_sources, keys_config, save_json, stage2_config,
+    discover_inputs, discover_inputs_and_sources, keys_config, run_threads, save_json,
+    stage2_config,
 };
 pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};
 pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};

@@ -255,18 +255,28 @@ impl RunPaths {
     /// empty then, so a run leaves no empty spill directory behind.
     pub fn prepare(&self) -> Result<PreparedDirs, Error> {
         if let Some((limit, threads)) = self.memory {
-            let threads = neardup_exec::ExecOptions::threads(threads).threads;
+            let asked = neardup_exec::ExecOptions::threads(threads).threads;
+            let threads = crate::config::threads_within(limit, asked);
             let floor = crate::config::memory_floor(threads);
-            if limit < floor {
+            if limit < 4 * crate::config::MEMORY_PER_THREAD {
                 tracing::warn!(
-                    "--memory-limit {}: a run on {threads} thread{} needs about {} beside what \
-                     grows with the corpus (the program, the blocks being read and prepared, \
-                     readers' and writers' buffers; see docs/tuning.md, \"Memory limit and \
-                     spilling\"), so it will use about {}: everything that can spill spills",
+                    "--memory-limit {}: a run needs about {} beside what grows with the corpus \
+                     (the program, the blocks being read and prepared, readers' and writers' \
+                     buffers; see docs/tuning.md, \"Memory limit and spilling\"), so it will use \
+                     about {}: everything that can spill spills",
                     mib(limit),
-                    if threads == 1 { "" } else { "s" },
                     mib(floor),
                     mib(floor + limit),
+                );
+            }
+            if threads < asked {
+                tracing::info!(
+                    "--memory-limit {}: running on {threads} thread{} instead of {asked}, \
+                     what each thread holds beside its blocks (about {}) taking at most a \
+                     quarter of the limit",
+                    mib(limit),
+                    if threads == 1 { "" } else { "s" },
+                    mib(crate::config::MEMORY_PER_THREAD),
                 );
             }
         }

@@ -45,6 +45,10 @@ pub struct Report {
     /// The index this run saved (`--index-out`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<against::IndexReport>,
+    /// How the run held `--memory-limit`: the threads it used (fewer than asked when the limit
+    /// has no room for more), the blocks it read; absent without a limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<crate::config::MemoryPlan>,
 }
 
 /// Record and sample accounting, from what stage 2 read:
@@ -122,6 +126,7 @@ impl Report {
             totals,
             against: None,
             index: None,
+            memory: crate::config::MemoryPlan::of(config),
         }
     }
 
@@ -403,6 +408,16 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
     Ok((found, problems))
 }
 
+/// The worker threads a run of `config` uses: `run.threads` (0: one per core), and under
+/// `keys.memory_limit` no more than the limit has room for ([`crate::threads_within`]).
+pub fn run_threads(config: &Config) -> usize {
+    let threads = neardup_exec::ExecOptions::threads(config.run.threads).threads;
+    match config.keys.memory_limit {
+        Some(limit) => crate::config::threads_within(limit, threads),
+        None => threads,
+    }
+}
+
 /// Stage-1 settings from a config.
 pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
     config.validate()?;
@@ -410,7 +425,7 @@ pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
     let mut k = KeysConfig::new(sketcher, config.selector()?);
     k.rule = config.row_rule();
     k.min_count = config.keys.min_key_count;
-    k.threads = config.run.threads;
+    k.threads = run_threads(config);
     k.chunk_bytes = match config.keys.memory_limit {
         Some(limit) => config
             .keys
@@ -419,7 +434,7 @@ pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
         None => config.keys.chunk_bytes,
     };
     if let Some(limit) = config.keys.memory_limit {
-        let threads = neardup_exec::ExecOptions::threads(config.run.threads).threads;
+        let threads = k.threads;
         k.block_bytes = crate::config::block_bytes_within(limit, threads);
         k.block_memory = Some(crate::config::block_memory_within(limit));
     }
@@ -442,7 +457,7 @@ pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
         empty: config.dedup.empty,
         prefer: config.dedup.prefer.clone(),
         sort_memory: config.sort_memory(),
-        threads: config.run.threads,
+        threads: k.threads,
         block_bytes: k.block_bytes,
         block_memory: k.block_memory,
         on_error: config.run.on_error,

@@ -455,8 +455,9 @@ pub(crate) struct CountOpts {
     /// A key is hot when seen more than this many times [default: 1].
     #[arg(long)]
     pub(crate) min_key_count: Option<u32>,
-    /// Memory bound (e.g. 4GiB): the key table spills to disk past it, and stage 2's
-    /// representatives past half of it [default: no limit].
+    /// Memory bound (e.g. 4GiB): the key table spills to disk past half of it, and stage 2's
+    /// representatives too; a run holds about 32 MiB beside it and uses at most one thread per
+    /// 32 MiB of it (docs/tuning.md) [default: no limit].
     #[arg(long, value_parser = parse_size)]
     pub(crate) memory_limit: Option<u64>,
 }

@@ -27,12 +27,11 @@ const WRITE_BUF: usize = 1 << 20;
 /// pages where the blocks ended, and blocks end in other places when the same file is read in
 /// other chunks (a shard of a distributed run, another `chunk_bytes`). Kept rows are regrouped
 /// into writes of exactly this many rows counted from a part's start, so the bytes depend on the
-/// kept rows alone.
-const PARQUET_WRITE_ROWS: usize = 1024;
-/// Rows per write when outputs are split (`max_output_bytes`): a part's size is checked before
-/// each write, so this is how finely a part can end below the limit (counted from the part's start
-/// too, so the bytes still depend on the kept rows alone).
-const PARQUET_SPLIT_WRITE_ROWS: usize = 64;
+/// kept rows alone. Few rows a write keep what writing holds small (the rows gathered for a
+/// write, the page being encoded: a page ends at the first write past the page size, so with
+/// 1,024 rows a write a page of long texts took several megabytes, three times over), and let
+/// a part split by size (`max_output_bytes`, checked before each write) end close below it.
+const PARQUET_WRITE_ROWS: usize = 64;
 
 /// Where and how outputs are written.
 #[derive(Clone, Debug)]
@@ -565,7 +564,7 @@ enum Sink {
 /// `docs/formats.md`). JSONL limits are exact for plain files and a guaranteed upper bound for
 /// gzip/zstd (the encoder is flushed near the limit to learn its real size); Parquet sizes are
 /// estimated from the encoder's buffered size, so a Parquet part can exceed the limit by about
-/// one 1024-row slice.
+/// one write of [`PARQUET_WRITE_ROWS`] rows.
 pub struct FileWriter {
     /// The input's relative path.
     rel: PathBuf,
@@ -770,23 +769,14 @@ impl FileWriter {
             sink.pending_rows += filtered.num_rows();
             sink.pending.push_back(filtered);
         }
-        self.write_pending(self.parquet_write_rows())
+        self.write_pending(PARQUET_WRITE_ROWS)
     }
 
-    /// Rows per write to this file's Parquet encoder.
-    fn parquet_write_rows(&self) -> usize {
-        if self.max.is_some() {
-            PARQUET_SPLIT_WRITE_ROWS
-        } else {
-            PARQUET_WRITE_ROWS
-        }
-    }
-
-    /// Gives the writer the pending rows in writes of [`FileWriter::parquet_write_rows`], while at
+    /// Gives the writer the pending rows in writes of [`PARQUET_WRITE_ROWS`], while at
     /// least `min_rows` are pending (1 at the end: the last write takes what is left).
     fn write_pending(&mut self, min_rows: usize) -> Result<(), WriteError> {
         let base = self.base();
-        let rows_per_write = self.parquet_write_rows();
+        let rows_per_write = PARQUET_WRITE_ROWS;
         loop {
             let Sink::Parquet(sink) = &mut self.sink else {
                 unreachable!("write_pending is only called for Parquet sinks");

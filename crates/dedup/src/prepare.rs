@@ -85,6 +85,18 @@ pub(crate) struct PreparedBlock {
 }
 
 impl PreparedBlock {
+    /// The bytes preparing added to the block (its vectors, as allocated): charged with the
+    /// block against the executor's block memory.
+    pub fn prepared_bytes(&self) -> u64 {
+        (self.samples.capacity() * size_of::<PreparedSample>()
+            + self.signatures.capacity() * size_of::<u32>()
+            + self.rows.capacity() * size_of::<u64>()
+            + self.hot.capacity()
+            + self.shingles.capacity() * size_of::<u32>()
+            + self.carried.capacity()
+            + self.ids.capacity()) as u64
+    }
+
     /// The signature, row of keys and hot columns of the hot sample signed at `slot`.
     pub fn signed(&self, slot: u32, cfg: &Stage2Config) -> (&[u32], &[u64], &[bool]) {
         let (num_perm, columns) = (
@@ -246,7 +258,14 @@ pub(crate) struct PrepareBuffers {
     scratch: Scratch,
     sig: Vec<u32>,
     row_keys: Vec<u64>,
+    /// The longest text sketched with these buffers, in bytes.
+    largest_text: usize,
 }
+
+/// Under a memory limit, a thread's buffers are made anew after it sketched a text longer than
+/// this: they grow with the longest text they served (several bytes per character), which no
+/// budget counts, and kept in every thread that met a long text they would add up.
+const LARGE_TEXT: usize = 1 << 20;
 
 impl PrepareBuffers {
     fn new(prep: &PrepareWork<'_>) -> PrepareBuffers {
@@ -258,6 +277,7 @@ impl PrepareBuffers {
             },
             sig: vec![0u32; prep.cfg.sketcher.num_perm()],
             row_keys: vec![0u64; prep.cfg.rule.columns(prep.cfg.sketcher.bands())],
+            largest_text: 0,
         }
     }
 }
@@ -328,6 +348,7 @@ fn prepare_block(
         scratch,
         sig,
         row_keys,
+        largest_text,
     } = worker;
     let first_row = *row;
     if block.texts_only() {
@@ -404,6 +425,7 @@ fn prepare_block(
             SampleText::Text(text) => {
                 let this_row = next_row;
                 next_row += 1;
+                *largest_text = (*largest_text).max(text.len());
                 let kind = if this_row >= mask.rows() as u64 || !mask.is_hot_row(this_row as usize)
                 {
                     if cfg.rule.is_blank(&cfg.sketcher, &text) {
@@ -554,8 +576,24 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
         job.row_base
     }
 
+    /// The block, and at most what preparing it adds: per record, a signature, a row of keys
+    /// and its hot columns; under exact verification, a shingle set of at most 4 bytes per byte
+    /// of text.
     fn block_bytes(&self, block: &Block) -> u64 {
-        block.memory_bytes()
+        let cfg = self.cfg;
+        let columns = cfg.rule.columns(cfg.sketcher.bands());
+        let per_record = size_of::<PreparedSample>()
+            + cfg.sketcher.num_perm() * size_of::<u32>()
+            + columns * (size_of::<u64>() + 1);
+        let sets = match self.hot_work {
+            HotWork::Decide { shingles: true } => 4 * block.input_bytes(),
+            _ => 0,
+        };
+        block.memory_bytes() + (block.num_records() * per_record) as u64 + sets
+    }
+
+    fn out_bytes(&self, out: &Box<PreparedBlock>) -> Option<u64> {
+        Some(out.block.memory_bytes() + out.prepared_bytes())
     }
 
     /// Counting a shared block's texts costs a parse, but lets the next block start before this
@@ -573,6 +611,9 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
     ) -> (Box<PreparedBlock>, u64) {
         let mut row = position;
         let work = prepare_block(self, block, &mut row, worker);
+        if self.cfg.block_memory.is_some() && worker.largest_text > LARGE_TEXT {
+            *worker = PrepareBuffers::new(self);
+        }
         (Box::new(work), row)
     }
 }

@@ -397,7 +397,14 @@ pub(crate) fn run_stage2<R: HotRoute>(
     // memory: under a bound, only a couple of them wait.
     let queued_for_writer = if cfg.block_memory.is_some() { 2 } else { 8 };
     let (wtx, wrx) = crossbeam_channel::bounded::<WriterMsg>(queued_for_writer);
-    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<RecycledBuffers>(window);
+    // Spare vectors are as large as the largest block's were, and nothing charges them: under
+    // a bound, one is kept whatever the thread count.
+    let spares = if cfg.block_memory.is_some() {
+        1
+    } else {
+        window
+    };
+    let (spare_tx, spare_rx) = crossbeam_channel::bounded::<RecycledBuffers>(spares);
     let prep = PrepareWork {
         mask,
         cfg,

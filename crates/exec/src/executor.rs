@@ -7,10 +7,12 @@
 //!
 //! - Workers claim jobs with a counter, in order, at most `window` jobs ahead of the consumer,
 //!   which bounds the memory of prepared blocks waiting for their turn; under a memory budget
-//!   ([`ExecOptions::block_memory`]) the blocks read and not yet consumed hold at most that many
-//!   bytes, whatever the thread count and however large a job is: a worker that would pass it
-//!   waits (preparing queued blocks meanwhile), except for blocks of the job the consumer is at,
-//!   which never wait, so the run always moves on.
+//!   ([`ExecOptions::block_memory`]) the blocks read and not yet consumed, with what preparing
+//!   adds to them (foreseen when a block is read, counted once it is prepared), hold at most that
+//!   many bytes, whatever the thread count and however large a job is: a worker that would pass
+//!   it waits (preparing queued blocks meanwhile). Only one
+//!   block goes past it at a time, when no other is charged or when it is of the job the
+//!   consumer is at and none of that job's blocks are in flight, so the run always moves on.
 //! - A job only one thread can read (a compressed file is one whole-file chunk) has its blocks
 //!   shared: the reading thread queues them in a bounded [`BlockQueue`] and every thread without
 //!   a job of its own (or waiting for the window) prepares queued blocks.
@@ -60,10 +62,18 @@ pub trait ChunkWork: Sync {
         0
     }
 
-    /// The bytes `block` holds, charged against [`ExecOptions::block_memory`] from when it is
-    /// read until the consumer has taken it (0: not counted).
+    /// The bytes `block` holds, and at most what preparing it will add (signatures, keys,
+    /// shingle sets): charged against [`ExecOptions::block_memory`] from when it is read until
+    /// it is prepared ([`ChunkWork::out_bytes`]) or the consumer has taken it (0: not counted).
     fn block_bytes(&self, _block: &Self::Block) -> u64 {
         0
+    }
+
+    /// The bytes a prepared block holds in all (what is left of its block, and what preparing
+    /// added): once it is prepared, charged instead of its [`ChunkWork::block_bytes`] until the
+    /// consumer has taken it; `None`: the charge made when it was read stays.
+    fn out_bytes(&self, _out: &Self::Out) -> Option<u64> {
+        None
     }
 
     /// How far `block` moves the position, without preparing it ([`ChunkWork::RELAYS_POSITION`]
@@ -180,8 +190,43 @@ struct Queued<B> {
 /// The bytes of blocks in flight, against [`ExecOptions::block_memory`].
 struct BlockMemory {
     limit: u64,
-    used: Mutex<u64>,
+    used: Mutex<Charged>,
     freed: Condvar,
+}
+
+/// What is charged against the block memory: in all, and per job (a job's blocks in flight).
+#[derive(Default)]
+struct Charged {
+    total: u64,
+    by_job: BTreeMap<usize, u64>,
+}
+
+impl Charged {
+    fn add(&mut self, job: usize, bytes: u64) {
+        if bytes > 0 {
+            self.total += bytes;
+            *self.by_job.entry(job).or_default() += bytes;
+        }
+    }
+
+    /// Replaces `was` charged for a block of `job` by `now`.
+    fn recharge(&mut self, job: usize, was: u64, now: u64) {
+        self.add(job, now);
+        self.release(job, was);
+    }
+
+    fn release(&mut self, job: usize, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.total -= bytes;
+        if let Some(held) = self.by_job.get_mut(&job) {
+            *held -= bytes;
+            if *held == 0 {
+                self.by_job.remove(&job);
+            }
+        }
+    }
 }
 
 struct Run<'a, W: ChunkWork> {
@@ -210,9 +255,12 @@ impl<W: ChunkWork> Run<'_, W> {
     }
 
     /// Charges `block` of job `i` against the block memory, waiting while it would pass the
-    /// bound (preparing queued blocks meanwhile: the consumer may wait for them); the blocks of
-    /// the job the consumer is at, and a block when nothing else is charged, never wait.
-    /// Returns the bytes charged, or `None` when the run stopped.
+    /// bound (preparing queued blocks meanwhile: the consumer may wait for them). A block goes
+    /// past the bound only when nothing else is charged, or when it is of the job the consumer
+    /// is at and none of that job's blocks are in flight: otherwise the consumer is bound to
+    /// take one of them and free its bytes, so waiting cannot stall the run, and a job read
+    /// faster than it is consumed holds no more than the bound either. Returns the bytes
+    /// charged, or `None` when the run stopped.
     fn charge(
         &self,
         i: usize,
@@ -230,8 +278,9 @@ impl<W: ChunkWork> Run<'_, W> {
             }
             let at_head = i <= *self.consumed.lock().unwrap_or_else(|e| e.into_inner());
             let mut used = memory.used.lock().unwrap_or_else(|e| e.into_inner());
-            if at_head || *used == 0 || *used + bytes <= memory.limit {
-                *used += bytes;
+            let head_idle = at_head && !used.by_job.contains_key(&i);
+            if head_idle || used.total == 0 || used.total + bytes <= memory.limit {
+                used.add(i, bytes);
                 return Some(bytes);
             }
             if let Some(queued) = self.queue.try_pop() {
@@ -244,6 +293,26 @@ impl<W: ChunkWork> Run<'_, W> {
                 .wait_timeout(used, POLL)
                 .unwrap_or_else(|e| e.into_inner());
         }
+    }
+
+    /// Charges a prepared block of job `i` what it holds ([`ChunkWork::out_bytes`]) instead of
+    /// the `charged` bytes its block was charged when read; returns what it is charged now.
+    fn recharge(&self, i: usize, charged: u64, out: &W::Out) -> u64 {
+        let Some(memory) = &self.memory else {
+            return charged;
+        };
+        let Some(bytes) = self.work.out_bytes(out) else {
+            return charged;
+        };
+        memory
+            .used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recharge(i, charged, bytes);
+        if bytes < charged {
+            memory.freed.notify_all();
+        }
+        bytes
     }
 
     fn run_queued(
@@ -272,6 +341,7 @@ impl<W: ChunkWork> Run<'_, W> {
             None => 0,
         };
         let (out, _end) = self.work.prepare(worker, &self.jobs[job], block, position);
+        let charged = self.recharge(job, charged, &out);
         // Fails only when the consumer has stopped.
         let _ = tx.send((job, seq, JobOutput::Block(out), charged));
     }
@@ -331,6 +401,7 @@ impl<W: ChunkWork> Run<'_, W> {
                     if W::RELAYS_POSITION {
                         position = end;
                     }
+                    let charged = self.recharge(i, charged, &out);
                     (JobOutput::Block(out), charged)
                 }
                 Err(e) => (JobOutput::Error(e), 0),
@@ -441,7 +512,7 @@ pub fn run_ordered<W: ChunkWork, C>(
         queue: BlockQueue::new(jobs.len(), threads),
         memory: options.block_memory.map(|limit| BlockMemory {
             limit,
-            used: Mutex::new(0),
+            used: Mutex::new(Charged::default()),
             freed: Condvar::new(),
         }),
     };
@@ -483,7 +554,11 @@ pub fn run_ordered<W: ChunkWork, C>(
                     }
                 };
                 if let Some(memory) = run.memory.as_ref().filter(|_| charged > 0) {
-                    *memory.used.lock().unwrap_or_else(|e| e.into_inner()) -= charged;
+                    memory
+                        .used
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .release(job, charged);
                     memory.freed.notify_all();
                 }
                 if let Err(e) = consumed {

@@ -19,7 +19,8 @@ struct Work<const RELAY: bool> {
     /// Spins per block, to vary the interleaving.
     spin: u32,
     prepared: AtomicUsize,
-    /// Bytes of blocks prepared and not yet consumed (a block of n weighs n), and their most.
+    /// Bytes of blocks prepared and not yet consumed (a block of n weighs n, and what preparing
+    /// it made n more), and their most.
     in_flight: AtomicU64,
     most_in_flight: AtomicU64,
 }
@@ -61,8 +62,13 @@ impl<const RELAY: bool> ChunkWork for Work<RELAY> {
         *block
     }
 
+    /// A block and what preparing it makes.
     fn block_bytes(&self, block: &u64) -> u64 {
-        *block
+        2 * *block
+    }
+
+    fn out_bytes(&self, out: &(u64, u64)) -> Option<u64> {
+        Some(2 * out.1)
     }
 
     fn prepare(&self, _: &mut (), _: &Job, block: u64, position: u64) -> ((u64, u64), u64) {
@@ -73,7 +79,7 @@ impl<const RELAY: bool> ChunkWork for Work<RELAY> {
             std::thread::yield_now();
         }
         self.prepared.fetch_add(1, Ordering::Relaxed);
-        let now = self.in_flight.fetch_add(block, Ordering::SeqCst) + block;
+        let now = self.in_flight.fetch_add(2 * block, Ordering::SeqCst) + 2 * block;
         self.most_in_flight.fetch_max(now, Ordering::SeqCst);
         ((position, block), position + block)
     }
@@ -137,7 +143,7 @@ fn run_within<const RELAY: bool>(
         &|| false,
         |e| {
             if let Event::Block { out, .. } = &e {
-                work.in_flight.fetch_sub(out.1, Ordering::SeqCst);
+                work.in_flight.fetch_sub(2 * out.1, Ordering::SeqCst);
             }
             record(e, &mut seen);
             Ok::<(), ()>(())
@@ -189,11 +195,12 @@ proptest! {
     }
 }
 
-/// Under a memory bound, the blocks prepared and not yet consumed weigh at most the bound plus
-/// the blocks of the one job the consumer is at, however many threads and jobs ahead there are.
+/// Under a memory bound, the blocks prepared and not yet consumed, with what preparing made of
+/// them, weigh at most the bound, plus one block of the job the consumer is at; however many
+/// threads and jobs ahead there are, and however fast one job is read.
 #[test]
 fn a_memory_bound_holds_the_blocks_in_flight_whatever_the_threads() {
-    // 40 jobs of 8 blocks of 10 bytes: 80 bytes a job.
+    // 40 jobs of 8 blocks of 10 bytes (20 once prepared): 160 bytes a job.
     let jobs: Vec<Job> = (0..40)
         .map(|j| Job {
             items: (0..8).map(|_| Ok(10)).collect(),
@@ -201,12 +208,26 @@ fn a_memory_bound_holds_the_blocks_in_flight_whatever_the_threads() {
             first: 0,
         })
         .collect();
-    for threads in [2, 4, 7] {
+    for threads in [1, 2, 4, 7] {
         let (seen, most) = run_within::<true>(&jobs, threads, 0, Some(100));
         assert_eq!(seen, expected(&jobs, true));
         assert!(
-            most <= 100 + 80,
+            most <= 100 + 20,
             "{threads} threads: {most} bytes in flight"
+        );
+    }
+    // One long job, read faster than it is consumed, is held to the bound as well.
+    let long = [Job {
+        items: (0..400).map(|_| Ok(10)).collect(),
+        shared: false,
+        first: 0,
+    }];
+    for threads in [1, 3] {
+        let (seen, most) = run_within::<true>(&long, threads, 0, Some(100));
+        assert_eq!(seen, expected(&long, true));
+        assert!(
+            most <= 100 + 20 + 10 * threads as u64,
+            "{most} bytes in flight"
         );
     }
 }

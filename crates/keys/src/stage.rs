@@ -454,8 +454,14 @@ impl ChunkWork for SketchWork<'_> {
         chunk.range == ChunkRange::Whole
     }
 
+    /// The block, and the row of keys each of its records gets.
     fn block_bytes(&self, block: &Block) -> u64 {
-        block.memory_bytes()
+        block.memory_bytes() + (block.num_records() * self.columns * size_of::<u64>()) as u64
+    }
+
+    /// A sketched block keeps its keys alone.
+    fn out_bytes(&self, out: &BlockRows) -> Option<u64> {
+        Some((out.keys.capacity() * size_of::<u64>()) as u64)
     }
 
     fn prepare(&self, worker: &mut Worker, _: &Chunk, block: Block, _: u64) -> (BlockRows, u64) {

@@ -12,21 +12,28 @@
 //! - **batches**: [`Index::check_many`] signs its texts on all threads, then decides them in
 //!   order, so a batch decides exactly as the same checks one by one.
 //!
-//! It owns the online verbs (check, query, insert) and ids. It does not sign (`neardup-sketch`,
-//! `neardup-keys`' row rule) or decide (`neardup-dedup`).
+//! Stores ([`Store`]): this process's memory ([`MemoryIndex`]) or a Redis server shared by any
+//! number of producers ([`RedisIndex`]: the state every decision needs lives on the server, and
+//! a script commits each decision only while what it was decided against is unchanged, so that
+//! the decisions are those of one process over every producer's documents in commit order).
+//!
+//! It owns the online verbs (check, query, insert), ids and the stores' state. It does not sign
+//! (`neardup-sketch`, `neardup-keys`' row rule) or decide (`neardup-dedup`).
 #![warn(missing_docs)]
+
+mod memory;
+mod redis_store;
+mod sign;
 
 use std::fmt;
 
-use hashbrown::HashMap;
-use rayon::prelude::*;
-
 use neardup_corpus::Reason;
-use neardup_dedup::{
-    Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, SettingsError, Verdict,
-};
-use neardup_keys::{RowKind, RowRule};
-use neardup_sketch::{NO_KEY, Scratch, Sketcher};
+use neardup_dedup::{Deduper, DeduperConfig, SettingsError};
+use neardup_keys::RowRule;
+use neardup_sketch::Sketcher;
+
+pub use memory::MemoryIndex;
+pub use redis_store::{RedisIndex, RedisStats};
 
 /// A document's id: the caller's integer or string. `7` and `"7"` are different ids.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -40,7 +47,7 @@ pub enum DocId {
 impl DocId {
     /// The id as the decision core keeps it: a tag telling integers from strings, then the
     /// value.
-    fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         match self {
             DocId::Int(n) => format!("i{n}"),
             DocId::Str(s) => format!("s{s}"),
@@ -48,7 +55,7 @@ impl DocId {
     }
 
     /// The id [`DocId::encode`] wrote.
-    fn decode(s: &str) -> Option<DocId> {
+    pub(crate) fn decode(s: &str) -> Option<DocId> {
         match s.split_at_checked(1)? {
             ("i", n) => n.parse().ok().map(DocId::Int),
             ("s", v) => Some(DocId::Str(v.to_string())),
@@ -106,45 +113,120 @@ pub struct IndexSettings {
     pub keep_empty: bool,
 }
 
-/// What signing a text gives (done in parallel before the decisions, which are sequential).
-struct Signed {
-    kind: RowKind,
-    content_hash: u128,
-    row: Vec<u64>,
-    sig: Vec<u32>,
-    shingles: Option<Vec<u32>>,
+impl IndexSettings {
+    /// The settings as a saved index and a shared store record them (the text selection is
+    /// the batch engine's default: the index is given texts, not records).
+    pub fn recorded(&self) -> neardup_index::IndexSettings {
+        let keys = neardup_keys::KeysConfig {
+            rule: self.rule,
+            ..neardup_keys::KeysConfig::new(
+                self.sketcher.clone(),
+                neardup_corpus::TextSelector::single(neardup_corpus::FieldPath::top("text")),
+            )
+        };
+        neardup_index::IndexSettings {
+            layout: keys.layout(),
+            min_count: 1,
+            threshold: self.deduper.threshold,
+            max_reps: self.deduper.max_reps,
+            verify: self.deduper.verify,
+        }
+    }
+
+    /// A decision core with these settings.
+    pub(crate) fn deduper_core(&self) -> Result<Deduper, IndexError> {
+        let s = &self.sketcher;
+        Deduper::new(self.deduper.clone(), s.num_perm(), s.bands(), self.rule)
+            .map_err(IndexError::Settings)
+    }
 }
 
-/// What was decided of an id, kept so that checking it again returns it.
-#[derive(Clone, Debug)]
-struct Decided {
-    keep: bool,
-    reason: Reason,
-    dup_of: Option<DocId>,
-    similarity: Option<f64>,
+/// Where an index keeps its state.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Store {
+    /// This process's memory.
+    Memory,
+    /// A Redis server (`redis://host:port/db`) and a namespace in it, shared by every producer
+    /// that opens it.
+    Redis {
+        /// The server's URL.
+        url: String,
+        /// The namespace: every key of the index starts with `neardup:{namespace}:`.
+        namespace: String,
+    },
 }
 
-/// An online dedup index in memory: see the crate docs.
-pub struct Index {
-    settings: IndexSettings,
-    core: Deduper,
-    /// Every id checked or inserted, with its decision.
-    decided: HashMap<DocId, Decided>,
-    /// Documents signed and given to the core: the record number of the next one's address.
-    next_record: u64,
-    /// The next integer id to try for a document without one.
-    next_auto: i64,
-    /// Hot bit per column: every key counts.
-    all_hot: Vec<bool>,
+/// An online dedup index: see the crate docs. One type for every store; the verbs decide the
+/// same way whatever the store.
+pub enum Index {
+    /// In this process's memory.
+    Memory(Box<MemoryIndex>),
+    /// In a Redis server.
+    Redis(Box<RedisIndex>),
 }
 
-/// An error the index met while deciding.
+/// An error the index met.
 #[derive(Debug)]
 pub enum IndexError {
     /// The settings are not valid.
     Settings(SettingsError),
     /// The representatives' spill file failed (exact verification past `verify_memory`).
     Spill(std::io::Error),
+    /// The Redis server could not be reached when the index was opened.
+    Unreachable {
+        /// The server's address (without a password).
+        address: String,
+        /// What the client met.
+        source: redis::RedisError,
+    },
+    /// The namespace was made with other settings.
+    SettingsDiffer {
+        /// The server's address.
+        address: String,
+        /// The namespace.
+        namespace: String,
+        /// Each setting that differs, as "name: the namespace's value vs this index's".
+        differences: Vec<String>,
+    },
+    /// The server was lost, or failed, in the middle of a batch.
+    Lost {
+        /// The server's address.
+        address: String,
+        /// Documents of the batch decided and committed before (in the order given, each id
+        /// once); the next call of the script may or may not have been committed (the server
+        /// runs a call whole or not at all), so checking the batch again with the same ids gives
+        /// every document its one decision.
+        decided: usize,
+        /// Documents in the batch.
+        total: usize,
+        /// What the client met.
+        source: redis::RedisError,
+    },
+    /// A command failed outside a batch (len, stats, query).
+    Redis {
+        /// The server's address.
+        address: String,
+        /// What the client met.
+        source: redis::RedisError,
+    },
+    /// Other producers kept getting in the way of a batch for an unreasonable number of rounds.
+    Contention {
+        /// The server's address.
+        address: String,
+        /// Documents of the batch decided.
+        decided: usize,
+        /// Documents in the batch.
+        total: usize,
+    },
+    /// The namespace holds something this version cannot read.
+    Damaged {
+        /// The server's address.
+        address: String,
+        /// The namespace.
+        namespace: String,
+        /// What cannot be read.
+        what: String,
+    },
 }
 
 impl fmt::Display for IndexError {
@@ -152,6 +234,52 @@ impl fmt::Display for IndexError {
         match self {
             IndexError::Settings(e) => write!(f, "{e}"),
             IndexError::Spill(e) => write!(f, "exact verification's spill file failed: {e}"),
+            IndexError::Unreachable { address, source } => write!(
+                f,
+                "cannot reach the Redis server at {address}: {source} (is redis-server running \
+                 there, and is the URL redis://HOST:PORT/DB?)"
+            ),
+            IndexError::SettingsDiffer {
+                address,
+                namespace,
+                differences,
+            } => write!(
+                f,
+                "the namespace {namespace:?} at {address} was made with other settings ({}; the \
+                 namespace's value first): use its settings, or another namespace",
+                differences.join(", ")
+            ),
+            IndexError::Lost {
+                address,
+                decided,
+                total,
+                source,
+            } => write!(
+                f,
+                "the Redis server at {address} failed after {decided} of the batch's {total} \
+                 documents were decided: {source}; no document is half inserted, and checking the \
+                 batch again with the same ids gives each document its one decision"
+            ),
+            IndexError::Redis { address, source } => {
+                write!(f, "the Redis server at {address} failed: {source}")
+            }
+            IndexError::Contention {
+                address,
+                decided,
+                total,
+            } => write!(
+                f,
+                "other producers on {address} kept changing what the batch reaches: {decided} of \
+                 {total} documents decided; try again"
+            ),
+            IndexError::Damaged {
+                address,
+                namespace,
+                what,
+            } => write!(
+                f,
+                "the namespace {namespace:?} at {address} cannot be used: {what}"
+            ),
         }
     }
 }
@@ -161,55 +289,60 @@ impl std::error::Error for IndexError {
         match self {
             IndexError::Settings(e) => Some(e),
             IndexError::Spill(e) => Some(e),
+            IndexError::Unreachable { source, .. }
+            | IndexError::Lost { source, .. }
+            | IndexError::Redis { source, .. } => Some(source),
+            _ => None,
         }
     }
 }
 
 impl Index {
-    /// An empty index.
+    /// An empty index in this process's memory.
     pub fn new(settings: IndexSettings) -> Result<Index, IndexError> {
-        let s = &settings.sketcher;
-        let core = Deduper::new(
-            settings.deduper.clone(),
-            s.num_perm(),
-            s.bands(),
-            settings.rule,
-        )
-        .map_err(IndexError::Settings)?;
-        let columns = settings.rule.columns(s.bands());
-        Ok(Index {
-            core,
-            decided: HashMap::new(),
-            next_record: 0,
-            next_auto: 0,
-            all_hot: vec![true; columns],
-            settings,
-        })
+        MemoryIndex::new(settings).map(|m| Index::Memory(Box::new(m)))
+    }
+
+    /// The index in `store`: a new one in memory, or the one a Redis namespace holds (made
+    /// when new, refused when made with other settings).
+    pub fn open(settings: IndexSettings, store: &Store) -> Result<Index, IndexError> {
+        match store {
+            Store::Memory => Index::new(settings),
+            Store::Redis { url, namespace } => {
+                RedisIndex::open(settings, url, namespace).map(|r| Index::Redis(Box::new(r)))
+            }
+        }
     }
 
     /// The settings.
     pub fn settings(&self) -> &IndexSettings {
-        &self.settings
+        match self {
+            Index::Memory(m) => m.settings(),
+            Index::Redis(r) => r.settings(),
+        }
     }
 
-    /// Documents checked or inserted (each id counted once).
-    pub fn len(&self) -> usize {
-        self.decided.len()
+    /// Documents checked or inserted (each id counted once; in Redis, by every producer).
+    pub fn len(&mut self) -> Result<u64, IndexError> {
+        match self {
+            Index::Memory(m) => Ok(m.len() as u64),
+            Index::Redis(r) => r.len(),
+        }
     }
 
     /// Whether nothing was checked or inserted yet.
-    pub fn is_empty(&self) -> bool {
-        self.decided.is_empty()
+    pub fn is_empty(&mut self) -> Result<bool, IndexError> {
+        self.len().map(|n| n == 0)
     }
 
-    /// The decision an id got, if it was checked (inserted documents count as kept).
-    pub fn decision_of(&self, id: &DocId) -> Option<Decision> {
-        self.decided.get(id).map(|d| d.to_decision(id.clone()))
-    }
-
-    /// The decision core's counters (representatives, buckets, comparisons, bytes).
-    pub fn stats(&self) -> DeduperStats {
-        self.core.stats()
+    /// The counters of the index as JSON: the decision core's
+    /// ([`neardup_dedup::DeduperStats`]) in memory, the namespace's ([`RedisStats`]) in Redis.
+    pub fn stats(&mut self) -> Result<serde_json::Value, IndexError> {
+        Ok(match self {
+            Index::Memory(m) => serde_json::to_value(m.stats()),
+            Index::Redis(r) => serde_json::to_value(r.stats()?),
+        }
+        .expect("stats serialise"))
     }
 
     /// Decides `text` against everything inserted so far and inserts it when it is kept.
@@ -221,7 +354,7 @@ impl Index {
 
     /// [`Index::check`] for each text in order (`ids[i]` the id of `texts[i]`, `None` for the
     /// next free integer), signing the texts in parallel first: the same decisions as the
-    /// checks one by one.
+    /// checks one by one. An id given twice is decided at its first place.
     ///
     /// # Panics
     /// When `ids.len() != texts.len()`.
@@ -230,47 +363,20 @@ impl Index {
         texts: &[Text<'_>],
         ids: Vec<Option<DocId>>,
     ) -> Result<Vec<Decision>, IndexError> {
-        assert_eq!(texts.len(), ids.len(), "one id per text");
-        let ids = self.assign_ids(ids);
-        let fresh = self.fresh(&ids);
-        let signed = self.sign_all(texts, &fresh);
-        let mut out = Vec::with_capacity(texts.len());
-        for ((id, signed), fresh) in ids.into_iter().zip(signed).zip(fresh) {
-            if !fresh {
-                let d = self.decided[&id].to_decision(id);
-                out.push(d);
-                continue;
-            }
-            let decided = self.decide(&id, signed.as_ref())?;
-            out.push(decided.to_decision(id.clone()));
-            self.decided.insert(id, decided);
+        match self {
+            Index::Memory(m) => m.check_many(texts, ids),
+            Index::Redis(r) => r.check_many(texts, ids),
         }
-        Ok(out)
-    }
-
-    /// Which of `ids` are to be signed and decided: those not decided yet, each at its first
-    /// occurrence in `ids` (a later one gets the first one's decision).
-    fn fresh(&self, ids: &[DocId]) -> Vec<bool> {
-        let mut seen_here = hashbrown::HashSet::new();
-        ids.iter()
-            .map(|id| !self.decided.contains_key(id) && seen_here.insert(id.clone()))
-            .collect()
     }
 
     /// The earlier documents `text` duplicates, with their similarity, inserting nothing: the
     /// first document with the same text (1.0), then the kept documents of its buckets whose
     /// similarity reaches the threshold. An empty list when `check` would keep it.
-    pub fn query(&mut self, text: &str) -> Vec<(DocId, f64)> {
-        let Some(signed) = self.sign_one(text) else {
-            return Vec::new();
-        };
-        let matches = self
-            .core
-            .query(&candidate(&signed, &self.all_hot, SampleAddr::default()));
-        matches
-            .into_iter()
-            .filter_map(|m| Some((DocId::decode(m.id.as_deref()?)?, m.similarity)))
-            .collect()
+    pub fn query(&mut self, text: &str) -> Result<Vec<(DocId, f64)>, IndexError> {
+        match self {
+            Index::Memory(m) => Ok(m.query(text)),
+            Index::Redis(r) => r.query(text),
+        }
     }
 
     /// Adds documents without deciding them: each becomes the first document with its text
@@ -282,194 +388,9 @@ impl Index {
         texts: &[Text<'_>],
         ids: Vec<Option<DocId>>,
     ) -> Result<Vec<DocId>, IndexError> {
-        assert_eq!(texts.len(), ids.len(), "one id per text");
-        let ids = self.assign_ids(ids);
-        let fresh = self.fresh(&ids);
-        let signed = self.sign_all(texts, &fresh);
-        for ((id, signed), fresh) in ids.iter().zip(signed).zip(fresh) {
-            if !fresh {
-                continue;
-            }
-            let reason = match &signed {
-                Some(s) if s.kind != RowKind::Blank => {
-                    let addr = self.next_addr();
-                    let c = candidate(s, &self.all_hot, addr);
-                    self.core.insert(&c);
-                    let code = id.encode();
-                    self.core
-                        .note(addr, &Verdict::Unique, s.content_hash, Some(&code));
-                    if let Some(e) = self.core.take_io_error() {
-                        return Err(IndexError::Spill(e));
-                    }
-                    Reason::Unique
-                }
-                Some(_) => Reason::Empty,
-                None => Reason::Error,
-            };
-            self.decided.insert(
-                id.clone(),
-                Decided {
-                    keep: true,
-                    reason,
-                    dup_of: None,
-                    similarity: None,
-                },
-            );
-        }
-        Ok(ids)
-    }
-
-    /// Gives each document without an id the next integer no document has.
-    fn assign_ids(&mut self, ids: Vec<Option<DocId>>) -> Vec<DocId> {
-        let mut given: hashbrown::HashSet<DocId> = ids.iter().flatten().cloned().collect();
-        ids.into_iter()
-            .map(|id| {
-                id.unwrap_or_else(|| {
-                    loop {
-                        let id = DocId::Int(self.next_auto);
-                        self.next_auto += 1;
-                        if !self.decided.contains_key(&id) && given.insert(id.clone()) {
-                            break id;
-                        }
-                    }
-                })
-            })
-            .collect()
-    }
-
-    /// Signs the texts marked `fresh` on all threads (`None` for the others and for
-    /// unreadable texts).
-    fn sign_all(&self, texts: &[Text<'_>], fresh: &[bool]) -> Vec<Option<Signed>> {
-        let sign = |scratch: &mut Scratch, (text, fresh): (&Text<'_>, &bool)| match (text, fresh) {
-            (Text::Str(t), true) => Some(self.sign(t, scratch)),
-            _ => None,
-        };
-        // A handful of texts costs less than waking the pool.
-        if texts.len() < 8 {
-            let mut scratch = self.scratch();
-            return texts
-                .iter()
-                .zip(fresh)
-                .map(|p| sign(&mut scratch, p))
-                .collect();
-        }
-        texts
-            .par_iter()
-            .zip(fresh.par_iter())
-            .map_init(|| self.scratch(), sign)
-            .collect()
-    }
-
-    fn sign_one(&self, text: &str) -> Option<Signed> {
-        let signed = self.sign(text, &mut self.scratch());
-        (signed.kind != RowKind::Blank).then_some(signed)
-    }
-
-    fn scratch(&self) -> Scratch {
-        if self.core.needs_shingles() {
-            Scratch::collecting_shingle_sets()
-        } else {
-            Scratch::default()
-        }
-    }
-
-    fn sign(&self, text: &str, scratch: &mut Scratch) -> Signed {
-        let s = &self.settings.sketcher;
-        let mut sig = vec![0; s.num_perm()];
-        let mut row = vec![NO_KEY; self.all_hot.len()];
-        let r = self
-            .settings
-            .rule
-            .sketch(s, text, scratch, &mut sig, &mut row);
-        let shingles = (self.core.needs_shingles() && r.kind != RowKind::Blank).then(|| {
-            let mut set = Vec::new();
-            s.last_shingle_set(scratch, &mut set);
-            set
-        });
-        Signed {
-            kind: r.kind,
-            content_hash: r.content_hash,
-            row,
-            sig,
-            shingles,
-        }
-    }
-
-    fn next_addr(&mut self) -> SampleAddr {
-        let addr = SampleAddr {
-            file: 0,
-            record: self.next_record,
-            field: 0,
-        };
-        self.next_record += 1;
-        addr
-    }
-
-    /// Decides one signed document (`None`: unreadable) and records it in the core.
-    fn decide(&mut self, id: &DocId, signed: Option<&Signed>) -> Result<Decided, IndexError> {
-        let plain = |keep, reason| Decided {
-            keep,
-            reason,
-            dup_of: None,
-            similarity: None,
-        };
-        let Some(s) = signed else {
-            return Ok(plain(true, Reason::Error));
-        };
-        if s.kind == RowKind::Blank {
-            return Ok(plain(self.settings.keep_empty, Reason::Empty));
-        }
-        if s.row.iter().all(|k| *k == NO_KEY) {
-            // No key at all (near and exact detection both off, or a text shorter than a
-            // shingle with exact detection off): nothing to meet, as in a batch run.
-            return Ok(plain(true, Reason::Unique));
-        }
-        let addr = self.next_addr();
-        let verdict = self.core.decide(&candidate(s, &self.all_hot, addr));
-        let code = id.encode();
-        let named = self.core.note(addr, &verdict, s.content_hash, Some(&code));
-        if let Some(e) = self.core.take_io_error() {
-            return Err(IndexError::Spill(e));
-        }
-        let dup_of = named.as_deref().and_then(DocId::decode);
-        Ok(match verdict {
-            Verdict::Unique => plain(true, Reason::Unique),
-            Verdict::Exact { .. } => Decided {
-                keep: false,
-                reason: Reason::Exact,
-                dup_of,
-                similarity: Some(1.0),
-            },
-            Verdict::Near { similarity, .. } => Decided {
-                keep: false,
-                reason: Reason::Near,
-                dup_of,
-                similarity: Some(similarity),
-            },
-        })
-    }
-}
-
-/// The decision core's view of a signed document at `addr`, every column hot.
-fn candidate<'a>(s: &'a Signed, hot: &'a [bool], addr: SampleAddr) -> Candidate<'a> {
-    Candidate {
-        addr,
-        signature: &s.sig,
-        row: &s.row,
-        hot,
-        content_hash: s.content_hash,
-        shingles: s.shingles.as_deref(),
-    }
-}
-
-impl Decided {
-    fn to_decision(&self, id: DocId) -> Decision {
-        Decision {
-            id,
-            keep: self.keep,
-            reason: self.reason,
-            dup_of: self.dup_of.clone(),
-            similarity: self.similarity,
+        match self {
+            Index::Memory(m) => m.insert_many(texts, ids),
+            Index::Redis(r) => r.insert_many(texts, ids),
         }
     }
 }

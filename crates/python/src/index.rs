@@ -2,13 +2,13 @@
 
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyConnectionError, PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 
 use neardup::dedup::EmptyPolicy;
 use neardup::sketch::Sketcher;
-use neardup_online::{DocId, Index as Core, IndexError, IndexSettings, Text};
+use neardup_online::{DocId, Index as Core, IndexError, IndexSettings, Store, Text};
 
 use crate::settings::{Scope, config_from};
 use crate::texts::str_of;
@@ -128,9 +128,16 @@ impl IndexDecision {
 /// order (the same decision core: bounded representatives per bucket, verification, first seen
 /// kept, ``dup_of`` named).
 ///
-/// ``store=None`` keeps the index in this process's memory. Settings are keyword arguments as
-/// for :class:`Deduper` (the sketch settings and ``threshold``, ``max_reps``, ``verify``,
-/// ``exact``, ``near``, ``empty``, …). ``namespace`` names the index within a shared store.
+/// ``store=None`` keeps the index in this process's memory; ``store="redis://HOST:PORT/DB"``
+/// keeps it in a Redis server, shared by every process and machine that opens the same
+/// ``namespace`` (default ``"default"``): a check and its insert are one atomic step on the
+/// server, so two producers that see near copies at the same moment never both keep them, and
+/// one producer alone gets exactly the in-memory decisions. A namespace records the settings it
+/// was made with and refuses others (``ValueError`` naming them); a server that cannot be
+/// reached, or is lost in the middle of a batch, is a ``ConnectionError`` naming its address
+/// (and how far the batch got). Settings are keyword arguments as for :class:`Deduper` (the
+/// sketch settings and ``threshold``, ``max_reps``, ``verify``, ``exact``, ``near``,
+/// ``empty``, …).
 ///
 /// Ids are ``str`` or ``int`` (``7`` and ``"7"`` are different documents); a document checked
 /// without one gets the next integer no document has. Checking an id again returns the decision
@@ -181,16 +188,52 @@ fn ids_of(ids: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<DocId
     Ok(ids)
 }
 
-fn index_error(py: Python<'_>, e: IndexError) -> PyErr {
+/// The index's errors as Python exceptions: settings (invalid, or not a shared namespace's)
+/// are a `ValueError`, a Redis server that cannot be reached or is lost a `ConnectionError`,
+/// a spill file's failure the `OSError` of its kind, a namespace that cannot be read or other
+/// producers in the way an `OSError`.
+pub(crate) fn index_error(py: Python<'_>, e: IndexError) -> PyErr {
+    let message = e.to_string();
     match e {
-        IndexError::Settings(e) => PyValueError::new_err(e.to_string()),
-        IndexError::Spill(io) => crate::errors::os_error(
-            py,
-            &io,
-            format!("exact verification's spill file failed: {io}"),
-        ),
+        IndexError::Settings(_) | IndexError::SettingsDiffer { .. } => {
+            PyValueError::new_err(message)
+        }
+        IndexError::Spill(io) => crate::errors::os_error(py, &io, message),
+        IndexError::Unreachable { .. } | IndexError::Lost { .. } | IndexError::Redis { .. } => {
+            PyConnectionError::new_err(message)
+        }
+        _ => PyOSError::new_err(message),
     }
 }
+
+/// The store `store=` names: `None` (memory) or a `redis://`/`rediss://`/`unix://` URL.
+fn store_of(store: Option<&Bound<'_, PyAny>>, namespace: Option<&str>) -> PyResult<Store> {
+    let Some(store) = store.filter(|s| !s.is_none()) else {
+        return Ok(Store::Memory);
+    };
+    let Ok(url) = store.extract::<String>() else {
+        return Err(PyValueError::new_err(format!(
+            "store={store}: give None (this process's memory) or a Redis URL \
+             (\"redis://HOST:PORT/DB\")"
+        )));
+    };
+    if ["redis://", "rediss://", "unix://"]
+        .iter()
+        .any(|p| url.starts_with(p))
+    {
+        return Ok(Store::Redis {
+            url,
+            namespace: namespace.unwrap_or(DEFAULT_NAMESPACE).to_string(),
+        });
+    }
+    Err(PyValueError::new_err(format!(
+        "store={url:?}: a saved index file as a store is not supported by this version; give \
+         None (this process's memory) or a Redis URL (\"redis://HOST:PORT/DB\")"
+    )))
+}
+
+/// The namespace of a shared store when none is given.
+const DEFAULT_NAMESPACE: &str = "default";
 
 impl Index {
     fn core(&self) -> std::sync::MutexGuard<'_, Core> {
@@ -231,25 +274,28 @@ impl Index {
     #[new]
     #[pyo3(signature = (store = None, *, namespace = None, **settings))]
     fn new(
+        py: Python<'_>,
         store: Option<&Bound<'_, PyAny>>,
         namespace: Option<String>,
         settings: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
-        if let Some(store) = store.filter(|s| !s.is_none()) {
-            return Err(PyValueError::new_err(format!(
-                "store={store}: only store=None (in memory) is supported by this version"
-            )));
-        }
+        let store = store_of(store, namespace.as_deref())?;
         let config = config_from(settings, Scope::Deduper)?;
         let sketcher = Sketcher::new(config.sketch_config().map_err(crate::errors::to_py)?)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let core = Core::new(IndexSettings {
+        let settings = IndexSettings {
             sketcher,
             rule: config.row_rule(),
             deduper: config.deduper_config(),
             keep_empty: config.dedup.empty == EmptyPolicy::Keep,
-        })
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        };
+        let core = py
+            .detach(|| Core::open(settings, &store))
+            .map_err(|e| index_error(py, e))?;
+        let namespace = match &store {
+            Store::Memory => namespace,
+            Store::Redis { namespace, .. } => Some(namespace.clone()),
+        };
         Ok(Index {
             core: Mutex::new(core),
             namespace,
@@ -310,7 +356,9 @@ impl Index {
     ) -> PyResult<Vec<(Bound<'py, PyAny>, f64)>> {
         let text = str_of(text)?;
         let text: &str = &text;
-        let found = py.detach(|| self.core().query(text));
+        let found = py
+            .detach(|| self.core().query(text))
+            .map_err(|e| index_error(py, e))?;
         found
             .iter()
             .map(|(id, sim)| Ok((id_to_py(py, id)?, *sim)))
@@ -364,16 +412,29 @@ impl Index {
     /// duplicates, representatives and buckets held, and their bytes.
     #[getter]
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let stats = self.core().stats();
-        crate::json_to_py(py, &serde_json::to_value(stats).expect("stats serialise"))
+        let stats = py
+            .detach(|| self.core().stats())
+            .map_err(|e| index_error(py, e))?;
+        crate::json_to_py(py, &stats)
     }
 
-    /// Documents checked or inserted (each id once).
-    fn __len__(&self) -> usize {
-        self.core().len()
+    /// Documents checked or inserted (each id once; in Redis, by every producer).
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let n = py
+            .detach(|| self.core().len())
+            .map_err(|e| index_error(py, e))?;
+        Ok(n as usize)
     }
 
     fn __repr__(&self) -> String {
-        format!("Index(documents={})", self.core().len())
+        let core = self.core();
+        match &*core {
+            Core::Memory(m) => format!("Index(documents={})", m.len()),
+            Core::Redis(r) => format!(
+                "Index(store={:?}, namespace={:?})",
+                r.address(),
+                r.namespace()
+            ),
+        }
     }
 }

@@ -281,6 +281,7 @@ pub fn config_from(settings: Option<&Bound<'_, PyDict>>, scope: Scope) -> PyResu
         layers.given(),
         settings.get_item("tokenizer")?.as_ref(),
         tokenizer_name,
+        matches!(scope, Scope::Run | Scope::NoOutputs),
     )?;
     let config = layers.finish();
     config.validate().map_err(crate::errors::to_py)?;

@@ -7,9 +7,14 @@
 //! GIL is taken once per block, and the worker keeps the tokens for the sketching that follows
 //! while the other workers hash and decide in parallel. A text outside any batch (the rare paths
 //! that sketch one text) takes the GIL for itself; the tokens are the same either way.
+//!
+//! A run signs its hot texts a second time in stage 2, and the callable's time is the floor of
+//! the run, so the tokens stage 1 made are kept (up to a budget, [`Kept`]) and stage 2 takes them
+//! instead of calling the callable again.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -35,12 +40,55 @@ impl Tokens {
     }
 }
 
+impl Tokens {
+    /// The memory it holds, as the budget of [`Kept`] counts it.
+    fn bytes(&self) -> usize {
+        self.text.len() + self.ends.len() * std::mem::size_of::<usize>() + 64
+    }
+}
+
 /// The tokens a thread's last batch made, waiting to be sketched.
 struct Batch {
     /// Which tokenizer made them (its address): one thread may serve two runs in turn.
     owner: usize,
-    tokens: HashMap<String, Tokens>,
+    tokens: HashMap<String, Arc<Tokens>>,
 }
+
+/// The tokens of the texts tokenized so far, by a 128-bit hash of the text, until they hold
+/// `budget` bytes: a run's stage 2 re-signs its hot texts, and takes their tokens from here
+/// instead of calling Python again (the callable is taken to be a function of its text, as the
+/// settings fingerprint takes it to be). Past the budget, texts are tokenized again.
+struct Kept {
+    budget: usize,
+    used: usize,
+    tokens: HashMap<u128, Arc<Tokens>>,
+}
+
+impl Kept {
+    fn get(&self, text: &str) -> Option<Arc<Tokens>> {
+        self.tokens
+            .get(&xxhash_rust::xxh3::xxh3_128(text.as_bytes()))
+            .cloned()
+    }
+
+    fn keep(&mut self, text: &str, tokens: &Arc<Tokens>) {
+        let bytes = tokens.bytes();
+        if self.used + bytes > self.budget {
+            return;
+        }
+        let key = xxhash_rust::xxh3::xxh3_128(text.as_bytes());
+        if self.tokens.insert(key, tokens.clone()).is_none() {
+            self.used += bytes;
+        }
+    }
+}
+
+/// Memory the tokens kept for stage 2 may hold, without `memory_limit`: a Python analyser
+/// tokenizes about a megabyte of text a second, so this covers several minutes of its work.
+const KEPT_TOKENS_BYTES: usize = 1 << 30;
+
+/// The share of `memory_limit` the kept tokens may hold (stage 2's decision state takes half).
+const KEPT_TOKENS_SHARE: u64 = 8;
 
 thread_local! {
     static BATCH: RefCell<Batch> = RefCell::new(Batch { owner: 0, tokens: HashMap::new() });
@@ -51,6 +99,9 @@ thread_local! {
 pub struct PyTokenizer {
     name: String,
     function: Py<PyAny>,
+    /// Tokens kept for a run's second stage; None where nothing is signed twice (`Sketcher`,
+    /// `Deduper`, the online index).
+    kept: Option<Mutex<Kept>>,
 }
 
 impl std::fmt::Debug for PyTokenizer {
@@ -121,21 +172,53 @@ impl Tokenizer for PyTokenizer {
         });
         let tokens = match kept {
             Some(tokens) => tokens,
-            None => Python::attach(|py| self.call(py, text).unwrap_or_else(|e| self.failed(py, e))),
+            None => Arc::new(Python::attach(|py| {
+                self.call(py, text).unwrap_or_else(|e| self.failed(py, e))
+            })),
         };
         tokens.each(emit);
     }
 
     fn prefetch(&self, texts: &[&str]) {
-        let mut tokens = HashMap::with_capacity(texts.len());
-        Python::attach(|py| {
-            for &text in texts {
-                if !tokens.contains_key(text) {
-                    let made = self.call(py, text).unwrap_or_else(|e| self.failed(py, e));
-                    tokens.insert(text.to_string(), made);
-                }
+        let mut tokens: HashMap<String, Arc<Tokens>> = HashMap::with_capacity(texts.len());
+        let mut kept = self
+            .kept
+            .as_ref()
+            .map(|k| k.lock().unwrap_or_else(|e| e.into_inner()));
+        // Tokens an earlier pass made are taken without the GIL.
+        let mut missing = Vec::with_capacity(texts.len());
+        for &text in texts {
+            if tokens.contains_key(text) {
+                continue;
             }
-        });
+            match kept.as_ref().and_then(|k| k.get(text)) {
+                Some(t) => {
+                    tokens.insert(text.to_string(), t);
+                }
+                None => missing.push(text),
+            }
+        }
+        // The lock is not held across the call: other workers take their kept tokens meanwhile.
+        drop(kept.take());
+        let mut made = Vec::with_capacity(missing.len());
+        if !missing.is_empty() {
+            Python::attach(|py| {
+                for &text in &missing {
+                    if !tokens.contains_key(text) {
+                        let t =
+                            Arc::new(self.call(py, text).unwrap_or_else(|e| self.failed(py, e)));
+                        tokens.insert(text.to_string(), t.clone());
+                        made.push((text, t));
+                    }
+                }
+            });
+        }
+        if let Some(k) = &self.kept {
+            let mut k = k.lock().unwrap_or_else(|e| e.into_inner());
+            for (text, t) in &made {
+                k.keep(text, t);
+            }
+        }
         let owner = self as *const PyTokenizer as usize;
         BATCH.with(|b| *b.borrow_mut() = Batch { owner, tokens });
     }
@@ -178,6 +261,7 @@ pub fn apply(
     config: &mut neardup::Config,
     tokenizer: Option<&Bound<'_, PyAny>>,
     name: Option<String>,
+    two_pass: bool,
 ) -> PyResult<()> {
     let Some(tokenizer) = tokenizer else {
         if name.is_some() {
@@ -208,9 +292,22 @@ pub fn apply(
         )));
     }
     let name = name_of(tokenizer, name)?;
+    // Runs (both stages, or stage steps) sign hot texts twice; a sketcher or an index once.
+    let kept = two_pass.then(|| {
+        let budget = match config.keys.memory_limit {
+            Some(limit) => (limit / KEPT_TOKENS_SHARE) as usize,
+            None => KEPT_TOKENS_BYTES,
+        };
+        Mutex::new(Kept {
+            budget,
+            used: 0,
+            tokens: HashMap::new(),
+        })
+    });
     let t = PyTokenizer {
         name: format!("custom:{name}"),
         function: tokenizer.clone().unbind(),
+        kept,
     };
     t.call(tokenizer.py(), "neardup テスト 测试")?;
     config.sketch.tokenize = neardup::ShingleUnit::Custom(name);

@@ -86,3 +86,50 @@ def sample_texts() -> list:
         elif path.suffix == ".parquet":
             texts += pq.read_table(path, columns=["text"]).column("text").to_pylist()
     return texts
+
+
+def _redis_answers(port: int) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real `redis-server` (Debian's package; $NEARDUP_REDIS_SERVER names another) on a free
+    127.0.0.1 port, in a directory of its own, stopped by its pid after the test. Yields its URL
+    (database 0)."""
+    import shutil
+    import socket
+    import time
+
+    program = os.environ.get("NEARDUP_REDIS_SERVER") or shutil.which("redis-server")
+    if program is None:
+        pytest.fail("redis-server is missing: apt-get install redis-server (.ci/run does)")
+    for _ in range(5):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen(
+            [program, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None and not _redis_answers(port):
+            time.sleep(0.02)
+        if proc.poll() is None and _redis_answers(port):
+            try:
+                yield f"redis://127.0.0.1:{port}/0"
+            finally:
+                proc.kill()
+                proc.wait()
+            return
+        proc.kill()
+        proc.wait()
+    pytest.fail("redis-server did not start")

@@ -47,3 +47,19 @@ def test_batches_and_ids():
     skipped = hojichar.Document("a text never seen before by this filter at all", is_rejected=True)
     one.apply_batch([skipped])
     assert "neardup" not in skipped.extras and len(one.index) == len(texts)
+
+
+def test_near_dedup_shares_redis_state_between_pipelines(redis_url):
+    """Two pipelines (two workers) with NearDedup on one Redis namespace: a document the second
+    sees is rejected when the first already kept a near copy, as hojichar's RedisDeduplicator
+    shares its keys, but by similarity."""
+    texts = sample_texts()[:300]
+    first = hojichar.Compose([NearDedup(store=redis_url, namespace="pipes", id_key="url")])
+    second = hojichar.Compose([NearDedup(store=redis_url, namespace="pipes", id_key="url")])
+    docs = []
+    for i, t in enumerate(texts):
+        pipeline = first if i % 2 == 0 else second
+        docs.append(pipeline.apply(hojichar.Document(t, extras={"url": f"u{i}"})))
+    expected = neardup.Index().check_many(texts, ids=[f"u{i}" for i in range(len(texts))])
+    assert [d.extras["neardup"] for d in docs] == [e.to_dict() for e in expected]
+    assert sum(d.is_rejected for d in docs) > 20

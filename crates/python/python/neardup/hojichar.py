@@ -9,7 +9,10 @@ document sharing one LSH band key with an earlier one, a document is dropped onl
 similarity with the earlier one reaches the threshold (exact Jaccard by default), and the
 decisions are those of ``neardup dedup`` over the same texts in the same order.
 
-The state is the process's own (``store=None``), as ``InlineDeduplicator``'s.
+The state is the process's own (``store=None``), as ``InlineDeduplicator``'s, or a Redis
+server's (``store="redis://HOST:PORT/DB"``, ``namespace=``) shared by every worker and machine
+that opens the same namespace, as ``RedisDeduplicator``'s: a check and its insert are one atomic
+step on the server, so two workers never both keep near copies.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ EXTRAS_KEY = "neardup"
 class NearDedup(Filter):
     """Rejects documents that near-duplicate an earlier document (hojichar ``Filter``).
 
-    ``store`` and ``namespace`` choose the index (``None``: in this process's memory);
+    ``store`` and ``namespace`` choose the index (``None``: in this process's memory; a
+    ``redis://`` URL: a Redis server, shared by every filter that opens the namespace);
     ``id_key`` names the key of ``document.extras`` holding each document's id (a ``str`` or an
     ``int``), so that a document processed again (a retried batch) gets its first decision back
     instead of being compared with itself; without it documents get the index's integer ids.

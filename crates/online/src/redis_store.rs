@@ -1,0 +1,1099 @@
+//! The index in a Redis server, shared by any number of producer processes and machines.
+//!
+//! **What the server holds** (keys `neardup:{namespace}:…`), all that a decision needs, so that
+//! any producer decides exactly as one process holding everything would:
+//! - `settings`: the settings the namespace was made with (JSON); a producer with other
+//!   settings is refused, naming each setting that differs;
+//! - `ids` (hash): every document id checked or inserted → its decision (so a retry gets it);
+//! - `reps` (hash): representative number → the kept document's number, id, MinHash signature
+//!   and, under `verify="exact"`, its shingle set (the values other producers verify against);
+//! - `buckets` (hash): band key → the numbers of its representatives, in the order they joined
+//!   (at most `max_reps`);
+//! - `copies` (hash): 128-bit content hash → the first document with that text (number and id);
+//! - `meta` (hash): counters (documents, representatives, the next free integer id, decisions
+//!   by reason).
+//!
+//! **How a batch is decided.** A producer signs its texts, reads the state its documents reach
+//! (the ids, the buckets of their band keys, their texts' first copies, and the representatives
+//! those buckets name, which never change once written and are cached), seeds a decision core
+//! with it ([`Deduper::seed`]) and decides the documents in order, as the in-memory index does.
+//! Then one server-side script commits the decisions in order, each only if what it was decided
+//! against has not changed: its id is still undecided, each of its buckets still holds the
+//! representatives it was compared with (buckets only grow, so a length says it), and its text
+//! still has no first copy when it is to become one. The script stops at the first document
+//! another producer got in the way of; the producer reads again and decides the rest anew. A
+//! committed decision is therefore the one a single process would make over all producers'
+//! documents in the order of their commits: two producers that see near-copies at the same
+//! moment never both keep them, and one producer alone gets the in-memory index's decisions.
+//! A document's keys, its representative, its first copy and its decision go in together in
+//! one script call, or not at all.
+#![allow(clippy::too_many_arguments)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use hashbrown::{HashMap, HashSet};
+use redis::{Connection, Script};
+use serde::{Deserialize, Serialize};
+
+use neardup_corpus::Reason;
+use neardup_dedup::{Deduper, PriorCopy, PriorRepresentative, PriorState, SampleAddr, Verdict};
+use neardup_sketch::NO_KEY;
+
+use crate::sign::{self, Decided, Signed, Signer};
+use crate::{Decision, DocId, IndexError, IndexSettings, Text};
+
+/// Reads the ids, buckets and first copies a batch reaches, in one consistent view.
+/// KEYS: ids, buckets, copies. ARGV: n ids, the ids, n buckets, the band keys, the content hashes.
+const READ: &str = r#"
+local function hmget(key, from, to)
+  local out = {}
+  local i = from
+  while i <= to do
+    local j = math.min(i + 999, to)
+    local part = redis.call('HMGET', key, unpack(ARGV, i, j))
+    for _, v in ipairs(part) do out[#out + 1] = v end
+    i = j + 1
+  end
+  return out
+end
+local nid = tonumber(ARGV[1])
+local ids = hmget(KEYS[1], 2, 1 + nid)
+local nb = tonumber(ARGV[2 + nid])
+local b0 = 3 + nid
+local buckets = hmget(KEYS[2], b0, b0 + nb - 1)
+local copies = hmget(KEYS[3], b0 + nb, #ARGV)
+return {ids, buckets, copies}
+"#;
+
+/// Commits decisions in order while what each was decided against is unchanged; returns how
+/// many it committed. KEYS: meta, ids, buckets, copies, reps. ARGV: the count, then per
+/// document: id, decision, counter, n checks, (band key, expected bytes) per check, content hash,
+/// "a" when it becomes its text's first copy (else ""), n joins, the band keys it joins, its
+/// representative's body ("" when it is none).
+const COMMIT: &str = r#"
+local meta, ids, buckets, copies, reps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local n = tonumber(ARGV[1])
+local at = 2
+for d = 1, n do
+  local id, blob, counter = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+  local nchecks = tonumber(ARGV[at + 3])
+  at = at + 4
+  local ok = redis.call('HEXISTS', ids, id) == 0
+  for c = 1, nchecks do
+    if ok and redis.call('HSTRLEN', buckets, ARGV[at]) ~= tonumber(ARGV[at + 1]) then ok = false end
+    at = at + 2
+  end
+  local hash, first = ARGV[at], ARGV[at + 1] == 'a'
+  at = at + 2
+  if ok and first and redis.call('HEXISTS', copies, hash) == 1 then ok = false end
+  local njoins = tonumber(ARGV[at])
+  local jfrom = at + 1
+  at = jfrom + njoins
+  local body = ARGV[at]
+  at = at + 1
+  if not ok then return d - 1 end
+  local named = struct.pack('<I4', #id) .. id
+  local docno = ''
+  if body ~= '' or first then
+    docno = struct.pack('<I8', redis.call('HINCRBY', meta, 'documents', 1) - 1)
+  end
+  if body ~= '' then
+    local rep = struct.pack('<I4', redis.call('HINCRBY', meta, 'representatives', 1) - 1)
+    redis.call('HSET', reps, rep, docno .. named .. body)
+    for j = jfrom, jfrom + njoins - 1 do
+      local held = redis.call('HGET', buckets, ARGV[j])
+      if held then
+        redis.call('HSET', buckets, ARGV[j], held .. rep)
+      else
+        redis.call('HSET', buckets, ARGV[j], rep)
+      end
+    end
+  end
+  if first then redis.call('HSET', copies, hash, docno .. id) end
+  local seq = redis.call('HINCRBY', meta, 'sequence', 1) - 1
+  redis.call('HSET', ids, id, struct.pack('<I8', seq) .. blob)
+  redis.call('HINCRBY', meta, counter, 1)
+end
+return n
+"#;
+
+/// Reserves integer ids no document has. KEYS: meta, ids. ARGV: how many, then the ids the
+/// batch gives (encoded), which are not to be handed out.
+const RESERVE: &str = r#"
+local n = tonumber(ARGV[1])
+local given = {}
+for i = 2, #ARGV do given[ARGV[i]] = true end
+local out = {}
+while #out < n do
+  local v = redis.call('HINCRBY', KEYS[1], 'next_auto', 1) - 1
+  local id = 'i' .. string.format('%d', v)
+  if not given[id] and redis.call('HEXISTS', KEYS[2], id) == 0 then out[#out + 1] = v end
+end
+return out
+"#;
+
+/// Documents committed per script call, so that the server is never held long by one producer.
+const COMMIT_CHUNK: usize = 256;
+
+/// Rounds of reading again after another producer got in the way before giving up: each round
+/// commits at least one document unless another producer committed one meanwhile.
+const MAX_ROUNDS: usize = 100_000;
+
+/// Bytes of representatives a producer caches (they never change once written).
+const CACHE_BYTES: usize = 256 << 20;
+
+/// What a namespace records of the settings it was made with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct Recorded {
+    index: neardup_index::IndexSettings,
+    empty: String,
+}
+
+impl Recorded {
+    fn of(settings: &IndexSettings) -> Recorded {
+        Recorded {
+            index: settings.recorded(),
+            empty: if settings.keep_empty { "keep" } else { "drop" }.to_string(),
+        }
+    }
+
+    fn differences(&self, mine: &Recorded) -> Vec<String> {
+        let mut out = self.index.differences(&mine.index);
+        if self.empty != mine.empty {
+            out.push(format!("empty: {} vs {}", self.empty, mine.empty));
+        }
+        out
+    }
+}
+
+/// A representative as the server holds it.
+struct RepRecord {
+    docno: u64,
+    id: String,
+    signature: Vec<u32>,
+    shingles: Option<Vec<u32>>,
+}
+
+impl RepRecord {
+    fn bytes(&self) -> usize {
+        64 + self.id.len()
+            + 4 * self.signature.len()
+            + 4 * self.shingles.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// The server's keys of one namespace.
+struct Keys {
+    settings: String,
+    meta: String,
+    ids: String,
+    buckets: String,
+    copies: String,
+    reps: String,
+}
+
+impl Keys {
+    fn new(namespace: &str) -> Keys {
+        let k = |s: &str| format!("neardup:{namespace}:{s}");
+        Keys {
+            settings: k("settings"),
+            meta: k("meta"),
+            ids: k("ids"),
+            buckets: k("buckets"),
+            copies: k("copies"),
+            reps: k("reps"),
+        }
+    }
+}
+
+/// Counters and sizes of a namespace (see [`RedisIndex::stats`]).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RedisStats {
+    /// The namespace.
+    pub namespace: String,
+    /// Document ids checked or inserted.
+    pub ids: u64,
+    /// Decisions by reason (and `inserted` for documents added without a decision).
+    pub decisions: BTreeMap<String, u64>,
+    /// Kept documents that represent at least one bucket.
+    pub representatives: u64,
+    /// Buckets holding at least one representative.
+    pub buckets: u64,
+    /// Distinct texts seen (first copies).
+    pub texts: u64,
+    /// Commits that stopped because another producer had changed what a document was decided
+    /// against (the rest of the batch was read and decided again).
+    pub conflicts: u64,
+    /// Bytes the server reports for each of the namespace's keys (`MEMORY USAGE`), summed.
+    pub memory_bytes: u64,
+}
+
+/// An online dedup index in a Redis server (see the module docs).
+pub struct RedisIndex {
+    settings: IndexSettings,
+    address: String,
+    namespace: String,
+    keys: Keys,
+    con: Connection,
+    read: Script,
+    commit: Script,
+    reserve: Script,
+    cache: HashMap<u32, RepRecord>,
+    cache_bytes: usize,
+    all_hot: Vec<bool>,
+    band_columns: usize,
+}
+
+/// The address in messages: the URL without a password.
+fn shown(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
+        _ => url.to_string(),
+    }
+}
+
+impl RedisIndex {
+    /// Connects to the server at `url` (`redis://host:port/db`) and opens `namespace`, recording
+    /// the settings when it is new and refusing them when it was made with others.
+    pub fn open(
+        settings: IndexSettings,
+        url: &str,
+        namespace: &str,
+    ) -> Result<RedisIndex, IndexError> {
+        let address = shown(url);
+        let unreachable = |source| IndexError::Unreachable {
+            address: address.clone(),
+            source,
+        };
+        let client = redis::Client::open(url).map_err(unreachable)?;
+        let mut con = client
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .map_err(unreachable)?;
+        con.set_read_timeout(Some(Duration::from_secs(60)))
+            .map_err(unreachable)?;
+        con.set_write_timeout(Some(Duration::from_secs(60)))
+            .map_err(unreachable)?;
+        let keys = Keys::new(namespace);
+        let mine = Recorded::of(&settings);
+        let json = serde_json::to_string(&mine).expect("settings serialise");
+        let (_, stored): ((), Option<String>) = redis::pipe()
+            .atomic()
+            .cmd("SET")
+            .arg(&keys.settings)
+            .arg(&json)
+            .arg("NX")
+            .ignore()
+            .cmd("GET")
+            .arg(&keys.settings)
+            .query::<(Option<String>,)>(&mut con)
+            .map(|(s,)| ((), s))
+            .map_err(unreachable)?;
+        let stored = stored.ok_or_else(|| IndexError::Damaged {
+            address: address.clone(),
+            namespace: namespace.to_string(),
+            what: "its settings are missing right after they were written".into(),
+        })?;
+        let theirs: Recorded = serde_json::from_str(&stored).map_err(|e| IndexError::Damaged {
+            address: address.clone(),
+            namespace: namespace.to_string(),
+            what: format!("its settings record cannot be read ({e})"),
+        })?;
+        let differences = theirs.differences(&mine);
+        if !differences.is_empty() {
+            return Err(IndexError::SettingsDiffer {
+                address,
+                namespace: namespace.to_string(),
+                differences,
+            });
+        }
+        let columns = settings.rule.columns(settings.sketcher.bands());
+        Ok(RedisIndex {
+            band_columns: settings.rule.band_columns(settings.sketcher.bands()),
+            all_hot: vec![true; columns],
+            settings,
+            address,
+            namespace: namespace.to_string(),
+            keys,
+            con,
+            read: Script::new(READ),
+            commit: Script::new(COMMIT),
+            reserve: Script::new(RESERVE),
+            cache: HashMap::new(),
+            cache_bytes: 0,
+        })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &IndexSettings {
+        &self.settings
+    }
+
+    /// The server's address as messages show it.
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    fn failed(&self, source: redis::RedisError) -> IndexError {
+        IndexError::Redis {
+            address: self.address.clone(),
+            source,
+        }
+    }
+
+    /// Documents checked or inserted (each id once), by every producer.
+    pub fn len(&mut self) -> Result<u64, IndexError> {
+        redis::cmd("HLEN")
+            .arg(&self.keys.ids)
+            .query(&mut self.con)
+            .map_err(|e| self.failed(e))
+    }
+
+    /// Whether no document was checked or inserted yet.
+    pub fn is_empty(&mut self) -> Result<bool, IndexError> {
+        self.len().map(|n| n == 0)
+    }
+
+    /// The namespace's counters and the server memory its keys take.
+    pub fn stats(&mut self) -> Result<RedisStats, IndexError> {
+        let k = &self.keys;
+        type Counts = (std::collections::HashMap<String, u64>, u64, u64, u64);
+        let (meta, ids, buckets, copies): Counts = redis::pipe()
+            .atomic()
+            .cmd("HGETALL")
+            .arg(&k.meta)
+            .cmd("HLEN")
+            .arg(&k.ids)
+            .cmd("HLEN")
+            .arg(&k.buckets)
+            .cmd("HLEN")
+            .arg(&k.copies)
+            .query(&mut self.con)
+            .map_err(|e| IndexError::Redis {
+                address: self.address.clone(),
+                source: e,
+            })?;
+        let mut memory_bytes = 0;
+        for key in [&k.settings, &k.meta, &k.ids, &k.buckets, &k.copies, &k.reps] {
+            let used: Option<u64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(key)
+                .query(&mut self.con)
+                .map_err(|e| IndexError::Redis {
+                    address: self.address.clone(),
+                    source: e,
+                })?;
+            memory_bytes += used.unwrap_or(0);
+        }
+        let decisions = ["unique", "near", "exact", "empty", "error", "inserted"]
+            .iter()
+            .map(|r| (r.to_string(), meta.get(*r).copied().unwrap_or(0)))
+            .collect();
+        Ok(RedisStats {
+            namespace: self.namespace.clone(),
+            ids,
+            decisions,
+            representatives: meta.get("representatives").copied().unwrap_or(0),
+            buckets,
+            texts: copies,
+            conflicts: meta.get("conflicts").copied().unwrap_or(0),
+            memory_bytes,
+        })
+    }
+
+    /// Every document's decision, in the order they were committed (a document inserted without
+    /// a decision is kept, `unique`). Reads the whole namespace's ids.
+    pub fn decisions(&mut self) -> Result<Vec<Decision>, IndexError> {
+        let mut out = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            type Page = (u64, Vec<(Vec<u8>, Vec<u8>)>);
+            let (next, items): Page = redis::cmd("HSCAN")
+                .arg(&self.keys.ids)
+                .arg(cursor)
+                .arg("COUNT")
+                .arg(1000)
+                .query(&mut self.con)
+                .map_err(|e| self.failed(e))?;
+            for (id, blob) in items {
+                let id = std::str::from_utf8(&id).ok().and_then(DocId::decode);
+                let (Some(id), Some((seq, d))) = (id, decode_sequenced(&blob)) else {
+                    return Err(IndexError::Damaged {
+                        address: self.address.clone(),
+                        namespace: self.namespace.clone(),
+                        what: "a recorded decision cannot be read".into(),
+                    });
+                };
+                out.push((seq, d.to_decision(id)));
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        out.sort_by_key(|(seq, _)| *seq);
+        Ok(out.into_iter().map(|(_, d)| d).collect())
+    }
+
+    /// See [`crate::Index::check_many`]. A server lost in the middle is an error naming how far
+    /// the batch got.
+    pub fn check_many(
+        &mut self,
+        texts: &[Text<'_>],
+        ids: Vec<Option<DocId>>,
+    ) -> Result<Vec<Decision>, IndexError> {
+        self.run(texts, ids, Verb::Check).map(|(ids, decided)| {
+            ids.into_iter()
+                .map(|id| decided[&id].to_decision(id))
+                .collect()
+        })
+    }
+
+    /// See [`crate::Index::insert_many`].
+    pub fn insert_many(
+        &mut self,
+        texts: &[Text<'_>],
+        ids: Vec<Option<DocId>>,
+    ) -> Result<Vec<DocId>, IndexError> {
+        self.run(texts, ids, Verb::Insert).map(|(ids, _)| ids)
+    }
+
+    /// See [`crate::Index::query`].
+    pub fn query(&mut self, text: &str) -> Result<Vec<(DocId, f64)>, IndexError> {
+        let Some(signed) = Signer::new(&self.settings).sign_one(text) else {
+            return Ok(Vec::new());
+        };
+        let view = self
+            .read_view(&[], &[&signed])
+            .map_err(|e| self.failed(e))?;
+        let mut core = self.seeded(&view)?;
+        let matches = core.query(&sign::candidate(
+            &signed,
+            &self.all_hot,
+            SampleAddr {
+                file: 1,
+                record: 0,
+                field: 0,
+            },
+        ));
+        Ok(matches
+            .into_iter()
+            .filter_map(|m| Some((DocId::decode(m.id.as_deref()?)?, m.similarity)))
+            .collect())
+    }
+
+    /// Checks or inserts a batch: ids, signing, then rounds of reading, deciding and
+    /// committing until every document is decided.
+    fn run(
+        &mut self,
+        texts: &[Text<'_>],
+        ids: Vec<Option<DocId>>,
+        verb: Verb,
+    ) -> Result<(Vec<DocId>, HashMap<DocId, Decided>), IndexError> {
+        assert_eq!(texts.len(), ids.len(), "one id per text");
+        let total = texts.len();
+        let lost = |address: &str, decided: usize, source| IndexError::Lost {
+            address: address.to_string(),
+            decided,
+            total,
+            source,
+        };
+        let ids = self
+            .assign_ids(ids)
+            .map_err(|e| lost(&self.address, 0, e))?;
+        // The first occurrence of each id is decided; later ones get its decision.
+        let mut seen = HashSet::new();
+        let firsts: Vec<usize> = (0..ids.len())
+            .filter(|&i| seen.insert(ids[i].clone()))
+            .collect();
+        let mut decided: HashMap<DocId, Decided> = HashMap::new();
+        // Ids decided earlier need no signing.
+        let first_ids: Vec<&DocId> = firsts.iter().map(|&i| &ids[i]).collect();
+        let earlier = self
+            .read_ids(&first_ids)
+            .map_err(|e| lost(&self.address, 0, e))?;
+        let mut pending = Vec::new();
+        for (&i, known) in firsts.iter().zip(earlier) {
+            match known {
+                Some(d) => {
+                    decided.insert(ids[i].clone(), d);
+                }
+                None => pending.push(i),
+            }
+        }
+        let mut fresh = vec![false; texts.len()];
+        for &i in &pending {
+            fresh[i] = true;
+        }
+        let signed = Signer::new(&self.settings).sign_all(texts, &fresh);
+        let mut rounds = 0;
+        while !pending.is_empty() {
+            rounds += 1;
+            if rounds > MAX_ROUNDS {
+                return Err(IndexError::Contention {
+                    address: self.address.clone(),
+                    decided: total - pending.len(),
+                    total,
+                });
+            }
+            let left = self
+                .round(&ids, &signed, &pending, verb, &mut decided)
+                .map_err(|e| match e {
+                    RoundError::Redis(source) => {
+                        lost(&self.address, count_done(&ids, &decided), source)
+                    }
+                    RoundError::Index(e) => e,
+                })?;
+            pending = left;
+        }
+        Ok((ids, decided))
+    }
+
+    /// One round: reads what `pending` reaches, decides it in order, commits as much as is
+    /// still valid. Returns the documents left.
+    fn round(
+        &mut self,
+        ids: &[DocId],
+        signed: &[Option<Signed>],
+        pending: &[usize],
+        verb: Verb,
+        decided: &mut HashMap<DocId, Decided>,
+    ) -> Result<Vec<usize>, RoundError> {
+        let pending_ids: Vec<&DocId> = pending.iter().map(|&i| &ids[i]).collect();
+        let reached: Vec<&Signed> = pending
+            .iter()
+            .filter_map(|&i| signed[i].as_ref().filter(|s| s.has_keys()))
+            .collect();
+        let view = self.read_view(&pending_ids, &reached)?;
+        let mut core = self.seeded(&view)?;
+        let mut lengths: HashMap<u64, usize> = view
+            .buckets
+            .iter()
+            .map(|(k, reps)| (*k, reps.len()))
+            .collect();
+        let mut copies: HashSet<u128> = view.copies.keys().copied().collect();
+        let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
+        let max_reps = self.settings.deduper.max_reps;
+
+        // Decided here, committed below: `decided` gets each decision once it is on the server.
+        let mut ops: Vec<(usize, Commit)> = Vec::new();
+        let mut made: Vec<Decided> = Vec::new();
+        for (n, (&i, known)) in pending.iter().zip(&view.ids).enumerate() {
+            if let Some(d) = known {
+                // Another producer decided this id meanwhile (a retry): its decision stands.
+                decided.insert(ids[i].clone(), d.clone());
+                continue;
+            }
+            let addr = SampleAddr {
+                file: 1,
+                record: n as u64,
+                field: 0,
+            };
+            let s = signed[i].as_ref();
+            let reps_before = core.stats().representatives;
+            let (decision, verdict) = match verb {
+                Verb::Check => sign::decide(
+                    &mut core,
+                    &self.all_hot,
+                    self.settings.keep_empty,
+                    addr,
+                    &ids[i],
+                    s,
+                )
+                .map_err(RoundError::Index)?,
+                Verb::Insert => {
+                    let d = sign::insert(&mut core, &self.all_hot, addr, &ids[i], s)
+                        .map_err(RoundError::Index)?;
+                    let v = s.filter(|s| s.has_keys()).map(|_| Verdict::Unique);
+                    (d, v)
+                }
+            };
+            let mut op = Commit {
+                id: ids[i].encode(),
+                blob: encode_decision(&decision),
+                counter: match verb {
+                    Verb::Insert => "inserted",
+                    Verb::Check => decision.reason.as_str(),
+                },
+                checks: Vec::new(),
+                content_hash: None,
+                first_copy: false,
+                joins: Vec::new(),
+                body: Vec::new(),
+            };
+            if let (Some(s), Some(verdict)) = (s, verdict) {
+                let exact = matches!(verdict, Verdict::Exact { .. });
+                if let Some(col) = exact_column
+                    && s.row[col] != NO_KEY
+                {
+                    op.content_hash = Some(s.content_hash);
+                    op.first_copy = !exact && copies.insert(s.content_hash);
+                }
+                if !exact {
+                    let mut checked = HashSet::new();
+                    for &key in &s.row[..self.band_columns] {
+                        if key != NO_KEY && checked.insert(key) {
+                            let held = lengths.get(&key).copied().unwrap_or(0);
+                            op.checks.push((key, 4 * held));
+                        }
+                    }
+                }
+                if matches!(verdict, Verdict::Unique) {
+                    // As the decision core's join_buckets: each band with room, in band order.
+                    for &key in &s.row[..self.band_columns] {
+                        let held = lengths.entry(key).or_insert(0);
+                        if key == NO_KEY || max_reps.is_some_and(|m| *held >= m) {
+                            continue;
+                        }
+                        *held += 1;
+                        op.joins.push(key);
+                    }
+                    if !op.joins.is_empty() {
+                        op.body = rep_body(s);
+                    }
+                }
+            }
+            debug_assert_eq!(
+                core.stats().representatives - reps_before,
+                u64::from(!op.joins.is_empty()),
+                "the simulated joins are the core's"
+            );
+            ops.push((i, op));
+            made.push(decision);
+        }
+        // Commit in order; whatever is left after a conflict is decided again next round.
+        let mut at = 0;
+        while at < ops.len() {
+            let chunk = &ops[at..(at + COMMIT_CHUNK).min(ops.len())];
+            let done = self.commit_chunk(chunk)?;
+            for ((i, _), d) in ops[at..at + done].iter().zip(&made[at..at + done]) {
+                decided.insert(ids[*i].clone(), d.clone());
+            }
+            at += done;
+            if done < chunk.len() {
+                // Counted on the server (one more command, only when it happens): how much the
+                // producers get in one another's way.
+                redis::cmd("HINCRBY")
+                    .arg(&self.keys.meta)
+                    .arg("conflicts")
+                    .arg(1)
+                    .query::<i64>(&mut self.con)?;
+                return Ok(ops[at..].iter().map(|(i, _)| *i).collect());
+            }
+        }
+        Ok(Vec::new())
+    }
+
+    /// Runs the commit script over `ops`; returns how many it committed.
+    fn commit_chunk(&mut self, ops: &[(usize, Commit)]) -> Result<usize, RoundError> {
+        let k = &self.keys;
+        let mut inv = self.commit.prepare_invoke();
+        inv.key(&k.meta)
+            .key(&k.ids)
+            .key(&k.buckets)
+            .key(&k.copies)
+            .key(&k.reps)
+            .arg(ops.len());
+        for (_, op) in ops {
+            inv.arg(&op.id)
+                .arg(&op.blob)
+                .arg(op.counter)
+                .arg(op.checks.len());
+            for (key, bytes) in &op.checks {
+                inv.arg(&key.to_le_bytes()[..]).arg(*bytes);
+            }
+            match op.content_hash {
+                Some(h) => inv.arg(&h.to_le_bytes()[..]),
+                None => inv.arg(""),
+            };
+            inv.arg(if op.first_copy { "a" } else { "" })
+                .arg(op.joins.len());
+            for key in &op.joins {
+                inv.arg(&key.to_le_bytes()[..]);
+            }
+            inv.arg(&op.body[..]);
+        }
+        let done: usize = inv.invoke(&mut self.con).map_err(RoundError::Redis)?;
+        Ok(done)
+    }
+
+    /// Gives each document without an id the next integer no document has, reserved on the
+    /// server so that no two producers hand out the same.
+    fn assign_ids(&mut self, ids: Vec<Option<DocId>>) -> Result<Vec<DocId>, redis::RedisError> {
+        let missing = ids.iter().filter(|i| i.is_none()).count();
+        if missing == 0 {
+            return Ok(ids.into_iter().flatten().collect());
+        }
+        let mut inv = self.reserve.prepare_invoke();
+        inv.key(&self.keys.meta).key(&self.keys.ids).arg(missing);
+        for id in ids.iter().flatten() {
+            if matches!(id, DocId::Int(_)) {
+                inv.arg(id.encode());
+            }
+        }
+        let fresh: Vec<i64> = inv.invoke(&mut self.con)?;
+        let mut fresh = fresh.into_iter();
+        Ok(ids
+            .into_iter()
+            .map(|id| id.unwrap_or_else(|| DocId::Int(fresh.next().expect("one id reserved each"))))
+            .collect())
+    }
+
+    /// The decisions recorded for `ids` (`None`: not decided yet).
+    fn read_ids(&mut self, ids: &[&DocId]) -> Result<Vec<Option<Decided>>, redis::RedisError> {
+        Ok(self.read_view(ids, &[])?.ids)
+    }
+
+    /// Reads, in one consistent view, the decisions of `ids` and the buckets and first copies
+    /// the signed documents reach.
+    fn read_view(&mut self, ids: &[&DocId], docs: &[&Signed]) -> Result<View, redis::RedisError> {
+        let mut keys: Vec<u64> = Vec::new();
+        let mut hashes: Vec<u128> = Vec::new();
+        let mut seen_keys = HashSet::new();
+        let mut seen_hashes = HashSet::new();
+        let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
+        for s in docs {
+            for &key in &s.row[..self.band_columns] {
+                if key != NO_KEY && seen_keys.insert(key) {
+                    keys.push(key);
+                }
+            }
+            if let Some(col) = exact_column
+                && s.row[col] != NO_KEY
+                && seen_hashes.insert(s.content_hash)
+            {
+                hashes.push(s.content_hash);
+            }
+        }
+        let k = &self.keys;
+        let mut inv = self.read.prepare_invoke();
+        inv.key(&k.ids)
+            .key(&k.buckets)
+            .key(&k.copies)
+            .arg(ids.len());
+        for id in ids {
+            inv.arg(id.encode());
+        }
+        inv.arg(keys.len());
+        for key in &keys {
+            inv.arg(&key.to_le_bytes()[..]);
+        }
+        for h in &hashes {
+            inv.arg(&h.to_le_bytes()[..]);
+        }
+        type Raw = Vec<Option<Vec<u8>>>;
+        let (raw_ids, raw_buckets, raw_copies): (Raw, Raw, Raw) = inv.invoke(&mut self.con)?;
+        let damaged = |what: &str| {
+            redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "damaged namespace",
+                what.to_string(),
+            ))
+        };
+        let ids = raw_ids
+            .into_iter()
+            .map(|b| match b {
+                None => Some(None),
+                Some(b) => decode_decision(&b).map(Some),
+            })
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| damaged("a recorded decision cannot be read"))?;
+        let mut buckets = Vec::new();
+        for (key, held) in keys.iter().zip(raw_buckets) {
+            let Some(held) = held else { continue };
+            if held.len() % 4 != 0 {
+                return Err(damaged(
+                    "a bucket's length is not a whole number of entries",
+                ));
+            }
+            let reps: Vec<u32> = held
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+                .collect();
+            buckets.push((*key, reps));
+        }
+        let mut copies = HashMap::new();
+        for (h, first) in hashes.iter().zip(raw_copies) {
+            let Some(first) = first else { continue };
+            if first.len() < 9 {
+                return Err(damaged("a first copy's record is too short"));
+            }
+            let docno = u64::from_le_bytes(first[..8].try_into().expect("8 bytes"));
+            let id = String::from_utf8(first[8..].to_vec())
+                .map_err(|_| damaged("a first copy's id is not UTF-8"))?;
+            copies.insert(*h, (docno, id));
+        }
+        self.fetch_reps(buckets.iter().flat_map(|(_, reps)| reps.iter().copied()))?;
+        Ok(View {
+            ids,
+            buckets,
+            copies,
+        })
+    }
+
+    /// Brings the representatives `wanted` names into the cache.
+    fn fetch_reps(&mut self, wanted: impl Iterator<Item = u32>) -> Result<(), redis::RedisError> {
+        let mut missing: Vec<u32> = wanted.filter(|r| !self.cache.contains_key(r)).collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if self.cache_bytes > CACHE_BYTES {
+            self.cache.clear();
+            self.cache_bytes = 0;
+        }
+        let num_perm = self.settings.sketcher.num_perm();
+        let with_sets = self.settings.deduper.verify == neardup_dedup::Verify::Jaccard;
+        for part in missing.chunks(4096) {
+            let mut cmd = redis::cmd("HMGET");
+            cmd.arg(&self.keys.reps);
+            for r in part {
+                cmd.arg(&r.to_le_bytes()[..]);
+            }
+            let got: Vec<Option<Vec<u8>>> = cmd.query(&mut self.con)?;
+            for (r, body) in part.iter().zip(got) {
+                let rec = body
+                    .as_deref()
+                    .and_then(|b| decode_rep(b, num_perm, with_sets))
+                    .ok_or_else(|| {
+                        redis::RedisError::from((
+                            redis::ErrorKind::Parse,
+                            "damaged namespace",
+                            format!("representative {r} is missing or cannot be read"),
+                        ))
+                    })?;
+                self.cache_bytes += rec.bytes();
+                self.cache.insert(*r, rec);
+            }
+        }
+        Ok(())
+    }
+
+    /// A decision core holding what `view` read: the representatives of its buckets (each
+    /// joining the buckets that list it, in the order they were made) and its first copies.
+    fn seeded(&self, view: &View) -> Result<Deduper, IndexError> {
+        let mut bands_of: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (key, reps) in &view.buckets {
+            for r in reps {
+                bands_of.entry(*r).or_default().push(*key);
+            }
+        }
+        let mut prior = PriorState::default();
+        for (r, bands) in bands_of {
+            let rec = &self.cache[&r];
+            prior.representatives.push(PriorRepresentative {
+                addr: committed_addr(rec.docno),
+                id: Some(rec.id.clone()),
+                signature: rec.signature.clone(),
+                shingles: rec.shingles.clone(),
+                bands,
+            });
+        }
+        for (h, (docno, id)) in &view.copies {
+            prior.copies.push(PriorCopy {
+                content_hash: *h,
+                addr: committed_addr(*docno),
+                cluster: committed_addr(*docno),
+                id: Some(id.clone()),
+            });
+        }
+        let mut core = self.settings.deduper_core()?;
+        core.seed(&prior);
+        Ok(core)
+    }
+}
+
+/// Check or insert.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Verb {
+    Check,
+    Insert,
+}
+
+/// What went wrong in a round.
+enum RoundError {
+    Redis(redis::RedisError),
+    Index(IndexError),
+}
+
+impl From<IndexError> for RoundError {
+    fn from(e: IndexError) -> Self {
+        RoundError::Index(e)
+    }
+}
+
+impl From<redis::RedisError> for RoundError {
+    fn from(e: redis::RedisError) -> Self {
+        RoundError::Redis(e)
+    }
+}
+
+/// What a batch reaches of the server's state.
+struct View {
+    /// Per id asked: its recorded decision.
+    ids: Vec<Option<Decided>>,
+    /// Per band key reached that has representatives: their numbers, in order.
+    buckets: Vec<(u64, Vec<u32>)>,
+    /// Per content hash reached that has a first copy: its document number and id.
+    copies: HashMap<u128, (u64, String)>,
+}
+
+/// One document's commit (see the commit script).
+struct Commit {
+    id: String,
+    blob: Vec<u8>,
+    counter: &'static str,
+    checks: Vec<(u64, usize)>,
+    content_hash: Option<u128>,
+    first_copy: bool,
+    joins: Vec<u64>,
+    body: Vec<u8>,
+}
+
+/// Documents of the batch decided so far (first occurrences).
+fn count_done(ids: &[DocId], decided: &HashMap<DocId, Decided>) -> usize {
+    ids.iter().filter(|id| decided.contains_key(*id)).count()
+}
+
+/// The address a committed document has in a seeded core (a batch's own are in file 1).
+fn committed_addr(docno: u64) -> SampleAddr {
+    SampleAddr {
+        file: 0,
+        record: docno,
+        field: 0,
+    }
+}
+
+/// A representative's signature and shingle set as the server stores them.
+fn rep_body(s: &Signed) -> Vec<u8> {
+    let sets = s.shingles.as_deref().unwrap_or(&[]);
+    let mut out = Vec::with_capacity(4 * (s.sig.len() + sets.len()));
+    for v in s.sig.iter().chain(sets) {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// A representative record: document number, id length and id (written by the script), then
+/// the body ([`rep_body`]).
+fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
+    let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+    let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
+    let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
+    let body = b.get(12 + id_len..)?;
+    if body.len() % 4 != 0 || body.len() < 4 * num_perm {
+        return None;
+    }
+    let words: Vec<u32> = body
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+        .collect();
+    let (sig, sets) = words.split_at(num_perm);
+    Some(RepRecord {
+        docno,
+        id,
+        signature: sig.to_vec(),
+        shingles: with_sets.then(|| sets.to_vec()),
+    })
+}
+
+const REASONS: [Reason; 5] = [
+    Reason::Unique,
+    Reason::Near,
+    Reason::Exact,
+    Reason::Empty,
+    Reason::Error,
+];
+
+/// A decision as a producer sends it: keep, reason, similarity (NaN: none), then the id it
+/// duplicates (encoded; nothing when none). The server puts the decision's place in the order of
+/// commits before it ([`decode_decision`] reads both).
+fn encode_decision(d: &Decided) -> Vec<u8> {
+    let reason = REASONS
+        .iter()
+        .position(|r| *r == d.reason)
+        .expect("every reason listed");
+    let mut out = vec![u8::from(d.keep), reason as u8];
+    out.extend_from_slice(&d.similarity.unwrap_or(f64::NAN).to_le_bytes());
+    if let Some(of) = &d.dup_of {
+        out.extend_from_slice(of.encode().as_bytes());
+    }
+    out
+}
+
+fn decode_decision(b: &[u8]) -> Option<Decided> {
+    decode_sequenced(b).map(|(_, d)| d)
+}
+
+/// A decision as the server keeps it, and its place in the order of commits.
+fn decode_sequenced(b: &[u8]) -> Option<(u64, Decided)> {
+    let seq = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+    decode_sent(&b[8..]).map(|d| (seq, d))
+}
+
+fn decode_sent(b: &[u8]) -> Option<Decided> {
+    let keep = match b.first()? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let reason = *REASONS.get(*b.get(1)? as usize)?;
+    let sim = f64::from_le_bytes(b.get(2..10)?.try_into().ok()?);
+    let rest = std::str::from_utf8(b.get(10..)?).ok()?;
+    let dup_of = if rest.is_empty() {
+        None
+    } else {
+        Some(DocId::decode(rest)?)
+    };
+    Some(Decided {
+        keep,
+        reason,
+        dup_of,
+        similarity: (!sim.is_nan()).then_some(sim),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions_round_trip() {
+        for d in [
+            Decided::plain(true, Reason::Unique),
+            Decided::plain(false, Reason::Empty),
+            Decided {
+                keep: false,
+                reason: Reason::Near,
+                dup_of: Some(DocId::Str("a|b\u{0}é".into())),
+                similarity: Some(0.8125),
+            },
+            Decided {
+                keep: false,
+                reason: Reason::Exact,
+                dup_of: Some(DocId::Int(-3)),
+                similarity: Some(1.0),
+            },
+        ] {
+            let mut stored = 7u64.to_le_bytes().to_vec();
+            stored.extend(encode_decision(&d));
+            assert_eq!(decode_sequenced(&stored), Some((7, d)));
+        }
+        assert_eq!(decode_decision(&[0, 0, 0, 0, 0, 0, 0, 0, 2, 0]), None);
+    }
+
+    #[test]
+    fn passwords_stay_out_of_messages() {
+        assert_eq!(shown("redis://:secret@host:1/0"), "redis://…@host:1/0");
+        assert_eq!(
+            shown("redis://127.0.0.1:6379/0"),
+            "redis://127.0.0.1:6379/0"
+        );
+    }
+}
