@@ -18,4 +18,5 @@ mod memory_limit;
 mod object_storage;
 mod pipeline;
 mod publish;
+mod stage2_reads;
 mod step_values;

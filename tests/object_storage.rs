@@ -142,6 +142,30 @@ fn a_run_over_objects_gives_the_decisions_and_outputs_of_the_same_files_on_disk(
         "{got:.200}"
     );
     assert!(!got.contains(".jsonl\""));
+
+    // Decisions only: stage 2 reads only the records of the plain JSONL objects it has to
+    // decide, by ranged requests, and decides as the run that read everything.
+    let report = tmp.path().join("only-report.json");
+    let only = with_env(
+        neardup()
+            .args(["dedup", "s3://corpus/in/", "--decisions"])
+            .arg(tmp.path().join("only.jsonl"))
+            .arg("--report")
+            .arg(&report)
+            .args(["--threshold", "0.7", "-j", "3"]),
+        &s3.env(),
+    );
+    assert!(only.status.success(), "{}", support::stderr(&only));
+    assert_eq!(
+        std::fs::read_to_string(tmp.path().join("only.jsonl")).unwrap(),
+        s3_decisions
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let read = report["stage2"]["bytes_read"].as_u64().unwrap();
+    let big = std::fs::metadata(local.join("big.jsonl")).unwrap().len();
+    let all: u64 = tree(&local).values().map(|b| b.len() as u64).sum();
+    assert!(read + big / 2 < all, "{read} bytes read of {all}");
 }
 
 #[test]

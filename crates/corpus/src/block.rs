@@ -277,6 +277,11 @@ pub(crate) enum BlockData {
         bytes: buffers::Recycled,
         /// Start offset of every line in `bytes`.
         starts: Vec<usize>,
+        /// The file offset of `bytes[0]`, for a block of an uncompressed file read in order.
+        offset: Option<u64>,
+        /// For a block read by the places of some of its records ([`crate::read_records`]):
+        /// which records were read.
+        picked: Option<Box<Picked>>,
     },
     Parquet {
         batch: RecordBatch,
@@ -296,6 +301,18 @@ pub(crate) enum BlockData {
     },
 }
 
+/// The records of a block read by their places ([`crate::read_records`]): the others are
+/// passed over, their lines empty in the block.
+#[derive(Debug)]
+pub(crate) struct Picked {
+    /// Block-local indices of the records read, ascending.
+    pub(crate) records: Vec<usize>,
+    /// The bytes of the file the block's records span, read or not.
+    pub(crate) spanned: u64,
+    /// The bytes read for it (the records read and the short gaps read with them).
+    pub(crate) read: u64,
+}
+
 impl Block {
     /// Records in this block (JSONL: every line, including blank lines; Parquet: rows).
     pub fn num_records(&self) -> usize {
@@ -310,8 +327,16 @@ impl Block {
     /// table's, which are held whatever the run reads.
     pub fn memory_bytes(&self) -> u64 {
         match &self.data {
-            BlockData::Jsonl { bytes, starts } => {
-                (bytes.len() + starts.capacity() * size_of::<usize>()) as u64
+            BlockData::Jsonl {
+                bytes,
+                starts,
+                picked,
+                ..
+            } => {
+                let picked = picked
+                    .as_ref()
+                    .map_or(0, |p| p.records.capacity() * size_of::<usize>());
+                (bytes.len() + starts.capacity() * size_of::<usize>() + picked) as u64
             }
             BlockData::Parquet { batch, .. } => batch.get_array_memory_size() as u64,
             BlockData::Arrow { .. } => 0,
@@ -326,10 +351,14 @@ impl Block {
         self.disk_bytes
     }
 
-    /// Input bytes this block covers (JSONL: raw line bytes incl. newlines, decompressed;
-    /// Parquet: the text columns' value bytes) — used for MB/s.
+    /// Input bytes this block covers (JSONL: raw line bytes incl. newlines, decompressed, the
+    /// lines of records passed over included; Parquet: the text columns' value bytes) — used
+    /// for MB/s.
     pub fn input_bytes(&self) -> u64 {
         match &self.data {
+            BlockData::Jsonl {
+                picked: Some(p), ..
+            } => p.spanned,
             BlockData::Jsonl { bytes, .. } => bytes.len() as u64,
             BlockData::Parquet { text_bytes, .. } | BlockData::Arrow { text_bytes, .. } => {
                 *text_bytes
@@ -337,10 +366,49 @@ impl Block {
         }
     }
 
+    /// The file offset of the block's first byte, for a block of an uncompressed JSONL file
+    /// read in order (as [`crate::read_chunk`] reads); `None` otherwise. Its records lie back to
+    /// back from there, each as long as its line ([`Block::jsonl_line`]).
+    pub fn jsonl_offset(&self) -> Option<u64> {
+        match &self.data {
+            BlockData::Jsonl {
+                offset,
+                picked: None,
+                ..
+            } => *offset,
+            _ => None,
+        }
+    }
+
+    /// For a block read by the places of some of its records ([`crate::read_records`]): those
+    /// records (block-local indices, ascending), the only ones whose samples it yields; the
+    /// others were passed over unread. `None` for a block read whole.
+    pub fn records_read(&self) -> Option<&[usize]> {
+        match &self.data {
+            BlockData::Jsonl {
+                picked: Some(p), ..
+            } => Some(&p.records),
+            _ => None,
+        }
+    }
+
+    /// For a block read by the places of some of its records ([`crate::read_records`]): the
+    /// bytes of the file read for it. `None` for a block read whole.
+    pub fn bytes_read(&self) -> Option<u64> {
+        match &self.data {
+            BlockData::Jsonl {
+                picked: Some(p), ..
+            } => Some(p.read),
+            _ => None,
+        }
+    }
+
     /// The raw bytes of JSONL record `i` of this block, newline included; `None` for Parquet.
+    /// For a record passed over ([`Block::records_read`]) they are not its own: empty, or
+    /// bytes read between two records read.
     pub fn jsonl_line(&self, i: usize) -> Option<&[u8]> {
         match &self.data {
-            BlockData::Jsonl { bytes, starts } => {
+            BlockData::Jsonl { bytes, starts, .. } => {
                 let end = starts.get(i + 1).copied().unwrap_or(bytes.len());
                 Some(&bytes[*starts.get(i)?..end])
             }

@@ -79,6 +79,8 @@ pub(crate) struct JsonlSource {
     pending: Option<(std::io::Error, u64)>,
     done: bool,
     block_bytes: usize,
+    /// The file is not compressed: decompressed offsets are the file's.
+    uncompressed: bool,
 }
 
 impl Drop for JsonlSource {
@@ -158,6 +160,7 @@ impl JsonlSource {
             pending: None,
             done: false,
             block_bytes: block_bytes.max(1),
+            uncompressed: file.compression == Compression::None,
         })
     }
 
@@ -309,13 +312,23 @@ impl JsonlSource {
         starts.extend(memchr::memchr_iter(b'\n', &bytes[..cut - 1]).map(|i| i + 1));
         let first = self.record;
         self.record += starts.len() as u64;
+        let offset = self.uncompressed.then_some(self.pos);
         self.pos += cut as u64;
         self.disk_read = match &self.compressed_read {
             Some(read) => read.load(Ordering::Relaxed),
             None => self.disk_read + cut as u64,
         };
         let disk_bytes = self.disk.next(self.disk_read, self.done);
-        Some(Ok((first, BlockData::Jsonl { bytes, starts }, disk_bytes)))
+        Some(Ok((
+            first,
+            BlockData::Jsonl {
+                bytes,
+                starts,
+                offset,
+                picked: None,
+            },
+            disk_bytes,
+        )))
     }
 }
 /// A JSON value that is not a string or null, as a rank: a number, or what else it is.

@@ -10,7 +10,9 @@
 //!   [`ReadError`] that says which records it cost ([`Unreadable`]); reading goes on past a
 //!   damaged Parquet row group, and a second read of a chunk stops where the first lost records
 //!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
-//!   [`record_fields`]);
+//!   [`record_fields`]); where each record of an uncompressed JSONL file lies
+//!   ([`Block::jsonl_offset`]), and reading only some records of a chunk by those places
+//!   ([`read_records`]: stage 2 reads only the records it decides);
 //! - **in-memory Arrow tables** as inputs ([`ArrowTable`], [`Format::Arrow`]): registered record
 //!   batches that every stage reads in place, as it reads a file, or a stream opened afresh for
 //!   each stage and read batch by batch;
@@ -32,7 +34,8 @@
 //!
 //! Where things live: `block` is the base of reading (the [`Block`] and [`Sample`] types, skip
 //! reasons, what a record's field values become); the format readers build on it (`jsonl` with
-//! the JSON line scanner `json`, `parquet_read`); `read` picks the reader for a file and is the
+//! the JSON line scanner `json`, `parquet_read`, and `picked`, which reads chosen records of a
+//! JSONL chunk by their places); `read` picks the reader for a file and is the
 //! only module that knows every format. Writing is `write` (filtered copies), `decisions` and
 //! `publish`. The JSON scanner's vector paths are chosen from `neardup_cpu::Features`.
 //!
@@ -51,6 +54,7 @@ mod format;
 mod json;
 mod jsonl;
 mod parquet_read;
+mod picked;
 mod publish;
 mod read;
 mod select;
@@ -68,6 +72,7 @@ pub use discover::{
 };
 pub use error::{ReadError, Unreadable, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
+pub use picked::{RecordPlace, RecordSpan, read_records};
 pub use publish::{
     AtomicFile, Distributed, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
     PublishOptions, Published, RunId, ScratchDir, ScratchFile, publish_whole, read_manifest,

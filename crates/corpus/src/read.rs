@@ -9,16 +9,31 @@ use crate::error::{ReadError, Unreadable};
 use crate::format::{Format, InputFile};
 use crate::jsonl::{self, JsonlSource};
 use crate::parquet_read::{self, ParquetSource};
+use crate::picked::PickedSource;
 use crate::select::TextSelector;
 
 impl Block {
     /// Calls `f` for every sample slot of every record, in record order then field order.
     /// Blank JSONL lines (empty / whitespace only) yield no sample. For each other record:
-    /// Join -> exactly one Sample (field 0); Expand -> one Sample per selector field.
+    /// Join -> exactly one Sample (field 0); Expand -> one Sample per selector field. A block
+    /// read by the places of some records yields only theirs ([`Block::records_read`]).
     /// Text is borrowed from the block when possible (no per-sample allocation on the hot path).
     pub fn for_each_sample<F: FnMut(Sample<'_>)>(&self, selector: &TextSelector, mut f: F) {
         match &self.data {
-            BlockData::Jsonl { bytes, starts } => {
+            BlockData::Jsonl {
+                bytes,
+                starts,
+                picked: Some(p),
+                ..
+            } => jsonl::line_samples(
+                bytes,
+                starts,
+                p.records.iter().copied(),
+                selector,
+                None,
+                &mut f,
+            ),
+            BlockData::Jsonl { bytes, starts, .. } => {
                 jsonl::line_samples(bytes, starts, 0..starts.len(), selector, None, &mut f)
             }
             BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
@@ -37,7 +52,7 @@ impl Block {
         mut f: F,
     ) {
         match &self.data {
-            BlockData::Jsonl { bytes, starts } => jsonl::line_samples(
+            BlockData::Jsonl { bytes, starts, .. } => jsonl::line_samples(
                 bytes,
                 starts,
                 records.iter().copied(),
@@ -65,7 +80,20 @@ impl Block {
         mut f: F,
     ) {
         match &self.data {
-            BlockData::Jsonl { bytes, starts } => {
+            BlockData::Jsonl {
+                bytes,
+                starts,
+                picked: Some(p),
+                ..
+            } => jsonl::line_samples(
+                bytes,
+                starts,
+                p.records.iter().copied(),
+                selector,
+                Some(seen),
+                &mut f,
+            ),
+            BlockData::Jsonl { bytes, starts, .. } => {
                 jsonl::line_samples(bytes, starts, 0..starts.len(), selector, Some(seen), &mut f)
             }
             BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
@@ -203,6 +231,17 @@ pub struct ChunkReader {
     chunk_seq: usize,
 }
 
+impl ChunkReader {
+    /// The reader of `chunk` by the places of some of its records ([`crate::read_records`]).
+    pub(crate) fn picked(source: PickedSource, chunk: &Chunk) -> ChunkReader {
+        ChunkReader {
+            inner: Inner::Picked(Box::new(source)),
+            file: chunk.file,
+            chunk_seq: chunk.seq,
+        }
+    }
+}
+
 impl std::fmt::Debug for ChunkReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChunkReader")
@@ -214,6 +253,7 @@ impl std::fmt::Debug for ChunkReader {
 
 enum Inner {
     Jsonl(Box<JsonlSource>),
+    Picked(Box<PickedSource>),
     Parquet(Box<ParquetSource>),
     Arrow(Box<ArrowSource>),
     Failed(Option<ReadError>),
@@ -225,6 +265,7 @@ impl Iterator for ChunkReader {
     fn next(&mut self) -> Option<Self::Item> {
         let next = match &mut self.inner {
             Inner::Jsonl(s) => s.next_block(),
+            Inner::Picked(s) => s.next_block(),
             Inner::Parquet(s) => s.next_block(),
             Inner::Arrow(s) => s.next_block(),
             Inner::Failed(e) => return e.take().map(Err),
@@ -268,6 +309,8 @@ mod tests {
             data: BlockData::Jsonl {
                 bytes: bytes.to_vec().into(),
                 starts,
+                offset: None,
+                picked: None,
             },
             disk_bytes: bytes.len() as u64,
         }

@@ -643,7 +643,17 @@ impl FileWriter {
             ));
         }
         match (&mut self.sink, &block.data) {
-            (Sink::Jsonl(_), BlockData::Jsonl { bytes, starts }) => {
+            (
+                Sink::Jsonl(_),
+                BlockData::Jsonl {
+                    picked: Some(_), ..
+                },
+            ) => Err(WriteError::new(
+                &self.base(),
+                "invalid_block",
+                "block was read by the places of some records only; writing needs them all",
+            )),
+            (Sink::Jsonl(_), BlockData::Jsonl { bytes, starts, .. }) => {
                 self.write_lines(bytes, starts, keep)
             }
             (Sink::Parquet(_), BlockData::Parquet { batch, full, .. }) => {

@@ -143,8 +143,14 @@ pub struct DedupStats {
     pub seconds: f64,
     /// Input MB/s.
     pub mb_per_second: f64,
-    /// Input bytes read.
+    /// Input bytes the pass went through (decompressed), for its MB/s: those of the records it
+    /// decided unread included.
     pub bytes: u64,
+    /// Bytes of input the pass read, as stored: compressed bytes for a compressed input, and for
+    /// a chunk of an uncompressed JSONL file read by its records' places only the byte ranges
+    /// it read (the records it had to decide, and the short gaps read with them).
+    #[serde(default)]
+    pub bytes_read: u64,
     /// Samples a field preference ranked, and those whose field held a number: a field none
     /// of them holds is refused rather than silently ranking every copy alike.
     #[serde(skip)]

@@ -5,11 +5,11 @@
 //! Builds on `pass`.
 
 use neardup_corpus::{
-    Block, Chunk, ChunkRange, Projection, ReadOptions, SampleText, TextSelector, Unreadable,
-    reread_chunk,
+    Block, Chunk, ChunkRange, Projection, ReadOptions, RecordPlace, RecordSpan, SampleText,
+    TextSelector, Unreadable, read_records, reread_chunk,
 };
 use neardup_exec::StepControl;
-use neardup_keys::{HotMask, RowKind};
+use neardup_keys::{HotMask, RecordPlaces, RowKind};
 use neardup_sketch::Scratch;
 
 use crate::deduper::{Candidate, SampleAddr};
@@ -155,6 +155,73 @@ pub(crate) struct ChunkJob<'a> {
     pub chunk: Chunk,
     pub row_base: u64,
     pub expect: &'a neardup_keys::ChunkRows,
+    /// Read only the records to decide, by their places (stage 1 noted them, and nothing of
+    /// the pass needs the others: see [`crate::stage`]'s `reads_by_places`).
+    pub by_places: bool,
+}
+
+impl ChunkJob<'_> {
+    /// The places this job reads by, if it does.
+    pub fn places(&self) -> Option<&RecordPlaces> {
+        self.expect.places.as_ref().filter(|_| self.by_places)
+    }
+}
+
+/// The records of a chunk that stage 2 has to read (its rows from `row`): those that are not
+/// plain (a blank line, a slot without a text or with a blank text: the pass reads them to
+/// decide them as a whole read would) and those with a hot row. The others are decided unread,
+/// each of their samples `unique` (cold).
+fn records_to_read(places: &RecordPlaces, mut row: u64, mask: &HotMask) -> Vec<RecordPlace> {
+    let rows = mask.rows() as u64;
+    let mut picks = Vec::new();
+    for (record, p) in places.iter().enumerate() {
+        let end = row + u64::from(p.rows);
+        if !p.plain || (row..end.min(rows)).any(|r| mask.is_hot_row(r as usize)) {
+            picks.push(RecordPlace {
+                record: record as u64,
+                offset: p.offset,
+                len: p.len,
+            });
+        }
+        row = end;
+    }
+    picks
+}
+
+/// The records of a block read by their places that were passed over unread, walked in order
+/// alongside its samples.
+struct PassedOver<'a> {
+    /// The block's records read (all of them for a block read whole).
+    read: Option<&'a [usize]>,
+    /// How many of `read` lie before `next`.
+    seen: usize,
+    /// The first record not walked yet.
+    next: usize,
+}
+
+impl<'a> PassedOver<'a> {
+    fn of(block: &'a Block) -> PassedOver<'a> {
+        PassedOver {
+            read: block.records_read(),
+            seen: 0,
+            next: 0,
+        }
+    }
+
+    /// Walks on to record `end` (exclusive), calling `f` with each record passed over.
+    fn upto(&mut self, end: usize, mut f: impl FnMut(usize)) {
+        let Some(read) = self.read else {
+            return;
+        };
+        while self.next < end {
+            if read.get(self.seen) == Some(&self.next) {
+                self.seen += 1;
+            } else {
+                f(self.next);
+            }
+            self.next += 1;
+        }
+    }
 }
 
 /// What every thread shares while preparing blocks: the stage-2 pass as a step of the executor
@@ -223,13 +290,17 @@ fn read_options(cfg: &Stage2Config) -> ReadOptions {
     }
 }
 
-/// Samples with a text in `block` (the table rows it covers).
+/// Samples with a text in `block` (the table rows it covers): every sample of a record passed
+/// over has one.
 fn count_texts(block: &Block, selector: &TextSelector) -> u64 {
     let mut texts = 0u64;
     block.for_each_sample(selector, |s| {
         texts += u64::from(matches!(s.text, SampleText::Text(_)));
     });
-    texts
+    let passed = block
+        .records_read()
+        .map_or(0, |read| block.num_records() - read.len());
+    texts + (passed * selector.samples_per_record()) as u64
 }
 
 /// Hands the texts of `block` that [`prepare_block`] signs (hot rows that are not later copies,
@@ -237,7 +308,10 @@ fn count_texts(block: &Block, selector: &TextSelector) -> u64 {
 /// (`neardup_sketch::Sketcher::prefetch`).
 fn prefetch_hot_texts(block: &Block, cfg: &Stage2Config, mask: &HotMask, mut row: u64) {
     let mut texts = Vec::new();
+    let per_record = cfg.selector.samples_per_record() as u64;
+    let mut passed = PassedOver::of(block);
     block.for_each_sample(&cfg.selector, |s| {
+        passed.upto(s.record + 1, |_| row += per_record);
         if let SampleText::Text(text) = s.text {
             let r = row as usize;
             if row < mask.rows() as u64 && mask.is_hot_row(r) && !mask.is_later_copy(r) {
@@ -323,7 +397,23 @@ fn prepare_block(
     let ranking = matches!(hot_work, HotWork::Sign { .. }) && !cfg.prefer.is_input_order();
     let mut bad_rank = None;
     let mut ranked = (0u32, 0u32);
+    // A record passed over unread is plain and cold: each of its samples is a cold text.
+    let per_record = cfg.selector.samples_per_record() as u32;
+    let mut passed = PassedOver::of(&block);
+    let pass_over = |record: usize, samples: &mut Vec<PreparedSample>, next_row: &mut u64| {
+        for field in 0..per_record {
+            samples.push(PreparedSample {
+                record: record as u32,
+                field,
+                kind: SampleKind::Cold,
+                id: None,
+                rank: 0,
+            });
+            *next_row += 1;
+        }
+    };
     block.for_each_sample(&cfg.selector, |s| {
+        passed.upto(s.record + 1, |r| pass_over(r, &mut samples, &mut next_row));
         let mut rank = 0;
         let id = s.id.as_ref().map(|id| {
             let start = ids.len() as u32;
@@ -415,6 +505,9 @@ fn prepare_block(
             rank,
         });
     });
+    passed.upto(block.num_records(), |r| {
+        pass_over(r, &mut samples, &mut next_row)
+    });
     let texts = next_row - *row;
     *row = next_row;
     if let Some(p) = control.progress() {
@@ -452,12 +545,26 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
     /// The chunk is read up to where stage 1 lost records (see [`reread_chunk`]), so both stages
     /// see the same records.
     fn read(&self, job: &ChunkJob<'a>) -> impl Iterator<Item = Result<Block, Unreadable>> {
-        reread_chunk(
-            &self.inputs[job.file],
-            &job.chunk,
-            &read_options(self.cfg),
-            &job.expect.unreadable,
-        )
+        let file = &self.inputs[job.file];
+        match job.places() {
+            Some(places) => read_records(
+                file,
+                &job.chunk,
+                RecordSpan {
+                    records: places.records(),
+                    start: places.start(),
+                    end: places.end(),
+                },
+                records_to_read(places, job.row_base, self.mask),
+                self.cfg.block_bytes,
+            ),
+            None => reread_chunk(
+                file,
+                &job.chunk,
+                &read_options(self.cfg),
+                &job.expect.unreadable,
+            ),
+        }
         .map(|r| r.map_err(|e| e.unreadable()))
     }
 

@@ -16,7 +16,7 @@ use crate::deduper::Deduper;
 use crate::distributed::run_ranked_into;
 use crate::error::{BadRank, DedupError, Mismatch, SettingsError};
 use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
-use crate::prepare::{ChunkJob, PrepareWork, PreparedBlock, RecycledBuffers};
+use crate::prepare::{ChunkJob, HotWork, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
 
 /// A write error as stage 2 reports it.
@@ -132,9 +132,32 @@ fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), 
     Ok(())
 }
 
+/// Whether a pass may read only the records it has to decide, by the places stage 1 noted
+/// ([`neardup_keys::RecordPlaces`]), and decide the others (plain and cold: every sample
+/// `unique`) unread: when nothing it writes needs their bytes or ids. Not with a filtered
+/// dataset (it copies every kept record), not with an id field (every decision names its
+/// sample's id), and only where the pass decides the hot samples itself (a one-process pass:
+/// `sign` and `write` steps read whole).
+fn reads_by_places(cfg: &Stage2Config, hot_work: HotWork) -> bool {
+    cfg.output.is_none()
+        && cfg.selector.id_field.is_none()
+        && matches!(hot_work, HotWork::Decide { .. })
+}
+
+/// The bytes of its input a job read whole reads: a byte range's, or a whole file's (counted
+/// with its first chunk: a chunk of row groups is a part of its file's bytes).
+fn whole_read_bytes(job: &ChunkJob<'_>, input: &neardup_corpus::InputFile) -> u64 {
+    match job.chunk.range {
+        neardup_corpus::ChunkRange::Bytes { start, end } => end - start,
+        _ if job.chunk.seq == 0 => input.size,
+        _ => 0,
+    }
+}
+
 /// Every chunk of every file as a job, with the row its first sample has in the table; and per
-/// job, its file's records before it.
-fn chunk_jobs(files: &[FileRows]) -> (Vec<ChunkJob<'_>>, Vec<u64>) {
+/// job, its file's records before it. With `by_places`, the chunks whose records' places stage 1
+/// noted are read by them.
+fn chunk_jobs(files: &[FileRows], by_places: bool) -> (Vec<ChunkJob<'_>>, Vec<u64>) {
     let mut jobs = Vec::new();
     let mut record_bases = Vec::new();
     let mut row_base = 0u64;
@@ -150,6 +173,7 @@ fn chunk_jobs(files: &[FileRows]) -> (Vec<ChunkJob<'_>>, Vec<u64>) {
                 },
                 row_base,
                 expect: c,
+                by_places: by_places && c.places.is_some(),
             });
             record_bases.push(record_base);
             row_base += c.rows;
@@ -257,6 +281,7 @@ impl<R: HotRoute> Pass<'_, R> {
         let _ = self.spares.try_send(RecycledBuffers::from_block(&mut work));
         let keep = keep?;
         self.decider.stats.bytes += work.block.input_bytes();
+        self.decider.stats.bytes_read += work.block.bytes_read().unwrap_or(0);
         self.decider.stats.ranked.0 += u64::from(work.ranked.0);
         self.decider.stats.ranked.1 += u64::from(work.ranked.1);
         self.output.send(WriterMsg::Block(work.block, keep))
@@ -279,6 +304,9 @@ impl<R: HotRoute> Pass<'_, R> {
     fn on_job_end(&mut self, job: usize) -> Result<(), DedupError> {
         let fi = self.jobs[job].file;
         let expect = self.jobs[job].expect;
+        if self.jobs[job].places().is_none() {
+            self.decider.stats.bytes_read += whole_read_bytes(&self.jobs[job], &self.inputs[fi]);
+        }
         let (records, rows) = (self.job_records, self.job_rows);
         (self.job_records, self.job_rows) = (0, 0);
         if records != expect.records || rows != expect.rows {
@@ -346,7 +374,8 @@ pub(crate) fn run_stage2<R: HotRoute>(
         }));
     }
     let threads = ExecOptions::threads(cfg.threads).threads;
-    let (jobs, record_bases) = chunk_jobs(files);
+    let hot_work = route.hot_work(cfg);
+    let (jobs, record_bases) = chunk_jobs(files, reads_by_places(cfg, hot_work));
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
     check_sizes(&inputs, false)?;
     if let Some(p) = control.progress() {
@@ -380,7 +409,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
         mask,
         cfg,
         control,
-        hot_work: route.hot_work(cfg),
+        hot_work,
         spares: &spare_rx,
         inputs: &inputs,
     };

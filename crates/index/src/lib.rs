@@ -828,6 +828,7 @@ mod tests {
                 rows: 5,
                 read_error: false,
                 unreadable: Vec::new(),
+                places: None,
             }],
         }
     }

@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use neardup_corpus::{
@@ -21,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
 use crate::error::{InputFailure, KeysError, KeysSettingsError};
 use crate::hot::{HotKeys, HotMask};
+use crate::places::RecordPlaces;
 use crate::prior::{HotRule, PriorKeys};
 use crate::row::{RowKind, RowRule};
 use crate::row_cache::RowCache;
@@ -329,6 +331,8 @@ struct BlockRows {
     problems: Vec<(Option<u64>, Option<u32>, String, String)>,
     /// Which selected fields the block's records have.
     fields: FieldsSeen,
+    /// Where its records lie (a block of an uncompressed JSONL file, when places are noted).
+    places: Option<RecordPlaces>,
 }
 
 /// One chunk's blocks, assembled in order by the collector until the chunk ends.
@@ -348,11 +352,28 @@ struct ChunkOutput {
     problems: Vec<(Option<u64>, Option<u32>, String, String)>,
     /// The records the reader could not deliver, in order.
     unreadable: Vec<Unreadable>,
+    /// Where its records lie, while every block so far had its places and followed the one
+    /// before it.
+    places: Option<RecordPlaces>,
+    /// Blocks appended.
+    blocks: u64,
 }
 
 impl ChunkOutput {
     /// Appends the chunk's next block (record numbers are the reader's, already chunk-local).
     fn append(&mut self, block: BlockRows) {
+        let joined = match (&mut self.places, block.places) {
+            (None, Some(first)) if self.blocks == 0 => {
+                self.places = Some(first);
+                true
+            }
+            (Some(places), Some(next)) => places.append(&next),
+            _ => false,
+        };
+        if !joined {
+            self.places = None;
+        }
+        self.blocks += 1;
         if !block.keys.is_empty() {
             self.keys.push(block.keys);
         }
@@ -406,6 +427,9 @@ struct SketchWork<'a> {
     columns: usize,
     /// Rows of texts signed lately, for their exact copies.
     known: Option<RowCache>,
+    /// Whether blocks note where their records lie ([`RecordPlaces`]); cleared once the run
+    /// has dropped them.
+    places: AtomicBool,
 }
 
 impl ChunkWork for SketchWork<'_> {
@@ -461,7 +485,14 @@ impl SketchWork<'_> {
             skipped: HashMap::new(),
             problems: Vec::new(),
             fields: FieldsSeen::new(&cfg.selector),
+            places: None,
         };
+        // Per record of a block whose places are noted: its rows, and whether a slot of it had
+        // no text or a blank one.
+        let mut per_record: Option<Vec<(u32, bool)>> = block
+            .jsonl_offset()
+            .filter(|_| self.places.load(Ordering::Relaxed))
+            .map(|_| vec![(0, false); block.num_records()]);
         if cfg.sketcher.wants_batches() {
             // A tokenizer that takes a lock per call (a Python callable and its GIL) is handed
             // the block's texts at once.
@@ -488,6 +519,11 @@ impl SketchWork<'_> {
                 );
                 out.rows += 1;
                 out.reused += u64::from(reused);
+                if let Some(records) = &mut per_record {
+                    let record = &mut records[sample.record];
+                    record.0 += 1;
+                    record.1 |= r.kind == RowKind::Blank;
+                }
                 match r.kind {
                     RowKind::Blank => out.blank += 1,
                     RowKind::Short => out.short += 1,
@@ -495,6 +531,9 @@ impl SketchWork<'_> {
                 }
             }
             SampleText::Skipped(reason) => {
+                if let Some(records) = &mut per_record {
+                    records[sample.record].1 = true;
+                }
                 *out.skipped.entry(reason.kind()).or_default() += 1;
                 if out.problems.len() < QUOTED_PROBLEMS {
                     out.problems.push((
@@ -506,6 +545,15 @@ impl SketchWork<'_> {
                 }
             }
         });
+        if let (Some(records), Some(offset)) = (per_record, block.jsonl_offset()) {
+            let per_record = cfg.selector.samples_per_record() as u32;
+            let mut places = RecordPlaces::new(offset, per_record);
+            for (i, (rows, odd)) in records.into_iter().enumerate() {
+                let len = block.jsonl_line(i).map_or(0, <[u8]>::len) as u64;
+                places.push(len, rows, !odd && rows == per_record);
+            }
+            out.places = Some(places);
+        }
         if let Some(p) = self.control.progress() {
             // In the units of its total, the inputs' sizes on disk.
             p.add(block.disk_bytes(), out.rows);
@@ -539,7 +587,7 @@ pub fn run_keys(
         mut stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, cfg, control, Sink::Memory(Vec::new()))?;
+    } = sketch_rows(files, cfg, control, Sink::Memory(Vec::new()), true)?;
 
     let count_started = Instant::now();
     let pool = rayon::ThreadPoolBuilder::new()
@@ -565,7 +613,14 @@ pub fn run_keys(
                 })
                 .ok_or(KeysError::Interrupted)?
             };
-            let table = KeyTable::new(layout.clone(), shard, file_rows.clone(), keys)?;
+            // The places are stage 2's, which reads them from `files`; the table keeps none.
+            let mut table_files = file_rows.clone();
+            for f in &mut table_files {
+                for c in &mut f.chunks {
+                    c.places = None;
+                }
+            }
+            let table = KeyTable::new(layout.clone(), shard, table_files, keys)?;
             (counted, TableStore::Memory(table))
         }
         Sink::Spill(counter) => (
@@ -617,7 +672,7 @@ pub fn write_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, cfg, control, Sink::File(writer))?;
+    } = sketch_rows(files, cfg, control, Sink::File(writer), false)?;
     let Sink::File(writer) = sink else {
         unreachable!("a file sink stays a file sink")
     };
@@ -640,7 +695,7 @@ pub fn collect_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, &cfg, control, Sink::Memory(Vec::new()))?;
+    } = sketch_rows(files, &cfg, control, Sink::Memory(Vec::new()), false)?;
     let Sink::Memory(keys) = sink else {
         unreachable!("without a memory limit the rows stay in memory")
     };
@@ -655,6 +710,12 @@ struct Sketched {
     sink: Sink,
 }
 
+/// What the places of the records ([`RecordPlaces`]) may take: a 16th of the memory limit
+/// (one to three bytes a record). Past it they are dropped, and stage 2 reads every record.
+fn places_bytes(memory_limit: Option<u64>) -> u64 {
+    memory_limit.map_or(u64::MAX, |limit| limit / 16)
+}
+
 /// What the rows of recently signed texts may take: a 64th of the memory limit, which leaves the
 /// key table its half and the counting buffers theirs (the table stops at 10 MB, its most rows).
 fn row_cache_bytes(memory_limit: Option<u64>) -> u64 {
@@ -662,12 +723,14 @@ fn row_cache_bytes(memory_limit: Option<u64>) -> u64 {
 }
 
 /// Reads and sketches every chunk with worker threads and hands the rows, in input order, to
-/// `sink`.
+/// `sink`; with `places`, notes where the records of uncompressed JSONL chunks lie
+/// ([`ChunkRows::places`]) while they take at most [`places_bytes`] of the memory limit.
 fn sketch_rows(
     files: &[InputFile],
     cfg: &KeysConfig,
     control: &StepControl,
     sink: Sink,
+    places: bool,
 ) -> Result<Sketched, KeysError> {
     cfg.sketcher
         .config()
@@ -711,7 +774,9 @@ fn sketch_rows(
             row_cache_bytes(cfg.memory_limit),
             files.iter().map(|f| f.size).sum(),
         ),
+        places: AtomicBool::new(places),
     };
+    let mut places_held = 0u64;
     // The executor bounds the look-ahead (the memory held by sketched blocks waiting for their
     // turn) and hands the blocks over in input order; a chunk is folded into the run once all
     // its blocks and read errors are in.
@@ -744,6 +809,22 @@ fn sketch_rows(
                         columns,
                         budget,
                     )?;
+                    if let Some(places) = file_rows[chunks[job].file]
+                        .chunks
+                        .last()
+                        .and_then(|c| c.places.as_ref())
+                    {
+                        places_held += places.memory_bytes();
+                        if places_held > places_bytes(cfg.memory_limit) {
+                            // Over their share of the limit: stage 2 reads every record.
+                            work.places.store(false, Ordering::Relaxed);
+                            for f in &mut file_rows {
+                                for c in &mut f.chunks {
+                                    c.places = None;
+                                }
+                            }
+                        }
+                    }
                 }
             }
             Ok::<(), KeysError>(())
@@ -815,12 +896,21 @@ fn absorb(
         }
         stats.unreadable.push(range);
     }
+    // Places are of use only for a chunk read whole, every record of it placed.
+    let places = out
+        .places
+        .filter(|p| out.unreadable.is_empty() && p.records() == out.records)
+        .map(|mut p| {
+            p.shrink_to_fit();
+            p
+        });
     fr.chunks.push(ChunkRows {
         range: chunk.range.clone(),
         records: out.records,
         rows: out.rows,
         read_error: !out.unreadable.is_empty(),
         unreadable: out.unreadable,
+        places,
     });
     for (kind, n) in out.skipped {
         *stats.skipped.entry(kind.to_string()).or_default() += n;

@@ -13,6 +13,7 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::error::{
     Damage, Incompatible, KeysError, KeysSettingsError, LayoutDifference, TableName,
 };
+use crate::places::RecordPlaces;
 use crate::row::{RowRule, ShortTextPolicy};
 
 /// Rows of one input file, in the order the file's samples were read.
@@ -45,6 +46,11 @@ pub struct ChunkRows {
     /// table file) when the chunk was read whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<Unreadable>,
+    /// Where each record lies, for a chunk of an uncompressed JSONL file read whole by a
+    /// one-process run ([`crate::run_keys`]): stage 2 then reads only the records it has to
+    /// decide. Not saved with a table: a chunk without places is read whole.
+    #[serde(skip)]
+    pub places: Option<RecordPlaces>,
 }
 
 impl ChunkRows {

@@ -31,5 +31,5 @@ mod write;
 
 pub use client::{RETRIES, StorageError, StorageErrorKind, is_storage_failure};
 pub use location::{ObjectUrl, Scheme, UrlError, is_url, is_url_path};
-pub use read::{ObjectEntry, ObjectRanges, ObjectReader, RangeRead, head, list};
+pub use read::{ObjectEntry, ObjectRanges, ObjectReader, RangeRead, head, list, read_ranges};
 pub use write::{ObjectWriter, UploadSet, delete, get, put};

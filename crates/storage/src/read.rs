@@ -100,6 +100,35 @@ async fn fetch(object: Object, range: Range<u64>) -> Result<Bytes, StorageError>
     Ok(bytes)
 }
 
+/// Fetches the byte `ranges` of the object `url` (ascending, apart), in 8 MiB pieces, 16
+/// requests at a time: the records of a JSONL file read by their places. Returns each range's
+/// bytes, in order.
+pub fn read_ranges(url: &ObjectUrl, ranges: &[Range<u64>]) -> Result<Vec<Bytes>, StorageError> {
+    let object = Object::new(url)?;
+    let mut pieces = Vec::new();
+    for (i, r) in ranges.iter().enumerate() {
+        let mut at = r.start;
+        while at < r.end {
+            let end = (at + PIECE).min(r.end);
+            pieces.push((i, at..end));
+            at = end;
+        }
+    }
+    let fetched: Vec<Bytes> = block_on(
+        futures::stream::iter(pieces.iter().map(|(_, r)| fetch(object.clone(), r.clone())))
+            .buffered(16)
+            .try_collect(),
+    )?;
+    let mut out: Vec<BytesMut> = ranges
+        .iter()
+        .map(|r| BytesMut::with_capacity((r.end - r.start) as usize))
+        .collect();
+    for ((i, _), bytes) in pieces.iter().zip(fetched) {
+        out[*i].extend_from_slice(&bytes);
+    }
+    Ok(out.into_iter().map(BytesMut::freeze).collect())
+}
+
 /// A sequential [`Read`] of an object from an offset, as ranged GETs of 8 MiB with three more in
 /// flight, so reading never waits on one request's latency and one large object is fetched over
 /// several connections. Past an end hint (where the caller expects to stop) it fetches small
