@@ -32,7 +32,7 @@ fn run_measured(cmd: &mut Command) -> (Option<i32>, String, u64) {
     reaper
         .args([
             "--exact",
-            "reaper",
+            "memory_limit::reaper",
             "--nocapture",
             "--test-threads",
             "1",

@@ -642,7 +642,10 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
     };
     let report = neardup::apply(&config, &hot, &paths, &watched, &mut |_| {}).unwrap();
     assert_eq!(progress.samples(), report.totals.samples);
-    assert_eq!(progress.bytes(), report.stage2.bytes);
+    // Progress counts bytes on disk: a whole pass ends on the inputs' sizes, whatever their
+    // formats decode to.
+    let on_disk: u64 = files.iter().map(|f| f.size).sum();
+    assert_eq!(progress.bytes(), on_disk);
 
     // A table cut short, and one with a flipped byte in its keys, are refused by name.
     let bytes = std::fs::read(&paths[0]).unwrap();

@@ -388,6 +388,10 @@ fn begin_publication(
         }),
         outputs: inputs.iter().map(|f| f.relative.clone()).collect(),
         decisions: config.output.decisions.clone(),
+        decisions_named: config
+            .output
+            .decisions_to_stdout
+            .then(|| PathBuf::from("-")),
         report: config.output.report.clone(),
         files: config.output.index_out.iter().cloned().collect(),
         scratch_dirs: config.keys.spill_dir.iter().cloned().collect(),

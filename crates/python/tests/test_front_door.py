@@ -88,6 +88,14 @@ def test_a_report_names_decisions_sent_to_stdout_as_stdout(tmp_path):
     assert ".neardup-stdout" not in text
     assert report["config"]["output"]["decisions"] is None
     assert len(done.stdout.splitlines()) == report["totals"]["samples"]
+
+
+def test_the_output_manifest_names_decisions_sent_to_stdout_as_stdout(tmp_path):
+    done = cli("dedup", SAMPLE, "-o", tmp_path / "out", "--decisions", "-", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((tmp_path / "out" / "_SUCCESS").read_text())
+    # What a consumer of the dataset can find the decisions by, with their size.
+    assert manifest["decisions"] == {"path": "-", "bytes": len(done.stdout)}
     # And a report sent to stdout names itself so.
     done = cli("dedup", SAMPLE, "--decisions", tmp_path / "d.jsonl", "--report", "-", "--quiet")
     assert done.returncode == 0, done.stderr

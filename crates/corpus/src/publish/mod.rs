@@ -67,6 +67,10 @@ pub struct PublishOptions {
     pub outputs: Vec<PathBuf>,
     /// The decisions file, if any (named in the manifest).
     pub decisions: Option<PathBuf>,
+    /// The name the manifest gives the decisions file when the user reads them elsewhere than
+    /// where they were written (`-`: standard output, which gets the file once it is
+    /// published); None: its path.
+    pub decisions_named: Option<PathBuf>,
     /// The run report, if any (named in the manifest).
     pub report: Option<PathBuf>,
     /// Other single-file outputs (a key table, a hot-key file, a stage report).
@@ -95,6 +99,7 @@ impl Default for PublishOptions {
             manifest: MANIFEST.to_string(),
             outputs: Vec::new(),
             decisions: None,
+            decisions_named: None,
             report: None,
             files: Vec::new(),
             scratch_dirs: Vec::new(),
@@ -279,6 +284,7 @@ pub struct Publication {
     uploads: Arc<UploadSet>,
     cancel: CancelToken,
     decisions: Option<PathBuf>,
+    decisions_named: Option<PathBuf>,
     report: Option<PathBuf>,
     /// Directories this run created (output directory, parents of single-file outputs), removed
     /// again if it publishes nothing and they are empty.
@@ -390,6 +396,7 @@ impl Publication {
             uploads: UploadSet::new(),
             cancel: opts.cancel.clone(),
             decisions: opts.decisions.as_deref().map(absolute_or_url).transpose()?,
+            decisions_named: opts.decisions_named.clone(),
             report: opts.report.as_deref().map(absolute_or_url).transpose()?,
             created: Mutex::new(Vec::new()),
             swept: Mutex::new(BTreeSet::new()),
@@ -685,6 +692,14 @@ impl Publication {
         Ok(())
     }
 
+    /// The manifest's entry of the decisions file under the name the user reads it by.
+    fn named_decisions(&self, entry: Option<ManifestEntry>) -> Option<ManifestEntry> {
+        entry.map(|e| ManifestEntry {
+            path: self.decisions_named.clone().unwrap_or(e.path),
+            ..e
+        })
+    }
+
     /// The run's id.
     pub fn run_id(&self) -> RunId {
         self.shared.run
@@ -896,7 +911,7 @@ impl Publication {
             neardup_version: env!("CARGO_PKG_VERSION").to_string(),
             committed_at: rfc3339_utc(SystemTime::now()),
             files: listing,
-            decisions: entry(&self.decisions),
+            decisions: self.named_decisions(entry(&self.decisions)),
             report: entry(&self.report),
             distributed: d.shard.clone(),
         };
@@ -1047,7 +1062,7 @@ impl Publication {
                 neardup_version: env!("CARGO_PKG_VERSION").to_string(),
                 committed_at: rfc3339_utc(now),
                 files: listing,
-                decisions: entry(&self.decisions),
+                decisions: self.named_decisions(entry(&self.decisions)),
                 report: entry(&self.report),
                 distributed: d.shard.clone(),
             };
