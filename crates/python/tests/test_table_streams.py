@@ -83,6 +83,22 @@ def test_a_reopened_stream_is_decided_as_the_same_table():
         table, id_field="id").column("dup_of_id").to_pylist()
 
 
+def test_an_empty_stream_is_an_empty_table():
+    schema = pa.schema([("text", pa.string())])
+
+    def open_stream():
+        return pa.RecordBatchReader.from_batches(schema, iter([]))
+
+    got = neardup.dedup_table(open_stream)
+    want = neardup.dedup_table(pa.table({"text": pa.array([], pa.string())}))
+    assert got.num_rows == 0 and got.schema == want.schema
+    assert neardup.drop_duplicates(open_stream).read_all().num_rows == 0
+    # Rows without any text are decided as the same rows in a table are.
+    blank = pa.record_batch({"text": ["", "   "]})
+    got = neardup.dedup_table(lambda: pa.RecordBatchReader.from_batches(schema, iter([blank])))
+    assert got.equals(neardup.dedup_table(pa.Table.from_batches([blank])))
+
+
 def test_a_stream_that_changes_between_passes_or_fails_is_an_error():
     parts = batches(2, 3, 300)
     calls = []
