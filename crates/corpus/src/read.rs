@@ -19,25 +19,28 @@ impl Block {
     /// read by the places of some records yields only theirs ([`Block::records_read`]).
     /// Text is borrowed from the block when possible (no per-sample allocation on the hot path).
     pub fn for_each_sample<F: FnMut(Sample<'_>)>(&self, selector: &TextSelector, mut f: F) {
+        self.samples(selector, None, &mut f)
+    }
+
+    /// The samples of [`Block::for_each_sample`], noting the fields seen when `seen` is given.
+    fn samples<F: FnMut(Sample<'_>)>(
+        &self,
+        selector: &TextSelector,
+        seen: Option<&mut FieldsSeen>,
+        f: &mut F,
+    ) {
         match &self.data {
             BlockData::Jsonl {
                 bytes,
                 starts,
                 picked: Some(p),
                 ..
-            } => jsonl::line_samples(
-                bytes,
-                starts,
-                p.records.iter().copied(),
-                selector,
-                None,
-                &mut f,
-            ),
+            } => jsonl::line_samples(bytes, starts, p.records.iter().copied(), selector, seen, f),
             BlockData::Jsonl { bytes, starts, .. } => {
-                jsonl::line_samples(bytes, starts, 0..starts.len(), selector, None, &mut f)
+                jsonl::line_samples(bytes, starts, 0..starts.len(), selector, seen, f)
             }
             BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
-                parquet_read::batch_samples(batch, selector, None, &mut f)
+                parquet_read::batch_samples(batch, selector, seen, f)
             }
         }
     }
@@ -79,27 +82,7 @@ impl Block {
         seen: &mut FieldsSeen,
         mut f: F,
     ) {
-        match &self.data {
-            BlockData::Jsonl {
-                bytes,
-                starts,
-                picked: Some(p),
-                ..
-            } => jsonl::line_samples(
-                bytes,
-                starts,
-                p.records.iter().copied(),
-                selector,
-                Some(seen),
-                &mut f,
-            ),
-            BlockData::Jsonl { bytes, starts, .. } => {
-                jsonl::line_samples(bytes, starts, 0..starts.len(), selector, Some(seen), &mut f)
-            }
-            BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
-                parquet_read::batch_samples(batch, selector, Some(seen), &mut f)
-            }
-        }
+        self.samples(selector, Some(seen), &mut f)
     }
 }
 
