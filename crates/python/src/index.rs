@@ -147,6 +147,8 @@ impl IndexDecision {
 pub struct Index {
     core: Mutex<Core>,
     namespace: Option<String>,
+    /// The `tokenizer=` callable, if one: what it raised is raised in place of the call's panic.
+    tokenizer: Option<neardup::CustomTokenizer>,
 }
 
 /// Python values as texts: a `str`, or anything else (``None``, bytes, numbers), which has no
@@ -240,6 +242,19 @@ impl Index {
         self.core.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Runs `f` with the GIL released. A `tokenizer=` callable that raises ends the signing it
+    /// was called from (before anything is decided: a batch is signed whole first), and what it
+    /// raised comes back as `neardup.TokenizerError` with the exception as its `__cause__`.
+    fn guarded<T: Send>(&self, py: Python<'_>, f: impl FnOnce() -> T + Send) -> PyResult<T> {
+        match py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))) {
+            Ok(out) => Ok(out),
+            Err(panic) => match crate::tokenizer::failure(py, &self.tokenizer, None) {
+                Some(raised) => Err(raised),
+                None => std::panic::resume_unwind(panic),
+            },
+        }
+    }
+
     /// Runs `f` over the texts with the GIL released.
     fn with_texts<T: Send>(
         &self,
@@ -265,7 +280,7 @@ impl Index {
                 None => Text::Unreadable,
             })
             .collect();
-        Ok(py.detach(|| f(&mut self.core(), &texts)))
+        self.guarded(py, || f(&mut self.core(), &texts))
     }
 }
 
@@ -299,6 +314,7 @@ impl Index {
         Ok(Index {
             core: Mutex::new(core),
             namespace,
+            tokenizer: config.sketch.custom_tokenizer.clone(),
         })
     }
 
@@ -356,8 +372,8 @@ impl Index {
     ) -> PyResult<Vec<(Bound<'py, PyAny>, f64)>> {
         let text = str_of(text)?;
         let text: &str = &text;
-        let found = py
-            .detach(|| self.core().query(text))
+        let found = self
+            .guarded(py, || self.core().query(text))?
             .map_err(|e| index_error(py, e))?;
         found
             .iter()
@@ -416,10 +432,10 @@ impl Index {
         id_column: Option<&str>,
     ) -> PyResult<Vec<IndexDecision>> {
         let (arrays, ids) = crate::frames::column_of_table(data, column, id_column)?;
-        let out = py.detach(|| {
+        let out = self.guarded(py, || {
             let texts = crate::frames::column_texts(&arrays);
             self.core().check_many(&texts, ids)
-        });
+        })?;
         Ok(out
             .map_err(|e| index_error(py, e))?
             .into_iter()

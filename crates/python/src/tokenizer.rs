@@ -176,12 +176,17 @@ impl PyTokenizer {
         self.call(py, text).unwrap_or_else(|e| {
             let mut watch = self.watch.lock().unwrap_or_else(|p| p.into_inner());
             if !watch.watched {
-                drop(watch);
                 let why = e
                     .value(py)
                     .repr()
                     .map(|r| r.to_string())
                     .unwrap_or_else(|_| e.to_string());
+                // Kept for a user that catches the panic and raises it instead (the online
+                // `Index`, whose core cannot take an error from inside its signing).
+                if watch.failure.is_none() {
+                    watch.failure = Some((e, text.to_string()));
+                }
+                drop(watch);
                 panic!("tokenizer {} failed: {why}", self.name)
             }
             if watch.failure.is_none() {

@@ -351,6 +351,34 @@ def test_a_deduper_raises_naming_the_text_and_does_not_count_it(broken_corpus):
     ]
 
 
+def test_the_online_index_raises_what_its_tokenizer_raised_and_decides_nothing(broken_corpus):
+    texts = [r["text"] for p in sorted(broken_corpus.iterdir()) for r in read_jsonl(p)]
+    at = texts.index(BROKEN)
+    settings = dict(tokenizer_name="words", shingle=2)
+    index = neardup.Index(tokenizer=breaks, **settings)
+    first = index.check_many(texts[:at], ids=list(range(at)))
+    calls = (
+        lambda: index.check(texts[at], id=at),
+        lambda: index.check_many(texts[at:], ids=list(range(at, len(texts)))),
+        lambda: index.query(texts[at]),
+        lambda: index.insert(texts[at], id=at),
+    )
+    for call in calls:
+        with pytest.raises(neardup.TokenizerError) as raised:
+            call()
+        assert_raised_by_the_tokenizer(raised)
+    # Nothing of a failed call was decided: the rest is decided as if it had never been given,
+    # as an index with a working tokenizer decides it.
+    rest = [(i, t) for i, t in enumerate(texts) if i > at and t != BROKEN]
+    after = index.check_many([t for _, t in rest], ids=[i for i, _ in rest])
+    reference = neardup.Index(tokenizer=words, **settings)
+    want = reference.check_many(texts[:at] + [t for _, t in rest],
+                                ids=list(range(at)) + [i for i, _ in rest])
+    assert [(d.id, d.keep, d.reason, d.dup_of) for d in first + after] == [
+        (d.id, d.keep, d.reason, d.dup_of) for d in want
+    ]
+
+
 def test_ray_refuses_a_tokenizer_that_cannot_be_pickled_before_any_task(tmp_path):
     ray = pytest.importorskip("ray")
     import threading
