@@ -36,6 +36,18 @@ const STREAM_CAPSULE: &CStr = c"arrow_array_stream";
 /// The ids of a table's rows and of the rows they duplicate, when an id column is set.
 type Ids = (Vec<Option<String>>, Vec<Option<String>>);
 
+/// A table's decisions as Python gets them: `(keep, reason codes, reason names, dup_of,
+/// similarity, cluster, ids)`, the columns as numpy arrays.
+type DecisionColumns<'py> = (
+    Bound<'py, PyArray1<bool>>,
+    Bound<'py, PyArray1<u8>>,
+    Vec<&'static str>,
+    Bound<'py, PyArray1<i64>>,
+    Bound<'py, PyArray1<f64>>,
+    Bound<'py, PyArray1<i64>>,
+    Option<Ids>,
+);
+
 /// The decisions of a table's rows, as columns: what `neardup.dedup_table` turns into a
 /// `pyarrow.Table`.
 pub(crate) struct TableDecisions {
@@ -56,13 +68,32 @@ pub(crate) struct TableDecisions {
     indexed_dups: Vec<(u64, String, u64)>,
     /// The JSON of the run's report.
     report: String,
-    /// A row no decision was made for, which would be a bug: the table's rows and the run's
-    /// records did not line up.
-    undecided: Option<usize>,
 }
 
 /// The names of the reasons, by their code in [`TableDecisions::reason`].
 impl TableDecisions {
+    /// The decision columns, refused when a row got none (`of`: the rows', for the message).
+    fn columns<'py>(
+        &mut self,
+        py: Python<'py>,
+        of: impl std::fmt::Display,
+    ) -> PyResult<DecisionColumns<'py>> {
+        if let Some(row) = self.reason.iter().position(|r| *r == u8::MAX) {
+            return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "no decision was made for row {row} of {of} (a bug: please report it)"
+            )));
+        }
+        Ok((
+            std::mem::take(&mut self.keep).into_pyarray(py),
+            std::mem::take(&mut self.reason).into_pyarray(py),
+            REASONS.to_vec(),
+            std::mem::take(&mut self.dup_of).into_pyarray(py),
+            std::mem::take(&mut self.similarity).into_pyarray(py),
+            std::mem::take(&mut self.cluster).into_pyarray(py),
+            self.ids.take(),
+        ))
+    }
+
     /// Columns for `rows` rows, none decided yet.
     fn new(rows: usize, has_ids: bool) -> TableDecisions {
         TableDecisions {
@@ -74,7 +105,6 @@ impl TableDecisions {
             ids: has_ids.then(|| (vec![None; rows], vec![None; rows])),
             indexed_dups: Vec::new(),
             report: String::new(),
-            undecided: None,
         }
     }
 
@@ -475,7 +505,6 @@ fn run_table(
         }
         run => run?,
     };
-    d.undecided = d.reason.iter().position(|r| *r == u8::MAX);
     d.report = crate::run::report_json(&report);
     Ok(d)
 }
@@ -503,20 +532,16 @@ pub fn table_result<'py>(
             "this run made no table decisions",
         ));
     };
-    let d = *d;
-    if let Some(row) = d.undecided {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-            "no decision was made for row {row} of the table (a bug: please report it)"
-        )));
-    }
+    let mut d = *d;
+    let (keep, reason, names, dup_of, similarity, cluster, ids) = d.columns(py, "the table")?;
     Ok((
-        d.keep.into_pyarray(py),
-        d.reason.into_pyarray(py),
-        REASONS.to_vec(),
-        d.dup_of.into_pyarray(py),
-        d.similarity.into_pyarray(py),
-        d.cluster.into_pyarray(py),
-        d.ids,
+        keep,
+        reason,
+        names,
+        dup_of,
+        similarity,
+        cluster,
+        ids,
         d.indexed_dups,
         d.report,
     ))
@@ -680,19 +705,16 @@ pub fn block_decisions<'py>(
         })
         .map_err(to_py)?;
     drop(block);
-    if let Some(row) = d.reason.iter().position(|r| *r == u8::MAX) {
-        return Err(pyo3::exceptions::PyRuntimeError::new_err(format!(
-            "no decision was made for row {row} of block {name} (a bug: please report it)"
-        )));
-    }
+    let (keep, reason, names, dup_of, similarity, cluster, ids) =
+        d.columns(py, format!("block {name}"))?;
     Ok((
-        d.keep.into_pyarray(py),
-        d.reason.into_pyarray(py),
-        REASONS.to_vec(),
-        d.dup_of.into_pyarray(py),
-        d.similarity.into_pyarray(py),
-        d.cluster.into_pyarray(py),
-        d.ids,
+        keep,
+        reason,
+        names,
+        dup_of,
+        similarity,
+        cluster,
+        ids,
         crate::run::report_json(&report),
     ))
 }
