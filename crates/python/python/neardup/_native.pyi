@@ -220,7 +220,7 @@ class Index:
         """check() for each text in order, signed in parallel with the GIL released."""
     def check_table(self, data: Any, column: str = "text", id_column: Optional[str] = None) -> List[IndexDecision]:
         """check_many() over a table's rows (any type drop_duplicates takes), one decision per
-        row; the column is read in place (a null is an empty text)."""
+        row; the column is read in place (a null is decided ``"error"`` and kept, as ``check(None)``)."""
     def query(self, text: str) -> List[Tuple[_Id, float]]:
         """The earlier documents text duplicates, with their similarity; adds nothing."""
     def insert(self, text: str, id: Optional[_Id] = None) -> _Id:
