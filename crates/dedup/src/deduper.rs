@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::clusters::ClusterCounter;
 use crate::error::SettingsError;
 use crate::first_copies::{FirstCopies, FirstCopy};
+use crate::large_set::{SetRef, SpilledSet};
 use crate::prior::PriorState;
 use crate::reps::{BucketIndex, RepBudget, RepId, RepStore};
 use crate::sample_ids::{IdRef, IdStore};
@@ -414,12 +415,21 @@ impl Deduper {
 
     /// Decides one hot sample. Call in input order.
     pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
-        let verdict = self.decide_sample(c);
+        let verdict = self.decide_sample(c, c.shingles.map(SetRef::Memory));
         self.bound_bookkeeping();
         verdict
     }
 
-    fn decide_sample(&mut self, c: &Candidate<'_>) -> Verdict {
+    /// [`Deduper::decide`] for a candidate whose shingle set was built in a scratch file
+    /// ([`crate::large_set`]: a text too long for its set to be held in memory); `c.shingles` is
+    /// not read. The same verdict as with the set in memory.
+    pub(crate) fn decide_spilled(&mut self, c: &Candidate<'_>, set: &SpilledSet) -> Verdict {
+        let verdict = self.decide_sample(c, Some(SetRef::Spilled(set)));
+        self.bound_bookkeeping();
+        verdict
+    }
+
+    fn decide_sample(&mut self, c: &Candidate<'_>, set: Option<SetRef<'_>>) -> Verdict {
         self.stats.checked += 1;
         self.last = LastDecision::default();
         if let Some(col) = self.exact_column
@@ -486,7 +496,7 @@ impl Deduper {
                 if sim < self.candidate_floor {
                     continue;
                 }
-                let decided = match c.shingles.filter(|_| self.reps.keeps_sets()) {
+                let decided = match set.filter(|_| self.reps.keeps_sets()) {
                     Some(mine) => {
                         self.stats.verifications += 1;
                         let exact = self.reps.jaccard_at_least(rep, mine, self.config.threshold);
@@ -517,7 +527,7 @@ impl Deduper {
 
         // Kept: it represents each of its hot buckets that still has room. What the rest of the
         // state holds is taken before its first bucket entry, as the store places its records.
-        self.last.new_rep = self.join_buckets(c);
+        self.last.new_rep = self.join_buckets(c, set);
         Verdict::Unique
     }
 
@@ -563,7 +573,10 @@ impl Deduper {
                     continue;
                 }
                 let decided = match c.shingles.filter(|_| self.reps.keeps_sets()) {
-                    Some(mine) => self.reps.jaccard_at_least(rep, mine, self.config.threshold),
+                    Some(mine) => {
+                        self.reps
+                            .jaccard_at_least(rep, SetRef::Memory(mine), self.config.threshold)
+                    }
                     _ => (sim >= self.config.threshold).then_some(sim),
                 };
                 let (Some(similarity), Some(addr)) = (decided, self.reps.addr(rep)) else {
@@ -606,7 +619,7 @@ impl Deduper {
                 .get_or_insert(c.content_hash, first)
                 .is_none();
         }
-        self.last.new_rep = self.join_buckets(c);
+        self.last.new_rep = self.join_buckets(c, c.shingles.map(SetRef::Memory));
         self.bound_bookkeeping();
     }
 
@@ -628,8 +641,12 @@ impl Deduper {
                     continue;
                 }
                 let id = *rep.get_or_insert_with(|| {
-                    self.reps
-                        .push(&r.signature, r.shingles.as_deref(), r.addr, others)
+                    self.reps.push(
+                        &r.signature,
+                        r.shingles.as_deref().map(SetRef::Memory),
+                        r.addr,
+                        others,
+                    )
                 });
                 self.buckets.push(key, id);
             }
@@ -664,7 +681,7 @@ impl Deduper {
     /// first copies, the ids and the clusters (all of them, in memory or mapped).
     /// `c` as the representative of each of its hot buckets with room (one representative,
     /// made at the first such bucket); `None` when no bucket had room.
-    fn join_buckets(&mut self, c: &Candidate<'_>) -> Option<RepId> {
+    fn join_buckets(&mut self, c: &Candidate<'_>, set: Option<SetRef<'_>>) -> Option<RepId> {
         let others = self.others_bytes();
         let mut rep: Option<RepId> = None;
         for band in 0..self.bands {
@@ -678,8 +695,7 @@ impl Deduper {
             {
                 continue;
             }
-            let id =
-                *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
+            let id = *rep.get_or_insert_with(|| self.reps.push(c.signature, set, c.addr, others));
             self.buckets.push(key, id);
         }
         rep

@@ -44,7 +44,9 @@
 //!
 //! Where things live, each module building only on those before it: the decision core is
 //! `verify` (records that spill, and exact
-//! verification's shingle sets), `reps` (buckets and the representatives' store),
+//! verification's shingle sets), `large_set` (under a memory limit, the shingle set of a text
+//! too long to hold it in memory: built by an external sort into a scratch file and compared by a
+//! streaming merge), `reps` (buckets and the representatives' store),
 //! `first_copies` (the first sample of each text), `sample_ids` and `clusters` (the ids later
 //! decisions may name and the clusters' sizes, [`Deduper::note`]) and `deduper`; a stage-2 pass
 //! starts from `pass` (its settings, [`Decision`], [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
@@ -59,6 +61,7 @@ mod distributed;
 mod error;
 mod first_copies;
 mod handoff;
+mod large_set;
 mod pass;
 mod prefer;
 mod prepare;
