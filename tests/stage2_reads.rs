@@ -1,7 +1,7 @@
 //! Stage 2 reads only the records it has to decide (where stage 1 noted each record of an
-//! uncompressed JSONL file), and decides the others unread; writing the dataset or naming ids,
-//! it reads every record but parses only those, copying the others as they are and reading
-//! their ids alone. The decisions, the dataset and the report's totals are those of a run that
+//! uncompressed JSONL file), and decides the others unread; writing the dataset, it reads every
+//! record but parses only those, copying the others as they are; with an id field it reads and
+//! parses everything. The decisions, the dataset and the report's totals are those of a run that
 //! reads and parses everything, for any thread count, chunk size, fields mode, id field, output
 //! part size and memory limit; the report says how many bytes stage 2 read.
 
@@ -270,7 +270,7 @@ fn decisions_read_by_places_equal_a_whole_read_for_any_setting() {
             let what =
                 format!("expand {expand}, id {id}, {threads} threads, chunks of {chunk_bytes}");
             // Decisions only: without an id field the records to decide are read, the rest
-            // passed over unread; with one, every record is read for its id.
+            // passed over unread; with one, every record is read and parsed for its id.
             n += 1;
             let (places, decisions, _) = run(&c, &tmp.path().join(format!("places-{n}")), false);
             assert!(decisions == whole_decisions, "{what}: the same decisions");

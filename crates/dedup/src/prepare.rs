@@ -183,8 +183,8 @@ pub(crate) enum PlacesRead {
     Ignored,
     /// Only the records to decide are read (and parsed); the others are decided unread.
     Picked,
-    /// The chunk is read whole, since the filtered dataset copies the records passed over or
-    /// their decisions name their ids, but only the records to decide are parsed.
+    /// The chunk is read whole, since the filtered dataset copies the records passed over,
+    /// but only the records to decide are parsed.
     Whole,
 }
 
@@ -465,38 +465,20 @@ fn prepare_block(
     // A record passed over unread is plain and cold: each of its samples is a cold text.
     let per_record = cfg.selector.samples_per_record() as u32;
     let mut passed = PassedOver::of(&block);
-    let pass_over = |record: usize,
-                     id: Option<(u32, u32)>,
-                     samples: &mut Vec<PreparedSample>,
-                     next_row: &mut u64| {
+    let pass_over = |record: usize, samples: &mut Vec<PreparedSample>, next_row: &mut u64| {
         for field in 0..per_record {
             samples.push(PreparedSample {
                 record: record as u32,
                 field,
                 kind: SampleKind::Cold,
-                id,
+                id: None,
                 rank: 0,
             });
             *next_row += 1;
         }
     };
-    // With an id field, the decisions of the records passed over name their ids too: those
-    // records were read (not parsed), and their ids are read from that field alone, in order.
-    let mut passed_ids = Vec::new();
-    if let Some(field) = &cfg.selector.id_field {
-        block.for_each_passed_over_id(field, |_, id| {
-            passed_ids.push(id.map(|id| {
-                let start = ids.len() as u32;
-                ids.push_str(id);
-                (start, ids.len() as u32)
-            }));
-        });
-    }
-    let mut passed_ids = passed_ids.into_iter();
     block.for_each_sample(&cfg.selector, |s| {
-        passed.upto(s.record + 1, |r| {
-            pass_over(r, passed_ids.next().flatten(), &mut samples, &mut next_row)
-        });
+        passed.upto(s.record + 1, |r| pass_over(r, &mut samples, &mut next_row));
         let mut rank = 0;
         let id = s.id.as_ref().map(|id| {
             let start = ids.len() as u32;
@@ -606,7 +588,7 @@ fn prepare_block(
         });
     });
     passed.upto(block.num_records(), |r| {
-        pass_over(r, passed_ids.next().flatten(), &mut samples, &mut next_row)
+        pass_over(r, &mut samples, &mut next_row)
     });
     let texts = next_row - *row;
     *row = next_row;

@@ -134,15 +134,15 @@ fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), 
 
 /// Whether a pass may parse only the records it has to decide, found by the places stage 1
 /// noted ([`neardup_keys::RecordPlaces`]), and decide the others (plain and cold: every sample
-/// `unique`) unparsed: only where the pass decides the hot samples itself (a one-process pass:
-/// `sign` and `write` steps read whole). Deciding only, without an id field, it reads only those
-/// records. It reads every record when the filtered dataset copies the kept ones as they are, and
-/// with an id field, since every decision names its sample's id (read from that field alone for
-/// a record it does not parse).
+/// `unique`) unparsed: when nothing it writes needs their texts or ids. Not with an id field
+/// (every decision names its sample's id), and only where the pass decides the hot samples
+/// itself (a one-process pass: `sign` and `write` steps read whole). Without a filtered dataset
+/// it reads only those records; with one it reads every record, copying the ones it does not
+/// parse as they are.
 fn reads_by_places(cfg: &Stage2Config, hot_work: HotWork) -> PlacesRead {
-    if !matches!(hot_work, HotWork::Decide { .. }) {
+    if cfg.selector.id_field.is_some() || !matches!(hot_work, HotWork::Decide { .. }) {
         PlacesRead::Ignored
-    } else if cfg.output.is_some() || cfg.selector.id_field.is_some() {
+    } else if cfg.output.is_some() {
         PlacesRead::Whole
     } else {
         PlacesRead::Picked
