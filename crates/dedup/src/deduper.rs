@@ -1,8 +1,8 @@
 //! The decision core: bounded representatives per hot bucket, first seen wins.
 
 use hashbrown::HashSet;
-use neardup_keys::{HotKeys, RowKind, RowRule};
-use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
+use neardup_keys::RowRule;
+use neardup_sketch::{NO_KEY, similarity};
 use serde::{Deserialize, Serialize};
 
 use crate::clusters::ClusterCounter;
@@ -762,122 +762,6 @@ impl Deduper {
         s.representative_memory_bytes = self.reps.memory_bytes();
         s.spilled_bytes = self.reps.spilled_bytes();
         s
-    }
-}
-
-/// A self-contained deduplicator for callers who bring their own texts one by one: it sketches
-/// each text itself and decides it against a hot-key set (from stage 1, possibly merged over
-/// shards). Texts must be checked in the same order stage 1 saw them for decisions to match a
-/// pipeline run.
-///
-/// ```no_run
-/// use neardup_dedup::{DeduperConfig, TextDeduper};
-/// use neardup_keys::{HotKeys, RowRule};
-/// use neardup_sketch::{Sketcher, SketchConfig};
-///
-/// # fn sketch_config() -> SketchConfig { unimplemented!() }
-/// // The sketch settings and row rule stage 1 used for these hot keys.
-/// let sketcher = Sketcher::new(sketch_config()).unwrap();
-/// let hot = HotKeys::load("hot.ndh".as_ref()).unwrap();
-/// let mut dedup = TextDeduper::new(sketcher, RowRule::default(), &hot, DeduperConfig::default()).unwrap();
-/// for text in ["first text …", "first text …!"] {
-///     let verdict = dedup.check(text);
-///     println!("keep={} {verdict:?}", verdict.keep());
-/// }
-/// ```
-pub struct TextDeduper {
-    sketcher: Sketcher,
-    rule: RowRule,
-    hot: hashbrown::HashSet<u64>,
-    core: Deduper,
-    scratch: Scratch,
-    sig: Vec<u32>,
-    row: Vec<u64>,
-    hot_cols: Vec<bool>,
-    shingles: Vec<u32>,
-    next: u64,
-}
-
-impl TextDeduper {
-    /// A deduplicator with the settings the hot keys were made with.
-    pub fn new(
-        sketcher: Sketcher,
-        rule: RowRule,
-        hot: &HotKeys,
-        config: DeduperConfig,
-    ) -> Result<TextDeduper, SettingsError> {
-        if hot.layout().sketch_fingerprint != sketcher.config().fingerprint()
-            || hot.layout().rule != rule
-        {
-            return Err(SettingsError::OtherSketch);
-        }
-        let core = Deduper::new(config, sketcher.num_perm(), sketcher.bands(), rule)?;
-        let scratch = if core.needs_shingles() {
-            Scratch::collecting_shingle_sets()
-        } else {
-            Scratch::default()
-        };
-        let columns = rule.columns(sketcher.bands());
-        Ok(TextDeduper {
-            sig: vec![0; sketcher.num_perm()],
-            row: vec![0; columns],
-            hot_cols: vec![false; columns],
-            hot: hot.lookup(),
-            sketcher,
-            rule,
-            core,
-            scratch,
-            shingles: Vec::new(),
-            next: 0,
-        })
-    }
-
-    /// Decides the next text; its address is its position in the sequence of checked texts.
-    pub fn check(&mut self, text: &str) -> Verdict {
-        let addr = SampleAddr {
-            file: 0,
-            record: self.next,
-            field: 0,
-        };
-        self.next += 1;
-        let r = self.rule.sketch(
-            &self.sketcher,
-            text,
-            &mut self.scratch,
-            &mut self.sig,
-            &mut self.row,
-        );
-        if r.kind == RowKind::Blank {
-            return Verdict::Unique;
-        }
-        for (h, k) in self.hot_cols.iter_mut().zip(&self.row) {
-            *h = *k != NO_KEY && self.hot.contains(k);
-        }
-        if !self.hot_cols.iter().any(|h| *h) {
-            return Verdict::Unique;
-        }
-        let shingles = if self.core.needs_shingles() {
-            self.shingles.clear();
-            self.sketcher
-                .last_shingle_set(&mut self.scratch, &mut self.shingles);
-            Some(self.shingles.as_slice())
-        } else {
-            None
-        };
-        let c = Candidate {
-            addr,
-            signature: &self.sig,
-            row: &self.row,
-            hot: &self.hot_cols,
-            content_hash: r.content_hash,
-            shingles,
-        };
-        self.core.decide(&c)
-    }
-
-    /// Counters so far.
-    pub fn stats(&self) -> DeduperStats {
-        self.core.stats()
     }
 }
 

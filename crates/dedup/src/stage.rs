@@ -538,7 +538,9 @@ fn write_outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, Verdict};
+    use crate::{
+        DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, TextVerdict, Verdict,
+    };
     use neardup_corpus::{FieldPath, InputFile, TextSelector};
     use neardup_exec::{CancelToken, OnError};
     use neardup_keys::{KeysConfig, RowRule, run_keys};
@@ -637,11 +639,19 @@ mod tests {
         let mut core = TextDeduper::new(
             sketcher(),
             RowRule::default(),
-            &stage1.hot,
             DeduperConfig::default(),
+            EmptyPolicy::Keep,
         )
+        .unwrap()
+        .against(&stage1.hot)
         .unwrap();
-        let expected: Vec<Verdict> = texts.iter().map(|t| core.check(t)).collect();
+        let expected: Vec<Verdict> = texts
+            .iter()
+            .map(|t| match core.check(t).unwrap() {
+                TextVerdict::Decided(v) => v,
+                TextVerdict::Empty { .. } => Verdict::Unique,
+            })
+            .collect();
         assert_eq!(one.len(), texts.len());
         let mut drops = 0;
         for (i, ((addr, dup_of), want)) in one.iter().zip(&expected).enumerate() {
