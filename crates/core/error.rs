@@ -60,6 +60,10 @@ pub enum Error {
     /// A saved index (`--against`, `--index-out`, `neardup index`) cannot be made, read or used
     /// (exit code 2 when it was made with other settings or the arguments do not fit it).
     Index(neardup_index::IndexError),
+    /// The online index's stores (`neardup index push`/`pull`/`stats` with Redis): a server
+    /// that cannot be reached, a namespace with other settings or already holding an index
+    /// (exit code 2 for those refusals), a path that is not an index.
+    Online(neardup_online::IndexError),
     /// A saved index asked of a step or a run that cannot make or use it (exit code 2).
     IndexUse(IndexUseError),
     /// The bytes of a step's value are damaged, truncated or not neardup's.
@@ -102,6 +106,7 @@ impl fmt::Display for Error {
             Error::ThreadLost { thread } => write!(f, "{thread} panicked"),
             Error::Eval(e) => e.fmt(f),
             Error::Index(e) => e.fmt(f),
+            Error::Online(e) => e.fmt(f),
             Error::IndexUse(e) => e.fmt(f),
             Error::Interrupted => f.write_str(
                 "interrupted before the outputs were published; nothing was published and the \
@@ -129,11 +134,18 @@ impl std::error::Error for Error {
             Error::Threads { source, .. } => Some(source),
             Error::Eval(e) => Some(e),
             Error::Index(e) => Some(e),
+            Error::Online(e) => Some(e),
             Error::IndexUse(_)
             | Error::Usage(_)
             | Error::ThreadLost { .. }
             | Error::Interrupted => None,
         }
+    }
+}
+
+impl From<neardup_online::IndexError> for Error {
+    fn from(e: neardup_online::IndexError) -> Self {
+        Error::Online(e)
     }
 }
 

@@ -211,9 +211,9 @@ const CACHE_BYTES: usize = 256 << 20;
 
 /// What a namespace records of the settings it was made with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct Recorded {
-    index: neardup_index::IndexSettings,
-    empty: String,
+pub(crate) struct Recorded {
+    pub(crate) index: neardup_index::IndexSettings,
+    pub(crate) empty: String,
 }
 
 impl Recorded {
@@ -224,7 +224,7 @@ impl Recorded {
         }
     }
 
-    fn differences(&self, mine: &Recorded) -> Vec<String> {
+    pub(crate) fn differences(&self, mine: &Recorded) -> Vec<String> {
         let mut out = self.index.differences(&mine.index);
         if self.empty != mine.empty {
             out.push(format!("empty: {} vs {}", self.empty, mine.empty));
@@ -234,11 +234,11 @@ impl Recorded {
 }
 
 /// A representative as the server holds it.
-struct RepRecord {
-    docno: u64,
-    id: String,
-    signature: Vec<u32>,
-    shingles: Option<Vec<u32>>,
+pub(crate) struct RepRecord {
+    pub(crate) docno: u64,
+    pub(crate) id: String,
+    pub(crate) signature: Vec<u32>,
+    pub(crate) shingles: Option<Vec<u32>>,
 }
 
 impl RepRecord {
@@ -250,17 +250,17 @@ impl RepRecord {
 }
 
 /// The server's keys of one namespace.
-struct Keys {
-    settings: String,
-    meta: String,
-    ids: String,
-    buckets: String,
-    copies: String,
-    reps: String,
+pub(crate) struct Keys {
+    pub(crate) settings: String,
+    pub(crate) meta: String,
+    pub(crate) ids: String,
+    pub(crate) buckets: String,
+    pub(crate) copies: String,
+    pub(crate) reps: String,
 }
 
 impl Keys {
-    fn new(namespace: &str) -> Keys {
+    pub(crate) fn new(namespace: &str) -> Keys {
         let k = |s: &str| format!("neardup:{namespace}:{s}");
         Keys {
             settings: k("settings"),
@@ -313,7 +313,7 @@ pub struct RedisIndex {
 }
 
 /// The address in messages: the URL without a password.
-fn shown(url: &str) -> String {
+pub(crate) fn shown(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
         _ => url.to_string(),
@@ -1127,7 +1127,7 @@ fn rep_body(s: &Signed) -> Vec<u8> {
 
 /// A representative record: document number, id length and id (written by the script), then
 /// the body ([`rep_body`]).
-fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
+pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
     let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
     let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
     let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
@@ -1159,7 +1159,7 @@ const REASONS: [Reason; 5] = [
 /// A decision as a producer sends it: keep, reason, similarity (NaN: none), then the id it
 /// duplicates (encoded; nothing when none). The server puts the decision's place in the order of
 /// commits before it ([`decode_decision`] reads both).
-fn encode_decision(d: &Decided) -> Vec<u8> {
+pub(crate) fn encode_decision(d: &Decided) -> Vec<u8> {
     let reason = REASONS
         .iter()
         .position(|r| *r == d.reason)
@@ -1177,7 +1177,7 @@ fn decode_decision(b: &[u8]) -> Option<Decided> {
 }
 
 /// A decision as the server keeps it, and its place in the order of commits.
-fn decode_sequenced(b: &[u8]) -> Option<(u64, Decided)> {
+pub(crate) fn decode_sequenced(b: &[u8]) -> Option<(u64, Decided)> {
     let seq = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
     decode_sent(&b[8..]).map(|d| (seq, d))
 }

@@ -73,19 +73,14 @@ unsafe impl Plain for (u32, u32) {}
 // SAFETY: a plain integer (the bytes of ids).
 unsafe impl Plain for u8 {}
 
+#[cfg(target_os = "linux")]
 fn page_bytes() -> usize {
-    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *PAGE.get_or_init(|| {
-        #[cfg(target_os = "linux")]
-        {
-            // SAFETY: sysconf reads a constant of the system.
-            let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-            if page > 0 {
-                return page as usize;
-            }
-        }
-        4096
-    })
+    rustix::param::page_size()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn page_bytes() -> usize {
+    4096
 }
 
 /// A hint to load the cache line holding `p`.
@@ -242,7 +237,6 @@ impl<T: Plain> ScratchVec<T> {
 
     #[cfg(target_os = "linux")]
     fn grow_mapped(&mut self, wanted: usize) -> std::io::Result<()> {
-        use std::os::fd::AsRawFd;
         let Store::Mapped { dir, file, bytes } = &mut self.store else {
             unreachable!("grow_mapped on a heap array")
         };
@@ -254,43 +248,34 @@ impl<T: Plain> ScratchVec<T> {
                 None => tempfile::tempfile()?,
             });
         }
-        let fd = file
-            .as_ref()
-            .expect("the scratch file was just made")
-            .as_raw_fd();
-        let len = libc::off_t::try_from(new_bytes)
-            .map_err(|_| std::io::Error::other("scratch file too large"))?;
-        // SAFETY: fallocate on a descriptor we own.
-        if unsafe { libc::fallocate(fd, 0, 0, len) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        let fd = file.as_ref().expect("the scratch file was just made");
+        // Reserved, so that a full disk fails here and not as a SIGBUS on a later write.
+        rustix::fs::fallocate(fd, rustix::fs::FallocateFlags::empty(), 0, new_bytes as u64)?;
         // SAFETY: a new shared mapping of the file's first `new_bytes` bytes (all allocated), or
-        // the existing mapping of its first `bytes` moved and grown.
+        // the existing mapping of its first `bytes` moved and grown; nothing else refers to the
+        // old one (the array's values are reached through `self.ptr` only).
         let mapped = unsafe {
             if *bytes == 0 {
-                libc::mmap(
+                rustix::mm::mmap(
                     std::ptr::null_mut(),
                     new_bytes,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED,
+                    rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                    rustix::mm::MapFlags::SHARED,
                     fd,
                     0,
-                )
+                )?
             } else {
-                libc::mremap(
+                rustix::mm::mremap(
                     self.ptr.as_ptr().cast(),
                     *bytes,
                     new_bytes,
-                    libc::MREMAP_MAYMOVE,
-                )
+                    rustix::mm::MremapFlags::MAYMOVE,
+                )?
             }
         };
-        if mapped == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
         // Lookups land anywhere: reading ahead around a fault would only map pages not needed.
-        // SAFETY: advice on the mapping just made.
-        unsafe { libc::madvise(mapped, new_bytes, libc::MADV_RANDOM) };
+        // SAFETY: advice on the mapping just made; an error only leaves the default read-ahead.
+        let _ = unsafe { rustix::mm::madvise(mapped, new_bytes, rustix::mm::Advice::Random) };
         *bytes = new_bytes;
         self.ptr = NonNull::new(mapped.cast()).expect("a mapping is not at address 0");
         self.cap = new_bytes / size_of::<T>();
@@ -308,7 +293,7 @@ impl<T: Plain> ScratchVec<T> {
             && *bytes > 0
         {
             // SAFETY: the mapping this array made; nothing refers to it past this call.
-            unsafe { libc::munmap(self.ptr.as_ptr().cast(), *bytes) };
+            let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), *bytes) };
             *bytes = 0;
             self.ptr = NonNull::dangling();
             self.cap = 0;
@@ -364,11 +349,11 @@ impl<T: Plain> ScratchVec<T> {
                 // SAFETY: a page-aligned range inside this array's own allocation;
                 // MADV_POPULATE_WRITE only faults its pages in (their contents stay as they
                 // are). An error (a kernel before 5.14) leaves them to fault in on use.
-                unsafe {
-                    libc::madvise(
-                        start as *mut libc::c_void,
+                let _ = unsafe {
+                    rustix::mm::madvise(
+                        start as *mut std::ffi::c_void,
                         end - start,
-                        libc::MADV_POPULATE_WRITE,
+                        rustix::mm::Advice::LinuxPopulateWrite,
                     )
                 };
             }
@@ -390,11 +375,11 @@ impl<T: Plain> ScratchVec<T> {
             // SAFETY: a page-aligned range of the array's own shared file mapping:
             // MADV_DONTNEED drops this process's pages of it, the file keeps the values, so
             // later reads see them unchanged.
-            unsafe {
-                libc::madvise(
+            let _ = unsafe {
+                rustix::mm::madvise(
                     self.ptr.as_ptr().cast::<u8>().add(start).cast(),
                     len,
-                    libc::MADV_DONTNEED,
+                    rustix::mm::Advice::LinuxDontNeed,
                 )
             };
         }

@@ -16,16 +16,22 @@ and reads it batch by batch, so only the batches being worked on are held.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Sequence, Tuple, Union
 
 from . import _native
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._report_types import Report
+    from ._settings import Settings
 
 __all__ = ["dedup_table", "drop_duplicates", "report_of"]
 
 Columns = Union[str, Sequence[str]]
 
 
-def _fields(column: Columns, settings: Dict[str, Any]) -> Dict[str, Any]:
+def _fields(column: Columns, settings: Mapping[str, Any]) -> Dict[str, Any]:
     """The settings with ``fields`` set to the text column(s)."""
     if "fields" in settings:
         raise TypeError("give the text columns as column=, not fields=")
@@ -202,7 +208,7 @@ def dedup_table(
     column: Columns = "text",
     *,
     progress: Any = None,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Any:
     """Finds the near duplicates among a table's rows: one decision per row, in row order.
 
@@ -250,7 +256,7 @@ def drop_duplicates(
     *,
     with_decisions: bool = False,
     progress: Any = None,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Any:
     """The rows of ``data`` that :func:`dedup_table` keeps, as the type ``data`` is.
 
@@ -280,7 +286,7 @@ def drop_duplicates(
     return (kept, decisions) if with_decisions else kept
 
 
-def report_of(decisions: Any) -> Dict[str, Any]:
+def report_of(decisions: Any) -> Report:
     """The run report of a decisions table :func:`dedup_table` made (a dict, as
     :func:`neardup.dedup` returns it)."""
     return json.loads(decisions.schema.metadata[b"neardup.report"])
