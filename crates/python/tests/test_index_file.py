@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import neardup
-from conftest import DATA, read_jsonl, sample_texts
+from conftest import DATA, REPO, read_jsonl, sample_texts
 
 # Settings of an Index and the flags of `neardup dedup` that say the same.
 MODES = [
@@ -186,10 +186,12 @@ def test_other_settings_and_other_files_are_refused(tmp_path):
 
 
 @pytest.mark.parametrize("verify", ["estimate", "exact"])
-def test_an_index_of_format_1_still_opens(tmp_path, cli, verify):
+def test_an_index_of_format_1_still_opens(tmp_path, cli, verify, monkeypatch):
     """An index an earlier neardup wrote (format 1: its ids are strings, it holds no online
     decisions, and under exact verification no shingle sets: those are read back from its files
     once) decides as `--against` it does."""
+    # The fixtures name their input relative to the repository's root, where they were made.
+    monkeypatch.chdir(REPO)
     v1 = DATA / "index-v1"
     path = tmp_path / f"a-{verify}.idx"
     shutil.copy(v1 / f"a-{verify}.idx", path)
