@@ -345,6 +345,42 @@ fn json_number(raw: &str) -> RankValue {
     }
 }
 
+/// The id of each of the `records` (ascending) of the lines `bytes`/`starts`, read from the
+/// field `id_field` alone, as [`line_samples`] gives it with its samples: `None` for a missing or
+/// `null` field and for a line that is not a JSON object in UTF-8, a non-string value's JSON
+/// text. The other fields are skipped, not decoded.
+pub(crate) fn line_ids(
+    bytes: &[u8],
+    starts: &[usize],
+    records: impl Iterator<Item = usize>,
+    id_field: &crate::select::FieldPath,
+    f: &mut impl FnMut(usize, Option<&str>),
+) {
+    let plan = json::build_plan(std::iter::once(id_field));
+    let mut slots = [Slot::Missing];
+    let mut scratch = DecodedStrings::default();
+    let string_paths = json::StringPaths::detected();
+    for record in records {
+        let Some(&start) = starts.get(record) else {
+            break;
+        };
+        let end = starts.get(record + 1).copied().unwrap_or(bytes.len());
+        let mut raw = &bytes[start..end];
+        if let Some(r) = raw.strip_suffix(b"\n") {
+            raw = r.strip_suffix(b"\r").unwrap_or(r);
+        }
+        let parsed = simdutf8::basic::from_utf8(raw).ok().filter(|line| {
+            json::parse_line(line, &plan, &mut slots, &mut scratch, string_paths).is_ok()
+        });
+        let id = parsed.and_then(|line| match slots[0] {
+            Slot::Missing | Slot::Null => None,
+            Slot::Other(a, b) => Some(&line[a..b]),
+            ref s @ (Slot::Str(..) | Slot::Decoded(..)) => s.text(line, &scratch),
+        });
+        f(record, id);
+    }
+}
+
 /// The samples of the lines `records` (ascending indices into `starts`, the line starts in
 /// `bytes`) of a JSONL block, as [`crate::Block::for_each_sample`] hands them out; with `seen`,
 /// noting which selected fields the records have.

@@ -73,6 +73,35 @@ impl Block {
         }
     }
 
+    /// For a block read whole of which some records were parsed ([`crate::read_records_whole`]):
+    /// calls `f` with the id (read from `id_field` alone, as [`Block::for_each_sample`] gives it)
+    /// of each record passed over, in order. Nothing for any other block.
+    pub fn for_each_passed_over_id<F: FnMut(usize, Option<&str>)>(
+        &self,
+        id_field: &crate::select::FieldPath,
+        mut f: F,
+    ) {
+        if let BlockData::Jsonl {
+            bytes,
+            starts,
+            picked: Some(p),
+            ..
+        } = &self.data
+            && p.whole
+        {
+            let mut read = p.records.iter().peekable();
+            let passed = (0..starts.len()).filter(|r| {
+                if read.peek() == Some(&r) {
+                    read.next();
+                    false
+                } else {
+                    true
+                }
+            });
+            jsonl::line_ids(bytes, starts, passed, id_field, &mut f);
+        }
+    }
+
     /// [`Block::for_each_sample`], noting in `seen` which selected fields the block's records
     /// have (see [`FieldsSeen`]). Once every field has been seen this costs one comparison per
     /// record.

@@ -34,7 +34,8 @@
 //!   index, the decision core starts from the representatives and first copies of earlier runs
 //!   that this run's hot keys reach, and this run's files are numbered after theirs
 //!   ([`Stage2Config::prior`]); building that state from an index is `neardup-index`'s;
-//! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
+//! - [`TextDeduper`], for callers who feed texts one by one (the Python package's `Deduper`),
+//!   with every key counting or against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse
 //! inputs or format outputs (`neardup-corpus`), run threads (`neardup-exec`), or keep the arrays
@@ -43,7 +44,9 @@
 //!
 //! Where things live, each module building only on those before it: the decision core is
 //! `verify` (records that spill, and exact
-//! verification's shingle sets), `reps` (buckets and the representatives' store),
+//! verification's shingle sets), `large_set` (under a memory limit, the shingle set of a text
+//! too long to hold it in memory: built by an external sort into a scratch file and compared by a
+//! streaming merge), `reps` (buckets and the representatives' store),
 //! `first_copies` (the first sample of each text), `sample_ids` and `clusters` (the ids later
 //! decisions may name and the clusters' sizes, [`Deduper::note`]) and `deduper`; a stage-2 pass
 //! starts from `pass` (its settings, [`Decision`], [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
@@ -58,6 +61,7 @@ mod distributed;
 mod error;
 mod first_copies;
 mod handoff;
+mod large_set;
 mod pass;
 mod prefer;
 mod prepare;
@@ -67,12 +71,12 @@ mod reps;
 mod route;
 mod sample_ids;
 mod stage;
+mod text_deduper;
 mod verify;
 
 pub use clusters::{ClusterCounter, ClusterHead, ClusterSize, ClusterStats, LARGEST_CLUSTERS};
 pub use deduper::{
-    Candidate, Deduper, DeduperConfig, DeduperStats, Match, SampleAddr, TextDeduper, Verdict,
-    Verify,
+    Candidate, Deduper, DeduperConfig, DeduperStats, Match, SampleAddr, Verdict, Verify,
 };
 pub use distributed::{
     DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, StepSink, decide_group,
@@ -87,3 +91,4 @@ pub use pass::{Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config};
 pub use prefer::{FieldOrder, Prefer, PreferParseError};
 pub use prior::{PriorCopy, PriorRepresentative, PriorState};
 pub use stage::{run_dedup, run_dedup_into};
+pub use text_deduper::{TextDeduper, TextVerdict};

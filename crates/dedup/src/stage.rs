@@ -134,15 +134,15 @@ fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), 
 
 /// Whether a pass may parse only the records it has to decide, found by the places stage 1
 /// noted ([`neardup_keys::RecordPlaces`]), and decide the others (plain and cold: every sample
-/// `unique`) unparsed: when nothing it writes needs their texts or ids. Not with an id field
-/// (every decision names its sample's id), and only where the pass decides the hot samples
-/// itself (a one-process pass: `sign` and `write` steps read whole). Without a filtered dataset
-/// it reads only those records; with one it reads every record, copying the ones it does not
-/// parse as they are.
+/// `unique`) unparsed: only where the pass decides the hot samples itself (a one-process pass:
+/// `sign` and `write` steps read whole). Deciding only, without an id field, it reads only those
+/// records. It reads every record when the filtered dataset copies the kept ones as they are, and
+/// with an id field, since every decision names its sample's id (read from that field alone for
+/// a record it does not parse).
 fn reads_by_places(cfg: &Stage2Config, hot_work: HotWork) -> PlacesRead {
-    if cfg.selector.id_field.is_some() || !matches!(hot_work, HotWork::Decide { .. }) {
+    if !matches!(hot_work, HotWork::Decide { .. }) {
         PlacesRead::Ignored
-    } else if cfg.output.is_some() {
+    } else if cfg.output.is_some() || cfg.selector.id_field.is_some() {
         PlacesRead::Whole
     } else {
         PlacesRead::Picked
@@ -538,7 +538,9 @@ fn write_outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, Verdict};
+    use crate::{
+        DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, TextVerdict, Verdict,
+    };
     use neardup_corpus::{FieldPath, InputFile, TextSelector};
     use neardup_exec::{CancelToken, OnError};
     use neardup_keys::{KeysConfig, RowRule, run_keys};
@@ -637,11 +639,19 @@ mod tests {
         let mut core = TextDeduper::new(
             sketcher(),
             RowRule::default(),
-            &stage1.hot,
             DeduperConfig::default(),
+            EmptyPolicy::Keep,
         )
+        .unwrap()
+        .against(&stage1.hot)
         .unwrap();
-        let expected: Vec<Verdict> = texts.iter().map(|t| core.check(t)).collect();
+        let expected: Vec<Verdict> = texts
+            .iter()
+            .map(|t| match core.check(t).unwrap() {
+                TextVerdict::Decided(v) => v,
+                TextVerdict::Empty { .. } => Verdict::Unique,
+            })
+            .collect();
         assert_eq!(one.len(), texts.len());
         let mut drops = 0;
         for (i, ((addr, dup_of), want)) in one.iter().zip(&expected).enumerate() {

@@ -8,6 +8,7 @@ import numpy
 import numpy.typing
 from typing_extensions import Unpack
 
+from ._report_types import Report
 from ._settings import DeduperSettings, Settings, SketchSettings
 
 _Path = Union[str, PathLike[str]]
@@ -128,7 +129,7 @@ class DecisionStream(Iterator[Decision]):
     def __iter__(self) -> "DecisionStream": ...
     def __next__(self) -> Decision: ...
     @property
-    def report(self) -> Optional[Dict[str, Any]]:
+    def report(self) -> Optional[Report]:
         """The run report once every decision was taken; None before."""
 
 @final
