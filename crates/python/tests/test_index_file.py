@@ -190,7 +190,7 @@ def test_an_index_of_format_1_still_opens(tmp_path, cli, verify, monkeypatch):
     """An index an earlier neardup wrote (format 1: its ids are strings, it holds no online
     decisions, and under exact verification no shingle sets: those are read back from its files
     once) decides as `--against` it does."""
-    # The fixture's index names its input relative to the checkout, as make.py ran there.
+    # The fixtures name their input relative to the repository's root, where they were made.
     monkeypatch.chdir(REPO)
     v1 = DATA / "index-v1"
     path = tmp_path / f"a-{verify}.idx"
