@@ -52,22 +52,26 @@
 //! the steps themselves, the same pass with the signer's and the decided streams' routes.
 #![warn(missing_docs)]
 
-mod clusters;
-mod deduper;
-mod distributed;
+// Modules from the bottom up: each names only those above it.
 mod error;
+mod prefer;
+mod clusters;
+mod sample_ids;
 mod first_copies;
+mod verify;
+mod reps;
+mod prior;
+mod deduper;
 mod handoff;
 mod pass;
-mod prefer;
 mod prepare;
-mod prior;
-mod rank_order;
-mod reps;
 mod route;
-mod sample_ids;
 mod stage;
-mod verify;
+mod step_sink;
+mod rank_order;
+mod distributed;
+mod ranked;
+mod run;
 
 pub use clusters::{ClusterCounter, ClusterHead, ClusterSize, ClusterStats, LARGEST_CLUSTERS};
 pub use deduper::{
@@ -75,8 +79,8 @@ pub use deduper::{
     Verify,
 };
 pub use distributed::{
-    DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, StepSink, decide_group,
-    run_sign, run_write, signed_shape,
+    DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, decide_group, run_sign,
+    run_write, signed_shape,
 };
 pub use error::{BadRank, DedupError, Mismatch, SettingsError, StepInputError};
 pub use handoff::{
@@ -86,4 +90,5 @@ pub use handoff::{
 pub use pass::{Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config};
 pub use prefer::{FieldOrder, Prefer, PreferParseError};
 pub use prior::{PriorCopy, PriorRepresentative, PriorState};
-pub use stage::{run_dedup, run_dedup_into};
+pub use run::{run_dedup, run_dedup_into};
+pub use step_sink::StepSink;
