@@ -1,8 +1,11 @@
 //! Stage 2 reads only the records it has to decide (where stage 1 noted each record of an
-//! uncompressed JSONL file), and decides the others unread: the decisions, the dataset and
-//! the report's totals are those of a run that reads everything, for any thread count, chunk
-//! size, fields mode and memory limit; the report says how many bytes stage 2 read.
+//! uncompressed JSONL file), and decides the others unread; writing the dataset, it reads every
+//! record but parses only those, copying the others as they are. The decisions, the dataset and
+//! the report's totals are those of a run that reads and parses everything, for any thread
+//! count, chunk size, fields mode, output part size and memory limit; the report says how many
+//! bytes stage 2 read.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -134,8 +137,11 @@ fn counts(r: &Report) -> String {
     )
 }
 
+/// What a run gives: its report, its decisions, and its dataset (file by file) when written.
+type Ran = (Report, Vec<u8>, BTreeMap<String, Vec<u8>>);
+
 /// Runs `config` with its decisions (and, with `output`, the dataset) under `dir`.
-fn run(config: &Config, dir: &Path, output: bool) -> (Report, Vec<u8>) {
+fn run(config: &Config, dir: &Path, output: bool) -> Ran {
     let mut c = config.clone();
     let decisions = dir.join("decisions.jsonl");
     c.output.decisions = Some(decisions.clone());
@@ -143,7 +149,15 @@ fn run(config: &Config, dir: &Path, output: bool) -> (Report, Vec<u8>) {
         c.output.dir = Some(dir.join("out"));
     }
     let report = Pipeline::new(c).unwrap().run().unwrap();
-    (report, std::fs::read(decisions).unwrap())
+    // The data files (the manifest names the run's own directory).
+    let dataset = if output {
+        let mut files = crate::support::published(&dir.join("out"));
+        files.remove(neardup::corpus::MANIFEST);
+        files
+    } else {
+        BTreeMap::new()
+    };
+    (report, std::fs::read(decisions).unwrap(), dataset)
 }
 
 #[test]
@@ -160,12 +174,18 @@ fn decisions_read_by_places_equal_a_whole_read_for_any_setting() {
         if expand {
             base.input.fields = vec!["text".into(), "title".into()];
             base.input.fields_mode = neardup::FieldsModeKind::Expand;
+            // The dataset in parts, a part ending between two kept records.
+            base.output.max_output_bytes = Some(40_000);
         }
         base.dedup.threshold = 0.7;
-        // With the dataset written, stage 2 reads every record: the reference.
+        // The reference reads and parses every record: with an id field every decision names
+        // its sample's id, so no record is passed over. No record has this one, so its
+        // decisions and dataset are those of a run without an id field, byte for byte.
+        let mut whole_config = base.clone();
+        whole_config.input.id_field = Some("no_such_id".into());
         n += 1;
-        let dir = tmp.path().join(format!("whole-{n}"));
-        let (whole, whole_decisions) = run(&base, &dir, true);
+        let (whole, whole_decisions, whole_dataset) =
+            run(&whole_config, &tmp.path().join(format!("whole-{n}")), true);
         assert_eq!(
             whole.stage2.bytes_read, total,
             "a whole read reads every byte"
@@ -175,6 +195,7 @@ fn decisions_read_by_places_equal_a_whole_read_for_any_setting() {
             "the corpus holds copies"
         );
         assert!(whole.stage2.errors > 20 && whole.stage2.empty > 5);
+        assert!(whole.stage2.records_dropped > 20 && whole_dataset.len() >= 4);
         for (threads, chunk_bytes, limit) in [
             (1, 32 << 20, None),
             (2, 4096, None),
@@ -185,10 +206,10 @@ fn decisions_read_by_places_equal_a_whole_read_for_any_setting() {
             c.run.threads = threads;
             c.keys.chunk_bytes = chunk_bytes;
             c.keys.memory_limit = limit;
-            n += 1;
-            let dir = tmp.path().join(format!("places-{n}"));
-            let (places, decisions) = run(&c, &dir, false);
             let what = format!("expand {expand}, {threads} threads, chunks of {chunk_bytes}");
+            // Decisions only: the records to decide are read, the rest passed over unread.
+            n += 1;
+            let (places, decisions, _) = run(&c, &tmp.path().join(format!("places-{n}")), false);
             assert!(decisions == whole_decisions, "{what}: the same decisions");
             assert_eq!(counts(&places), counts(&whole), "{what}");
             // The gzip input is read whole, as stored; of the rest, the records to decide.
@@ -197,6 +218,17 @@ fn decisions_read_by_places_equal_a_whole_read_for_any_setting() {
                 read >= gz && read - gz < (total - gz) / 2,
                 "{what}: {read} bytes read of {total}"
             );
+            // With the dataset: every record is read, the ones passed over copied unparsed.
+            n += 1;
+            let (copied, decisions, dataset) =
+                run(&c, &tmp.path().join(format!("copied-{n}")), true);
+            assert!(
+                decisions == whole_decisions,
+                "{what}, -o: the same decisions"
+            );
+            assert!(dataset == whole_dataset, "{what}, -o: the same dataset");
+            assert_eq!(counts(&copied), counts(&whole), "{what}, -o");
+            assert_eq!(copied.stage2.bytes_read, total, "{what}, -o");
         }
     }
 }
@@ -226,10 +258,10 @@ fn places_over_their_share_of_the_memory_limit_are_dropped() {
     std::fs::write(input.join("a.jsonl"), &body).unwrap();
     let mut c = Config::default();
     c.input.inputs = vec![input.display().to_string()];
-    let (free, free_decisions) = run(&c, &tmp.path().join("free"), false);
+    let (free, free_decisions, _) = run(&c, &tmp.path().join("free"), false);
     assert!(free.stage2.bytes_read < body.len() as u64);
     c.keys.memory_limit = Some(1 << 20);
-    let (limited, limited_decisions) = run(&c, &tmp.path().join("limited"), false);
+    let (limited, limited_decisions, _) = run(&c, &tmp.path().join("limited"), false);
     assert_eq!(limited.stage2.bytes_read, body.len() as u64);
     assert!(limited_decisions == free_decisions);
     assert_eq!(counts(&limited), counts(&free));

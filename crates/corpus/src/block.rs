@@ -311,6 +311,9 @@ pub(crate) struct Picked {
     pub(crate) spanned: u64,
     /// The bytes read for it (the records read and the short gaps read with them).
     pub(crate) read: u64,
+    /// Whether every record's line is in the block ([`crate::read_records_whole`]): the
+    /// records passed over were read, not parsed, and can be written out.
+    pub(crate) whole: bool,
 }
 
 impl Block {
@@ -404,8 +407,8 @@ impl Block {
     }
 
     /// The raw bytes of JSONL record `i` of this block, newline included; `None` for Parquet.
-    /// For a record passed over ([`Block::records_read`]) they are not its own: empty, or
-    /// bytes read between two records read.
+    /// For a record passed over ([`Block::records_read`]) by [`crate::read_records`] they are
+    /// not its own: empty, or bytes read between two records read.
     pub fn jsonl_line(&self, i: usize) -> Option<&[u8]> {
         match &self.data {
             BlockData::Jsonl { bytes, starts, .. } => {

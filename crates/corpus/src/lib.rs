@@ -72,7 +72,7 @@ pub use discover::{
 };
 pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
-pub use picked::{RecordPlace, RecordSpan, read_records};
+pub use picked::{RecordPlace, RecordSpan, read_records, read_records_whole};
 pub use publish::{
     AtomicFile, Distributed, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
     PublishOptions, Published, RunId, ScratchDir, ScratchFile, publish_whole, read_manifest,

@@ -1,7 +1,9 @@
 //! Reading some records of an uncompressed JSONL chunk by their places in the file
 //! ([`read_records`]): stage 2 reads only the records it has to decide, given where stage 1
 //! found each record. Nearby records are read together (one read, or one ranged request, per
-//! run of records close enough), the rest of the file is not read at all.
+//! run of records close enough), the rest of the file is not read at all. A run that copies
+//! the records it keeps reads the chunk whole but parses only those records
+//! ([`read_records_whole`]): the others are copied as the bytes they are.
 
 use std::fs::File;
 use std::ops::Range;
@@ -10,11 +12,11 @@ use std::path::PathBuf;
 
 use neardup_storage::ObjectUrl;
 
-use crate::block::{BlockData, Picked, buffers};
+use crate::block::{Block, BlockData, Picked, ReadOptions, buffers};
 use crate::chunk::Chunk;
-use crate::error::{ReadError, ReadErrorKind};
+use crate::error::{ReadError, ReadErrorKind, Unreadable};
 use crate::format::{Compression, Format, InputFile};
-use crate::read::ChunkReader;
+use crate::read::{ChunkReader, reread_chunk};
 
 /// One record of an uncompressed JSONL chunk to read: which it is and where it lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,99 @@ pub fn read_records(
     block_bytes: usize,
 ) -> ChunkReader {
     ChunkReader::picked(PickedSource::open(file, span, picks, block_bytes), chunk)
+}
+
+/// Reads `chunk`, a part of the uncompressed JSONL `file` that an earlier read went through, whole,
+/// as [`crate::reread_chunk`] does (every record's line is in its block, so a writer can copy
+/// it), but its blocks yield the samples of the records `picks` (ascending) only: the others are
+/// passed over unparsed ([`crate::Block::records_read`]). Each picked record must lie where the
+/// earlier read found it (its offset and length), or the read ends with an error (kind
+/// `changed`) losing the chunk's remaining records.
+pub fn read_records_whole(
+    file: &InputFile,
+    chunk: &Chunk,
+    opts: &ReadOptions,
+    earlier: &[Unreadable],
+    picks: Vec<RecordPlace>,
+) -> ChunkReader {
+    if file.format != Format::Jsonl || file.compression != Compression::None {
+        return read_records(
+            file,
+            chunk,
+            RecordSpan {
+                records: 0,
+                start: 0,
+                end: 0,
+            },
+            picks,
+            opts.block_bytes,
+        );
+    }
+    reread_chunk(file, chunk, opts, earlier).picking(PickedLines {
+        path: file.path.clone(),
+        picks,
+        next: 0,
+    })
+}
+
+/// The records of a chunk read whole to parse ([`read_records_whole`]), marked block by block.
+pub(crate) struct PickedLines {
+    path: PathBuf,
+    picks: Vec<RecordPlace>,
+    /// The first pick not marked yet.
+    next: usize,
+}
+
+impl PickedLines {
+    /// Marks the picks among `block`'s records (the chunk's next block) as the only ones it
+    /// yields, checking that each lies where the earlier read found it.
+    pub(crate) fn mark(&mut self, block: &mut Block) -> Result<(), ReadError> {
+        let first = block.first_record;
+        let BlockData::Jsonl {
+            bytes,
+            starts,
+            offset,
+            picked,
+        } = &mut block.data
+        else {
+            unreachable!("a whole read of a JSONL chunk yields JSONL blocks")
+        };
+        let end = first + starts.len() as u64;
+        let mut records = Vec::new();
+        while let Some(p) = self.picks.get(self.next).filter(|p| p.record < end) {
+            let i = p.record.checked_sub(first).map(|i| i as usize);
+            let line = i.map(|i| {
+                let stop = starts.get(i + 1).copied().unwrap_or(bytes.len());
+                (starts[i], stop - starts[i])
+            });
+            let in_place = matches!((line, *offset), (Some((at, len)), Some(o))
+                if o + at as u64 == p.offset && len as u64 == p.len);
+            if !in_place {
+                return Err(ReadError::new(
+                    &self.path,
+                    ReadErrorKind::Changed,
+                    Some(format!("chunk-local record {}", p.record)),
+                    format!(
+                        "bytes {} to {} no longer hold one line: the file changed since its \
+                         records were counted",
+                        p.offset,
+                        p.offset + p.len
+                    ),
+                )
+                .losing(first, None, None, *offset));
+            }
+            records.extend(i);
+            self.next += 1;
+        }
+        let len = bytes.len() as u64;
+        *picked = Some(Box::new(Picked {
+            records,
+            spanned: len,
+            read: len,
+            whole: true,
+        }));
+        Ok(())
+    }
 }
 
 /// Where the bytes come from.
@@ -283,6 +378,7 @@ impl PickedSource {
                     records,
                     spanned,
                     read,
+                    whole: false,
                 })),
             },
             spanned,
@@ -400,6 +496,21 @@ mod tests {
             if every >= 13 {
                 assert!(read < body.len() as u64 / 2, "every {every}: {read}");
             }
+            // Read whole, the blocks hold every record's line but yield the picks' samples only.
+            let blocks: Vec<_> = read_records_whole(&file, &chunk, &opts, &[], picks.clone())
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(samples(&blocks, &sel), want, "whole, every {every}");
+            let lines = |blocks: &[crate::Block]| -> Vec<Vec<u8>> {
+                let mut out = Vec::new();
+                for b in blocks {
+                    out.extend((0..b.num_records()).map(|i| b.jsonl_line(i).unwrap().to_vec()));
+                }
+                out
+            };
+            assert_eq!(lines(&blocks), lines(&whole), "whole, every {every}");
+            let read: u64 = blocks.iter().map(|b| b.bytes_read().unwrap()).sum();
+            assert_eq!(read, body.len() as u64);
         }
         // A file whose lines moved since their places were noted is refused, not misread.
         let mut moved = body.clone();
@@ -407,7 +518,10 @@ mod tests {
         moved.pop();
         std::fs::write(&path, &moved).unwrap();
         let picks = vec![places[5]];
-        let got: Vec<_> = read_records(&file, &chunk, span, picks, 8 << 10).collect();
+        let got: Vec<_> = read_records(&file, &chunk, span, picks.clone(), 8 << 10).collect();
+        let err = got.into_iter().find_map(Result::err).expect("an error");
+        assert_eq!(err.kind(), ReadErrorKind::Changed);
+        let got: Vec<_> = read_records_whole(&file, &chunk, &opts, &[], picks).collect();
         let err = got.into_iter().find_map(Result::err).expect("an error");
         assert_eq!(err.kind(), ReadErrorKind::Changed);
     }

@@ -9,7 +9,7 @@ use crate::error::{ReadError, Unreadable};
 use crate::format::{Format, InputFile};
 use crate::jsonl::{self, JsonlSource};
 use crate::parquet_read::{self, ParquetSource};
-use crate::picked::PickedSource;
+use crate::picked::{PickedLines, PickedSource};
 use crate::select::TextSelector;
 
 impl Block {
@@ -133,6 +133,7 @@ pub fn reread_chunk(
         inner,
         file: chunk.file,
         chunk_seq: chunk.seq,
+        lines: None,
     }
 }
 
@@ -212,6 +213,9 @@ pub struct ChunkReader {
     inner: Inner,
     file: usize,
     chunk_seq: usize,
+    /// For a chunk read whole of which only some records are to be parsed
+    /// ([`crate::read_records_whole`]): those records, marked block by block.
+    lines: Option<Box<PickedLines>>,
 }
 
 impl ChunkReader {
@@ -221,7 +225,15 @@ impl ChunkReader {
             inner: Inner::Picked(Box::new(source)),
             file: chunk.file,
             chunk_seq: chunk.seq,
+            lines: None,
         }
+    }
+
+    /// This reader (a whole read of an uncompressed JSONL chunk), its blocks yielding the
+    /// samples of the records `lines` picks only ([`crate::read_records_whole`]).
+    pub(crate) fn picking(mut self, lines: PickedLines) -> ChunkReader {
+        self.lines = Some(Box::new(lines));
+        self
     }
 }
 
@@ -254,13 +266,24 @@ impl Iterator for ChunkReader {
             Inner::Failed(e) => return e.take().map(Err),
         };
         match next {
-            Some(Ok((first_record, data, disk_bytes))) => Some(Ok(Block {
-                file: self.file,
-                chunk_seq: self.chunk_seq,
-                first_record,
-                data,
-                disk_bytes,
-            })),
+            Some(Ok((first_record, data, disk_bytes))) => {
+                let mut block = Block {
+                    file: self.file,
+                    chunk_seq: self.chunk_seq,
+                    first_record,
+                    data,
+                    disk_bytes,
+                };
+                if let Some(lines) = &mut self.lines
+                    && let Err(e) = lines.mark(&mut block)
+                {
+                    // The file changed since its records' places were noted: nothing after
+                    // this can be trusted to be the records stage 1 read.
+                    self.inner = Inner::Failed(None);
+                    return Some(Err(e));
+                }
+                Some(Ok(block))
+            }
             // A source that cannot go on after an error ends by itself.
             Some(Err(e)) => Some(Err(e)),
             None => {

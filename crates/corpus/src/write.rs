@@ -646,9 +646,9 @@ impl FileWriter {
             (
                 Sink::Jsonl(_),
                 BlockData::Jsonl {
-                    picked: Some(_), ..
+                    picked: Some(p), ..
                 },
-            ) => Err(WriteError::new(
+            ) if !p.whole => Err(WriteError::new(
                 &self.base(),
                 "invalid_block",
                 "block was read by the places of some records only; writing needs them all",

@@ -6,7 +6,7 @@
 
 use neardup_corpus::{
     Block, Chunk, ChunkRange, Projection, ReadOptions, RecordPlace, RecordSpan, SampleText,
-    TextSelector, Unreadable, read_records, reread_chunk,
+    TextSelector, Unreadable, read_records, read_records_whole, reread_chunk,
 };
 use neardup_exec::StepControl;
 use neardup_keys::{HotMask, RecordPlaces, RowKind};
@@ -155,15 +155,30 @@ pub(crate) struct ChunkJob<'a> {
     pub chunk: Chunk,
     pub row_base: u64,
     pub expect: &'a neardup_keys::ChunkRows,
-    /// Read only the records to decide, by their places (stage 1 noted them, and nothing of
-    /// the pass needs the others: see [`crate::stage`]'s `reads_by_places`).
-    pub by_places: bool,
+    /// How it reads by the places of the chunk's records, if stage 1 noted them.
+    pub by_places: PlacesRead,
+}
+
+/// How a job uses the places of its chunk's records that stage 1 noted (see [`crate::stage`]'s
+/// `reads_by_places`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PlacesRead {
+    /// Not at all: the chunk is read and parsed whole.
+    Ignored,
+    /// Only the records to decide are read (and parsed); the others are decided unread.
+    Picked,
+    /// The chunk is read whole, since the filtered dataset copies the records passed over,
+    /// but only the records to decide are parsed.
+    Whole,
 }
 
 impl ChunkJob<'_> {
     /// The places this job reads by, if it does.
     pub fn places(&self) -> Option<&RecordPlaces> {
-        self.expect.places.as_ref().filter(|_| self.by_places)
+        self.expect
+            .places
+            .as_ref()
+            .filter(|_| self.by_places != PlacesRead::Ignored)
     }
 }
 
@@ -547,6 +562,13 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
     fn read(&self, job: &ChunkJob<'a>) -> impl Iterator<Item = Result<Block, Unreadable>> {
         let file = &self.inputs[job.file];
         match job.places() {
+            Some(places) if job.by_places == PlacesRead::Whole => read_records_whole(
+                file,
+                &job.chunk,
+                &read_options(self.cfg),
+                &job.expect.unreadable,
+                records_to_read(places, job.row_base, self.mask),
+            ),
             Some(places) => read_records(
                 file,
                 &job.chunk,

@@ -16,7 +16,7 @@ use neardup_keys::{FileRows, HotMask};
 
 use crate::error::{BadRank, DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
-use crate::prepare::{ChunkJob, HotWork, PrepareWork, PreparedBlock, RecycledBuffers};
+use crate::prepare::{ChunkJob, HotWork, PlacesRead, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
 
 /// A write error as stage 2 reports it.
@@ -57,16 +57,21 @@ fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), 
     Ok(())
 }
 
-/// Whether a pass may read only the records it has to decide, by the places stage 1 noted
-/// ([`neardup_keys::RecordPlaces`]), and decide the others (plain and cold: every sample
-/// `unique`) unread: when nothing it writes needs their bytes or ids. Not with a filtered
-/// dataset (it copies every kept record), not with an id field (every decision names its
-/// sample's id), and only where the pass decides the hot samples itself (a one-process pass:
-/// `sign` and `write` steps read whole).
-fn reads_by_places(cfg: &Stage2Config, hot_work: HotWork) -> bool {
-    cfg.output.is_none()
-        && cfg.selector.id_field.is_none()
-        && matches!(hot_work, HotWork::Decide { .. })
+/// Whether a pass may parse only the records it has to decide, found by the places stage 1
+/// noted ([`neardup_keys::RecordPlaces`]), and decide the others (plain and cold: every sample
+/// `unique`) unparsed: when nothing it writes needs their texts or ids. Not with an id field
+/// (every decision names its sample's id), and only where the pass decides the hot samples
+/// itself (a one-process pass: `sign` and `write` steps read whole). Without a filtered dataset
+/// it reads only those records; with one it reads every record, copying the ones it does not
+/// parse as they are.
+fn reads_by_places(cfg: &Stage2Config, hot_work: HotWork) -> PlacesRead {
+    if cfg.selector.id_field.is_some() || !matches!(hot_work, HotWork::Decide { .. }) {
+        PlacesRead::Ignored
+    } else if cfg.output.is_some() {
+        PlacesRead::Whole
+    } else {
+        PlacesRead::Picked
+    }
 }
 
 /// The bytes of its input a job read whole reads: a byte range's, or a whole file's (counted
@@ -80,9 +85,9 @@ fn whole_read_bytes(job: &ChunkJob<'_>, input: &neardup_corpus::InputFile) -> u6
 }
 
 /// Every chunk of every file as a job, with the row its first sample has in the table; and per
-/// job, its file's records before it. With `by_places`, the chunks whose records' places stage 1
-/// noted are read by them.
-fn chunk_jobs(files: &[FileRows], by_places: bool) -> (Vec<ChunkJob<'_>>, Vec<u64>) {
+/// job, its file's records before it. The chunks whose records' places stage 1 noted are read
+/// by them as `by_places` says.
+fn chunk_jobs(files: &[FileRows], by_places: PlacesRead) -> (Vec<ChunkJob<'_>>, Vec<u64>) {
     let mut jobs = Vec::new();
     let mut record_bases = Vec::new();
     let mut row_base = 0u64;
@@ -98,7 +103,11 @@ fn chunk_jobs(files: &[FileRows], by_places: bool) -> (Vec<ChunkJob<'_>>, Vec<u6
                 },
                 row_base,
                 expect: c,
-                by_places: by_places && c.places.is_some(),
+                by_places: if c.places.is_some() {
+                    by_places
+                } else {
+                    PlacesRead::Ignored
+                },
             });
             record_bases.push(record_base);
             row_base += c.rows;

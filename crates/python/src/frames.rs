@@ -269,7 +269,8 @@ pub(crate) fn column_texts(arrays: &[ArrayRef]) -> Vec<Text<'_>> {
 }
 
 fn push_texts<'a>(a: &'a dyn Array, out: &mut Vec<Text<'a>>) {
-    let text = |s: Option<&'a str>| Text::Str(s.unwrap_or(""));
+    // A null is no text, as `None` is to `Index.check` and a null field to the file runner.
+    let text = |s: Option<&'a str>| s.map_or(Text::Unreadable, Text::Str);
     if let Some(a) = a.as_any().downcast_ref::<StringArray>() {
         out.extend(a.iter().map(text));
     } else if let Some(a) = a.as_any().downcast_ref::<LargeStringArray>() {
@@ -281,9 +282,9 @@ fn push_texts<'a>(a: &'a dyn Array, out: &mut Vec<Text<'a>>) {
         push_texts(d.values().as_ref(), &mut values);
         for (i, k) in d.normalized_keys().into_iter().enumerate() {
             out.push(if a.is_null(i) {
-                Text::Str("")
+                Text::Unreadable
             } else {
-                values.get(k).copied().unwrap_or(Text::Str(""))
+                values.get(k).copied().unwrap_or(Text::Unreadable)
             });
         }
     }

@@ -421,8 +421,8 @@ impl Index {
     /// :meth:`check_many` over the rows of a table, in row order: ``data`` is anything
     /// :func:`neardup.drop_duplicates` takes (a pyarrow Table, a polars or pandas DataFrame, a
     /// ``datasets.Dataset``, an Arrow stream), ``column`` its text column (read in place, no
-    /// ``str`` made; a null is an empty text) and ``id_column`` an optional column of str or
-    /// int ids. Returns one decision per row.
+    /// ``str`` made; a null is decided ``"error"`` and kept, as ``check(None)`` is) and
+    /// ``id_column`` an optional column of str or int ids. Returns one decision per row.
     #[pyo3(signature = (data, column = "text", id_column = None))]
     fn check_table(
         &self,

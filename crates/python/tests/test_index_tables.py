@@ -10,9 +10,9 @@ from conftest import sample_texts
 
 
 def texts() -> list:
-    """The sample corpus's texts with copies of some of them, and an empty text."""
+    """The sample corpus's texts with copies of some of them, an empty text and a null."""
     base = sample_texts()
-    return base[:150] + [""] + base[150:] + base[:25] + [base[7] + " !"]
+    return base[:150] + ["", None] + base[150:] + base[:25] + [base[7] + " !"]
 
 
 def as_tuples(decisions) -> list:
@@ -26,7 +26,7 @@ def test_a_table_is_checked_as_its_texts_are_in_a_batch():
     table = pa.table({"url": ids, "text": rows})
     got = neardup.Index().check_table(table, column="text", id_column="url")
     assert as_tuples(got) == want
-    assert {"unique", "exact", "empty"} <= {d.reason for d in got}
+    assert {"unique", "exact", "empty", "error"} <= {d.reason for d in got}
     # Chunked, as a large string and dictionary-encoded, without ids, and from polars and pandas.
     chunked = pa.Table.from_batches(table.to_batches(max_chunksize=40))
     assert as_tuples(neardup.Index().check_table(chunked, id_column="url")) == want
@@ -52,11 +52,13 @@ def test_rows_are_checked_against_what_the_index_kept_before():
                             id_column="n")
     assert not any(d.keep for d in got if d.reason != "empty")
     assert all(isinstance(d.id, int) for d in got)
-    # A null text is an empty one; a retried id gets its first decision back.
+    # A null text is no text (decided `error` and kept, as `check(None)` decides it); a retried id
+    # gets its first decision back.
     again = index.check_table(pa.table({"n": [100, 999], "text": ["anything at all", None]}),
                               id_column="n")
     assert (again[0].keep, again[0].reason) == (got[0].keep, got[0].reason)
-    assert again[1].reason == "empty"
+    assert (again[1].keep, again[1].reason) == (True, "error")
+    assert [(d.keep, d.reason) for d in index.check_many([None], ids=[998])] == [(True, "error")]
 
 
 def test_bad_columns_are_named():

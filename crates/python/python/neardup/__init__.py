@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from . import _native
 from ._inputs import check_paths
@@ -57,12 +57,18 @@ from ._native import (
     Sketcher,
     TokenizerError,
 )
+from ._settings import DedupSettings, DeduperSettings, Settings, SketchSettings
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __version__: str = _native.__version__
 
 __all__ = [
     "CorruptFileError",
     "Decided",
+    "DedupSettings",
+    "DeduperSettings",
     "Decision",
     "DecisionStream",
     "Deduper",
@@ -71,8 +77,10 @@ __all__ = [
     "IndexDecision",
     "InputError",
     "KeyTable",
+    "Settings",
     "Signed",
     "Sketcher",
+    "SketchSettings",
     "TokenizerError",
     "compute_keys",
     "decide",
@@ -238,7 +246,7 @@ def dedup(
     report: Optional[PathLike] = None,
     *,
     progress: Optional[bool] = None,
-    **settings: Any,
+    **settings: Unpack[DedupSettings],
 ) -> Dict[str, Any]:
     """Removes near duplicates from a corpus: the CLI's ``neardup dedup``.
 
@@ -310,7 +318,7 @@ def _report(run, progress: Optional[bool] = None) -> Dict[str, Any]:
 from .frames import dedup_table, drop_duplicates, report_of  # noqa: E402
 
 
-def stream(inputs: Inputs, **settings: Any) -> DecisionStream:
+def stream(inputs: Inputs, **settings: Unpack[Settings]) -> DecisionStream:
     """Runs both stages and yields every :class:`Decision` in input order as it is made.
 
     Nothing is written; memory stays bounded (decisions wait in a bounded queue, so a slow
@@ -329,7 +337,7 @@ def stream(inputs: Inputs, **settings: Any) -> DecisionStream:
     return _native.stream(check_paths(inputs, "neardup.stream"), settings)
 
 
-def compute_keys(inputs: Inputs, shard: int = 0, **settings: Any) -> KeyTable:
+def compute_keys(inputs: Inputs, shard: int = 0, **settings: Unpack[Settings]) -> KeyTable:
     """Stage 1 over one shard of inputs: its :class:`KeyTable` (in memory), nothing counted.
 
     Run it per shard (shards numbered from 0 in input order), merge the tables with
@@ -390,7 +398,7 @@ def keys(
     output: PathLike,
     *,
     progress: Optional[bool] = None,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Dict[str, Any]:
     """Stage 1 over one shard of inputs, streamed into a key-table file (``neardup keys INPUTS
     --shard I -o OUTPUT``): memory stays bounded however large the shard. The file is written
@@ -419,7 +427,7 @@ def sign(
     output: Optional[PathLike] = None,
     *,
     progress: Optional[bool] = None,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Union[Signed, Dict[str, Any]]:
     """Distributed stage 2, per shard (``neardup sign TABLE --hot HOT -o OUTPUT``): re-reads
     the shard's inputs and signs each of its hot samples: what deciding it needs, one stream per
@@ -454,7 +462,7 @@ def decide(
     hot: Union[HotKeys, PathLike],
     group: int,
     output: Optional[PathLike] = None,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Union[Decided, Dict[str, Any]]:
     """Distributed stage 2, per group (``neardup decide SIG... --hot HOT --group G -o OUTPUT``):
     takes group ``group``'s signed samples from every shard and decides them in global row
@@ -505,7 +513,7 @@ def write(
     report: Optional[PathLike] = None,
     *,
     progress: Optional[bool] = None,
-    **settings: Any,
+    **settings: Unpack[DedupSettings],
 ) -> Dict[str, Any]:
     """Distributed stage 2, per shard (``neardup write TABLE --hot HOT --decided DEC... -o
     OUTPUT --decisions FILE``): re-reads the shard's inputs and writes its part of the filtered

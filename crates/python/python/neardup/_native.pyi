@@ -2,10 +2,13 @@
 which re-exports the classes and wraps the functions."""
 
 from os import PathLike
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union, final
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, final
 
 import numpy
 import numpy.typing
+from typing_extensions import Unpack
+
+from ._settings import DeduperSettings, Settings, SketchSettings
 
 _Path = Union[str, PathLike[str]]
 _Inputs = Union[_Path, Iterable[_Path]]
@@ -132,7 +135,7 @@ class DecisionStream(Iterator[Decision]):
 class Sketcher:
     """Texts → MinHash signatures and LSH band keys, as stage 1 computes them."""
 
-    def __new__(cls, **settings: Any) -> "Sketcher":
+    def __new__(cls, **settings: Unpack[SketchSettings]) -> "Sketcher":
         """Sketch settings by name (num_perm, threshold and verify or bands + rows, hash,
         tokenize, shingle, step, normalisation, band_keys, seed, short_texts, threads)."""
     def signatures(self, texts: _Texts) -> numpy.typing.NDArray[numpy.uint32]:
@@ -163,7 +166,7 @@ class Deduper:
         *,
         hot_keys: Union["HotKeys", numpy.typing.ArrayLike, None] = None,
         sign_blank: bool = False,
-        **settings: Any,
+        **settings: Unpack[DeduperSettings],
     ) -> "Deduper":
         """Settings by name (sketch settings, threshold, max_reps, verify, exact, empty, …);
         hot_keys restricts the buckets to those keys; sign_blank signs whitespace-only texts
@@ -212,7 +215,7 @@ class Index:
     """Online dedup: documents checked against everything kept before them, with the decisions
     of ``neardup dedup`` over the same texts in the same order."""
 
-    def __new__(cls, store: Optional[_Path] = None, *, namespace: Optional[str] = None, **settings: Any) -> "Index":
+    def __new__(cls, store: Optional[_Path] = None, *, namespace: Optional[str] = None, **settings: Unpack[DeduperSettings]) -> "Index":
         """store=None: in memory. Settings by name as for Deduper."""
     def check(self, text: Optional[str], id: Optional[_Id] = None) -> IndexDecision:
         """Decides text and adds it when kept; an id checked before gets its first decision."""
@@ -220,7 +223,7 @@ class Index:
         """check() for each text in order, signed in parallel with the GIL released."""
     def check_table(self, data: Any, column: str = "text", id_column: Optional[str] = None) -> List[IndexDecision]:
         """check_many() over a table's rows (any type drop_duplicates takes), one decision per
-        row; the column is read in place (a null is an empty text)."""
+        row; the column is read in place (a null is decided ``"error"`` and kept, as ``check(None)``)."""
     def query(self, text: str) -> List[Tuple[_Id, float]]:
         """The earlier documents text duplicates, with their similarity; adds nothing."""
     def insert(self, text: str, id: Optional[_Id] = None) -> _Id:
@@ -435,6 +438,23 @@ class CorpusStream(Iterator[Tuple[str, bool]]):
     def __iter__(self) -> "CorpusStream": ...
     def __next__(self) -> Tuple[str, bool]: ...
 
+def file_exists(path: _Path) -> bool:
+    """Whether the file or object ``path`` exists."""
+
+def read_file(path: _Path) -> Optional[bytes]:
+    """The bytes of the file or object ``path``, or None when there is none."""
+
+def write_file(path: _Path, data: bytes) -> None:
+    """Writes ``data`` as the file or object ``path``, which appears whole or not at all."""
+
+def concatenate(parts: Sequence[_Path], target: _Path) -> None:
+    """Writes the files or objects ``parts`` one after the other as ``target``, which appears
+    whole or not at all."""
+
+def publish_output(output: _Path, hot_fingerprint: int) -> Optional[str]:
+    """Publishes a distributed run's ``_SUCCESS`` manifest in ``output`` once every shard's is
+    there; returns its JSON, or None while a shard is missing."""
+
 def run_cli(args: Sequence[str]) -> int:
     """Runs the ``neardup`` command line with ``args`` (the program's name first); returns its
     exit code."""
@@ -450,18 +470,18 @@ def start_dedup(
     output: Optional[_Path] = None,
     decisions: Optional[_Path] = None,
     report: Optional[_Path] = None,
-    settings: Optional[Dict[str, Any]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
 ) -> Run:
     """Starts neardup.dedup on a background thread."""
 
-def stream(inputs: _Inputs, settings: Optional[Dict[str, Any]] = None) -> DecisionStream:
+def stream(inputs: _Inputs, settings: Optional[Mapping[str, Any]] = None) -> DecisionStream:
     """Starts neardup.stream."""
 
-def start_dedup_table(data: Any, settings: Optional[Dict[str, Any]] = None) -> Run:
+def start_dedup_table(data: Any, settings: Optional[Mapping[str, Any]] = None) -> Run:
     """Starts neardup.dedup_table over an object with __arrow_c_stream__ (``settings["fields"]``:
     the text columns)."""
 
-def start_dedup_stream(open: Callable[[], Any], settings: Optional[Dict[str, Any]] = None) -> Run:
+def start_dedup_stream(open: Callable[[], Any], settings: Optional[Mapping[str, Any]] = None) -> Run:
     """Starts neardup.dedup_table over a stream larger than memory: ``open()`` returns a fresh
     object with __arrow_c_stream__ for each stage, read batch by batch."""
 
@@ -483,24 +503,24 @@ def table_result(
     column), the duplicates of indexed runs' records (row, file, record), the report JSON."""
 
 def block_keys(
-    data: Any, name: str, shard: int, settings: Optional[Dict[str, Any]] = None
+    data: Any, name: str, shard: int, settings: Optional[Mapping[str, Any]] = None
 ) -> KeyTable:
     """Stage 1 of one block of a distributed dataset, registered as `name`."""
 
 def block_sign(
     data: Any, name: str, table: KeyTable, hot: HotKeys,
-    settings: Optional[Dict[str, Any]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
 ) -> Signed:
     """The sign step of one block, registered as `name` again."""
 
 def block_decisions(
     data: Any, name: str, table: KeyTable, hot: HotKeys, decided: List[Decided],
-    row_bases: List[int], settings: Optional[Dict[str, Any]] = None,
+    row_bases: List[int], settings: Optional[Mapping[str, Any]] = None,
 ) -> Tuple[Any, Any, List[str], Any, Any, Any, Optional[Tuple[List[Optional[str]], List[Optional[str]]]], str]:
     """The write step of one block without outputs: its rows' decisions, as table_result gives
     them (without the indexed runs' duplicates), dup_of and cluster as global rows."""
 
-def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Any) -> KeyTable:
+def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Unpack[Settings]) -> KeyTable:
     """Stage 1 over one shard of inputs."""
 
 def hot_keys(
@@ -520,7 +540,7 @@ def hot_keys_result(run: Run) -> HotKeys:
     """The hot keys a run of hot_keys made (waits for it); its error otherwise."""
 
 def start_keys(
-    inputs: _Inputs, shard: int, output: _Path, settings: Optional[Dict[str, Any]] = None
+    inputs: _Inputs, shard: int, output: _Path, settings: Optional[Mapping[str, Any]] = None
 ) -> Run:
     """Starts neardup.keys: one shard's key-table file."""
 
@@ -528,7 +548,7 @@ def start_sign(
     table: Union[KeyTable, _Path],
     hot: Union[HotKeys, _Path],
     output: Optional[_Path] = None,
-    settings: Optional[Dict[str, Any]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
 ) -> Run:
     """Starts neardup.sign: one shard's sign output directory, or a Signed value (no output)."""
 
@@ -540,7 +560,7 @@ def start_decide(
     hot: Union[HotKeys, _Path],
     group: int,
     output: Optional[_Path] = None,
-    settings: Optional[Dict[str, Any]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
 ) -> Run:
     """Starts neardup.decide: one group's decide output directory, or a Decided value."""
 
@@ -554,11 +574,11 @@ def start_write(
     output: Optional[_Path] = None,
     decisions: Optional[_Path] = None,
     report: Optional[_Path] = None,
-    settings: Optional[Dict[str, Any]] = None,
+    settings: Optional[Mapping[str, Any]] = None,
 ) -> Run:
     """Starts neardup.write: one shard's part of the dataset and its decisions."""
 
-def process_corpus(settings: Dict[str, Any]) -> CorpusStream:
+def process_corpus(settings: Mapping[str, Any]) -> CorpusStream:
     """lshcurator's Curator.process_corpus on the compat preset."""
 
 def compute_bucket_keys(

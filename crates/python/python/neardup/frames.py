@@ -16,16 +16,21 @@ and reads it batch by batch, so only the batches being worked on are held.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, List, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Sequence, Tuple, Union
 
 from . import _native
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._settings import Settings
 
 __all__ = ["dedup_table", "drop_duplicates", "report_of"]
 
 Columns = Union[str, Sequence[str]]
 
 
-def _fields(column: Columns, settings: Dict[str, Any]) -> Dict[str, Any]:
+def _fields(column: Columns, settings: Mapping[str, Any]) -> Dict[str, Any]:
     """The settings with ``fields`` set to the text column(s)."""
     if "fields" in settings:
         raise TypeError("give the text columns as column=, not fields=")
@@ -202,7 +207,7 @@ def dedup_table(
     column: Columns = "text",
     *,
     progress: Any = None,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Any:
     """Finds the near duplicates among a table's rows: one decision per row, in row order.
 
@@ -250,7 +255,7 @@ def drop_duplicates(
     *,
     with_decisions: bool = False,
     progress: Any = None,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Any:
     """The rows of ``data`` that :func:`dedup_table` keeps, as the type ``data`` is.
 

@@ -17,11 +17,16 @@ step on the server, so two workers never both keep near copies.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from hojichar import Document, Filter
 
 from . import Index, IndexDecision
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._settings import DeduperSettings
 
 __all__ = ["NearDedup"]
 
@@ -54,7 +59,7 @@ class NearDedup(Filter):
         use_batch: bool = False,
         batch_size: int = 128,
         random_state: Any = None,
-        **settings: Any,
+        **settings: Unpack[DeduperSettings],
     ) -> None:
         super().__init__(
             p=p,

@@ -44,11 +44,16 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import neardup
 from neardup import _native
 from neardup._inputs import check_paths
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from neardup._settings import DedupSettings, Settings
 
 __all__ = ["dedup", "drop_duplicates"]
 
@@ -321,7 +326,7 @@ def _sum_totals(reports: List[Dict[str, Any]]) -> Dict[str, Any]:
     return totals
 
 
-def _shipped_tokenizer(settings: Dict[str, Any], ray: Any) -> Dict[str, Any]:
+def _shipped_tokenizer(settings: Mapping[str, Any], ray: Any) -> Dict[str, Any]:
     """Checks that a callable ``tokenizer=`` can be sent to the workers (pickled with Ray's
     cloudpickle) before any task runs, and returns what stands for it in the work directory's
     identity: the settings' name of it (``tokenize``), never the callable."""
@@ -351,7 +356,7 @@ def dedup(
     *,
     max_retries: int = 3,
     task_cpus: float = 1,
-    **settings: Any,
+    **settings: Unpack[DedupSettings],
 ) -> Dict[str, Any]:
     """Removes near duplicates with Ray tasks: ``neardup dedup`` on a cluster.
 
@@ -406,7 +411,8 @@ def dedup(
     out = None if output is None else _absolute(os.fspath(output))
     output_names = set(neardup.settings().get("output", []))
     step_settings = {k: v for k, v in settings.items() if k not in output_names}
-    hot_settings = {k: settings[k] for k in _HOT_SETTINGS if k in settings}
+    given: Dict[str, Any] = dict(settings)
+    hot_settings = {k: given[k] for k in _HOT_SETTINGS if k in given}
     hot_settings.setdefault("threads", 0)
     if "threads" not in settings:
         step_settings["threads"] = max(1, int(task_cpus))
@@ -575,7 +581,7 @@ def drop_duplicates(
     groups: Optional[int] = None,
     with_decisions: bool = False,
     task_cpus: float = 1,
-    **settings: Any,
+    **settings: Unpack[Settings],
 ) -> Any:
     """The rows of a ``ray.data.Dataset`` that one :func:`neardup.dedup_table` over all its rows
     in order would keep, found by the steps of a distributed run with the dataset's blocks as
@@ -609,9 +615,9 @@ def drop_duplicates(
             "against= is not taken by neardup.ray.drop_duplicates: run neardup.dedup_table or "
             "neardup.ray.dedup over files"
         )
-    settings = _fields(column, settings)
-    hot_settings = {k: settings.pop(k) for k in ("min_key_count", "memory_limit", "spill_dir")
-                    if k in settings}
+    step_settings = _fields(column, settings)
+    hot_settings = {k: step_settings.pop(k) for k in ("min_key_count", "memory_limit", "spill_dir")
+                    if k in step_settings}
     blocks = ds.materialize().to_arrow_refs()
     if not blocks:
         return (ds, ds) if with_decisions else ds
@@ -628,7 +634,7 @@ def drop_duplicates(
         return remotes[f].options(num_cpus=task_cpus, **options)
 
     keyed = [
-        remote(_block_keys_task, num_returns=2).remote(b, run, i, settings)
+        remote(_block_keys_task, num_returns=2).remote(b, run, i, step_settings)
         for i, b in enumerate(blocks)
     ]
     tables = [k for k, _ in keyed]
@@ -636,13 +642,15 @@ def drop_duplicates(
     row_bases = [sum(rows[:i]) for i in range(len(rows))]
     hot = remote(_block_hot_task).remote(groups, hot_settings, *tables)
     signed = [
-        remote(_block_sign_task).remote(b, run, i, settings, tables[i], hot)
+        remote(_block_sign_task).remote(b, run, i, step_settings, tables[i], hot)
         for i, b in enumerate(blocks)
     ]
-    decided = [remote(_block_decide_task).remote(g, settings, hot, *signed) for g in range(groups)]
+    decided = [
+        remote(_block_decide_task).remote(g, step_settings, hot, *signed) for g in range(groups)
+    ]
     filtered = [
         remote(_block_filter_task, num_returns=2).remote(
-            b, run, i, settings, row_bases, tables[i], hot, *decided
+            b, run, i, step_settings, row_bases, tables[i], hot, *decided
         )
         for i, b in enumerate(blocks)
     ]
