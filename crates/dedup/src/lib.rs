@@ -47,9 +47,12 @@
 //! `first_copies` (the first sample of each text), `sample_ids` and `clusters` (the ids later
 //! decisions may name and the clusters' sizes, [`Deduper::note`]) and `deduper`; a stage-2 pass
 //! starts from `pass` (its settings, [`Decision`], [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
-//! thread and the routes of hot samples), `stage` (the pass on the executor, and
-//! [`run_dedup`]); `handoff` is the values between the distributed steps and `distributed`
-//! the steps themselves, the same pass with the signer's and the decided streams' routes.
+//! thread and the routes of hot samples), `stage` (the pass on the executor); `handoff` is the
+//! values between the distributed steps, `step_sink` where their streams go, `rank_order` the
+//! sorter of ranked streams, and `distributed` the steps themselves, the same pass with the
+//! signer's and the decided streams' routes; `ranked` is one process with a preference (the
+//! three steps with one group), and `run` ([`run_dedup`]) the one-process stage 2 that takes
+//! the pass or the ranked steps.
 #![warn(missing_docs)]
 
 // Modules from the bottom up: each names only those above it.
