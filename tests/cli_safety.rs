@@ -888,11 +888,26 @@ fn documented_commands_use_flags_their_help_lists() {
     for page in &pages {
         let text = std::fs::read_to_string(page).unwrap();
         for words in documented_commands(&text) {
-            let command = words[0].clone();
-            let help = helps.entry(command.clone()).or_insert_with(|| {
-                let ran = run_ok(Command::new(bin()).args([command.as_str(), "--help"]));
-                ran.stdout
-            });
+            let mut command = vec![words[0].clone()];
+            let mut help_of = |command: &[String]| {
+                helps
+                    .entry(command.join(" "))
+                    .or_insert_with(|| {
+                        let ran = run_ok(Command::new(bin()).args(command).arg("--help"));
+                        ran.stdout
+                    })
+                    .clone()
+            };
+            let mut help = help_of(&command);
+            // A command with subcommands (`neardup index push …`): the subcommand's help.
+            if let Some(sub) = words.get(1)
+                && help.contains("\nCommands:\n")
+                && help.contains(&format!("\n  {sub} "))
+            {
+                command.push(sub.clone());
+                help = help_of(&command);
+            }
+            let command = command.join(" ");
             for flag in words.iter().filter(|w| w.starts_with('-') && w.len() > 1) {
                 let flag = flag.split('=').next().unwrap();
                 let listed = if flag.starts_with("--") {

@@ -1,9 +1,9 @@
 //! Stage 2 reads only the records it has to decide (where stage 1 noted each record of an
 //! uncompressed JSONL file), and decides the others unread; writing the dataset, it reads every
-//! record but parses only those, copying the others as they are. The decisions, the dataset and
-//! the report's totals are those of a run that reads and parses everything, for any thread
-//! count, chunk size, fields mode, output part size and memory limit; the report says how many
-//! bytes stage 2 read.
+//! record but parses only those, copying the others as they are; with an id field it reads and
+//! parses everything. The decisions, the dataset and the report's totals are those of a run that
+//! reads and parses everything, for any thread count, chunk size, fields mode, id field, output
+//! part size and memory limit; the report says how many bytes stage 2 read.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -62,6 +62,14 @@ fn lines(rng: &mut Rng, earlier: &mut Vec<String>, n: usize) -> Vec<Vec<u8>> {
             let words: Vec<String> = (0..4).map(|_| word(rng)).collect();
             format!(",\"title\":\"{}\"", words.join(" "))
         };
+        // Ids of every kind: strings (some with escapes), numbers, null, none.
+        let id = match i % 11 {
+            0 => String::new(),
+            1 => "\"id\":null,".to_string(),
+            2 => format!("\"id\":{i},"),
+            3 => format!("\"id\":\"q\\\"{i}\","),
+            _ => format!("\"id\":\"r{i}\","),
+        };
         let line = match rng.below(160) {
             0 => Vec::new(),
             1 => b"   ".to_vec(),
@@ -71,38 +79,87 @@ fn lines(rng: &mut Rng, earlier: &mut Vec<String>, n: usize) -> Vec<Vec<u8>> {
             5 => br#"{"other":1}"#.to_vec(),
             6 => br#"{"text":null,"title":"x"}"#.to_vec(),
             7 => br#"{"text":5}"#.to_vec(),
-            8 => format!("{{\"text\":\"{text}\"{title}}}\r").into_bytes(),
-            _ => format!("{{\"text\":\"{text}\"{title}}}").into_bytes(),
+            8 => format!("{{{id}\"text\":\"{text}\"{title}}}\r").into_bytes(),
+            _ => format!("{{{id}\"text\":\"{text}\"{title}}}").into_bytes(),
         };
         out.push(line);
     }
     out
 }
 
-/// Three uncompressed JSONL inputs (the last without a final line end) and a gzip one.
-fn corpus(dir: &Path) -> PathBuf {
+/// Three uncompressed JSONL inputs (the last without a final line end) and a gzip one, in
+/// `in`; and the same records in `ref`, every file gzip-compressed: stage 2 reads a compressed
+/// stream whole and parses every record, so a run over `ref` is the reference.
+fn corpus(dir: &Path) -> (PathBuf, PathBuf) {
     let input = dir.join("in");
+    let reference = dir.join("ref");
     std::fs::create_dir_all(&input).unwrap();
+    std::fs::create_dir_all(&reference).unwrap();
+    let gzip = |body: &[u8]| {
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(body).unwrap();
+        gz.finish().unwrap()
+    };
     let mut rng = Rng(44);
     let mut earlier = Vec::new();
-    for (name, n) in [("a.jsonl", 700), ("b.jsonl", 500), ("c.jsonl", 300)] {
+    for (name, n) in [("a", 700), ("b", 500), ("c", 300), ("d", 200)] {
         let mut body = Vec::new();
         for line in lines(&mut rng, &mut earlier, n) {
             body.extend_from_slice(&line);
             body.push(b'\n');
         }
-        if name == "c.jsonl" {
+        if name == "c" {
             body.pop();
         }
-        std::fs::write(input.join(name), body).unwrap();
+        let gz = format!("{name}.jsonl.gz");
+        std::fs::write(reference.join(&gz), gzip(&body)).unwrap();
+        if name == "d" {
+            std::fs::copy(reference.join(&gz), input.join(&gz)).unwrap();
+        } else {
+            std::fs::write(input.join(format!("{name}.jsonl")), body).unwrap();
+        }
     }
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    for line in lines(&mut rng, &mut earlier, 200) {
-        gz.write_all(&line).unwrap();
-        gz.write_all(b"\n").unwrap();
+    (input, reference)
+}
+
+/// What a run over `ref` names its files in (decisions, the report's clusters) as the run over
+/// `in` names them.
+fn as_over_input(text: &[u8], input: &Path, reference: &Path) -> Vec<u8> {
+    let mut text = String::from_utf8(text.to_vec()).unwrap();
+    for (from, to) in [
+        ("a.jsonl.gz", "a.jsonl"),
+        ("b.jsonl.gz", "b.jsonl"),
+        ("c.jsonl.gz", "c.jsonl"),
+        ("d.jsonl.gz", "d.jsonl.gz"),
+    ] {
+        let from = reference.join(from).display().to_string();
+        let to = input.join(to).display().to_string();
+        text = text.replace(&from, &to);
     }
-    std::fs::write(input.join("d.jsonl.gz"), gz.finish().unwrap()).unwrap();
-    input
+    text.into_bytes()
+}
+
+/// A dataset's records per input, decompressed, its parts joined in order.
+fn records_per_input(dataset: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
+    let mut out: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    for (name, bytes) in dataset {
+        let (name, bytes) = match name.strip_suffix(".gz") {
+            Some(plain) => {
+                let mut out = Vec::new();
+                std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)
+                    .unwrap();
+                (plain, out)
+            }
+            None => (name.as_str(), bytes.clone()),
+        };
+        let input = name
+            .split(".part-")
+            .next()
+            .unwrap()
+            .trim_end_matches(".jsonl");
+        out.entry(input.to_string()).or_default().extend(bytes);
+    }
+    out
 }
 
 fn input_bytes(input: &Path) -> u64 {
@@ -163,61 +220,71 @@ fn run(config: &Config, dir: &Path, output: bool) -> Ran {
 #[test]
 fn decisions_read_by_places_equal_a_whole_read_for_any_setting() {
     let tmp = tempfile::tempdir().unwrap();
-    let input = corpus(tmp.path());
+    let (input, reference) = corpus(tmp.path());
     let total = input_bytes(&input);
     let gz = std::fs::metadata(input.join("d.jsonl.gz")).unwrap().len();
     let mut n = 0;
-    for expand in [false, true] {
+    for (expand, id) in [(false, false), (false, true), (true, true)] {
         let mut base = Config::default();
-        base.input.inputs = vec![input.display().to_string()];
         base.run.on_error = neardup::keys::OnError::Skip;
         if expand {
             base.input.fields = vec!["text".into(), "title".into()];
             base.input.fields_mode = neardup::FieldsModeKind::Expand;
-            // The dataset in parts, a part ending between two kept records.
-            base.output.max_output_bytes = Some(40_000);
+        }
+        if id {
+            base.input.id_field = Some("id".into());
         }
         base.dedup.threshold = 0.7;
-        // The reference reads and parses every record: with an id field every decision names
-        // its sample's id, so no record is passed over. No record has this one, so its
-        // decisions and dataset are those of a run without an id field, byte for byte.
         let mut whole_config = base.clone();
-        whole_config.input.id_field = Some("no_such_id".into());
+        whole_config.input.inputs = vec![reference.display().to_string()];
+        base.input.inputs = vec![input.display().to_string()];
         n += 1;
         let (whole, whole_decisions, whole_dataset) =
             run(&whole_config, &tmp.path().join(format!("whole-{n}")), true);
-        assert_eq!(
-            whole.stage2.bytes_read, total,
-            "a whole read reads every byte"
-        );
+        let whole_decisions = as_over_input(&whole_decisions, &input, &reference);
+        let whole_records = records_per_input(&whole_dataset);
+        let whole_counts = as_over_input(counts(&whole).as_bytes(), &input, &reference);
+        let whole_counts = String::from_utf8(whole_counts).unwrap();
         assert!(
             whole.stage2.near + whole.stage2.exact > 30,
             "the corpus holds copies"
         );
         assert!(whole.stage2.errors > 20 && whole.stage2.empty > 5);
-        assert!(whole.stage2.records_dropped > 20 && whole_dataset.len() >= 4);
-        for (threads, chunk_bytes, limit) in [
-            (1, 32 << 20, None),
-            (2, 4096, None),
-            (3, 1500, None),
-            (2, 4096, Some(256 << 20)),
+        assert!(whole.stage2.records_dropped > 20 && whole_records.len() == 4);
+        if id {
+            let text = String::from_utf8(whole_decisions.clone()).unwrap();
+            assert!(text.contains(r#""id":"r5""#) && text.contains(r#""id":"q\"3""#));
+            assert!(text.contains(r#""id":"2""#) && text.contains(r#""id":null"#));
+        }
+        for (threads, chunk_bytes, limit, parts) in [
+            (1, 32 << 20, None, None),
+            (2, 4096, None, Some(40_000)),
+            (3, 1500, None, None),
+            (2, 4096, Some(256 << 20), None),
         ] {
             let mut c = base.clone();
             c.run.threads = threads;
             c.keys.chunk_bytes = chunk_bytes;
             c.keys.memory_limit = limit;
-            let what = format!("expand {expand}, {threads} threads, chunks of {chunk_bytes}");
-            // Decisions only: the records to decide are read, the rest passed over unread.
+            c.output.max_output_bytes = parts;
+            let what =
+                format!("expand {expand}, id {id}, {threads} threads, chunks of {chunk_bytes}");
+            // Decisions only: without an id field the records to decide are read, the rest
+            // passed over unread; with one, every record is read and parsed for its id.
             n += 1;
             let (places, decisions, _) = run(&c, &tmp.path().join(format!("places-{n}")), false);
             assert!(decisions == whole_decisions, "{what}: the same decisions");
-            assert_eq!(counts(&places), counts(&whole), "{what}");
-            // The gzip input is read whole, as stored; of the rest, the records to decide.
+            assert_eq!(counts(&places), whole_counts, "{what}");
             let read = places.stage2.bytes_read;
-            assert!(
-                read >= gz && read - gz < (total - gz) / 2,
-                "{what}: {read} bytes read of {total}"
-            );
+            if id {
+                assert_eq!(read, total, "{what}");
+            } else {
+                // The gzip input is read whole, as stored; of the rest, the records to decide.
+                assert!(
+                    read >= gz && read - gz < (total - gz) / 2,
+                    "{what}: {read} bytes read of {total}"
+                );
+            }
             // With the dataset: every record is read, the ones passed over copied unparsed.
             n += 1;
             let (copied, decisions, dataset) =
@@ -226,8 +293,14 @@ fn decisions_read_by_places_equal_a_whole_read_for_any_setting() {
                 decisions == whole_decisions,
                 "{what}, -o: the same decisions"
             );
-            assert!(dataset == whole_dataset, "{what}, -o: the same dataset");
-            assert_eq!(counts(&copied), counts(&whole), "{what}, -o");
+            if parts.is_some() {
+                assert!(dataset.keys().any(|k| k.contains(".part-00001.")), "{what}");
+            }
+            assert!(
+                records_per_input(&dataset) == whole_records,
+                "{what}, -o: the same dataset"
+            );
+            assert_eq!(counts(&copied), whole_counts, "{what}, -o");
             assert_eq!(copied.stage2.bytes_read, total, "{what}, -o");
         }
     }

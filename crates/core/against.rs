@@ -230,7 +230,8 @@ pub fn start_from(
         representatives: state.representatives.len() as u64,
         copies: state.copies.len() as u64,
         records_read: state.records_read,
-        self_contained: index.self_contained() && !shingles,
+        self_contained: index.self_contained()
+            && (!shingles || index.self_contained_with_shingles()),
     };
     cfg.prior = Some(Arc::new(state));
     Ok(report)
@@ -313,9 +314,12 @@ impl<'a> IndexRecorder<'a> {
 
 /// Completes a run's index for saving: under `--verify estimate` it stores its entries'
 /// sketches (reading the run's inputs back once), so that runs against it need none of the
-/// indexed files; returns the records read.
+/// indexed files; so it does too when the index it was made against stores them (one the
+/// online index saved, whose documents are in no file), with the shingle sets under `--verify
+/// exact`. Returns the records read.
 pub fn complete_index(config: &Config, index: &mut SavedIndex) -> Result<u64, Error> {
-    if config.dedup.verify != neardup_dedup::Verify::Estimate {
+    let exact = config.dedup.verify == neardup_dedup::Verify::Jaccard;
+    if exact && !index.has_sketches() {
         return Ok(0);
     }
     let cfg = stage2_config(config)?;
@@ -323,7 +327,7 @@ pub fn complete_index(config: &Config, index: &mut SavedIndex) -> Result<u64, Er
         sketcher: &cfg.sketcher,
         rule: cfg.rule,
         selector: &cfg.selector,
-        shingles: false,
+        shingles: exact && cfg.rule.band_keys,
         block_bytes: cfg.block_bytes,
         threads: neardup_exec::ExecOptions::threads(cfg.threads).threads,
     })?)

@@ -78,6 +78,11 @@ pub enum Error {
     /// (exit code 2 when it was made with other settings or the arguments do not fit it).
     #[error(transparent)]
     Index(neardup_index::IndexError),
+    /// The online index's stores (`neardup index push`/`pull`/`stats` with Redis): a server
+    /// that cannot be reached, a namespace with other settings or already holding an index
+    /// (exit code 2 for those refusals), a path that is not an index.
+    #[error(transparent)]
+    Online(neardup_online::IndexError),
     /// A saved index asked of a step or a run that cannot make or use it (exit code 2).
     #[error(transparent)]
     IndexUse(IndexUseError),
@@ -101,6 +106,12 @@ pub enum Error {
          the run had written were removed"
     )]
     Interrupted,
+}
+
+impl From<neardup_online::IndexError> for Error {
+    fn from(e: neardup_online::IndexError) -> Self {
+        Error::Online(e)
+    }
 }
 
 impl From<neardup_index::IndexError> for Error {

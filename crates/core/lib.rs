@@ -98,5 +98,6 @@ pub use neardup_eval as eval;
 pub use neardup_exec as exec;
 pub use neardup_index as index;
 pub use neardup_keys as keys;
+pub use neardup_online as online;
 pub use neardup_sketch as sketch;
 pub use neardup_storage as storage;

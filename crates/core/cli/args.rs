@@ -44,7 +44,8 @@ pub(crate) enum Command {
     /// Stage 2 given the key tables of all shards and their hot-key file.
     Apply(ApplyArgs),
     /// Save the index of a finished run from its key tables and decisions (for `--against`),
-    /// without running it again.
+    /// without running it again; or move an index between a file and Redis (`push`, `pull`),
+    /// or show its statistics (`stats`).
     Index(IndexArgs),
     /// Exact deduplication by content hash of the normalised text.
     Exact(ExactArgs),
@@ -252,22 +253,79 @@ pub(crate) struct ApplyArgs {
 
 /// The arguments of `neardup index`.
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub(crate) struct IndexArgs {
+    /// Move an index between a file and Redis, or show its statistics.
+    #[command(subcommand)]
+    pub(crate) action: Option<IndexAction>,
     /// Key tables of the run, all shards (any order).
     #[arg(required = true)]
     pub(crate) tables: Vec<PathBuf>,
     /// The run's decisions file (.jsonl or .parquet).
-    #[arg(long)]
-    pub(crate) decisions: PathBuf,
+    #[arg(long, required = true)]
+    pub(crate) decisions: Option<PathBuf>,
     /// The index to write.
-    #[arg(long = "output", short = 'o', visible_alias = "out")]
-    pub(crate) output: PathBuf,
+    #[arg(long = "output", short = 'o', visible_alias = "out", required = true)]
+    pub(crate) output: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) input: InputOpts,
     #[command(flatten)]
     pub(crate) sketch: SketchOpts,
     #[command(flatten)]
     pub(crate) decide: DecideOpts,
+}
+
+/// `neardup index push|pull|stats`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum IndexAction {
+    /// Copy a saved index file (`--index-out`, or one the online index saved) into a Redis
+    /// namespace, published in one step; refused when the namespace was made with other
+    /// settings, or holds an index (unless --replace).
+    Push(IndexPushArgs),
+    /// Copy a Redis namespace's index into a saved index file (read in one atomic step,
+    /// written atomically; never over anything but an index).
+    Pull(IndexPullArgs),
+    /// Show an index's statistics (a file or redis://HOST:PORT/DB with --namespace) as JSON:
+    /// documents, kept, representatives, buckets, settings, bytes.
+    Stats(IndexStatsArgs),
+}
+
+/// The arguments of `neardup index push`.
+#[derive(Args, Debug)]
+pub(crate) struct IndexPushArgs {
+    /// The index file.
+    pub(crate) index: PathBuf,
+    /// The Redis server: redis://HOST:PORT/DB.
+    pub(crate) url: String,
+    /// The namespace to push into.
+    #[arg(long, default_value = "default")]
+    pub(crate) namespace: String,
+    /// Replace the index the namespace holds (one with the same settings).
+    #[arg(long)]
+    pub(crate) replace: bool,
+}
+
+/// The arguments of `neardup index pull`.
+#[derive(Args, Debug)]
+pub(crate) struct IndexPullArgs {
+    /// The Redis server: redis://HOST:PORT/DB.
+    pub(crate) url: String,
+    /// The namespace to pull.
+    #[arg(long, default_value = "default")]
+    pub(crate) namespace: String,
+    /// The index file to write (a new path, or an index file to replace).
+    #[arg(long = "output", short = 'o', visible_alias = "out")]
+    pub(crate) output: PathBuf,
+}
+
+/// The arguments of `neardup index stats`.
+#[derive(Args, Debug)]
+pub(crate) struct IndexStatsArgs {
+    /// An index file, or a Redis server: redis://HOST:PORT/DB.
+    pub(crate) index: String,
+    /// The namespace (with a Redis server).
+    #[arg(long, default_value = "default")]
+    pub(crate) namespace: String,
 }
 
 /// The arguments of `neardup exact`.

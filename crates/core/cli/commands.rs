@@ -391,6 +391,7 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
 /// `neardup index`.
 pub(crate) fn index(args: IndexArgs, quiet: bool) -> Result<(), Error> {
     let IndexArgs {
+        action,
         tables,
         decisions,
         output,
@@ -398,6 +399,12 @@ pub(crate) fn index(args: IndexArgs, quiet: bool) -> Result<(), Error> {
         sketch,
         decide,
     } = args;
+    if let Some(action) = action {
+        return index_action(action, quiet);
+    }
+    let (Some(decisions), Some(output)) = (decisions, output) else {
+        unreachable!("clap requires --decisions and --output without a subcommand");
+    };
     let config = build_config(&[], &input, &[&sketch, &decide])?;
     let made = neardup::against::build_index(&config, &tables, &decisions, &output)?;
     note(
@@ -413,6 +420,67 @@ pub(crate) fn index(args: IndexArgs, quiet: bool) -> Result<(), Error> {
             output.display()
         ),
     );
+    Ok(())
+}
+
+/// Whether `s` names a Redis server rather than a file.
+fn is_redis_url(s: &str) -> bool {
+    ["redis://", "rediss://", "unix://"]
+        .iter()
+        .any(|p| s.starts_with(p))
+}
+
+/// `neardup index push|pull|stats`.
+fn index_action(action: IndexAction, quiet: bool) -> Result<(), Error> {
+    use neardup::online;
+    match action {
+        IndexAction::Push(a) => {
+            let saved = neardup::index::SavedIndex::load(&a.index)?;
+            let moved = online::push(&saved, &a.index, &a.url, &a.namespace, a.replace)?;
+            note(
+                quiet,
+                format_args!(
+                    "{}: {} ids, {} documents ({} representatives) -> {} namespace {:?}",
+                    a.index.display(),
+                    moved.ids,
+                    moved.documents,
+                    moved.representatives,
+                    online::shown_address(&a.url),
+                    a.namespace
+                ),
+            );
+        }
+        IndexAction::Pull(a) => {
+            let (saved, moved) = online::pull(&a.url, &a.namespace)?;
+            let bytes = online::save_file(&saved, &a.output)?;
+            note(
+                quiet,
+                format_args!(
+                    "{} namespace {:?}: {} ids, {} documents ({} representatives), {bytes} bytes \
+                     -> {}",
+                    online::shown_address(&a.url),
+                    a.namespace,
+                    moved.ids,
+                    moved.documents,
+                    moved.representatives,
+                    a.output.display()
+                ),
+            );
+        }
+        IndexAction::Stats(a) => {
+            let stats = if is_redis_url(&a.index) {
+                online::namespace_stats(&a.index, &a.namespace)?
+            } else {
+                let path = std::path::Path::new(&a.index);
+                let saved = neardup::index::SavedIndex::load(path)?;
+                let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+                online::file_stats(&saved, bytes)
+            };
+            let mut text = serde_json::to_string_pretty(&stats).expect("stats serialise");
+            text.push('\n');
+            answer(&text)?;
+        }
+    }
     Ok(())
 }
 

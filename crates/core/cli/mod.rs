@@ -107,6 +107,14 @@ pub fn exit_code(error: &Error) -> u8 {
             | IndexError::MinCount(_)
             | IndexError::Decisions { .. },
         ) => 2,
+        Error::Online(
+            neardup_online::IndexError::SettingsDiffer { .. }
+            | neardup_online::IndexError::FileSettingsDiffer { .. }
+            | neardup_online::IndexError::NotIndexFile { .. }
+            | neardup_online::IndexError::NotSelfContained { .. }
+            | neardup_online::IndexError::NamespaceInUse { .. }
+            | neardup_online::IndexError::NoNamespace { .. },
+        ) => 2,
         Error::Interrupted => 130,
         Error::Keys(KeysError::Config(_)) | Error::Dedup(DedupError::Config(_)) => 2,
         _ => 1,

@@ -1,13 +1,14 @@
 //! The decision core: bounded representatives per hot bucket, first seen wins.
 
 use hashbrown::HashSet;
-use neardup_keys::{HotKeys, RowKind, RowRule};
-use neardup_sketch::{NO_KEY, Scratch, Sketcher, similarity};
+use neardup_keys::RowRule;
+use neardup_sketch::{NO_KEY, similarity};
 use serde::{Deserialize, Serialize};
 
 use crate::clusters::ClusterCounter;
 use crate::error::SettingsError;
 use crate::first_copies::{FirstCopies, FirstCopy};
+use crate::large_set::{SetRef, SpilledSet};
 use crate::prior::PriorState;
 use crate::reps::{BucketIndex, RepBudget, RepId, RepStore};
 use crate::sample_ids::{IdRef, IdStore};
@@ -414,12 +415,21 @@ impl Deduper {
 
     /// Decides one hot sample. Call in input order.
     pub fn decide(&mut self, c: &Candidate<'_>) -> Verdict {
-        let verdict = self.decide_sample(c);
+        let verdict = self.decide_sample(c, c.shingles.map(SetRef::Memory));
         self.bound_bookkeeping();
         verdict
     }
 
-    fn decide_sample(&mut self, c: &Candidate<'_>) -> Verdict {
+    /// [`Deduper::decide`] for a candidate whose shingle set was built in a scratch file
+    /// ([`crate::large_set`]: a text too long for its set to be held in memory); `c.shingles` is
+    /// not read. The same verdict as with the set in memory.
+    pub(crate) fn decide_spilled(&mut self, c: &Candidate<'_>, set: &SpilledSet) -> Verdict {
+        let verdict = self.decide_sample(c, Some(SetRef::Spilled(set)));
+        self.bound_bookkeeping();
+        verdict
+    }
+
+    fn decide_sample(&mut self, c: &Candidate<'_>, set: Option<SetRef<'_>>) -> Verdict {
         self.stats.checked += 1;
         self.last = LastDecision::default();
         if let Some(col) = self.exact_column
@@ -486,7 +496,7 @@ impl Deduper {
                 if sim < self.candidate_floor {
                     continue;
                 }
-                let decided = match c.shingles.filter(|_| self.reps.keeps_sets()) {
+                let decided = match set.filter(|_| self.reps.keeps_sets()) {
                     Some(mine) => {
                         self.stats.verifications += 1;
                         let exact = self.reps.jaccard_at_least(rep, mine, self.config.threshold);
@@ -517,7 +527,7 @@ impl Deduper {
 
         // Kept: it represents each of its hot buckets that still has room. What the rest of the
         // state holds is taken before its first bucket entry, as the store places its records.
-        self.last.new_rep = self.join_buckets(c);
+        self.last.new_rep = self.join_buckets(c, set);
         Verdict::Unique
     }
 
@@ -563,7 +573,10 @@ impl Deduper {
                     continue;
                 }
                 let decided = match c.shingles.filter(|_| self.reps.keeps_sets()) {
-                    Some(mine) => self.reps.jaccard_at_least(rep, mine, self.config.threshold),
+                    Some(mine) => {
+                        self.reps
+                            .jaccard_at_least(rep, SetRef::Memory(mine), self.config.threshold)
+                    }
                     _ => (sim >= self.config.threshold).then_some(sim),
                 };
                 let (Some(similarity), Some(addr)) = (decided, self.reps.addr(rep)) else {
@@ -606,7 +619,7 @@ impl Deduper {
                 .get_or_insert(c.content_hash, first)
                 .is_none();
         }
-        self.last.new_rep = self.join_buckets(c);
+        self.last.new_rep = self.join_buckets(c, c.shingles.map(SetRef::Memory));
         self.bound_bookkeeping();
     }
 
@@ -628,8 +641,12 @@ impl Deduper {
                     continue;
                 }
                 let id = *rep.get_or_insert_with(|| {
-                    self.reps
-                        .push(&r.signature, r.shingles.as_deref(), r.addr, others)
+                    self.reps.push(
+                        &r.signature,
+                        r.shingles.as_deref().map(SetRef::Memory),
+                        r.addr,
+                        others,
+                    )
                 });
                 self.buckets.push(key, id);
             }
@@ -664,7 +681,7 @@ impl Deduper {
     /// first copies, the ids and the clusters (all of them, in memory or mapped).
     /// `c` as the representative of each of its hot buckets with room (one representative,
     /// made at the first such bucket); `None` when no bucket had room.
-    fn join_buckets(&mut self, c: &Candidate<'_>) -> Option<RepId> {
+    fn join_buckets(&mut self, c: &Candidate<'_>, set: Option<SetRef<'_>>) -> Option<RepId> {
         let others = self.others_bytes();
         let mut rep: Option<RepId> = None;
         for band in 0..self.bands {
@@ -678,8 +695,7 @@ impl Deduper {
             {
                 continue;
             }
-            let id =
-                *rep.get_or_insert_with(|| self.reps.push(c.signature, c.shingles, c.addr, others));
+            let id = *rep.get_or_insert_with(|| self.reps.push(c.signature, set, c.addr, others));
             self.buckets.push(key, id);
         }
         rep
@@ -746,122 +762,6 @@ impl Deduper {
         s.representative_memory_bytes = self.reps.memory_bytes();
         s.spilled_bytes = self.reps.spilled_bytes();
         s
-    }
-}
-
-/// A self-contained deduplicator for callers who bring their own texts one by one: it sketches
-/// each text itself and decides it against a hot-key set (from stage 1, possibly merged over
-/// shards). Texts must be checked in the same order stage 1 saw them for decisions to match a
-/// pipeline run.
-///
-/// ```no_run
-/// use neardup_dedup::{DeduperConfig, TextDeduper};
-/// use neardup_keys::{HotKeys, RowRule};
-/// use neardup_sketch::{Sketcher, SketchConfig};
-///
-/// # fn sketch_config() -> SketchConfig { unimplemented!() }
-/// // The sketch settings and row rule stage 1 used for these hot keys.
-/// let sketcher = Sketcher::new(sketch_config()).unwrap();
-/// let hot = HotKeys::load("hot.ndh".as_ref()).unwrap();
-/// let mut dedup = TextDeduper::new(sketcher, RowRule::default(), &hot, DeduperConfig::default()).unwrap();
-/// for text in ["first text …", "first text …!"] {
-///     let verdict = dedup.check(text);
-///     println!("keep={} {verdict:?}", verdict.keep());
-/// }
-/// ```
-pub struct TextDeduper {
-    sketcher: Sketcher,
-    rule: RowRule,
-    hot: hashbrown::HashSet<u64>,
-    core: Deduper,
-    scratch: Scratch,
-    sig: Vec<u32>,
-    row: Vec<u64>,
-    hot_cols: Vec<bool>,
-    shingles: Vec<u32>,
-    next: u64,
-}
-
-impl TextDeduper {
-    /// A deduplicator with the settings the hot keys were made with.
-    pub fn new(
-        sketcher: Sketcher,
-        rule: RowRule,
-        hot: &HotKeys,
-        config: DeduperConfig,
-    ) -> Result<TextDeduper, SettingsError> {
-        if hot.layout().sketch_fingerprint != sketcher.config().fingerprint()
-            || hot.layout().rule != rule
-        {
-            return Err(SettingsError::OtherSketch);
-        }
-        let core = Deduper::new(config, sketcher.num_perm(), sketcher.bands(), rule)?;
-        let scratch = if core.needs_shingles() {
-            Scratch::collecting_shingle_sets()
-        } else {
-            Scratch::default()
-        };
-        let columns = rule.columns(sketcher.bands());
-        Ok(TextDeduper {
-            sig: vec![0; sketcher.num_perm()],
-            row: vec![0; columns],
-            hot_cols: vec![false; columns],
-            hot: hot.lookup(),
-            sketcher,
-            rule,
-            core,
-            scratch,
-            shingles: Vec::new(),
-            next: 0,
-        })
-    }
-
-    /// Decides the next text; its address is its position in the sequence of checked texts.
-    pub fn check(&mut self, text: &str) -> Verdict {
-        let addr = SampleAddr {
-            file: 0,
-            record: self.next,
-            field: 0,
-        };
-        self.next += 1;
-        let r = self.rule.sketch(
-            &self.sketcher,
-            text,
-            &mut self.scratch,
-            &mut self.sig,
-            &mut self.row,
-        );
-        if r.kind == RowKind::Blank {
-            return Verdict::Unique;
-        }
-        for (h, k) in self.hot_cols.iter_mut().zip(&self.row) {
-            *h = *k != NO_KEY && self.hot.contains(k);
-        }
-        if !self.hot_cols.iter().any(|h| *h) {
-            return Verdict::Unique;
-        }
-        let shingles = if self.core.needs_shingles() {
-            self.shingles.clear();
-            self.sketcher
-                .last_shingle_set(&mut self.scratch, &mut self.shingles);
-            Some(self.shingles.as_slice())
-        } else {
-            None
-        };
-        let c = Candidate {
-            addr,
-            signature: &self.sig,
-            row: &self.row,
-            hot: &self.hot_cols,
-            content_hash: r.content_hash,
-            shingles,
-        };
-        self.core.decide(&c)
-    }
-
-    /// Counters so far.
-    pub fn stats(&self) -> DeduperStats {
-        self.core.stats()
     }
 }
 

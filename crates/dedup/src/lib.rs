@@ -34,7 +34,8 @@
 //!   index, the decision core starts from the representatives and first copies of earlier runs
 //!   that this run's hot keys reach, and this run's files are numbered after theirs
 //!   ([`Stage2Config::prior`]); building that state from an index is `neardup-index`'s;
-//! - [`TextDeduper`], for callers who feed texts one by one against a hot-key set.
+//! - [`TextDeduper`], for callers who feed texts one by one (the Python package's `Deduper`),
+//!   with every key counting or against a hot-key set.
 //!
 //! It does not compute keys, count them or plan the groups (stage 1, `neardup-keys`), parse
 //! inputs or format outputs (`neardup-corpus`), run threads (`neardup-exec`), or keep the arrays
@@ -43,7 +44,9 @@
 //!
 //! Where things live, each module building only on those before it: the decision core is
 //! `verify` (records that spill, and exact
-//! verification's shingle sets), `reps` (buckets and the representatives' store),
+//! verification's shingle sets), `large_set` (under a memory limit, the shingle set of a text
+//! too long to hold it in memory: built by an external sort into a scratch file and compared by a
+//! streaming merge), `reps` (buckets and the representatives' store),
 //! `first_copies` (the first sample of each text), `sample_ids` and `clusters` (the ids later
 //! decisions may name and the clusters' sizes, [`Deduper::note`]) and `deduper`; a stage-2 pass
 //! starts from `pass` (its settings, [`Decision`], [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
@@ -52,7 +55,7 @@
 //! sorter of ranked streams, and `distributed` the steps themselves, the same pass with the
 //! signer's and the decided streams' routes; `ranked` is one process with a preference (the
 //! three steps with one group), and `run` ([`run_dedup`]) the one-process stage 2 that takes
-//! the pass or the ranked steps.
+//! the pass or the ranked steps; `text_deduper` decides texts given one by one with the core.
 #![warn(missing_docs)]
 
 // Modules from the bottom up: each names only those above it.
@@ -62,6 +65,7 @@ mod clusters;
 mod sample_ids;
 mod first_copies;
 mod verify;
+mod large_set;
 mod reps;
 mod prior;
 mod deduper;
@@ -75,11 +79,11 @@ mod rank_order;
 mod distributed;
 mod ranked;
 mod run;
+mod text_deduper;
 
 pub use clusters::{ClusterCounter, ClusterHead, ClusterSize, ClusterStats, LARGEST_CLUSTERS};
 pub use deduper::{
-    Candidate, Deduper, DeduperConfig, DeduperStats, Match, SampleAddr, TextDeduper, Verdict,
-    Verify,
+    Candidate, Deduper, DeduperConfig, DeduperStats, Match, SampleAddr, Verdict, Verify,
 };
 pub use distributed::{
     DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, decide_group, run_sign,
@@ -95,3 +99,4 @@ pub use prefer::{FieldOrder, Prefer, PreferParseError};
 pub use prior::{PriorCopy, PriorRepresentative, PriorState};
 pub use run::{run_dedup, run_dedup_into};
 pub use step_sink::StepSink;
+pub use text_deduper::{TextDeduper, TextVerdict};

@@ -13,7 +13,20 @@ use neardup_keys::{HotMask, RecordPlaces, RowKind};
 use neardup_sketch::Scratch;
 
 use crate::deduper::{Candidate, SampleAddr};
+use crate::large_set::{SetBuilder, SpilledSet};
 use crate::pass::{Stage2Config, needs_shingles};
+
+/// Where a hot sample's shingle set is.
+#[derive(Clone, Copy)]
+pub(crate) enum Material {
+    /// In the block's `shingles` (empty when the pass keeps no sets).
+    Block(u32, u32),
+    /// In the block's `spilled_sets` (a text longer than [`LARGE_SET_TEXT`] under a memory
+    /// limit).
+    Spilled(u32),
+    /// Building it in a scratch file failed with the block's `set_errors` at this index.
+    Failed(u32),
+}
 
 #[derive(Clone, Copy)]
 pub(crate) enum SampleKind {
@@ -26,9 +39,8 @@ pub(crate) enum SampleKind {
         /// Its place among the block's signed samples: where its signature, keys and hot
         /// columns are in the block's vectors ([`PreparedBlock::signed`]).
         slot: u32,
-        /// Its shingle set in the block's `shingles` (a one-process run under exact
-        /// verification).
-        material: (u32, u32),
+        /// Its shingle set (a one-process run under exact verification).
+        material: Material,
         /// Its table row.
         row: u64,
     },
@@ -74,6 +86,10 @@ pub(crate) struct PreparedBlock {
     pub rows: Vec<u64>,
     pub hot: Vec<bool>,
     pub shingles: Vec<u32>,
+    /// The shingle sets built in scratch files ([`Material::Spilled`]).
+    pub spilled_sets: Vec<SpilledSet>,
+    /// What failed building a set in a scratch file ([`Material::Failed`]): the pass fails.
+    pub set_errors: Vec<std::io::Error>,
     /// The texts hot samples carry to a `sign` step's output.
     pub carried: String,
     pub ids: String,
@@ -282,6 +298,36 @@ pub(crate) struct PrepareBuffers {
 /// budget counts, and kept in every thread that met a long text they would add up.
 const LARGE_TEXT: usize = 1 << 20;
 
+/// Under a memory limit and exact verification, a hot text longer than this (in bytes) has its
+/// shingle set built in a scratch file ([`crate::large_set`]) rather than in memory, where its
+/// hashes, the set and the sort's buffers take up to 16 bytes per byte of text.
+pub(crate) const LARGE_SET_TEXT: usize = 1 << 20;
+
+/// Hashes handed at once to a [`SetBuilder`].
+const SET_PIECE: usize = 1 << 14;
+
+/// The shingle set of `text` in a scratch file in `spill_dir`, built a piece at a time.
+fn spilled_set(
+    cfg: &Stage2Config,
+    text: &str,
+    scratch: &mut Scratch,
+) -> std::io::Result<SpilledSet> {
+    let mut builder = SetBuilder::new(cfg.deduper.spill_dir.clone());
+    let mut failed = None;
+    cfg.sketcher
+        .for_each_shingle_hash(text, scratch, SET_PIECE, |hashes| {
+            if failed.is_none()
+                && let Err(e) = builder.add(hashes)
+            {
+                failed = Some(e);
+            }
+        });
+    match failed {
+        Some(e) => Err(e),
+        None => builder.finish(),
+    }
+}
+
 impl PrepareBuffers {
     fn new(prep: &PrepareWork<'_>) -> PrepareBuffers {
         PrepareBuffers {
@@ -380,6 +426,8 @@ fn prepare_block(
             rows: Vec::new(),
             hot: Vec::new(),
             shingles: Vec::new(),
+            spilled_sets: Vec::new(),
+            set_errors: Vec::new(),
             carried: String::new(),
             ids: String::new(),
             bad_rank: None,
@@ -408,6 +456,8 @@ fn prepare_block(
         prefetch_hot_texts(&block, cfg, mask, *row);
     }
     let mut ids = String::new();
+    let mut spilled_sets = Vec::new();
+    let mut set_errors = Vec::new();
     let mut next_row = *row;
     let ranking = matches!(hot_work, HotWork::Sign { .. }) && !cfg.prefer.is_input_order();
     let mut bad_rank = None;
@@ -469,6 +519,12 @@ fn prepare_block(
                         text: carry(&text),
                     }
                 } else {
+                    // A text whose set goes to a scratch file is signed without keeping its
+                    // distinct hashes.
+                    let spill_set = shingles_of_hot
+                        && cfg.block_memory.is_some()
+                        && text.len() > LARGE_SET_TEXT;
+                    scratch.set_collecting_shingle_sets(shingles_of_hot && !spill_set);
                     let r = cfg
                         .rule
                         .sketch(&cfg.sketcher, &text, scratch, sig, row_keys);
@@ -479,12 +535,23 @@ fn prepare_block(
                         signatures.extend_from_slice(sig);
                         rows.extend_from_slice(row_keys);
                         hot.extend((0..columns).map(|c| mask.is_hot(this_row as usize, c)));
-                        let material = if shingles_of_hot {
+                        let material = if spill_set {
+                            match spilled_set(cfg, &text, scratch) {
+                                Ok(set) => {
+                                    spilled_sets.push(set);
+                                    Material::Spilled(spilled_sets.len() as u32 - 1)
+                                }
+                                Err(e) => {
+                                    set_errors.push(e);
+                                    Material::Failed(set_errors.len() as u32 - 1)
+                                }
+                            }
+                        } else if shingles_of_hot {
                             let start = shingles.len() as u32;
                             cfg.sketcher.last_shingle_set(scratch, &mut shingles);
-                            (start, shingles.len() as u32)
+                            Material::Block(start, shingles.len() as u32)
                         } else {
-                            (0, 0)
+                            Material::Block(0, 0)
                         };
                         SampleKind::Hot {
                             content_hash: r.content_hash,
@@ -537,6 +604,8 @@ fn prepare_block(
         rows,
         hot,
         shingles,
+        spilled_sets,
+        set_errors,
         carried,
         ids,
         bad_rank,

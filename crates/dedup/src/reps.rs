@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 
 use neardup_corpus::SampleAddr;
-use neardup_sketch::{NO_KEY, jaccard_at_least};
+use neardup_sketch::NO_KEY;
 
+use crate::large_set::{SetRef, SpilledSet, jaccard_at_least};
 use crate::verify::SpillArena;
 use neardup_scratch::{Backing, KeyedSlot, Plain, ProbeTable, ScratchVec, Zeroable};
 
@@ -29,6 +30,11 @@ pub struct RepStore {
     memory_budget: u64,
     /// Bytes sets may take in memory (their own bound, `verify_memory`).
     sets_budget: u64,
+    /// The sets that were built in scratch files ([`crate::large_set`]), by representative: they
+    /// stay there (their place in `sets` is a missing record).
+    spilled_sets: hashbrown::HashMap<RepId, SpilledSet>,
+    /// The first error reading a spilled set.
+    spilled_error: Option<std::io::Error>,
 }
 
 /// Values a sample address takes at the end of a signature record.
@@ -73,6 +79,8 @@ impl RepStore {
                 .map(|_| SpillArena::new("shingle set", spill_dir, places)),
             memory_budget: budget.records.unwrap_or(u64::MAX),
             sets_budget: budget.sets.unwrap_or(0),
+            spilled_sets: hashbrown::HashMap::new(),
+            spilled_error: None,
         }
     }
 
@@ -90,7 +98,7 @@ impl RepStore {
     pub fn push(
         &mut self,
         signature: &[u32],
-        set: Option<&[u32]>,
+        set: Option<SetRef<'_>>,
         addr: SampleAddr,
         others: u64,
     ) -> RepId {
@@ -119,7 +127,12 @@ impl RepStore {
         self.signatures.push(&self.record, signature_in_memory);
         if let Some(sets) = &mut self.sets {
             match set {
-                Some(set) => {
+                Some(SetRef::Spilled(set)) => {
+                    // It stays in its file: its record here is never read.
+                    sets.push_missing();
+                    self.spilled_sets.insert(id, set.clone());
+                }
+                Some(SetRef::Memory(set)) => {
                     let bytes = 4 * set.len() as u64;
                     let in_memory = held.saturating_add(bytes) <= self.memory_budget
                         && sets.memory_bytes() + bytes <= self.sets_budget;
@@ -171,9 +184,24 @@ impl RepStore {
 
     /// Exact Jaccard between representative `id`'s set and `other` when it reaches `threshold`
     /// (`None` below it, and when the set was lost to a disk error or is not kept).
-    pub fn jaccard_at_least(&mut self, id: RepId, other: &[u32], threshold: f64) -> Option<f64> {
-        let set = self.sets.as_mut()?.get(id as usize)?;
-        jaccard_at_least(set, other, threshold)
+    pub fn jaccard_at_least(
+        &mut self,
+        id: RepId,
+        other: SetRef<'_>,
+        threshold: f64,
+    ) -> Option<f64> {
+        let set = match self.spilled_sets.get(&id) {
+            Some(spilled) => SetRef::Spilled(spilled),
+            None => SetRef::Memory(self.sets.as_mut()?.get(id as usize)?),
+        };
+        match jaccard_at_least(set, other, threshold) {
+            Ok(j) => j,
+            // A set that cannot be read confirms nothing; the error fails the run.
+            Err(e) => {
+                self.spilled_error.get_or_insert(e);
+                None
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -190,11 +218,19 @@ impl RepStore {
         self.sets
             .as_ref()
             .map_or(0, |s| s.memory_bytes() + s.disk_bytes())
+            + self.spilled_set_bytes()
+    }
+
+    /// Bytes of the sets that were built in scratch files.
+    fn spilled_set_bytes(&self) -> u64 {
+        self.spilled_sets.values().map(SpilledSet::disk_bytes).sum()
     }
 
     /// Bytes of signatures and sets that went to the scratch files.
     pub fn spilled_bytes(&self) -> u64 {
-        self.signatures.disk_bytes() + self.sets.as_ref().map_or(0, |s| s.disk_bytes())
+        self.signatures.disk_bytes()
+            + self.sets.as_ref().map_or(0, |s| s.disk_bytes())
+            + self.spilled_set_bytes()
     }
 
     /// Bytes held in memory: signatures (with addresses) and sets there, and the places of every
@@ -233,7 +269,7 @@ impl RepStore {
     pub fn take_error(&mut self) -> Option<std::io::Error> {
         let signatures = self.signatures.take_error();
         let sets = self.sets.as_mut().and_then(|s| s.take_error());
-        signatures.or(sets)
+        signatures.or(sets).or(self.spilled_error.take())
     }
 }
 
@@ -532,7 +568,7 @@ mod tests {
             for (i, (sig, set)) in reps.iter().enumerate() {
                 // What cannot spill grows as representatives come.
                 let others = 20 * i as u64;
-                let id = store.push(sig, Some(set), addr(i as u64), others);
+                let id = store.push(sig, Some(SetRef::Memory(set)), addr(i as u64), others);
                 assert_eq!(id as usize, i);
                 // While records are in memory, everything held is within the budget: a push
                 // that no longer fits moves the oldest to disk.
@@ -551,7 +587,10 @@ mod tests {
             for (i, (sig, set)) in reps.iter().enumerate().rev() {
                 let id = i as RepId;
                 assert_eq!(store.signature(id), Some(&sig[..]));
-                assert_eq!(store.jaccard_at_least(id, set, 1.0), Some(1.0));
+                assert_eq!(
+                    store.jaccard_at_least(id, SetRef::Memory(set), 1.0),
+                    Some(1.0)
+                );
                 assert_eq!(store.addr(id), Some(addr(i as u64)));
             }
             assert!(store.take_error().is_none());
@@ -584,11 +623,17 @@ mod tests {
         };
         let mut store = RepStore::new(2, budget, None, &Backing::Heap);
         store.push(&[1, 2], None, addr(0), 0);
-        store.push(&[3, 4], Some(&[5, 6]), addr(1), 0);
-        store.push(&[7, 8], Some(&[9, 10, 11]), addr(2), 0);
-        assert_eq!(store.jaccard_at_least(0, &[], 0.0), None);
-        assert_eq!(store.jaccard_at_least(1, &[5, 6], 1.0), Some(1.0));
-        assert_eq!(store.jaccard_at_least(2, &[9, 10, 11], 1.0), Some(1.0));
+        store.push(&[3, 4], Some(SetRef::Memory(&[5, 6])), addr(1), 0);
+        store.push(&[7, 8], Some(SetRef::Memory(&[9, 10, 11])), addr(2), 0);
+        assert_eq!(store.jaccard_at_least(0, SetRef::Memory(&[]), 0.0), None);
+        assert_eq!(
+            store.jaccard_at_least(1, SetRef::Memory(&[5, 6]), 1.0),
+            Some(1.0)
+        );
+        assert_eq!(
+            store.jaccard_at_least(2, SetRef::Memory(&[9, 10, 11]), 1.0),
+            Some(1.0)
+        );
         assert_eq!(store.spilled_bytes(), 12, "the second set is past `sets`");
         assert_eq!(store.signature(2), Some(&[7, 8][..]));
     }

@@ -14,7 +14,9 @@ use crate::clusters::ClusterStats;
 use crate::deduper::{Candidate, Deduper, DeduperStats, SampleAddr, Verdict};
 use crate::error::{DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, EmptyPolicy, Stage2Config, needs_shingles};
-use crate::prepare::{HotWork, PreparedBlock, PreparedSample, SampleKind, sketch_from_block};
+use crate::prepare::{
+    HotWork, Material, PreparedBlock, PreparedSample, SampleKind, sketch_from_block,
+};
 
 /// One hot sample as its block holds it, for a [`HotRoute`].
 pub(crate) struct HotSample<'a> {
@@ -100,17 +102,32 @@ impl HotRoute for Deduper {
                 ..
             } => {
                 let (signature, keys, hot_columns) = hot.block.signed(slot, hot.cfg);
-                let shingles = self
-                    .needs_shingles()
-                    .then(|| &hot.block.shingles[material.0 as usize..material.1 as usize]);
-                let verdict = self.decide(&Candidate {
+                let mut c = Candidate {
                     addr: hot.addr,
                     signature,
                     row: keys,
                     hot: hot_columns,
                     content_hash,
-                    shingles,
-                });
+                    shingles: None,
+                };
+                let verdict = match material {
+                    Material::Block(start, end) => {
+                        c.shingles = self
+                            .needs_shingles()
+                            .then(|| &hot.block.shingles[start as usize..end as usize]);
+                        self.decide(&c)
+                    }
+                    Material::Spilled(i) => {
+                        self.decide_spilled(&c, &hot.block.spilled_sets[i as usize])
+                    }
+                    Material::Failed(i) => {
+                        let e = &hot.block.set_errors[i as usize];
+                        return Err(DedupError::Spill(std::io::Error::new(
+                            e.kind(),
+                            format!("building a long text's shingle set: {e}"),
+                        )));
+                    }
+                };
                 (verdict, content_hash)
             }
             _ => return Err(wrong_route("a hot sample without its signature")),

@@ -463,7 +463,10 @@ fn write_outputs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, Verdict, run_dedup};
+    use crate::{
+        DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, TextVerdict, Verdict,
+        run_dedup,
+    };
     use neardup_corpus::{FieldPath, InputFile, TextSelector};
     use neardup_exec::{CancelToken, OnError};
     use neardup_keys::{KeysConfig, RowRule, run_keys};
@@ -562,11 +565,19 @@ mod tests {
         let mut core = TextDeduper::new(
             sketcher(),
             RowRule::default(),
-            &stage1.hot,
             DeduperConfig::default(),
+            EmptyPolicy::Keep,
         )
+        .unwrap()
+        .against(&stage1.hot)
         .unwrap();
-        let expected: Vec<Verdict> = texts.iter().map(|t| core.check(t)).collect();
+        let expected: Vec<Verdict> = texts
+            .iter()
+            .map(|t| match core.check(t).unwrap() {
+                TextVerdict::Decided(v) => v,
+                TextVerdict::Empty { .. } => Verdict::Unique,
+            })
+            .collect();
         assert_eq!(one.len(), texts.len());
         let mut drops = 0;
         for (i, ((addr, dup_of), want)) in one.iter().zip(&expected).enumerate() {

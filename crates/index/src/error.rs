@@ -155,6 +155,8 @@ pub enum IndexDamage {
     TooManyEntries,
     /// An id is not UTF-8.
     IdNotUtf8,
+    /// A value of the online index's state is none this version writes (what it is).
+    Unknown(&'static str),
 }
 
 impl fmt::Display for IndexDamage {
@@ -171,6 +173,7 @@ impl fmt::Display for IndexDamage {
             }
             IndexDamage::TooManyEntries => f.write_str("it holds too many entries"),
             IndexDamage::IdNotUtf8 => f.write_str("an id is not UTF-8"),
+            IndexDamage::Unknown(what) => write!(f, "it holds an unknown {what}"),
         }
     }
 }

@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod online;
 mod resolve;
 
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -50,12 +51,21 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 pub use error::{DecisionsMismatch, FileChange, IndexDamage, IndexError};
+pub use online::{EntryRecord, ONLINE_FILE, OnlineState, SavedDecision, StoredEntry, StoredId};
 pub use resolve::ResolveOptions;
 
 const MAGIC: &[u8; 8] = b"NDINDEX1";
 const END_MAGIC: &[u8; 8] = b"NDIDXEND";
 /// The format version written; an index of another version is refused with a message.
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// Version 2 (written by `neardup dedup --index-out`, `neardup index` and the online index)
+/// adds to version 1, which is still read: each stored id's kind (an integer or a string), the
+/// kept entries' shingle sets (so that an index verified by exact Jaccard can be
+/// self-contained), and the online index's state (every id's decision, so that a retry after
+/// reopening gets its first decision, and the counters it numbers documents with).
+pub const FORMAT_VERSION: u32 = 2;
+/// The versions read.
+const READ_VERSIONS: [u32; 2] = [1, 2];
 
 /// The settings an index was made with. A run against it must use the same: every one of them
 /// changes which samples are kept or which keys they have.
@@ -147,6 +157,12 @@ struct Header {
     /// estimate`: a run against it reads nothing back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sketches: Option<usize>,
+    /// Whether the stored sketches hold the kept entries' shingle sets too (version 2).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    shingles: bool,
+    /// The online index's state (version 2, written by the online index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    online: Option<online::OnlineHeader>,
 }
 
 /// What a run against an index would read back of each entry, stored (indexes made under
@@ -158,9 +174,31 @@ struct Sketches {
     /// Per entry: the 128-bit content hash of its text.
     content_hashes: Vec<u128>,
     /// Per entry: its id.
-    ids: Vec<Option<String>>,
+    ids: Vec<Option<StoredId>>,
     /// Per kept entry, in order: its signature (`num_perm` values).
     signatures: Vec<u32>,
+    /// Per kept entry, in order: its shingle set, when stored (`shingle_ends[k]` is where the
+    /// set of the k-th kept entry ends in `shingle_values`).
+    shingles: Option<ShingleSets>,
+}
+
+/// Shingle sets one after the other.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ShingleSets {
+    ends: Vec<u64>,
+    values: Vec<u32>,
+}
+
+impl ShingleSets {
+    fn get(&self, k: usize) -> &[u32] {
+        let start = if k == 0 { 0 } else { self.ends[k - 1] as usize };
+        &self.values[start..self.ends[k] as usize]
+    }
+
+    fn push(&mut self, set: &[u32]) {
+        self.values.extend_from_slice(set);
+        self.ends.push(self.values.len() as u64);
+    }
 }
 
 /// A saved index: see the crate docs for what it holds and why.
@@ -181,6 +219,8 @@ pub struct SavedIndex {
     bands: Vec<u64>,
     /// The entries' sketches, when stored (see [`Sketches`]).
     sketches: Option<Sketches>,
+    /// What the online index keeps beside the entries (made or opened by it).
+    online: Option<OnlineState>,
 }
 
 const DROPPED: u32 = u32::MAX;
@@ -206,6 +246,11 @@ impl SavedIndex {
         self.addrs.len()
     }
 
+    /// Whether a file starting with `head` is a neardup index (of any version).
+    pub fn starts_like_index(head: &[u8]) -> bool {
+        head.starts_with(MAGIC)
+    }
+
     /// Kept samples among the entries.
     pub fn kept(&self) -> usize {
         self.band_row.iter().filter(|r| **r != DROPPED).count()
@@ -217,6 +262,18 @@ impl SavedIndex {
         self.sketches
             .as_ref()
             .is_some_and(|s| s.content_hashes.len() == self.addrs.len())
+    }
+
+    /// Whether it is self-contained with the kept entries' shingle sets too, so that a run
+    /// verifying by exact Jaccard needs none of the indexed runs' files.
+    pub fn self_contained_with_shingles(&self) -> bool {
+        self.self_contained() && self.sketches.as_ref().is_some_and(|s| s.shingles.is_some())
+    }
+
+    /// Whether some entries' sketches are stored (all of them, or the first ones: an index
+    /// made against a self-contained one).
+    pub fn has_sketches(&self) -> bool {
+        self.sketches.is_some()
     }
 
     /// The keys stage 1 of a run against this index counts once more each: the band keys of the
@@ -250,7 +307,7 @@ impl SavedIndex {
 
     /// Refuses a run whose settings differ from the index's, naming each setting.
     pub fn check_settings(&self, run: &IndexSettings, path: &Path) -> Result<(), IndexError> {
-        check_settings(&self.settings, run, path)
+        check_settings(&self.settings, &self.files, run, path)
     }
 
     /// Several indexes as one, in the order given: their files numbered one after the other,
@@ -281,11 +338,21 @@ impl SavedIndex {
                     a.content_hashes.extend(b.content_hashes);
                     a.ids.extend(b.ids);
                     a.signatures.extend(b.signatures);
+                    a.shingles = match (a.shingles.take(), b.shingles) {
+                        (Some(mut sa), Some(sb)) => {
+                            for k in 0..sb.ends.len() {
+                                sa.push(sb.get(k));
+                            }
+                            Some(sa)
+                        }
+                        _ => None,
+                    };
                     Some(a)
                 }
                 // Stored for some entries only: the run reads the others back.
                 (a, _) => a,
             };
+            all.online = OnlineState::combined(all.online.take(), next.online, base);
             all.files.extend(next.files);
             all.samples += next.samples;
             all.addrs.extend(next.addrs.into_iter().map(shift));
@@ -301,14 +368,15 @@ impl SavedIndex {
         Ok(all)
     }
 
-    /// Writes the index: a header (settings, files, counts), the entries, a checksum. Returns
-    /// its size in bytes.
+    /// Writes the index: a header (settings, files, counts), the entries, the online index's
+    /// decisions (when it has them), a checksum. Returns its size in bytes.
     pub fn write_to(&self, out: impl Write) -> std::io::Result<u64> {
         let mut out = HashingWriter {
             inner: BufWriter::with_capacity(1 << 20, out),
             hash: Xxh3::new(),
             bytes: 0,
         };
+        let sketches = self.sketches.as_ref().filter(|_| self.self_contained());
         let header = Header {
             format: FORMAT_VERSION,
             settings: self.settings.clone(),
@@ -316,25 +384,23 @@ impl SavedIndex {
             samples: self.samples,
             entries: self.addrs.len() as u64,
             kept: self.kept() as u64,
-            sketches: self
-                .self_contained()
-                .then(|| self.sketches.as_ref().map(|s| s.num_perm))
-                .flatten(),
+            sketches: sketches.map(|s| s.num_perm),
+            shingles: sketches.is_some_and(|s| s.shingles.is_some()),
+            online: self.online.as_ref().map(OnlineState::header),
         };
         let json = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
-        let sketches = self.sketches.as_ref().filter(|_| self.self_contained());
         out.write_all(MAGIC)?;
         out.write_all(&(json.len() as u64).to_le_bytes())?;
         out.write_all(&json)?;
         let bands = self.settings.layout.bands;
+        let mut kept_seen = 0usize;
+        let mut rec = Vec::with_capacity(48 + 8 * bands);
         for i in 0..self.addrs.len() {
+            rec.clear();
             let (a, c) = (self.addrs[i], self.clusters[i]);
             let kept = self.band_row[i] != DROPPED;
-            let mut rec = Vec::with_capacity(48 + 8 * bands);
             rec.push(u8::from(kept));
-            rec.extend_from_slice(&a.file.to_le_bytes());
-            rec.extend_from_slice(&a.record.to_le_bytes());
-            rec.extend_from_slice(&a.field.to_le_bytes());
+            put_addr(&mut rec, a);
             rec.extend_from_slice(&self.content_keys[i].to_le_bytes());
             if kept {
                 let at = self.band_row[i] as usize * bands;
@@ -342,27 +408,34 @@ impl SavedIndex {
                     rec.extend_from_slice(&k.to_le_bytes());
                 }
             } else {
-                rec.extend_from_slice(&c.file.to_le_bytes());
-                rec.extend_from_slice(&c.record.to_le_bytes());
-                rec.extend_from_slice(&c.field.to_le_bytes());
+                put_addr(&mut rec, c);
             }
             if let Some(sk) = sketches {
                 rec.extend_from_slice(&sk.content_hashes[i].to_le_bytes());
-                match &sk.ids[i] {
-                    Some(id) => {
-                        rec.extend_from_slice(&(id.len() as u32).to_le_bytes());
-                        rec.extend_from_slice(id.as_bytes());
-                    }
-                    None => rec.extend_from_slice(&u32::MAX.to_le_bytes()),
-                }
+                online::put_id(&mut rec, sk.ids[i].as_ref());
                 if kept {
                     let at = self.band_row[i] as usize * sk.num_perm;
                     for v in &sk.signatures[at..at + sk.num_perm] {
                         rec.extend_from_slice(&v.to_le_bytes());
                     }
+                    if let Some(sets) = &sk.shingles {
+                        let set = sets.get(kept_seen);
+                        rec.extend_from_slice(&(set.len() as u32).to_le_bytes());
+                        for v in set {
+                            rec.extend_from_slice(&v.to_le_bytes());
+                        }
+                    }
                 }
             }
+            kept_seen += usize::from(kept);
             out.write_all(&rec)?;
+        }
+        if let Some(o) = &self.online {
+            for d in &o.decisions {
+                rec.clear();
+                d.put(&mut rec);
+                out.write_all(&rec)?;
+            }
         }
         let sum = out.hash.digest();
         let mut inner = out.inner;
@@ -372,20 +445,26 @@ impl SavedIndex {
         Ok(out.bytes + 16)
     }
 
-    /// Reads an index written by [`SavedIndex::write_to`], verifying its checksum.
+    /// Reads an index written by [`SavedIndex::write_to`] (this version or an earlier one),
+    /// verifying its checksum.
     pub fn load(path: &Path) -> Result<SavedIndex, IndexError> {
         let io = |e: std::io::Error| IndexError::Io {
             path: path.to_path_buf(),
             error: e,
         };
-        let damaged = |damage: IndexDamage| IndexError::Damaged {
-            path: path.to_path_buf(),
-            damage,
-        };
         // A local file or an object (`s3://…`) alike.
         let file = neardup_storage::file::open(path).map_err(io)?;
         let mut bytes = Vec::new();
         BufReader::new(file).read_to_end(&mut bytes).map_err(io)?;
+        SavedIndex::from_bytes(&bytes, path)
+    }
+
+    /// An index from the bytes [`SavedIndex::write_to`] wrote (`path` names it in errors).
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<SavedIndex, IndexError> {
+        let damaged = |damage: IndexDamage| IndexError::Damaged {
+            path: path.to_path_buf(),
+            damage,
+        };
         if bytes.len() < 32 || &bytes[..8] != MAGIC {
             return Err(IndexError::NotAnIndex {
                 path: path.to_path_buf(),
@@ -405,42 +484,37 @@ impl SavedIndex {
             .filter(|e| *e <= body_end)
             .ok_or_else(|| damaged(IndexDamage::HeaderLength))?;
         let header = parse_header(&bytes[16..header_end], path)?;
+        let typed_ids = header.format >= 2;
         let bands = header.settings.layout.bands;
+        // Counts come from the file: reserve no more than its bytes could hold.
+        let cap = |n: u64| (n as usize).min(bytes.len());
         let mut index = SavedIndex {
             settings: header.settings,
             files: header.files,
             samples: header.samples,
-            addrs: Vec::with_capacity(header.entries as usize),
-            clusters: Vec::with_capacity(header.entries as usize),
-            content_keys: Vec::with_capacity(header.entries as usize),
-            band_row: Vec::with_capacity(header.entries as usize),
-            bands: Vec::with_capacity(header.kept as usize * bands),
+            addrs: Vec::with_capacity(cap(header.entries)),
+            clusters: Vec::with_capacity(cap(header.entries)),
+            content_keys: Vec::with_capacity(cap(header.entries)),
+            band_row: Vec::with_capacity(cap(header.entries)),
+            bands: Vec::with_capacity(cap(header.kept * bands as u64)),
             sketches: header.sketches.map(|num_perm| Sketches {
                 num_perm,
-                content_hashes: Vec::with_capacity(header.entries as usize),
-                ids: Vec::with_capacity(header.entries as usize),
-                signatures: Vec::with_capacity(header.kept as usize * num_perm),
+                content_hashes: Vec::with_capacity(cap(header.entries)),
+                ids: Vec::with_capacity(cap(header.entries)),
+                signatures: Vec::with_capacity(cap(header.kept * num_perm as u64)),
+                shingles: header.shingles.then(ShingleSets::default),
             }),
+            online: None,
         };
-        let mut at = header_end;
-        let mut take = |n: usize| -> Result<&[u8], IndexError> {
-            let s = bytes
-                .get(at..at + n)
-                .ok_or_else(|| damaged(IndexDamage::EntriesShort))?;
-            at += n;
-            Ok(s)
+        let mut input = Input {
+            bytes: &bytes[..body_end],
+            at: header_end,
         };
-        let u32_of = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4"));
-        let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8"));
+        let short = || damaged(IndexDamage::EntriesShort);
         for _ in 0..header.entries {
-            let kept = take(1)?[0] == 1;
-            let fixed = take(24)?;
-            let addr = SampleAddr {
-                file: u32_of(&fixed[0..4]),
-                record: u64_of(&fixed[4..12]),
-                field: u32_of(&fixed[12..16]),
-            };
-            let content_key = u64_of(&fixed[16..24]);
+            let kept = input.take(1).ok_or_else(short)?[0] == 1;
+            let addr = input.addr().ok_or_else(short)?;
+            let content_key = input.u64().ok_or_else(short)?;
             if addr.file as usize >= index.files.len() {
                 return Err(damaged(IndexDamage::UnknownFile));
             }
@@ -449,39 +523,50 @@ impl SavedIndex {
             if kept {
                 let row = u32::try_from(index.bands.len() / bands.max(1))
                     .map_err(|_| damaged(IndexDamage::TooManyEntries))?;
-                let keys = take(8 * bands)?;
-                index.bands.extend(keys.chunks_exact(8).map(u64_of));
+                for _ in 0..bands {
+                    index.bands.push(input.u64().ok_or_else(short)?);
+                }
                 index.band_row.push(row);
                 index.clusters.push(addr);
             } else {
-                let c = take(16)?;
                 index.band_row.push(DROPPED);
-                index.clusters.push(SampleAddr {
-                    file: u32_of(&c[0..4]),
-                    record: u64_of(&c[4..12]),
-                    field: u32_of(&c[12..16]),
-                });
+                index.clusters.push(input.addr().ok_or_else(short)?);
             }
             if let Some(sk) = &mut index.sketches {
-                sk.content_hashes
-                    .push(u128::from_le_bytes(take(16)?.try_into().expect("16")));
-                let len = u32_of(take(4)?);
-                sk.ids.push(if len == u32::MAX {
-                    None
+                sk.content_hashes.push(u128::from_le_bytes(
+                    input.take(16).ok_or_else(short)?.try_into().expect("16"),
+                ));
+                let id = if typed_ids {
+                    online::take_id(&mut input)
                 } else {
-                    let id = take(len as usize)?;
-                    Some(
-                        String::from_utf8(id.to_vec())
-                            .map_err(|_| damaged(IndexDamage::IdNotUtf8))?,
-                    )
-                });
+                    online::take_v1_id(&mut input)
+                };
+                sk.ids.push(id.map_err(damaged)?);
                 if kept {
-                    let sig = take(4 * sk.num_perm)?;
-                    sk.signatures.extend(sig.chunks_exact(4).map(u32_of));
+                    for _ in 0..sk.num_perm {
+                        sk.signatures.push(input.u32().ok_or_else(short)?);
+                    }
+                    if let Some(sets) = &mut sk.shingles {
+                        let n = input.u32().ok_or_else(short)? as usize;
+                        let set = input.take(n.checked_mul(4).ok_or_else(short)?);
+                        let set = set.ok_or_else(short)?;
+                        sets.values.extend(set.chunks_exact(4).map(u32_of));
+                        sets.ends.push(sets.values.len() as u64);
+                    }
                 }
             }
         }
-        if at != body_end {
+        if let Some(h) = header.online {
+            let mut decisions = Vec::with_capacity(cap(h.decisions));
+            for _ in 0..h.decisions {
+                decisions.push(SavedDecision::take(&mut input).map_err(damaged)?);
+            }
+            if h.file as usize >= index.files.len() {
+                return Err(damaged(IndexDamage::UnknownFile));
+            }
+            index.online = Some(OnlineState::from_header(h, decisions));
+        }
+        if input.at != body_end {
             return Err(damaged(IndexDamage::Trailing));
         }
         Ok(index)
@@ -507,7 +592,7 @@ fn parse_header(json: &[u8], path: &Path) -> Result<Header, IndexError> {
         path: path.to_path_buf(),
         damage: IndexDamage::Header(e.to_string()),
     })?;
-    if header.format != FORMAT_VERSION {
+    if !READ_VERSIONS.contains(&header.format) {
         return Err(IndexError::Version {
             path: path.to_path_buf(),
             found: header.format,
@@ -516,13 +601,23 @@ fn parse_header(json: &[u8], path: &Path) -> Result<Header, IndexError> {
     Ok(header)
 }
 
-/// Refuses settings `run` that differ from an index's `settings`, naming each.
+/// Refuses settings `run` that differ from those of an index of `files` made with `settings`,
+/// naming each. An index only the online index made holds texts, not records: which field of a
+/// record a run reads (and its ids) is the run's own.
 fn check_settings(
     settings: &IndexSettings,
+    files: &[IndexFile],
     run: &IndexSettings,
     path: &Path,
 ) -> Result<(), IndexError> {
-    let differences = settings.differences(run);
+    let online_only = files.iter().all(|f| f.name == online::ONLINE_FILE);
+    let differences = if online_only {
+        let mut settings = settings.clone();
+        settings.layout.selector = run.layout.selector.clone();
+        settings.differences(run)
+    } else {
+        settings.differences(run)
+    };
     if differences.is_empty() {
         Ok(())
     } else {
@@ -588,7 +683,7 @@ impl IndexSummary {
 
     /// Refuses a run whose settings differ from the index's, naming each setting.
     pub fn check_settings(&self, run: &IndexSettings, path: &Path) -> Result<(), IndexError> {
-        check_settings(&self.settings, run, path)
+        check_settings(&self.settings, &self.files, run, path)
     }
 
     /// What identifies the indexed runs, for steps that must agree on it: a hash of the files'
@@ -635,6 +730,47 @@ impl IndexSummary {
             all.entries += next.entries;
         }
         Ok(all)
+    }
+}
+
+fn put_addr(rec: &mut Vec<u8>, a: SampleAddr) {
+    rec.extend_from_slice(&a.file.to_le_bytes());
+    rec.extend_from_slice(&a.record.to_le_bytes());
+    rec.extend_from_slice(&a.field.to_le_bytes());
+}
+
+fn u32_of(b: &[u8]) -> u32 {
+    u32::from_le_bytes(b.try_into().expect("4"))
+}
+
+/// An index's body being read: each read is `None` past its end.
+struct Input<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Input<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(s)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4).map(u32_of)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+    }
+
+    fn addr(&mut self) -> Option<SampleAddr> {
+        Some(SampleAddr {
+            file: self.u32()?,
+            record: self.u64()?,
+            field: self.u32()?,
+        })
     }
 }
 
@@ -704,8 +840,10 @@ impl IndexBuilder {
         }
         let columns = settings.layout.columns();
         let mut index = match earlier {
-            Some(e) => {
+            Some(mut e) => {
                 e.check_settings(&settings, Path::new("the index given"))?;
+                // An index only the online index made takes the run's text selection.
+                e.settings = settings;
                 e
             }
             None => SavedIndex {
@@ -718,6 +856,7 @@ impl IndexBuilder {
                 band_row: Vec::new(),
                 bands: Vec::new(),
                 sketches: None,
+                online: None,
             },
         };
         let earlier_files =
@@ -888,8 +1027,16 @@ mod tests {
                 i.sketches = Some(Sketches {
                     num_perm: 2,
                     content_hashes: vec![1, 2, 3],
-                    ids: vec![Some("x".into()), None, Some("z".into())],
+                    ids: vec![
+                        Some(StoredId::Str("x".into())),
+                        None,
+                        Some(StoredId::Int(-3)),
+                    ],
                     signatures: vec![5, 6, 7, 8],
+                    shingles: Some(ShingleSets {
+                        ends: vec![2, 2],
+                        values: vec![9, 10],
+                    }),
                 });
             }
             let path = dir.path().join("idx");

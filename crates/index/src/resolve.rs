@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use hashbrown::HashMap;
+use neardup_corpus::SampleAddr;
 use neardup_corpus::{
     Chunk, Projection, ReadOptions, SampleText, TextSelector, current_size, reread_chunk,
 };
@@ -11,7 +12,7 @@ use neardup_dedup::{PriorCopy, PriorRepresentative, PriorState};
 use neardup_keys::{RowKind, RowRule, content_key};
 use neardup_sketch::{NO_KEY, Scratch, Sketcher};
 
-use crate::{DROPPED, FileChange, IndexError, SavedIndex, Sketches};
+use crate::{DROPPED, FileChange, IndexError, SavedIndex, ShingleSets, Sketches, StoredId};
 
 /// How a run reads and sketches the records its hot keys reach.
 pub struct ResolveOptions<'a> {
@@ -59,35 +60,11 @@ impl SavedIndex {
         hot: impl Fn(u64) -> bool,
         opts: &ResolveOptions<'_>,
     ) -> Result<PriorState, IndexError> {
+        let needs = self.needs(hot);
+        if self.self_contained() && (!opts.shingles || self.self_contained_with_shingles()) {
+            return Ok(self.stored_state(&needs, &|_, id| id.map(StoredId::to_string)));
+        }
         let bands = self.settings.layout.bands;
-        let max_reps = self.settings.max_reps;
-        let mut holders: HashMap<u64, usize> = HashMap::new();
-        let mut needs: Vec<(usize, Need)> = Vec::new();
-        for i in 0..self.addrs.len() {
-            let mut need = Need::default();
-            if self.band_row[i] != DROPPED {
-                let at = self.band_row[i] as usize * bands;
-                for &k in &self.bands[at..at + bands] {
-                    if k == NO_KEY || !hot(k) {
-                        continue;
-                    }
-                    let n = holders.entry(k).or_insert(0);
-                    if max_reps.is_none_or(|m| *n < m) {
-                        need.representative = true;
-                    }
-                    *n += 1;
-                }
-            }
-            let ck = self.content_keys[i];
-            need.copy = ck != NO_KEY && hot(ck);
-            if need.representative || need.copy {
-                needs.push((i, need));
-            }
-        }
-
-        if self.self_contained() && !opts.shingles {
-            return Ok(self.stored_state(&needs));
-        }
         let entries: Vec<usize> = needs.iter().map(|(i, _)| *i).collect();
         let (sketched, records_read) = self.read_entries(&entries, opts)?;
 
@@ -120,9 +97,76 @@ impl SavedIndex {
         Ok(state)
     }
 
-    /// The state from the sketches the index stores (nothing is read).
-    fn stored_state(&self, needs: &[(usize, Need)]) -> PriorState {
+    /// The whole decision state of a self-contained index (every key hot), from what it
+    /// stores, each entry's id named by `id_name` (given the entry's address and stored id):
+    /// what the online index starts from. `None` when the index is not self-contained (with
+    /// the shingle sets when `shingles`).
+    pub fn stored_full_state(
+        &self,
+        shingles: bool,
+        id_name: &dyn Fn(SampleAddr, Option<&StoredId>) -> Option<String>,
+    ) -> Option<PriorState> {
+        let usable = if shingles {
+            self.self_contained_with_shingles()
+        } else {
+            self.self_contained()
+        };
+        usable.then(|| self.stored_state(&self.needs(|_| true), id_name))
+    }
+
+    /// Which entries a run whose hot keys are those for which `hot` is true reaches, and what
+    /// for.
+    fn needs(&self, hot: impl Fn(u64) -> bool) -> Vec<(usize, Need)> {
+        let bands = self.settings.layout.bands;
+        let max_reps = self.settings.max_reps;
+        let mut holders: HashMap<u64, usize> = HashMap::new();
+        let mut needs: Vec<(usize, Need)> = Vec::new();
+        for i in 0..self.addrs.len() {
+            let mut need = Need::default();
+            if self.band_row[i] != DROPPED {
+                let at = self.band_row[i] as usize * bands;
+                for &k in &self.bands[at..at + bands] {
+                    if k == NO_KEY || !hot(k) {
+                        continue;
+                    }
+                    let n = holders.entry(k).or_insert(0);
+                    if max_reps.is_none_or(|m| *n < m) {
+                        need.representative = true;
+                    }
+                    *n += 1;
+                }
+            }
+            let ck = self.content_keys[i];
+            need.copy = ck != NO_KEY && hot(ck);
+            if need.representative || need.copy {
+                needs.push((i, need));
+            }
+        }
+        needs
+    }
+
+    /// The state from the sketches the index stores (nothing is read), each entry's id named
+    /// by `id_name`.
+    fn stored_state(
+        &self,
+        needs: &[(usize, Need)],
+        id_name: &dyn Fn(SampleAddr, Option<&StoredId>) -> Option<String>,
+    ) -> PriorState {
         let sk = self.sketches.as_ref().expect("self-contained");
+        // The k-th kept entry's shingle set is the k-th stored.
+        let mut kept_before = Vec::new();
+        if sk.shingles.is_some() {
+            let mut k = 0usize;
+            kept_before = self
+                .band_row
+                .iter()
+                .map(|r| {
+                    let at = k;
+                    k += usize::from(*r != DROPPED);
+                    at
+                })
+                .collect();
+        }
         let bands = self.settings.layout.bands;
         let mut state = PriorState {
             names: self.files.iter().map(|f| f.name.clone()).collect(),
@@ -133,9 +177,12 @@ impl SavedIndex {
                 let row = self.band_row[i] as usize;
                 state.representatives.push(PriorRepresentative {
                     addr: self.addrs[i],
-                    id: sk.ids[i].clone(),
+                    id: id_name(self.addrs[i], sk.ids[i].as_ref()),
                     signature: sk.signatures[row * sk.num_perm..(row + 1) * sk.num_perm].to_vec(),
-                    shingles: None,
+                    shingles: sk
+                        .shingles
+                        .as_ref()
+                        .map(|sets| sets.get(kept_before[i]).to_vec()),
                     bands: self.bands[row * bands..(row + 1) * bands].to_vec(),
                 });
             }
@@ -144,7 +191,7 @@ impl SavedIndex {
                     content_hash: sk.content_hashes[i],
                     addr: self.addrs[i],
                     cluster: self.clusters[i],
-                    id: sk.ids[i].clone(),
+                    id: id_name(self.addrs[i], sk.ids[i].as_ref()),
                 });
             }
         }
@@ -156,6 +203,10 @@ impl SavedIndex {
     /// signature; checks each against the keys recorded.
     pub fn store_sketches(&mut self, opts: &ResolveOptions<'_>) -> Result<u64, IndexError> {
         let num_perm = opts.sketcher.num_perm();
+        if opts.shingles && self.sketches.as_ref().is_some_and(|s| s.shingles.is_none()) {
+            // Stored without shingle sets: read every entry back.
+            self.sketches = None;
+        }
         let have = self.sketches.as_ref().map_or(0, |s| s.content_hashes.len());
         let entries: Vec<usize> = (have..self.addrs.len()).collect();
         let (sketched, records_read) = self.read_entries(&entries, opts)?;
@@ -164,13 +215,17 @@ impl SavedIndex {
             content_hashes: Vec::new(),
             ids: Vec::new(),
             signatures: Vec::new(),
+            shingles: opts.shingles.then(ShingleSets::default),
         });
         for (&i, got) in entries.iter().zip(sketched) {
             let got = self.checked(i, got, self.band_row[i] != DROPPED)?;
             sk.content_hashes.push(got.content_hash);
-            sk.ids.push(got.id);
+            sk.ids.push(got.id.map(StoredId::Str));
             if self.band_row[i] != DROPPED {
                 sk.signatures.extend_from_slice(&got.signature);
+                if let Some(sets) = &mut sk.shingles {
+                    sets.push(got.shingles.as_deref().unwrap_or_default());
+                }
             }
         }
         self.sketches = Some(sk);

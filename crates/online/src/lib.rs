@@ -12,28 +12,38 @@
 //! - **batches**: [`Index::check_many`] signs its texts on all threads, then decides them in
 //!   order, so a batch decides exactly as the same checks one by one.
 //!
-//! Stores ([`Store`]): this process's memory ([`MemoryIndex`]) or a Redis server shared by any
-//! number of producers ([`RedisIndex`]: the state every decision needs lives on the server, and
-//! a script commits each decision only while what it was decided against is unchanged, so that
-//! the decisions are those of one process over every producer's documents in commit order).
+//! Stores ([`Store`]): this process's memory ([`MemoryIndex`]), a saved index file
+//! ([`FileIndex`]: the format of `neardup dedup --index-out`, opened into memory and saved back,
+//! so that batch runs and the online index share their indexes both ways), or a Redis server
+//! shared by any number of producers ([`RedisIndex`]: the state every decision needs lives on
+//! the server, and a script commits each decision only while what it was decided against is
+//! unchanged, so that the decisions are those of one process over every producer's documents in
+//! commit order).
 //!
 //! It owns the online verbs (check, query, insert), ids and the stores' state. It does not sign
 //! (`neardup-sketch`, `neardup-keys`' row rule) or decide (`neardup-dedup`).
 #![warn(missing_docs)]
 
+mod file_store;
 mod memory;
 mod redis_store;
 mod sign;
+mod transfer;
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 
 use neardup_corpus::Reason;
 use neardup_dedup::{Deduper, DeduperConfig, SettingsError};
 use neardup_keys::RowRule;
 use neardup_sketch::Sketcher;
 
+pub use file_store::FileIndex;
 pub use memory::MemoryIndex;
 pub use redis_store::{RedisIndex, RedisStats};
+pub use transfer::{
+    Transferred, file_stats, namespace_stats, pull, push, save_file, shown_address,
+};
 
 /// A document's id: the caller's integer or string. `7` and `"7"` are different ids.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -146,6 +156,9 @@ impl IndexSettings {
 pub enum Store {
     /// This process's memory.
     Memory,
+    /// A saved index file (opened into memory, created when missing, saved back by
+    /// [`Index::save`]).
+    File(PathBuf),
     /// A Redis server (`redis://host:port/db`) and a namespace in it, shared by every producer
     /// that opens it.
     Redis {
@@ -161,6 +174,8 @@ pub enum Store {
 pub enum Index {
     /// In this process's memory.
     Memory(Box<MemoryIndex>),
+    /// In a saved index file (in memory while open).
+    File(Box<FileIndex>),
     /// In a Redis server.
     Redis(Box<RedisIndex>),
 }
@@ -218,6 +233,63 @@ pub enum IndexError {
         /// Documents in the batch.
         total: usize,
     },
+    /// A saved index file could not be read (or is not one, or is damaged).
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What reading it met.
+        source: neardup_index::IndexError,
+    },
+    /// A saved index file was made with other settings.
+    FileSettingsDiffer {
+        /// The file.
+        path: PathBuf,
+        /// Each setting that differs, as "name: the file's value vs this index's".
+        differences: Vec<String>,
+    },
+    /// A path to save an index at holds something that is not an index this tool wrote.
+    NotIndexFile {
+        /// The path.
+        path: PathBuf,
+        /// What is there.
+        what: String,
+    },
+    /// Saving the index failed.
+    Save {
+        /// Where it was being saved.
+        path: PathBuf,
+        /// What writing met.
+        source: std::io::Error,
+    },
+    /// [`Index::save`] without a path, for an index whose store is not a file.
+    NoPath,
+    /// An index to push does not store its entries' sketches (a batch run's, verified by exact
+    /// Jaccard, whose entries are read back from its inputs).
+    NotSelfContained {
+        /// The index file.
+        path: PathBuf,
+    },
+    /// A namespace to push into holds an index (and replacing it was not asked for).
+    NamespaceInUse {
+        /// The server's address.
+        address: String,
+        /// The namespace.
+        namespace: String,
+    },
+    /// [`Index::save`] of an index in Redis (whose state producers share and change).
+    SaveShared {
+        /// The server's address.
+        address: String,
+        /// The namespace.
+        namespace: String,
+    },
+    /// A namespace holds no index.
+    NoNamespace {
+        /// The server's address.
+        address: String,
+        /// The namespace.
+        namespace: String,
+    },
     /// The namespace holds something this version cannot read.
     Damaged {
         /// The server's address.
@@ -272,6 +344,52 @@ impl fmt::Display for IndexError {
                 "other producers on {address} kept changing what the batch reaches: {decided} of \
                  {total} documents decided; try again"
             ),
+            IndexError::File { path, source } => {
+                write!(f, "cannot open the index {}: {source}", path.display())
+            }
+            IndexError::FileSettingsDiffer { path, differences } => write!(
+                f,
+                "the index {} was made with other settings ({}; the file's value first): use its \
+                 settings, or another file",
+                path.display(),
+                differences.join(", ")
+            ),
+            IndexError::NotIndexFile { path, what } => write!(
+                f,
+                "{} is {what}: an index is only saved over an index this tool wrote; choose a \
+                 new path",
+                path.display()
+            ),
+            IndexError::Save { path, source } => {
+                write!(f, "cannot save the index at {}: {source}", path.display())
+            }
+            IndexError::NoPath => f.write_str(
+                "give the path to save the index at (only an index opened from a file saves \
+                 back to its own)",
+            ),
+            IndexError::NotSelfContained { path } => write!(
+                f,
+                "{} does not store its entries' shingle sets (a batch run verified by exact \
+                 Jaccard reads them back from its inputs): open it once with \
+                 neardup.Index(store=...) and save it, which stores them, then push that",
+                path.display()
+            ),
+            IndexError::NamespaceInUse { address, namespace } => write!(
+                f,
+                "the namespace {namespace:?} at {address} already holds an index: push into \
+                 another namespace, or pass --replace to replace it"
+            ),
+            IndexError::SaveShared { address, namespace } => write!(
+                f,
+                "the index in the namespace {namespace:?} at {address} is shared by its \
+                 producers: save it with `neardup index pull {address} --namespace {namespace} \
+                 -o PATH`, which reads it in one atomic step"
+            ),
+            IndexError::NoNamespace { address, namespace } => write!(
+                f,
+                "the namespace {namespace:?} at {address} holds no index (no producer opened it \
+                 and nothing was pushed into it)"
+            ),
             IndexError::Damaged {
                 address,
                 namespace,
@@ -288,7 +406,8 @@ impl std::error::Error for IndexError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             IndexError::Settings(e) => Some(e),
-            IndexError::Spill(e) => Some(e),
+            IndexError::Spill(e) | IndexError::Save { source: e, .. } => Some(e),
+            IndexError::File { source, .. } => Some(source),
             IndexError::Unreachable { source, .. }
             | IndexError::Lost { source, .. }
             | IndexError::Redis { source, .. } => Some(source),
@@ -308,6 +427,7 @@ impl Index {
     pub fn open(settings: IndexSettings, store: &Store) -> Result<Index, IndexError> {
         match store {
             Store::Memory => Index::new(settings),
+            Store::File(path) => FileIndex::open(settings, path).map(|f| Index::File(Box::new(f))),
             Store::Redis { url, namespace } => {
                 RedisIndex::open(settings, url, namespace).map(|r| Index::Redis(Box::new(r)))
             }
@@ -318,6 +438,7 @@ impl Index {
     pub fn settings(&self) -> &IndexSettings {
         match self {
             Index::Memory(m) => m.settings(),
+            Index::File(f) => f.memory().settings(),
             Index::Redis(r) => r.settings(),
         }
     }
@@ -326,6 +447,7 @@ impl Index {
     pub fn len(&mut self) -> Result<u64, IndexError> {
         match self {
             Index::Memory(m) => Ok(m.len() as u64),
+            Index::File(f) => Ok(f.memory().len() as u64),
             Index::Redis(r) => r.len(),
         }
     }
@@ -340,6 +462,7 @@ impl Index {
     pub fn stats(&mut self) -> Result<serde_json::Value, IndexError> {
         Ok(match self {
             Index::Memory(m) => serde_json::to_value(m.stats()),
+            Index::File(f) => serde_json::to_value(f.memory().stats()),
             Index::Redis(r) => serde_json::to_value(r.stats()?),
         }
         .expect("stats serialise"))
@@ -365,6 +488,7 @@ impl Index {
     ) -> Result<Vec<Decision>, IndexError> {
         match self {
             Index::Memory(m) => m.check_many(texts, ids),
+            Index::File(f) => f.memory_mut().check_many(texts, ids),
             Index::Redis(r) => r.check_many(texts, ids),
         }
     }
@@ -375,6 +499,7 @@ impl Index {
     pub fn query(&mut self, text: &str) -> Result<Vec<(DocId, f64)>, IndexError> {
         match self {
             Index::Memory(m) => Ok(m.query(text)),
+            Index::File(f) => Ok(f.memory_mut().query(text)),
             Index::Redis(r) => r.query(text),
         }
     }
@@ -390,7 +515,26 @@ impl Index {
     ) -> Result<Vec<DocId>, IndexError> {
         match self {
             Index::Memory(m) => m.insert_many(texts, ids),
+            Index::File(f) => f.memory_mut().insert_many(texts, ids),
             Index::Redis(r) => r.insert_many(texts, ids),
+        }
+    }
+
+    /// Saves the index at `path` (`None`: the file it was opened from), atomically, in the
+    /// format of `neardup dedup --index-out` (so a batch run can use it `--against`); refused
+    /// when `path` holds anything but a neardup index. Returns the bytes written.
+    pub fn save(&mut self, path: Option<&Path>) -> Result<u64, IndexError> {
+        match (self, path) {
+            (Index::Memory(m), Some(p)) => m.save(p),
+            (Index::File(f), p) => {
+                let p = p.unwrap_or(f.path()).to_path_buf();
+                f.memory().save(&p)
+            }
+            (Index::Memory(_), None) => Err(IndexError::NoPath),
+            (Index::Redis(r), _) => Err(IndexError::SaveShared {
+                address: r.address().to_string(),
+                namespace: r.namespace().to_string(),
+            }),
         }
     }
 }

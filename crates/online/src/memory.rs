@@ -1,22 +1,26 @@
-//! The index in this process's memory: the decision core itself, every id's decision beside it.
+//! The index in this process's memory: the decision core itself, every id's decision beside it,
+//! and what a saved index holds of each document (so that it can be saved, and a batch run can
+//! use it `--against`).
 
 use hashbrown::{HashMap, HashSet};
 
-use neardup_dedup::{Deduper, DeduperStats, SampleAddr};
+use neardup_dedup::{Deduper, DeduperStats, PriorState, SampleAddr, Verdict};
+use neardup_index::{EntryRecord, SavedDecision, SavedIndex};
 
-use crate::sign::{self, Decided, Signer};
+use crate::file_store::{doc_id, stored_id};
+use crate::sign::{self, Decided, Signed, Signer};
 use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 
 /// An online dedup index in this process's memory (see the crate docs).
 pub struct MemoryIndex {
     settings: IndexSettings,
     core: Deduper,
-    /// Every id checked or inserted, with its decision.
-    decided: HashMap<DocId, Decided>,
-    /// Documents given to the core: the record number of the next one's address.
-    next_record: u64,
-    /// The next integer id to try for a document without one.
-    next_auto: i64,
+    /// What a saved index holds: every document given to the core as an entry (its sketch
+    /// too), and in its online state every id's decision (in the order decided) and the
+    /// counters.
+    saved: SavedIndex,
+    /// Every id checked or inserted: its decision's place in the saved decisions.
+    decided: HashMap<DocId, usize>,
     /// Hot bit per column: every key counts.
     all_hot: Vec<bool>,
 }
@@ -24,13 +28,41 @@ pub struct MemoryIndex {
 impl MemoryIndex {
     /// An empty index.
     pub fn new(settings: IndexSettings) -> Result<MemoryIndex, IndexError> {
-        let core = settings.deduper_core()?;
+        let saved = SavedIndex::new_online(
+            settings.recorded(),
+            settings.sketcher.num_perm(),
+            settings.deduper.verify == neardup_dedup::Verify::Jaccard,
+            settings.keep_empty,
+        );
+        MemoryIndex::seeded(settings, saved, &PriorState::default())
+    }
+
+    /// The index of `saved` (self-contained, its settings checked), its decision core seeded
+    /// with `state`, the whole decision state of `saved`.
+    pub(crate) fn seeded(
+        settings: IndexSettings,
+        mut saved: SavedIndex,
+        state: &PriorState,
+    ) -> Result<MemoryIndex, IndexError> {
+        let mut core = settings.deduper_core()?;
+        core.seed(state);
+        if let Some(e) = core.take_io_error() {
+            return Err(IndexError::Spill(e));
+        }
+        saved.start_online(settings.keep_empty);
+        let decided = saved
+            .online()
+            .expect("started")
+            .decisions
+            .iter()
+            .enumerate()
+            .map(|(at, d)| (doc_id(&d.id), at))
+            .collect();
         let columns = settings.rule.columns(settings.sketcher.bands());
         Ok(MemoryIndex {
             core,
-            decided: HashMap::new(),
-            next_record: 0,
-            next_auto: 0,
+            saved,
+            decided,
             all_hot: vec![true; columns],
             settings,
         })
@@ -39,6 +71,11 @@ impl MemoryIndex {
     /// The settings.
     pub fn settings(&self) -> &IndexSettings {
         &self.settings
+    }
+
+    /// The index as a saved index holds it.
+    pub fn saved(&self) -> &SavedIndex {
+        &self.saved
     }
 
     /// Documents checked or inserted (each id counted once).
@@ -51,9 +88,24 @@ impl MemoryIndex {
         self.decided.is_empty()
     }
 
+    fn decisions(&self) -> &[SavedDecision] {
+        &self.saved.online().expect("started").decisions
+    }
+
+    fn decision_at(&self, at: usize) -> Decision {
+        let d = &self.decisions()[at];
+        Decision {
+            id: doc_id(&d.id),
+            keep: d.keep,
+            reason: d.reason,
+            dup_of: d.dup_of.as_ref().map(doc_id),
+            similarity: d.similarity,
+        }
+    }
+
     /// The decision an id got, if it was checked (inserted documents count as kept).
     pub fn decision_of(&self, id: &DocId) -> Option<Decision> {
-        self.decided.get(id).map(|d| d.to_decision(id.clone()))
+        self.decided.get(id).map(|at| self.decision_at(*at))
     }
 
     /// The decision core's counters (representatives, buckets, comparisons, bytes).
@@ -74,11 +126,11 @@ impl MemoryIndex {
         let mut out = Vec::with_capacity(texts.len());
         for ((id, signed), fresh) in ids.into_iter().zip(signed).zip(fresh) {
             if !fresh {
-                out.push(self.decided[&id].to_decision(id));
+                out.push(self.decision_of(&id).expect("decided"));
                 continue;
             }
             let addr = self.next_addr();
-            let (decided, _) = sign::decide(
+            let (decided, verdict) = sign::decide(
                 &mut self.core,
                 &self.all_hot,
                 self.settings.keep_empty,
@@ -86,10 +138,52 @@ impl MemoryIndex {
                 &id,
                 signed.as_ref(),
             )?;
+            if let (Some(s), Some(v)) = (&signed, &verdict) {
+                match v {
+                    Verdict::Unique => self.record_entry(addr, true, addr, &id, s),
+                    Verdict::Near { .. } => self.record_entry(addr, false, v.cluster(addr), &id, s),
+                    // An exact copy is no entry: its text's first copy is one.
+                    Verdict::Exact { .. } => {}
+                }
+            }
             out.push(decided.to_decision(id.clone()));
-            self.decided.insert(id, decided);
+            self.record_decision(id, decided);
         }
         Ok(out)
+    }
+
+    /// Records a document given to the core as an entry of the saved index.
+    fn record_entry(
+        &mut self,
+        addr: SampleAddr,
+        kept: bool,
+        cluster: SampleAddr,
+        id: &DocId,
+        s: &Signed,
+    ) {
+        self.saved.push_entry(EntryRecord {
+            record: addr.record,
+            kept,
+            cluster,
+            row: &s.row,
+            content_hash: s.content_hash,
+            id: Some(stored_id(id)),
+            signature: &s.sig,
+            shingles: s.shingles.as_deref(),
+        });
+    }
+
+    fn record_decision(&mut self, id: DocId, d: Decided) {
+        self.saved.count_sample();
+        let decisions = &mut self.saved.online_mut().expect("started").decisions;
+        decisions.push(SavedDecision {
+            id: stored_id(&id),
+            keep: d.keep,
+            reason: d.reason,
+            dup_of: d.dup_of.as_ref().map(stored_id),
+            similarity: d.similarity,
+        });
+        self.decided.insert(id, decisions.len() - 1);
     }
 
     /// Which of `ids` are to be signed and decided: those not decided yet, each at its first
@@ -133,7 +227,10 @@ impl MemoryIndex {
             }
             let addr = self.next_addr();
             let decided = sign::insert(&mut self.core, &self.all_hot, addr, id, signed.as_ref())?;
-            self.decided.insert(id.clone(), decided);
+            if let Some(s) = signed.as_ref().filter(|s| s.has_keys()) {
+                self.record_entry(addr, true, addr, id, s);
+            }
+            self.record_decision(id.clone(), decided);
         }
         Ok(ids)
     }
@@ -141,28 +238,34 @@ impl MemoryIndex {
     /// Gives each document without an id the next integer no document has.
     fn assign_ids(&mut self, ids: Vec<Option<DocId>>) -> Vec<DocId> {
         let mut given: HashSet<DocId> = ids.iter().flatten().cloned().collect();
-        ids.into_iter()
+        let mut next_auto = self.saved.online().expect("started").next_auto;
+        let out = ids
+            .into_iter()
             .map(|id| {
                 id.unwrap_or_else(|| {
                     loop {
-                        let id = DocId::Int(self.next_auto);
-                        self.next_auto += 1;
+                        let id = DocId::Int(next_auto);
+                        next_auto += 1;
                         if !self.decided.contains_key(&id) && given.insert(id.clone()) {
                             break id;
                         }
                     }
                 })
             })
-            .collect()
+            .collect();
+        self.saved.online_mut().expect("started").next_auto = next_auto;
+        out
     }
 
+    /// The address of the next document: the next record of the index's online file.
     fn next_addr(&mut self) -> SampleAddr {
+        let online = self.saved.online_mut().expect("started");
         let addr = SampleAddr {
-            file: 0,
-            record: self.next_record,
+            file: online.file,
+            record: online.next_record,
             field: 0,
         };
-        self.next_record += 1;
+        online.next_record += 1;
         addr
     }
 }

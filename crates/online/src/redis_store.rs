@@ -20,11 +20,13 @@
 //! Then one server-side script commits the decisions in order, each only if what it was decided
 //! against has not changed: its id is still undecided, each of its buckets still holds the
 //! representatives it was compared with (buckets only grow, so a length says it), and its text
-//! still has no first copy when it is to become one. The script stops at the first document
-//! another producer got in the way of; the producer reads again and decides the rest anew. A
-//! committed decision is therefore the one a single process would make over all producers'
-//! documents in the order of their commits: two producers that see near-copies at the same
-//! moment never both keep them, and one producer alone gets the in-memory index's decisions.
+//! still has no first copy when it is to become one. A document another producer got in the way
+//! of is refused, and so is every later document of the batch that read what a refused one
+//! would have written (its buckets, its first copy); the others stand, and the producer reads
+//! again and decides the refused ones anew. A committed decision is therefore the one a single
+//! process would make over all producers' documents in the order of their commits: two
+//! producers that see near-copies at the same moment never both keep them, and one producer
+//! alone gets the in-memory index's decisions.
 //! A document's keys, its representative, its first copy and its decision go in together in
 //! one script call, or not at all.
 #![allow(clippy::too_many_arguments)]
@@ -66,56 +68,120 @@ local copies = hmget(KEYS[3], b0 + nb, #ARGV)
 return {ids, buckets, copies}
 "#;
 
-/// Commits decisions in order while what each was decided against is unchanged; returns how
-/// many it committed. KEYS: meta, ids, buckets, copies, reps. ARGV: the count, then per
-/// document: id, decision, counter, n checks, (band key, expected bytes) per check, content hash,
-/// "a" when it becomes its text's first copy (else ""), n joins, the band keys it joins, its
-/// representative's body ("" when it is none).
+/// Commits decisions in order, each only while what it was decided against is unchanged and
+/// no document refused before it in the call (or in `tainted`) would have changed it; returns,
+/// per document, 2 numbers: -1 (refused) or 0 (committed) or 1 + the number of the
+/// representative it became, and its document number (-1: none).
+/// KEYS: meta, ids, buckets, copies, reps. ARGV: the count of tainted band keys and content
+/// hashes (what earlier refused documents of the batch would have written), those, the count of
+/// documents, then per document: id, decision, counter, n checks, (band key, expected bytes)
+/// per check, content hash, "a" when it becomes its text's first copy (else ""), n joins, the
+/// band keys it joins, its representative's body ("" when it is none).
 const COMMIT: &str = r#"
 local meta, ids, buckets, copies, reps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local n = tonumber(ARGV[1])
-local at = 2
+local tainted = {}
+local nt = tonumber(ARGV[1])
+for i = 2, 1 + nt do tainted[ARGV[i]] = true end
+local at = 2 + nt
+local n = tonumber(ARGV[at])
+at = at + 1
+-- The counters are read once and written with each document in one command, so that a script
+-- failing in the middle leaves them matching what it wrote.
+local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
+local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
+local counters = {}
+local out = {}
+local refused = 0
 for d = 1, n do
   local id, blob, counter = ARGV[at], ARGV[at + 1], ARGV[at + 2]
   local nchecks = tonumber(ARGV[at + 3])
   at = at + 4
   local ok = redis.call('HEXISTS', ids, id) == 0
-  for c = 1, nchecks do
-    if ok and redis.call('HSTRLEN', buckets, ARGV[at]) ~= tonumber(ARGV[at + 1]) then ok = false end
-    at = at + 2
+  if ok and nchecks > 0 then
+    -- One read of all its buckets (a command per bucket would be most of the script's time).
+    local keys = {}
+    for c = 1, nchecks do
+      keys[c] = ARGV[at + 2 * c - 2]
+      if tainted[keys[c]] then ok = false end
+    end
+    if ok then
+      local held = redis.call('HMGET', buckets, unpack(keys))
+      for c = 1, nchecks do
+        local len = held[c] and #held[c] or 0
+        if len ~= tonumber(ARGV[at + 2 * c - 1]) then ok = false end
+      end
+    end
   end
+  at = at + 2 * nchecks
   local hash, first = ARGV[at], ARGV[at + 1] == 'a'
   at = at + 2
+  if ok and hash ~= '' and tainted[hash] then ok = false end
   if ok and first and redis.call('HEXISTS', copies, hash) == 1 then ok = false end
   local njoins = tonumber(ARGV[at])
   local jfrom = at + 1
   at = jfrom + njoins
   local body = ARGV[at]
   at = at + 1
-  if not ok then return d - 1 end
-  local named = struct.pack('<I4', #id) .. id
-  local docno = ''
-  if body ~= '' or first then
-    docno = struct.pack('<I8', redis.call('HINCRBY', meta, 'documents', 1) - 1)
-  end
-  if body ~= '' then
-    local rep = struct.pack('<I4', redis.call('HINCRBY', meta, 'representatives', 1) - 1)
-    redis.call('HSET', reps, rep, docno .. named .. body)
-    for j = jfrom, jfrom + njoins - 1 do
-      local held = redis.call('HGET', buckets, ARGV[j])
-      if held then
-        redis.call('HSET', buckets, ARGV[j], held .. rep)
-      else
-        redis.call('HSET', buckets, ARGV[j], rep)
+  if not ok then
+    -- What it would have written is not there: the documents after it that read it wait.
+    refused = refused + 1
+    for j = jfrom, jfrom + njoins - 1 do tainted[ARGV[j]] = true end
+    if first then tainted[hash] = true end
+    out[2 * d - 1] = -1
+    out[2 * d] = -1
+  else
+    local named = struct.pack('<I4', #id) .. id
+    local docno, docnum = '', -1
+    if body ~= '' or first then
+      docnum = documents
+      documents = documents + 1
+      docno = struct.pack('<I8', docnum)
+    end
+    local became = 0
+    if body ~= '' then
+      local rep = struct.pack('<I4', representatives)
+      representatives = representatives + 1
+      became = representatives
+      redis.call('HSET', reps, rep, docno .. named .. body)
+      if njoins > 0 then
+        -- Its buckets read and written in one command each (a key twice in its row joins twice).
+        local jkeys = {}
+        for j = jfrom, jfrom + njoins - 1 do jkeys[#jkeys + 1] = ARGV[j] end
+        local held = redis.call('HMGET', buckets, unpack(jkeys))
+        local now, order = {}, {}
+        for j = 1, njoins do
+          local key = jkeys[j]
+          if now[key] == nil then
+            now[key] = held[j] or ''
+            order[#order + 1] = key
+          end
+          now[key] = now[key] .. rep
+        end
+        local fields = {}
+        for _, key in ipairs(order) do
+          fields[#fields + 1] = key
+          fields[#fields + 1] = now[key]
+        end
+        redis.call('HSET', buckets, unpack(fields))
       end
     end
+    if first then redis.call('HSET', copies, hash, docno .. id) end
+    redis.call('HSET', ids, id, struct.pack('<I8', sequence) .. blob)
+    sequence = sequence + 1
+    if not counters[counter] then
+      counters[counter] = tonumber(redis.call('HGET', meta, counter)) or 0
+    end
+    counters[counter] = counters[counter] + 1
+    redis.call('HSET', meta, 'documents', string.format('%d', documents),
+               'representatives', string.format('%d', representatives),
+               'sequence', string.format('%d', sequence),
+               counter, string.format('%d', counters[counter]))
+    out[2 * d - 1] = became
+    out[2 * d] = docnum
   end
-  if first then redis.call('HSET', copies, hash, docno .. id) end
-  local seq = redis.call('HINCRBY', meta, 'sequence', 1) - 1
-  redis.call('HSET', ids, id, struct.pack('<I8', seq) .. blob)
-  redis.call('HINCRBY', meta, counter, 1)
 end
-return n
+if refused > 0 then redis.call('HINCRBY', meta, 'conflicts', refused) end
+return out
 "#;
 
 /// Reserves integer ids no document has. KEYS: meta, ids. ARGV: how many, then the ids the
@@ -145,9 +211,9 @@ const CACHE_BYTES: usize = 256 << 20;
 
 /// What a namespace records of the settings it was made with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct Recorded {
-    index: neardup_index::IndexSettings,
-    empty: String,
+pub(crate) struct Recorded {
+    pub(crate) index: neardup_index::IndexSettings,
+    pub(crate) empty: String,
 }
 
 impl Recorded {
@@ -158,7 +224,7 @@ impl Recorded {
         }
     }
 
-    fn differences(&self, mine: &Recorded) -> Vec<String> {
+    pub(crate) fn differences(&self, mine: &Recorded) -> Vec<String> {
         let mut out = self.index.differences(&mine.index);
         if self.empty != mine.empty {
             out.push(format!("empty: {} vs {}", self.empty, mine.empty));
@@ -168,11 +234,11 @@ impl Recorded {
 }
 
 /// A representative as the server holds it.
-struct RepRecord {
-    docno: u64,
-    id: String,
-    signature: Vec<u32>,
-    shingles: Option<Vec<u32>>,
+pub(crate) struct RepRecord {
+    pub(crate) docno: u64,
+    pub(crate) id: String,
+    pub(crate) signature: Vec<u32>,
+    pub(crate) shingles: Option<Vec<u32>>,
 }
 
 impl RepRecord {
@@ -184,17 +250,17 @@ impl RepRecord {
 }
 
 /// The server's keys of one namespace.
-struct Keys {
-    settings: String,
-    meta: String,
-    ids: String,
-    buckets: String,
-    copies: String,
-    reps: String,
+pub(crate) struct Keys {
+    pub(crate) settings: String,
+    pub(crate) meta: String,
+    pub(crate) ids: String,
+    pub(crate) buckets: String,
+    pub(crate) copies: String,
+    pub(crate) reps: String,
 }
 
 impl Keys {
-    fn new(namespace: &str) -> Keys {
+    pub(crate) fn new(namespace: &str) -> Keys {
         let k = |s: &str| format!("neardup:{namespace}:{s}");
         Keys {
             settings: k("settings"),
@@ -222,8 +288,9 @@ pub struct RedisStats {
     pub buckets: u64,
     /// Distinct texts seen (first copies).
     pub texts: u64,
-    /// Commits that stopped because another producer had changed what a document was decided
-    /// against (the rest of the batch was read and decided again).
+    /// Documents whose commit was refused because another producer had changed what they were
+    /// decided against, or because they read what such a document would have written (each
+    /// was read and decided again).
     pub conflicts: u64,
     /// Bytes the server reports for each of the namespace's keys (`MEMORY USAGE`), summed.
     pub memory_bytes: u64,
@@ -246,7 +313,7 @@ pub struct RedisIndex {
 }
 
 /// The address in messages: the URL without a password.
-fn shown(url: &str) -> String {
+pub(crate) fn shown(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => format!("{}://…@{}", &url[..s], &url[at + 1..]),
         _ => url.to_string(),
@@ -512,25 +579,14 @@ impl RedisIndex {
             .filter(|&i| seen.insert(ids[i].clone()))
             .collect();
         let mut decided: HashMap<DocId, Decided> = HashMap::new();
-        // Ids decided earlier need no signing.
-        let first_ids: Vec<&DocId> = firsts.iter().map(|&i| &ids[i]).collect();
-        let earlier = self
-            .read_ids(&first_ids)
-            .map_err(|e| lost(&self.address, 0, e))?;
-        let mut pending = Vec::new();
-        for (&i, known) in firsts.iter().zip(earlier) {
-            match known {
-                Some(d) => {
-                    decided.insert(ids[i].clone(), d);
-                }
-                None => pending.push(i),
-            }
-        }
+        // Every first occurrence is signed, even one whose id turns out to be decided already
+        // (a retry): the first round reads the ids with the rest, one round trip fewer.
         let mut fresh = vec![false; texts.len()];
-        for &i in &pending {
+        for &i in &firsts {
             fresh[i] = true;
         }
         let signed = Signer::new(&self.settings).sign_all(texts, &fresh);
+        let mut pending = firsts;
         let mut rounds = 0;
         while !pending.is_empty() {
             rounds += 1;
@@ -564,6 +620,20 @@ impl RedisIndex {
         verb: Verb,
         decided: &mut HashMap<DocId, Decided>,
     ) -> Result<Vec<usize>, RoundError> {
+        let planned = self.plan(ids, signed, pending, verb, decided)?;
+        self.commit_planned(ids, signed, &planned, decided)
+    }
+
+    /// Reads what `pending` reaches and decides it in order: what to commit. An id another
+    /// producer decided meanwhile goes straight into `decided`.
+    fn plan(
+        &mut self,
+        ids: &[DocId],
+        signed: &[Option<Signed>],
+        pending: &[usize],
+        verb: Verb,
+        decided: &mut HashMap<DocId, Decided>,
+    ) -> Result<Vec<(usize, Commit, Decided)>, RoundError> {
         let pending_ids: Vec<&DocId> = pending.iter().map(|&i| &ids[i]).collect();
         let reached: Vec<&Signed> = pending
             .iter()
@@ -580,9 +650,8 @@ impl RedisIndex {
         let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
         let max_reps = self.settings.deduper.max_reps;
 
-        // Decided here, committed below: `decided` gets each decision once it is on the server.
-        let mut ops: Vec<(usize, Commit)> = Vec::new();
-        let mut made: Vec<Decided> = Vec::new();
+        // `decided` gets each decision once it is on the server.
+        let mut ops: Vec<(usize, Commit, Decided)> = Vec::new();
         for (n, (&i, known)) in pending.iter().zip(&view.ids).enumerate() {
             if let Some(d) = known {
                 // Another producer decided this id meanwhile (a retry): its decision stands.
@@ -663,34 +732,69 @@ impl RedisIndex {
                 u64::from(!op.joins.is_empty()),
                 "the simulated joins are the core's"
             );
-            ops.push((i, op));
-            made.push(decision);
+            ops.push((i, op, decision));
         }
-        // Commit in order; whatever is left after a conflict is decided again next round.
-        let mut at = 0;
-        while at < ops.len() {
-            let chunk = &ops[at..(at + COMMIT_CHUNK).min(ops.len())];
-            let done = self.commit_chunk(chunk)?;
-            for ((i, _), d) in ops[at..at + done].iter().zip(&made[at..at + done]) {
-                decided.insert(ids[*i].clone(), d.clone());
-            }
-            at += done;
-            if done < chunk.len() {
-                // Counted on the server (one more command, only when it happens): how much the
-                // producers get in one another's way.
-                redis::cmd("HINCRBY")
-                    .arg(&self.keys.meta)
-                    .arg("conflicts")
-                    .arg(1)
-                    .query::<i64>(&mut self.con)?;
-                return Ok(ops[at..].iter().map(|(i, _)| *i).collect());
-            }
-        }
-        Ok(Vec::new())
+        Ok(ops)
     }
 
-    /// Runs the commit script over `ops`; returns how many it committed.
-    fn commit_chunk(&mut self, ops: &[(usize, Commit)]) -> Result<usize, RoundError> {
+    /// Commits `ops` in order. A document another producer got in the way of is refused, and
+    /// so is every later one that read what it would have written (the script follows that
+    /// through a call; `tainted` carries it to the next): they are left to be read and decided
+    /// again, the others stand. Returns the documents left.
+    fn commit_planned(
+        &mut self,
+        ids: &[DocId],
+        signed: &[Option<Signed>],
+        ops: &[(usize, Commit, Decided)],
+        decided: &mut HashMap<DocId, Decided>,
+    ) -> Result<Vec<usize>, RoundError> {
+        let mut left = Vec::new();
+        let mut tainted: Vec<Vec<u8>> = Vec::new();
+        let mut at = 0;
+        while at < ops.len() {
+            let end = (at + COMMIT_CHUNK).min(ops.len());
+            let outcome = self.commit_chunk(&ops[at..end], &tainted)?;
+            for ((i, op, d), (rep, docno)) in ops[at..end].iter().zip(outcome) {
+                match rep {
+                    Committed::Refused => {
+                        left.push(*i);
+                        tainted.extend(op.joins.iter().map(|k| k.to_le_bytes().to_vec()));
+                        if let (true, Some(h)) = (op.first_copy, op.content_hash) {
+                            tainted.push(h.to_le_bytes().to_vec());
+                        }
+                    }
+                    Committed::Representative(r) => {
+                        // This producer's own representative: no need to read it back.
+                        let s = signed[*i].as_ref().expect("a representative was signed");
+                        self.cache_rep(
+                            r,
+                            RepRecord {
+                                docno,
+                                id: op.id.clone(),
+                                signature: s.sig.clone(),
+                                shingles: s.shingles.clone(),
+                            },
+                        );
+                        decided.insert(ids[*i].clone(), d.clone());
+                    }
+                    Committed::Plain => {
+                        decided.insert(ids[*i].clone(), d.clone());
+                    }
+                }
+            }
+            at = end;
+        }
+        Ok(left)
+    }
+
+    /// Runs the commit script over `ops`, with the band keys and content hashes earlier refused
+    /// documents of the batch would have written; returns what became of each document and its
+    /// document number.
+    fn commit_chunk(
+        &mut self,
+        ops: &[(usize, Commit, Decided)],
+        tainted: &[Vec<u8>],
+    ) -> Result<Vec<(Committed, u64)>, RoundError> {
         let k = &self.keys;
         let mut inv = self.commit.prepare_invoke();
         inv.key(&k.meta)
@@ -698,8 +802,12 @@ impl RedisIndex {
             .key(&k.buckets)
             .key(&k.copies)
             .key(&k.reps)
-            .arg(ops.len());
-        for (_, op) in ops {
+            .arg(tainted.len());
+        for t in tainted {
+            inv.arg(&t[..]);
+        }
+        inv.arg(ops.len());
+        for (_, op, _) in ops {
             inv.arg(&op.id)
                 .arg(&op.blob)
                 .arg(op.counter)
@@ -718,8 +826,35 @@ impl RedisIndex {
             }
             inv.arg(&op.body[..]);
         }
-        let done: usize = inv.invoke(&mut self.con).map_err(RoundError::Redis)?;
-        Ok(done)
+        let raw: Vec<i64> = inv.invoke(&mut self.con).map_err(RoundError::Redis)?;
+        if raw.len() != 2 * ops.len() {
+            return Err(RoundError::Redis(damaged(
+                "the commit script answered for other documents than it was given",
+            )));
+        }
+        Ok(raw
+            .chunks_exact(2)
+            .map(|p| {
+                let state = match p[0] {
+                    r if r < 0 => Committed::Refused,
+                    0 => Committed::Plain,
+                    r => Committed::Representative((r - 1) as u32),
+                };
+                (state, p[1].max(0) as u64)
+            })
+            .collect())
+    }
+
+    /// Keeps a representative read or written, within the cache's bound.
+    fn cache_rep(&mut self, r: u32, rec: RepRecord) {
+        if self.cache_bytes > CACHE_BYTES {
+            self.cache.clear();
+            self.cache_bytes = 0;
+        }
+        self.cache_bytes += rec.bytes();
+        if let Some(old) = self.cache.insert(r, rec) {
+            self.cache_bytes -= old.bytes();
+        }
     }
 
     /// Gives each document without an id the next integer no document has, reserved on the
@@ -742,11 +877,6 @@ impl RedisIndex {
             .into_iter()
             .map(|id| id.unwrap_or_else(|| DocId::Int(fresh.next().expect("one id reserved each"))))
             .collect())
-    }
-
-    /// The decisions recorded for `ids` (`None`: not decided yet).
-    fn read_ids(&mut self, ids: &[&DocId]) -> Result<Vec<Option<Decided>>, redis::RedisError> {
-        Ok(self.read_view(ids, &[])?.ids)
     }
 
     /// Reads, in one consistent view, the decisions of `ids` and the buckets and first copies
@@ -788,13 +918,6 @@ impl RedisIndex {
         }
         type Raw = Vec<Option<Vec<u8>>>;
         let (raw_ids, raw_buckets, raw_copies): (Raw, Raw, Raw) = inv.invoke(&mut self.con)?;
-        let damaged = |what: &str| {
-            redis::RedisError::from((
-                redis::ErrorKind::Parse,
-                "damaged namespace",
-                what.to_string(),
-            ))
-        };
         let ids = raw_ids
             .into_iter()
             .map(|b| match b {
@@ -838,15 +961,21 @@ impl RedisIndex {
 
     /// Brings the representatives `wanted` names into the cache.
     fn fetch_reps(&mut self, wanted: impl Iterator<Item = u32>) -> Result<(), redis::RedisError> {
-        let mut missing: Vec<u32> = wanted.filter(|r| !self.cache.contains_key(r)).collect();
-        missing.sort_unstable();
-        missing.dedup();
-        if missing.is_empty() {
-            return Ok(());
-        }
+        let mut wanted: Vec<u32> = wanted.collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        // Emptied before choosing what to read, so that every representative wanted is there
+        // after.
         if self.cache_bytes > CACHE_BYTES {
             self.cache.clear();
             self.cache_bytes = 0;
+        }
+        let missing: Vec<u32> = wanted
+            .into_iter()
+            .filter(|r| !self.cache.contains_key(r))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
         }
         let num_perm = self.settings.sketcher.num_perm();
         let with_sets = self.settings.deduper.verify == neardup_dedup::Verify::Jaccard;
@@ -862,11 +991,7 @@ impl RedisIndex {
                     .as_deref()
                     .and_then(|b| decode_rep(b, num_perm, with_sets))
                     .ok_or_else(|| {
-                        redis::RedisError::from((
-                            redis::ErrorKind::Parse,
-                            "damaged namespace",
-                            format!("representative {r} is missing or cannot be read"),
-                        ))
+                        damaged(&format!("representative {r} is missing or cannot be read"))
                     })?;
                 self.cache_bytes += rec.bytes();
                 self.cache.insert(*r, rec);
@@ -944,6 +1069,26 @@ struct View {
     copies: HashMap<u128, (u64, String)>,
 }
 
+/// What the commit script did with a document.
+enum Committed {
+    /// Refused: another producer changed what it was decided against, or it read what a
+    /// refused document would have written.
+    Refused,
+    /// Committed, not a representative.
+    Plain,
+    /// Committed as the representative of this number.
+    Representative(u32),
+}
+
+/// A namespace's record that cannot be read, as the error a read returns.
+fn damaged(what: &str) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "damaged namespace",
+        what.to_string(),
+    ))
+}
+
 /// One document's commit (see the commit script).
 struct Commit {
     id: String,
@@ -982,7 +1127,7 @@ fn rep_body(s: &Signed) -> Vec<u8> {
 
 /// A representative record: document number, id length and id (written by the script), then
 /// the body ([`rep_body`]).
-fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
+pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
     let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
     let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
     let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
@@ -1014,7 +1159,7 @@ const REASONS: [Reason; 5] = [
 /// A decision as a producer sends it: keep, reason, similarity (NaN: none), then the id it
 /// duplicates (encoded; nothing when none). The server puts the decision's place in the order of
 /// commits before it ([`decode_decision`] reads both).
-fn encode_decision(d: &Decided) -> Vec<u8> {
+pub(crate) fn encode_decision(d: &Decided) -> Vec<u8> {
     let reason = REASONS
         .iter()
         .position(|r| *r == d.reason)
@@ -1032,7 +1177,7 @@ fn decode_decision(b: &[u8]) -> Option<Decided> {
 }
 
 /// A decision as the server keeps it, and its place in the order of commits.
-fn decode_sequenced(b: &[u8]) -> Option<(u64, Decided)> {
+pub(crate) fn decode_sequenced(b: &[u8]) -> Option<(u64, Decided)> {
     let seq = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
     decode_sent(&b[8..]).map(|d| (seq, d))
 }
@@ -1086,6 +1231,149 @@ mod tests {
             assert_eq!(decode_sequenced(&stored), Some((7, d)));
         }
         assert_eq!(decode_decision(&[0, 0, 0, 0, 0, 0, 0, 0, 2, 0]), None);
+    }
+
+    /// A `redis-server` of the test's own on a free loopback port, stopped by its pid.
+    struct Server {
+        child: std::process::Child,
+        port: u16,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Server {
+        fn start() -> Server {
+            let program =
+                std::env::var("NEARDUP_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let dir = tempfile::tempdir().unwrap();
+            let child = std::process::Command::new(program)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let server = Server {
+                child,
+                port,
+                _dir: dir,
+            };
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "redis-server did not start"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            server
+        }
+
+        fn url(&self) -> String {
+            format!("redis://127.0.0.1:{}/0", self.port)
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn settings() -> IndexSettings {
+        use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
+        IndexSettings {
+            sketcher: Sketcher::new(SketchConfig::new(
+                Shingler::Chars { k: 5, step: 1 },
+                128,
+                LshParams::new(16, 8).unwrap(),
+            ))
+            .unwrap(),
+            rule: neardup_keys::RowRule::default(),
+            deduper: neardup_dedup::DeduperConfig {
+                verify: neardup_dedup::Verify::Jaccard,
+                max_reps: None,
+                ..neardup_dedup::DeduperConfig::default()
+            },
+            keep_empty: true,
+        }
+    }
+
+    fn words(seed: u64) -> String {
+        (0..60)
+            .map(|i| format!("w{}", (i * 31 + seed * 977) % 1009))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// Another producer commits between a batch's read and its commit: the document it got in
+    /// the way of is refused, and so is the later one that was decided against that document,
+    /// while the one neither touches is committed in the same call. The refused ones are then
+    /// decided anew, and every decision is one process's over the documents in commit order.
+    #[test]
+    fn a_conflict_refuses_only_what_it_touches() {
+        let server = Server::start();
+        let mut a = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+        let mut b = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+        let x = words(1);
+        let texts = [x.clone(), format!("{x} tail"), words(2)];
+        let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+        let ids: Vec<DocId> = ["p", "q", "r"]
+            .iter()
+            .map(|i| DocId::Str(i.to_string()))
+            .collect();
+        let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 3]);
+        let mut decided = HashMap::new();
+        let Ok(planned) = a.plan(&ids, &signed, &[0, 1, 2], Verb::Check, &mut decided) else {
+            panic!("planning failed");
+        };
+        let keeps: Vec<bool> = planned.iter().map(|(_, _, d)| d.keep).collect();
+        assert_eq!(keeps, [true, false, true], "q was decided against p");
+
+        let other = format!("{x} other");
+        let theirs = b
+            .check_many(&[Text::Str(&other)], vec![Some(DocId::Str("b".into()))])
+            .unwrap();
+        assert!(theirs[0].keep);
+        let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
+            panic!("committing failed");
+        };
+        assert_eq!(left, [0, 1], "p refused, q with it, r committed");
+        assert_eq!(decided.len(), 1);
+        assert_eq!(a.stats().unwrap().conflicts, 2);
+
+        let again = a
+            .check_many(&as_text, ids.iter().cloned().map(Some).collect())
+            .unwrap();
+        let b_id = DocId::Str("b".into());
+        assert_eq!(again[0].dup_of.as_ref(), Some(&b_id), "{:?}", again[0]);
+        assert_eq!(again[1].dup_of.as_ref(), Some(&b_id), "{:?}", again[1]);
+        assert!(again[2].keep);
+
+        let all = a.decisions().unwrap();
+        let order: Vec<&DocId> = all.iter().map(|d| &d.id).collect();
+        let named = |i: &str| DocId::Str(i.to_string());
+        assert_eq!(order, [&b_id, &named("r"), &named("p"), &named("q")]);
+        let text_of = |id: &DocId| match id {
+            DocId::Str(s) if s == "b" => other.clone(),
+            DocId::Str(s) if s == "p" => texts[0].clone(),
+            DocId::Str(s) if s == "q" => texts[1].clone(),
+            _ => texts[2].clone(),
+        };
+        let mut replay = crate::Index::new(settings()).unwrap();
+        for d in &all {
+            let got = replay
+                .check(Text::Str(&text_of(&d.id)), Some(d.id.clone()))
+                .unwrap();
+            assert_eq!(&got, d);
+        }
     }
 
     #[test]

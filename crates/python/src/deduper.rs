@@ -9,9 +9,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use neardup::corpus::Reason;
-use neardup::dedup::{Candidate, Deduper as Core, SampleAddr, Verdict};
-use neardup::keys::{KeysConfig, RowKind, RowRule};
-use neardup::sketch::{NO_KEY, Scratch, Sketcher};
+use neardup::dedup::{SampleAddr, TextDeduper, TextVerdict, Verdict};
+use neardup::keys::{KeysConfig, RowRule};
+use neardup::sketch::Sketcher;
 
 use crate::settings::{Scope, config_from};
 use crate::tables::HotKeys;
@@ -182,19 +182,7 @@ impl Decision {
 
 /// The decision state of an in-memory deduper.
 struct State {
-    sketcher: Sketcher,
-    rule: RowRule,
-    core: Core,
-    /// Only these keys count; every key when `None`.
-    hot: Option<HashSet<u64>>,
-    keep_empty: bool,
-    sign_blank: bool,
-    scratch: Scratch,
-    sig: Vec<u32>,
-    row: Vec<u64>,
-    hot_columns: Vec<bool>,
-    shingles: Vec<u32>,
-    next: u64,
+    texts: TextDeduper,
     /// The `tokenizer=` callable, if one: a text it raised on is not decided.
     tokenizer: Option<neardup::CustomTokenizer>,
 }
@@ -208,110 +196,44 @@ enum Undecided {
 }
 
 impl State {
-    /// Sketches `text` into `self.row` and `self.sig`.
-    fn sketch(&mut self, text: &str) -> (RowKind, u128) {
-        if !self.sign_blank || !self.rule.is_blank(&self.sketcher, text) {
-            let r = self.rule.sketch(
-                &self.sketcher,
-                text,
-                &mut self.scratch,
-                &mut self.sig,
-                &mut self.row,
-            );
-            return (r.kind, r.content_hash);
-        }
-        // lshcurator's Deduper signs whitespace-only texts like any other (band keys are on:
-        // checked when the deduper is made).
-        let bands = self.sketcher.bands();
-        let (band_columns, rest) = self.row.split_at_mut(bands);
-        let info = self
-            .sketcher
-            .sketch(text, &mut self.scratch, &mut self.sig, band_columns);
-        if info.shingles == 0 && self.rule.short_texts == neardup::keys::ShortTextPolicy::ExactOnly
-        {
-            band_columns.fill(NO_KEY);
-        }
-        if let Some(slot) = rest.first_mut() {
-            *slot = neardup::keys::content_key(info.content_hash);
-        }
-        let kind = if info.shingles == 0 {
-            RowKind::Short
-        } else {
-            RowKind::Normal
-        };
-        (kind, info.content_hash)
-    }
-
     fn decide(&mut self, text: &str) -> Result<Decision, Undecided> {
-        let addr = SampleAddr {
-            file: 0,
-            record: self.next,
-            field: 0,
-        };
-        let decision = |keep: bool, reason: Reason| Decision {
+        let record = self.texts.seen();
+        self.texts.sign(text);
+        if crate::tokenizer::has_failed(&self.tokenizer) {
+            // Its sketch is of no tokens: deciding it would change the state for good.
+            return Err(Undecided::Tokenizer);
+        }
+        let verdict = self.texts.decide_signed().map_err(Undecided::Io)?;
+        let decided = Decision {
             file: None,
-            record: addr.record,
+            record,
             field: 0,
             id: None,
-            keep,
-            reason,
+            keep: verdict.keep(),
+            reason: verdict.reason(),
             dup_of_file: None,
             dup_of_record: None,
             dup_of_field: None,
             dup_of_id: None,
             similarity: None,
             cluster_file: None,
-            cluster_record: addr.record,
+            cluster_record: record,
         };
-        let (kind, content_hash) = self.sketch(text);
-        if crate::tokenizer::has_failed(&self.tokenizer) {
-            // Its sketch is of no tokens: deciding it would change the state for good.
-            return Err(Undecided::Tokenizer);
-        }
-        self.next += 1;
-        if kind == RowKind::Blank {
-            return Ok(decision(self.keep_empty, Reason::Empty));
-        }
-        for (hot, key) in self.hot_columns.iter_mut().zip(&self.row) {
-            *hot = *key != NO_KEY && self.hot.as_ref().is_none_or(|h| h.contains(key));
-        }
-        if !self.hot_columns.iter().any(|h| *h) {
-            return Ok(decision(true, Reason::Unique));
-        }
-        let shingles = if self.core.needs_shingles() {
-            self.shingles.clear();
-            self.sketcher
-                .last_shingle_set(&mut self.scratch, &mut self.shingles);
-            Some(self.shingles.as_slice())
-        } else {
-            None
-        };
-        let verdict = self.core.decide(&Candidate {
-            addr,
-            signature: &self.sig,
-            row: &self.row,
-            hot: &self.hot_columns,
-            content_hash,
-            shingles,
-        });
-        if let Some(e) = self.core.take_io_error() {
-            return Err(Undecided::Io(e));
-        }
         Ok(match verdict {
-            Verdict::Unique => decision(true, Reason::Unique),
-            Verdict::Exact { of, cluster } => Decision {
+            TextVerdict::Empty { .. } | TextVerdict::Decided(Verdict::Unique) => decided,
+            TextVerdict::Decided(Verdict::Exact { of, cluster }) => Decision {
                 dup_of_record: Some(of.record),
                 dup_of_field: Some(of.field),
                 similarity: Some(1.0),
                 cluster_record: cluster.record,
-                ..decision(false, Reason::Exact)
+                ..decided
             },
-            Verdict::Near { of, similarity } => Decision {
+            TextVerdict::Decided(Verdict::Near { of, similarity }) => Decision {
                 dup_of_record: Some(of.record),
                 dup_of_field: Some(of.field),
                 similarity: Some(similarity),
                 cluster_record: of.record,
-                ..decision(false, Reason::Near)
+                ..decided
             },
         })
     }
@@ -341,7 +263,6 @@ impl State {
 #[pyclass(frozen, module = "neardup")]
 pub struct Deduper {
     state: Mutex<State>,
-    hot_len: Option<usize>,
     /// The process the deduper was made in.
     pid: u32,
 }
@@ -405,36 +326,20 @@ impl Deduper {
             ));
         }
         let hot = hot_keys.map(|h| hot_set(h, &sketcher, rule)).transpose()?;
-        let core = Core::new(
-            config.deduper_config(),
-            sketcher.num_perm(),
-            sketcher.bands(),
-            rule,
-        )
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let scratch = if core.needs_shingles() {
-            Scratch::collecting_shingle_sets()
-        } else {
-            Scratch::default()
-        };
-        let columns = rule.columns(sketcher.bands());
+        let mut texts =
+            TextDeduper::new(sketcher, rule, config.deduper_config(), config.dedup.empty)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        if let Some(hot) = hot {
+            texts = texts.with_hot_keys(hot);
+        }
+        if sign_blank {
+            texts = texts.signing_blank_texts();
+        }
         crate::tokenizer::watch(&config.sketch.custom_tokenizer);
         Ok(Deduper {
             pid: std::process::id(),
-            hot_len: hot.as_ref().map(|h| h.len()),
             state: Mutex::new(State {
-                sig: vec![0; sketcher.num_perm()],
-                row: vec![0; columns],
-                hot_columns: vec![false; columns],
-                shingles: Vec::new(),
-                sketcher,
-                rule,
-                core,
-                hot,
-                keep_empty: config.dedup.empty == neardup::dedup::EmptyPolicy::Keep,
-                sign_blank,
-                scratch,
-                next: 0,
+                texts,
                 tokenizer: config.sketch.custom_tokenizer.clone(),
             }),
         })
@@ -468,7 +373,7 @@ impl Deduper {
         let text: &str = &text;
         let result = py.detach(|| {
             let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-            state.decide(text).map_err(|e| (e, state.next))
+            state.decide(text).map_err(|e| (e, state.texts.seen()))
         });
         result.map_err(|(e, next)| match e {
             Undecided::Io(e) => crate::errors::os_error(
@@ -495,13 +400,21 @@ impl Deduper {
     /// Texts decided so far.
     #[getter]
     fn seen(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).next
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .texts
+            .seen()
     }
 
     /// Number of keys given as ``hot_keys`` (None when every key counts).
     #[getter]
     fn num_bucket_keys(&self) -> Option<usize> {
-        self.hot_len
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .texts
+            .hot_keys()
     }
 
     /// The decision core's counters: texts checked, comparisons, near and exact duplicates,
@@ -512,7 +425,7 @@ impl Deduper {
             .state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .core
+            .texts
             .stats();
         crate::json_to_py(py, &serde_json::to_value(stats).expect("stats serialise"))
     }

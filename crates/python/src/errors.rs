@@ -130,6 +130,7 @@ pub fn to_py(e: Error) -> PyErr {
             | IndexError::TooManyFiles
             | IndexError::Decisions { .. } => PyValueError::new_err(message),
         },
+        Error::Online(o) => Python::attach(|py| crate::index::index_error(py, o)),
         Error::Dedup(d) => match d {
             DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),
             DedupError::Input(_) | DedupError::Mismatch(_) | DedupError::BadRank(_) => {

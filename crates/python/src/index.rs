@@ -128,7 +128,10 @@ impl IndexDecision {
 /// order (the same decision core: bounded representatives per bucket, verification, first seen
 /// kept, ``dup_of`` named).
 ///
-/// ``store=None`` keeps the index in this process's memory; ``store="redis://HOST:PORT/DB"``
+/// ``store=None`` keeps the index in this process's memory; ``store="PATH"`` opens the saved
+/// index file at PATH into memory (the format of ``neardup dedup --index-out``, so a service can
+/// start from a batch run's index; created when missing; refused, naming the setting, when made
+/// with other settings) and :meth:`save` writes it back; ``store="redis://HOST:PORT/DB"``
 /// keeps it in a Redis server, shared by every process and machine that opens the same
 /// ``namespace`` (default ``"default"``): a check and its insert are one atomic step on the
 /// server, so two producers that see near copies at the same moment never both keep them, and
@@ -197,8 +200,27 @@ fn ids_of(ids: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<DocId
 pub(crate) fn index_error(py: Python<'_>, e: IndexError) -> PyErr {
     let message = e.to_string();
     match e {
-        IndexError::Settings(_) | IndexError::SettingsDiffer { .. } => {
-            PyValueError::new_err(message)
+        IndexError::Settings(_)
+        | IndexError::SettingsDiffer { .. }
+        | IndexError::FileSettingsDiffer { .. }
+        | IndexError::NoPath => PyValueError::new_err(message),
+        IndexError::Save { source, .. } => crate::errors::os_error(py, &source, message),
+        // A saved index that cannot be opened: the exception the same failure of a run's
+        // `--against` gets, with this message.
+        IndexError::File { source, .. } => {
+            use neardup::index::IndexError as Saved;
+            match source {
+                Saved::Io { error, .. } | Saved::Missing { error, .. } => {
+                    crate::errors::os_error(py, &error, message)
+                }
+                Saved::Damaged { .. } | Saved::Version { .. } => {
+                    crate::errors::CorruptFileError::new_err(message)
+                }
+                Saved::Changed { .. } | Saved::Unreadable { .. } => {
+                    crate::errors::InputError::new_err(message)
+                }
+                _ => PyValueError::new_err(message),
+            }
         }
         IndexError::Spill(io) => crate::errors::os_error(py, &io, message),
         IndexError::Unreachable { .. } | IndexError::Lost { .. } | IndexError::Redis { .. } => {
@@ -208,16 +230,20 @@ pub(crate) fn index_error(py: Python<'_>, e: IndexError) -> PyErr {
     }
 }
 
-/// The store `store=` names: `None` (memory) or a `redis://`/`rediss://`/`unix://` URL.
+/// The store `store=` names: `None` (memory), a `redis://`/`rediss://`/`unix://` URL, or the
+/// path of a saved index file (a `str` or an `os.PathLike`).
 fn store_of(store: Option<&Bound<'_, PyAny>>, namespace: Option<&str>) -> PyResult<Store> {
     let Some(store) = store.filter(|s| !s.is_none()) else {
         return Ok(Store::Memory);
     };
     let Ok(url) = store.extract::<String>() else {
-        return Err(PyValueError::new_err(format!(
-            "store={store}: give None (this process's memory) or a Redis URL \
-             (\"redis://HOST:PORT/DB\")"
-        )));
+        return match store.extract::<std::path::PathBuf>() {
+            Ok(path) => file_store(path, namespace),
+            Err(_) => Err(PyValueError::new_err(format!(
+                "store={store}: give None (this process's memory), a Redis URL \
+                 (\"redis://HOST:PORT/DB\") or the path of an index file"
+            ))),
+        };
     };
     if ["redis://", "rediss://", "unix://"]
         .iter()
@@ -228,10 +254,24 @@ fn store_of(store: Option<&Bound<'_, PyAny>>, namespace: Option<&str>) -> PyResu
             namespace: namespace.unwrap_or(DEFAULT_NAMESPACE).to_string(),
         });
     }
-    Err(PyValueError::new_err(format!(
-        "store={url:?}: a saved index file as a store is not supported by this version; give \
-         None (this process's memory) or a Redis URL (\"redis://HOST:PORT/DB\")"
-    )))
+    if url.contains("://") {
+        return Err(PyValueError::new_err(format!(
+            "store={url:?}: give None (this process's memory), a Redis URL \
+             (\"redis://HOST:PORT/DB\") or the path of a local index file"
+        )));
+    }
+    file_store(url.into(), namespace)
+}
+
+fn file_store(path: std::path::PathBuf, namespace: Option<&str>) -> PyResult<Store> {
+    if namespace.is_some() {
+        return Err(PyValueError::new_err(format!(
+            "store={:?} is an index file, which has no namespaces: give namespace= only with a \
+             Redis store",
+            path.display()
+        )));
+    }
+    Ok(Store::File(path))
 }
 
 /// The namespace of a shared store when none is given.
@@ -308,7 +348,7 @@ impl Index {
             .detach(|| Core::open(settings, &store))
             .map_err(|e| index_error(py, e))?;
         let namespace = match &store {
-            Store::Memory => namespace,
+            Store::Memory | Store::File(_) => namespace,
             Store::Redis { namespace, .. } => Some(namespace.clone()),
         };
         Ok(Index {
@@ -443,6 +483,17 @@ impl Index {
             .collect())
     }
 
+    /// Saves the index at ``path`` in the format of ``neardup dedup --index-out`` (so that
+    /// ``neardup dedup --against PATH`` and ``Index(store=PATH)`` use it), atomically: the whole
+    /// index is there or what was there before is. ``path=None`` saves an index opened from a
+    /// file back to it. A path holding anything but a neardup index is refused (``OSError``).
+    /// Returns the bytes written.
+    #[pyo3(signature = (path = None))]
+    fn save(&self, py: Python<'_>, path: Option<std::path::PathBuf>) -> PyResult<u64> {
+        py.detach(|| self.core().save(path.as_deref()))
+            .map_err(|e| index_error(py, e))
+    }
+
     /// The namespace given.
     #[getter]
     fn namespace(&self) -> Option<String> {
@@ -471,6 +522,11 @@ impl Index {
         let core = self.core();
         match &*core {
             Core::Memory(m) => format!("Index(documents={})", m.len()),
+            Core::File(f) => format!(
+                "Index(store={:?}, documents={})",
+                f.path().display().to_string(),
+                f.memory().len()
+            ),
             Core::Redis(r) => format!(
                 "Index(store={:?}, namespace={:?})",
                 r.address(),

@@ -85,5 +85,6 @@ def test_settings_and_servers_refused_with_a_reason(redis_url):
     dead = f"redis://127.0.0.1:{port + 1 if port < 65535 else port - 1}/0"
     with pytest.raises(ConnectionError, match=f"cannot reach the Redis server at {dead}"):
         neardup.Index(dead, namespace="x")
-    with pytest.raises(ValueError, match="a saved index file as a store is not supported"):
-        neardup.Index("some/path.ndx")
+    # Neither a Redis URL nor a local path (the file store is test_index_file.py's).
+    with pytest.raises(ValueError, match="the path of a local index file"):
+        neardup.Index("http://127.0.0.1/index")

@@ -225,6 +225,19 @@ impl Scratch {
             ..Scratch::default()
         }
     }
+
+    /// Whether signing keeps what [`Sketcher::last_shingle_set`] takes (as
+    /// [`Scratch::collecting_shingle_sets`] makes it); see
+    /// [`SignScratch::set_collecting_distinct`].
+    pub fn collects_shingle_sets(&self) -> bool {
+        self.sign.collects_distinct()
+    }
+
+    /// Turns keeping what [`Sketcher::last_shingle_set`] takes on or off
+    /// ([`SignScratch::set_collecting_distinct`]).
+    pub fn set_collecting_shingle_sets(&mut self, on: bool) {
+        self.sign.set_collecting_distinct(on);
+    }
 }
 
 impl Sketcher {
@@ -331,6 +344,31 @@ impl Sketcher {
             .hasher
             .mostly_distinct_hashes(&self.config.shingler, text, sign);
         fingerprint_set(hashes, out, set);
+    }
+
+    /// Hands the shingle hashes of `text`, normalised, to `each` at most `most` at a time
+    /// (repeats kept; their distinct [`crate::fingerprint`]s are [`Sketcher::shingle_set`]),
+    /// without holding them all when the text is signed a piece at a time
+    /// ([`MinHasher::for_each_shingle_hash`]): how a caller builds the set of a text too long for
+    /// its set to be held in memory. Returns the number of shingles.
+    pub fn for_each_shingle_hash(
+        &self,
+        text: &str,
+        scratch: &mut Scratch,
+        most: usize,
+        each: impl FnMut(&[u64]),
+    ) -> usize {
+        let text = self
+            .config
+            .normalizer
+            .normalize_into(text, &mut scratch.norm);
+        self.hasher.for_each_shingle_hash(
+            &self.config.shingler,
+            text,
+            &mut scratch.sign,
+            most,
+            each,
+        )
     }
 
     /// The 128-bit content hash of `text` after normalisation (what [`Sketcher::sketch`] reports

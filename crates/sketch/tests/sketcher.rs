@@ -165,3 +165,47 @@ fn custom_tokenizers_plug_in() {
     assert_eq!(info.shingles, 3);
     assert_eq!(s1, s2, "same word set, same signature");
 }
+
+/// The hashes a long text hands over a few at a time make its shingle set, for texts signed a
+/// piece at a time (oph, fast with characters) and whole (datasketch, words), and signing with a
+/// scratch that stopped collecting gives the same signature.
+#[test]
+fn shingle_hashes_in_pieces_make_the_shingle_set() {
+    let text: String = (0..40_000)
+        .map(|i| format!("Word{} ", (i * 7919) % 3001))
+        .collect();
+    for (scheme, shingler) in [
+        (HashScheme::Oph, Shingler::Chars { k: 5, step: 1 }),
+        (HashScheme::Fast, Shingler::Bytes { k: 7, step: 1 }),
+        (HashScheme::Datasketch, Shingler::Chars { k: 5, step: 1 }),
+        (HashScheme::Oph, Shingler::Words { n: 3, step: 1 }),
+    ] {
+        let sk = Sketcher::new(SketchConfig {
+            scheme,
+            shingler: shingler.clone(),
+            ..fast_config()
+        })
+        .unwrap();
+        let mut scratch = Scratch::collecting_shingle_sets();
+        let mut want = Vec::new();
+        sk.shingle_set(&text, &mut scratch, &mut want);
+        let mut got = Vec::new();
+        let mut most = 0;
+        let shingles = sk.for_each_shingle_hash(&text, &mut scratch, 1000, |hashes| {
+            most = most.max(hashes.len());
+            got.extend(hashes.iter().map(|&h| neardup_sketch::fingerprint(h)));
+        });
+        assert!(most <= 1000, "{scheme:?} {shingler:?}");
+        got.sort_unstable();
+        got.dedup();
+        assert_eq!(got, want, "{scheme:?} {shingler:?}");
+        let mut collected = vec![0u32; 128];
+        sk.signature(&text, &mut scratch, &mut collected);
+        assert!(scratch.collects_shingle_sets());
+        scratch.set_collecting_shingle_sets(false);
+        let mut plain = vec![0u32; 128];
+        let info = sk.signature(&text, &mut scratch, &mut plain);
+        assert_eq!(plain, collected, "{scheme:?} {shingler:?}");
+        assert_eq!(info.shingles, shingles, "{scheme:?} {shingler:?}");
+    }
+}

@@ -57,6 +57,7 @@ from ._native import (
     Sketcher,
     TokenizerError,
 )
+from ._report_types import Report
 from ._settings import DedupSettings, DeduperSettings, Settings, SketchSettings
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ __all__ = [
     "IndexDecision",
     "InputError",
     "KeyTable",
+    "Report",
     "Settings",
     "Signed",
     "Sketcher",
@@ -247,7 +249,7 @@ def dedup(
     *,
     progress: Optional[bool] = None,
     **settings: Unpack[DedupSettings],
-) -> Dict[str, Any]:
+) -> Report:
     """Removes near duplicates from a corpus: the CLI's ``neardup dedup``.
 
     Args:
@@ -307,8 +309,9 @@ def _finish(run, progress: Optional[bool] = None) -> None:
             bars.close()
 
 
-def _report(run, progress: Optional[bool] = None) -> Dict[str, Any]:
-    """The report (a dict) of a native run, once it has ended; its error otherwise."""
+def _report(run, progress: Optional[bool] = None) -> Any:
+    """The report (a dict: a run's :class:`Report`, or a step's) of a native run, once it has
+    ended; its error otherwise."""
     import json
 
     _finish(run, progress)
@@ -514,7 +517,7 @@ def write(
     *,
     progress: Optional[bool] = None,
     **settings: Unpack[DedupSettings],
-) -> Dict[str, Any]:
+) -> Report:
     """Distributed stage 2, per shard (``neardup write TABLE --hot HOT --decided DEC... -o
     OUTPUT --decisions FILE``): re-reads the shard's inputs and writes its part of the filtered
     dataset into ``output`` (a directory the shards share, each publishing its own files under

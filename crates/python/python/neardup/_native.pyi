@@ -8,6 +8,7 @@ import numpy
 import numpy.typing
 from typing_extensions import Unpack
 
+from ._report_types import Report
 from ._settings import DeduperSettings, Settings, SketchSettings
 
 _Path = Union[str, PathLike[str]]
@@ -128,7 +129,7 @@ class DecisionStream(Iterator[Decision]):
     def __iter__(self) -> "DecisionStream": ...
     def __next__(self) -> Decision: ...
     @property
-    def report(self) -> Optional[Dict[str, Any]]:
+    def report(self) -> Optional[Report]:
         """The run report once every decision was taken; None before."""
 
 @final
@@ -216,7 +217,10 @@ class Index:
     of ``neardup dedup`` over the same texts in the same order."""
 
     def __new__(cls, store: Optional[_Path] = None, *, namespace: Optional[str] = None, **settings: Unpack[DeduperSettings]) -> "Index":
-        """store=None: in memory. Settings by name as for Deduper."""
+        """store=None: in memory; a path: a saved index file (``neardup dedup --index-out``'s
+        format; created when missing, refused when made with other settings); a
+        ``redis://HOST:PORT/DB`` URL: a Redis server, shared by every producer of ``namespace``.
+        Settings by name as for Deduper."""
     def check(self, text: Optional[str], id: Optional[_Id] = None) -> IndexDecision:
         """Decides text and adds it when kept; an id checked before gets its first decision."""
     def check_many(self, texts: Iterable[Optional[str]], ids: Optional[Iterable[Optional[_Id]]] = None) -> List[IndexDecision]:
@@ -230,6 +234,10 @@ class Index:
         """Adds text as a kept document without deciding it; returns its id."""
     def insert_many(self, texts: Iterable[str], ids: Optional[Iterable[Optional[_Id]]] = None) -> List[_Id]:
         """insert() for each text, signed in parallel."""
+    def save(self, path: Optional[_Path] = None) -> int:
+        """Saves the index at path (None: the file it was opened from) atomically, in the
+        format ``neardup dedup --against`` reads; never over anything but a neardup index.
+        Returns the bytes written."""
     @property
     def namespace(self) -> Optional[str]:
         """The namespace given."""

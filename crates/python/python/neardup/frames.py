@@ -23,6 +23,7 @@ from . import _native
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from ._report_types import Report
     from ._settings import Settings
 
 __all__ = ["dedup_table", "drop_duplicates", "report_of"]
@@ -285,7 +286,7 @@ def drop_duplicates(
     return (kept, decisions) if with_decisions else kept
 
 
-def report_of(decisions: Any) -> Dict[str, Any]:
+def report_of(decisions: Any) -> Report:
     """The run report of a decisions table :func:`dedup_table` made (a dict, as
     :func:`neardup.dedup` returns it)."""
     return json.loads(decisions.schema.metadata[b"neardup.report"])

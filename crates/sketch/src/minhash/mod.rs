@@ -308,6 +308,13 @@ impl SignScratch {
         self.collect_distinct
     }
 
+    /// Turns collecting on or off (as [`SignScratch::collecting_distinct`] makes it): a caller
+    /// that builds the set of a very long text otherwise ([`MinHasher::for_each_shingle_hash`])
+    /// signs it without keeping its distinct hashes, which take 8 bytes per shingle.
+    pub fn set_collecting_distinct(&mut self, on: bool) {
+        self.collect_distinct = on;
+    }
+
     /// Marks the `hashes` as replaced by another text's (not signed): the next
     /// [`SignScratch::mostly_distinct_hashes`] filters them anew.
     pub(crate) fn hashes_replaced(&mut self) {
@@ -658,6 +665,36 @@ impl MinHasher {
         self.hash_shingles(shingler, text, &mut scratch.hashes);
         scratch.hashes_replaced();
         scratch.mostly_distinct_hashes()
+    }
+
+    /// Hands every shingle hash of `text` (already normalised; repeats kept, text order) to
+    /// `each`, a slice of at most `most` hashes at a time: the hashes of a text too long to hold
+    /// its hashes at once. A text [`MinHasher::sign`] takes a piece at a time is hashed so, so
+    /// that the hashes held at once stay within a piece; other texts (other shinglers and
+    /// schemes) are hashed whole into `scratch` first. Returns the number of shingles.
+    pub fn for_each_shingle_hash(
+        &self,
+        shingler: &Shingler,
+        text: &str,
+        scratch: &mut SignScratch,
+        most: usize,
+        mut each: impl FnMut(&[u64]),
+    ) -> usize {
+        let inner = &*self.inner;
+        let most = most.max(1);
+        if inner.in_pieces(shingler, text) {
+            let n = inner.hash_in_pieces(shingler, text, &mut scratch.hashes, |piece| {
+                piece.chunks(most).for_each(&mut each)
+            });
+            scratch.hashes_replaced();
+            scratch.last_piece_only = true;
+            n
+        } else {
+            self.hash_shingles(shingler, text, &mut scratch.hashes);
+            scratch.hashes_replaced();
+            scratch.hashes.chunks(most).for_each(&mut each);
+            scratch.hashes.len()
+        }
     }
 
     /// Replaces `hashes` with the base hashes of `text`'s shingles, in text order.
