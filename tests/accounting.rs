@@ -683,7 +683,7 @@ fn corrupt_parquet_row_groups_and_pages_cost_only_their_rows() {
             };
             check(&case, &inputs, &run, Some(&dir.join("out")));
             let lost = &stats.unreadable[0];
-            let group = lost.first_record - GROUP_ROWS as u64;
+            let group = lost.lost.first_record - GROUP_ROWS as u64;
             assert!(
                 group > 0 && group < GROUP_ROWS as u64,
                 "{case}: part of the group is read: {lost:?}"
@@ -774,8 +774,8 @@ fn a_file_gone_between_discovery_and_reading_is_listed() {
         assert_eq!(stats.unreadable.len(), 1, "{:?}", stats.unreadable);
         let lost = &stats.unreadable[0];
         assert_eq!(lost.file, gone);
-        assert_eq!((lost.first_record, lost.records), (0, None));
-        assert_eq!(lost.kind, "io");
+        assert_eq!((lost.lost.first_record, lost.lost.records), (0, None));
+        assert_eq!(lost.lost.kind.as_str(), "io");
         assert_eq!(stats.files_unreadable, vec![gone.clone()]);
         assert!(!out.join("gone.jsonl").exists());
         assert!(out.join("good-part-0.jsonl").exists());
@@ -856,7 +856,7 @@ fn apply_reports_a_truncated_stream_without_stage_one_stats() {
     let control = neardup::RunControl::default();
     let r = neardup::apply(&c, &hot, tables.as_slice(), &control, &mut |_| {}).unwrap();
     assert_eq!(r.totals.unreadable.len(), 1);
-    assert_eq!(r.totals.unreadable[0].first_record, delivered);
+    assert_eq!(r.totals.unreadable[0].lost.first_record, delivered);
 }
 
 #[test]

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use crate::config::Config;
 use crate::error::{Error, IndexUseError};
-use crate::pipeline::keys_config;
+use crate::stage_settings::{keys_config, stage2_config};
 
 /// What a run against saved indexes read of them (in the report).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -96,7 +96,7 @@ pub(crate) fn group_start(
         .source()
         .ok_or(Error::IndexUse(IndexUseError::HotKeysInMemory))?;
     let keys = HotKeys::load(path).map_err(Error::KeyFile)?;
-    let cfg = crate::pipeline::stage2_config(config)?;
+    let cfg = stage2_config(config)?;
     let state = index.resolve(
         |k| keys.contains(k) && keys.group_of_row(&[k]) == Some(group),
         &ResolveOptions {
@@ -322,7 +322,7 @@ pub fn complete_index(config: &Config, index: &mut SavedIndex) -> Result<u64, Er
     if exact && !index.has_sketches() {
         return Ok(0);
     }
-    let cfg = crate::pipeline::stage2_config(config)?;
+    let cfg = stage2_config(config)?;
     Ok(index.store_sketches(&ResolveOptions {
         sketcher: &cfg.sketcher,
         rule: cfg.rule,
@@ -344,7 +344,7 @@ pub fn save_index(
     let io = |e: std::io::Error| {
         Error::Index(IndexError::Io {
             path: path.to_path_buf(),
-            source: e,
+            error: e,
         })
     };
     let bytes = index.write_to(&mut file).map_err(io)?;
@@ -374,7 +374,7 @@ pub fn build_index(
     config.validate()?;
     let earlier = load_against(config)?;
     let settings = index_settings(config)?;
-    let shards = ShardTables::open(tables).map_err(crate::pipeline::wrong_tables)?;
+    let shards = ShardTables::open(tables).map_err(crate::error::wrong_tables)?;
     if shards.layout != settings.layout {
         return Err(Error::Index(IndexError::OtherSettings {
             path: tables.first().cloned().unwrap_or_default(),
@@ -412,7 +412,7 @@ pub fn build_index(
     let rows = read_decisions(decisions).map_err(|e| {
         Error::IndexUse(IndexUseError::Decisions {
             path: decisions.to_path_buf(),
-            source: Box::new(e),
+            error: Box::new(e),
         })
     })?;
     let wrong = |mismatch: DecisionsMismatch| {
@@ -529,7 +529,7 @@ pub fn build_index(
     let file = AtomicFile::create(out).map_err(|e| {
         Error::Index(IndexError::Io {
             path: out.to_path_buf(),
-            source: e,
+            error: e,
         })
     })?;
     save_index(&index, out, file, read)

@@ -19,6 +19,7 @@ use neardup_sketch::{
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ConfigError, Error, SettingsFileProblem};
+use crate::limits::{MAX_NUM_PERM, MAX_THREADS};
 
 /// How (bands, rows) are chosen for a threshold when they are not given: the weights of LSH's
 /// false-positive area (pairs below the threshold that become candidates) and false-negative
@@ -80,18 +81,6 @@ impl LshWeights {
         }
     }
 }
-
-/// Most worker threads a run may ask for. Decisions never depend on the thread count, and each
-/// thread holds buffers and chunks in flight, so thousands only cost memory and start-up time
-/// (20,000 threads ran for minutes before doing anything); 0 still means every core, however
-/// many the machine has. Beyond the bound the setting is refused, not clamped: a number that
-/// large is a typo more often than a plan.
-pub const MAX_THREADS: usize = 1024;
-
-/// Widest signature a run may use. Published setups go up to about 9,000 permutations (20 bands
-/// of 450 rows); each representative holds 4 bytes per permutation, and the search for the
-/// optimal bands and rows must stay instant.
-pub const MAX_NUM_PERM: usize = 16384;
 
 /// Everything that defines a run. Every field has a default; see `docs/tuning.md`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

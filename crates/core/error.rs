@@ -11,136 +11,101 @@ use neardup_keys::KeysError;
 
 /// Why a run failed. The CLI maps it to its exit status (`neardup::cli`: 2 for what the
 /// arguments got wrong, 130 when interrupted, 1 otherwise).
-#[derive(Debug)]
+///
+/// Its message holds its causes' (the CLI and the Python package print one line), so
+/// `source()` never returns a cause the message already printed: a variant whose message is
+/// its inner error's passes on that error's source, any other returns none.
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A command-line argument the binary refuses (exit code 2); the library never makes it.
+    #[error("{0}")]
     Usage(String),
     /// Settings the run cannot start with (exit code 2).
+    #[error(transparent)]
     Config(ConfigError),
     /// The run's paths conflict: an output is, holds or would be read back as an input, outputs
     /// collide, or an output cannot be written (exit code 2).
-    Paths(crate::paths::PathConflicts),
+    #[error(transparent)]
+    Paths(crate::path_conflicts::PathConflicts),
     /// Stage 1 failed.
+    #[error("stage 1: {0}")]
     Keys(neardup_keys::KeysError),
     /// Stage 2 failed.
+    #[error("stage 2: {0}")]
     Dedup(neardup_dedup::DedupError),
     /// The inputs cannot be used: an argument that names nothing usable, an unusable input
     /// under `on_error = fail`, or no input file at all.
+    #[error(transparent)]
     Inputs(InputsError),
     /// A file (or standard output) the run reads or writes failed.
+    #[error("{}", op.message(target, error))]
     Io {
         /// Reading, writing or creating.
         op: IoOp,
         /// What was read or written.
         target: IoTarget,
-        /// The system's error.
-        source: io::Error,
+        /// The system's error (in the message).
+        error: io::Error,
     },
     /// Publishing the run's outputs (or beginning to) failed; the error names the file.
+    #[error(transparent)]
     Publish(WriteError),
     /// A key-table or hot-key file given to a step (not made by this run) cannot be used.
+    #[error(transparent)]
     KeyFile(KeysError),
     /// The outputs of an earlier distributed step given to this one are damaged, missing, or
     /// belong to another run (exit code 2: the arguments name the wrong files).
+    #[error(transparent)]
     StepInput(StepInputError),
     /// The run's worker threads could not be started.
+    #[error("cannot start {threads} threads: {error}")]
     Threads {
         /// How many were asked for.
         threads: usize,
-        /// Why not.
-        source: rayon::ThreadPoolBuildError,
+        /// Why not (in the message).
+        error: rayon::ThreadPoolBuildError,
     },
     /// The thread a run was running on ended without its result (it panicked).
+    #[error("{thread} panicked")]
     ThreadLost {
         /// The thread, e.g. "the pipeline thread".
         thread: &'static str,
     },
     /// The evaluation (`neardup eval`) could not run.
+    #[error(transparent)]
     Eval(crate::eval::EvalError),
     /// A saved index (`--against`, `--index-out`, `neardup index`) cannot be made, read or used
     /// (exit code 2 when it was made with other settings or the arguments do not fit it).
+    #[error(transparent)]
     Index(neardup_index::IndexError),
     /// The online index's stores (`neardup index push`/`pull`/`stats` with Redis): a server
     /// that cannot be reached, a namespace with other settings or already holding an index
     /// (exit code 2 for those refusals), a path that is not an index.
+    #[error(transparent)]
     Online(neardup_online::IndexError),
     /// A saved index asked of a step or a run that cannot make or use it (exit code 2).
+    #[error(transparent)]
     IndexUse(IndexUseError),
     /// The bytes of a step's value are damaged, truncated or not neardup's.
+    #[error(transparent)]
     Corrupt(CorruptValue),
     /// The outputs of earlier distributed steps given to this one are not the ones it needs:
     /// another step's, another run's, or not all of them (exit code 2).
+    #[error(transparent)]
     StepOutputs(StepOutputsError),
     /// Key tables or a hot-key file given to a step that do not go with each other or with the
     /// settings (a [`KeysError::Config`] or [`KeysError::Incompatible`]; exit code 2: the
     /// arguments name the wrong files).
+    #[error(transparent)]
     WrongKeyFiles(KeysError),
     /// The run was cancelled (its [`neardup_exec::CancelToken`]; the CLI: a signal) before
     /// its outputs were published; nothing was published and what it wrote was removed
     /// (exit code 130).
+    #[error(
+        "interrupted before the outputs were published; nothing was published and the files \
+         the run had written were removed"
+    )]
     Interrupted,
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Usage(m) => f.write_str(m),
-            Error::Config(e) => e.fmt(f),
-            Error::Paths(e) => e.fmt(f),
-            Error::Corrupt(e) => e.fmt(f),
-            Error::StepOutputs(e) => e.fmt(f),
-            Error::WrongKeyFiles(e) => e.fmt(f),
-            Error::Inputs(e) => e.fmt(f),
-            Error::Io { op, target, source } => match op {
-                IoOp::Read => write!(f, "cannot read {target}: {source}"),
-                IoOp::Write => write!(f, "cannot write {target}: {source}"),
-                IoOp::Create { what } => write!(f, "cannot create {what} {target}: {source}"),
-                IoOp::OpenStream => write!(f, "{target}: {source}"),
-            },
-            Error::Publish(e) => e.fmt(f),
-            Error::KeyFile(e) => e.fmt(f),
-            Error::StepInput(e) => e.fmt(f),
-            Error::Threads { threads, source } => {
-                write!(f, "cannot start {threads} threads: {source}")
-            }
-            Error::ThreadLost { thread } => write!(f, "{thread} panicked"),
-            Error::Eval(e) => e.fmt(f),
-            Error::Index(e) => e.fmt(f),
-            Error::Online(e) => e.fmt(f),
-            Error::IndexUse(e) => e.fmt(f),
-            Error::Interrupted => f.write_str(
-                "interrupted before the outputs were published; nothing was published and the \
-                 files the run had written were removed",
-            ),
-            Error::Keys(e) => write!(f, "stage 1: {e}"),
-            Error::Dedup(e) => write!(f, "stage 2: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Keys(e) | Error::KeyFile(e) | Error::WrongKeyFiles(e) => Some(e),
-            Error::Corrupt(e) => Some(e),
-            Error::Config(e) => Some(e),
-            Error::Paths(e) => Some(e),
-            Error::StepOutputs(e) => Some(e),
-            Error::Dedup(e) => Some(e),
-            Error::Inputs(_) => None,
-            Error::Io { source, .. } => Some(source),
-            Error::Publish(e) => Some(e),
-            Error::StepInput(e) => Some(e),
-            Error::Threads { source, .. } => Some(source),
-            Error::Eval(e) => Some(e),
-            Error::Index(e) => Some(e),
-            Error::Online(e) => Some(e),
-            Error::IndexUse(_)
-            | Error::Usage(_)
-            | Error::ThreadLost { .. }
-            | Error::Interrupted => None,
-        }
-    }
 }
 
 impl From<neardup_online::IndexError> for Error {
@@ -189,6 +154,18 @@ pub enum IoOp {
     OpenStream,
 }
 
+impl IoOp {
+    /// The message of an [`Error::Io`] doing this to `target`.
+    fn message(&self, target: &IoTarget, e: &io::Error) -> String {
+        match self {
+            IoOp::Read => format!("cannot read {target}: {e}"),
+            IoOp::Write => format!("cannot write {target}: {e}"),
+            IoOp::Create { what } => format!("cannot create {what} {target}: {e}"),
+            IoOp::OpenStream => format!("{target}: {e}"),
+        }
+    }
+}
+
 /// What an [`Error::Io`] read or wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum IoTarget {
@@ -215,26 +192,45 @@ impl fmt::Display for IoTarget {
 
 impl Error {
     /// An [`Error::Io`] on the file `path`.
-    pub(crate) fn io(op: IoOp, path: impl Into<PathBuf>, source: io::Error) -> Error {
+    pub(crate) fn io(op: IoOp, path: impl Into<PathBuf>, error: io::Error) -> Error {
         Error::Io {
             op,
             target: IoTarget::Path(path.into()),
-            source,
+            error,
         }
     }
 }
 
 /// Why the inputs cannot be used (an [`Error::Inputs`]).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum InputsError {
     /// Arguments that cannot be used as given (a missing path, a glob without a match, a file
     /// named explicitly whose format is unknown, standard input or a pipe, a name that is not
     /// UTF-8): each with its problem.
+    #[error("{}", problems_listed(.0, "input ", "\ninput "))]
     Unusable(Vec<InputProblem>),
     /// Inputs that could not be used, under `on_error = fail`.
+    #[error(
+        "{} (--on-error fail stops at the first unusable input)",
+        problems_listed(.0, "", "; ")
+    )]
     FailOnProblem(Vec<InputProblem>),
     /// No input file was found; the problems met while looking.
+    #[error("no input files found{}", problems_listed(.0, ": ", "; "))]
     NoneFound(Vec<InputProblem>),
+}
+
+/// Input problems as a message lists them: "{lead}{input}: {message}" joined by `sep`, nothing
+/// when there are none.
+fn problems_listed(problems: &[InputProblem], lead: &str, sep: &str) -> String {
+    if problems.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{}: {}", p.input, p.message))
+        .collect();
+    format!("{lead}{}", each.join(sep))
 }
 
 impl InputsError {
@@ -248,32 +244,6 @@ impl InputsError {
     }
 }
 
-impl fmt::Display for InputsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let listed = |problems: &[InputProblem], sep: &str, prefix: &str| {
-            problems
-                .iter()
-                .map(|p| format!("{prefix}{}: {}", p.input, p.message))
-                .collect::<Vec<_>>()
-                .join(sep)
-        };
-        match self {
-            InputsError::Unusable(p) => f.write_str(&listed(p, "\n", "input ")),
-            InputsError::FailOnProblem(p) => write!(
-                f,
-                "{} (--on-error fail stops at the first unusable input)",
-                listed(p, "; ", "")
-            ),
-            InputsError::NoneFound(p) if p.is_empty() => f.write_str("no input files found"),
-            InputsError::NoneFound(p) => {
-                write!(f, "no input files found: {}", listed(p, "; ", ""))
-            }
-        }
-    }
-}
-
-impl std::error::Error for InputsError {}
-
 /// A distributed step, as errors about its outputs name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepKind {
@@ -283,11 +253,57 @@ pub enum StepKind {
     Decide,
 }
 
+/// How a step and its outputs are named in messages, and who reads them next.
+pub(crate) struct StepNames {
+    /// The step, as errors name it.
+    pub kind: StepKind,
+    /// The step's name ("sign").
+    pub step: &'static str,
+    /// The CLI command.
+    pub command: &'static str,
+    /// The manifest's `format`.
+    pub format: &'static str,
+    /// What the step did to its samples ("signed").
+    pub made: &'static str,
+    /// The step reading its outputs.
+    pub reader: &'static str,
+    /// The steps whose outputs must come from the same hot-key file.
+    pub hot_from: &'static str,
+    /// What one stream is per ("group", "shard").
+    pub unit: &'static str,
+    /// The value's type, for messages about bytes.
+    pub value: &'static str,
+}
+
+pub(crate) const SIGN_STEP: StepNames = StepNames {
+    kind: StepKind::Sign,
+    step: "sign",
+    command: "neardup sign",
+    format: "neardup-sign",
+    made: "signed",
+    reader: "decide",
+    hot_from: "`sign`",
+    unit: "group",
+    value: "SignedShard",
+};
+
+pub(crate) const DECIDE_STEP: StepNames = StepNames {
+    kind: StepKind::Decide,
+    step: "decide",
+    command: "neardup decide",
+    format: "neardup-decide",
+    made: "decided",
+    reader: "write",
+    hot_from: "`sign` and `decide`",
+    unit: "shard",
+    value: "DecidedGroup",
+};
+
 impl StepKind {
-    fn names(self) -> &'static crate::step_values::StepNames {
+    fn names(self) -> &'static StepNames {
         match self {
-            StepKind::Sign => &crate::step_values::SIGN_STEP,
-            StepKind::Decide => &crate::step_values::DECIDE_STEP,
+            StepKind::Sign => &SIGN_STEP,
+            StepKind::Decide => &DECIDE_STEP,
         }
     }
 }
@@ -637,31 +653,38 @@ impl fmt::Display for StepOutputsError {
     }
 }
 
-impl std::error::Error for StepOutputsError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            StepOutputsError::NoManifest { source, .. } => Some(source),
-            StepOutputsError::NotManifest { source, .. } => Some(source),
-            _ => None,
-        }
-    }
-}
+/// Its message prints the error it was made from, so that is not its source (a reporter
+/// printing the chain would show it twice).
+impl std::error::Error for StepOutputsError {}
 
 /// What is wrong with the bytes of a step value (an [`Error::Corrupt`]); `value` is the value's
 /// type as messages name it (`SignedShard`, `DecidedGroup`).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CorruptValue {
     /// The bytes do not begin with a step value's marker.
+    #[error(
+        "these bytes are not a neardup step value (a {}'s to_bytes): they do not begin with its \
+         marker",
+        value.names().value
+    )]
     NotAValue {
         /// The value expected.
         value: StepKind,
     },
     /// The bytes do not end with the value's end marker.
+    #[error(
+        "these {} bytes are truncated: they do not end with the value's end marker",
+        value.names().value
+    )]
     Truncated {
         /// The value expected.
         value: StepKind,
     },
     /// A format version this build does not read.
+    #[error(
+        "these bytes are a step value of format version {found}; this build reads version \
+         {supported}"
+    )]
     Version {
         /// The bytes' version.
         found: u32,
@@ -669,23 +692,36 @@ pub enum CorruptValue {
         supported: u32,
     },
     /// The checksum stored differs from the one computed.
+    #[error(
+        "these {} bytes are damaged: their checksum does not match",
+        value.names().value
+    )]
     Checksum {
         /// The value expected.
         value: StepKind,
     },
     /// A part (`what` it is) runs past the end of the bytes.
+    #[error("these step-value bytes are damaged: {what} runs past their end")]
     RunsPast {
         /// The part, e.g. "the manifest".
         what: &'static str,
     },
     /// The manifest cannot be read.
+    #[error(
+        "these {} bytes hold an unreadable manifest: {error}",
+        value.names().value
+    )]
     Manifest {
         /// The value expected.
         value: StepKind,
-        /// Why not.
-        source: serde_json::Error,
+        /// Why not (in the message).
+        error: serde_json::Error,
     },
     /// Bytes follow the last stream.
+    #[error(
+        "these {} bytes are damaged: {bytes} bytes follow the last stream",
+        value.names().value
+    )]
     TrailingBytes {
         /// The value expected.
         value: StepKind,
@@ -693,6 +729,12 @@ pub enum CorruptValue {
         bytes: usize,
     },
     /// A stream outside the manifest's, or held twice or out of order.
+    #[error(
+        "{origin}: holds a stream for {unit} {index}, and its manifest has {streams} {unit}s (0 \
+         to {}), each once",
+        streams.saturating_sub(1),
+        unit = step.names().unit
+    )]
     StreamIndex {
         /// The value.
         origin: String,
@@ -704,6 +746,11 @@ pub enum CorruptValue {
         streams: u32,
     },
     /// A stream of another length than the manifest records.
+    #[error(
+        "{origin}: the stream of {} {index} holds {held} bytes, and the manifest says \
+         {expected}: it is truncated or altered",
+        step.names().unit
+    )]
     StreamLength {
         /// The value.
         origin: String,
@@ -718,6 +765,12 @@ pub enum CorruptValue {
     },
     /// A step output directory's manifest whose checksum (its `checksum` field) is missing or
     /// differs from the one computed.
+    #[error(
+        "{} is damaged: its checksum does not match its contents (it was altered or written by \
+         an older neardup); run `{}` again",
+        manifest.display(),
+        step.names().command
+    )]
     ManifestChecksum {
         /// The manifest file.
         manifest: PathBuf,
@@ -725,95 +778,11 @@ pub enum CorruptValue {
         step: StepKind,
     },
     /// The value holds no stream.
+    #[error("{origin}: holds none of its streams")]
     NoStreams {
         /// The value.
         origin: String,
     },
-}
-
-impl fmt::Display for CorruptValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            CorruptValue::NotAValue { value } => write!(
-                f,
-                "these bytes are not a neardup step value (a {}'s to_bytes): they do not begin \
-                 with its marker",
-                value.names().value
-            ),
-            CorruptValue::Truncated { value } => write!(
-                f,
-                "these {} bytes are truncated: they do not end with the value's end marker",
-                value.names().value
-            ),
-            CorruptValue::Version { found, supported } => write!(
-                f,
-                "these bytes are a step value of format version {found}; this build reads \
-                 version {supported}"
-            ),
-            CorruptValue::Checksum { value } => write!(
-                f,
-                "these {} bytes are damaged: their checksum does not match",
-                value.names().value
-            ),
-            CorruptValue::ManifestChecksum { manifest, step } => write!(
-                f,
-                "{} is damaged: its checksum does not match its contents (it was altered or \
-                 written by an older neardup); run `neardup {}` again",
-                manifest.display(),
-                step.names().command
-            ),
-            CorruptValue::RunsPast { what } => write!(
-                f,
-                "these step-value bytes are damaged: {what} runs past their end"
-            ),
-            CorruptValue::Manifest { value, source } => write!(
-                f,
-                "these {} bytes hold an unreadable manifest: {source}",
-                value.names().value
-            ),
-            CorruptValue::TrailingBytes { value, bytes } => write!(
-                f,
-                "these {} bytes are damaged: {bytes} bytes follow the last stream",
-                value.names().value
-            ),
-            CorruptValue::StreamIndex {
-                origin,
-                step,
-                index,
-                streams,
-            } => {
-                let unit = step.names().unit;
-                write!(
-                    f,
-                    "{origin}: holds a stream for {unit} {index}, and its manifest has {streams} \
-                     {unit}s (0 to {}), each once",
-                    streams.saturating_sub(1)
-                )
-            }
-            CorruptValue::StreamLength {
-                origin,
-                step,
-                index,
-                held,
-                expected,
-            } => write!(
-                f,
-                "{origin}: the stream of {} {index} holds {held} bytes, and the manifest says \
-                 {expected}: it is truncated or altered",
-                step.names().unit
-            ),
-            CorruptValue::NoStreams { origin } => write!(f, "{origin}: holds none of its streams"),
-        }
-    }
-}
-
-impl std::error::Error for CorruptValue {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            CorruptValue::Manifest { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 /// Settings a run cannot start with (an [`Error::Config`], exit code 2). Settings are named by
@@ -848,7 +817,7 @@ pub enum ConfigError {
     Sketch(neardup_sketch::SketchError),
     /// `--threshold` outside [0, 1].
     Threshold(f64),
-    /// `--num-perm` outside 1 to [`crate::MAX_NUM_PERM`].
+    /// `--num-perm` outside 1 to [`crate::limits::MAX_NUM_PERM`].
     NumPerm(usize),
     /// `--bands` or `--rows` is 0.
     BandsOrRowsZero {
@@ -886,7 +855,7 @@ pub enum ConfigError {
     IndexMinCount(u32),
     /// A run against a saved index, or saving one, with a preference other than input order.
     IndexPrefer,
-    /// More threads than [`crate::MAX_THREADS`].
+    /// More threads than [`crate::limits::MAX_THREADS`].
     Threads(usize),
     /// A run without inputs.
     NoInputs,
@@ -950,7 +919,7 @@ impl fmt::Display for ConfigError {
             ConfigError::NumPerm(n) => write!(
                 f,
                 "--num-perm must be between 1 and {}, got {n}",
-                crate::MAX_NUM_PERM
+                crate::limits::MAX_NUM_PERM
             ),
             ConfigError::BandsOrRowsZero { bands, rows } => write!(
                 f,
@@ -997,7 +966,7 @@ impl fmt::Display for ConfigError {
             ConfigError::Threads(n) => write!(
                 f,
                 "--threads must be at most {} (0 uses every core), got {n}",
-                crate::MAX_THREADS
+                crate::limits::MAX_THREADS
             ),
             ConfigError::NoInputs => f.write_str("no inputs given"),
             ConfigError::NoGroups => f.write_str("--groups must be at least 1"),
@@ -1019,19 +988,13 @@ impl fmt::Display for ConfigError {
     }
 }
 
+/// Its message prints the errors it was made from, so they are not its source (a reporter
+/// printing the chain would show them twice); where the message is the sketch settings' own,
+/// their source is its source.
 impl std::error::Error for ConfigError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ConfigError::File { problem, .. } => match problem {
-                SettingsFileProblem::Read(e) => Some(e),
-                SettingsFileProblem::Toml(e) => Some(e),
-                SettingsFileProblem::Json(e) => Some(e),
-            },
-            ConfigError::KeepChars(e)
-            | ConfigError::Sketch(e)
-            | ConfigError::Bands(e)
-            | ConfigError::Lsh(e) => Some(e),
-            ConfigError::FieldPath(e) => Some(e),
+            ConfigError::Sketch(e) | ConfigError::Lsh(e) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -1044,63 +1007,165 @@ impl From<ConfigError> for Error {
 }
 
 /// A saved index asked of a step or a run that cannot make or use it ([`Error::IndexUse`]).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum IndexUseError {
     /// `--index-out` given to a distributed stage-2 step (`sign`, `decide`, `write`) or to
     /// `apply`, none of which makes an index: `neardup index` makes it from the run's tables and
     /// decisions.
+    #[error(
+        "`{step}` does not save an index (--index-out): make the index of a staged run with \
+         `neardup index` from its key tables and decisions"
+    )]
     NotSaved {
         /// The step.
         step: &'static str,
     },
     /// `--index-out` in one process whose key table spilled past `--memory-limit`.
+    #[error(
+        "--index-out needs stage 1's key table in memory, and this run's table exceeded \
+         --memory-limit: raise the limit, or run the staged steps (`keys`, `hot`, `apply`) and \
+         make the index with `neardup index`"
+    )]
     TableSpilled,
     /// A `hot` step against an index given key tables in memory.
+    #[error(
+        "against a saved index, the hot step counts key-table files (tables in memory are \
+         counted without the index's keys): save the tables and give their files"
+    )]
     TablesInMemory,
     /// A `decide` step against an index given hot keys in memory (a summary holds no keys).
+    #[error(
+        "`decide` against a saved index needs the hot keys themselves: give the hot-key file (a \
+         summary of keys in memory does not hold them)"
+    )]
     HotKeysInMemory,
     /// The decisions file `neardup index` was given cannot be read.
+    #[error("{}: cannot read the decisions: {error}", path.display())]
     Decisions {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: Box<neardup_corpus::ReadError>,
+        /// Why (in the message).
+        error: Box<neardup_corpus::ReadError>,
     },
 }
 
-impl fmt::Display for IndexUseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IndexUseError::NotSaved { step } => write!(
-                f,
-                "`{step}` does not save an index (--index-out): make the index of a staged run \
-                 with `neardup index` from its key tables and decisions"
-            ),
-            IndexUseError::TableSpilled => f.write_str(
-                "--index-out needs stage 1's key table in memory, and this run's table exceeded \
-                 --memory-limit: raise the limit, or run the staged steps (`keys`, `hot`, \
-                 `apply`) and make the index with `neardup index`",
-            ),
-            IndexUseError::TablesInMemory => f.write_str(
-                "against a saved index, the hot step counts key-table files (tables in memory \
-                 are counted without the index's keys): save the tables and give their files",
-            ),
-            IndexUseError::HotKeysInMemory => f.write_str(
-                "`decide` against a saved index needs the hot keys themselves: give the \
-                 hot-key file (a summary of keys in memory does not hold them)",
-            ),
-            IndexUseError::Decisions { path, source } => {
-                write!(f, "{}: cannot read the decisions: {source}", path.display())
-            }
-        }
+/// A publication error as the facade reports it.
+pub(crate) fn publish_error(e: WriteError) -> Error {
+    if e.kind() == "interrupted" {
+        Error::Interrupted
+    } else {
+        Error::Publish(e)
     }
 }
 
-impl std::error::Error for IndexUseError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            IndexUseError::Decisions { source, .. } => Some(source),
-            _ => None,
+/// Tables that are not the ones the hot keys were counted from, or that cannot go together, are
+/// a mistake in the arguments, not a failure of stage 1.
+pub(crate) fn wrong_tables(e: KeysError) -> Error {
+    match e {
+        e @ (KeysError::Config(_) | KeysError::Incompatible(_)) => Error::WrongKeyFiles(e),
+        other => Error::Keys(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neardup_dedup::DedupError;
+    use neardup_index::IndexError;
+    use neardup_keys::Damage;
+
+    /// The message and every source under it, as a reporter printing the chain shows them
+    /// (anyhow's `{:#}`, a Python exception with its `__cause__`s).
+    fn chain(e: &dyn std::error::Error) -> Vec<String> {
+        let mut links = vec![e.to_string()];
+        let mut next = e.source();
+        while let Some(cause) = next {
+            links.push(cause.to_string());
+            next = cause.source();
         }
+        links
+    }
+
+    #[test]
+    fn a_chain_prints_each_cause_once() {
+        let cause = || io::Error::new(io::ErrorKind::NotFound, "the system's cause");
+        let printed = [
+            Error::io(IoOp::Read, "in/a.jsonl", cause()),
+            Error::Keys(KeysError::Io {
+                path: "t/keys-0.ndk".into(),
+                error: cause(),
+            }),
+            Error::KeyFile(KeysError::Io {
+                path: "t/hot.ndh".into(),
+                error: cause(),
+            }),
+            Error::Dedup(DedupError::Spill(cause())),
+            Error::Dedup(DedupError::Step(StepInputError::Read {
+                stream: "signed-0".into(),
+                error: cause(),
+            })),
+            Error::Index(IndexError::Io {
+                path: "run.ndx".into(),
+                error: cause(),
+            }),
+        ];
+        for e in &printed {
+            let text = chain(e).join(": ");
+            assert_eq!(text.matches("the system's cause").count(), 1, "{text}");
+        }
+        // A cause the message does not print stays out of it, and no link repeats the next.
+        let truncated = Error::KeyFile(KeysError::Corrupt {
+            path: Some("t/keys-0.ndk".into()),
+            damage: Damage::Truncated(cause()),
+        });
+        assert_eq!(truncated.to_string(), "t/keys-0.ndk: file is truncated");
+        for e in printed.iter().chain([&truncated]) {
+            let links = chain(e);
+            for pair in links.windows(2) {
+                assert!(!pair[0].contains(&pair[1]), "{links:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn messages_are_those_of_before() {
+        // The messages thiserror builds are the ones the hand-written `Display` built.
+        let e = Error::io(
+            IoOp::Create {
+                what: "the spill directory".into(),
+            },
+            "/tmp/s",
+            io::Error::new(io::ErrorKind::PermissionDenied, "denied"),
+        );
+        assert_eq!(
+            e.to_string(),
+            "cannot create the spill directory /tmp/s: denied"
+        );
+        let e = Error::Keys(KeysError::Io {
+            path: "k.ndk".into(),
+            error: io::Error::other("gone"),
+        });
+        assert_eq!(e.to_string(), "stage 1: k.ndk: gone");
+        assert_eq!(
+            Error::Dedup(DedupError::WriterStopped).to_string(),
+            "stage 2: output error: the output writer stopped"
+        );
+        assert_eq!(
+            Error::ThreadLost {
+                thread: "the pipeline thread"
+            }
+            .to_string(),
+            "the pipeline thread panicked"
+        );
+        // The command is named once (it read "run `neardup neardup sign` again").
+        let e = CorruptValue::ManifestChecksum {
+            manifest: "sig-0/manifest.json".into(),
+            step: StepKind::Sign,
+        };
+        assert_eq!(
+            e.to_string(),
+            "sig-0/manifest.json is damaged: its checksum does not match its contents (it was \
+             altered or written by an older neardup); run `neardup sign` again"
+        );
     }
 }

@@ -49,42 +49,46 @@
 #[cfg(feature = "cli")]
 extern crate self as neardup;
 
+// Modules from the bottom up: each names only those above it.
+mod limits;
+mod path_conflicts;
+mod error;
+mod config;
+mod stage_settings;
+mod step_manifests;
+mod paths;
 pub mod against;
+mod pipeline;
+mod steps;
+mod step_values;
+mod distributed;
 #[cfg(feature = "cli")]
 pub mod cli;
-mod config;
-mod distributed;
-mod error;
-mod paths;
-mod pipeline;
-mod step_values;
-mod steps;
 
 pub use config::{
     Config, CustomTokenizer, DedupSettings, FieldsModeKind, InputSettings, KeysSettings, Layers,
-    LshWeights, MAX_NUM_PERM, MAX_THREADS, MEMORY_ABOVE_LIMIT, MEMORY_PER_THREAD, MemoryPlan,
-    OutputSettings, Preset, RunSettings, ShingleUnit, SketchSettings, UnknownPreset,
-    block_bytes_within, block_memory_within, chunk_bytes_within, decision_memory, memory_floor,
-    threads_within,
+    LshWeights, MEMORY_ABOVE_LIMIT, MEMORY_PER_THREAD, MemoryPlan, OutputSettings, Preset,
+    RunSettings, ShingleUnit, SketchSettings, UnknownPreset, block_bytes_within,
+    block_memory_within, chunk_bytes_within, decision_memory, memory_floor, threads_within,
 };
 pub use distributed::{
-    DecideManifest, DecideReport, DecideSettings, STEP_MANIFEST, SignManifest, SignReport,
-    TableInput, decide, decide_group_dirs, output_dataset_id, publish_output, sign, sign_shard,
-    write_manifest_name, write_shard, write_shard_with,
+    DecideReport, SignReport, TableInput, decide, decide_group_dirs, output_dataset_id,
+    publish_output, sign, sign_shard, write_manifest_name, write_shard, write_shard_with,
 };
 pub use error::{
     ConfigError, CorruptValue, Error, IndexUseError, InputsError, IoOp, IoTarget, SettingChange,
     SettingsFileProblem, StepKind, StepOutputsError,
 };
+pub use limits::{MAX_NUM_PERM, MAX_THREADS};
 pub use neardup_exec::CancelToken;
-pub use paths::{
-    NamedPath, PathConflict, PathConflicts, PreparedDirs, RunPaths, SourceRelation, Unwritable,
-};
+pub use path_conflicts::{NamedPath, PathConflict, PathConflicts, SourceRelation, Unwritable};
+pub use paths::{PreparedDirs, RunPaths};
 pub use pipeline::{
     DecisionStream, KeyTables, NextDecision, Pipeline, Report, ReportPaths, RunControl, Totals,
-    apply, discover_inputs, discover_inputs_and_sources, keys_config, run_threads, save_json,
-    stage2_config,
+    apply, discover_inputs, discover_inputs_and_sources, save_json,
 };
+pub use stage_settings::{keys_config, run_threads, stage2_config};
+pub use step_manifests::{DecideManifest, DecideSettings, STEP_MANIFEST, SignManifest};
 pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};
 pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};
 

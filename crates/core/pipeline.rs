@@ -5,21 +5,20 @@ use std::sync::Arc;
 
 use neardup_corpus::{
     AtomicFile, DiscoverOptions, Discovery, InputFile, InputProblem, OutputOptions, Publication,
-    PublishOptions, WriteError, discover,
+    PublishOptions, UnreadableRange, discover,
 };
 use neardup_dedup::{Decision, DedupStats, Stage2Config, run_dedup_into};
 use neardup_exec::{CancelToken, OnError, Progress, StepControl};
 use neardup_keys::{
-    FileRows, HotKeys, HotMask, KeyTable, KeysConfig, KeysError, KeysOutput, KeysStats,
-    ShardTables, TableLayout, TableStore, UnreadableRange, run_keys,
+    FileRows, HotKeys, HotMask, KeyTable, KeysOutput, KeysStats, ShardTables, TableStore, run_keys,
 };
-use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
 
 use crate::against;
 use crate::config::Config;
-use crate::error::{ConfigError, Error, InputsError, IoOp};
+use crate::error::{ConfigError, Error, InputsError, IoOp, publish_error, wrong_tables};
 use crate::paths::RunPaths;
+use crate::stage_settings::{check_hot_layout, keys_config, stage2_config};
 
 /// Everything a run did, as written to `--report`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -195,7 +194,7 @@ impl Report {
         let unknown: Vec<&UnreadableRange> = t
             .unreadable
             .iter()
-            .filter(|u| u.records.is_none())
+            .filter(|u| u.lost.records.is_none())
             .collect();
         if !unknown.is_empty() {
             let mut files: Vec<&Path> = unknown.iter().map(|u| u.file.as_path()).collect();
@@ -364,15 +363,6 @@ impl RunControl {
     }
 }
 
-/// A publication error as the facade reports it.
-pub(crate) fn publish_error(e: WriteError) -> Error {
-    if e.kind() == "interrupted" {
-        Error::Interrupted
-    } else {
-        Error::Publish(e)
-    }
-}
-
 /// Begins publishing a deduplicating run's outputs (dataset, decisions, report), before any work:
 /// the checks of [`Publication::begin`] run here.
 fn begin_publication(
@@ -456,69 +446,6 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
         .map(|p| format!("{}: {}", p.input, p.message))
         .collect();
     Ok((found, problems))
-}
-
-/// The worker threads a run of `config` uses: `run.threads` (0: one per core), and under
-/// `keys.memory_limit` no more than the limit has room for ([`crate::threads_within`]).
-pub fn run_threads(config: &Config) -> usize {
-    let threads = neardup_exec::ExecOptions::threads(config.run.threads).threads;
-    match config.keys.memory_limit {
-        Some(limit) => crate::config::threads_within(limit, threads),
-        None => threads,
-    }
-}
-
-/// Stage-1 settings from a config.
-pub fn keys_config(config: &Config) -> Result<KeysConfig, Error> {
-    config.validate()?;
-    let sketcher = Sketcher::new(config.sketch_config()?).map_err(ConfigError::Sketch)?;
-    let mut k = KeysConfig::new(sketcher, config.selector()?);
-    k.rule = config.row_rule();
-    k.min_count = config.keys.min_key_count;
-    k.threads = run_threads(config);
-    k.chunk_bytes = match config.keys.memory_limit {
-        Some(limit) => config
-            .keys
-            .chunk_bytes
-            .min(crate::chunk_bytes_within(limit)),
-        None => config.keys.chunk_bytes,
-    };
-    if let Some(limit) = config.keys.memory_limit {
-        let threads = k.threads;
-        k.block_bytes = crate::config::block_bytes_within(limit, threads);
-        k.block_memory = Some(crate::config::block_memory_within(limit));
-    }
-    k.memory_limit = config.keys.memory_limit;
-    k.spill_dir = config.keys.spill_dir.clone();
-    k.on_error = config.run.on_error;
-    Ok(k)
-}
-
-/// Stage-2 settings from a config.
-pub fn stage2_config(config: &Config) -> Result<Stage2Config, Error> {
-    let k = keys_config(config)?;
-    let mut selector = k.selector;
-    selector.rank_field = config.dedup.prefer.rank_field().cloned();
-    Ok(Stage2Config {
-        sketcher: k.sketcher,
-        rule: k.rule,
-        selector,
-        deduper: config.deduper_config(),
-        empty: config.dedup.empty,
-        prefer: config.dedup.prefer.clone(),
-        sort_memory: config.sort_memory(),
-        threads: k.threads,
-        block_bytes: k.block_bytes,
-        block_memory: k.block_memory,
-        on_error: config.run.on_error,
-        output: config.output.dir.as_ref().map(|dir| OutputOptions {
-            dir: dir.clone(),
-            overwrite: config.output.overwrite,
-            max_output_bytes: config.output.max_output_bytes,
-        }),
-        decisions: config.output.decisions.clone(),
-        prior: None,
-    })
 }
 
 /// Key tables as the `hot` and `apply` steps take them: the shards' files, read as streams and
@@ -659,15 +586,6 @@ pub fn apply<'a>(
     }
 }
 
-/// Tables that are not the ones the hot keys were counted from, or that cannot go together, are
-/// a mistake in the arguments, not a failure of stage 1.
-pub(crate) fn wrong_tables(e: KeysError) -> Error {
-    match e {
-        e @ (KeysError::Config(_) | KeysError::Incompatible(_)) => Error::WrongKeyFiles(e),
-        other => Error::Keys(other),
-    }
-}
-
 /// The path checks of stage 2 run apart: outputs against the inputs the tables list and the
 /// tables themselves; returns what [`RunPaths::prepare`] made, held for the run.
 fn check_apply_paths(
@@ -688,19 +606,6 @@ fn check_apply_paths(
     paths.write_config_outputs(config, &inputs);
     paths.check()?;
     paths.prepare()
-}
-
-/// Refuses hot keys (a hot-key file or its summary: `hot` is the layout it records) made with
-/// other sketch or field settings than `config`'s.
-pub(crate) fn check_hot_layout(config: &Config, hot: &TableLayout) -> Result<(), Error> {
-    let layout = keys_config(config)?.layout();
-    if *hot == layout {
-        return Ok(());
-    }
-    Err(ConfigError::HotLayout {
-        differences: hot.setting_differences(&layout),
-    }
-    .into())
 }
 
 fn apply_with_mask(

@@ -23,10 +23,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::distributed::{DecideManifest, DecideSettings, STEP_MANIFEST, SignManifest};
-use crate::error::{CorruptValue, Error, IoOp, IoTarget, StepKind, StepOutputsError};
+use crate::error::{
+    CorruptValue, DECIDE_STEP, Error, IoOp, IoTarget, SIGN_STEP, StepKind, StepNames,
+    StepOutputsError, publish_error,
+};
 use crate::paths::RunPaths;
-use crate::pipeline::publish_error;
+use crate::step_manifests::{
+    DecideManifest, DecideSettings, STEP_FORMAT_VERSION, STEP_MANIFEST, SignManifest,
+};
 
 /// The bytes of one stream, shared by a value, its parts and the steps reading them (no copy).
 #[derive(Clone)]
@@ -43,52 +47,6 @@ impl PartialEq for Shared {
         Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
     }
 }
-
-/// How a step and its outputs are named in messages, and who reads them next.
-pub(crate) struct StepNames {
-    /// The step, as errors name it.
-    pub kind: StepKind,
-    /// The step's name ("sign").
-    pub step: &'static str,
-    /// The CLI command.
-    pub command: &'static str,
-    /// The manifest's `format`.
-    pub format: &'static str,
-    /// What the step did to its samples ("signed").
-    pub made: &'static str,
-    /// The step reading its outputs.
-    pub reader: &'static str,
-    /// The steps whose outputs must come from the same hot-key file.
-    pub hot_from: &'static str,
-    /// What one stream is per ("group", "shard").
-    pub unit: &'static str,
-    /// The value's type, for messages about bytes.
-    pub value: &'static str,
-}
-
-pub(crate) const SIGN_STEP: StepNames = StepNames {
-    kind: StepKind::Sign,
-    step: "sign",
-    command: "neardup sign",
-    format: "neardup-sign",
-    made: "signed",
-    reader: "decide",
-    hot_from: "`sign`",
-    unit: "group",
-    value: "SignedShard",
-};
-
-pub(crate) const DECIDE_STEP: StepNames = StepNames {
-    kind: StepKind::Decide,
-    step: "decide",
-    command: "neardup decide",
-    format: "neardup-decide",
-    made: "decided",
-    reader: "write",
-    hot_from: "`sign` and `decide`",
-    unit: "shard",
-    value: "DecidedGroup",
-};
 
 /// What the manifests of the `sign` and `decide` outputs have in common, checked by the next
 /// step and by the values holding them.
@@ -233,7 +191,7 @@ fn save_manifest_to(
 
 /// Checks that a manifest is its step's, of this version (`origin` names it in the message).
 pub(crate) fn check_format<M: StepManifest>(m: &M, origin: &str) -> Result<(), Error> {
-    if m.format() != (M::STEP.format, crate::distributed::STEP_FORMAT_VERSION) {
+    if m.format() != (M::STEP.format, STEP_FORMAT_VERSION) {
         return Err(Error::StepOutputs(StepOutputsError::OtherFormat {
             step: M::STEP.kind,
             origin: origin.to_string(),
@@ -489,7 +447,7 @@ impl<M: StepManifest> StepValue<M> {
         }
         let len = r.u64("the manifest's length")?;
         let manifest: M = serde_json::from_slice(r.take(len, "the manifest")?)
-            .map_err(|e| Error::Corrupt(CorruptValue::Manifest { value, source: e }))?;
+            .map_err(|e| Error::Corrupt(CorruptValue::Manifest { value, error: e }))?;
         let count = r.u32("the stream count")?;
         let mut streams = Vec::with_capacity(count.min(1 << 16) as usize);
         for _ in 0..count {
@@ -640,7 +598,7 @@ impl StepOutput {
                     .files
                     .as_ref()
                     .map_or(IoTarget::Named("memory"), |f| IoTarget::Path(f.dir.clone())),
-                source: e,
+                error: e,
             })?;
             streams.extend(bytes);
         }
@@ -789,7 +747,7 @@ impl<'a, M: StepManifest> Given<'a, M> {
                 let damaged = |e| Error::Io {
                     op: IoOp::OpenStream,
                     target: IoTarget::Stream(path.display().to_string()),
-                    source: e,
+                    error: e,
                 };
                 RecordReader::new(std::io::BufReader::with_capacity(1 << 20, open()?))
                     .and_then(RecordReader::verify)
@@ -813,7 +771,7 @@ impl<'a, M: StepManifest> Given<'a, M> {
         let reader = RecordReader::new(reader).map_err(|e| Error::Io {
             op: IoOp::OpenStream,
             target: IoTarget::Stream(name.clone()),
-            source: e,
+            error: e,
         })?;
         Ok((name, reader))
     }
@@ -946,7 +904,7 @@ mod tests {
     fn manifest(bytes: Vec<u64>) -> SignManifest {
         SignManifest {
             format: "neardup-sign".into(),
-            format_version: crate::distributed::STEP_FORMAT_VERSION,
+            format_version: STEP_FORMAT_VERSION,
             hot: 7,
             place: ShardPlace {
                 shard: 3,

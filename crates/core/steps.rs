@@ -19,11 +19,11 @@ use neardup_keys::{
 use serde::{Deserialize, Serialize};
 
 use crate::Config;
+use crate::error::publish_error;
 use crate::error::{ConfigError, Error};
 use crate::paths::RunPaths;
-use crate::pipeline::{
-    KeyTables, RunControl, discover_inputs_and_sources, keys_config, publish_error, save_json_to,
-};
+use crate::pipeline::{KeyTables, RunControl, discover_inputs_and_sources, save_json_to};
+use crate::stage_settings::keys_config;
 
 /// What the `keys` step did (the JSON of `neardup keys --report`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -314,7 +314,7 @@ impl<'a> HotStep<'a> {
                 .build()
                 .map_err(|e| Error::Threads {
                     threads: n,
-                    source: e,
+                    error: e,
                 })?
                 .install(work),
         }

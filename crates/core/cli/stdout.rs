@@ -38,12 +38,12 @@ impl ToStdout {
         let dir = base.join(format!(".neardup-stdout-{}-{nanos:09}", std::process::id()));
         std::fs::create_dir_all(&base)
             .and_then(|()| std::fs::create_dir(&dir))
-            .map_err(|source| Error::Io {
+            .map_err(|error| Error::Io {
                 op: IoOp::Create {
                     what: "the directory of what goes to standard output".into(),
                 },
                 target: IoTarget::Path(dir.clone()),
-                source,
+                error,
             })?;
         let file = dir.join(name);
         *path = Some(file.clone());
@@ -52,10 +52,10 @@ impl ToStdout {
 
     /// Copies the file to stdout. A reader that stopped early (`| head`) ends it quietly.
     pub(crate) fn send(self) -> Result<(), Error> {
-        let read = |source| Error::Io {
+        let read = |error| Error::Io {
             op: IoOp::Read,
             target: IoTarget::Path(self.file.clone()),
-            source,
+            error,
         };
         let mut file = std::fs::File::open(&self.file).map_err(read)?;
         let mut out = std::io::stdout().lock();
@@ -63,7 +63,7 @@ impl ToStdout {
             Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Io {
                 op: IoOp::Write,
                 target: IoTarget::Stdout,
-                source: e,
+                error: e,
             }),
             _ => Ok(()),
         }

@@ -278,7 +278,7 @@ pub(crate) fn answer(text: &str) -> Result<(), Error> {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Io {
             op: IoOp::Write,
             target: IoTarget::Stdout,
-            source: e,
+            error: e,
         }),
         _ => Ok(()),
     }

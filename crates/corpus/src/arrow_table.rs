@@ -26,7 +26,7 @@ use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::block::{BlockData, DiskShare, ReadOptions};
-use crate::error::ReadError;
+use crate::error::{ReadError, ReadErrorKind};
 use crate::format::{Compression, Format, InputFile};
 
 /// One pass over a stream's batches, or why a batch could not be read.
@@ -201,7 +201,7 @@ impl ArrowSource {
         let rows = lookup(&file.path).ok_or_else(|| {
             ReadError::new(
                 &file.path,
-                "io",
+                ReadErrorKind::Io,
                 None,
                 "the in-memory table is no longer registered (it was released before the run ended)",
             )
@@ -211,7 +211,7 @@ impl ArrowSource {
             Rows::Stream { open, .. } => Batches::Stream(open().map_err(|e| {
                 ReadError::new(
                     &file.path,
-                    "io",
+                    ReadErrorKind::Io,
                     None,
                     format!("cannot open the stream: {e}"),
                 )
@@ -241,7 +241,7 @@ impl ArrowSource {
             Batches::Stream(stream) => Some(stream.next()?.map_err(|e| {
                 ReadError::new(
                     &self.path,
-                    "io",
+                    ReadErrorKind::Io,
                     Some(format!("row {}", self.delivered)),
                     format!("cannot read the stream: {e}"),
                 )

@@ -5,7 +5,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::error::{ReadError, WriteError};
+use crate::error::{ReadError, ReadErrorKind, WriteError};
 use crate::publish::AtomicFile;
 use arrow_array::builder::{
     BooleanBuilder, Float64Builder, StringBuilder, UInt32Builder, UInt64Builder,
@@ -440,18 +440,18 @@ pub fn read_decisions(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
 }
 
 fn read_jsonl(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
-    let f = neardup_storage::file::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
+    let f = neardup_storage::file::open(path).map_err(|e| ReadError::from_io(path, None, e))?;
     let mut out = Vec::new();
     for (i, line) in BufReader::new(f).lines().enumerate() {
         let line =
-            line.map_err(|e| ReadError::from_io(path, Some(format!("line {}", i + 1)), &e))?;
+            line.map_err(|e| ReadError::from_io(path, Some(format!("line {}", i + 1)), e))?;
         if line.trim().is_empty() {
             continue;
         }
         let row = serde_json::from_str(&line).map_err(|e| {
             ReadError::new(
                 path,
-                "malformed_decision",
+                ReadErrorKind::MalformedDecision,
                 Some(format!("line {}", i + 1)),
                 e.to_string(),
             )
@@ -470,13 +470,13 @@ fn read_parquet(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
                         neardup_storage::StorageError::not_found(&url, "no such object")
                     })
                 })
-                .map_err(|e| ReadError::from_io(path, None, &e.into_unnamed_io()))?;
+                .map_err(|e| ReadError::from_io(path, None, e.into_unnamed_io()))?;
             let object = neardup_storage::ObjectRanges::open(&url, size)
-                .map_err(|e| ReadError::from_io(path, None, &e.into_unnamed_io()))?;
+                .map_err(|e| ReadError::from_io(path, None, e.into_unnamed_io()))?;
             parquet_rows(path, object)
         }
         None => {
-            let f = std::fs::File::open(path).map_err(|e| ReadError::from_io(path, None, &e))?;
+            let f = std::fs::File::open(path).map_err(|e| ReadError::from_io(path, None, e))?;
             parquet_rows(path, f)
         }
     }
@@ -486,8 +486,9 @@ fn parquet_rows<T: parquet::file::reader::ChunkReader + 'static>(
     path: &Path,
     input: T,
 ) -> Result<Vec<OwnedDecisionRow>, ReadError> {
-    let corrupt =
-        |e: &dyn std::fmt::Display| ReadError::new(path, "corrupt_parquet", None, e.to_string());
+    let corrupt = |e: &dyn std::fmt::Display| {
+        ReadError::new(path, ReadErrorKind::CorruptParquet, None, e.to_string())
+    };
     let reader = ParquetRecordBatchReaderBuilder::try_new(input)
         .map_err(|e| corrupt(&e))?
         .build()
@@ -497,13 +498,18 @@ fn parquet_rows<T: parquet::file::reader::ChunkReader + 'static>(
         let batch = batch.map_err(|e| corrupt(&e))?;
         let col = |name: &str| -> Result<&ArrayRef, ReadError> {
             batch.column_by_name(name).ok_or_else(|| {
-                ReadError::new(path, "schema_mismatch", None, format!("no column {name:?}"))
+                ReadError::new(
+                    path,
+                    ReadErrorKind::SchemaMismatch,
+                    None,
+                    format!("no column {name:?}"),
+                )
             })
         };
         let mismatch = |name: &str| {
             ReadError::new(
                 path,
-                "schema_mismatch",
+                ReadErrorKind::SchemaMismatch,
                 None,
                 format!("column {name:?} has an unexpected type"),
             )
@@ -551,7 +557,7 @@ fn parquet_rows<T: parquet::file::reader::ChunkReader + 'static>(
             let r = Reason::parse(reason.value(i)).ok_or_else(|| {
                 ReadError::new(
                     path,
-                    "malformed_decision",
+                    ReadErrorKind::MalformedDecision,
                     Some(format!("row {}", out.len())),
                     format!("unknown reason {:?}", reason.value(i)),
                 )

@@ -13,7 +13,7 @@ use crate::block::{
     emit_record, reuse_vec,
 };
 use crate::chunk::{Chunk, ChunkRange};
-use crate::error::ReadError;
+use crate::error::{ReadError, ReadErrorKind};
 use crate::format::{Compression, InputFile};
 use crate::json::{self, DecodedStrings, Slot};
 use crate::select::TextSelector;
@@ -103,7 +103,7 @@ impl JsonlSource {
             ref other => {
                 return Err(ReadError::new(
                     &file.path,
-                    "invalid_chunk",
+                    ReadErrorKind::InvalidChunk,
                     None,
                     format!("a chunk of {other} (end exclusive) does not apply to this JSONL file"),
                 )
@@ -111,7 +111,7 @@ impl JsonlSource {
             }
         };
         // Nothing of the chunk is read: how many lines it holds cannot be known.
-        let io_err = |e: &std::io::Error| {
+        let io_err = |e: std::io::Error| {
             ReadError::from_io(&file.path, None, e).losing(0, None, None, Some(start))
         };
         // Whether `start` is a line start depends on the byte before it.
@@ -127,19 +127,19 @@ impl JsonlSource {
             Some(url) => {
                 let hint_end = end.saturating_add(LOOKAHEAD as u64);
                 let object = ObjectReader::open(&url, file.size, pos, hint_end)
-                    .map_err(|e| io_err(&crate::parquet_read::object_io_error(e)))?;
+                    .map_err(|e| io_err(crate::parquet_read::object_io_error(e)))?;
                 decoder(
                     counted(Box::new(object) as Box<dyn Read + Send>),
                     file.compression,
                 )
-                .map_err(|e| io_err(&e))?
+                .map_err(&io_err)?
             }
             None => {
-                let mut f = File::open(&file.path).map_err(|e| io_err(&e))?;
+                let mut f = File::open(&file.path).map_err(&io_err)?;
                 if pos > 0 {
-                    f.seek(SeekFrom::Start(pos)).map_err(|e| io_err(&e))?;
+                    f.seek(SeekFrom::Start(pos)).map_err(&io_err)?;
                 }
-                decoder(counted(Box::new(f)), file.compression).map_err(|e| io_err(&e))?
+                decoder(counted(Box::new(f)), file.compression).map_err(io_err)?
             }
         };
         // Chunks of a file cut at line starts cover it whole; a whole-file chunk is all of it.
@@ -198,20 +198,23 @@ impl JsonlSource {
             "chunk-local record {} (decompressed byte {})",
             self.record, self.pos
         );
-        let err = ReadError::from_io(&self.path, Some(location), &e);
-        let message = match err.kind() {
-            "truncated" => {
+        let kind = ReadErrorKind::of_io(&e);
+        let message = match kind {
+            ReadErrorKind::Truncated => {
                 format!("the compressed stream ends early, at decompressed byte {at} ({e})")
             }
-            "corrupt" => format!("invalid compressed data at decompressed byte {at} ({e})"),
+            ReadErrorKind::Corrupt => {
+                format!("invalid compressed data at decompressed byte {at} ({e})")
+            }
             _ => format!("reading failed at byte {at} ({e})"),
         };
         Some(Err(ReadError::new(
             &self.path,
-            err.kind(),
-            err.location().map(str::to_string),
+            kind,
+            Some(location),
             message,
         )
+        .caused_by(e)
         .losing(self.record, None, None, Some(self.pos))))
     }
 

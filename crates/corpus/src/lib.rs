@@ -70,7 +70,7 @@ pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_
 pub use discover::{
     DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, SourceLink, discover,
 };
-pub use error::{ReadError, Unreadable, WriteError};
+pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
 pub use picked::{RecordPlace, RecordSpan, read_records, read_records_whole};
 pub use publish::{

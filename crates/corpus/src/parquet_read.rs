@@ -28,7 +28,7 @@ use crate::block::{
     emit_record, reuse_vec,
 };
 use crate::chunk::{Chunk, ChunkRange};
-use crate::error::{ReadError, Unreadable};
+use crate::error::{ReadError, ReadErrorKind, Unreadable};
 use crate::format::InputFile;
 use crate::select::{FieldPath, TextSelector};
 
@@ -48,10 +48,10 @@ impl ParquetBytes {
         match file.object_url() {
             Some(url) => ObjectRanges::open(&url, file.size)
                 .map(ParquetBytes::Object)
-                .map_err(|e| ReadError::from_io(&file.path, None, &object_io_error(e))),
+                .map_err(|e| ReadError::from_io(&file.path, None, object_io_error(e))),
             None => File::open(&file.path)
                 .map(ParquetBytes::File)
-                .map_err(|e| ReadError::from_io(&file.path, None, &e)),
+                .map_err(|e| ReadError::from_io(&file.path, None, e)),
         }
     }
 
@@ -102,12 +102,15 @@ pub(crate) fn read_footer(file: &InputFile) -> Result<(ParquetBytes, ParquetMeta
     };
     let meta = parsed.map_err(|e| match e {
         // A failed request is no sign of a corrupt file.
-        parquet::errors::ParquetError::External(inner) => {
-            ReadError::new(path, "storage", Some("footer".into()), inner.to_string())
-        }
+        parquet::errors::ParquetError::External(inner) => ReadError::new(
+            path,
+            ReadErrorKind::Storage,
+            Some("footer".into()),
+            inner.to_string(),
+        ),
         e => ReadError::new(
             path,
-            "corrupt_parquet",
+            ReadErrorKind::CorruptParquet,
             Some("footer".into()),
             format!("unreadable footer ({e})"),
         ),
@@ -119,7 +122,14 @@ pub(crate) fn read_footer(file: &InputFile) -> Result<(ParquetBytes, ParquetMeta
 pub(crate) fn load(file: &InputFile) -> Result<(ParquetBytes, ArrowReaderMetadata), ReadError> {
     let (f, meta) = read_footer(file)?;
     let arrow = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::default())
-        .map_err(|e| ReadError::new(&file.path, "schema_mismatch", None, e.to_string()))?;
+        .map_err(|e| {
+            ReadError::new(
+                &file.path,
+                ReadErrorKind::SchemaMismatch,
+                None,
+                e.to_string(),
+            )
+        })?;
     Ok((f, arrow))
 }
 
@@ -224,7 +234,7 @@ impl ParquetSource {
             ref other => {
                 return Err(ReadError::new(
                     path,
-                    "invalid_chunk",
+                    ReadErrorKind::InvalidChunk,
                     None,
                     format!(
                         "a chunk of {other} (end exclusive) does not fit a Parquet file of {n} row groups"
@@ -267,7 +277,7 @@ impl ParquetSource {
             .map_err(|e| {
                 ReadError::new(
                     path,
-                    "schema_mismatch",
+                    ReadErrorKind::SchemaMismatch,
                     None,
                     format!("schema not readable as Arrow ({e})"),
                 )
@@ -354,10 +364,10 @@ impl ParquetSource {
         let file = self
             .file
             .try_clone()
-            .map_err(|e| ReadError::from_io(&self.path, Some(self.location()), &e))?;
+            .map_err(|e| ReadError::from_io(&self.path, Some(self.location()), e))?;
         file.prefetch(self.meta.metadata(), self.current.index, &decoding.leaves)
             .map_err(|e| {
-                ReadError::from_io(&self.path, Some(self.location()), &object_io_error(e))
+                ReadError::from_io(&self.path, Some(self.location()), object_io_error(e))
             })?;
         let builder = match file {
             ParquetBytes::File(f) => {
@@ -380,7 +390,7 @@ impl ParquetSource {
         builder.map_err(|e| {
             ReadError::new(
                 &self.path,
-                "corrupt_parquet",
+                ReadErrorKind::CorruptParquet,
                 Some(self.location()),
                 format!("corrupt column data ({e})"),
             )
@@ -439,19 +449,19 @@ impl ParquetSource {
                             let e = ReadError::from_io(
                                 &self.path,
                                 Some(self.location()),
-                                &object_io_error(failure),
+                                object_io_error(failure),
                             );
                             return Some(Err(self.group_failed(e)));
                         }
                         let kind = match &e {
                             ArrowError::SchemaError(_) | ArrowError::CastError(_) => {
-                                "schema_mismatch"
+                                ReadErrorKind::SchemaMismatch
                             }
-                            ArrowError::IoError(..) => "io",
-                            _ => "corrupt_parquet",
+                            ArrowError::IoError(..) => ReadErrorKind::Io,
+                            _ => ReadErrorKind::CorruptParquet,
                         };
                         let message = match kind {
-                            "corrupt_parquet" => format!("corrupt column data ({e})"),
+                            ReadErrorKind::CorruptParquet => format!("corrupt column data ({e})"),
                             _ => e.to_string(),
                         };
                         let e = ReadError::new(&self.path, kind, Some(self.location()), message);

@@ -14,7 +14,7 @@ use neardup_storage::ObjectUrl;
 
 use crate::block::{Block, BlockData, Picked, ReadOptions, buffers};
 use crate::chunk::Chunk;
-use crate::error::{ReadError, Unreadable};
+use crate::error::{ReadError, ReadErrorKind, Unreadable};
 use crate::format::{Compression, Format, InputFile};
 use crate::read::{ChunkReader, reread_chunk};
 
@@ -135,7 +135,7 @@ impl PickedLines {
             if !in_place {
                 return Err(ReadError::new(
                     &self.path,
-                    "changed",
+                    ReadErrorKind::Changed,
                     Some(format!("chunk-local record {}", p.record)),
                     format!(
                         "bytes {} to {} no longer hold one line: the file changed since its \
@@ -195,7 +195,7 @@ impl PickedSource {
             failed = Some(
                 ReadError::new(
                     &file.path,
-                    "invalid_chunk",
+                    ReadErrorKind::InvalidChunk,
                     None,
                     "only an uncompressed JSONL file can be read by the places of its records",
                 )
@@ -207,7 +207,7 @@ impl PickedSource {
             None if failed.is_none() => match File::open(&file.path) {
                 Ok(f) => (Some(Bytes::File(f)), LOCAL_GAP),
                 Err(e) => {
-                    failed = Some(ReadError::from_io(&file.path, None, &e).losing(
+                    failed = Some(ReadError::from_io(&file.path, None, e).losing(
                         0,
                         None,
                         None,
@@ -307,7 +307,7 @@ impl PickedSource {
             let e = ReadError::from_io(
                 &self.path,
                 Some(format!("chunk-local record {}", self.record)),
-                &e,
+                e,
             )
             .losing(self.record, None, None, Some(self.offset));
             self.failed = Some(e);
@@ -336,7 +336,7 @@ impl PickedSource {
                         self.failed = Some(
                             ReadError::new(
                                 &self.path,
-                                "changed",
+                                ReadErrorKind::Changed,
                                 Some(format!("chunk-local record {r}")),
                                 format!(
                                     "bytes {} to {} no longer hold one line: the file changed \
@@ -520,9 +520,9 @@ mod tests {
         let picks = vec![places[5]];
         let got: Vec<_> = read_records(&file, &chunk, span, picks.clone(), 8 << 10).collect();
         let err = got.into_iter().find_map(Result::err).expect("an error");
-        assert_eq!(err.kind(), "changed");
+        assert_eq!(err.kind(), ReadErrorKind::Changed);
         let got: Vec<_> = read_records_whole(&file, &chunk, &opts, &[], picks).collect();
         let err = got.into_iter().find_map(Result::err).expect("an error");
-        assert_eq!(err.kind(), "changed");
+        assert_eq!(err.kind(), ReadErrorKind::Changed);
     }
 }

@@ -126,7 +126,7 @@ fn empty_and_whitespace_texts_pass_through_blank_lines_do_not() {
 fn check_truncated(name: &str) {
     let (got, records, err) = read_bad(name);
     let err = err.expect("a truncated stream is an error");
-    assert_eq!(err.kind(), "truncated", "{err}");
+    assert_eq!(err.kind().as_str(), "truncated", "{err}");
     assert!(err.to_string().contains(name), "{err}");
     assert!(
         err.to_string().contains(&format!("record {records}")),
@@ -158,7 +158,7 @@ fn not_gzip_is_corrupt() {
     let (got, records, err) = read_bad("not_gzip.jsonl.gz");
     assert!(got.is_empty());
     assert_eq!(records, 0);
-    assert_eq!(err.unwrap().kind(), "corrupt");
+    assert_eq!(err.unwrap().kind().as_str(), "corrupt");
 }
 
 #[test]
@@ -172,7 +172,7 @@ fn corrupt_parquet_footer() {
     assert!(got.is_empty());
     assert_eq!(records, 0);
     let err = err.unwrap();
-    assert_eq!(err.kind(), "corrupt_parquet");
+    assert_eq!(err.kind().as_str(), "corrupt_parquet");
     assert!(err.to_string().contains("footer"), "{err}");
 }
 
@@ -193,7 +193,7 @@ fn corrupt_parquet_page_loses_only_its_row_group() {
     assert_eq!(got[100].id.as_deref(), Some("200"));
     assert_eq!(errors.len(), 1);
     let err = &errors[0];
-    assert_eq!(err.kind(), "corrupt_parquet");
+    assert_eq!(err.kind().as_str(), "corrupt_parquet");
     assert!(err.to_string().contains("row group 1"), "{err}");
     let lost = err.unreadable();
     assert_eq!(
@@ -206,7 +206,7 @@ fn corrupt_parquet_page_loses_only_its_row_group() {
     let mut outcomes = Vec::new();
     for c in &chunks {
         let (got, records, err) = read_all(&f, c, &o, 0);
-        outcomes.push((got.len(), records, err.map(|e| e.kind())));
+        outcomes.push((got.len(), records, err.map(|e| e.kind().as_str())));
     }
     assert_eq!(
         outcomes,
@@ -254,7 +254,7 @@ fn missing_and_unreadable_paths() {
         &opts(selector(&["text"], None), Projection::TextOnly, 1024),
         0,
     );
-    assert_eq!(err.unwrap().kind(), "io");
+    assert_eq!(err.unwrap().kind().as_str(), "io");
 
     // chmod 000: only meaningful when not running with privileges that ignore it (root).
     let locked = dir.path().join("locked.jsonl");
@@ -274,7 +274,7 @@ fn missing_and_unreadable_paths() {
     } else {
         assert!(got.is_empty());
         let err = err.unwrap();
-        assert_eq!(err.kind(), "io");
+        assert_eq!(err.kind().as_str(), "io");
         assert!(err.to_string().contains("locked.jsonl"));
     }
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o644)).unwrap();

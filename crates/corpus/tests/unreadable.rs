@@ -131,7 +131,7 @@ fn a_corrupt_row_group_costs_its_rows_and_reading_goes_on() {
     assert_eq!(lost.first_record, 2 * GROUP_ROWS as u64);
     assert_eq!(lost.records, Some(GROUP_ROWS as u64));
     assert_eq!(lost.row_group, Some(2));
-    assert_eq!(lost.kind, "corrupt_parquet");
+    assert_eq!(lost.kind.as_str(), "corrupt_parquet");
     assert!(lost.reason.starts_with("corrupt column data"), "{lost:?}");
     // Records keep their numbers in the file: the row after the loss is row 1200.
     let after = &got[2 * GROUP_ROWS];
@@ -321,7 +321,7 @@ fn a_file_that_cannot_be_opened_loses_everything_uncounted() {
             read_all_errors(&f, &whole(0), &text_opts(Projection::TextOnly, 4096), 0);
         assert_eq!(records, 0);
         assert_eq!(errors.len(), 1, "{name}");
-        assert_eq!(errors[0].kind(), "io", "{name}");
+        assert_eq!(errors[0].kind().as_str(), "io", "{name}");
         let lost = errors[0].unreadable();
         assert_eq!((lost.first_record, lost.records), (0, None), "{name}");
     }

@@ -31,12 +31,11 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read};
 use std::path::PathBuf;
 
 use hashbrown::HashSet;
-use neardup_corpus::{AtomicFile, Publication};
+use neardup_corpus::Publication;
 use neardup_exec::{CancelToken, ExecOptions, StepControl};
 use neardup_keys::{
     FileRows, HotKeys, HotMask, HotRowGroups, RowKind, RowRule, ShardPlace, content_key,
@@ -56,97 +55,7 @@ use crate::prior::PriorState;
 use crate::rank_order::RecordSorter;
 use crate::route::{HotRoute, HotSample, wrong_route};
 use crate::stage::run_stage2;
-
-/// Where one stream of a step goes: a file being published, or memory (for schedulers that pass
-/// the steps' values as bytes).
-pub struct StepSink {
-    target: Target,
-    bytes: u64,
-}
-
-enum Target {
-    File(BufWriter<AtomicFile>),
-    Memory(Vec<u8>),
-    Scratch(BufWriter<File>),
-}
-
-impl StepSink {
-    /// A sink writing to `file` (a file of a [`neardup_corpus::Publication`], committed by
-    /// [`StepSink::finish`]).
-    pub fn file(file: AtomicFile) -> StepSink {
-        StepSink {
-            target: Target::File(BufWriter::with_capacity(1 << 20, file)),
-            bytes: 0,
-        }
-    }
-
-    /// A sink writing to a scratch file (a one-process run's own steps, [`crate::run_dedup`]
-    /// with a preference), read back through another handle of the file.
-    pub(crate) fn scratch(file: File) -> StepSink {
-        StepSink {
-            target: Target::Scratch(BufWriter::with_capacity(1 << 20, file)),
-            bytes: 0,
-        }
-    }
-
-    /// A sink collecting the bytes in memory.
-    pub fn memory() -> StepSink {
-        StepSink {
-            target: Target::Memory(Vec::new()),
-            bytes: 0,
-        }
-    }
-
-    /// Bytes written so far.
-    pub fn bytes(&self) -> u64 {
-        self.bytes
-    }
-
-    /// Flushes and commits a file (marking it ready to publish); returns the bytes of a memory
-    /// sink.
-    pub fn finish(self) -> io::Result<Option<Vec<u8>>> {
-        match self.target {
-            Target::File(w) => {
-                let file = w.into_inner().map_err(|e| e.into_error())?;
-                file.commit()?;
-                Ok(None)
-            }
-            Target::Memory(bytes) => Ok(Some(bytes)),
-            Target::Scratch(mut w) => {
-                w.flush()?;
-                Ok(None)
-            }
-        }
-    }
-}
-
-impl Write for StepSink {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = match &mut self.target {
-            Target::File(w) => w.write(buf)?,
-            Target::Memory(v) => v.write(buf)?,
-            Target::Scratch(w) => w.write(buf)?,
-        };
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match &mut self.target {
-            Target::File(w) => w.write_all(buf)?,
-            Target::Memory(v) => v.write_all(buf)?,
-            Target::Scratch(w) => w.write_all(buf)?,
-        }
-        self.bytes += buf.len() as u64;
-        Ok(())
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match &mut self.target {
-            Target::File(w) => w.flush(),
-            Target::Memory(_) => Ok(()),
-            Target::Scratch(w) => w.flush(),
-        }
-    }
-}
+use crate::step_sink::StepSink;
 
 /// Writes the signed samples of one shard, one stream per group (see the module docs).
 pub struct Signer<'a> {
@@ -212,7 +121,7 @@ impl<'a> Signer<'a> {
         Signer::with_groups(mask, Some(mask.groups()), shape, sinks)
     }
 
-    fn with_groups(
+    pub(crate) fn with_groups(
         mask: &'a HotMask,
         groups: Option<HotRowGroups<'a>>,
         shape: SignedShape,
@@ -360,10 +269,10 @@ pub struct DecidedMerge<R: Read> {
     heads: Vec<Option<DecidedSample>>,
 }
 
-fn step_error(name: &str, e: io::Error) -> DedupError {
+pub(crate) fn step_error(name: &str, e: io::Error) -> DedupError {
     DedupError::Step(StepInputError::Read {
         stream: name.to_string(),
-        source: e,
+        error: e,
     })
 }
 
@@ -696,7 +605,7 @@ fn write_decided(out: &mut RecordWriter<StepSink>, d: &DecidedSample) -> Result<
     encode_decided(d, out.buffer());
     out.record_done().map_err(|e| DedupError::StepOutput {
         what: "the decided samples",
-        source: e,
+        error: e,
     })
 }
 
@@ -941,7 +850,7 @@ pub fn decide_group<R: Read>(
     if let Some(sorter) = held {
         sorter.finish(out).map_err(|e| DedupError::StepOutput {
             what: "the decided samples",
-            source: e,
+            error: e,
         })?;
     }
     Ok(GroupDecided {
@@ -1071,10 +980,10 @@ fn file_base(cfg: &Stage2Config, place: &ShardPlace) -> Result<u32, DedupError> 
         .map_err(|_| DedupError::Config(SettingsError::TooManyFiles))
 }
 
-fn sign_stream_error(e: io::Error) -> DedupError {
+pub(crate) fn sign_stream_error(e: io::Error) -> DedupError {
     DedupError::StepOutput {
         what: "the signed samples",
-        source: e,
+        error: e,
     }
 }
 
@@ -1121,132 +1030,6 @@ pub fn run_write(
         &addressing,
     )?;
     merge.finish()?;
-    Ok(stats)
-}
-
-/// One-process stage 2 with a preference ([`Stage2Config::prefer`]): the hot samples must be
-/// decided in rank order, which the inputs' order is not, so this runs the three steps itself
-/// with one group, through scratch files in `cfg.deduper.spill_dir` (unnamed, so nothing is left
-/// behind whatever ends the run): a sign pass over the inputs (holding up to `cfg.sort_memory`
-/// of ranked samples), decide, and a write pass into `publication` as [`crate::run_dedup_into`]
-/// writes. The inputs are read twice in stage 2; the statistics are the write pass's, with the
-/// decision core's counters and the clusters from decide, and the time of all three.
-pub(crate) fn run_ranked_into(
-    files: &[FileRows],
-    mask: &HotMask,
-    cfg: &Stage2Config,
-    control: &StepControl,
-    publication: &Publication,
-    observe: &mut dyn FnMut(&crate::Decision),
-    addressing: &Addressing<'_>,
-) -> Result<DedupStats, DedupError> {
-    let started = std::time::Instant::now();
-    let scratch = || -> Result<(File, File), DedupError> {
-        let file = match &cfg.deduper.spill_dir {
-            Some(dir) => tempfile::tempfile_in(dir),
-            None => tempfile::tempfile(),
-        }
-        .and_then(|f| Ok((f.try_clone()?, f)))
-        .map_err(DedupError::Spill)?;
-        Ok(file)
-    };
-    let rewind = |mut f: File| -> Result<BufReader<File>, DedupError> {
-        f.seek(SeekFrom::Start(0)).map_err(DedupError::Spill)?;
-        Ok(BufReader::with_capacity(1 << 20, f))
-    };
-
-    let (signed_out, signed_in) = scratch()?;
-    let shape = signed_shape(cfg);
-    let signer = Signer::with_groups(mask, None, shape, vec![StepSink::scratch(signed_out)])
-        .map_err(sign_stream_error)?
-        .sorting_in(cfg.sort_memory, cfg.deduper.spill_dir.clone());
-    let mut sign_cfg = cfg.clone();
-    sign_cfg.output = None;
-    sign_cfg.decisions = None;
-    let nothing = Publication::begin(&neardup_corpus::PublishOptions {
-        cancel: control.cancel.clone(),
-        ..Default::default()
-    })
-    .map_err(DedupError::Output)?;
-    let (signed_stats, signer) = run_stage2(
-        files,
-        mask,
-        &sign_cfg,
-        control,
-        &nothing,
-        &mut |_| {},
-        signer,
-        addressing,
-    )?;
-    signer.finish().map_err(sign_stream_error)?;
-    // A field no ranked sample holds a number in (a misspelt `quality`) would rank every copy
-    // alike: the run would keep first copies while saying it kept the best.
-    let (ranked, valued) = signed_stats.ranked;
-    if let Some(field) = cfg.prefer.rank_field()
-        && ranked > 0
-        && valued == 0
-    {
-        return Err(SettingsError::PreferFieldEmpty {
-            prefer: cfg.prefer.to_string(),
-            field: field.to_string(),
-            ranked,
-        }
-        .into());
-    }
-
-    let (decided_out, decided_in) = scratch()?;
-    let signed =
-        RecordReader::new(rewind(signed_in)?).map_err(|e| step_error("the signed samples", e))?;
-    let mut out = [
-        RecordWriter::new(StepSink::scratch(decided_out)).map_err(|e| DedupError::StepOutput {
-            what: "the decided samples",
-            source: e,
-        })?,
-    ];
-    let sketch = DecideShape {
-        sketcher: cfg.sketcher.clone(),
-        rule: cfg.rule,
-    };
-    let group = decide_group(
-        vec![("the signed samples".to_string(), signed)],
-        shape,
-        &cfg.deduper,
-        &sketch,
-        &mut out,
-        cfg.threads,
-        cfg.sort_memory,
-        &control.cancel,
-        None,
-    )?;
-    let [out] = out;
-    out.finish()
-        .and_then(StepSink::finish)
-        .map_err(|e| DedupError::StepOutput {
-            what: "the decided samples",
-            source: e,
-        })?;
-
-    let decided: Box<dyn Read + Send> = Box::new(rewind(decided_in)?);
-    let decided = RecordReader::new(decided).map_err(|e| step_error("the decided samples", e))?;
-    let merge = DecidedMerge::new(vec![("the decided samples".to_string(), decided)])?;
-    if let Some(p) = control.progress() {
-        p.restart();
-    }
-    let (mut stats, merge) = run_stage2(
-        files,
-        mask,
-        cfg,
-        control,
-        publication,
-        observe,
-        merge,
-        addressing,
-    )?;
-    merge.finish()?;
-    stats.deduper = group.deduper;
-    stats.clusters = Some(group.clusters.finish(addressing.names));
-    stats.seconds = started.elapsed().as_secs_f64();
-    stats.mb_per_second = stats.bytes as f64 / 1e6 / stats.seconds.max(1e-9);
     Ok(stats)
 }
 
@@ -1477,5 +1260,91 @@ mod tests {
             let got = verdicts_of(out.pop().unwrap());
             assert!(got == want, "{threads} threads decided otherwise");
         }
+    }
+
+    /// A decided stream in memory holding `rows` (in the order given), each unique.
+    fn decided_stream(rows: &[u64]) -> RecordReader<std::io::Cursor<Vec<u8>>> {
+        let mut w = RecordWriter::new(StepSink::memory()).unwrap();
+        for &row in rows {
+            write_decided(
+                &mut w,
+                &DecidedSample {
+                    row,
+                    verdict: Verdict::Unique,
+                    dup_of_id: None,
+                },
+            )
+            .unwrap();
+        }
+        let bytes = w.finish().unwrap().finish().unwrap().unwrap();
+        RecordReader::new(std::io::Cursor::new(bytes)).unwrap()
+    }
+
+    fn merge(streams: &[&[u64]]) -> Result<DecidedMerge<std::io::Cursor<Vec<u8>>>, DedupError> {
+        DecidedMerge::new(
+            streams
+                .iter()
+                .enumerate()
+                .map(|(g, rows)| (format!("decided-{g}"), decided_stream(rows)))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_merge_gives_each_hot_row_its_groups_decision_in_row_order() {
+        let mut m = merge(&[&[1, 4, 9], &[2, 3], &[]]).unwrap();
+        for row in [1, 2, 3, 4, 9] {
+            assert_eq!(m.take(row).unwrap().row, row);
+        }
+        m.finish().unwrap();
+    }
+
+    #[test]
+    fn a_merge_refuses_streams_that_do_not_fit_the_rows_asked_for() {
+        let step = |e: DedupError| match e {
+            DedupError::Step(s) => s,
+            other => panic!("{other:?}"),
+        };
+        // Rows out of order within a stream: the row left behind is a decision for a row not
+        // asked for when the next is.
+        let mut m = merge(&[&[2, 5, 3]]).unwrap();
+        m.take(2).unwrap();
+        m.take(5).unwrap();
+        assert!(matches!(
+            step(m.take(6).unwrap_err()),
+            StepInputError::NotHotRow {
+                row: 3,
+                before_end: true,
+                ..
+            }
+        ));
+        // A row no stream decided (a group's stream missing).
+        let mut m = merge(&[&[1], &[4]]).unwrap();
+        m.take(1).unwrap();
+        assert!(matches!(
+            step(m.take(3).unwrap_err()),
+            StepInputError::NoDecision { row: 3 }
+        ));
+        // A decision for a row that is not asked for: among the rows, and after the last.
+        let mut m = merge(&[&[1, 2], &[3]]).unwrap();
+        m.take(1).unwrap();
+        let e = step(m.take(3).unwrap_err());
+        assert!(
+            matches!(&e, StepInputError::NotHotRow { stream, row: 2, before_end: true } if stream == "decided-0"),
+            "{e:?}"
+        );
+        let mut m = merge(&[&[1, 7]]).unwrap();
+        m.take(1).unwrap();
+        assert!(matches!(
+            step(m.finish().unwrap_err()),
+            StepInputError::NotHotRow {
+                row: 7,
+                before_end: false,
+                ..
+            }
+        ));
+        // Bytes that are not a decided stream.
+        let bad = RecordReader::new(std::io::Cursor::new(b"not a stream".to_vec()));
+        assert!(bad.is_err());
     }
 }

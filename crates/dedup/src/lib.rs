@@ -50,37 +50,44 @@
 //! `first_copies` (the first sample of each text), `sample_ids` and `clusters` (the ids later
 //! decisions may name and the clusters' sizes, [`Deduper::note`]) and `deduper`; a stage-2 pass
 //! starts from `pass` (its settings, [`Decision`], [`DedupStats`]), then `prepare` (what the workers make of a block), `route` (the deciding
-//! thread and the routes of hot samples), `stage` (the pass on the executor, and
-//! [`run_dedup`]); `handoff` is the values between the distributed steps and `distributed`
-//! the steps themselves, the same pass with the signer's and the decided streams' routes.
+//! thread and the routes of hot samples), `stage` (the pass on the executor); `handoff` is the
+//! values between the distributed steps, `step_sink` where their streams go, `rank_order` the
+//! sorter of ranked streams, and `distributed` the steps themselves, the same pass with the
+//! signer's and the decided streams' routes; `ranked` is one process with a preference (the
+//! three steps with one group), and `run` ([`run_dedup`]) the one-process stage 2 that takes
+//! the pass or the ranked steps; `text_deduper` decides texts given one by one with the core.
 #![warn(missing_docs)]
 
-mod clusters;
-mod deduper;
-mod distributed;
+// Modules from the bottom up: each names only those above it.
 mod error;
-mod first_copies;
-mod handoff;
-mod large_set;
-mod pass;
 mod prefer;
-mod prepare;
-mod prior;
-mod rank_order;
-mod reps;
-mod route;
+mod clusters;
 mod sample_ids;
-mod stage;
-mod text_deduper;
+mod first_copies;
 mod verify;
+mod large_set;
+mod reps;
+mod prior;
+mod deduper;
+mod handoff;
+mod pass;
+mod prepare;
+mod route;
+mod stage;
+mod step_sink;
+mod rank_order;
+mod distributed;
+mod ranked;
+mod run;
+mod text_deduper;
 
 pub use clusters::{ClusterCounter, ClusterHead, ClusterSize, ClusterStats, LARGEST_CLUSTERS};
 pub use deduper::{
     Candidate, Deduper, DeduperConfig, DeduperStats, Match, SampleAddr, Verdict, Verify,
 };
 pub use distributed::{
-    DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, StepSink, decide_group,
-    run_sign, run_write, signed_shape,
+    DecideShape, DecidedMerge, GroupDecided, SignedCounts, Signer, decide_group, run_sign,
+    run_write, signed_shape,
 };
 pub use error::{BadRank, DedupError, Mismatch, SettingsError, StepInputError};
 pub use handoff::{
@@ -90,5 +97,6 @@ pub use handoff::{
 pub use pass::{Decision, DedupStats, EmptyPolicy, OutputFile, Stage2Config};
 pub use prefer::{FieldOrder, Prefer, PreferParseError};
 pub use prior::{PriorCopy, PriorRepresentative, PriorState};
-pub use stage::{run_dedup, run_dedup_into};
+pub use run::{run_dedup, run_dedup_into};
+pub use step_sink::StepSink;
 pub use text_deduper::{TextDeduper, TextVerdict};

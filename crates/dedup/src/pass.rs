@@ -11,9 +11,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use neardup_corpus::UnreadableRange;
 use neardup_corpus::{OutputOptions, Reason, TextSelector, WrittenFile};
 use neardup_exec::OnError;
-use neardup_keys::{RowRule, UnreadableRange};
+use neardup_keys::RowRule;
 use neardup_sketch::Sketcher;
 use serde::{Deserialize, Serialize};
 

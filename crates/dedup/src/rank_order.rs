@@ -13,8 +13,8 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 
-use crate::distributed::StepSink;
 use crate::handoff::RecordWriter;
+use crate::step_sink::StepSink;
 
 fn word(record: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(record[at..at + 8].try_into().expect("8 bytes"))

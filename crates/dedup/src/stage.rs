@@ -1,106 +1,31 @@
 //! The stage-2 pass: re-stream the inputs chunk by chunk with worker threads that sign only the
 //! hot samples (`prepare`), decide in input order on one thread (`route`), and stream the
-//! filtered dataset and the decisions out of the same pass; and the one-process stage 2 on it
-//! ([`run_dedup`]). Builds on `pass`, `prepare` and `route`; `distributed` builds on it.
+//! filtered dataset and the decisions out of the same pass. Builds on `pass`, `prepare` and
+//! `route`; `distributed`, `ranked` and `run` (the one-process stage 2,
+//! [`run_dedup`](crate::run_dedup)) build on it.
 
 use std::time::Instant;
 
+use neardup_corpus::UnreadableRange;
 use neardup_corpus::{
-    Block, Chunk, DecisionWriter, FileWriter, OutputDir, Publication, PublishOptions, Unreadable,
-    WriteError, WrittenFile,
+    Block, Chunk, DecisionWriter, FileWriter, OutputDir, Publication, Unreadable, WriteError,
+    WrittenFile,
 };
 use neardup_exec::{ExecOptions, OnError, StepControl};
-use neardup_keys::{FileRows, HotMask, UnreadableRange};
+use neardup_keys::{FileRows, HotMask};
 
-use crate::deduper::Deduper;
-use crate::distributed::run_ranked_into;
-use crate::error::{BadRank, DedupError, Mismatch, SettingsError};
+use crate::error::{BadRank, DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
 use crate::prepare::{ChunkJob, HotWork, PlacesRead, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
 
 /// A write error as stage 2 reports it.
-fn output_error(e: WriteError) -> DedupError {
+pub(crate) fn output_error(e: WriteError) -> DedupError {
     if e.kind() == "interrupted" {
         DedupError::Interrupted
     } else {
         DedupError::Output(e)
     }
-}
-
-/// Runs stage 2 over the files stage 1 read (`files`, with their per-chunk counts) given the hot
-/// mask of their rows. Calls `observe` with every decision in input order. The filtered dataset
-/// (`cfg.output`) and the decisions (`cfg.decisions`) are published together at the end, all or
-/// nothing (see [`Publication`]). `control` is watched and looked at between blocks: cancelled,
-/// the run fails with [`DedupError::Interrupted`] and publishes nothing.
-pub fn run_dedup(
-    files: &[FileRows],
-    mask: &HotMask,
-    cfg: &Stage2Config,
-    control: &StepControl,
-    observe: &mut dyn FnMut(&Decision),
-) -> Result<DedupStats, DedupError> {
-    let publication = Publication::begin(&PublishOptions {
-        output: cfg.output.clone(),
-        outputs: files.iter().map(|f| f.input.relative.clone()).collect(),
-        decisions: cfg.decisions.clone(),
-        cancel: control.cancel.clone(),
-        ..PublishOptions::default()
-    })
-    .map_err(output_error)?;
-    let stats = run_dedup_into(files, mask, cfg, control, &publication, observe)?;
-    publication.commit().map_err(output_error)?;
-    Ok(stats)
-}
-
-/// [`run_dedup`] writing into `publication`, for a caller that publishes more with it (the run
-/// report): the dataset goes to the publication's dataset directory (`cfg.output` is not looked
-/// at) and the decisions to its file `cfg.decisions`; the caller commits.
-pub fn run_dedup_into(
-    files: &[FileRows],
-    mask: &HotMask,
-    cfg: &Stage2Config,
-    control: &StepControl,
-    publication: &Publication,
-    observe: &mut dyn FnMut(&Decision),
-) -> Result<DedupStats, DedupError> {
-    let mut deduper = Deduper::new(
-        cfg.deduper.clone(),
-        cfg.sketcher.num_perm(),
-        cfg.sketcher.bands(),
-        cfg.rule,
-    )?;
-    let prior_names = cfg.prior.as_ref().map_or(&[][..], |p| &p.names[..]);
-    let names: Vec<String> = prior_names
-        .iter()
-        .cloned()
-        .chain(files.iter().map(|f| f.input.path.display().to_string()))
-        .collect();
-    let addressing = Addressing {
-        file_base: u32::try_from(prior_names.len()).expect("fewer than 2^32 files"),
-        row_base: 0,
-        names: &names,
-    };
-    if let Some(prior) = &cfg.prior {
-        if !cfg.prefer.is_input_order() {
-            return Err(SettingsError::PreferAgainstIndex.into());
-        }
-        deduper.seed(prior);
-    }
-    if !cfg.prefer.is_input_order() {
-        return run_ranked_into(files, mask, cfg, control, publication, observe, &addressing);
-    }
-    let (stats, _) = run_stage2(
-        files,
-        mask,
-        cfg,
-        control,
-        publication,
-        observe,
-        deduper,
-        &addressing,
-    )?;
-    Ok(stats)
 }
 
 /// Refuses inputs whose size changed since stage 1 found them: stage 2 reads the chunks stage 1
@@ -305,7 +230,7 @@ impl<R: HotRoute> Pass<'_, R> {
         }
         self.file_lost[fi] = true;
         let stats = &mut self.decider.stats;
-        stats.records_unreadable += range.records.unwrap_or(0);
+        stats.records_unreadable += range.lost.records.unwrap_or(0);
         stats.unreadable.push(range);
         Ok(())
     }
@@ -540,6 +465,7 @@ mod tests {
     use super::*;
     use crate::{
         DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, TextVerdict, Verdict,
+        run_dedup,
     };
     use neardup_corpus::{FieldPath, InputFile, TextSelector};
     use neardup_exec::{CancelToken, OnError};

@@ -212,66 +212,47 @@ fn validate(opts: &EvalOptions) -> Result<(), EvalError> {
     Ok(())
 }
 
-/// Why [`evaluate`] could not run.
-#[derive(Debug)]
+/// Why [`evaluate`] could not run. Its message holds its causes', so `source()` never returns
+/// one the message printed.
+#[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// The threshold is outside [0, 1].
+    #[error("--threshold must be within [0, 1], got {0}")]
     Threshold(f64),
     /// The shingler's settings cannot be used.
+    #[error(transparent)]
     Shingler(neardup_sketch::SketchError),
     /// No text field is selected.
+    #[error("at least one text field is needed")]
     NoFields,
     /// No input is given.
+    #[error("no inputs given")]
     NoInputs,
     /// Input arguments that cannot be used as given, each with its problem.
+    #[error("{}", listed(.0, "input ", "\ninput "))]
     Inputs(Vec<InputProblem>),
     /// No input file was found; the problems met while looking.
+    #[error("no input file found{}", listed(.0, ": ", "; "))]
     NoneFound(Vec<InputProblem>),
     /// The decisions file cannot be read.
+    #[error(transparent)]
     Decisions(neardup_corpus::ReadError),
     /// The worker threads could not be started.
+    #[error("cannot start worker threads: {0}")]
     Threads(rayon::ThreadPoolBuildError),
 }
 
-impl std::fmt::Display for EvalError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            EvalError::Threshold(t) => write!(f, "--threshold must be within [0, 1], got {t}"),
-            EvalError::Shingler(e) => e.fmt(f),
-            EvalError::NoFields => f.write_str("at least one text field is needed"),
-            EvalError::NoInputs => f.write_str("no inputs given"),
-            EvalError::Inputs(problems) => {
-                let lines: Vec<String> = problems
-                    .iter()
-                    .map(|p| format!("input {}: {}", p.input, p.message))
-                    .collect();
-                f.write_str(&lines.join("\n"))
-            }
-            EvalError::NoneFound(problems) if problems.is_empty() => {
-                f.write_str("no input file found")
-            }
-            EvalError::NoneFound(problems) => {
-                let listed: Vec<String> = problems
-                    .iter()
-                    .map(|p| format!("{}: {}", p.input, p.message))
-                    .collect();
-                write!(f, "no input file found: {}", listed.join("; "))
-            }
-            EvalError::Decisions(e) => e.fmt(f),
-            EvalError::Threads(e) => write!(f, "cannot start worker threads: {e}"),
-        }
+/// Input problems as a message lists them: "{lead}{input}: {message}" joined by `sep`, nothing
+/// when there are none.
+fn listed(problems: &[InputProblem], lead: &str, sep: &str) -> String {
+    if problems.is_empty() {
+        return String::new();
     }
-}
-
-impl std::error::Error for EvalError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            EvalError::Shingler(e) => Some(e),
-            EvalError::Decisions(e) => Some(e),
-            EvalError::Threads(e) => Some(e),
-            _ => None,
-        }
-    }
+    let each: Vec<String> = problems
+        .iter()
+        .map(|p| format!("{}: {}", p.input, p.message))
+        .collect();
+    format!("{lead}{}", each.join(sep))
 }
 
 /// Reasons given to samples that have text (the only ones eval compares).

@@ -19,12 +19,13 @@
 //! with a block is the step's own ([`ChunkWork`]).
 #![warn(missing_docs)]
 
+// Modules from the bottom up: each names only those above it.
+mod progress;
 mod control;
+mod share;
 mod executor;
 mod on_error;
 mod parts;
-mod progress;
-mod share;
 
 pub use control::{CancelToken, StepControl};
 pub use executor::{ChunkWork, Completion, Event, ExecOptions, run_ordered};

@@ -3,22 +3,34 @@
 use std::fmt;
 use std::path::PathBuf;
 
-/// An index that cannot be made, read or used.
-#[derive(Debug)]
+/// An index that cannot be made, read or used. Its message holds its causes', so `source()`
+/// never returns one the message printed.
+#[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     /// Reading or writing the file failed.
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message).
+        error: std::io::Error,
     },
     /// The file is not an index.
+    #[error(
+        "{}: not a neardup index (made by `neardup dedup --index-out` or `neardup index`)",
+        path.display()
+    )]
     NotAnIndex {
         /// The file.
         path: PathBuf,
     },
     /// The file is an index of another format version.
+    #[error(
+        "{}: an index of format {found}, and this neardup reads format {}: make it again with \
+         this version (`neardup index`)",
+        path.display(),
+        crate::FORMAT_VERSION
+    )]
     Version {
         /// The file.
         path: PathBuf,
@@ -26,6 +38,10 @@ pub enum IndexError {
         found: u32,
     },
     /// The file is damaged.
+    #[error(
+        "{}: the index is damaged: {damage}; make it again (`neardup index`)",
+        path.display()
+    )]
     Damaged {
         /// The file.
         path: PathBuf,
@@ -33,6 +49,12 @@ pub enum IndexError {
         damage: IndexDamage,
     },
     /// The index was made with other settings than this run's.
+    #[error(
+        "{}: the index was made with other settings than this run's ({}); a run against an \
+         index must use the settings the index was made with",
+        path.display(),
+        differences.join("; ")
+    )]
     OtherSettings {
         /// The index.
         path: PathBuf,
@@ -40,6 +62,12 @@ pub enum IndexError {
         differences: Vec<String>,
     },
     /// Two indexes given together hold the same file.
+    #[error(
+        "{file} is in two of the indexes given ({} and {}): an index made against another \
+         already holds that one's files, so give only the later one",
+        first.display(),
+        second.display()
+    )]
     Overlap {
         /// The file.
         file: String,
@@ -49,12 +77,22 @@ pub enum IndexError {
         second: PathBuf,
     },
     /// No index was given.
+    #[error("no index was given")]
     NoIndex,
     /// Indexes with `min_key_count` other than 1 are not supported.
+    #[error(
+        "an index needs min_key_count = 1, and this run has {0}: with more, records of a later \
+         run could change this run's decisions"
+    )]
     MinCount(u32),
     /// More files or entries than the format numbers.
+    #[error("more files or entries than an index numbers")]
     TooManyFiles,
     /// Decisions or rows that do not fit the run being indexed.
+    #[error(
+        "{}cannot index these decisions: {mismatch}",
+        path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default()
+    )]
     Decisions {
         /// The decisions file, when they were read from one.
         path: Option<PathBuf>,
@@ -62,6 +100,11 @@ pub enum IndexError {
         mismatch: DecisionsMismatch,
     },
     /// A file of an indexed run is not what the index recorded.
+    #[error(
+        "{}: {change} since the index was made; the index needs its runs' files unchanged (make \
+         the index again from them, or restore the file)",
+        file.display()
+    )]
     Changed {
         /// The file.
         file: PathBuf,
@@ -69,96 +112,26 @@ pub enum IndexError {
         change: FileChange,
     },
     /// A file of an indexed run cannot be opened (moved or deleted).
+    #[error(
+        "{}: cannot be read back ({error}): a run against an index made with --verify exact \
+         reads back the records of the indexed runs that its hot keys reach (an index made with \
+         --verify estimate holds what it needs and reads nothing); restore the file at this path",
+        file.display()
+    )]
     Missing {
         /// The file.
         file: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message).
+        error: std::io::Error,
     },
     /// A record of an indexed run could not be read back.
+    #[error("{}: a record the index names cannot be read back: {error}", file.display())]
     Unreadable {
         /// The file.
         file: PathBuf,
-        /// Why.
-        source: Box<neardup_corpus::ReadError>,
+        /// Why (in the message).
+        error: Box<neardup_corpus::ReadError>,
     },
-}
-
-impl fmt::Display for IndexError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IndexError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            IndexError::NotAnIndex { path } => write!(
-                f,
-                "{}: not a neardup index (made by `neardup dedup --index-out` or `neardup index`)",
-                path.display()
-            ),
-            IndexError::Version { path, found } => write!(
-                f,
-                "{}: an index of format {found}, and this neardup reads format {}: make it again \
-                 with this version (`neardup index`)",
-                path.display(),
-                crate::FORMAT_VERSION
-            ),
-            IndexError::Damaged { path, damage } => write!(
-                f,
-                "{}: the index is damaged: {damage}; make it again (`neardup index`)",
-                path.display()
-            ),
-            IndexError::OtherSettings { path, differences } => write!(
-                f,
-                "{}: the index was made with other settings than this run's ({}); a run against \
-                 an index must use the settings the index was made with",
-                path.display(),
-                differences.join("; ")
-            ),
-            IndexError::Overlap {
-                file,
-                first,
-                second,
-            } => write!(
-                f,
-                "{file} is in two of the indexes given ({} and {}): an index made against \
-                 another already holds that one's files, so give only the later one",
-                first.display(),
-                second.display()
-            ),
-            IndexError::NoIndex => f.write_str("no index was given"),
-            IndexError::MinCount(n) => write!(
-                f,
-                "an index needs min_key_count = 1, and this run has {n}: with more, records of a \
-                 later run could change this run's decisions"
-            ),
-            IndexError::TooManyFiles => f.write_str("more files or entries than an index numbers"),
-            IndexError::Decisions { path, mismatch } => match path {
-                Some(p) => write!(
-                    f,
-                    "{}: cannot index these decisions: {mismatch}",
-                    p.display()
-                ),
-                None => write!(f, "cannot index these decisions: {mismatch}"),
-            },
-            IndexError::Changed { file, change } => write!(
-                f,
-                "{}: {change} since the index was made; the index needs its runs' files \
-                 unchanged (make the index again from them, or restore the file)",
-                file.display()
-            ),
-            IndexError::Missing { file, source } => write!(
-                f,
-                "{}: cannot be read back ({source}): a run against an index made with --verify \
-                 exact reads back the records of the indexed runs that its hot keys reach (an \
-                 index made with --verify estimate holds what it needs and reads nothing); \
-                 restore the file at this path",
-                file.display()
-            ),
-            IndexError::Unreadable { file, source } => write!(
-                f,
-                "{}: a record the index names cannot be read back: {source}",
-                file.display()
-            ),
-        }
-    }
 }
 
 /// What is wrong with a damaged index file.
@@ -339,16 +312,6 @@ impl fmt::Display for DecisionsMismatch {
                 "a decision for {file} record {record} where the tables have no more samples \
                  (give the tables of every shard, and the decisions of the run that made them)"
             ),
-        }
-    }
-}
-
-impl std::error::Error for IndexError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            IndexError::Io { source, .. } | IndexError::Missing { source, .. } => Some(source),
-            IndexError::Unreadable { source, .. } => Some(source),
-            _ => None,
         }
     }
 }

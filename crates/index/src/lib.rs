@@ -450,7 +450,7 @@ impl SavedIndex {
     pub fn load(path: &Path) -> Result<SavedIndex, IndexError> {
         let io = |e: std::io::Error| IndexError::Io {
             path: path.to_path_buf(),
-            source: e,
+            error: e,
         };
         // A local file or an object (`s3://…`) alike.
         let file = neardup_storage::file::open(path).map_err(io)?;
@@ -576,11 +576,11 @@ impl SavedIndex {
     pub fn save(&self, path: &Path) -> Result<(), IndexError> {
         let file = std::fs::File::create(path).map_err(|e| IndexError::Io {
             path: path.to_path_buf(),
-            source: e,
+            error: e,
         })?;
         self.write_to(file).map(|_| ()).map_err(|e| IndexError::Io {
             path: path.to_path_buf(),
-            source: e,
+            error: e,
         })
     }
 }
@@ -645,7 +645,7 @@ impl IndexSummary {
     pub fn load(path: &Path) -> Result<IndexSummary, IndexError> {
         let io = |e: std::io::Error| IndexError::Io {
             path: path.to_path_buf(),
-            source: e,
+            error: e,
         };
         let mut input = BufReader::new(neardup_storage::file::open(path).map_err(io)?);
         let mut head = [0u8; 16];

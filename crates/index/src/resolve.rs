@@ -305,7 +305,7 @@ impl SavedIndex {
             }),
             Err(e) => Err(IndexError::Missing {
                 file: path.clone(),
-                source: e,
+                error: e,
             }),
         }
     }
@@ -335,7 +335,7 @@ impl SavedIndex {
         for block in reread_chunk(&f.input, &chunk, &read_opts, &c.unreadable) {
             let block = block.map_err(|e| IndexError::Unreadable {
                 file: f.input.path.clone(),
-                source: Box::new(e),
+                error: Box::new(e),
             })?;
             let block_first = job.base + block.first_record;
             let block_end = block_first + block.num_records() as u64;

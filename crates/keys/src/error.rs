@@ -6,19 +6,23 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::stage::{Problem, UnreadableRange};
+use neardup_corpus::UnreadableRange;
+use serde::{Deserialize, Serialize};
 
-/// Why stage 1 (or reading / merging its files) failed.
-#[derive(Debug)]
+/// Why stage 1 (or reading / merging its files) failed. Its message holds its causes', so
+/// `source()` never returns one the message printed.
+#[derive(Debug, thiserror::Error)]
 pub enum KeysError {
     /// An I/O error on a named file.
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
-        /// The error.
-        source: io::Error,
+        /// The error (in the message).
+        error: io::Error,
     },
     /// A key-table, hot-key or spill file (or the bytes of a table) is damaged or not ours.
+    #[error("{}{damage}", path.as_ref().map(|p| format!("{}: ", p.display())).unwrap_or_default())]
     Corrupt {
         /// The file, when known (a table assembled from parts has none).
         path: Option<PathBuf>,
@@ -26,22 +30,26 @@ pub enum KeysError {
         damage: Damage,
     },
     /// Tables or hot keys made with different settings were combined.
+    #[error(transparent)]
     Incompatible(Incompatible),
     /// The settings are invalid, or the key tables and hot keys given do not go together.
-    Config(KeysSettingsError),
+    #[error(transparent)]
+    Config(#[from] KeysSettingsError),
     /// Bad input with `on_error = fail` (the first problem, naming the file and record), or a
     /// run that read nothing usable (boxed: errors pass through every call of the hot loops'
     /// callers, and this one is rare and large).
+    #[error(transparent)]
     Input(Box<InputFailure>),
     /// The run's [`neardup_exec::CancelToken`] was cancelled.
+    #[error("interrupted")]
     Interrupted,
 }
 
 impl KeysError {
-    pub(crate) fn io(path: &Path, source: io::Error) -> KeysError {
+    pub(crate) fn io(path: &Path, error: io::Error) -> KeysError {
         KeysError::Io {
             path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 
@@ -63,18 +71,24 @@ impl KeysError {
 }
 
 /// What is wrong with a damaged key-table, hot-key or spill file.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Damage {
     /// It does not start with the magic bytes of its kind of file.
+    #[error("not a neardup {kind} file (bad magic bytes)")]
     BadMagic {
         /// The kind named by the magic bytes ("NDKEYS", "NDHOTK").
         kind: String,
     },
     /// The header's declared length cannot be right.
+    #[error("implausible header length {0}")]
     HeaderLength(u64),
     /// The header is not what neardup writes.
+    #[error("unreadable header: {0}")]
     Header(serde_json::Error),
     /// The file is of a format version this build does not read.
+    #[error(
+        "{what} format version {found} is not supported (this build reads version {supported})"
+    )]
     FormatVersion {
         /// "key table" or "hot-key".
         what: &'static str,
@@ -84,6 +98,7 @@ pub enum Damage {
         supported: u32,
     },
     /// The header's per-file row counts disagree with its total.
+    #[error("the header's files hold {files_rows} rows but it declares {declared}")]
     DeclaredRows {
         /// The sum of the files' rows.
         files_rows: u64,
@@ -91,9 +106,14 @@ pub enum Damage {
         declared: u64,
     },
     /// The declared rows × columns overflow.
+    #[error("implausible size")]
     ImplausibleSize,
     /// The keys held disagree with the rows × columns declared; `written` when counted while
     /// writing the file rather than reading it.
+    #[error(
+        "{} {rows} rows × {columns} columns were declared",
+        if *written { format!("{keys} keys were written, but") } else { format!("table holds {keys} keys, but") }
+    )]
     KeyCount {
         /// Keys held or written.
         keys: u64,
@@ -105,6 +125,7 @@ pub enum Damage {
         written: bool,
     },
     /// The scratch file holding a table's rows while it is written holds another size.
+    #[error("the scratch file of its rows holds {copied} bytes, {written} were written")]
     ScratchSize {
         /// Bytes it holds.
         copied: u64,
@@ -112,19 +133,25 @@ pub enum Damage {
         written: u64,
     },
     /// Hot keys are not strictly ascending.
+    #[error("hot keys are not strictly ascending")]
     NotAscending,
     /// The plan names a group outside its number of groups.
+    #[error("the plan names a group outside its {groups} groups")]
     PlanGroup {
         /// The plan's groups.
         groups: u32,
     },
-    /// The file ends early (the read's error as source).
-    Truncated(io::Error),
+    /// The file ends early (the read's error, which the message does not print, as source).
+    #[error("file is truncated")]
+    Truncated(#[source] io::Error),
     /// A spill file ends early.
+    #[error("spill file is truncated")]
     SpillTruncated,
     /// The end marker is missing.
+    #[error("missing end marker (truncated?)")]
     MissingEndMarker,
     /// The checksum stored differs from the one computed.
+    #[error("checksum mismatch (stored {stored:016x}, computed {computed:016x})")]
     Checksum {
         /// Stored in the file.
         stored: u64,
@@ -132,80 +159,48 @@ pub enum Damage {
         computed: u64,
     },
     /// Bytes follow the end marker.
+    #[error("trailing bytes after end marker")]
     TrailingBytes,
 }
 
-impl fmt::Display for Damage {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Damage::BadMagic { kind } => write!(f, "not a neardup {kind} file (bad magic bytes)"),
-            Damage::HeaderLength(len) => write!(f, "implausible header length {len}"),
-            Damage::Header(e) => write!(f, "unreadable header: {e}"),
-            Damage::FormatVersion {
-                what,
-                found,
-                supported,
-            } => write!(
-                f,
-                "{what} format version {found} is not supported (this build reads version \
-                 {supported})"
-            ),
-            Damage::DeclaredRows {
-                files_rows,
-                declared,
-            } => write!(
-                f,
-                "the header's files hold {files_rows} rows but it declares {declared}"
-            ),
-            Damage::ImplausibleSize => f.write_str("implausible size"),
-            Damage::KeyCount {
-                keys,
-                rows,
-                columns,
-                written: false,
-            } => write!(
-                f,
-                "table holds {keys} keys, but {rows} rows × {columns} columns were declared"
-            ),
-            Damage::KeyCount {
-                keys,
-                rows,
-                columns,
-                written: true,
-            } => write!(
-                f,
-                "{keys} keys were written, but {rows} rows × {columns} columns were declared"
-            ),
-            Damage::ScratchSize { copied, written } => write!(
-                f,
-                "the scratch file of its rows holds {copied} bytes, {written} were written"
-            ),
-            Damage::NotAscending => f.write_str("hot keys are not strictly ascending"),
-            Damage::PlanGroup { groups } => {
-                write!(f, "the plan names a group outside its {groups} groups")
-            }
-            Damage::Truncated(_) => f.write_str("file is truncated"),
-            Damage::SpillTruncated => f.write_str("spill file is truncated"),
-            Damage::MissingEndMarker => f.write_str("missing end marker (truncated?)"),
-            Damage::Checksum { stored, computed } => write!(
-                f,
-                "checksum mismatch (stored {stored:016x}, computed {computed:016x})"
-            ),
-            Damage::TrailingBytes => f.write_str("trailing bytes after end marker"),
+/// One quoted input problem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The input file.
+    pub file: PathBuf,
+    /// The record (0-based line or row within the file, as in the decisions), when known.
+    pub record: Option<u64>,
+    /// The field slot, when known.
+    pub field: Option<u32>,
+    /// Kind, e.g. `malformed_json` or `truncated`.
+    pub kind: String,
+    /// What is wrong, for people (names the field, or the records lost).
+    pub message: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(r) = self.record {
+            write!(f, ": record {r}")?;
         }
+        write!(f, ": {}", self.message)
     }
 }
 
 /// Why stage 1 stopped on its input.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum InputFailure {
     /// A sample that could not be read, with `on_error = fail`.
+    #[error("{0}")]
     Record(Problem),
     /// A part of an input that could not be read, with `on_error = fail` (or a failed storage
     /// request, which is never skipped).
+    #[error("{0}")]
     Unreadable(UnreadableRange),
     /// No record has the selected fields `missing` (quoted as given); `seen` are fields the
     /// records do have (from their first records), when any.
+    #[error("{}", fields_never_seen(missing, seen))]
     FieldsNeverSeen {
         /// The selected fields no record has.
         missing: Vec<String>,
@@ -213,6 +208,7 @@ pub enum InputFailure {
         seen: Vec<String>,
     },
     /// No text could be read at all.
+    #[error("{}", nothing_read(*records, skipped, unreadable))]
     NothingRead {
         /// Records read.
         records: u64,
@@ -223,119 +219,80 @@ pub enum InputFailure {
     },
 }
 
-impl fmt::Display for InputFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let quote = |names: &[String]| {
-            names
-                .iter()
-                .map(|n| format!("`{n}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
+/// Fields quoted as a message lists them: "`a`, `b`".
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The message of [`InputFailure::FieldsNeverSeen`].
+fn fields_never_seen(missing: &[String], seen: &[String]) -> String {
+    let one = if missing.len() == 1 {
+        "the field"
+    } else {
+        "the fields"
+    };
+    let mut m = format!(
+        "no record of the inputs has {one} {} (chosen with --field)",
+        quoted(missing)
+    );
+    if !seen.is_empty() {
+        m += &format!("; the records have the fields {}", quoted(seen));
+    }
+    m
+}
+
+/// The message of [`InputFailure::NothingRead`].
+fn nothing_read(
+    records: u64,
+    skipped: &BTreeMap<String, u64>,
+    unreadable: &[UnreadableRange],
+) -> String {
+    let mut why = Vec::new();
+    if skipped.values().sum::<u64>() > 0 {
+        let describe = |kind: &str| match kind {
+            "malformed_json" => "not valid JSON".to_string(),
+            "invalid_utf8" => "not valid UTF-8".to_string(),
+            "missing_field" => "without the text field".to_string(),
+            "null_field" => "with a null text field".to_string(),
+            "not_a_string" => "with a text field that is not a string".to_string(),
+            other => other.to_string(),
         };
-        match self {
-            InputFailure::Record(problem) => problem.fmt(f),
-            InputFailure::Unreadable(range) => range.fmt(f),
-            InputFailure::FieldsNeverSeen { missing, seen } => {
-                let one = if missing.len() == 1 {
-                    "the field"
-                } else {
-                    "the fields"
-                };
-                write!(
-                    f,
-                    "no record of the inputs has {one} {} (chosen with --field)",
-                    quote(missing)
-                )?;
-                if !seen.is_empty() {
-                    write!(f, "; the records have the fields {}", quote(seen))?;
-                }
-                Ok(())
+        let kinds: Vec<String> = skipped
+            .iter()
+            .map(|(kind, n)| format!("{n} {}", describe(kind)))
+            .collect();
+        why.push(format!(
+            "none of the {records} records read has a text ({})",
+            kinds.join(", ")
+        ));
+    }
+    if !unreadable.is_empty() {
+        let shown: Vec<String> = unreadable
+            .iter()
+            .take(3)
+            .map(UnreadableRange::to_string)
+            .collect();
+        let more = unreadable.len().saturating_sub(shown.len());
+        why.push(format!(
+            "{}: {}{}",
+            if records == 0 {
+                "no record could be read"
+            } else {
+                "the rest is unreadable"
+            },
+            shown.join("; "),
+            if more > 0 {
+                format!("; and {more} more unreadable parts")
+            } else {
+                String::new()
             }
-            InputFailure::NothingRead {
-                records,
-                skipped,
-                unreadable,
-            } => {
-                let mut why = Vec::new();
-                if skipped.values().sum::<u64>() > 0 {
-                    let describe = |kind: &str| match kind {
-                        "malformed_json" => "not valid JSON".to_string(),
-                        "invalid_utf8" => "not valid UTF-8".to_string(),
-                        "missing_field" => "without the text field".to_string(),
-                        "null_field" => "with a null text field".to_string(),
-                        "not_a_string" => "with a text field that is not a string".to_string(),
-                        other => other.to_string(),
-                    };
-                    let kinds: Vec<String> = skipped
-                        .iter()
-                        .map(|(kind, n)| format!("{n} {}", describe(kind)))
-                        .collect();
-                    why.push(format!(
-                        "none of the {records} records read has a text ({})",
-                        kinds.join(", ")
-                    ));
-                }
-                if !unreadable.is_empty() {
-                    let shown: Vec<String> = unreadable
-                        .iter()
-                        .take(3)
-                        .map(UnreadableRange::to_string)
-                        .collect();
-                    let more = unreadable.len().saturating_sub(shown.len());
-                    why.push(format!(
-                        "{}: {}{}",
-                        if *records == 0 {
-                            "no record could be read"
-                        } else {
-                            "the rest is unreadable"
-                        },
-                        shown.join("; "),
-                        if more > 0 {
-                            format!("; and {more} more unreadable parts")
-                        } else {
-                            String::new()
-                        }
-                    ));
-                }
-                write!(f, "nothing to deduplicate: {}", why.join("; "))
-            }
-        }
+        ));
     }
-}
-
-impl fmt::Display for KeysError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            KeysError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            KeysError::Corrupt {
-                path: Some(path),
-                damage,
-            } => write!(f, "{}: {damage}", path.display()),
-            KeysError::Corrupt { path: None, damage } => damage.fmt(f),
-            KeysError::Input(failure) => failure.fmt(f),
-            KeysError::Incompatible(e) => e.fmt(f),
-            KeysError::Config(e) => e.fmt(f),
-            KeysError::Interrupted => f.write_str("interrupted"),
-        }
-    }
-}
-
-impl std::error::Error for KeysError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            KeysError::Io { source, .. } => Some(source),
-            KeysError::Corrupt {
-                damage: Damage::Header(e),
-                ..
-            } => Some(e),
-            KeysError::Corrupt {
-                damage: Damage::Truncated(e),
-                ..
-            } => Some(e),
-            KeysError::Config(KeysSettingsError::Threads { source, .. }) => Some(source),
-            _ => None,
-        }
-    }
+    format!("nothing to deduplicate: {}", why.join("; "))
 }
 
 /// A key table as messages name it: its file when it has one, and its shard.
@@ -401,26 +358,30 @@ impl fmt::Display for LayoutDifference {
     }
 }
 
-/// Writes `items` separated by `sep`.
-fn joined<T: fmt::Display>(f: &mut fmt::Formatter<'_>, items: &[T], sep: &str) -> fmt::Result {
-    for (i, item) in items.iter().enumerate() {
-        if i > 0 {
-            f.write_str(sep)?;
-        }
-        item.fmt(f)?;
-    }
-    Ok(())
+/// `items` separated by "; ".
+fn joined<T: fmt::Display>(items: &[T]) -> String {
+    items
+        .iter()
+        .map(T::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Key tables or hot keys made with different settings (a [`KeysError::Incompatible`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Incompatible {
     /// A layout that differs from the one expected.
+    #[error("made with different settings: {}", joined(differences))]
     Layout {
         /// The settings that differ, the expected layout's value first.
         differences: Vec<LayoutDifference>,
     },
     /// Two of the tables given differ.
+    #[error(
+        "key tables were made with different settings: {first} and {other}: {}; make every \
+         table with the same settings",
+        joined(differences)
+    )]
     Tables {
         /// The first table given.
         first: TableName,
@@ -429,29 +390,6 @@ pub enum Incompatible {
         /// The settings that differ, the first table's value first.
         differences: Vec<LayoutDifference>,
     },
-}
-
-impl fmt::Display for Incompatible {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Incompatible::Layout { differences } => {
-                f.write_str("made with different settings: ")?;
-                joined(f, differences, "; ")
-            }
-            Incompatible::Tables {
-                first,
-                other,
-                differences,
-            } => {
-                write!(
-                    f,
-                    "key tables were made with different settings: {first} and {other}: "
-                )?;
-                joined(f, differences, "; ")?;
-                f.write_str("; make every table with the same settings")
-            }
-        }
-    }
 }
 
 /// How a table given to `apply` differs from the tables the hot keys were counted from.
@@ -512,25 +450,33 @@ impl fmt::Display for TableProblem {
 
 /// Settings stage 1 cannot run with, or key tables and hot keys that do not go together (a
 /// [`KeysError::Config`]).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum KeysSettingsError {
     /// The sketch settings are invalid.
+    #[error(transparent)]
     Sketch(neardup_sketch::SketchError),
     /// The worker threads could not be started.
+    #[error("cannot start {threads} threads: {error}")]
     Threads {
         /// How many were asked for.
         threads: usize,
-        /// Why not.
-        source: rayon::ThreadPoolBuildError,
+        /// Why not (in the message).
+        error: rayon::ThreadPoolBuildError,
     },
     /// A plan was asked for no groups.
+    #[error("--groups must be at least 1")]
     NoGroups,
     /// More hot keys than a plan numbers.
+    #[error(
+        "{hot_keys} hot keys: the plan numbers hot keys with 32 bits; split the corpus into runs \
+         of fewer than 4,294,967,295 hot keys"
+    )]
     TooManyHotKeys {
         /// The hot keys.
         hot_keys: usize,
     },
     /// A plan made for other hot keys.
+    #[error("a plan for {plan_keys} hot keys in {groups} groups does not fit {hot_keys} hot keys")]
     PlanDoesNotFit {
         /// Hot keys the plan has a group for.
         plan_keys: usize,
@@ -540,18 +486,36 @@ pub enum KeysSettingsError {
         hot_keys: usize,
     },
     /// A hot-key file of format version 1, which records no key tables.
+    #[error(
+        "{}: this hot-key file was written by an older neardup (format version 1), which did \
+         not record the key tables it was counted from; run `neardup hot` again to rewrite it",
+        path.display()
+    )]
     HotFileVersion1 {
         /// The file.
         path: PathBuf,
     },
     /// Hot keys counted within one run were to be saved (they name no key tables).
+    #[error(
+        "{}: these hot keys were counted within one run and record no key tables, so they \
+         cannot be saved for `apply`; count the saved tables (neardup hot, merge_table_files) \
+         instead",
+        path.display()
+    )]
     UnsavedHotKeys {
         /// The file they were to be saved to.
         path: PathBuf,
     },
     /// Hot keys counted within one run were asked which tables they were counted from.
+    #[error("these hot keys were counted within one run and name no key tables")]
     NoCountedTables,
     /// A table that is not one of those the hot keys were counted from.
+    #[error(
+        "{name} (shard {shard}) is not one of the key tables the hot keys were counted from \
+         (shards {}): give the table `neardup hot` counted, or run `neardup hot` again over the \
+         current tables",
+        shard_list(counted)
+    )]
     NotCountedTable {
         /// The table, as messages name it.
         name: String,
@@ -561,6 +525,14 @@ pub enum KeysSettingsError {
         counted: Vec<u32>,
     },
     /// The tables given to `apply` are not exactly those the hot keys were counted from.
+    #[error(
+        "the hot keys were counted from {} key table{plural} (shard{plural} {}), but {}: pass \
+         `neardup apply` exactly the tables given to `neardup hot`",
+        counted.len(),
+        shard_list(counted),
+        joined(problems),
+        plural = if counted.len() == 1 { "" } else { "s" }
+    )]
     OtherTables {
         /// The shards the hot keys were counted from.
         counted: Vec<u32>,
@@ -568,6 +540,7 @@ pub enum KeysSettingsError {
         problems: Vec<TableProblem>,
     },
     /// Two tables claim one shard number.
+    #[error("{first} and {other} claim the same shard number: give each shard its own --shard")]
     SameShard {
         /// The table given first.
         first: TableName,
@@ -575,8 +548,10 @@ pub enum KeysSettingsError {
         other: TableName,
     },
     /// No key tables were given to merge.
+    #[error("no key tables to merge")]
     NoTables,
     /// A table reader was finished before all of its keys were read.
+    #[error("{}: finished reading with {left} keys left", path.display())]
     KeysLeft {
         /// The table's file.
         path: PathBuf,
@@ -585,91 +560,11 @@ pub enum KeysSettingsError {
     },
 }
 
-impl fmt::Display for KeysSettingsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let shard_list = |shards: &[u32]| {
-            shards
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        match self {
-            KeysSettingsError::Sketch(e) => e.fmt(f),
-            KeysSettingsError::Threads { threads, source } => {
-                write!(f, "cannot start {threads} threads: {source}")
-            }
-            KeysSettingsError::NoGroups => f.write_str("--groups must be at least 1"),
-            KeysSettingsError::TooManyHotKeys { hot_keys } => write!(
-                f,
-                "{hot_keys} hot keys: the plan numbers hot keys with 32 bits; split the corpus \
-                 into runs of fewer than 4,294,967,295 hot keys"
-            ),
-            KeysSettingsError::PlanDoesNotFit {
-                plan_keys,
-                groups,
-                hot_keys,
-            } => write!(
-                f,
-                "a plan for {plan_keys} hot keys in {groups} groups does not fit {hot_keys} hot \
-                 keys"
-            ),
-            KeysSettingsError::HotFileVersion1 { path } => write!(
-                f,
-                "{}: this hot-key file was written by an older neardup (format version 1), \
-                 which did not record the key tables it was counted from; run `neardup hot` \
-                 again to rewrite it",
-                path.display()
-            ),
-            KeysSettingsError::UnsavedHotKeys { path } => write!(
-                f,
-                "{}: these hot keys were counted within one run and record no key tables, so \
-                 they cannot be saved for `apply`; count the saved tables (neardup hot, \
-                 merge_table_files) instead",
-                path.display()
-            ),
-            KeysSettingsError::NoCountedTables => {
-                f.write_str("these hot keys were counted within one run and name no key tables")
-            }
-            KeysSettingsError::NotCountedTable {
-                name,
-                shard,
-                counted,
-            } => write!(
-                f,
-                "{name} (shard {shard}) is not one of the key tables the hot keys were counted \
-                 from (shards {}): give the table `neardup hot` counted, or run `neardup hot` \
-                 again over the current tables",
-                shard_list(counted)
-            ),
-            KeysSettingsError::OtherTables { counted, problems } => {
-                let plural = if counted.len() == 1 { "" } else { "s" };
-                write!(
-                    f,
-                    "the hot keys were counted from {} key table{plural} (shard{plural} {}), but ",
-                    counted.len(),
-                    shard_list(counted)
-                )?;
-                joined(f, problems, "; ")?;
-                f.write_str(": pass `neardup apply` exactly the tables given to `neardup hot`")
-            }
-            KeysSettingsError::SameShard { first, other } => write!(
-                f,
-                "{first} and {other} claim the same shard number: give each shard its own \
-                 --shard"
-            ),
-            KeysSettingsError::NoTables => f.write_str("no key tables to merge"),
-            KeysSettingsError::KeysLeft { path, left } => write!(
-                f,
-                "{}: finished reading with {left} keys left",
-                path.display()
-            ),
-        }
-    }
-}
-
-impl From<KeysSettingsError> for KeysError {
-    fn from(e: KeysSettingsError) -> Self {
-        KeysError::Config(e)
-    }
+/// Shard numbers as a message lists them: "0, 1, 2".
+fn shard_list(shards: &[u32]) -> String {
+    shards
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

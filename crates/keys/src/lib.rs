@@ -12,7 +12,7 @@
 //!   bounded look-ahead; the rows are assembled chunk by chunk. An exact copy of a text signed
 //!   lately takes that text's row from a small shared table instead of being signed again (the
 //!   rows are the same; `reused_samples` in [`KeysStats`] counts them). Every record is accounted for: read, or in a listed
-//!   [`UnreadableRange`]; a run that could read no text at all (or a selected field that no record
+//!   [`UnreadableRange`](neardup_corpus::UnreadableRange); a run that could read no text at all (or a selected field that no record
 //!   has) fails before anything is written. Where each record of an uncompressed JSONL chunk
 //!   lies, and whether stage 2 can decide it unread, is noted with the chunk's counts
 //!   ([`RecordPlaces`] in [`ChunkRows`]). For one shard of a distributed run, [`write_keys`] streams
@@ -47,8 +47,8 @@ mod table;
 
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::{
-    Damage, Incompatible, InputFailure, KeysError, KeysSettingsError, LayoutDifference, TableName,
-    TableProblem,
+    Damage, Incompatible, InputFailure, KeysError, KeysSettingsError, LayoutDifference, Problem,
+    TableName, TableProblem,
 };
 pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, MaskMemory, RowGrouping, ShardPlace};
 /// Re-exported for compatibility: [`Progress`] and [`OnError`] were stage 1's before every step
@@ -59,9 +59,8 @@ pub use plan::{Plan, PlanBuilder, plan_from_tables};
 pub use prior::PriorKeys;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{
-    DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, KeysConfig, KeysOutput, KeysStats, Problem,
-    QUOTED_PROBLEMS, TableStore, UnreadableRange, collect_keys, merge_table_files, merge_tables,
-    run_keys, write_keys,
+    DEFAULT_CHUNK_BYTES, DEFAULT_MIN_COUNT, KeysConfig, KeysOutput, KeysStats, QUOTED_PROBLEMS,
+    TableStore, collect_keys, merge_table_files, merge_tables, run_keys, write_keys,
 };
 pub use table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableIdentity, TableLayout,

@@ -10,8 +10,8 @@ use std::time::Instant;
 
 use neardup_corpus::{
     AtomicFile, Block, Chunk, ChunkRange, FieldsSeen, InputFile, Projection, ReadOptions,
-    SampleText, TextSelector, Unreadable, balanced_chunk_bytes, plan_chunks, read_chunk,
-    record_fields,
+    SampleText, TextSelector, Unreadable, UnreadableRange, balanced_chunk_bytes, plan_chunks,
+    read_chunk, record_fields,
 };
 use neardup_exec::{
     CancelToken, ChunkWork, Completion, Event, ExecOptions, OnError, StepControl, run_ordered,
@@ -20,7 +20,7 @@ use neardup_sketch::{Scratch, Sketcher};
 use serde::{Deserialize, Serialize};
 
 use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
-use crate::error::{InputFailure, KeysError, KeysSettingsError};
+use crate::error::{InputFailure, KeysError, KeysSettingsError, Problem};
 use crate::hot::{HotKeys, HotMask};
 use crate::places::RecordPlaces;
 use crate::prior::{HotRule, PriorKeys};
@@ -118,127 +118,6 @@ impl KeysConfig {
     }
 }
 
-/// One quoted input problem.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Problem {
-    /// The input file.
-    pub file: PathBuf,
-    /// The record (0-based line or row within the file, as in the decisions), when known.
-    pub record: Option<u64>,
-    /// The field slot, when known.
-    pub field: Option<u32>,
-    /// Kind, e.g. `malformed_json` or `truncated`.
-    pub kind: String,
-    /// What is wrong, for people (names the field, or the records lost).
-    pub message: String,
-}
-
-impl std::fmt::Display for Problem {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.file.display())?;
-        if let Some(r) = self.record {
-            write!(f, ": record {r}")?;
-        }
-        write!(f, ": {}", self.message)
-    }
-}
-
-/// Records of an input file that could not be read, as a run report lists them: every loss of
-/// every file, with its place and reason.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnreadableRange {
-    /// The input file.
-    pub file: PathBuf,
-    /// Index of the first record lost (0-based line or row within the file).
-    pub first_record: u64,
-    /// How many records were lost; `null` when it cannot be known (the rest of a compressed
-    /// stream after it breaks, a file that cannot be opened, a Parquet file without a readable
-    /// footer).
-    pub records: Option<u64>,
-    /// Stable class: `io`, `truncated`, `corrupt`, `corrupt_parquet`, `schema_mismatch`,
-    /// `invalid_chunk` (`storage` stops a run, and is never listed).
-    pub kind: String,
-    /// Why, for people.
-    pub reason: String,
-    /// Parquet: the row group the records belong to.
-    pub row_group: Option<usize>,
-    /// JSONL: the decompressed byte offset where the first lost record starts.
-    pub byte_offset: Option<u64>,
-}
-
-impl UnreadableRange {
-    /// A reader's loss (chunk-local) in `file`, whose chunk starts at file record `base`.
-    pub fn new(file: &std::path::Path, base: u64, lost: &Unreadable) -> UnreadableRange {
-        UnreadableRange {
-            file: file.to_path_buf(),
-            first_record: base + lost.first_record,
-            records: lost.records,
-            kind: lost.kind.clone(),
-            reason: lost.reason.clone(),
-            row_group: lost.row_group,
-            byte_offset: lost.byte_offset,
-        }
-    }
-
-    /// Which records were lost, without the file: "records 100 to 199 (row group 1)
-    /// unreadable", "unreadable, how many records it holds is unknown", "unreadable from record
-    /// 543 (decompressed byte 118000) on, how many records is unknown".
-    pub fn what(&self) -> String {
-        let first = self.first_record;
-        let place = match (self.row_group, self.byte_offset) {
-            (Some(g), _) => format!(" (row group {g})"),
-            (None, Some(b)) if first > 0 => format!(" (decompressed byte {b})"),
-            _ => String::new(),
-        };
-        match self.records {
-            Some(0) => format!("no record{place} unreadable"),
-            Some(1) => format!("record {first}{place} unreadable"),
-            Some(n) => format!("records {first} to {}{place} unreadable", first + n - 1),
-            None if first == 0 => "unreadable, how many records it holds is unknown".to_string(),
-            None => {
-                format!("unreadable from record {first}{place} on, how many records is unknown")
-            }
-        }
-    }
-
-    /// Whether the loss is a storage request that failed after its retries (kind `storage`):
-    /// a fault of the service or the network, not of the data, which stops a run whatever its
-    /// error policy (see `docs/formats.md`, "Object storage").
-    pub fn is_storage_failure(&self) -> bool {
-        self.kind == "storage"
-    }
-
-    /// Whether the loss starts at the file's first record and its size is unknown: nothing of
-    /// the file could be read, not even how many records it holds.
-    pub fn whole_file_unknown(&self) -> bool {
-        self.first_record == 0 && self.records.is_none()
-    }
-}
-
-/// A storage failure reads as the error that stops the run: the object, what failed, and why
-/// `--on-error skip` does not skip it; any other range as where and how many records were lost.
-impl std::fmt::Display for UnreadableRange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.is_storage_failure() {
-            return write!(
-                f,
-                "{}: {}: the storage service or the network failed, not the data, and \
-                 --on-error skip does not skip that (the dataset would lack records a later run \
-                 reads); nothing was published: run again when the service answers",
-                self.file.display(),
-                self.reason
-            );
-        }
-        write!(
-            f,
-            "{}: {}: {}",
-            self.file.display(),
-            self.what(),
-            self.reason
-        )
-    }
-}
-
 /// How many problems are quoted in full; the rest are only counted.
 pub const QUOTED_PROBLEMS: usize = 20;
 
@@ -327,12 +206,25 @@ struct BlockRows {
     /// Rows taken from an earlier exact copy's.
     reused: u64,
     skipped: HashMap<&'static str, u64>,
-    /// (chunk-local record, field, kind, message), the first [`QUOTED_PROBLEMS`] of the block.
-    problems: Vec<(Option<u64>, Option<u32>, String, String)>,
+    /// The first [`QUOTED_PROBLEMS`] of the block.
+    problems: Vec<SkippedSample>,
     /// Which selected fields the block's records have.
     fields: FieldsSeen,
     /// Where its records lie (a block of an uncompressed JSONL file, when places are noted).
     places: Option<RecordPlaces>,
+}
+
+/// A sample a block skipped, as a [`Problem`] quotes it once the chunk's place in its file is
+/// known.
+struct SkippedSample {
+    /// The record, chunk-local as the reader numbers it.
+    record: u64,
+    /// The field slot.
+    field: u32,
+    /// The [`SkipReason`](neardup_corpus::SkipReason)'s kind.
+    kind: &'static str,
+    /// What is wrong, for people.
+    message: String,
 }
 
 /// One chunk's blocks, assembled in order by the collector until the chunk ends.
@@ -348,8 +240,8 @@ struct ChunkOutput {
     short: u64,
     reused: u64,
     skipped: HashMap<&'static str, u64>,
-    /// (chunk-local record, field, kind, message), the chunk's first [`QUOTED_PROBLEMS`].
-    problems: Vec<(Option<u64>, Option<u32>, String, String)>,
+    /// The chunk's first [`QUOTED_PROBLEMS`].
+    problems: Vec<SkippedSample>,
     /// The records the reader could not deliver, in order.
     unreadable: Vec<Unreadable>,
     /// Where its records lie, while every block so far had its places and followed the one
@@ -536,12 +428,12 @@ impl SketchWork<'_> {
                 }
                 *out.skipped.entry(reason.kind()).or_default() += 1;
                 if out.problems.len() < QUOTED_PROBLEMS {
-                    out.problems.push((
-                        Some(first + sample.record as u64),
-                        Some(sample.field),
-                        reason.kind().to_string(),
-                        reason.describe(&cfg.selector, sample.field),
-                    ));
+                    out.problems.push(SkippedSample {
+                        record: first + sample.record as u64,
+                        field: sample.field,
+                        kind: reason.kind(),
+                        message: reason.describe(&cfg.selector, sample.field),
+                    });
                 }
             }
         });
@@ -593,7 +485,7 @@ pub fn run_keys(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
-        .map_err(|source| KeysSettingsError::Threads { threads, source })?;
+        .map_err(|error| KeysSettingsError::Threads { threads, error })?;
     let (counted, table) = match sink {
         Sink::Memory(keys) => {
             let counted = if keys.is_empty() {
@@ -861,13 +753,13 @@ fn absorb(
     // records included, so addresses stay those of the file.
     let record_base: u64 = fr.chunks.iter().map(ChunkRows::records_spanned).sum();
     let path = &files[chunk.file].path;
-    for (record, field, kind, message) in out.problems {
+    for skipped in out.problems {
         let problem = Problem {
             file: path.clone(),
-            record: record.map(|r| r + record_base),
-            field,
-            kind,
-            message,
+            record: Some(skipped.record + record_base),
+            field: Some(skipped.field),
+            kind: skipped.kind.to_string(),
+            message: skipped.message,
         };
         if cfg.on_error == OnError::Fail {
             return Err(KeysError::Input(Box::new(InputFailure::Record(problem))));
@@ -883,15 +775,16 @@ fn absorb(
         if cfg.on_error == OnError::Fail || range.is_storage_failure() {
             return Err(KeysError::Input(Box::new(InputFailure::Unreadable(range))));
         }
-        *stats.read_errors.entry(range.kind.clone()).or_default() += 1;
-        stats.records_unreadable += range.records.unwrap_or(0);
+        let kind = range.lost.kind.as_str();
+        *stats.read_errors.entry(kind.to_string()).or_default() += 1;
+        stats.records_unreadable += range.lost.records.unwrap_or(0);
         if stats.problems.len() < QUOTED_PROBLEMS {
             stats.problems.push(Problem {
                 file: path.clone(),
-                record: Some(range.first_record),
+                record: Some(range.lost.first_record),
                 field: None,
-                kind: range.kind.clone(),
-                message: format!("{}: {}", range.what(), range.reason),
+                kind: kind.to_string(),
+                message: format!("{}: {}", range.what(), range.lost.reason),
             });
         }
         stats.unreadable.push(range);
@@ -1364,44 +1257,5 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn lost_records_are_described_by_what_is_known_of_them() {
-        let range = |first_record, records, row_group, byte_offset| UnreadableRange {
-            file: "f.jsonl".into(),
-            first_record,
-            records,
-            kind: "corrupt".into(),
-            reason: "bad".into(),
-            row_group,
-            byte_offset,
-        };
-        assert_eq!(range(5, Some(1), None, None).what(), "record 5 unreadable");
-        assert_eq!(
-            range(100, Some(100), Some(1), None).what(),
-            "records 100 to 199 (row group 1) unreadable"
-        );
-        assert_eq!(
-            range(0, None, None, None).what(),
-            "unreadable, how many records it holds is unknown"
-        );
-        assert_eq!(
-            range(543, None, None, Some(118000)).what(),
-            "unreadable from record 543 (decompressed byte 118000) on, how many records is unknown"
-        );
-        assert_eq!(range(7, Some(0), None, None).what(), "no record unreadable");
-        assert_eq!(
-            range(5, Some(2), None, None).to_string(),
-            "f.jsonl: records 5 to 6 unreadable: bad"
-        );
-        let mut storage = range(0, None, None, None);
-        storage.kind = "storage".into();
-        assert!(storage.is_storage_failure() && storage.whole_file_unknown());
-        assert!(
-            storage
-                .to_string()
-                .contains("--on-error skip does not skip that")
-        );
     }
 }

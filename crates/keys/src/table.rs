@@ -1041,19 +1041,24 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let truncated = KeyTable::from_bytes(&bytes[..40]).unwrap_err();
-        assert!(
-            matches!(
-                &truncated,
-                KeysError::Corrupt {
-                    damage: Damage::Truncated(_),
-                    ..
-                }
-            ),
-            "{truncated:?}"
-        );
-        let source = truncated.source().expect("the read's error");
+        let KeysError::Corrupt {
+            damage: Damage::Truncated(read),
+            ..
+        } = &truncated
+        else {
+            panic!("{truncated:?}")
+        };
+        assert_eq!(read.kind(), io::ErrorKind::UnexpectedEof);
+        // The error's message prints the damage, so it is not its source (a chain would print
+        // it twice); the read's error, which the damage's message does not print, is the
+        // damage's.
+        assert!(truncated.source().is_none());
+        let KeysError::Corrupt { damage, .. } = &truncated else {
+            unreachable!()
+        };
+        let read_again = damage.source().and_then(|e| e.downcast_ref::<io::Error>());
         assert_eq!(
-            source.downcast_ref::<io::Error>().map(io::Error::kind),
+            read_again.map(io::Error::kind),
             Some(io::ErrorKind::UnexpectedEof)
         );
         // Rows that do not fill the declared table: no file yet, then the file named.

@@ -106,15 +106,15 @@ pub fn to_py(e: Error) -> PyErr {
         | Error::IndexUse(_)
         | Error::Eval(_) => PyValueError::new_err(message),
         Error::Inputs(_) => PyFileNotFoundError::new_err(message),
-        Error::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
+        Error::Io { error, .. } => Python::attach(|py| os_error(py, &error, message)),
         Error::Publish(w) => written(w, message),
         Error::Threads { .. } | Error::ThreadLost { .. } => PyOSError::new_err(message),
         Error::Corrupt(_) => CorruptFileError::new_err(message),
         Error::Interrupted => PyKeyboardInterrupt::new_err(message),
         Error::Keys(k) | Error::KeyFile(k) => keys_error(k, message),
         Error::Index(i) => match i {
-            IndexError::Io { source, .. } | IndexError::Missing { source, .. } => {
-                Python::attach(|py| os_error(py, &source, message))
+            IndexError::Io { error, .. } | IndexError::Missing { error, .. } => {
+                Python::attach(|py| os_error(py, &error, message))
             }
             IndexError::Damaged { .. } | IndexError::Version { .. } => {
                 CorruptFileError::new_err(message)
@@ -136,8 +136,8 @@ pub fn to_py(e: Error) -> PyErr {
             DedupError::Input(_) | DedupError::Mismatch(_) | DedupError::BadRank(_) => {
                 InputError::new_err(message)
             }
-            DedupError::StepOutput { source, .. } | DedupError::Spill(source) => {
-                Python::attach(|py| os_error(py, &source, message))
+            DedupError::StepOutput { error, .. } | DedupError::Spill(error) => {
+                Python::attach(|py| os_error(py, &error, message))
             }
             DedupError::Output(w) => written(w, message),
             DedupError::WriterStopped => PyOSError::new_err(message),
@@ -165,7 +165,7 @@ pub fn keys_to_py(e: KeysError) -> PyErr {
 /// The exception of a stage-1 or key-file error, carrying `message`.
 fn keys_error(e: KeysError, message: String) -> PyErr {
     match e {
-        KeysError::Io { source, .. } => Python::attach(|py| os_error(py, &source, message)),
+        KeysError::Io { error, .. } => Python::attach(|py| os_error(py, &error, message)),
         KeysError::Corrupt { .. } => CorruptFileError::new_err(message),
         KeysError::Incompatible(_) | KeysError::Config(_) => PyValueError::new_err(message),
         KeysError::Input(_) => InputError::new_err(message),

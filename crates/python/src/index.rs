@@ -210,8 +210,8 @@ pub(crate) fn index_error(py: Python<'_>, e: IndexError) -> PyErr {
         IndexError::File { source, .. } => {
             use neardup::index::IndexError as Saved;
             match source {
-                Saved::Io { source, .. } | Saved::Missing { source, .. } => {
-                    crate::errors::os_error(py, &source, message)
+                Saved::Io { error, .. } | Saved::Missing { error, .. } => {
+                    crate::errors::os_error(py, &error, message)
                 }
                 Saved::Damaged { .. } | Saved::Version { .. } => {
                     crate::errors::CorruptFileError::new_err(message)

@@ -23,10 +23,11 @@
 //! asks it for bytes where a path names object storage, and keeps every rule about files.
 //! Requests run on a small runtime of its own; callers block on them from their own threads.
 
-mod client;
-pub mod file;
+// Modules from the bottom up: each names only those above it.
 mod location;
+mod client;
 mod read;
+pub mod file;
 mod write;
 
 pub use client::{RETRIES, StorageError, StorageErrorKind, is_storage_failure};
