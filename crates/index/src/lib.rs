@@ -226,6 +226,22 @@ pub struct SavedIndex {
 const DROPPED: u32 = u32::MAX;
 
 impl SavedIndex {
+    /// An index of no runs yet, made with `settings`, without sketches.
+    fn empty(settings: IndexSettings) -> SavedIndex {
+        SavedIndex {
+            settings,
+            files: Vec::new(),
+            samples: 0,
+            addrs: Vec::new(),
+            clusters: Vec::new(),
+            content_keys: Vec::new(),
+            band_row: Vec::new(),
+            bands: Vec::new(),
+            sketches: None,
+            online: None,
+        }
+    }
+
     /// The settings it was made with.
     pub fn settings(&self) -> &IndexSettings {
         &self.settings
@@ -846,18 +862,7 @@ impl IndexBuilder {
                 e.settings = settings;
                 e
             }
-            None => SavedIndex {
-                settings,
-                files: Vec::new(),
-                samples: 0,
-                addrs: Vec::new(),
-                clusters: Vec::new(),
-                content_keys: Vec::new(),
-                band_row: Vec::new(),
-                bands: Vec::new(),
-                sketches: None,
-                online: None,
-            },
+            None => SavedIndex::empty(settings),
         };
         let earlier_files =
             u32::try_from(index.files.len()).map_err(|_| IndexError::TooManyFiles)?;

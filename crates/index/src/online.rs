@@ -254,14 +254,6 @@ impl SavedIndex {
         keep_empty: bool,
     ) -> SavedIndex {
         let mut index = SavedIndex {
-            settings,
-            files: Vec::new(),
-            samples: 0,
-            addrs: Vec::new(),
-            clusters: Vec::new(),
-            content_keys: Vec::new(),
-            band_row: Vec::new(),
-            bands: Vec::new(),
             sketches: Some(Sketches {
                 num_perm,
                 content_hashes: Vec::new(),
@@ -269,7 +261,7 @@ impl SavedIndex {
                 signatures: Vec::new(),
                 shingles: shingles.then(ShingleSets::default),
             }),
-            online: None,
+            ..SavedIndex::empty(settings)
         };
         index.start_online(keep_empty);
         index
