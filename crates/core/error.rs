@@ -207,30 +207,17 @@ pub enum InputsError {
     /// Arguments that cannot be used as given (a missing path, a glob without a match, a file
     /// named explicitly whose format is unknown, standard input or a pipe, a name that is not
     /// UTF-8): each with its problem.
-    #[error("{}", problems_listed(.0, "input ", "\ninput "))]
+    #[error("{}", InputProblem::listed(.0, "input ", "\ninput "))]
     Unusable(Vec<InputProblem>),
     /// Inputs that could not be used, under `on_error = fail`.
     #[error(
         "{} (--on-error fail stops at the first unusable input)",
-        problems_listed(.0, "", "; ")
+        InputProblem::listed(.0, "", "; ")
     )]
     FailOnProblem(Vec<InputProblem>),
     /// No input file was found; the problems met while looking.
-    #[error("no input files found{}", problems_listed(.0, ": ", "; "))]
+    #[error("no input files found{}", InputProblem::listed(.0, ": ", "; "))]
     NoneFound(Vec<InputProblem>),
-}
-
-/// Input problems as a message lists them: "{lead}{input}: {message}" joined by `sep`, nothing
-/// when there are none.
-fn problems_listed(problems: &[InputProblem], lead: &str, sep: &str) -> String {
-    if problems.is_empty() {
-        return String::new();
-    }
-    let each: Vec<String> = problems
-        .iter()
-        .map(|p| format!("{}: {}", p.input, p.message))
-        .collect();
-    format!("{lead}{}", each.join(sep))
 }
 
 impl InputsError {

@@ -39,6 +39,32 @@ pub enum Reason {
 }
 
 impl Reason {
+    /// Every reason, in the order of their one-byte codes ([`Reason::code`]).
+    const BY_CODE: [Reason; 5] = [
+        Reason::Unique,
+        Reason::Near,
+        Reason::Exact,
+        Reason::Empty,
+        Reason::Error,
+    ];
+
+    /// The reason as one byte, for formats that store it so (saved indexes' online decisions,
+    /// the Redis store's); [`Reason::from_code`] reads it back.
+    pub fn code(self) -> u8 {
+        match self {
+            Reason::Unique => 0,
+            Reason::Near => 1,
+            Reason::Exact => 2,
+            Reason::Empty => 3,
+            Reason::Error => 4,
+        }
+    }
+
+    /// The reason of a [`Reason::code`], if it is one.
+    pub fn from_code(code: u8) -> Option<Reason> {
+        Reason::BY_CODE.get(usize::from(code)).copied()
+    }
+
     /// The lowercase name used in decision files.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -585,6 +611,14 @@ fn parquet_rows<T: parquet::file::reader::ChunkReader + 'static>(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_reasons_code_reads_back_as_it() {
+        for r in Reason::BY_CODE {
+            assert_eq!(Reason::from_code(r.code()), Some(r));
+        }
+        assert_eq!(Reason::from_code(5), None);
+    }
 
     fn reason() -> impl Strategy<Value = Reason> {
         prop_oneof![

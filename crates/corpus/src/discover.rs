@@ -54,6 +54,21 @@ pub struct InputProblem {
     pub fatal: bool,
 }
 
+impl InputProblem {
+    /// Problems as a message lists them: "{lead}{input}: {message}" joined by `sep`, nothing
+    /// when there are none.
+    pub fn listed(problems: &[InputProblem], lead: &str, sep: &str) -> String {
+        if problems.is_empty() {
+            return String::new();
+        }
+        let each: Vec<String> = problems
+            .iter()
+            .map(|p| format!("{}: {}", p.input, p.message))
+            .collect();
+        format!("{lead}{}", each.join(sep))
+    }
+}
+
 /// Where one input argument reads from.
 #[derive(Clone, Debug)]
 pub struct InputSource {

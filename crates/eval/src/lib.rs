@@ -229,10 +229,10 @@ pub enum EvalError {
     #[error("no inputs given")]
     NoInputs,
     /// Input arguments that cannot be used as given, each with its problem.
-    #[error("{}", listed(.0, "input ", "\ninput "))]
+    #[error("{}", InputProblem::listed(.0, "input ", "\ninput "))]
     Inputs(Vec<InputProblem>),
     /// No input file was found; the problems met while looking.
-    #[error("no input file found{}", listed(.0, ": ", "; "))]
+    #[error("no input file found{}", InputProblem::listed(.0, ": ", "; "))]
     NoneFound(Vec<InputProblem>),
     /// The decisions file cannot be read.
     #[error(transparent)]
@@ -240,19 +240,6 @@ pub enum EvalError {
     /// The worker threads could not be started.
     #[error("cannot start worker threads: {0}")]
     Threads(rayon::ThreadPoolBuildError),
-}
-
-/// Input problems as a message lists them: "{lead}{input}: {message}" joined by `sep`, nothing
-/// when there are none.
-fn listed(problems: &[InputProblem], lead: &str, sep: &str) -> String {
-    if problems.is_empty() {
-        return String::new();
-    }
-    let each: Vec<String> = problems
-        .iter()
-        .map(|p| format!("{}: {}", p.input, p.message))
-        .collect();
-    format!("{lead}{}", each.join(sep))
 }
 
 /// Reasons given to samples that have text (the only ones eval compares).

@@ -111,24 +111,11 @@ pub struct SavedDecision {
     pub similarity: Option<f64>,
 }
 
-const REASONS: [Reason; 5] = [
-    Reason::Unique,
-    Reason::Near,
-    Reason::Exact,
-    Reason::Empty,
-    Reason::Error,
-];
-
 impl SavedDecision {
     pub(crate) fn put(&self, rec: &mut Vec<u8>) {
         put_id(rec, Some(&self.id));
         rec.push(u8::from(self.keep));
-        rec.push(
-            REASONS
-                .iter()
-                .position(|r| *r == self.reason)
-                .expect("every reason listed") as u8,
-        );
+        rec.push(self.reason.code());
         put_id(rec, self.dup_of.as_ref());
         match self.similarity {
             Some(s) => {
@@ -144,9 +131,7 @@ impl SavedDecision {
         let id = take_id(input)?.ok_or(IndexDamage::Unknown("decision without an id"))?;
         let flags = input.take(2).ok_or_else(short)?;
         let (keep, reason) = (flags[0] == 1, flags[1]);
-        let reason = *REASONS
-            .get(reason as usize)
-            .ok_or(IndexDamage::Unknown("reason"))?;
+        let reason = Reason::from_code(reason).ok_or(IndexDamage::Unknown("reason"))?;
         let dup_of = take_id(input)?;
         let similarity = match input.take(1).ok_or_else(short)?[0] {
             0 => None,

@@ -1148,23 +1148,11 @@ pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<R
     })
 }
 
-const REASONS: [Reason; 5] = [
-    Reason::Unique,
-    Reason::Near,
-    Reason::Exact,
-    Reason::Empty,
-    Reason::Error,
-];
-
 /// A decision as a producer sends it: keep, reason, similarity (NaN: none), then the id it
 /// duplicates (encoded; nothing when none). The server puts the decision's place in the order of
 /// commits before it ([`decode_decision`] reads both).
 pub(crate) fn encode_decision(d: &Decided) -> Vec<u8> {
-    let reason = REASONS
-        .iter()
-        .position(|r| *r == d.reason)
-        .expect("every reason listed");
-    let mut out = vec![u8::from(d.keep), reason as u8];
+    let mut out = vec![u8::from(d.keep), d.reason.code()];
     out.extend_from_slice(&d.similarity.unwrap_or(f64::NAN).to_le_bytes());
     if let Some(of) = &d.dup_of {
         out.extend_from_slice(of.encode().as_bytes());
@@ -1188,7 +1176,7 @@ fn decode_sent(b: &[u8]) -> Option<Decided> {
         1 => true,
         _ => return None,
     };
-    let reason = *REASONS.get(*b.get(1)? as usize)?;
+    let reason = Reason::from_code(*b.get(1)?)?;
     let sim = f64::from_le_bytes(b.get(2..10)?.try_into().ok()?);
     let rest = std::str::from_utf8(b.get(10..)?).ok()?;
     let dup_of = if rest.is_empty() {
