@@ -16,21 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use support::{neardup, stderr, write_compressed, write_parquet_in_groups};
-
-/// A small deterministic generator (splitmix64), so corpora are the same on every machine.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let z = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use support::{Rng, neardup, stderr, write_compressed, write_parquet_in_groups};
 
 /// Texts of one dump: near copies of a few shared base texts (so dumps duplicate each other),
 /// verbatim copies of `earlier` texts (exact copies across dumps), fresh texts, empty ones.

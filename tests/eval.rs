@@ -13,33 +13,23 @@ use neardup::eval::{EvalOptions, EvalReport, evaluate};
 use neardup::sketch::{Normalizer, Shingler};
 use tempfile::TempDir;
 
+use crate::support::Rng;
+
 const THRESHOLD: f64 = 0.7;
 const K: usize = 5;
 
-/// Deterministic pseudo-random generator (splitmix64) so the corpus is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn word(&mut self) -> String {
-        let len = 3 + (self.next() % 6) as usize;
-        (0..len)
-            .map(|_| (b'a' + (self.next() % 26) as u8) as char)
-            .collect()
-    }
+/// A word of 3 to 8 random letters.
+fn word(rng: &mut Rng) -> String {
+    let len = 3 + (rng.next() % 6) as usize;
+    (0..len)
+        .map(|_| (b'a' + (rng.next() % 26) as u8) as char)
+        .collect()
 }
 
 /// 120 random words.
 fn doc(seed: u64) -> Vec<String> {
     let mut rng = Rng(seed.wrapping_mul(7919) + 1);
-    (0..120).map(|_| rng.word()).collect()
+    (0..120).map(|_| word(&mut rng)).collect()
 }
 
 /// `words` with the words in `range` replaced by fresh ones.
@@ -47,7 +37,7 @@ fn edit(words: &[String], range: std::ops::Range<usize>, seed: u64) -> Vec<Strin
     let mut rng = Rng(seed ^ 0xdead_beef);
     let mut out = words.to_vec();
     for w in &mut out[range] {
-        *w = rng.word();
+        *w = word(&mut rng);
     }
     out
 }

@@ -18,22 +18,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::*;
 
-/// splitmix64: the moments are reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
 /// A corpus with many near-duplicates (so stage 2 works), in plain and gzip'd JSONL and Parquet.
 fn corpus(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();

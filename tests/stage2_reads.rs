@@ -11,21 +11,7 @@ use std::path::{Path, PathBuf};
 
 use neardup::{Config, Pipeline, Report};
 
-/// A small random generator (splitmix64), so the corpus is the same on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::support::Rng;
 
 /// The lines of one input: mostly unique texts, some near and exact copies of earlier ones
 /// (also across files), and every kind of record that is not plain: blank lines, blank texts,
