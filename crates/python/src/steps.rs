@@ -12,7 +12,8 @@ use pyo3::types::PyDict;
 
 use neardup::keys::{HotKeys, HotSummary, KeysError};
 use neardup::{
-    Config, DecidedInput, Error, KeysStep, RunControl, RunPaths, SignedInput, StepInput, TableInput,
+    Config, DecideStep, DecidedInput, Error, KeysStep, RunControl, RunPaths, SignStep, SignedInput,
+    Step, StepInput, TableInput, WriteStep,
 };
 
 use crate::errors::to_py;
@@ -190,7 +191,7 @@ pub fn start_sign(
     let Some(output) = output else {
         return Run::spawn_output("neardup-sign", &watched, crate::errors::to_py, move || {
             let hot = hot.get()?;
-            let (signed, stats) = neardup::sign(&config, table.input(), &hot, &control)?;
+            let (signed, stats) = SignStep::new(&config, table.input(), &hot)?.run(&control)?;
             let stats = serde_json::to_value(stats).expect("statistics serialise");
             Ok(Output::Signed(Box::new(signed), stats))
         })
@@ -198,7 +199,7 @@ pub fn start_sign(
     };
     Run::spawn("neardup-sign", &watched, move || {
         let hot = hot.get()?;
-        let signed = neardup::sign_shard(&config, table.input(), &hot, &output, &control)?;
+        let signed = SignStep::new(&config, table.input(), &hot)?.write(&output, None, &control)?;
         Ok(serde_json::to_string(&signed).expect("reports serialise"))
     })
     .map(|run| run.watching(&tokenizer))
@@ -249,7 +250,8 @@ pub fn start_decide(
             move || {
                 let hot = hot.summary()?;
                 let inputs = signed_inputs(&signed);
-                let decided = neardup::decide(&config, &inputs, &hot, group, &control)?;
+                let (decided, ()) =
+                    DecideStep::new(&config, &inputs, &hot, group)?.run(&control)?;
                 Ok(Output::Decided(Box::new(decided)))
             },
         )
@@ -258,7 +260,8 @@ pub fn start_decide(
     Run::spawn("neardup-decide", &watched, move || {
         let hot = hot.summary()?;
         let inputs = signed_inputs(&signed);
-        let decided = neardup::decide_group_dirs(&config, &inputs, &hot, group, &output, &control)?;
+        let decided =
+            DecideStep::new(&config, &inputs, &hot, group)?.write(&output, None, &control)?;
         Ok(serde_json::to_string(&decided).expect("reports serialise"))
     })
     .map(|run| run.watching(&tokenizer))
@@ -313,7 +316,8 @@ pub fn start_write(
     Run::spawn("neardup-write", &watched, move || {
         let hot = hot.get()?;
         let inputs = decided_inputs(&decided);
-        let report = neardup::write_shard(&config, table.input(), &hot, &inputs, &control)?;
+        let report =
+            WriteStep::new(&config, table.input(), &hot, &inputs)?.run(&control, &mut |_| {})?;
         Ok(report_json(&report))
     })
 }

@@ -293,7 +293,8 @@ pub fn compute_keys(
     let mut config = config_from(settings, Scope::NoOutputs)?;
     config.input.inputs = inputs_from(inputs)?;
     let step = neardup::KeysStep::new(&config, shard).map_err(to_py)?;
-    let (inner, stats) = crate::tokenizer::run_watched(py, &config, |control| step.table(control))?;
+    let (inner, stats) =
+        crate::tokenizer::run_watched(py, &config, |control| neardup::Step::run(&step, control))?;
     Ok(KeyTable {
         inner,
         stats: Some(serde_json::to_value(stats).expect("stats serialise")),
@@ -339,9 +340,8 @@ pub fn hot_keys(
         return Run::spawn_hot("neardup-hot", &watched, move || {
             let refs: Vec<&neardup::keys::KeyTable> =
                 owned.iter().map(|t| &t.get().inner).collect();
-            let (hot, _mask, stats) =
-                neardup::HotStep::new(&config, refs.as_slice(), groups)?.merge(&control)?;
-            Ok((hot, stats))
+            let step = neardup::HotStep::new(&config, refs.as_slice(), groups)?;
+            neardup::Step::run(&step, &control)
         });
     }
     let paths: Vec<PathBuf> = items
@@ -355,9 +355,8 @@ pub fn hot_keys(
         })
         .collect::<PyResult<_>>()?;
     Run::spawn_hot("neardup-hot", &watched, move || {
-        let (hot, _mask, stats) =
-            neardup::HotStep::new(&config, &paths, groups)?.merge(&control)?;
-        Ok((hot, stats))
+        let step = neardup::HotStep::new(&config, &paths, groups)?;
+        neardup::Step::run(&step, &control)
     })
 }
 
