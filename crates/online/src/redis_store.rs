@@ -14,7 +14,7 @@
 //!   by reason).
 //!
 //! **How a batch is decided.** A producer signs its texts, reads the state its documents reach
-//! in one transaction (the ids, the buckets of their band keys, their texts' first copies), then
+//! in one round trip (the ids, the buckets of their band keys, their texts' first copies), then
 //! the representatives those buckets name (which never change once written, and are cached),
 //! seeds a decision core
 //! with it ([`Deduper::seed`]) and decides the documents in order, as the in-memory index does.
@@ -971,8 +971,8 @@ impl RedisIndex {
             .collect())
     }
 
-    /// Reads, in one consistent view, the decisions of `ids` and the buckets and first copies
-    /// the signed documents reach.
+    /// Reads the decisions of `ids` and the buckets and first copies the signed documents
+    /// reach.
     fn read_view(&mut self, ids: &[&DocId], docs: &[&Signed]) -> Result<View, redis::RedisError> {
         let mut keys: Vec<u64> = Vec::new();
         let mut hashes: Vec<u128> = Vec::new();
@@ -992,11 +992,13 @@ impl RedisIndex {
                 hashes.push(s.content_hash);
             }
         }
-        // One transaction of plain reads: a consistent view without a script (whose arguments
-        // and answers the server would copy into Lua strings).
+        // Plain reads in one round trip, without a script (whose arguments and answers the
+        // server would copy into Lua strings) or a transaction: the view need not be one moment's,
+        // as the commit checks everything a decision took from it that can change (an id still
+        // undecided, a bucket's length, a text still without a first copy), and what cannot (a
+        // representative, a first copy) is written before anything names it.
         let k = &self.keys;
         let mut pipe = redis::pipe();
-        pipe.atomic();
         let hmget = |pipe: &mut redis::Pipeline, hash: &str, fields: Vec<Vec<u8>>| {
             if !fields.is_empty() {
                 pipe.cmd("HMGET").arg(hash).arg(fields);
