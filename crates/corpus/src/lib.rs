@@ -26,7 +26,9 @@
 //!   this one dies inside it), the output directory's manifest ([`Manifest`], `_SUCCESS`),
 //!   `overwrite` replacing only files an earlier manifest lists; the life of scratch files and
 //!   spill directories ([`ScratchFile`], [`ScratchDir`]) and the removal of what dead runs left.
-//!   A publication looks a last time at the run's `neardup_exec::CancelToken` before it commits.
+//!   A publication looks a last time at the run's `neardup_exec::CancelToken` before it commits;
+//! - **the framing** of neardup's own binary files and values ([`frame`]: magic, checksum, end
+//!   marker), which the key tables, hot keys, step streams, saved indexes and step values share.
 //!
 //! Any of these paths may be an object storage URL (`s3://`, `gs://`, `az://`): discovery lists
 //! prefixes, the readers take their bytes, and publication uploads its outputs, through
@@ -54,6 +56,7 @@ mod decisions;
 mod discover;
 mod error;
 mod format;
+pub mod frame;
 mod json;
 mod jsonl;
 mod members;

@@ -33,29 +33,32 @@
 //! (that is `neardup-scratch`), or decide duplicates (that is stage 2, `neardup-dedup`).
 #![warn(missing_docs)]
 
-mod count;
 mod error;
-mod hot;
 mod index;
 mod places;
 mod plan;
 mod prior;
 mod row;
 mod row_cache;
-mod stage;
 mod table;
+mod hot;
+mod count;
+mod stage;
 
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::{
     Damage, Incompatible, InputFailure, KeysError, KeysSettingsError, LayoutDifference, Problem,
     TableName, TableProblem,
 };
-pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, MaskMemory, RowGrouping, ShardPlace};
+pub use hot::{
+    HotKeys, HotMask, HotRowGroups, HotSummary, MaskMemory, RowGrouping, ShardPlace,
+    plan_from_tables,
+};
 /// Re-exported for compatibility: [`Progress`] and [`OnError`] were stage 1's before every step
 /// ran on `neardup-exec`, and `neardup::keys::{Progress, OnError}` is public API.
 pub use neardup_exec::{OnError, Progress};
 pub use places::{RecordPlace, RecordPlaces, places_budget};
-pub use plan::{Plan, PlanBuilder, plan_from_tables};
+pub use plan::{Plan, PlanBuilder};
 pub use prior::PriorKeys;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{

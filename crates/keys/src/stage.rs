@@ -24,7 +24,7 @@ use crate::error::{InputFailure, KeysError, KeysSettingsError, Problem};
 use crate::hot::{HotKeys, HotMask};
 use crate::places::{RecordPlaces, places_budget};
 use crate::prior::{HotRule, PriorKeys};
-use crate::row::{RowKind, RowRule};
+use crate::row::{KnownRows, RowKind, RowRule};
 use crate::row_cache::RowCache;
 use crate::table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableReader,
@@ -407,7 +407,7 @@ impl SketchWork<'_> {
                     scratch,
                     sig,
                     &mut out.keys[start..],
-                    self.known.as_ref(),
+                    self.known.as_ref().map(|k| k as &dyn KnownRows),
                 );
                 out.rows += 1;
                 out.reused += u64::from(reused);
