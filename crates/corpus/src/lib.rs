@@ -10,9 +10,12 @@
 //!   [`ReadError`] that says which records it cost ([`Unreadable`]); reading goes on past a
 //!   damaged Parquet row group, and a second read of a chunk stops where the first lost records
 //!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
-//!   [`record_fields`]); where each record of an uncompressed JSONL file lies
-//!   ([`Block::jsonl_offset`]), and reading only some records of a chunk by those places
-//!   ([`read_records`]: stage 2 reads only the records it decides);
+//!   [`record_fields`]); where each record of a JSONL file lies in its (decompressed) stream
+//!   ([`Block::jsonl_offset`]) and where the members of a compressed one start
+//!   ([`Block::jsonl_resume_points`], [`ResumePoint`]), and reading only some records of a chunk
+//!   by those places ([`read_records`]: stage 2 reads only the records it decides, entering a
+//!   gzip file of several members or a zstd file of several frames at the member that holds
+//!   them);
 //! - **in-memory Arrow tables** as inputs ([`ArrowTable`], [`Format::Arrow`]): registered record
 //!   batches that every stage reads in place, as it reads a file, or a stream opened afresh for
 //!   each stage and read batch by batch;
@@ -53,6 +56,7 @@ mod format;
 mod select;
 mod chunk;
 pub mod frame;
+mod members;
 mod discover;
 mod block;
 mod json;
@@ -78,6 +82,7 @@ pub use discover::{
 };
 pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
+pub use members::ResumePoint;
 pub use picked::{RecordPlace, RecordSpan};
 pub use plan::{balanced_chunk_bytes, plan_chunks};
 pub use publish::{

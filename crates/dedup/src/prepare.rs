@@ -646,6 +646,7 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
                     start: places.start(),
                     end: places.end(),
                 },
+                places.resume_points(),
                 records_to_read(places, job.row_base, self.mask),
                 self.cfg.block_bytes,
             ),
