@@ -317,7 +317,8 @@ mod tests {
 
     use super::*;
     use crate::block::{Projection, SampleText};
-    use crate::chunk::{Chunk, ChunkRange, plan_chunks};
+    use crate::chunk::{Chunk, ChunkRange};
+    use crate::plan::plan_chunks;
     use crate::read::read_chunk;
     use crate::select::{FieldPath, TextSelector};
 

@@ -40,39 +40,42 @@
 //! Where things live: `block` is the base of reading (the [`Block`] and [`Sample`] types, skip
 //! reasons, what a record's field values become); the format readers build on it (`jsonl` with
 //! the JSON line scanner `json`, `parquet_read`, and `picked`, which reads chosen records of a
-//! JSONL chunk by their places); `read` picks the reader for a file and is the
-//! only module that knows every format. Writing is `write` (filtered copies), `decisions` and
-//! `publish`. The JSON scanner's vector paths are chosen from `neardup_cpu::Features`.
+//! JSONL chunk by their places); `plan` cuts the inputs into chunks; `read` picks the reader
+//! for a file and is the only module that knows every format. Writing is `write` (filtered
+//! copies), `publish` and `decisions`. The JSON scanner's vector paths are chosen from
+//! `neardup_cpu::Features`. `lib.rs` lists the modules from the bottom up: each names only those
+//! above it.
 //!
 //! Addresses: a sample is identified by (file index, record index, field index). Record indexes
 //! yielded by the reader are chunk-local ([`Block::first_record`] + [`Sample::record`]); because
 //! [`plan_chunks`] is deterministic, adding the record counts of a file's earlier chunks gives the
 //! same file-level index in both stages.
 
-mod arrow_table;
-mod block;
-mod chunk;
-mod decisions;
-mod discover;
 mod error;
 mod format;
-pub mod frame;
-mod json;
-mod jsonl;
-mod members;
-mod parquet_read;
-mod picked;
-mod publish;
-mod read;
 mod select;
+mod chunk;
+pub mod frame;
+mod members;
+mod discover;
+mod block;
+mod json;
+mod parquet_read;
+mod arrow_table;
+mod jsonl;
+mod picked;
+mod plan;
+mod read;
 mod write;
+mod publish;
+mod decisions;
 
 pub use arrow_table::{ArrowTable, NameTaken, OpenStream, StreamBatches};
 pub use block::{
     Block, FieldsSeen, Projection, RankValue, ReadOptions, Sample, SampleAddr, SampleText,
     SkipReason,
 };
-pub use chunk::{Chunk, ChunkRange, balanced_chunk_bytes, plan_chunks};
+pub use chunk::{Chunk, ChunkRange};
 pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
 pub use discover::{
     DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, SourceLink, discover,
@@ -80,13 +83,16 @@ pub use discover::{
 pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
 pub use members::ResumePoint;
-pub use picked::{RecordPlace, RecordSpan, read_records, read_records_whole};
+pub use picked::{RecordPlace, RecordSpan};
+pub use plan::{balanced_chunk_bytes, plan_chunks};
 pub use publish::{
     AtomicFile, Distributed, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,
     PublishOptions, Published, RunId, ScratchDir, ScratchFile, publish_whole, read_manifest,
     shard_manifest_name, special_node,
 };
-pub use read::{ChunkReader, read_chunk, record_fields, reread_chunk};
+pub use read::{
+    ChunkReader, read_chunk, read_records, read_records_whole, record_fields, reread_chunk,
+};
 pub use select::{DEFAULT_SEPARATOR, FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use write::{FileWriter, OutputDir, OutputOptions, WrittenFile};
 

@@ -1,10 +1,10 @@
-//! Reading some records of a JSONL chunk by their places in the file ([`read_records`]): stage
+//! Reading some records of a JSONL chunk by their places in the file ([`crate::read_records`]): stage
 //! 2 reads only the records it has to decide, given where stage 1 found each record. Of an
 //! uncompressed file, nearby records are read together (one read, or one ranged request, per
 //! run of records close enough), the rest of the file is not read at all; of a compressed file
 //! (a whole-file chunk) whose members stage 1 noted, the members holding them are decompressed
 //! (`crate::members`). A run that copies the records it keeps reads the chunk whole but parses
-//! only those records ([`read_records_whole`]): the others are copied as the bytes they are.
+//! only those records ([`crate::read_records_whole`]): the others are copied as the bytes they are.
 
 use std::fs::File;
 use std::ops::Range;
@@ -13,12 +13,10 @@ use std::path::PathBuf;
 
 use neardup_storage::ObjectUrl;
 
-use crate::block::{Block, BlockData, Picked, ReadOptions, buffers};
-use crate::chunk::Chunk;
-use crate::error::{ReadError, ReadErrorKind, Unreadable};
+use crate::block::{Block, BlockData, Picked, buffers};
+use crate::error::{ReadError, ReadErrorKind};
 use crate::format::{Compression, Format, InputFile};
 use crate::members::{Raw, ResumePoint, ResumedStream};
-use crate::read::{ChunkReader, reread_chunk};
 
 /// One record of a JSONL chunk to read: which it is and where it lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +30,7 @@ pub struct RecordPlace {
     pub len: u64,
 }
 
-/// What a chunk read by [`read_records`] spans: its records and their bytes (offsets in the
+/// What a chunk read by [`crate::read_records`] spans: its records and their bytes (offsets in the
 /// decompressed stream, for a compressed file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordSpan {
@@ -51,68 +49,8 @@ const LOCAL_GAP: u64 = 4 << 10;
 /// `neardup_storage::ObjectRanges` joins ranges): a request costs more than the bytes between.
 const OBJECT_GAP: u64 = 64 << 10;
 
-/// Reads the records `picks` (ascending, within `span`) of `chunk`, a part of the JSONL `file`
-/// that an earlier read went through, as blocks that together hold every record of the chunk in
-/// order, as [`crate::read_chunk`] would: the records of `picks` are read and yield their
-/// samples; the others are passed over, unread (their lines are empty, and
-/// [`crate::Block::records_read`] lists the records read). Of an uncompressed file only the
-/// picked records' bytes are read, with the short gaps between them (so a few reads cover many
-/// records); a compressed file (read whole by the earlier read, which noted where its members
-/// start: `resumes`) is decompressed from the start of the member holding a picked record, as
-/// far as the records picked. Each block reports the file's bytes read
-/// ([`crate::Block::bytes_read`]).
-///
-/// A picked record that does not end a line where the earlier read found its end (the file
-/// changed) ends the read with an error (kind `changed`) losing the chunk's remaining records.
-pub fn read_records(
-    file: &InputFile,
-    chunk: &Chunk,
-    span: RecordSpan,
-    resumes: Vec<ResumePoint>,
-    picks: Vec<RecordPlace>,
-    block_bytes: usize,
-) -> ChunkReader {
-    ChunkReader::picked(
-        PickedSource::open(file, span, resumes, picks, block_bytes),
-        chunk,
-    )
-}
-
-/// Reads `chunk`, a part of the JSONL `file` that an earlier read went through, whole,
-/// as [`crate::reread_chunk`] does (every record's line is in its block, so a writer can copy
-/// it), but its blocks yield the samples of the records `picks` (ascending) only: the others are
-/// passed over unparsed ([`crate::Block::records_read`]). Each picked record must lie where the
-/// earlier read found it (its offset and length), or the read ends with an error (kind
-/// `changed`) losing the chunk's remaining records.
-pub fn read_records_whole(
-    file: &InputFile,
-    chunk: &Chunk,
-    opts: &ReadOptions,
-    earlier: &[Unreadable],
-    picks: Vec<RecordPlace>,
-) -> ChunkReader {
-    if file.format != Format::Jsonl {
-        return read_records(
-            file,
-            chunk,
-            RecordSpan {
-                records: 0,
-                start: 0,
-                end: 0,
-            },
-            Vec::new(),
-            picks,
-            opts.block_bytes,
-        );
-    }
-    reread_chunk(file, chunk, opts, earlier).picking(PickedLines {
-        path: file.path.clone(),
-        picks,
-        next: 0,
-    })
-}
-
-/// The records of a chunk read whole to parse ([`read_records_whole`]), marked block by block.
+/// The records of a chunk read whole to parse ([`crate::read_records_whole`]), marked block by
+/// block.
 pub(crate) struct PickedLines {
     path: PathBuf,
     picks: Vec<RecordPlace>,
@@ -121,6 +59,15 @@ pub(crate) struct PickedLines {
 }
 
 impl PickedLines {
+    /// The picks (ascending) of a chunk of the file at `path`, none marked yet.
+    pub(crate) fn new(path: PathBuf, picks: Vec<RecordPlace>) -> PickedLines {
+        PickedLines {
+            path,
+            picks,
+            next: 0,
+        }
+    }
+
     /// Marks the picks among `block`'s records (the chunk's next block) as the only ones it
     /// yields, checking that each lies where the earlier read found it.
     pub(crate) fn mark(&mut self, block: &mut Block) -> Result<(), ReadError> {
@@ -203,7 +150,8 @@ pub(crate) struct PickedSource {
 }
 
 impl PickedSource {
-    fn open(
+    /// The reader of the records `picks` of `span` (see [`crate::read_records`]).
+    pub(crate) fn open(
         file: &InputFile,
         span: RecordSpan,
         resumes: Vec<ResumePoint>,
@@ -447,8 +395,9 @@ impl PickedSource {
 mod tests {
     use super::*;
     use crate::block::{Projection, ReadOptions, SampleText};
+    use crate::chunk::Chunk;
     use crate::chunk::ChunkRange;
-    use crate::read::read_chunk;
+    use crate::read::{read_chunk, read_records, read_records_whole};
     use crate::select::{FieldPath, TextSelector};
 
     /// (record, text or skip kind) of every sample of `blocks`, file-chunk-local records.

@@ -8,8 +8,9 @@ use crate::chunk::Chunk;
 use crate::error::{ReadError, Unreadable};
 use crate::format::{Format, InputFile};
 use crate::jsonl::{self, JsonlSource};
+use crate::members::ResumePoint;
 use crate::parquet_read::{self, ParquetSource};
-use crate::picked::{PickedLines, PickedSource};
+use crate::picked::{PickedLines, PickedSource, RecordPlace, RecordSpan};
 use crate::select::TextSelector;
 
 impl Block {
@@ -135,6 +136,63 @@ pub fn reread_chunk(
         chunk_seq: chunk.seq,
         lines: None,
     }
+}
+
+/// Reads the records `picks` (ascending, within `span`) of `chunk`, a part of the JSONL `file`
+/// that an earlier read went through, as blocks that together hold every record of the chunk in
+/// order, as [`crate::read_chunk`] would: the records of `picks` are read and yield their
+/// samples; the others are passed over, unread (their lines are empty, and
+/// [`crate::Block::records_read`] lists the records read). Of an uncompressed file only the
+/// picked records' bytes are read, with the short gaps between them (so a few reads cover many
+/// records); a compressed file (read whole by the earlier read, which noted where its members
+/// start: `resumes`) is decompressed from the start of the member holding a picked record, as
+/// far as the records picked. Each block reports the file's bytes read
+/// ([`crate::Block::bytes_read`]).
+///
+/// A picked record that does not end a line where the earlier read found its end (the file
+/// changed) ends the read with an error (kind `changed`) losing the chunk's remaining records.
+pub fn read_records(
+    file: &InputFile,
+    chunk: &Chunk,
+    span: RecordSpan,
+    resumes: Vec<ResumePoint>,
+    picks: Vec<RecordPlace>,
+    block_bytes: usize,
+) -> ChunkReader {
+    ChunkReader::picked(
+        PickedSource::open(file, span, resumes, picks, block_bytes),
+        chunk,
+    )
+}
+
+/// Reads `chunk`, a part of the JSONL `file` that an earlier read went through, whole,
+/// as [`crate::reread_chunk`] does (every record's line is in its block, so a writer can copy
+/// it), but its blocks yield the samples of the records `picks` (ascending) only: the others are
+/// passed over unparsed ([`crate::Block::records_read`]). Each picked record must lie where the
+/// earlier read found it (its offset and length), or the read ends with an error (kind
+/// `changed`) losing the chunk's remaining records.
+pub fn read_records_whole(
+    file: &InputFile,
+    chunk: &Chunk,
+    opts: &ReadOptions,
+    earlier: &[Unreadable],
+    picks: Vec<RecordPlace>,
+) -> ChunkReader {
+    if file.format != Format::Jsonl {
+        return read_records(
+            file,
+            chunk,
+            RecordSpan {
+                records: 0,
+                start: 0,
+                end: 0,
+            },
+            Vec::new(),
+            picks,
+            opts.block_bytes,
+        );
+    }
+    reread_chunk(file, chunk, opts, earlier).picking(PickedLines::new(file.path.clone(), picks))
 }
 
 /// The fields the first records of `files` have, as paths a selector can name (top-level

@@ -21,8 +21,8 @@
 
 use pyo3::create_exception;
 use pyo3::exceptions::{
-    PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError, PyKeyboardInterrupt,
-    PyNotADirectoryError, PyOSError, PyPermissionError, PyValueError,
+    PyConnectionError, PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError,
+    PyKeyboardInterrupt, PyNotADirectoryError, PyOSError, PyPermissionError, PyValueError,
 };
 use pyo3::prelude::*;
 
@@ -30,6 +30,7 @@ use neardup::Error;
 use neardup::dedup::DedupError;
 use neardup::index::IndexError;
 use neardup::keys::KeysError;
+use neardup_online::IndexError as OnlineError;
 
 create_exception!(
     neardup,
@@ -130,7 +131,7 @@ pub fn to_py(e: Error) -> PyErr {
             | IndexError::TooManyFiles
             | IndexError::Decisions { .. } => PyValueError::new_err(message),
         },
-        Error::Online(o) => Python::attach(|py| crate::index::index_error(py, o)),
+        Error::Online(o) => Python::attach(|py| index_error(py, o)),
         Error::Dedup(d) => match d {
             DedupError::Config(_) | DedupError::Step(_) => PyValueError::new_err(message),
             DedupError::Input(_) | DedupError::Mismatch(_) | DedupError::BadRank(_) => {
@@ -170,5 +171,39 @@ fn keys_error(e: KeysError, message: String) -> PyErr {
         KeysError::Incompatible(_) | KeysError::Config(_) => PyValueError::new_err(message),
         KeysError::Input(_) => InputError::new_err(message),
         KeysError::Interrupted => PyKeyboardInterrupt::new_err(message),
+    }
+}
+
+/// The index's errors as Python exceptions: settings (invalid, or not a shared namespace's)
+/// are a `ValueError`, a Redis server that cannot be reached or is lost a `ConnectionError`,
+/// a spill file's failure the `OSError` of its kind, a namespace that cannot be read or other
+/// producers in the way an `OSError`.
+pub(crate) fn index_error(py: Python<'_>, e: OnlineError) -> PyErr {
+    let message = e.to_string();
+    match e {
+        OnlineError::Settings(_)
+        | OnlineError::SettingsDiffer { .. }
+        | OnlineError::FileSettingsDiffer { .. }
+        | OnlineError::NoPath => PyValueError::new_err(message),
+        OnlineError::Save { source, .. } => os_error(py, &source, message),
+        // A saved index that cannot be opened: the exception the same failure of a run's
+        // `--against` gets, with this message.
+        OnlineError::File { source, .. } => match source {
+            IndexError::Io { error, .. } | IndexError::Missing { error, .. } => {
+                os_error(py, &error, message)
+            }
+            IndexError::Damaged { .. } | IndexError::Version { .. } => {
+                CorruptFileError::new_err(message)
+            }
+            IndexError::Changed { .. } | IndexError::Unreadable { .. } => {
+                InputError::new_err(message)
+            }
+            _ => PyValueError::new_err(message),
+        },
+        OnlineError::Spill(io) => os_error(py, &io, message),
+        OnlineError::Unreachable { .. } | OnlineError::Lost { .. } | OnlineError::Redis { .. } => {
+            PyConnectionError::new_err(message)
+        }
+        _ => PyOSError::new_err(message),
     }
 }

@@ -2,14 +2,15 @@
 
 use std::sync::Mutex;
 
-use pyo3::exceptions::{PyConnectionError, PyOSError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyString};
 
 use neardup::dedup::EmptyPolicy;
 use neardup::sketch::Sketcher;
-use neardup_online::{DocId, Index as Core, IndexError, IndexSettings, Store, Text};
+use neardup_online::{DocId, Index as Core, IndexSettings, Store, Text};
 
+use crate::errors::index_error;
 use crate::settings::{Scope, config_from};
 use crate::texts::str_of;
 
@@ -195,43 +196,6 @@ fn ids_of(ids: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<DocId
 
 /// What a query finds, as Python values: `(id, similarity)` pairs.
 type Matches<'py> = Vec<(Bound<'py, PyAny>, f64)>;
-
-/// The index's errors as Python exceptions: settings (invalid, or not a shared namespace's)
-/// are a `ValueError`, a Redis server that cannot be reached or is lost a `ConnectionError`,
-/// a spill file's failure the `OSError` of its kind, a namespace that cannot be read or other
-/// producers in the way an `OSError`.
-pub(crate) fn index_error(py: Python<'_>, e: IndexError) -> PyErr {
-    let message = e.to_string();
-    match e {
-        IndexError::Settings(_)
-        | IndexError::SettingsDiffer { .. }
-        | IndexError::FileSettingsDiffer { .. }
-        | IndexError::NoPath => PyValueError::new_err(message),
-        IndexError::Save { source, .. } => crate::errors::os_error(py, &source, message),
-        // A saved index that cannot be opened: the exception the same failure of a run's
-        // `--against` gets, with this message.
-        IndexError::File { source, .. } => {
-            use neardup::index::IndexError as Saved;
-            match source {
-                Saved::Io { error, .. } | Saved::Missing { error, .. } => {
-                    crate::errors::os_error(py, &error, message)
-                }
-                Saved::Damaged { .. } | Saved::Version { .. } => {
-                    crate::errors::CorruptFileError::new_err(message)
-                }
-                Saved::Changed { .. } | Saved::Unreadable { .. } => {
-                    crate::errors::InputError::new_err(message)
-                }
-                _ => PyValueError::new_err(message),
-            }
-        }
-        IndexError::Spill(io) => crate::errors::os_error(py, &io, message),
-        IndexError::Unreachable { .. } | IndexError::Lost { .. } | IndexError::Redis { .. } => {
-            PyConnectionError::new_err(message)
-        }
-        _ => PyOSError::new_err(message),
-    }
-}
 
 /// The store `store=` names: `None` (memory), a `redis://`/`rediss://`/`unix://` URL, or the
 /// path of a saved index file (a `str` or an `os.PathLike`).

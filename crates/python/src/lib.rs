@@ -7,21 +7,22 @@
 //! owns no algorithm: signing, keys, counting and decisions are the library crates', so Python and
 //! the CLI decide alike. Tested from Python (`crates/python/tests/`, run by `tests/run`).
 
-mod cli;
-mod deduper;
 mod errors;
-mod files;
-mod frames;
-mod index;
-mod lshcurator;
-mod run;
-mod settings;
-mod sketcher;
-mod steps;
-mod tables;
 mod texts;
 mod tokenizer;
+mod settings;
+mod files;
+mod table_decisions;
 mod values;
+mod tables;
+mod sketcher;
+mod deduper;
+mod lshcurator;
+mod run;
+mod frames;
+mod index;
+mod steps;
+mod cli;
 
 use pyo3::prelude::*;
 

@@ -60,7 +60,7 @@ pub(crate) enum Output {
     /// A group's decisions.
     Decided(Box<neardup::DecidedGroup>),
     /// The decisions of an in-memory table's rows.
-    Table(Box<crate::frames::TableDecisions>),
+    Table(Box<crate::table_decisions::TableDecisions>),
 }
 
 /// How long a wait for the next decision lasts before Python's signal handlers get to run.
