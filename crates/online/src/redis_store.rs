@@ -22,9 +22,12 @@
 //! against has not changed: its id is still undecided, each of its buckets still holds the
 //! representatives it was compared with (buckets only grow, so a length says it), and its text
 //! still has no first copy when it is to become one. A document another producer got in the way
-//! of is refused, and so is every later document of the batch that read what a refused one
-//! would have written (its buckets, its first copy); the others stand, and the producer reads
-//! again and decides the refused ones anew. A committed decision is therefore the one a single
+//! of is refused, and so is every later document of the batch that a refused one would have
+//! changed: one that matched it or its first copy, or whose joins a bucket's room under
+//! `max_reps` decided where a refused one would have joined. A later document that only met a
+//! refused one's representative without matching it is decided the same without it, and is
+//! committed against the buckets less what the refused ones would have added. The others
+//! stand, and the producer reads again and decides the refused ones anew. A committed decision is therefore the one a single
 //! process would make over all producers' documents in the order of their commits: two
 //! producers that see near-copies at the same moment never both keep them, and one producer
 //! alone gets the in-memory index's decisions.
@@ -51,10 +54,20 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// per document, 2 numbers: -1 (refused) or 0 (committed) or 1 + the number of the
 /// representative it became, and its document number (-1: none).
 /// KEYS: meta, ids, buckets, copies, reps. ARGV: the count of tainted band keys and content
-/// hashes (what earlier refused documents of the batch would have written), those, the count of
-/// documents, then per document: id, decision, counter, n checks, (band key, expected bytes)
-/// per check, content hash, "a" when it becomes its text's first copy (else ""), n joins, the
-/// band keys it joins, its representative's body ("" when it is none).
+/// hashes (what earlier refused documents of the batch would have written, a key once per
+/// join), those, the count of documents, then per document: id, decision, counter, n checks,
+/// (band key, expected bytes) per check, content hash, flags ("a" when it becomes its text's
+/// first copy, "s" when any refused representative in a bucket it checks may have changed it),
+/// n tight keys, those (buckets whose room decided its joins), n joins, the band keys it joins,
+/// its representative's body ("" when it is none).
+///
+/// A refused document's representative is one the others were compared with and did not
+/// match (a match is flagged "s", or is in a bucket the document does not check): without it a
+/// document is decided the same (kept: no candidate matched, so none of fewer does; a near
+/// duplicate: the first candidate that matched is still first), so it is committed when each
+/// bucket it checks holds what it was decided against less what the refused ones would have
+/// added, unless that bucket's room decided its joins (a tight key): then fewer
+/// representatives could have let it join more.
 ///
 /// The state every document is checked against is read first, in one command per hash (the
 /// ids, every bucket the call checks or joins, the first copies it would make), and followed
@@ -78,9 +91,12 @@ local function hset(key, fields)
     redis.call('HSET', key, unpack(fields, i, math.min(i + 999, #fields)))
   end
 end
-local tainted = {}
+-- Bytes a band key's bucket lacks (4 per representative) of what the batch's decisions read,
+-- because the documents that would have added them were refused; a content hash is in it when
+-- a refused document would have been its text's first copy.
+local missing = {}
 local nt = tonumber(ARGV[1])
-for i = 2, 1 + nt do tainted[ARGV[i]] = true end
+for i = 2, 1 + nt do missing[ARGV[i]] = (missing[ARGV[i]] or 0) + 4 end
 local n = tonumber(ARGV[2 + nt])
 
 -- Where each document's fields are, and what the call reads.
@@ -94,9 +110,17 @@ for d = 1, n do
   doc.checks = at + 4
   doc.nchecks = nchecks
   at = at + 4 + 2 * nchecks
-  doc.hash, doc.first = ARGV[at], ARGV[at + 1] == 'a'
-  doc.njoins = tonumber(ARGV[at + 2])
-  doc.joins = at + 3
+  doc.hash = ARGV[at]
+  doc.first = string.find(ARGV[at + 1], 'a', 1, true) ~= nil
+  doc.strict = string.find(ARGV[at + 1], 's', 1, true) ~= nil
+  local ntight = tonumber(ARGV[at + 2])
+  if ntight > 0 then
+    doc.tight = {}
+    for j = at + 3, at + 2 + ntight do doc.tight[ARGV[j]] = true end
+  end
+  at = at + 3 + ntight
+  doc.njoins = tonumber(ARGV[at])
+  doc.joins = at + 1
   at = doc.joins + doc.njoins
   doc.body = ARGV[at]
   at = at + 1
@@ -146,20 +170,27 @@ for d = 1, n do
   if ok then
     for c = 0, doc.nchecks - 1 do
       local key = ARGV[doc.checks + 2 * c]
-      if tainted[key] or len[key] ~= tonumber(ARGV[doc.checks + 2 * c + 1]) then
+      local gone = missing[key] or 0
+      if gone > 0 and (doc.strict or (doc.tight and doc.tight[key])) then
+        ok = false
+        break
+      end
+      if len[key] ~= tonumber(ARGV[doc.checks + 2 * c + 1]) - gone then
         ok = false
         break
       end
     end
   end
   local hash = doc.hash
-  if ok and hash ~= '' and tainted[hash] then ok = false end
+  if ok and hash ~= '' and missing[hash] then ok = false end
   if ok and doc.first and has_copy[hash] then ok = false end
   if not ok then
     -- What it would have written is not there: the documents after it that read it wait.
     refused = refused + 1
-    for j = doc.joins, doc.joins + doc.njoins - 1 do tainted[ARGV[j]] = true end
-    if doc.first then tainted[hash] = true end
+    for j = doc.joins, doc.joins + doc.njoins - 1 do
+      missing[ARGV[j]] = (missing[ARGV[j]] or 0) + 4
+    end
+    if doc.first then missing[hash] = 4 end
     out[2 * d - 1] = -1
     out[2 * d] = -1
   else
@@ -762,6 +793,8 @@ impl RedisIndex {
                 checks: Vec::new(),
                 content_hash: None,
                 first_copy: false,
+                strict: false,
+                tight: Vec::new(),
                 joins: Vec::new(),
                 body: Vec::new(),
             };
@@ -787,6 +820,8 @@ impl RedisIndex {
                                     .iter()
                                     .position(|k| held.contains(k))
                             });
+                            // A match of this batch's own may be refused: then so is this one.
+                            op.strict = of.file == BATCH_FILE || met.is_none();
                             match met {
                                 Some(b) if of.file == BATCH_FILE => b + 1,
                                 Some(b) => b,
@@ -807,7 +842,14 @@ impl RedisIndex {
                     // As the decision core's join_buckets: each band with room, in band order.
                     for &key in &s.row[..self.band_columns] {
                         let held = lengths.entry(key).or_insert(0);
-                        if key == NO_KEY || max_reps.is_some_and(|m| *held >= m) {
+                        if key == NO_KEY {
+                            continue;
+                        }
+                        if max_reps.is_some_and(|m| *held >= m) {
+                            // Full: with fewer representatives it could have joined.
+                            if !op.tight.contains(&key) {
+                                op.tight.push(key);
+                            }
                             continue;
                         }
                         *held += 1;
@@ -830,8 +872,8 @@ impl RedisIndex {
     }
 
     /// Commits `ops` in order. A document another producer got in the way of is refused, and
-    /// so is every later one that read what it would have written (the script follows that
-    /// through a call; `tainted` carries it to the next): they are left to be read and decided
+    /// so is every later one it would have changed (the script follows what the refused ones
+    /// would have written through a call; `tainted` carries it to the next): they are left to be read and decided
     /// again, the others stand. Returns the documents left.
     fn commit_planned(
         &mut self,
@@ -911,8 +953,17 @@ impl RedisIndex {
                 Some(h) => inv.arg(&h.to_le_bytes()[..]),
                 None => inv.arg(""),
             };
-            inv.arg(if op.first_copy { "a" } else { "" })
-                .arg(op.joins.len());
+            let flags = match (op.first_copy, op.strict) {
+                (true, true) => "as",
+                (true, false) => "a",
+                (false, true) => "s",
+                (false, false) => "",
+            };
+            inv.arg(flags).arg(op.tight.len());
+            for key in &op.tight {
+                inv.arg(&key.to_le_bytes()[..]);
+            }
+            inv.arg(op.joins.len());
             for key in &op.joins {
                 inv.arg(&key.to_le_bytes()[..]);
             }
@@ -1221,6 +1272,11 @@ struct Commit {
     checks: Vec<(u64, usize)>,
     content_hash: Option<u128>,
     first_copy: bool,
+    /// Refused when any bucket it checks lacks a refused document's representative (its match
+    /// may be one).
+    strict: bool,
+    /// Band keys whose buckets were full when it would have joined them.
+    tight: Vec<u64>,
     joins: Vec<u64>,
     body: Vec<u8>,
 }
@@ -1489,6 +1545,76 @@ mod tests {
                 .check(Text::Str(&text_of(&d.id)), Some(d.id.clone()))
                 .unwrap();
             assert_eq!(&got, d);
+        }
+    }
+
+    /// A document refused only because another producer decided its id meanwhile (an empty
+    /// text, which joins no bucket) leaves the later document that met its representative
+    /// without matching it committed in the same call, against the buckets without it, unless
+    /// the bucket's room under `max_reps` decided that later document's joins: then it is
+    /// refused too (without the refused one it would have joined). Either way every decision
+    /// is one process's over the documents in commit order.
+    #[test]
+    fn a_refused_neighbour_refuses_only_what_it_changed() {
+        for (max_reps, left_expected, conflicts) in [(None, vec![0], 1), (Some(1), vec![0, 1], 2)] {
+            let server = Server::start();
+            let mut loose = settings();
+            loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
+                neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+                128,
+                neardup_sketch::LshParams::new(64, 2).unwrap(),
+            ))
+            .unwrap();
+            loose.deduper.max_reps = max_reps;
+            let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            let p_words = words(1);
+            let half: Vec<&str> = p_words.split(' ').take(30).collect();
+            let texts = [p_words.clone(), format!("{} {}", half.join(" "), words(3))];
+            let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+            let ids: Vec<DocId> = ["p", "q"]
+                .iter()
+                .map(|i| DocId::Str(i.to_string()))
+                .collect();
+            let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 2]);
+            let rows: Vec<&[u64]> = signed
+                .iter()
+                .map(|s| &s.as_ref().unwrap().row[..a.band_columns])
+                .collect();
+            assert!(
+                rows[1].iter().any(|k| *k != NO_KEY && rows[0].contains(k)),
+                "p and q share a bucket"
+            );
+            let mut decided = HashMap::new();
+            let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
+                panic!("planning failed");
+            };
+            let keeps: Vec<bool> = planned.iter().map(|(_, _, d)| d.keep).collect();
+            assert_eq!(keeps, [true, true], "q met p without matching it");
+            assert_eq!(planned[1].1.tight.is_empty(), max_reps.is_none());
+
+            let theirs = b
+                .check_many(&[Text::Str("")], vec![Some(ids[0].clone())])
+                .unwrap();
+            let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
+                panic!("committing failed");
+            };
+            assert_eq!(left, left_expected, "max_reps {max_reps:?}");
+            assert_eq!(a.stats().unwrap().conflicts, conflicts);
+
+            let again = a
+                .check_many(&as_text, ids.iter().cloned().map(Some).collect())
+                .unwrap();
+            assert_eq!(again[0], theirs[0], "p keeps the other producer's decision");
+            assert!(again[1].keep);
+            let all = a.decisions().unwrap();
+            let mut replay = crate::Index::new(loose).unwrap();
+            for d in &all {
+                let text = if d.id == ids[0] { "" } else { &texts[1] };
+                let got = replay.check(Text::Str(text), Some(d.id.clone())).unwrap();
+                assert_eq!(&got, d);
+            }
+            assert_eq!(all.len(), 2);
         }
     }
 
