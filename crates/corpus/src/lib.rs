@@ -12,7 +12,8 @@
 //!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
 //!   [`record_fields`]); where each record of an uncompressed JSONL file lies
 //!   ([`Block::jsonl_offset`]), and reading only some records of a chunk by those places
-//!   ([`read_records`]: stage 2 reads only the records it decides);
+//!   ([`read_records`]: stage 2 reads only the records it decides), or only some rows of a
+//!   Parquet chunk ([`read_rows`]: the row groups and pages holding them);
 //! - **in-memory Arrow tables** as inputs ([`ArrowTable`], [`Format::Arrow`]): registered record
 //!   batches that every stage reads in place, as it reads a file, or a stream opened afresh for
 //!   each stage and read batch by batch;
@@ -34,8 +35,8 @@
 //!
 //! Where things live: `block` is the base of reading (the [`Block`] and [`Sample`] types, skip
 //! reasons, what a record's field values become); the format readers build on it (`jsonl` with
-//! the JSON line scanner `json`, `parquet_read`, and `picked`, which reads chosen records of a
-//! JSONL chunk by their places); `read` picks the reader for a file and is the
+//! the JSON line scanner `json`, `parquet_read`, `picked`, which reads chosen records of a
+//! JSONL chunk by their places, and `parquet_picked`, chosen rows of a Parquet chunk); `read` picks the reader for a file and is the
 //! only module that knows every format. Writing is `write` (filtered copies), `decisions` and
 //! `publish`. The JSON scanner's vector paths are chosen from `neardup_cpu::Features`.
 //!
@@ -53,6 +54,7 @@ mod error;
 mod format;
 mod json;
 mod jsonl;
+mod parquet_picked;
 mod parquet_read;
 mod picked;
 mod publish;
@@ -72,6 +74,7 @@ pub use discover::{
 };
 pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
+pub use parquet_picked::read_rows;
 pub use picked::{RecordPlace, RecordSpan, read_records, read_records_whole};
 pub use publish::{
     AtomicFile, Distributed, MANIFEST, Manifest, ManifestEntry, ManifestFile, Publication,

@@ -5,8 +5,8 @@
 //! Builds on `pass`.
 
 use neardup_corpus::{
-    Block, Chunk, ChunkRange, Projection, ReadOptions, RecordPlace, RecordSpan, SampleText,
-    TextSelector, Unreadable, read_records, read_records_whole, reread_chunk,
+    Block, Chunk, ChunkRange, Format, Projection, ReadOptions, RecordPlace, RecordSpan, SampleText,
+    TextSelector, Unreadable, read_records, read_records_whole, read_rows, reread_chunk,
 };
 use neardup_exec::StepControl;
 use neardup_keys::{HotMask, RecordPlaces, RowKind};
@@ -343,10 +343,20 @@ impl PrepareBuffers {
     }
 }
 
-fn read_options(cfg: &Stage2Config) -> ReadOptions {
+/// How a pass reads its chunks: whole records, to write them or hand them on; but a
+/// one-process pass that writes no dataset decodes the columns of its samples alone (text, id
+/// and rank columns of a Parquet file, as stage 1 reads them): nothing it writes needs the
+/// others, and a damaged page of a column it never reads costs no records, whether it reads a
+/// chunk whole or only the rows it decides ([`read_rows`]).
+fn read_options(cfg: &Stage2Config, hot_work: HotWork) -> ReadOptions {
+    let samples_only = cfg.output.is_none() && matches!(hot_work, HotWork::Decide { .. });
     ReadOptions {
         selector: cfg.selector.clone(),
-        projection: Projection::FullRecords,
+        projection: if samples_only {
+            Projection::TextOnly
+        } else {
+            Projection::FullRecords
+        },
         block_bytes: cfg.block_bytes,
     }
 }
@@ -631,10 +641,19 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
     fn read(&self, job: &ChunkJob<'a>) -> impl Iterator<Item = Result<Block, Unreadable>> {
         let file = &self.inputs[job.file];
         match job.places() {
+            Some(places) if file.format == Format::Parquet => read_rows(
+                file,
+                &job.chunk,
+                &read_options(self.cfg, self.hot_work),
+                records_to_read(places, job.row_base, self.mask)
+                    .into_iter()
+                    .map(|p| p.record)
+                    .collect(),
+            ),
             Some(places) if job.by_places == PlacesRead::Whole => read_records_whole(
                 file,
                 &job.chunk,
-                &read_options(self.cfg),
+                &read_options(self.cfg, self.hot_work),
                 &job.expect.unreadable,
                 records_to_read(places, job.row_base, self.mask),
             ),
@@ -652,7 +671,7 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
             None => reread_chunk(
                 file,
                 &job.chunk,
-                &read_options(self.cfg),
+                &read_options(self.cfg, self.hot_work),
                 &job.expect.unreadable,
             ),
         }

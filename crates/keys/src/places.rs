@@ -1,22 +1,28 @@
-//! Where each record of a chunk of an uncompressed JSONL file lies, and whether stage 2 can
-//! decide it without reading it ([`RecordPlaces`]): stage 1 notes both as it reads, compactly,
-//! so that stage 2 reads only the records it has to.
+//! Where each record of a chunk of an uncompressed JSONL file or of a Parquet file lies, and
+//! whether stage 2 can decide it without reading it ([`RecordPlaces`]): stage 1 notes both as
+//! it reads, compactly, so that stage 2 reads only the records it has to.
 
-/// The records of one chunk of an uncompressed JSONL file as stage 1 read them: each one's
-/// length (its records lie back to back from `start`), and whether it is *plain*: every sample
-/// slot of it held a text that was not blank, so it has exactly `samples_per_record` rows, and
-/// when none of them is hot stage 2 decides all its samples `unique` (cold) without reading it.
-/// A record that is not plain (a blank line, a slot without a text, a blank text) keeps its
-/// row count, and stage 2 reads it.
+/// The records of one chunk of an uncompressed JSONL file or of a Parquet file as stage 1 read
+/// them: each one's length (its records lie back to back from `start`; a Parquet row's length
+/// is 0, its place being its index in the chunk, which the file's footer turns into a row group
+/// and a page), and whether it is *plain*: every sample slot of it held a text that was not
+/// blank, so it has exactly `samples_per_record` rows, and when none of them is hot stage 2
+/// decides all its samples `unique` (cold) without reading it. A record that is not plain (a
+/// blank line, a slot without a text, a blank text) keeps its row count, and stage 2 reads it.
 ///
-/// One to three bytes per record for records under 2 MiB: per record the LEB128 varint of
-/// `length << 1 | plain`, followed for a record that is not plain by the varint of its rows.
+/// One to three bytes per record for records under 2 MiB (one per plain Parquet row): per
+/// record the LEB128 varint of `length << 1 | plain`, followed for a record that is not plain
+/// by the varint of its rows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordPlaces {
     start: u64,
     end: u64,
     records: u64,
     samples_per_record: u32,
+    /// The input bytes stage 1 counted for the records (`neardup_corpus::Block::input_bytes`):
+    /// what stage 2 counts for those it passes over unread, where their bytes are not a span of
+    /// the file (the text bytes of Parquet rows).
+    input_bytes: u64,
     data: Vec<u8>,
 }
 
@@ -42,6 +48,7 @@ impl RecordPlaces {
             end: start,
             records: 0,
             samples_per_record,
+            input_bytes: 0,
             data: Vec::new(),
         }
     }
@@ -83,6 +90,17 @@ impl RecordPlaces {
     /// Records held.
     pub fn records(&self) -> u64 {
         self.records
+    }
+
+    /// The input bytes stage 1 counted for these records (`neardup_corpus::Block::input_bytes`
+    /// of the blocks they came in).
+    pub fn input_bytes(&self) -> u64 {
+        self.input_bytes
+    }
+
+    /// Notes the input bytes stage 1 counted for these records.
+    pub fn set_input_bytes(&mut self, bytes: u64) {
+        self.input_bytes = bytes;
     }
 
     /// The memory held.

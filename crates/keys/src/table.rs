@@ -46,8 +46,8 @@ pub struct ChunkRows {
     /// table file) when the chunk was read whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<Unreadable>,
-    /// Where each record lies, for a chunk of an uncompressed JSONL file read whole by a
-    /// one-process run ([`crate::run_keys`]): stage 2 then reads only the records it has to
+    /// Where each record lies, for a chunk of an uncompressed JSONL file or of a Parquet file
+    /// read whole by a one-process run ([`crate::run_keys`]): stage 2 then reads only the records it has to
     /// decide. Not saved with a table: a chunk without places is read whole.
     #[serde(skip)]
     pub places: Option<RecordPlaces>,
