@@ -882,7 +882,9 @@ fn apply_reports_a_truncated_stream_without_stage_one_stats() {
     let hot = neardup::keys::HotKeys::load(&hot).unwrap();
     let tables = [table];
     let control = neardup::RunControl::default();
-    let r = neardup::apply(&c, &hot, tables.as_slice(), &control, &mut |_| {}).unwrap();
+    let r = neardup::ApplyStep::new(&c, &hot, tables.as_slice())
+        .and_then(|s| s.run(&control, &mut |_| {}))
+        .unwrap();
     assert_eq!(r.totals.unreadable.len(), 1);
     assert_eq!(r.totals.unreadable[0].lost.first_record, delivered);
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use neardup::corpus::Reason;
 use neardup::dedup::Verify;
 use neardup::keys::{HotMask, TableStore, run_keys};
-use neardup::{Config, HotStep, KeysStep, Pipeline, RunControl};
+use neardup::{Config, HotStep, KeysStep, Pipeline, RunControl, Step};
 
 use crate::support;
 
@@ -558,7 +558,7 @@ fn sharded_keys_hot_apply_equal_a_single_run() {
     for (shard, part) in files.chunks(2).enumerate() {
         let (table, _) = KeysStep::with_files(&single, part, shard as u32)
             .unwrap()
-            .table(&RunControl::default())
+            .run(&RunControl::default())
             .unwrap();
         let path = tmp.path().join(format!("keys-{shard}.ndk"));
         table.save(&path).unwrap();
@@ -575,10 +575,9 @@ fn sharded_keys_hot_apply_equal_a_single_run() {
     let hot = neardup::keys::HotKeys::load(&hot_path).unwrap();
     let mut sharded = Vec::new();
     let control = RunControl::default();
-    neardup::apply(&single, &hot, &tables, &control, &mut |d| {
-        sharded.push(d.clone())
-    })
-    .unwrap();
+    neardup::ApplyStep::new(&single, &hot, &tables)
+        .and_then(|s| s.run(&control, &mut |d| sharded.push(d.clone())))
+        .unwrap();
     assert_eq!(sharded, all);
 }
 
@@ -594,7 +593,7 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
     for (shard, part) in files.chunks(2).enumerate() {
         let (table, _) = KeysStep::with_files(&config, part, shard as u32)
             .unwrap()
-            .table(&RunControl::default())
+            .run(&RunControl::default())
             .unwrap();
         let path = tmp.path().join(format!("keys-{shard}.ndk"));
         table.save(&path).unwrap();
@@ -620,10 +619,9 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
         assert_eq!(mask_f.rows(), mask.rows());
         assert_eq!(mask_f.hot_rows(), mask.hot_rows());
         let mut streamed = Vec::new();
-        neardup::apply(&config, &hot_f, &paths, &control, &mut |d| {
-            streamed.push(d.clone())
-        })
-        .unwrap();
+        neardup::ApplyStep::new(&config, &hot_f, &paths)
+            .and_then(|s| s.run(&control, &mut |d| streamed.push(d.clone())))
+            .unwrap();
         assert_eq!(streamed, all, "limit {limit:?}");
     }
     // Planned for stage 2 on several machines, values and files give the same plan.
@@ -640,7 +638,9 @@ fn streamed_table_files_merge_and_apply_like_loaded_tables() {
         stage2: Some(progress.clone()),
         ..RunControl::default()
     };
-    let report = neardup::apply(&config, &hot, &paths, &watched, &mut |_| {}).unwrap();
+    let report = neardup::ApplyStep::new(&config, &hot, &paths)
+        .and_then(|s| s.run(&watched, &mut |_| {}))
+        .unwrap();
     assert_eq!(progress.samples(), report.totals.samples);
     // Progress counts bytes on disk: a whole pass ends on the inputs' sizes, whatever their
     // formats decode to.
@@ -686,7 +686,7 @@ fn streamed_shard_tables_equal_saved_in_memory_ones() {
     let (files, _) = neardup::discover_inputs(&config(1)).unwrap();
     let (table, stats) = KeysStep::with_files(&config(1), &files, 3)
         .unwrap()
-        .table(&RunControl::default())
+        .run(&RunControl::default())
         .unwrap();
     assert_eq!(stats.samples as usize, table.rows());
     let saved = tmp.path().join("saved.ndk");

@@ -10,8 +10,8 @@ use std::process::Command;
 
 use neardup::keys::{HotKeys, HotSummary, KeyTable};
 use neardup::{
-    Config, DecidedGroup, DecidedInput, Error, RunControl, SignedInput, SignedShard, StepInput,
-    StepKind, StepOutputsError, TableInput,
+    Config, DecidedGroup, DecidedInput, Error, RunControl, SignedInput, SignedShard, Step,
+    StepInput, StepKind, StepOutputsError, StepValue, TableInput,
 };
 
 fn neardup() -> Command {
@@ -174,7 +174,9 @@ impl Setup {
             } else {
                 TableInput::File(t)
             };
-            neardup::write_shard(&c, input, &self.hot, &for_shard(i), &control()).unwrap();
+            neardup::WriteStep::new(&c, input, &self.hot, &for_shard(i))
+                .and_then(|s| s.run(&control(), &mut |_| {}))
+                .unwrap();
             decisions.extend(std::fs::read(&d).unwrap());
         }
         (decisions, files_in(&self.path(out)))
@@ -194,6 +196,73 @@ impl Setup {
 
 const SPLITS: [&[&[usize]]; 3] = [&[&[0, 1, 2]], &[&[0, 1], &[2]], &[&[0], &[1], &[2]]];
 
+/// The files a step value is saved as: a directory's (by name), or a file's alone.
+fn saved_files(path: &Path) -> BTreeMap<String, Vec<u8>> {
+    if path.is_dir() {
+        files_in(path)
+    } else {
+        BTreeMap::from([(String::new(), std::fs::read(path).unwrap())])
+    }
+}
+
+/// One step's shape: what [`Step::write`] saves is [`Step::run`]'s value saved, byte for byte;
+/// the value loads back from it and through its bytes unchanged.
+fn check_step<S: Step>(step: &S, name: &str, dir: &Path) -> S::Value {
+    let (value, _stats) = step.run(&control()).unwrap();
+    let bytes = value.to_bytes().unwrap();
+    let saved = dir.join(format!("{name}-saved"));
+    value.save(&saved).unwrap();
+    let written = dir.join(format!("{name}-written"));
+    let report = step.write(&written, None, &control()).unwrap();
+    assert!(serde_json::to_value(&report).unwrap().is_object(), "{name}");
+    assert!(
+        saved_files(&saved) == saved_files(&written),
+        "{name}: `write` saved other bytes than `run`'s value"
+    );
+    let loaded = S::Value::load(&written).unwrap();
+    assert!(loaded.to_bytes().unwrap() == bytes, "{name}: loaded");
+    let rebuilt = S::Value::from_bytes(&bytes).unwrap();
+    assert!(rebuilt.to_bytes().unwrap() == bytes, "{name}: from bytes");
+    value
+}
+
+/// Every step has the one shape, its value made in memory or saved where the CLI saves it, for
+/// stage 1 (`keys`, `hot`) and the distributed stage 2 (`sign`, `decide`).
+#[test]
+fn every_step_writes_its_value_saved_and_the_value_round_trips() {
+    let s = setup(SPLITS[1], 3);
+    let work = s.path("shapes");
+    std::fs::create_dir(&work).unwrap();
+    let files = sample();
+    let mut c = config(2);
+    c.input.inputs = files[..2].iter().map(|f| f.display().to_string()).collect();
+    check_step(&neardup::KeysStep::new(&c, 0).unwrap(), "keys", &work);
+    let c2 = config(2);
+    let hot = check_step(
+        &neardup::HotStep::new(&c2, &s.tables, 3).unwrap(),
+        "hot",
+        &work,
+    );
+    assert!(
+        hot.to_bytes().unwrap() == s.hot.to_bytes().unwrap(),
+        "hot as `neardup hot`"
+    );
+    let signed: Vec<SignedShard> = s
+        .tables
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let step = neardup::SignStep::new(&c2, t, &s.hot).unwrap();
+            check_step(&step, &format!("sign-{i}"), &work)
+        })
+        .collect();
+    let inputs: Vec<SignedInput> = signed.iter().map(Into::into).collect();
+    for g in 0..3 {
+        let step = neardup::DecideStep::new(&c2, &inputs, &s.summary, g).unwrap();
+        check_step(&step, &format!("decide-{g}"), &work);
+    }
+}
+
 /// The library's `sign` and `write` under a memory limit make their spill directory before they
 /// build the shard's mask (which may go there; they would fail without it), write what they write
 /// without the limit, and remove the directory they made once they are done with it.
@@ -207,9 +276,13 @@ fn steps_within_a_memory_limit_make_their_spill_directory_and_write_the_same() {
     let mut signed = Vec::new();
     for (i, t) in s.tables.iter().enumerate() {
         let plain = s.path(&format!("sig-{i}"));
-        neardup::sign_shard(&config(2), t, &s.hot, &plain, &control()).unwrap();
+        neardup::SignStep::new(&config(2), t, &s.hot)
+            .and_then(|s| s.write(&plain, None, &control()))
+            .unwrap();
         let within = s.path(&format!("limited-sig-{i}"));
-        neardup::sign_shard(&limited, t, &s.hot, &within, &control()).unwrap();
+        neardup::SignStep::new(&limited, t, &s.hot)
+            .and_then(|s| s.write(&within, None, &control()))
+            .unwrap();
         assert!(
             !s.path("spill").exists(),
             "sign left the spill directory it made"
@@ -219,7 +292,12 @@ fn steps_within_a_memory_limit_make_their_spill_directory_and_write_the_same() {
     }
     let inputs: Vec<SignedInput> = signed.iter().map(|d| StepInput::Dir(d.as_path())).collect();
     let decided: Vec<DecidedGroup> = (0..3)
-        .map(|g| neardup::decide(&limited, &inputs, &s.summary, g, &control()).unwrap())
+        .map(|g| {
+            neardup::DecideStep::new(&limited, &inputs, &s.summary, g)
+                .and_then(|s| s.run(&control()))
+                .map(|(v, ())| v)
+                .unwrap()
+        })
         .collect();
     let result = s.write_all_with(&limited, "out", |_| {
         decided.iter().map(Into::into).collect()
@@ -248,7 +326,9 @@ fn values_alone_make_one_runs_decisions_and_outputs() {
                 .iter()
                 .map(|t| {
                     let table = KeyTable::load(t).unwrap();
-                    let (v, stats) = neardup::sign(&config(2), &table, &s.hot, &control()).unwrap();
+                    let (v, stats) = neardup::SignStep::new(&config(2), &table, &s.hot)
+                        .and_then(|s| s.run(&control()))
+                        .unwrap();
                     assert!(stats.records > 0);
                     v
                 })
@@ -263,8 +343,10 @@ fn values_alone_make_one_runs_decisions_and_outputs() {
                     let parts: Vec<SignedShard> =
                         signed.iter().map(|v| v.group(g).unwrap()).collect();
                     let inputs: Vec<SignedInput> = parts.iter().rev().map(Into::into).collect();
-                    let v =
-                        neardup::decide(&config(2), &inputs, &s.summary, g, &control()).unwrap();
+                    let v = neardup::DecideStep::new(&config(2), &inputs, &s.summary, g)
+                        .and_then(|s| s.run(&control()))
+                        .map(|(v, ())| v)
+                        .unwrap();
                     DecidedGroup::from_bytes(&v.to_bytes()).unwrap()
                 })
                 .collect();
@@ -297,7 +379,9 @@ fn values_and_directories_mix_and_are_the_same_bytes() {
                 .arg(&dir)
                 .args(FLAGS),
         );
-        let (value, _) = neardup::sign(&config(2), t, &s.hot, &control()).unwrap();
+        let (value, _) = neardup::SignStep::new(&config(2), t, &s.hot)
+            .and_then(|s| s.run(&control()))
+            .unwrap();
         let loaded = SignedShard::load(&dir).unwrap();
         assert!(
             loaded == value,
@@ -331,7 +415,9 @@ fn values_and_directories_mix_and_are_the_same_bytes() {
         })
         .collect();
     let d0 = s.path("decided-0");
-    neardup::decide_group_dirs(&config(2), &mixed, &s.summary, 0, &d0, &control()).unwrap();
+    neardup::DecideStep::new(&config(2), &mixed, &s.summary, 0)
+        .and_then(|s| s.write(&d0, None, &control()))
+        .unwrap();
     let cli0 = s.path("cli-decided-0");
     run_ok(
         neardup()
@@ -346,13 +432,21 @@ fn values_and_directories_mix_and_are_the_same_bytes() {
             .args(FLAGS),
     );
     assert_eq!(files_in(&d0), files_in(&cli0), "decide from mixed inputs");
-    let v0 = neardup::decide(&config(2), &mixed, &s.summary, 0, &control()).unwrap();
+    let v0 = neardup::DecideStep::new(&config(2), &mixed, &s.summary, 0)
+        .and_then(|s| s.run(&control()))
+        .map(|(v, ())| v)
+        .unwrap();
     assert!(DecidedGroup::load(&cli0).unwrap().to_bytes() == v0.to_bytes());
     let saved0 = s.path("saved-decided-0");
     v0.save(&saved0).unwrap();
     assert_eq!(files_in(&saved0), files_in(&cli0));
     let rest: Vec<DecidedGroup> = (1..3)
-        .map(|g| neardup::decide(&config(2), &mixed, &s.summary, g, &control()).unwrap())
+        .map(|g| {
+            neardup::DecideStep::new(&config(2), &mixed, &s.summary, g)
+                .and_then(|s| s.run(&control()))
+                .map(|(v, ())| v)
+                .unwrap()
+        })
         .collect();
     // write: the directory of group 0 with the values of groups 1 and 2.
     let result = s.write_all("out", |_| {
@@ -373,7 +467,9 @@ fn corrupt(e: Error) -> String {
 #[test]
 fn bytes_round_trip_and_damage_is_refused() {
     let s = setup(SPLITS[1], 3);
-    let (signed, _) = neardup::sign(&config(2), &s.tables[0], &s.hot, &control()).unwrap();
+    let (signed, _) = neardup::SignStep::new(&config(2), &s.tables[0], &s.hot)
+        .and_then(|s| s.run(&control()))
+        .unwrap();
     let bytes = signed.to_bytes();
     let back = SignedShard::from_bytes(&bytes).unwrap();
     assert!(back == signed && back.to_bytes() == bytes);
@@ -418,14 +514,17 @@ fn bytes_round_trip_and_damage_is_refused() {
     assert!(m.contains("not a neardup step value"), "{m}");
 
     // A decided value is not a signed one.
-    let (other, _) = neardup::sign(&config(2), &s.tables[1], &s.hot, &control()).unwrap();
-    let decided = neardup::decide(
+    let (other, _) = neardup::SignStep::new(&config(2), &s.tables[1], &s.hot)
+        .and_then(|s| s.run(&control()))
+        .unwrap();
+    let decided = neardup::DecideStep::new(
         &config(2),
         &[(&signed).into(), (&other).into()],
         &s.summary,
         0,
-        &control(),
     )
+    .and_then(|s| s.run(&control()))
+    .map(|(v, ())| v)
     .unwrap();
     let dbytes = decided.to_bytes();
     assert!(DecidedGroup::from_bytes(&dbytes).unwrap() == decided);
@@ -457,11 +556,17 @@ fn values_are_refused_where_directories_are_and_messages_name_the_value() {
     let s = setup(SPLITS[1], 3);
     let sign_dir = |i: usize, hot: &HotKeys, c: &Config| {
         let dir = s.path(&format!("sig-{i}-{}", hot.groups()));
-        neardup::sign_shard(c, &s.tables[i], hot, &dir, &control()).unwrap();
+        neardup::SignStep::new(c, &s.tables[i], hot)
+            .and_then(|s| s.write(&dir, None, &control()))
+            .unwrap();
         dir
     };
-    let (v0, _) = neardup::sign(&config(2), &s.tables[0], &s.hot, &control()).unwrap();
-    let (v1, _) = neardup::sign(&config(2), &s.tables[1], &s.hot, &control()).unwrap();
+    let (v0, _) = neardup::SignStep::new(&config(2), &s.tables[0], &s.hot)
+        .and_then(|s| s.run(&control()))
+        .unwrap();
+    let (v1, _) = neardup::SignStep::new(&config(2), &s.tables[1], &s.hot)
+        .and_then(|s| s.run(&control()))
+        .unwrap();
     let d0 = sign_dir(0, &s.hot, &config(2));
     let d1 = sign_dir(1, &s.hot, &config(2));
 
@@ -474,10 +579,14 @@ fn values_are_refused_where_directories_are_and_messages_name_the_value() {
             .args(&s.tables),
     );
     let other_hot = HotKeys::load(&other_path).unwrap();
-    let (x0, _) = neardup::sign(&config(2), &s.tables[0], &other_hot, &control()).unwrap();
+    let (x0, _) = neardup::SignStep::new(&config(2), &s.tables[0], &other_hot)
+        .and_then(|s| s.run(&control()))
+        .unwrap();
     let x_dir = sign_dir(0, &other_hot, &config(2));
     let decide = |inputs: &[SignedInput], group: u32, c: &Config| {
-        neardup::decide(c, inputs, &s.summary, group, &control())
+        neardup::DecideStep::new(c, inputs, &s.summary, group)
+            .and_then(|s| s.run(&control()))
+            .map(|(v, ())| v)
     };
     let by_value = refused(decide(&[(&x0).into(), (&v1).into()], 0, &config(2)));
     let by_dir = refused(decide(&[(&x_dir).into(), (&v1).into()], 0, &config(2)));
@@ -535,7 +644,8 @@ fn values_are_refused_where_directories_are_and_messages_name_the_value() {
     let write = |decided: &[DecidedInput]| {
         let mut c = config(2);
         c.output.decisions = Some(s.path("d.jsonl"));
-        neardup::write_shard(&c, &s.tables[0], &s.hot, decided, &control())
+        neardup::WriteStep::new(&c, &s.tables[0], &s.hot, decided)
+            .and_then(|s| s.run(&control(), &mut |_| {}))
     };
     let m = refused(write(&[(&g[0]).into(), (&g[2]).into()]));
     assert!(
@@ -560,19 +670,21 @@ fn values_are_refused_where_directories_are_and_messages_name_the_value() {
         m.contains("the decided value of group 1 holds the stream of shard 1 only, and `write` of shard 0 needs shard 0's"),
         "{m}"
     );
-    let xg = neardup::decide(
+    let xg = neardup::DecideStep::new(
         &config(2),
         &[
             (&x0).into(),
-            (&neardup::sign(&config(2), &s.tables[1], &other_hot, &control())
+            (&neardup::SignStep::new(&config(2), &s.tables[1], &other_hot)
+                .and_then(|s| s.run(&control()))
                 .unwrap()
                 .0)
                 .into(),
         ],
         &other_hot.summary().unwrap(),
         0,
-        &control(),
     )
+    .and_then(|s| s.run(&control()))
+    .map(|(v, ())| v)
     .unwrap();
     let m = refused(write(&[(&xg).into(), (&g[1]).into(), (&g[2]).into()]));
     assert!(

@@ -2,10 +2,11 @@
 //! (see `neardup_dedup`'s `distributed` module for the design, and `docs/formats.md` for the
 //! directories and bytes they write).
 //!
-//! Each step has one implementation, whose output goes to a directory (the CLI's form:
-//! [`sign_shard`], [`decide_group_dirs`]) or to memory ([`sign`] → [`SignedShard`], [`decide`] →
-//! [`DecidedGroup`]); its inputs are directories or values, mixed ([`StepInput`]), checked alike
-//! and named in messages by their path or as the value they are. `sign` and `write` take the
+//! [`SignStep`] and [`DecideStep`] are [`Step`]s: each has one implementation, whose output goes
+//! to memory ([`Step::run`]: a [`SignedShard`], a [`DecidedGroup`]) or to a directory (the CLI's
+//! form: [`Step::write`]); their inputs are directories or values, mixed ([`StepInput`]), checked
+//! alike and named in messages by their path or as the value they are. [`WriteStep`] ends the
+//! run: it writes the shard's part of the dataset (`config.output`). `sign` and `write` take the
 //! shard's key table as a file or in memory ([`TableInput`]).
 //!
 //! ```text
@@ -33,8 +34,10 @@ use serde::{Deserialize, Serialize};
 use crate::Config;
 use crate::error::{Error, IoOp, IoTarget, StepOutputsError, publish_error, wrong_tables};
 use crate::paths::RunPaths;
+use crate::pipeline::save_json;
 use crate::pipeline::{Report, RunControl};
 use crate::stage_settings::{check_hot_layout, keys_config, stage2_config};
+use crate::step::Step;
 use crate::step_manifests::{DecideManifest, DecideSettings, STEP_FORMAT_VERSION, SignManifest};
 #[cfg(doc)]
 use crate::step_values::StepInput;
@@ -63,7 +66,7 @@ pub struct DecideReport {
 pub enum TableInput<'a> {
     /// A key-table file (`neardup keys -o`), read as a stream.
     File(&'a Path),
-    /// A table in memory ([`crate::KeysStep::table`], or [`KeyTable::load`]).
+    /// A table in memory ([`crate::KeysStep`]'s `run`, or [`KeyTable::load`]).
     Value(&'a KeyTable),
 }
 
@@ -148,8 +151,6 @@ fn sign_into(
     out: Option<&Path>,
     control: &RunControl,
 ) -> Result<(SignManifest, Vec<Vec<u8>>, DedupStats), Error> {
-    config.validate()?;
-    crate::against::not_in_steps(config, "sign")?;
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
@@ -205,33 +206,63 @@ fn sign_into(
     Ok((manifest, streams, stage2))
 }
 
-/// The `sign` step: re-reads the inputs of the shard whose key table is `table` (a file or a
-/// table in memory) and writes, for each hot sample, what deciding it needs into `out` (a
-/// directory: one stream per group of `hot`'s plan and a manifest), published all together at
-/// the end. `config` carries the settings `keys` used and the decision settings (`--verify`
-/// decides whether texts are carried for exact verification). [`sign`] makes the same as a value.
-pub fn sign_shard<'a>(
-    config: &Config,
-    table: impl Into<TableInput<'a>>,
-    hot: &HotKeys,
-    out: &Path,
-    control: &RunControl,
-) -> Result<SignReport, Error> {
-    let (manifest, _, stage2) = sign_into(config, table.into(), hot, Some(out), control)?;
-    Ok(SignReport { manifest, stage2 })
+/// The `sign` step, a [`Step`]: re-reads the inputs of the shard whose key table is `table` (a
+/// file or a table in memory) and makes, for each hot sample, what deciding it needs: one stream
+/// per group of `hot`'s plan and a manifest, as a [`SignedShard`] ([`Step::run`]; memory: the
+/// shard's signed samples, the size of its sign directory) or a directory published all
+/// together at the end ([`Step::write`], the `sign` command; the same bytes as
+/// [`SignedShard::save`]). `config` carries the settings `keys` used and the decision settings
+/// (`--verify` decides whether texts are carried for exact verification).
+#[derive(Debug)]
+pub struct SignStep<'a> {
+    config: &'a Config,
+    table: TableInput<'a>,
+    hot: &'a HotKeys,
 }
 
-/// The `sign` step in memory: [`sign_shard`]'s output as a [`SignedShard`] value (its
-/// [`SignedShard::save`] writes the directory `sign_shard` writes), and the pass's statistics.
-/// Memory: the shard's signed samples (the size of its sign directory).
-pub fn sign<'a>(
-    config: &Config,
-    table: impl Into<TableInput<'a>>,
-    hot: &HotKeys,
-    control: &RunControl,
-) -> Result<(SignedShard, DedupStats), Error> {
-    let (manifest, streams, stage2) = sign_into(config, table.into(), hot, None, control)?;
-    Ok((SignedShard(StepValue::made(manifest, streams)), stage2))
+impl<'a> SignStep<'a> {
+    /// Checks the settings (an index to save is refused: steps save none).
+    pub fn new(
+        config: &'a Config,
+        table: impl Into<TableInput<'a>>,
+        hot: &'a HotKeys,
+    ) -> Result<SignStep<'a>, Error> {
+        config.validate()?;
+        crate::against::not_in_steps(config, "sign")?;
+        Ok(SignStep {
+            config,
+            table: table.into(),
+            hot,
+        })
+    }
+}
+
+impl Step for SignStep<'_> {
+    type Value = SignedShard;
+    type Stats = DedupStats;
+    type Report = SignReport;
+
+    fn run(&self, control: &RunControl) -> Result<(SignedShard, DedupStats), Error> {
+        let (manifest, streams, stage2) =
+            sign_into(self.config, self.table, self.hot, None, control)?;
+        Ok((SignedShard(StepValue::made(manifest, streams)), stage2))
+    }
+
+    /// The directory `out`; the report is saved at `report` once it is published.
+    fn write(
+        &self,
+        out: &Path,
+        report: Option<&Path>,
+        control: &RunControl,
+    ) -> Result<SignReport, Error> {
+        let (manifest, _, stage2) =
+            sign_into(self.config, self.table, self.hot, Some(out), control)?;
+        let made = SignReport { manifest, stage2 };
+        if let Some(path) = report {
+            save_json(path, &made)?;
+        }
+        Ok(made)
+    }
 }
 
 /// The `decide` step into a directory (`out`) or memory (`None`): the manifest and the streams
@@ -244,8 +275,6 @@ fn decide_into(
     out: Option<&Path>,
     control: &RunControl,
 ) -> Result<(DecideManifest, Vec<Vec<u8>>), Error> {
-    config.validate()?;
-    crate::against::not_in_steps(config, "decide")?;
     let against = crate::against::load_against(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint();
@@ -391,37 +420,80 @@ fn decide_into(
     Ok((manifest, streams))
 }
 
-/// The `decide` step: reads group `group`'s streams from the `sign` outputs of every shard
-/// (`signed`: directories or values, in any order; each shard exactly once), decides them in
-/// global row order (with `--prefer`, in preference order, ties in row order) with the
-/// decision core of a one-process run, and writes the decisions into
-/// `out` (one stream per shard and a manifest). Opens no input file. [`decide`] makes the same
-/// as a value. `hot` is the hot-key file's summary ([`HotSummary::load`], or
-/// [`HotKeys::summary`] of keys in memory): decide needs none of the keys.
-pub fn decide_group_dirs(
-    config: &Config,
-    signed: &[SignedInput<'_>],
-    hot: &HotSummary,
+/// The `decide` step, a [`Step`]: reads group `group`'s streams from the `sign` outputs of every
+/// shard (`signed`: directories or values, in any order; each shard exactly once; a value needs
+/// only group `group`'s stream, [`SignedShard::group`]), decides them in global row order (with
+/// `--prefer`, in preference order, ties in row order) with the decision core of a one-process
+/// run, and makes the decisions, one stream per shard and a manifest: a [`DecidedGroup`]
+/// ([`Step::run`]; memory: the group's representatives and its decisions) or a directory
+/// ([`Step::write`], the `decide` command). Opens no input file. `hot` is the hot-key file's
+/// summary ([`HotSummary::load`], or [`HotKeys::summary`] of keys in memory): decide needs none
+/// of the keys.
+#[derive(Debug)]
+pub struct DecideStep<'a> {
+    config: &'a Config,
+    signed: &'a [SignedInput<'a>],
+    hot: &'a HotSummary,
     group: u32,
-    out: &Path,
-    control: &RunControl,
-) -> Result<DecideReport, Error> {
-    let (manifest, _) = decide_into(config, signed, hot, group, Some(out), control)?;
-    Ok(DecideReport { manifest })
 }
 
-/// The `decide` step in memory: [`decide_group_dirs`]'s output as a [`DecidedGroup`] value.
-/// Each input needs only group `group`'s stream ([`SignedShard::group`]). Memory: the
-/// group's representatives and its decisions.
-pub fn decide(
-    config: &Config,
-    signed: &[SignedInput<'_>],
-    hot: &HotSummary,
-    group: u32,
-    control: &RunControl,
-) -> Result<DecidedGroup, Error> {
-    let (manifest, streams) = decide_into(config, signed, hot, group, None, control)?;
-    Ok(DecidedGroup(StepValue::made(manifest, streams)))
+impl<'a> DecideStep<'a> {
+    /// Checks the settings (an index to save is refused: steps save none).
+    pub fn new(
+        config: &'a Config,
+        signed: &'a [SignedInput<'a>],
+        hot: &'a HotSummary,
+        group: u32,
+    ) -> Result<DecideStep<'a>, Error> {
+        config.validate()?;
+        crate::against::not_in_steps(config, "decide")?;
+        Ok(DecideStep {
+            config,
+            signed,
+            hot,
+            group,
+        })
+    }
+}
+
+impl Step for DecideStep<'_> {
+    type Value = DecidedGroup;
+    type Stats = ();
+    type Report = DecideReport;
+
+    fn run(&self, control: &RunControl) -> Result<(DecidedGroup, ()), Error> {
+        let (manifest, streams) = decide_into(
+            self.config,
+            self.signed,
+            self.hot,
+            self.group,
+            None,
+            control,
+        )?;
+        Ok((DecidedGroup(StepValue::made(manifest, streams)), ()))
+    }
+
+    /// The directory `out`; the report is saved at `report` once it is published.
+    fn write(
+        &self,
+        out: &Path,
+        report: Option<&Path>,
+        control: &RunControl,
+    ) -> Result<DecideReport, Error> {
+        let (manifest, _) = decide_into(
+            self.config,
+            self.signed,
+            self.hot,
+            self.group,
+            Some(out),
+            control,
+        )?;
+        let made = DecideReport { manifest };
+        if let Some(path) = report {
+            save_json(path, &made)?;
+        }
+        Ok(made)
+    }
 }
 
 /// The manifest name a `write` step publishes its files under in a shared output directory.
@@ -447,35 +519,65 @@ pub fn output_dataset_id(hot_fingerprint: u64) -> String {
     format!("{hot_fingerprint:016x}")
 }
 
-/// The `write` step: re-reads the inputs of the shard whose key table is `table` (a file or a
-/// table in memory), and writes its part of the filtered dataset (into the shared directory
-/// `config.output.dir`, published under its own manifest) and its decisions
-/// (`config.output.decisions`), the hot samples' verdicts taken from `decided` (the `decide`
-/// outputs of every group, directories or values, in any order; each needs only this shard's
-/// stream, [`DecidedGroup::shard`]).
-pub fn write_shard<'a>(
-    config: &Config,
-    table: impl Into<TableInput<'a>>,
-    hot: &HotKeys,
-    decided: &[DecidedInput<'_>],
-    control: &RunControl,
-) -> Result<Report, Error> {
-    write_shard_with(config, table, hot, decided, control, &mut |_| {})
+/// The `write` step, which ends a distributed run: re-reads the inputs of the shard whose key
+/// table is `table` (a file or a table in memory), and writes its part of the filtered dataset
+/// (into the shared directory `config.output.dir`, published under its own manifest) and its
+/// decisions (`config.output.decisions`), the hot samples' verdicts taken from `decided` (the
+/// `decide` outputs of every group, directories or values, in any order; each needs only this
+/// shard's stream, [`DecidedGroup::shard`]).
+#[derive(Debug)]
+pub struct WriteStep<'a> {
+    config: &'a Config,
+    table: TableInput<'a>,
+    hot: &'a HotKeys,
+    decided: &'a [DecidedInput<'a>],
 }
 
-/// [`write_shard`], handing every decision of the shard to `observe` in input order: for a
-/// shard that is an in-memory table, whose rows are filtered by their caller (no output then).
-pub fn write_shard_with<'a>(
+impl<'a> WriteStep<'a> {
+    /// Checks the settings (an index to save is refused: steps save none).
+    pub fn new(
+        config: &'a Config,
+        table: impl Into<TableInput<'a>>,
+        hot: &'a HotKeys,
+        decided: &'a [DecidedInput<'a>],
+    ) -> Result<WriteStep<'a>, Error> {
+        config.validate()?;
+        crate::against::not_in_steps(config, "write")?;
+        Ok(WriteStep {
+            config,
+            table: table.into(),
+            hot,
+            decided,
+        })
+    }
+
+    /// Writes the shard's outputs and returns its run report, handing every decision of the
+    /// shard to `observe` in input order (a shard that is an in-memory table has its rows
+    /// filtered by its caller, with no output).
+    pub fn run(
+        &self,
+        control: &RunControl,
+        observe: &mut dyn FnMut(&neardup_dedup::Decision),
+    ) -> Result<Report, Error> {
+        write_shard(
+            self.config,
+            self.table,
+            self.hot,
+            self.decided,
+            control,
+            observe,
+        )
+    }
+}
+
+fn write_shard(
     config: &Config,
-    table: impl Into<TableInput<'a>>,
+    table: TableInput<'_>,
     hot: &HotKeys,
     decided: &[DecidedInput<'_>],
     control: &RunControl,
     observe: &mut dyn FnMut(&neardup_dedup::Decision),
 ) -> Result<Report, Error> {
-    let table = table.into();
-    config.validate()?;
-    crate::against::not_in_steps(config, "write")?;
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;

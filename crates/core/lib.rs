@@ -15,12 +15,13 @@
 //! it wrote), the [`Report`], the checks of a run's paths before any work ([`RunPaths`]: no
 //! output over, inside or around an input, none read back by a later run, none colliding with
 //! another, all writable), and the stage-level steps for schedulers that run the stages on
-//! different machines: [`KeysStep`] per shard, one [`HotStep`], then [`apply`], or stage 2 itself
-//! split over machines: [`sign`] per shard, [`decide`] per group and [`write_shard`] per shard,
-//! passing values ([`SignedShard`], [`DecidedGroup`]: bytes for object stores) or the CLI's
-//! directories ([`sign_shard`], [`decide_group_dirs`]), mixed freely. Every step takes its
-//! settings (a [`Config`]) and, beside them, its runtime handles (a [`RunControl`]: progress
-//! counters and the cancel token). Saved indexes ([`against`], `docs/incremental.md`): a run
+//! different machines, each of one shape ([`Step`]: settings and inputs in, checked when it is
+//! built; a value out in memory, or saved where the CLI's command saves it; the values
+//! ([`StepValue`]) save, load and turn into bytes, so values and files mix freely):
+//! [`KeysStep`] per shard, one [`HotStep`], then [`ApplyStep`], or stage 2 itself split over
+//! machines: [`SignStep`] per shard, [`DecideStep`] per group and [`WriteStep`] per shard. Every
+//! step takes its settings (a [`Config`]) and, beside them, its runtime handles (a
+//! [`RunControl`]: progress counters and the cancel token). Saved indexes ([`against`], `docs/incremental.md`): a run
 //! saves its index (`config.output.index_out`) and a later run, or each of its steps, is
 //! deduplicated against indexes of earlier runs (`config.dedup.against`) with the decisions of
 //! one run over all their inputs; [`against::build_index`] makes an index from a finished run's
@@ -59,6 +60,7 @@ mod step_manifests;
 mod paths;
 pub mod against;
 mod pipeline;
+mod step;
 mod steps;
 mod step_values;
 mod distributed;
@@ -72,8 +74,8 @@ pub use config::{
     block_memory_within, chunk_bytes_within, decision_memory, memory_floor, threads_within,
 };
 pub use distributed::{
-    DecideReport, SignReport, TableInput, decide, decide_group_dirs, output_dataset_id,
-    publish_output, sign, sign_shard, write_manifest_name, write_shard, write_shard_with,
+    DecideReport, DecideStep, SignReport, SignStep, TableInput, WriteStep, output_dataset_id,
+    publish_output, write_manifest_name,
 };
 pub use error::{
     ConfigError, CorruptValue, Error, IndexUseError, InputsError, IoOp, IoTarget, SettingChange,
@@ -84,10 +86,11 @@ pub use neardup_exec::CancelToken;
 pub use path_conflicts::{NamedPath, PathConflict, PathConflicts, SourceRelation, Unwritable};
 pub use paths::{PreparedDirs, RunPaths};
 pub use pipeline::{
-    DecisionStream, KeyTables, NextDecision, Pipeline, Report, ReportPaths, RunControl, Totals,
-    apply, discover_inputs, discover_inputs_and_sources, save_json,
+    ApplyStep, DecisionStream, KeyTables, NextDecision, Pipeline, Report, ReportPaths, RunControl,
+    Totals, discover_inputs, discover_inputs_and_sources, save_json,
 };
 pub use stage_settings::{keys_config, run_threads, stage2_config};
+pub use step::{Step, StepValue};
 pub use step_manifests::{DecideManifest, DecideSettings, STEP_MANIFEST, SignManifest};
 pub use step_values::{DecidedGroup, DecidedInput, SignedInput, SignedShard, StepInput};
 pub use steps::{HotReport, HotStep, KeysReport, KeysStep, PlanSummary};

@@ -5,9 +5,9 @@
 //! that does not exist yet is resolved through its nearest existing ancestor), and two names of
 //! one file (hard links, same device and inode) are the same file.
 //!
-//! The CLI and the library call the same checks: [`crate::Pipeline::run`], [`crate::apply`],
-//! [`crate::KeysStep::write`] and [`crate::HotStep`] refuse what the commands refuse, with the
-//! same messages.
+//! The CLI and the library call the same checks: [`crate::Pipeline::run`] and every step
+//! ([`crate::Step`]s, [`crate::ApplyStep`], [`crate::WriteStep`]) refuse what the commands
+//! refuse, with the same messages.
 //!
 //! ```no_run
 //! use std::path::Path;

@@ -453,9 +453,9 @@ pub fn discover_inputs_and_sources(config: &Config) -> Result<(Discovery, Vec<St
 /// numbers decide the order of the rows.
 #[derive(Clone, Debug)]
 pub enum KeyTables<'a> {
-    /// Key-table files (`neardup keys -o`, [`crate::KeysStep::write`], [`KeyTable::save`]).
+    /// Key-table files (`neardup keys -o`, [`crate::KeysStep`]'s `write`, [`KeyTable::save`]).
     Files(&'a [PathBuf]),
-    /// Tables in memory ([`crate::KeysStep::table`], [`KeyTable::load`]).
+    /// Tables in memory ([`crate::KeysStep`]'s `run`, [`KeyTable::load`]).
     Values(Vec<&'a KeyTable>),
 }
 
@@ -501,17 +501,16 @@ impl KeyTables<'_> {
 }
 
 /// Stage 2 over all shards' key tables and a hot-key set counted from exactly them (the `apply`
-/// step), watched by `control.stage2` and stopped by `control.cancel`, handing every decision to
-/// `observe` in input order. Of key-table files only their headers and the hot mask (two bits
-/// per key) are held, never the tables themselves.
+/// step, which ends a staged run by writing `config.output`). Of key-table files only their
+/// headers and the hot mask (two bits per key) are held, never the tables themselves.
 ///
 /// The stage-level steps a custom scheduler runs on separate machines — stage 1 per shard
 /// ([`crate::KeysStep`]), one merge ([`crate::HotStep`]), stage 2 — give exactly the decisions
 /// of one [`Pipeline`] run over the shards in order:
 ///
 /// ```no_run
-/// use neardup::{Config, HotStep, KeysStep, RunControl, apply, discover_inputs};
-/// use neardup::keys::{HotKeys, KeyTable};
+/// use neardup::{ApplyStep, Config, HotStep, KeysStep, RunControl, Step, StepValue, discover_inputs};
+/// use neardup::keys::HotKeys;
 ///
 /// let mut config = Config::default();
 /// config.input.inputs = vec!["shard-0/".into(), "shard-1/".into()];
@@ -527,27 +526,60 @@ impl KeyTables<'_> {
 ///     tables.push(path);
 /// }
 /// // Once: merge the shards' counts into the hot keys.
-/// let (hot, _mask, _stats) = HotStep::new(&config, &tables, 1)?.merge(&control)?;
-/// hot.save("hot.ndh".as_ref())?;
+/// let (hot, _stats) = HotStep::new(&config, &tables, 1)?.run(&control)?;
+/// StepValue::save(&hot, "hot.ndh".as_ref())?;
 /// // Stage 2 over all shards, in shard order.
-/// let hot = HotKeys::load("hot.ndh".as_ref())?;
-/// let report = apply(&config, &hot, &tables, &control, &mut |_decision| {})?;
+/// let hot = <HotKeys as StepValue>::load("hot.ndh".as_ref())?;
+/// let report = ApplyStep::new(&config, &hot, &tables)?.run(&control, &mut |_decision| {})?;
 /// println!("{}", report.summary());
 /// # Ok::<(), neardup::Error>(())
 /// ```
-pub fn apply<'a>(
+#[derive(Debug)]
+pub struct ApplyStep<'a> {
+    config: &'a Config,
+    hot: &'a HotKeys,
+    tables: KeyTables<'a>,
+}
+
+impl<'a> ApplyStep<'a> {
+    /// Checks the hot keys against the settings (an index to save is refused: `apply` saves
+    /// none).
+    pub fn new(
+        config: &'a Config,
+        hot: &'a HotKeys,
+        tables: impl Into<KeyTables<'a>>,
+    ) -> Result<ApplyStep<'a>, Error> {
+        check_hot_layout(config, hot.layout())?;
+        if config.output.index_out.is_some() {
+            return Err(Error::IndexUse(crate::error::IndexUseError::NotSaved {
+                step: "apply",
+            }));
+        }
+        Ok(ApplyStep {
+            config,
+            hot,
+            tables: tables.into(),
+        })
+    }
+
+    /// Writes the outputs and returns the run report, watched by `control.stage2` and stopped by
+    /// `control.cancel`, handing every decision to `observe` in input order.
+    pub fn run(
+        &self,
+        control: &RunControl,
+        observe: &mut dyn FnMut(&Decision),
+    ) -> Result<Report, Error> {
+        apply(self.config, self.hot, self.tables.clone(), control, observe)
+    }
+}
+
+fn apply(
     config: &Config,
     hot: &HotKeys,
-    tables: impl Into<KeyTables<'a>>,
+    tables: KeyTables<'_>,
     control: &RunControl,
     observe: &mut dyn FnMut(&Decision),
 ) -> Result<Report, Error> {
-    check_hot_layout(config, hot.layout())?;
-    if config.output.index_out.is_some() {
-        return Err(Error::IndexUse(crate::error::IndexUseError::NotSaved {
-            step: "apply",
-        }));
-    }
     let against = against::load_against(config)?;
     let start = |cfg: &mut Stage2Config| -> Result<Option<against::AgainstReport>, Error> {
         match &against {
@@ -560,7 +592,7 @@ pub fn apply<'a>(
             None => Ok(None),
         }
     };
-    match tables.into() {
+    match tables {
         KeyTables::Values(mut ordered) => {
             ordered.sort_by_key(|t| t.shard());
             let files: Vec<FileRows> = ordered

@@ -112,7 +112,7 @@ pub struct SignManifest {
     pub format: String,
     /// Format version (2).
     pub format_version: u32,
-    /// [`HotKeys::fingerprint`] of the hot-key file it was made with.
+    /// [`neardup_keys::HotKeys::fingerprint`] of the hot-key file it was made with.
     pub hot: u64,
     /// The shard and where it sits among all shards.
     pub place: ShardPlace,
@@ -142,7 +142,7 @@ pub struct DecideManifest {
     pub format: String,
     /// Format version (2).
     pub format_version: u32,
-    /// [`HotKeys::fingerprint`] of the hot-key file.
+    /// [`neardup_keys::HotKeys::fingerprint`] of the hot-key file.
     pub hot: u64,
     /// The group decided.
     pub group: u32,

@@ -895,6 +895,36 @@ impl DecidedGroup {
     }
 }
 
+impl crate::step::StepValue for SignedShard {
+    fn save(&self, dir: &Path) -> Result<(), Error> {
+        SignedShard::save(self, dir)
+    }
+    fn load(dir: &Path) -> Result<Self, Error> {
+        SignedShard::load(dir)
+    }
+    fn to_bytes(&self) -> Result<Vec<u8>, Error> {
+        Ok(SignedShard::to_bytes(self))
+    }
+    fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
+        SignedShard::from_bytes(bytes)
+    }
+}
+
+impl crate::step::StepValue for DecidedGroup {
+    fn save(&self, dir: &Path) -> Result<(), Error> {
+        DecidedGroup::save(self, dir)
+    }
+    fn load(dir: &Path) -> Result<Self, Error> {
+        DecidedGroup::load(dir)
+    }
+    fn to_bytes(&self) -> Result<Vec<u8>, Error> {
+        Ok(DecidedGroup::to_bytes(self))
+    }
+    fn from_bytes(bytes: &[u8]) -> Result<Self, Error> {
+        DecidedGroup::from_bytes(bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

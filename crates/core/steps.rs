@@ -1,12 +1,11 @@
-//! Stage 1 as typed steps, for schedulers, the CLI and the Python package: [`KeysStep`] (one
-//! shard's inputs into a key table: a file, published with its report, or a value) and
-//! [`HotStep`] (the shards' tables into the hot keys, with the plan of stage 2's groups: a file,
-//! published with its report, or a value). Each checks its settings and paths before any work,
-//! stops at the next block when cancelled, and returns a typed report — the JSON the CLI's
-//! `--report` writes.
+//! Stage 1's steps ([`Step`]s), for schedulers, the CLI and the Python package: [`KeysStep`] (one
+//! shard's inputs into a [`KeyTable`]) and [`HotStep`] (the shards' tables into the [`HotKeys`],
+//! with the plan of stage 2's groups). Each checks its settings before any work, its paths before
+//! it runs, stops at the next block when cancelled, and reports what it did in the JSON the
+//! CLI's `--report` writes.
 //!
-//! Stage 2 is [`crate::apply`] in one step, or the `sign`, `decide` and `write` steps of
-//! [`crate::distributed`].
+//! Stage 2 is [`crate::ApplyStep`] in one step, or the [`crate::SignStep`],
+//! [`crate::DecideStep`] and [`crate::WriteStep`] of `distributed.rs`.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -24,6 +23,7 @@ use crate::error::{ConfigError, Error};
 use crate::paths::RunPaths;
 use crate::pipeline::{KeyTables, RunControl, discover_inputs_and_sources, save_json_to};
 use crate::stage_settings::keys_config;
+use crate::step::Step;
 
 /// What the `keys` step did (the JSON of `neardup keys --report`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -80,10 +80,11 @@ pub struct HotReport {
     pub seconds: f64,
 }
 
-/// Stage 1 of one shard: its settings checked and its inputs listed once, then run into a
-/// key-table file ([`KeysStep::write`], the `keys` step) or a table in memory
-/// ([`KeysStep::table`]). Nothing is counted: the hot keys come from merging all shards' tables
-/// ([`HotStep`]).
+/// Stage 1 of one shard, a [`Step`]: its settings checked and its inputs listed once, then run
+/// into a table in memory ([`Step::run`]; `keys.memory_limit` does not apply) or streamed into a
+/// key-table file ([`Step::write`], the `keys` command: the bytes [`KeyTable::save`] writes, memory
+/// bounded however large the shard; input problems are logged). Nothing is counted: the hot keys
+/// come from merging all shards' tables ([`HotStep`]).
 #[derive(Debug)]
 pub struct KeysStep {
     keys: KeysConfig,
@@ -130,10 +131,14 @@ impl KeysStep {
     pub fn problems(&self) -> &[String] {
         &self.problems
     }
+}
 
-    /// The shard's key table in memory and its statistics (`keys.memory_limit` does not apply;
-    /// [`KeysStep::write`] streams a table of any size to a file).
-    pub fn table(&self, control: &RunControl) -> Result<(KeyTable, KeysStats), Error> {
+impl Step for KeysStep {
+    type Value = KeyTable;
+    type Stats = KeysStats;
+    type Report = KeysReport;
+
+    fn run(&self, control: &RunControl) -> Result<(KeyTable, KeysStats), Error> {
         Ok(collect_keys(
             self.files(),
             self.shard,
@@ -142,11 +147,7 @@ impl KeysStep {
         )?)
     }
 
-    /// The `keys` step: the shard's table streamed into the key-table file `table` (the same
-    /// bytes as [`KeysStep::table`]'s table saved with [`KeyTable::save`]; memory stays bounded
-    /// however large the shard), published at the end together with the report's JSON at
-    /// `report`, all or nothing. Input problems are logged.
-    pub fn write(
+    fn write(
         &self,
         table: &Path,
         report: Option<&Path>,
@@ -204,8 +205,8 @@ impl KeysStep {
 /// The merge of all shards' key tables into the hot keys (`config.keys`: `min_key_count`, and
 /// for files `memory_limit` and `spill_dir`; `config.run.threads`, 0: the current rayon pool,
 /// all cores by default), planned for stage 2 on many machines in `groups` groups when more
-/// than one: into a hot-key file ([`HotStep::write`], the `hot` step) or a value
-/// ([`HotStep::merge`]). Files stream in shard order and are never loaded whole; when their keys
+/// than one, a [`Step`]: into a value ([`Step::run`]; [`HotStep::merge`] gives the mask of every
+/// row too) or a hot-key file ([`Step::write`], the `hot` command). Files stream in shard order and are never loaded whole; when their keys
 /// exceed the memory limit they are counted partition by partition from spill files.
 #[derive(Debug)]
 pub struct HotStep<'a> {
@@ -243,9 +244,9 @@ impl<'a> HotStep<'a> {
         paths
     }
 
-    /// The hot keys (with their plan when more than one group), the mask of all the tables' rows
-    /// in shard order, and the frequency filter's statistics; stopped by `control.cancel`
-    /// between blocks of keys read and between partitions counted.
+    /// [`Step::run`]'s hot keys (with their plan when more than one group) and statistics, with
+    /// the mask of all the tables' rows in shard order; stopped by `control.cancel` between
+    /// blocks of keys read and between partitions counted.
     pub fn merge(&self, control: &RunControl) -> Result<(HotKeys, HotMask, CountStats), Error> {
         let paths = self.paths();
         paths.check()?;
@@ -319,15 +320,24 @@ impl<'a> HotStep<'a> {
                 .install(work),
         }
     }
+}
 
-    /// The `hot` step: the hot keys written to `output`, published at the end together with the
-    /// report's JSON at `report`, all or nothing. Returns the hot keys written and the report.
-    pub fn write(
+impl Step for HotStep<'_> {
+    type Value = HotKeys;
+    type Stats = CountStats;
+    type Report = HotReport;
+
+    fn run(&self, control: &RunControl) -> Result<(HotKeys, CountStats), Error> {
+        let (hot, _mask, count) = self.merge(control)?;
+        Ok((hot, count))
+    }
+
+    fn write(
         &self,
         output: &Path,
         report: Option<&Path>,
         control: &RunControl,
-    ) -> Result<(HotKeys, HotReport), Error> {
+    ) -> Result<HotReport, Error> {
         let mut paths = self.paths();
         paths.write_file("the hot-key file (--output)", output);
         if let Some(r) = report {
@@ -371,6 +381,6 @@ impl<'a> HotStep<'a> {
             save_json_to(publication.file(path).map_err(publish_error)?, &made)?;
         }
         publication.commit().map_err(publish_error)?;
-        Ok((hot, made))
+        Ok(made)
     }
 }

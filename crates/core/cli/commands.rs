@@ -1,10 +1,11 @@
 //! One function per command: each builds its settings, checks, runs the library's step with a
 //! progress view and the signal handlers, and says what it did.
 
-use neardup::keys::{HotKeys, HotSummary, KeysError};
+use neardup::keys::{HotKeys, HotSummary};
 use neardup::sketch::LshParams;
 use neardup::{
-    Config, Error, HotStep, KeysStep, LshWeights, Pipeline, Report, RunControl, RunPaths, save_json,
+    ApplyStep, Config, DecideStep, Error, HotStep, KeysStep, LshWeights, Pipeline, Report,
+    RunControl, RunPaths, SignStep, Step, StepValue, WriteStep, save_json,
 };
 
 use super::args::*;
@@ -37,15 +38,7 @@ fn watched_step() -> RunControl {
 /// Loads a hot-key file given as an argument: a wrong one is a mistake in the arguments, not a
 /// failure of stage 1.
 pub(crate) fn load_hot_argument(path: &std::path::Path) -> Result<HotKeys, Error> {
-    HotKeys::load(path).map_err(hot_argument_error)
-}
-
-/// A hot-key file that cannot be used: a usage error when it is the wrong file for the run.
-fn hot_argument_error(e: KeysError) -> Error {
-    match e {
-        e @ KeysError::Config(_) => Error::WrongKeyFiles(e),
-        other => Error::KeyFile(other),
-    }
+    <HotKeys as StepValue>::load(path)
 }
 
 /// A run that writes nothing would throw its work away: refused before any. A run with only
@@ -173,7 +166,7 @@ pub(crate) fn hot(args: HotArgs, quiet: bool) -> Result<(), Error> {
         cancel: handle_signals(),
         ..RunControl::default()
     };
-    let (_, made) =
+    let made =
         HotStep::new(&config, &tables, groups)?.write(&output, report.as_deref(), &control)?;
     report_to_stdout.map(ToStdout::send).transpose()?;
     let stats = &made.count;
@@ -230,11 +223,8 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     let control = watched_step();
     let signed = {
         let _view = ProgressView::start(&control, quiet);
-        neardup::sign_shard(&config, &table, &hot, &output, &control)?
+        SignStep::new(&config, &table, &hot)?.write(&output, report.as_deref(), &control)?
     };
-    if let Some(path) = &report {
-        save_json(path, &signed)?;
-    }
     report_to_stdout.map(ToStdout::send).transpose()?;
     let m = &signed.manifest;
     note(
@@ -285,16 +275,17 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
     }
     paths.check()?;
     let _spill_dirs = paths.prepare()?;
-    let hot = HotSummary::load(&hot).map_err(hot_argument_error)?;
+    let hot = HotSummary::load(&hot).map_err(crate::step::key_file_error)?;
     let control = RunControl {
         cancel: handle_signals(),
         ..RunControl::default()
     };
     let signed: Vec<neardup::SignedInput> = signed.iter().map(Into::into).collect();
-    let decided = neardup::decide_group_dirs(&config, &signed, &hot, group, &output, &control)?;
-    if let Some(path) = &report {
-        save_json(path, &decided)?;
-    }
+    let decided = DecideStep::new(&config, &signed, &hot, group)?.write(
+        &output,
+        report.as_deref(),
+        &control,
+    )?;
     report_to_stdout.map(ToStdout::send).transpose()?;
     let m = &decided.manifest;
     note(
@@ -344,7 +335,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
     let report = {
         let _view = ProgressView::start(&control, quiet);
         let decided: Vec<neardup::DecidedInput> = decided.iter().map(Into::into).collect();
-        neardup::write_shard(&config, &table, &hot, &decided, &control)?
+        WriteStep::new(&config, &table, &hot, &decided)?.run(&control, &mut |_| {})?
     };
     send_all(to_stdout, &report)?;
     note(quiet, report.summary());
@@ -381,7 +372,7 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
     let control = watched_step();
     let report = {
         let _view = ProgressView::start(&control, quiet);
-        neardup::apply(&config, &hot, &tables, &control, &mut |_| {})?
+        ApplyStep::new(&config, &hot, &tables)?.run(&control, &mut |_| {})?
     };
     send_all(to_stdout, &report)?;
     note(quiet, report.summary());

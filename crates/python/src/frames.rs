@@ -602,7 +602,8 @@ pub fn block_keys(
     let block = register_block(data, name, &config)?;
     let step = neardup::KeysStep::with_files(&config, std::slice::from_ref(block.input()), shard)
         .map_err(to_py)?;
-    let (inner, stats) = crate::tokenizer::run_watched(py, &config, |control| step.table(control))?;
+    let (inner, stats) =
+        crate::tokenizer::run_watched(py, &config, |control| neardup::Step::run(&step, control))?;
     drop(block);
     Ok(crate::tables::KeyTable::computed(
         inner,
@@ -625,7 +626,7 @@ pub fn block_sign(
     let block = register_block(data, name, &config)?;
     let (table, hot) = (&table.inner, &hot.inner);
     let (inner, stats) = crate::tokenizer::run_watched(py, &config, |control| {
-        neardup::sign(&config, table, hot, control)
+        neardup::Step::run(&neardup::SignStep::new(&config, table, hot)?, control)
     })?;
     drop(block);
     Ok(crate::values::Signed {
@@ -677,11 +678,7 @@ pub fn block_decisions<'py>(
     };
     let report = py
         .detach(|| {
-            neardup::write_shard_with(
-                &config,
-                key_table,
-                hot,
-                &inputs,
+            neardup::WriteStep::new(&config, key_table, hot, &inputs)?.run(
                 &RunControl::default(),
                 &mut |x| {
                     if x.addr.file as usize != shard {

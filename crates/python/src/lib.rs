@@ -71,14 +71,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(frames::block_keys, m)?)?;
     m.add_function(wrap_pyfunction!(frames::block_sign, m)?)?;
     m.add_function(wrap_pyfunction!(frames::block_decisions, m)?)?;
-    m.add_function(wrap_pyfunction!(tables::compute_keys, m)?)?;
-    m.add_function(wrap_pyfunction!(tables::hot_keys, m)?)?;
-    m.add_function(wrap_pyfunction!(tables::hot_keys_result, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::start_hot, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_sign, m)?)?;
-    m.add_function(wrap_pyfunction!(steps::signed_result, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_decide, m)?)?;
-    m.add_function(wrap_pyfunction!(steps::decided_result, m)?)?;
+    m.add_function(wrap_pyfunction!(steps::step_value, m)?)?;
     m.add_function(wrap_pyfunction!(steps::start_write, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::process_corpus, m)?)?;
     m.add_function(wrap_pyfunction!(files::file_exists, m)?)?;

@@ -256,8 +256,10 @@ pub fn compute_bucket_keys<'py>(
     let (config, files) = lshcurator_config(&settings)?;
     let (table, _stats) = py
         .detach(|| {
-            neardup::KeysStep::with_files(&config, &files, 0)?
-                .table(&neardup::RunControl::default())
+            neardup::Step::run(
+                &neardup::KeysStep::with_files(&config, &files, 0)?,
+                &neardup::RunControl::default(),
+            )
         })
         .map_err(to_py)?;
     let bands = table.columns();

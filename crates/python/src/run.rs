@@ -51,6 +51,8 @@ pub struct Run {
 pub(crate) enum Output {
     /// The JSON of its report.
     Json(String),
+    /// A shard's key table (and stage 1's statistics, as JSON).
+    Keys(Box<neardup::keys::KeyTable>, serde_json::Value),
     /// Hot keys (and the merge's counts, as JSON).
     Hot(Box<neardup::keys::HotKeys>, serde_json::Value),
     /// A shard's signed samples (and the pass's statistics, as JSON).
@@ -145,8 +147,7 @@ impl Run {
         match self.take(py)? {
             Output::Json(json) => Ok(json),
             _ => Err(PyRuntimeError::new_err(
-                "this run made a value: take it with hot_keys_result, signed_result or \
-                 decided_result",
+                "this run made a value: take it with step_value",
             )),
         }
     }
@@ -173,17 +174,6 @@ impl Run {
             None => Err(PyRuntimeError::new_err(
                 "the run's result was already taken",
             )),
-        }
-    }
-
-    /// The hot keys a run of `neardup.hot_keys` made, and the merge's counts.
-    pub(crate) fn take_hot(
-        &self,
-        py: Python<'_>,
-    ) -> PyResult<(neardup::keys::HotKeys, serde_json::Value)> {
-        match self.take(py)? {
-            Output::Hot(hot, stats) => Ok((*hot, stats)),
-            _ => Err(PyRuntimeError::new_err("this run made no hot keys")),
         }
     }
 }
@@ -228,31 +218,6 @@ impl Run {
         work: impl FnOnce() -> Result<String, Error> + Send + 'static,
     ) -> PyResult<Run> {
         Run::spawn_output(name, control, to_py, move || work().map(Output::Json))
-    }
-
-    /// Runs `work`, a merge of key tables, like [`Run::spawn`]; its errors keep the key tables'
-    /// own messages.
-    pub(crate) fn spawn_hot(
-        name: &str,
-        control: &RunControl,
-        work: impl FnOnce() -> Result<(neardup::keys::HotKeys, neardup::keys::CountStats), Error>
-        + Send
-        + 'static,
-    ) -> PyResult<Run> {
-        fn hot_error(e: Error) -> PyErr {
-            match e {
-                Error::Keys(k) => crate::errors::keys_to_py(k),
-                other => to_py(other),
-            }
-        }
-        Run::spawn_output(name, control, hot_error, move || {
-            work().map(|(hot, stats)| {
-                Output::Hot(
-                    Box::new(hot),
-                    serde_json::to_value(stats).expect("counts serialise"),
-                )
-            })
-        })
     }
 
     pub(crate) fn spawn_output(

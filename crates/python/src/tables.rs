@@ -1,19 +1,14 @@
 //! Stage-level values: `KeyTable` (stage 1 of one shard) and `HotKeys` (the merged counts), with
-//! their files and bytes, and the steps that make them.
+//! their files and bytes; the steps that make them are in `steps.rs`.
 
 use std::path::PathBuf;
 
 use numpy::ndarray::ArrayView2;
 use numpy::{PyArray1, PyArray2};
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
 
-use pyo3::exceptions::PyValueError;
-
-use crate::errors::{keys_to_py, to_py};
-use crate::run::Run;
-use crate::settings::{Scope, config_from, inputs_from};
+use crate::errors::keys_to_py;
 
 /// Makes a numpy view read-only: the memory belongs to an immutable value.
 fn read_only<'py, T>(array: Bound<'py, T>) -> PyResult<Bound<'py, T>> {
@@ -181,6 +176,16 @@ pub struct HotKeys {
     stats: Option<serde_json::Value>,
 }
 
+impl HotKeys {
+    /// Hot keys just computed, with the merge's counts.
+    pub(crate) fn computed(inner: neardup::keys::HotKeys, stats: serde_json::Value) -> HotKeys {
+        HotKeys {
+            inner,
+            stats: Some(stats),
+        }
+    }
+}
+
 #[pymethods]
 impl HotKeys {
     /// The hot keys, ascending, as a read-only ``numpy.uint64`` array sharing their memory.
@@ -278,95 +283,4 @@ impl HotKeys {
             self.inner.groups()
         )
     }
-}
-
-/// Stage 1 over one shard of inputs: its :class:`KeyTable`, in memory. See
-/// ``neardup.compute_keys`` for the arguments.
-#[pyfunction]
-#[pyo3(signature = (inputs, shard = 0, **settings))]
-pub fn compute_keys(
-    py: Python<'_>,
-    inputs: &Bound<'_, PyAny>,
-    shard: u32,
-    settings: Option<&Bound<'_, PyDict>>,
-) -> PyResult<KeyTable> {
-    let mut config = config_from(settings, Scope::NoOutputs)?;
-    config.input.inputs = inputs_from(inputs)?;
-    let step = neardup::KeysStep::new(&config, shard).map_err(to_py)?;
-    let (inner, stats) = crate::tokenizer::run_watched(py, &config, |control| step.table(control))?;
-    Ok(KeyTable {
-        inner,
-        stats: Some(serde_json::to_value(stats).expect("stats serialise")),
-    })
-}
-
-/// Merges shards' tables into the hot keys, and plans stage 2 in `groups` groups when more than
-/// one. See ``neardup.hot_keys`` for the arguments.
-#[pyfunction]
-#[pyo3(signature = (tables, min_key_count = 1, groups = 1, memory_limit = None, spill_dir = None, threads = 0, against = Vec::new()))]
-#[allow(clippy::too_many_arguments)]
-pub fn hot_keys(
-    tables: &Bound<'_, PyAny>,
-    min_key_count: u32,
-    groups: u32,
-    memory_limit: Option<u64>,
-    spill_dir: Option<PathBuf>,
-    threads: usize,
-    against: Vec<PathBuf>,
-) -> PyResult<Run> {
-    if groups == 0 {
-        return Err(PyValueError::new_err("groups must be at least 1"));
-    }
-    let items: Vec<Bound<'_, PyAny>> = tables.try_iter()?.collect::<PyResult<_>>()?;
-    if items.is_empty() {
-        return Err(PyValueError::new_err("no key tables given"));
-    }
-    let mut config = neardup::Config::default();
-    config.keys.min_key_count = min_key_count;
-    config.keys.memory_limit = memory_limit;
-    config.keys.spill_dir = spill_dir;
-    config.run.threads = threads;
-    config.dedup.against = against;
-    config.validate_run().map_err(to_py)?;
-    let control = neardup::RunControl::watched();
-    let watched = control.clone();
-    if items.iter().all(|t| t.cast::<KeyTable>().is_ok()) {
-        // In memory: the frozen tables are read on the run's thread without the GIL (no copy).
-        let owned: Vec<Py<KeyTable>> = items
-            .iter()
-            .map(|t| t.cast::<KeyTable>().expect("checked").clone().unbind())
-            .collect();
-        return Run::spawn_hot("neardup-hot", &watched, move || {
-            let refs: Vec<&neardup::keys::KeyTable> =
-                owned.iter().map(|t| &t.get().inner).collect();
-            let (hot, _mask, stats) =
-                neardup::HotStep::new(&config, refs.as_slice(), groups)?.merge(&control)?;
-            Ok((hot, stats))
-        });
-    }
-    let paths: Vec<PathBuf> = items
-        .iter()
-        .map(|t| {
-            t.extract::<PathBuf>().map_err(|_| {
-                PyTypeError::new_err(
-                    "tables must be KeyTable objects or paths of key-table files (not a mix)",
-                )
-            })
-        })
-        .collect::<PyResult<_>>()?;
-    Run::spawn_hot("neardup-hot", &watched, move || {
-        let (hot, _mask, stats) =
-            neardup::HotStep::new(&config, &paths, groups)?.merge(&control)?;
-        Ok((hot, stats))
-    })
-}
-
-/// The `HotKeys` a hot-key [`Run`] made.
-#[pyfunction]
-pub fn hot_keys_result(py: Python<'_>, run: &Bound<'_, Run>) -> PyResult<HotKeys> {
-    let (inner, stats) = run.get().take_hot(py)?;
-    Ok(HotKeys {
-        inner,
-        stats: Some(stats),
-    })
 }

@@ -72,7 +72,6 @@ def test_every_entry_point_is_annotated_with_its_class():
         body = stubs.split(f"class {name}:", 1)[1].split("\nclass ", 1)[0]
         new = body.split("def __new__(", 1)[1].split(") ->", 1)[0]
         assert f"**settings: Unpack[{typed}]" in new, name
-    assert "def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Unpack[Settings])" in stubs
 
 
 def literal_values(annotation: Any) -> Set[str]:

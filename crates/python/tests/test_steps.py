@@ -169,6 +169,66 @@ def test_a_cancelled_step_stops_and_removes_what_it_wrote(tmp_path):
     assert not out.exists() or not any(p.is_file() for p in out.rglob("*")), sorted(out.rglob("*"))
 
 
+def saved_bytes(path: Path) -> dict:
+    """What a step value is saved as: a file's bytes, or a directory's files by name."""
+    if path.is_dir():
+        return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if not p.name.startswith(".")}
+    return {"": path.read_bytes()}
+
+
+def test_every_step_has_one_shape_and_its_value_is_the_clis_bytes(tmp_path, cli):
+    """Each step makes its value without output= and writes it with output= (the bytes the
+    value saves, and the CLI's command writes), returning its report; the value round-trips
+    through its file and its bytes."""
+    py, sh = tmp_path / "py", tmp_path / "cli"
+    py.mkdir()
+    sh.mkdir()
+
+    def same(value, written: Path, by_cli: Path, kind) -> None:
+        value.save(py / f"saved-{written.name}")
+        assert saved_bytes(py / f"saved-{written.name}") == saved_bytes(written) == saved_bytes(by_cli)
+        assert kind.load(written).to_bytes() == value.to_bytes() == kind.load(by_cli).to_bytes()
+        assert kind.from_bytes(value.to_bytes()) == value
+
+    tables = []
+    for i, shard in enumerate(SHARDS):
+        table = neardup.keys([shard], i, **SETTINGS)
+        assert isinstance(table, neardup.KeyTable) and table.stats["samples"] > 0
+        report = neardup.keys([shard], i, py / f"keys-{i}.ndk", **SETTINGS)
+        assert report["table"] == str(py / f"keys-{i}.ndk") and report["shard"] == i
+        cli("keys", shard, "--shard", i, "-o", sh / f"keys-{i}.ndk", "--threshold", "0.7")
+        same(table, py / f"keys-{i}.ndk", sh / f"keys-{i}.ndk", neardup.KeyTable)
+        # compute_keys, the older name, is keys without output.
+        assert neardup.compute_keys([shard], shard=i, **SETTINGS).to_bytes() == table.to_bytes()
+        tables.append(table)
+
+    paths = [sh / f"keys-{i}.ndk" for i in range(len(SHARDS))]
+    hot = neardup.hot_keys(tables, 1, 2)
+    assert isinstance(hot, neardup.HotKeys) and hot.stats["hot_keys"] > 0
+    report = neardup.hot_keys(paths, 1, 2, py / "hot.ndh")
+    assert report["hot_keys_file"] == str(py / "hot.ndh") and report["plan"]["groups"] == 2
+    assert report["count"]["hot_keys"] == hot.stats["hot_keys"]
+    cli("hot", *paths, "--groups", 2, "-o", sh / "hot.ndh")
+    same(hot, py / "hot.ndh", sh / "hot.ndh", neardup.HotKeys)
+
+    signed = []
+    for i, table in enumerate(tables):
+        value = neardup.sign(table, hot, **SETTINGS)
+        report = neardup.sign(paths[i], py / "hot.ndh", py / f"sig-{i}", **SETTINGS)
+        assert report["manifest"] == value.manifest
+        cli("sign", paths[i], "--hot", sh / "hot.ndh", "-o", sh / f"sig-{i}", *FLAGS)
+        same(value, py / f"sig-{i}", sh / f"sig-{i}", neardup.Signed)
+        signed.append(value)
+
+    for g in range(2):
+        value = neardup.decide(signed, hot, g, **SETTINGS)
+        report = neardup.decide(signed, py / "hot.ndh", g, py / f"decided-{g}", **SETTINGS)
+        assert report["manifest"] == value.manifest
+        cli("decide", *[sh / f"sig-{i}" for i in range(len(SHARDS))], "--hot", sh / "hot.ndh",
+            "--group", g, "-o", sh / f"decided-{g}", *FLAGS)
+        same(value, py / f"decided-{g}", sh / f"decided-{g}", neardup.Decided)
+
+
 # --- The same steps over values: no sign or decide directory anywhere. ---
 
 

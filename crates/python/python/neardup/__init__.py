@@ -8,11 +8,13 @@ Three levels:
   decisions and the report, and returns the report. :func:`stream` yields every
   :class:`Decision` as it is made and writes nothing.
 - **Stage steps**, for schedulers of their own, as the CLI's commands of the same names, over
-  values or files: :func:`compute_keys` (stage 1 of one shard, a :class:`KeyTable`; or
-  :func:`keys` into a file), :func:`hot_keys` (the counts of all shards and the plan, a
-  :class:`HotKeys`), then the distributed stage 2: :func:`sign` (per shard, a :class:`Signed`),
-  :func:`decide` (per group, a :class:`Decided`) and :func:`write` (per shard: the dataset and
-  decisions). Every value saves to and loads from a file or directory, turns into bytes and back,
+  values or files, all of one shape: inputs and settings in; without ``output=``, a value out,
+  with it the value written where the CLI writes it and the step's report. :func:`keys` (stage
+  1 of one shard, a :class:`KeyTable`), :func:`hot_keys` (the counts of all shards and the
+  plan, a :class:`HotKeys`), then the distributed stage 2: :func:`sign` (per shard, a
+  :class:`Signed`), :func:`decide` (per group, a :class:`Decided`) and :func:`write` (per
+  shard: the dataset and decisions, which end the run). Every value saves to and loads from a
+  file or directory (the bytes the step with ``output=`` writes), turns into bytes and back,
   and pickles (Ray's object store carries it). :mod:`neardup.ray` runs the steps as Ray tasks.
 - **Tables in memory.** :func:`dedup_table` decides the rows of a pyarrow Table, a polars or
   pandas DataFrame, a ``datasets.Dataset`` or any Arrow stream in place, and
@@ -38,7 +40,18 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Optional,
+    Sequence,
+    Union,
+    overload,
+)
 
 from . import _native
 from ._inputs import check_paths
@@ -340,41 +353,135 @@ def stream(inputs: Inputs, **settings: Unpack[Settings]) -> DecisionStream:
     return _native.stream(check_paths(inputs, "neardup.stream"), settings)
 
 
-def compute_keys(inputs: Inputs, shard: int = 0, **settings: Unpack[Settings]) -> KeyTable:
-    """Stage 1 over one shard of inputs: its :class:`KeyTable` (in memory), nothing counted.
+def _step(run, output: Optional[PathLike], progress: Optional[bool]) -> Any:
+    """What a step run made, once it has ended: its value without ``output``, its report (a
+    dict) with one; its error otherwise."""
+    if output is None:
+        _finish(run, progress)
+        return _native.step_value(run)
+    return _report(run, progress)
 
-    Run it per shard (shards numbered from 0 in input order), merge the tables with
-    :func:`hot_keys`; every shard must use the same settings.
+
+def _out(output: Optional[PathLike]) -> Optional[str]:
+    return None if output is None else os.fspath(output)
+
+
+@overload
+def keys(
+    inputs: Inputs,
+    shard: int = 0,
+    output: None = None,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Unpack[Settings],
+) -> KeyTable: ...
+@overload
+def keys(
+    inputs: Inputs,
+    shard: int,
+    output: PathLike,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Unpack[Settings],
+) -> Dict[str, Any]: ...
+def keys(
+    inputs: Inputs,
+    shard: int = 0,
+    output: Optional[PathLike] = None,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Unpack[Settings],
+) -> Union[KeyTable, Dict[str, Any]]:
+    """Stage 1 over one shard of inputs (``neardup keys INPUTS --shard I -o OUTPUT``): every
+    sample's keys, nothing counted. Run it per shard (shards numbered from 0 in input order) and
+    count the tables together with :func:`hot_keys`; every shard must use the same settings.
+
+    Without ``output``, returns the shard's :class:`KeyTable` (in memory). With ``output``,
+    streams it into that key-table file (memory stays bounded however large the shard; the file
+    is there whole or not at all: the bytes :meth:`KeyTable.save` writes) and returns the report.
+
+    Args:
+        inputs: this shard's files, directories and glob patterns. Decisions name the files as
+            given here (a relative path stays relative to the working directory).
+        shard: the shard's number (from 0; rows of all shards are counted in shard order).
+        output: the key-table file to write; None for a value.
+        progress: tqdm bars, as for :func:`dedup`.
+        **settings: settings by name, as for :func:`dedup` (none of the output ones); every
+            step of a run must get the same.
+
+    Returns:
+        A :class:`KeyTable`; with ``output``, the shard's report: ``shard``, ``table``,
+        ``inputs``, ``input_problems`` and ``stage1`` (records, samples, speed), as ``neardup
+        keys --report`` writes it.
+    """
+    inputs = check_paths(inputs, "neardup.keys")
+    return _step(_native.start_keys(inputs, shard, _out(output), settings), output, progress)
+
+
+def compute_keys(inputs: Inputs, shard: int = 0, **settings: Unpack[Settings]) -> KeyTable:
+    """:func:`keys` without ``output``: the shard's :class:`KeyTable`, in memory (kept for the
+    programs written before :func:`keys` made values; no progress bars).
 
     Args:
         inputs: this shard's files, directories and glob patterns.
         shard: the shard's number; the rows of all shards are counted in shard order.
         **settings: settings by name, as for :func:`dedup` (none of the output ones).
     """
-    return _native.compute_keys(check_paths(inputs, "neardup.compute_keys"), shard, **settings)
+    inputs = check_paths(inputs, "neardup.compute_keys")
+    return _step(_native.start_keys(inputs, shard, None, settings), None, False)
 
 
+@overload
 def hot_keys(
     tables: Iterable[Union[KeyTable, PathLike]],
     min_key_count: int = 1,
     groups: int = 1,
+    output: None = None,
     *,
     memory_limit: Optional[int] = None,
     spill_dir: Optional[PathLike] = None,
     threads: int = 0,
     against: Sequence[PathLike] = (),
-) -> HotKeys:
+) -> HotKeys: ...
+@overload
+def hot_keys(
+    tables: Iterable[Union[KeyTable, PathLike]],
+    min_key_count: int,
+    groups: int,
+    output: PathLike,
+    *,
+    memory_limit: Optional[int] = None,
+    spill_dir: Optional[PathLike] = None,
+    threads: int = 0,
+    against: Sequence[PathLike] = (),
+) -> Dict[str, Any]: ...
+def hot_keys(
+    tables: Iterable[Union[KeyTable, PathLike]],
+    min_key_count: int = 1,
+    groups: int = 1,
+    output: Optional[PathLike] = None,
+    *,
+    memory_limit: Optional[int] = None,
+    spill_dir: Optional[PathLike] = None,
+    threads: int = 0,
+    against: Sequence[PathLike] = (),
+) -> Union[HotKeys, Dict[str, Any]]:
     """Counts the keys of all shards' tables together: the keys seen more than ``min_key_count``
     times (the ``neardup hot`` step), and with ``groups`` > 1 the plan of a distributed stage 2
     (``neardup hot --groups``): the connected components of hot rows packed into ``groups``
-    groups, one :func:`decide` each. Save the result with :meth:`HotKeys.save` for
-    :func:`sign`, :func:`decide` and :func:`write`.
+    groups, one :func:`decide` each.
+
+    Without ``output``, returns the :class:`HotKeys` (save them with :meth:`HotKeys.save` for
+    :func:`sign`, :func:`decide` and :func:`write` on other machines). With ``output``, writes
+    that hot-key file (whole or not at all) and returns the report, as ``neardup hot --report``
+    writes it.
 
     Args:
         tables: :class:`KeyTable` objects (in memory), or the paths of key-table files (read as
             streams, never loaded whole), in any order.
         min_key_count: a key is hot when seen more than this many times.
         groups: groups of the plan (1: no plan, one ``decide``).
+        output: the hot-key file to write; None for a value.
         memory_limit: table files only: when all tables' keys exceed this many bytes, count them
             from spill files partition by partition (``--memory-limit``).
         spill_dir: table files only: directory for spill files (``--spill-dir``).
@@ -387,43 +494,31 @@ def hot_keys(
         ValueError: tables made with different settings, or two with the same shard number.
         OSError: a table file cannot be read (:class:`CorruptFileError` when damaged).
     """
-    run = _native.hot_keys(
+    run = _native.start_hot(
         list(tables), min_key_count, groups, memory_limit, spill_dir, threads,
-        [os.fspath(p) for p in against],
+        [os.fspath(p) for p in against], _out(output),
     )
-    _finish(run, False)
-    return _native.hot_keys_result(run)
+    return _step(run, output, False)
 
 
-def keys(
-    inputs: Inputs,
-    shard: int,
+@overload
+def sign(
+    table: Union[KeyTable, PathLike],
+    hot: Union[HotKeys, PathLike],
+    output: None = None,
+    *,
+    progress: Optional[bool] = None,
+    **settings: Unpack[Settings],
+) -> Signed: ...
+@overload
+def sign(
+    table: Union[KeyTable, PathLike],
+    hot: Union[HotKeys, PathLike],
     output: PathLike,
     *,
     progress: Optional[bool] = None,
     **settings: Unpack[Settings],
-) -> Dict[str, Any]:
-    """Stage 1 over one shard of inputs, streamed into a key-table file (``neardup keys INPUTS
-    --shard I -o OUTPUT``): memory stays bounded however large the shard. The file is written
-    atomically: it is there whole or not at all.
-
-    Args:
-        inputs: this shard's files, directories and glob patterns. Decisions name the files as
-            given here (a relative path stays relative to the working directory).
-        shard: the shard's number (from 0; rows of all shards are counted in shard order).
-        output: the key-table file to write.
-        progress: tqdm bars, as for :func:`dedup`.
-        **settings: settings by name, as for :func:`dedup` (none of the output ones); every
-            step of a run must get the same.
-
-    Returns:
-        The shard's report: ``shard``, ``table``, ``inputs``, ``input_problems`` and ``stage1``
-        (records, samples, speed), as ``neardup keys --report`` writes it.
-    """
-    inputs = check_paths(inputs, "neardup.keys")
-    return _report(_native.start_keys(inputs, shard, output, settings), progress)
-
-
+) -> Dict[str, Any]: ...
 def sign(
     table: Union[KeyTable, PathLike],
     hot: Union[HotKeys, PathLike],
@@ -439,7 +534,7 @@ def sign(
     Without ``output``, returns the result as a :class:`Signed` value (in memory: about the size
     of the sign directory); give each :func:`decide` task only its group's part,
     ``signed.group(g)``. With ``output``, writes the directory (published whole at the end, with
-    a ``manifest.json``) and returns the report.
+    a ``manifest.json``: the bytes :meth:`Signed.save` writes) and returns the report.
 
     Args:
         table: the shard's :class:`KeyTable`, or its key-table file (from :func:`keys`).
@@ -453,13 +548,25 @@ def sign(
         A :class:`Signed` value; with ``output``, the sign report (``manifest``: what was signed
         per group; ``stage2``: records read).
     """
-    run = _native.start_sign(table, hot, None if output is None else os.fspath(output), settings)
-    if output is None:
-        _finish(run, progress)
-        return _native.signed_result(run)
-    return _report(run, progress)
+    return _step(_native.start_sign(table, hot, _out(output), settings), output, progress)
 
 
+@overload
+def decide(
+    signed: Iterable[Union[Signed, PathLike]],
+    hot: Union[HotKeys, PathLike],
+    group: int,
+    output: None = None,
+    **settings: Unpack[Settings],
+) -> Decided: ...
+@overload
+def decide(
+    signed: Iterable[Union[Signed, PathLike]],
+    hot: Union[HotKeys, PathLike],
+    group: int,
+    output: PathLike,
+    **settings: Unpack[Settings],
+) -> Dict[str, Any]: ...
 def decide(
     signed: Iterable[Union[Signed, PathLike]],
     hot: Union[HotKeys, PathLike],
@@ -474,7 +581,8 @@ def decide(
 
     Without ``output``, returns the decisions as a :class:`Decided` value; give each
     :func:`write` task only its shard's part, ``decided.shard(i)``. With ``output``, writes the
-    directory (one stream per shard and a ``manifest.json``) and returns the report.
+    directory (one stream per shard and a ``manifest.json``: the bytes :meth:`Decided.save`
+    writes) and returns the report.
 
     Args:
         signed: every shard's :func:`sign` output, in any order, each once: :class:`Signed`
@@ -494,17 +602,8 @@ def decide(
             missing or given twice, a part without this group (the message names the value or
             directory).
     """
-    run = _native.start_decide(
-        list(signed),
-        hot,
-        group,
-        None if output is None else os.fspath(output),
-        settings,
-    )
-    if output is None:
-        _finish(run, False)
-        return _native.decided_result(run)
-    return _report(run, False)
+    run = _native.start_decide(list(signed), hot, group, _out(output), settings)
+    return _step(run, output, False)
 
 
 def write(

@@ -46,14 +46,11 @@ __all__ = [
     "block_sign",
     "block_decisions",
     "stream",
-    "compute_keys",
-    "hot_keys",
-    "hot_keys_result",
+    "step_value",
     "start_keys",
+    "start_hot",
     "start_sign",
-    "signed_result",
     "start_decide",
-    "decided_result",
     "start_write",
     "process_corpus",
     "compute_bucket_keys",
@@ -528,10 +525,19 @@ def block_decisions(
     """The write step of one block without outputs: its rows' decisions, as table_result gives
     them (without the indexed runs' duplicates), dup_of and cluster as global rows."""
 
-def compute_keys(inputs: _Inputs, shard: int = 0, **settings: Unpack[Settings]) -> KeyTable:
-    """Stage 1 over one shard of inputs."""
+def step_value(run: Run) -> Any:
+    """The value a step run without output made (waits for it): a KeyTable, HotKeys, Signed or
+    Decided; its error otherwise."""
 
-def hot_keys(
+def start_keys(
+    inputs: _Inputs,
+    shard: int,
+    output: Optional[_Path] = None,
+    settings: Optional[Mapping[str, Any]] = None,
+) -> Run:
+    """Starts neardup.keys: one shard's KeyTable (no output), or its key-table file."""
+
+def start_hot(
     tables: Sequence[Union[KeyTable, _Path]],
     min_key_count: int = 1,
     groups: int = 1,
@@ -539,18 +545,11 @@ def hot_keys(
     spill_dir: Optional[_Path] = None,
     threads: int = 0,
     against: Sequence[_Path] = ...,
+    output: Optional[_Path] = None,
 ) -> Run:
-    """Starts merging shards' tables (objects or files) into the hot keys, planned in `groups`
-    groups when more than one, the keys of the saved indexes `against` counting once more; take
-    them with hot_keys_result."""
-
-def hot_keys_result(run: Run) -> HotKeys:
-    """The hot keys a run of hot_keys made (waits for it); its error otherwise."""
-
-def start_keys(
-    inputs: _Inputs, shard: int, output: _Path, settings: Optional[Mapping[str, Any]] = None
-) -> Run:
-    """Starts neardup.keys: one shard's key-table file."""
+    """Starts neardup.hot_keys: shards' tables (objects or files) merged into the HotKeys (no
+    output) or the hot-key file, planned in `groups` groups when more than one, the keys of the
+    saved indexes `against` counting once more."""
 
 def start_sign(
     table: Union[KeyTable, _Path],
@@ -558,10 +557,7 @@ def start_sign(
     output: Optional[_Path] = None,
     settings: Optional[Mapping[str, Any]] = None,
 ) -> Run:
-    """Starts neardup.sign: one shard's sign output directory, or a Signed value (no output)."""
-
-def signed_result(run: Run) -> Signed:
-    """The Signed value a start_sign run without output made (waits for it)."""
+    """Starts neardup.sign: one shard's Signed value (no output), or its sign directory."""
 
 def start_decide(
     signed: List[Union[Signed, _Path]],
@@ -570,10 +566,7 @@ def start_decide(
     output: Optional[_Path] = None,
     settings: Optional[Mapping[str, Any]] = None,
 ) -> Run:
-    """Starts neardup.decide: one group's decide output directory, or a Decided value."""
-
-def decided_result(run: Run) -> Decided:
-    """The Decided value a start_decide run without output made (waits for it)."""
+    """Starts neardup.decide: one group's Decided value (no output), or its decide directory."""
 
 def start_write(
     table: Union[KeyTable, _Path],
