@@ -3,7 +3,7 @@
 GenerateDedupLSH + RedisDeduplicator, on the same server and texts, alternated in one run.
 
     python3 benches/online_redis.py [--docs 5000] [--producers 1 2 4] [--rounds 2] [--batch 256]
-        [--corpus ../corpora/rustdocs/jsonl/part-00000.jsonl] [--pairs DIR]
+        [--corpus ../corpora/rustdocs/jsonl/part-00000.jsonl] [--pairs DIR] [--no-precision]
 
 For each round and producer count P, each system runs P producer processes (spawned, each with an
 interleaved share of the texts, started together) on a freshly emptied server (FLUSHALL):
@@ -12,7 +12,7 @@ interleaved share of the texts, started together) on a freshly emptied server (F
 - hojichar: `Compose([GenerateDedupLSH(), RedisDeduplicator(...)])` applied per document.
 Documents per second is all texts over the wall time from the common start to the last producer's
 end. Memory per kept document is the server's `used_memory` after the run less before, over the
-documents kept. Precision (one producer): the share of a system's drops that have an earlier text
+documents kept; the server's CPU seconds (`INFO cpu`) over the run are reported too. Precision (one producer): the share of a system's drops that have an earlier text
 at or above Jaccard 0.8 in character 5-grams of the stripped text, from ../shared/bench/exact_pairs.py
 (--pairs: a directory where it already wrote pairs.csv for these texts).
 
@@ -118,6 +118,7 @@ def producer(system, port, texts, ids, batch, start, out):
 def run(system, port, client, texts, producers, batch):
     client.flushall()
     before = client.info("memory")["used_memory"]
+    cpu_before = client.info("cpu")
     ctx = mp.get_context("spawn")
     start = ctx.Barrier(producers + 1)
     out = ctx.Queue()
@@ -148,6 +149,8 @@ def run(system, port, client, texts, producers, batch):
     lat = sorted(x for d in done for x in d[2])
     kept = sum(d[3] for d in done)
     used = client.info("memory")["used_memory"] - before
+    cpu_after = client.info("cpu")
+    server_cpu = sum(cpu_after[k] - cpu_before[k] for k in ("used_cpu_user", "used_cpu_sys"))
     return {
         "system": system,
         "producers": producers,
@@ -159,6 +162,7 @@ def run(system, port, client, texts, producers, batch):
         "calls": len(lat),
         "kept": kept,
         "server_bytes_per_kept": round(used / max(kept, 1)),
+        "server_cpu_s": round(server_cpu, 3),
         "drops": sorted(i for d in drops for i in d),
     }
 
@@ -185,13 +189,14 @@ def main():
     ap.add_argument("--exact-pairs", default=os.path.join(HERE, "..", "..", "shared", "bench", "exact_pairs.py"),
                     help="../shared/bench/exact_pairs.py, for the precision")
     ap.add_argument("--pairs", help="a directory holding exact_pairs.py's pairs.csv for these texts")
+    ap.add_argument("--no-precision", action="store_true", help="skip the precision (and exact_pairs.py)")
     ap.add_argument("--systems", nargs="+", default=["neardup-batch", "neardup-single", "hojichar"])
     a = ap.parse_args()
     texts = texts_of(a.corpus, a.docs)
     work = tempfile.mkdtemp(prefix="online-bench-")
     truth = None
     pairs = a.pairs
-    if pairs is None:
+    if pairs is None and not a.no_precision:
         exact = a.exact_pairs
         if os.path.exists(exact):
             src = os.path.join(work, "texts.jsonl")

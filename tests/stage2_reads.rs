@@ -129,14 +129,18 @@ fn as_over_input(text: &[u8], input: &Path, reference: &Path) -> Vec<u8> {
 fn records_per_input(dataset: &BTreeMap<String, Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
     let mut out: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     for (name, bytes) in dataset {
-        let (name, bytes) = match name.strip_suffix(".gz") {
-            Some(plain) => {
-                let mut out = Vec::new();
-                std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut out)
-                    .unwrap();
-                (plain, out)
-            }
-            None => (name.as_str(), bytes.clone()),
+        let (name, bytes) = if let Some(plain) = name.strip_suffix(".gz") {
+            let mut out = Vec::new();
+            std::io::Read::read_to_end(
+                &mut flate2::read::MultiGzDecoder::new(&bytes[..]),
+                &mut out,
+            )
+            .unwrap();
+            (plain, out)
+        } else if let Some(plain) = name.strip_suffix(".zst") {
+            (plain, zstd::decode_all(&bytes[..]).unwrap())
+        } else {
+            (name.as_str(), bytes.clone())
         };
         let input = name
             .split(".part-")
@@ -510,4 +514,462 @@ fn parquet_decisions_read_by_rows_equal_a_whole_read_for_any_setting() {
             }
         }
     }
+}
+
+fn neardup() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_neardup"))
+}
+
+/// Runs a `neardup` command, `-q`, asserting it succeeds.
+fn run_ok(cmd: &mut std::process::Command) {
+    let out = cmd.arg("-q").output().expect("run neardup");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `stage2.bytes_read` of a step's report.
+fn bytes_read_of(report: &Path) -> u64 {
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    report["stage2"]["bytes_read"].as_u64().unwrap()
+}
+
+/// The data files of a published output directory, each input's records.
+fn dataset_records(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = crate::support::published(dir);
+    files.retain(|name, _| name.contains(".jsonl"));
+    records_per_input(&files)
+}
+
+/// What the staged steps and the distributed ones made of two shards: decisions, datasets and
+/// the bytes stage 2 read.
+struct Stepped {
+    /// `apply`, decisions only: its decisions and bytes read.
+    apply: (Vec<u8>, u64),
+    /// `apply -o`: its decisions, dataset and bytes read.
+    apply_out: (Vec<u8>, BTreeMap<String, Vec<u8>>, u64),
+    /// The `sign` steps' bytes read, together.
+    sign_read: u64,
+    /// The `write` steps without `-o`: their decisions (in shard order) and bytes read.
+    write: (Vec<u8>, u64),
+    /// The `write` steps with `-o`: their decisions, the dataset and bytes read.
+    write_out: (Vec<u8>, BTreeMap<String, Vec<u8>>, u64),
+}
+
+/// `keys` of each shard, `hot --groups 2`, then `apply` (with and without `-o`) and `sign`,
+/// `decide` of each group and `write` of each shard (with and without `-o`), under `dir`.
+fn steps(dir: &Path, shards: &[Vec<PathBuf>], flags: &[&str]) -> Stepped {
+    std::fs::create_dir_all(dir).unwrap();
+    let tables: Vec<PathBuf> = shards
+        .iter()
+        .enumerate()
+        .map(|(i, files)| {
+            let table = dir.join(format!("keys-{i}.ndk"));
+            run_ok(
+                neardup()
+                    .arg("keys")
+                    .args(files)
+                    .args(["--shard", &i.to_string(), "-o"])
+                    .arg(&table)
+                    .args(flags),
+            );
+            table
+        })
+        .collect();
+    let hot = dir.join("hot.ndh");
+    run_ok(
+        neardup()
+            .arg("hot")
+            .args(&tables)
+            .args(["--groups", "2", "-o"])
+            .arg(&hot),
+    );
+    let apply = |name: &str, output: bool| {
+        let mut cmd = neardup();
+        cmd.arg("apply")
+            .args(&tables)
+            .arg("--hot")
+            .arg(&hot)
+            .args(flags)
+            .arg("--decisions")
+            .arg(dir.join(format!("{name}.jsonl")))
+            .arg("--report")
+            .arg(dir.join(format!("{name}.json")));
+        if output {
+            cmd.arg("-o").arg(dir.join(name));
+        }
+        run_ok(&mut cmd);
+        (
+            std::fs::read(dir.join(format!("{name}.jsonl"))).unwrap(),
+            dataset_records(&dir.join(name)),
+            bytes_read_of(&dir.join(format!("{name}.json"))),
+        )
+    };
+    let (decisions, _, read) = apply("apply", false);
+    let apply_out = apply("apply-out", true);
+    let mut sign_read = 0;
+    let mut signed = Vec::new();
+    for (i, t) in tables.iter().enumerate() {
+        let out = dir.join(format!("sign-{i}"));
+        let report = dir.join(format!("sign-{i}.json"));
+        run_ok(
+            neardup()
+                .arg("sign")
+                .arg(t)
+                .arg("--hot")
+                .arg(&hot)
+                .arg("-o")
+                .arg(&out)
+                .arg("--report")
+                .arg(&report)
+                .args(flags),
+        );
+        sign_read += bytes_read_of(&report);
+        signed.push(out);
+    }
+    let decided: Vec<PathBuf> = (0..2)
+        .map(|g| {
+            let out = dir.join(format!("decided-{g}"));
+            run_ok(
+                neardup()
+                    .arg("decide")
+                    .args(&signed)
+                    .arg("--hot")
+                    .arg(&hot)
+                    .args(["--group", &g.to_string(), "-o"])
+                    .arg(&out)
+                    .args(flags),
+            );
+            out
+        })
+        .collect();
+    let write = |name: &str, output: bool| {
+        let (mut decisions, mut read) = (Vec::new(), 0);
+        for (i, t) in tables.iter().enumerate() {
+            let mut cmd = neardup();
+            cmd.arg("write")
+                .arg(t)
+                .arg("--hot")
+                .arg(&hot)
+                .arg("--decided")
+                .args(&decided)
+                .args(flags)
+                .arg("--decisions")
+                .arg(dir.join(format!("{name}-{i}.jsonl")))
+                .arg("--report")
+                .arg(dir.join(format!("{name}-{i}.json")));
+            if output {
+                cmd.arg("-o").arg(dir.join(name));
+            }
+            run_ok(&mut cmd);
+            decisions.extend(std::fs::read(dir.join(format!("{name}-{i}.jsonl"))).unwrap());
+            read += bytes_read_of(&dir.join(format!("{name}-{i}.json")));
+        }
+        (decisions, dataset_records(&dir.join(name)), read)
+    };
+    let (write_decisions, _, write_read) = write("write", false);
+    Stepped {
+        apply: (decisions, read),
+        apply_out,
+        sign_read,
+        write: (write_decisions, write_read),
+        write_out: write("write-out", true),
+    }
+}
+
+/// The staged steps (`keys` → `hot` → `apply`) and the distributed ones (`sign` → `decide` →
+/// `write`, two shards, two groups) read by the places of the records their key tables carry:
+/// only the records to decide without a dataset, every record (the others copied unparsed)
+/// with one; their decisions and datasets are those of steps that read and parse everything.
+#[test]
+fn staged_and_distributed_steps_read_by_the_places_key_tables_carry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, reference) = corpus(tmp.path());
+    let total = input_bytes(&input);
+    let gz = std::fs::metadata(input.join("d.jsonl.gz")).unwrap().len();
+    let flags = ["--on-error", "skip", "--threshold", "0.7"];
+    let shards = |dir: &Path, names: [[&str; 2]; 2]| -> Vec<Vec<PathBuf>> {
+        names
+            .iter()
+            .map(|s| s.iter().map(|n| dir.join(n)).collect())
+            .collect()
+    };
+    let whole = steps(
+        &tmp.path().join("whole"),
+        &shards(
+            &reference,
+            [["a.jsonl.gz", "b.jsonl.gz"], ["c.jsonl.gz", "d.jsonl.gz"]],
+        ),
+        &flags,
+    );
+    let placed = steps(
+        &tmp.path().join("placed"),
+        &shards(&input, [["a.jsonl", "b.jsonl"], ["c.jsonl", "d.jsonl.gz"]]),
+        &flags,
+    );
+    let as_input = |d: &[u8]| as_over_input(d, &input, &reference);
+    let reference_decisions = as_input(&whole.apply.0);
+    let text = String::from_utf8(reference_decisions.clone()).unwrap();
+    assert!(text.contains(r#""reason":"near""#) && text.contains(r#""reason":"exact""#));
+    // The same decisions from every step, and the same datasets.
+    assert!(placed.apply.0 == reference_decisions, "apply");
+    assert!(placed.apply_out.0 == reference_decisions, "apply -o");
+    assert!(
+        as_input(&whole.write.0) == reference_decisions,
+        "write, whole"
+    );
+    assert!(placed.write.0 == reference_decisions, "write");
+    assert!(placed.write_out.0 == reference_decisions, "write -o");
+    assert_eq!(whole.apply_out.1.len(), 4);
+    assert!(
+        placed.apply_out.1 == whole.apply_out.1,
+        "apply -o: the dataset"
+    );
+    assert!(
+        placed.write_out.1 == whole.apply_out.1,
+        "write -o: the dataset"
+    );
+    // What they read: the gzip input whole, of the rest only the records to decide; all of
+    // it with a dataset.
+    let few = |read: u64| read >= gz && read - gz < (total - gz) / 2;
+    assert!(
+        few(placed.apply.1),
+        "apply read {} of {total}",
+        placed.apply.1
+    );
+    assert!(
+        few(placed.sign_read),
+        "sign read {} of {total}",
+        placed.sign_read
+    );
+    assert!(
+        few(placed.write.1),
+        "write read {} of {total}",
+        placed.write.1
+    );
+    assert_eq!(placed.apply_out.2, total);
+    assert_eq!(placed.write_out.2, total);
+}
+
+/// Key tables written before tables carried their records' places (format 1, by main 3ea5919:
+/// tests/data/keys-v1) are still read by `hot`, `apply` and `sign`, which then read their inputs
+/// whole, and decide what steps over today's tables decide.
+#[test]
+fn key_tables_of_format_1_are_read_and_their_inputs_read_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = Path::new("tests/data");
+    let inputs = [data.join("index-v1/a.jsonl"), data.join("index-v1/b.jsonl")];
+    let total: u64 = inputs
+        .iter()
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum();
+    let old = [data.join("keys-v1/a.v1.ndk"), data.join("keys-v1/b.v1.ndk")];
+    let new: Vec<PathBuf> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let table = tmp.path().join(format!("{i}.ndk"));
+            run_ok(
+                neardup()
+                    .arg("keys")
+                    .arg(input)
+                    .args(["--shard", &i.to_string(), "-o"])
+                    .arg(&table),
+            );
+            table
+        })
+        .collect();
+    let decide = |name: &str, tables: &[PathBuf]| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let hot = dir.join("hot.ndh");
+        run_ok(neardup().arg("hot").args(tables).arg("-o").arg(&hot));
+        run_ok(
+            neardup()
+                .arg("apply")
+                .args(tables)
+                .arg("--hot")
+                .arg(&hot)
+                .arg("--decisions")
+                .arg(dir.join("d.jsonl"))
+                .arg("--report")
+                .arg(dir.join("r.json")),
+        );
+        run_ok(
+            neardup()
+                .arg("sign")
+                .arg(&tables[1])
+                .arg("--hot")
+                .arg(&hot)
+                .arg("-o")
+                .arg(dir.join("sign"))
+                .arg("--report")
+                .arg(dir.join("sign.json")),
+        );
+        (
+            std::fs::read(dir.join("d.jsonl")).unwrap(),
+            bytes_read_of(&dir.join("r.json")),
+            bytes_read_of(&dir.join("sign.json")),
+        )
+    };
+    let (old_decisions, old_read, old_sign_read) = decide("old", &old);
+    let (new_decisions, new_read, new_sign_read) = decide("new", &new);
+    assert!(old_decisions == new_decisions);
+    assert!(
+        String::from_utf8(old_decisions)
+            .unwrap()
+            .contains(r#""reason":"near""#)
+    );
+    assert_eq!(old_read, total);
+    assert_eq!(old_sign_read, std::fs::metadata(&inputs[1]).unwrap().len());
+    // Today's tables carry the places (these inputs' records to decide lie close together, so
+    // their reads cover most of the files).
+    assert!(new_read <= total && new_sign_read <= old_sign_read);
+    let table = std::fs::read(&new[0]).unwrap();
+    let header_len = u64::from_le_bytes(table[8..16].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&table[16..16 + header_len]).unwrap();
+    assert_eq!(header["format_version"], 2);
+    assert_eq!(header["places"].as_array().map(Vec::len), Some(1));
+}
+
+/// `lines` (each with its line end) compressed a few lines to a member (gzip) or frame
+/// (zstd), as `bgzip` or `pzstd` write a file that can be entered in the middle.
+fn in_members(lines: &[Vec<u8>], per_member: usize, zstd: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    for member in lines.chunks(per_member) {
+        let body = member.concat();
+        if zstd {
+            out.extend(zstd::encode_all(&body[..], 3).unwrap());
+        } else {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            gz.write_all(&body).unwrap();
+            out.extend(gz.finish().unwrap());
+        }
+    }
+    out
+}
+
+/// Compressed inputs that can be entered in the middle — a gzip file of several members, a zstd
+/// file of several frames — are read by the places of their records: only the members holding
+/// records to decide are decompressed, in a one-process run and through the staged and
+/// distributed steps, with the decisions and datasets of a whole read; a gzip file of one member
+/// is read whole, as before.
+#[test]
+fn compressed_inputs_of_several_members_are_read_by_their_records_places() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, reference) = corpus(tmp.path());
+    let members = tmp.path().join("members");
+    std::fs::create_dir_all(&members).unwrap();
+    let split_lines = |body: &[u8]| -> Vec<Vec<u8>> {
+        body.split_inclusive(|b| *b == b'\n')
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let a = split_lines(&std::fs::read(input.join("a.jsonl")).unwrap());
+    let b = split_lines(&std::fs::read(input.join("b.jsonl")).unwrap());
+
+    std::fs::write(members.join("a.jsonl.gz"), in_members(&a, 3, false)).unwrap();
+    std::fs::write(members.join("b.jsonl.zst"), in_members(&b, 3, true)).unwrap();
+    for name in ["c.jsonl.gz", "d.jsonl.gz"] {
+        std::fs::copy(reference.join(name), members.join(name)).unwrap();
+    }
+    let size = |name: &str| std::fs::metadata(members.join(name)).unwrap().len();
+    let (entered, whole_read) = (
+        size("a.jsonl.gz") + size("b.jsonl.zst"),
+        size("c.jsonl.gz") + size("d.jsonl.gz"),
+    );
+    let as_members = |text: &[u8]| {
+        let mut text = String::from_utf8(text.to_vec()).unwrap();
+        for (from, to) in [("a.jsonl.gz", "a.jsonl.gz"), ("b.jsonl.gz", "b.jsonl.zst")] {
+            text = text.replace(
+                &reference.join(from).display().to_string(),
+                &members.join(to).display().to_string(),
+            );
+        }
+        for name in ["c.jsonl.gz", "d.jsonl.gz"] {
+            text = text.replace(
+                &reference.join(name).display().to_string(),
+                &members.join(name).display().to_string(),
+            );
+        }
+        text.into_bytes()
+    };
+    let mut base = Config::default();
+    base.run.on_error = neardup::keys::OnError::Skip;
+    base.dedup.threshold = 0.7;
+    let mut whole_config = base.clone();
+    whole_config.input.inputs = vec![reference.display().to_string()];
+    base.input.inputs = vec![members.display().to_string()];
+    let (whole, whole_decisions, whole_dataset) =
+        run(&whole_config, &tmp.path().join("whole"), true);
+    let whole_decisions = as_members(&whole_decisions);
+    let whole_counts = String::from_utf8(as_members(counts(&whole).as_bytes())).unwrap();
+    let whole_records = records_per_input(&whole_dataset);
+    assert!(whole.stage2.near + whole.stage2.exact > 30);
+    for threads in [1, 3] {
+        let mut c = base.clone();
+        c.run.threads = threads;
+        let (picked, decisions, _) = run(&c, &tmp.path().join(format!("picked-{threads}")), false);
+        assert!(
+            decisions == whole_decisions,
+            "{threads} threads: the same decisions"
+        );
+        assert_eq!(counts(&picked), whole_counts, "{threads} threads");
+        let read = picked.stage2.bytes_read;
+        assert!(
+            read >= whole_read && read - whole_read < entered * 3 / 4,
+            "{threads} threads: {read} bytes read, {entered} of them in members"
+        );
+        let (copied, decisions, dataset) =
+            run(&c, &tmp.path().join(format!("copied-{threads}")), true);
+        assert!(
+            decisions == whole_decisions,
+            "{threads} threads, -o: the same decisions"
+        );
+        assert!(
+            records_per_input(&dataset) == whole_records,
+            "{threads} threads, -o: the same dataset"
+        );
+        assert_eq!(counts(&copied), whole_counts, "{threads} threads, -o");
+        assert_eq!(
+            copied.stage2.bytes_read,
+            entered + whole_read,
+            "{threads} threads, -o"
+        );
+    }
+    // Through the steps, over two shards and two groups.
+    let flags = ["--on-error", "skip", "--threshold", "0.7"];
+    let stepped = steps(
+        &tmp.path().join("steps"),
+        &[
+            vec![members.join("a.jsonl.gz"), members.join("b.jsonl.zst")],
+            vec![members.join("c.jsonl.gz"), members.join("d.jsonl.gz")],
+        ],
+        &flags,
+    );
+    assert!(stepped.apply.0 == whole_decisions, "apply");
+    assert!(stepped.write.0 == whole_decisions, "write");
+    assert!(stepped.write_out.0 == whole_decisions, "write -o");
+    assert!(
+        stepped.apply_out.1 == whole_records,
+        "apply -o: the dataset"
+    );
+    assert!(
+        stepped.write_out.1 == whole_records,
+        "write -o: the dataset"
+    );
+    for (what, read) in [
+        ("apply", stepped.apply.1),
+        ("sign", stepped.sign_read),
+        ("write", stepped.write.1),
+    ] {
+        assert!(
+            read >= whole_read && read - whole_read < entered * 3 / 4,
+            "{what}: {read} bytes read, {entered} of them in members"
+        );
+    }
+    assert_eq!(stepped.apply_out.2, entered + whole_read);
 }

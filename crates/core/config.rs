@@ -542,20 +542,9 @@ pub enum Preset {
 }
 
 /// A preset name no preset has.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown compat preset {0:?} (known: \"lshcurator\")")]
 pub struct UnknownPreset(pub String);
-
-impl std::fmt::Display for UnknownPreset {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "unknown compat preset {:?} (known: \"lshcurator\")",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for UnknownPreset {}
 
 impl FromStr for Preset {
     type Err = UnknownPreset;

@@ -92,9 +92,11 @@ impl TableInput<'_> {
     /// The shard's files and place among the shards `hot` was counted from, the table checked
     /// against them, from a table file's header alone: a step checks its paths, and makes its
     /// spill directory, before it builds the mask ([`TableInput::mask`]), which may go there.
-    fn files(&self, hot: &HotKeys) -> Result<(Vec<FileRows>, ShardPlace), Error> {
+    /// The files come with the places of their records the table holds (within `config`'s
+    /// memory limit), so the step reads only the records it has to.
+    fn files(&self, config: &Config, hot: &HotKeys) -> Result<(Vec<FileRows>, ShardPlace), Error> {
         match self {
-            TableInput::File(path) => HotMask::shard_files(path, hot),
+            TableInput::File(path) => HotMask::shard_files(path, hot, config.keys.memory_limit),
             TableInput::Value(table) => HotMask::table_files(table, hot),
         }
         .map_err(wrong_tables)
@@ -154,7 +156,7 @@ fn sign_into(
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (files, place) = table.files(hot)?;
+    let (files, place) = table.files(config, hot)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let mut paths = RunPaths::new();
@@ -581,7 +583,7 @@ fn write_shard(
     let against = crate::against::against_summary(config)?;
     check_hot_layout(config, hot.layout())?;
     let fingerprint = hot.fingerprint()?;
-    let (files, place) = table.files(hot)?;
+    let (files, place) = table.files(config, hot)?;
     let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
     let groups = hot.groups();
     let settings = DecideSettings::of(config, against.as_ref());

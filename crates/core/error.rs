@@ -333,9 +333,15 @@ impl fmt::Display for SettingChange {
 /// The outputs of earlier distributed steps given to this one (directories or values) are not
 /// the ones it needs (an [`Error::StepOutputs`], exit code 2). `origin` names an output for
 /// people: its directory, or a value ("the signed value of shard 3").
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StepOutputsError {
     /// A directory without the step's manifest.
+    #[error(
+        "{}: not a `{}` output ({} cannot be read: {error})",
+        dir.display(),
+        step.names().command,
+        manifest.display()
+    )]
     NoManifest {
         /// The step whose output it should be.
         step: StepKind,
@@ -344,9 +350,15 @@ pub enum StepOutputsError {
         /// The manifest's path.
         manifest: PathBuf,
         /// Why it cannot be read.
-        source: io::Error,
+        error: io::Error,
     },
     /// A directory whose manifest is not the step's.
+    #[error(
+        "{}: not a `{}` output ({} is not its manifest: {error})",
+        dir.display(),
+        step.names().command,
+        manifest.display()
+    )]
     NotManifest {
         /// The step whose output it should be.
         step: StepKind,
@@ -355,9 +367,10 @@ pub enum StepOutputsError {
         /// The manifest's path.
         manifest: PathBuf,
         /// Why it is not one.
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     /// An output of another step, or of another format version.
+    #[error("{origin}: not a `{}` output of this version", step.names().command)]
     OtherFormat {
         /// The step whose output it should be.
         step: StepKind,
@@ -365,6 +378,13 @@ pub enum StepOutputsError {
         origin: String,
     },
     /// An output made with another hot-key file than the one given.
+    #[error(
+        "{origin} was {} with another hot-key file than the one given (--hot): give `{}` the \
+         hot-key file {} used",
+        step.names().made,
+        step.names().reader,
+        step.names().hot_from
+    )]
     OtherHotKeys {
         /// The step that made it.
         step: StepKind,
@@ -372,6 +392,12 @@ pub enum StepOutputsError {
         origin: String,
     },
     /// An output made with other decision settings than the ones given.
+    #[error(
+        "{origin} was made by `{}` with other decision settings ({}): give every step the same \
+         --threshold, --max-reps, --verify, --prefer and --against",
+        step.names().command,
+        changes.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
     OtherSettings {
         /// The step that made it.
         step: StepKind,
@@ -381,6 +407,11 @@ pub enum StepOutputsError {
         changes: Vec<SettingChange>,
     },
     /// Bytes of one kind of value read as another.
+    #[error(
+        "these bytes are a {}, not a {}",
+        found.map_or("step value of an unknown kind", |k| k.names().value),
+        expected.names().value
+    )]
     OtherKind {
         /// The value expected.
         expected: StepKind,
@@ -388,6 +419,12 @@ pub enum StepOutputsError {
         found: Option<StepKind>,
     },
     /// A stream index outside the output's streams.
+    #[error(
+        "{unit} {index} is out of range: {origin} has {streams} {unit}{} (0 to {})",
+        plural(*streams as usize),
+        streams.saturating_sub(1),
+        unit = step.names().unit
+    )]
     OutOfRange {
         /// The step that made it.
         step: StepKind,
@@ -399,6 +436,11 @@ pub enum StepOutputsError {
         streams: u32,
     },
     /// A part of a value asked for a stream it does not hold.
+    #[error(
+        "{origin} holds no stream for {unit} {index} (it is a part holding {unit}s {held:?}): \
+         take the part from the whole value",
+        unit = step.names().unit
+    )]
     PartWithout {
         /// The step that made it.
         step: StepKind,
@@ -410,6 +452,13 @@ pub enum StepOutputsError {
         held: Vec<u32>,
     },
     /// A part of an output given to a step that needs a stream it does not hold.
+    #[error(
+        "{origin} holds the stream{s} of {unit}{s} {} only, and {wanted_by} needs {unit} \
+         {index}'s: give the whole value, or its part for {unit} {index}",
+        listed(held),
+        unit = step.names().unit,
+        s = plural(held.len())
+    )]
     NotHeld {
         /// The step that made it.
         step: StepKind,
@@ -423,6 +472,11 @@ pub enum StepOutputsError {
         wanted_by: String,
     },
     /// `--group` outside the plan's groups.
+    #[error(
+        "--group {group} is out of range: the hot-key file's plan has {groups} group{} (0 to {})",
+        plural(*groups as usize),
+        groups.saturating_sub(1)
+    )]
     GroupOutOfRange {
         /// The group asked for.
         group: u32,
@@ -430,6 +484,9 @@ pub enum StepOutputsError {
         groups: u32,
     },
     /// Two sign outputs of one shard.
+    #[error(
+        "{first} and {second} are both the sign output of shard {shard}: give each shard's once"
+    )]
     SameShard {
         /// The first.
         first: String,
@@ -439,6 +496,12 @@ pub enum StepOutputsError {
         shard: u32,
     },
     /// Sign outputs of some shards are missing.
+    #[error(
+        "the hot keys were counted from {shards} shards, and the sign outputs of shard{} {} are \
+         missing: `decide` needs every shard's sign output",
+        plural(missing.len()),
+        listed(missing)
+    )]
     MissingShards {
         /// The shards the hot keys were counted from.
         shards: u32,
@@ -446,6 +509,9 @@ pub enum StepOutputsError {
         missing: Vec<u32>,
     },
     /// Two decide outputs of one group.
+    #[error(
+        "{first} and {second} both decided group {group}: give each group's decide output once"
+    )]
     SameGroup {
         /// The first.
         first: String,
@@ -455,6 +521,14 @@ pub enum StepOutputsError {
         group: u32,
     },
     /// Decide outputs of some groups are missing.
+    #[error(
+        "the plan has {groups} group{}, and the decide outputs of group{} {} are missing: \
+         `write` needs every group's (--decided decided-0 … decided-{})",
+        plural(*groups as usize),
+        plural(missing.len()),
+        listed(missing),
+        groups.saturating_sub(1)
+    )]
     MissingGroups {
         /// The plan's groups.
         groups: u32,
@@ -462,6 +536,7 @@ pub enum StepOutputsError {
         missing: Vec<u32>,
     },
     /// Sign outputs made with other sketch settings than the first one given.
+    #[error("{origin}: signed with other settings than {first}")]
     SignedDifferently {
         /// The output.
         origin: String,
@@ -469,6 +544,10 @@ pub enum StepOutputsError {
         first: String,
     },
     /// The decide outputs name other input files for the shard than its key table.
+    #[error(
+        "{origin}: the decided files name other input files for shard {shard} than its key \
+         table {table}: were the inputs moved or renamed after `sign`?"
+    )]
     OtherInputs {
         /// The decide output.
         origin: String,
@@ -478,171 +557,6 @@ pub enum StepOutputsError {
         table: String,
     },
 }
-
-impl fmt::Display for StepOutputsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StepOutputsError::NoManifest {
-                step,
-                dir,
-                manifest,
-                source,
-            } => write!(
-                f,
-                "{}: not a `{}` output ({} cannot be read: {source})",
-                dir.display(),
-                step.names().command,
-                manifest.display()
-            ),
-            StepOutputsError::NotManifest {
-                step,
-                dir,
-                manifest,
-                source,
-            } => write!(
-                f,
-                "{}: not a `{}` output ({} is not its manifest: {source})",
-                dir.display(),
-                step.names().command,
-                manifest.display()
-            ),
-            StepOutputsError::OtherFormat { step, origin } => write!(
-                f,
-                "{origin}: not a `{}` output of this version",
-                step.names().command
-            ),
-            StepOutputsError::OtherHotKeys { step, origin } => {
-                let n = step.names();
-                write!(
-                    f,
-                    "{origin} was {} with another hot-key file than the one given (--hot): give \
-                     `{}` the hot-key file {} used",
-                    n.made, n.reader, n.hot_from
-                )
-            }
-            StepOutputsError::OtherSettings {
-                step,
-                origin,
-                changes,
-            } => {
-                let changes: Vec<String> = changes.iter().map(ToString::to_string).collect();
-                write!(
-                    f,
-                    "{origin} was made by `{}` with other decision settings ({}): give every \
-                     step the same --threshold, --max-reps, --verify, --prefer and --against",
-                    step.names().command,
-                    changes.join("; ")
-                )
-            }
-            StepOutputsError::OtherKind { expected, found } => write!(
-                f,
-                "these bytes are a {}, not a {}",
-                found.map_or("step value of an unknown kind", |k| k.names().value),
-                expected.names().value
-            ),
-            StepOutputsError::OutOfRange {
-                step,
-                origin,
-                index,
-                streams,
-            } => {
-                let unit = step.names().unit;
-                write!(
-                    f,
-                    "{unit} {index} is out of range: {origin} has {streams} {unit}{} (0 to {})",
-                    plural(*streams as usize),
-                    streams.saturating_sub(1)
-                )
-            }
-            StepOutputsError::PartWithout {
-                step,
-                origin,
-                index,
-                held,
-            } => {
-                let unit = step.names().unit;
-                write!(
-                    f,
-                    "{origin} holds no stream for {unit} {index} (it is a part holding {unit}s \
-                     {held:?}): take the part from the whole value"
-                )
-            }
-            StepOutputsError::NotHeld {
-                step,
-                origin,
-                index,
-                held,
-                wanted_by,
-            } => {
-                let unit = step.names().unit;
-                let s = plural(held.len());
-                write!(
-                    f,
-                    "{origin} holds the stream{s} of {unit}{s} {} only, and {wanted_by} needs \
-                     {unit} {index}'s: give the whole value, or its part for {unit} {index}",
-                    listed(held)
-                )
-            }
-            StepOutputsError::GroupOutOfRange { group, groups } => write!(
-                f,
-                "--group {group} is out of range: the hot-key file's plan has {groups} group{} \
-                 (0 to {})",
-                plural(*groups as usize),
-                groups.saturating_sub(1)
-            ),
-            StepOutputsError::SameShard {
-                first,
-                second,
-                shard,
-            } => write!(
-                f,
-                "{first} and {second} are both the sign output of shard {shard}: give each \
-                 shard's once"
-            ),
-            StepOutputsError::MissingShards { shards, missing } => write!(
-                f,
-                "the hot keys were counted from {shards} shards, and the sign outputs of shard{} \
-                 {} are missing: `decide` needs every shard's sign output",
-                plural(missing.len()),
-                listed(missing)
-            ),
-            StepOutputsError::SameGroup {
-                first,
-                second,
-                group,
-            } => write!(
-                f,
-                "{first} and {second} both decided group {group}: give each group's decide \
-                 output once"
-            ),
-            StepOutputsError::MissingGroups { groups, missing } => write!(
-                f,
-                "the plan has {groups} group{}, and the decide outputs of group{} {} are \
-                 missing: `write` needs every group's (--decided decided-0 … decided-{})",
-                plural(*groups as usize),
-                plural(missing.len()),
-                listed(missing),
-                groups.saturating_sub(1)
-            ),
-            StepOutputsError::SignedDifferently { origin, first } => {
-                write!(f, "{origin}: signed with other settings than {first}")
-            }
-            StepOutputsError::OtherInputs {
-                origin,
-                shard,
-                table,
-            } => write!(
-                f,
-                "{origin}: the decided files name other input files for shard {shard} than its \
-                 key table {table}: were the inputs moved or renamed after `sign`?"
-            ),
-        }
-    }
-}
-
-/// Its message prints the error it was made from, so that is not its source (a reporter
-/// printing the chain would show it twice).
-impl std::error::Error for StepOutputsError {}
 
 /// What is wrong with the bytes of a step value (an [`Error::Corrupt`]); `value` is the value's
 /// type as messages name it (`SignedShard`, `DecidedGroup`).
@@ -774,9 +688,10 @@ pub enum CorruptValue {
 
 /// Settings a run cannot start with (an [`Error::Config`], exit code 2). Settings are named by
 /// their flags, as the CLI and the messages of every front end name them.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A settings file cannot be read, or is not valid settings.
+    #[error("{}: {problem}", path.display())]
     File {
         /// The file.
         path: PathBuf,
@@ -784,6 +699,7 @@ pub enum ConfigError {
         problem: SettingsFileProblem,
     },
     /// `--shingle` or `--step` is 0.
+    #[error("--shingle and --step must be at least 1, got --shingle {shingle} --step {step}")]
     ShingleOrStep {
         /// `--shingle`.
         shingle: usize,
@@ -792,21 +708,39 @@ pub enum ConfigError {
     },
     /// `tokenize = "custom:NAME"` without the tokenizer of that name handed in beside the
     /// settings.
+    #[error(
+        "tokenize \"custom:{0}\" names a tokenizer that a program hands in (the Python \
+         package's tokenizer= callable, named {0:?}), and none was given here; the command line \
+         takes only the native tokenizers (char, byte, word, ascii-word or alnum, jieba)"
+    )]
     NoCustomTokenizer(String),
     /// A seed over 32 bits with `--hash datasketch`.
+    #[error(
+        "--seed must be at most {} with --hash datasketch (datasketch seeds are 32-bit), got \
+         {seed}",
+        u32::MAX
+    )]
     DatasketchSeed {
         /// The seed.
         seed: u64,
     },
     /// `--keep-chars` does not parse.
+    #[error("--keep-chars: {0}")]
     KeepChars(neardup_sketch::SketchError),
     /// The sketch settings are invalid together.
+    #[error(transparent)]
     Sketch(neardup_sketch::SketchError),
     /// `--threshold` outside [0, 1].
+    #[error("--threshold must be within [0, 1], got {0}")]
     Threshold(f64),
     /// `--num-perm` outside 1 to [`crate::limits::MAX_NUM_PERM`].
+    #[error(
+        "--num-perm must be between 1 and {max}, got {0}",
+        max = crate::limits::MAX_NUM_PERM
+    )]
     NumPerm(usize),
     /// `--bands` or `--rows` is 0.
+    #[error("--bands and --rows must be at least 1, got --bands {bands} --rows {rows}")]
     BandsOrRowsZero {
         /// `--bands`.
         bands: usize,
@@ -814,6 +748,11 @@ pub enum ConfigError {
         rows: usize,
     },
     /// `--bands` × `--rows` needs more signature positions than `--num-perm`.
+    #[error(
+        "--bands {bands} × --rows {rows} needs {needed} signature positions, more than \
+         --num-perm {num_perm}: give --num-perm {needed} or more, or fewer bands or rows",
+        needed = bands.saturating_mul(*rows)
+    )]
     BandsExceedNumPerm {
         /// `--bands`.
         bands: usize,
@@ -823,39 +762,80 @@ pub enum ConfigError {
         num_perm: usize,
     },
     /// `--bands` and `--rows` the sketch cannot use.
+    #[error("--bands/--rows: {0}")]
     Bands(neardup_sketch::SketchError),
     /// No LSH parameters fit the threshold and width.
+    #[error(transparent)]
     Lsh(neardup_sketch::SketchError),
     /// One of `--bands` and `--rows` without the other.
+    #[error("--bands and --rows go together")]
     BandsWithoutRows,
     /// No `--field`.
+    #[error("at least one --field is needed")]
     NoField,
     /// A `--field` or `--id-field` that is not a field path.
+    #[error("--field or --id-field: {0}")]
     FieldPath(neardup_corpus::FieldPathError),
     /// Neither near-duplicate nor exact detection.
+    #[error(
+        "with near-duplicate detection off (keys.near = false), exact deduplication must be on \
+         (keys.exact = true, i.e. no --no-exact)"
+    )]
     NothingToDetect,
     /// `max_reps = 0` (no bound is `None`).
+    #[error(
+        "dedup.max_reps must be at least 1; no bound is None (0 in a settings file, --max-reps \
+         0)"
+    )]
     NoRepresentatives,
     /// `keys.chunk_bytes = 0`.
+    #[error("keys.chunk_bytes must be positive (settings file)")]
     ChunkBytes,
     /// A run against a saved index, or saving one, with `min_key_count` other than 1.
+    #[error(
+        "a run against a saved index or saving one needs --min-key-count 1 (got {0}): with \
+         more, records of a later run could change this run's decisions"
+    )]
     IndexMinCount(u32),
     /// A run against a saved index, or saving one, with a preference other than input order.
+    #[error(
+        "a run against a saved index or saving one keeps the first copy (--prefer first): the \
+         indexed runs' decisions are final, and a preference would rank later records before \
+         theirs"
+    )]
     IndexPrefer,
     /// More threads than [`crate::limits::MAX_THREADS`].
+    #[error(
+        "--threads must be at most {max} (0 uses every core), got {0}",
+        max = crate::limits::MAX_THREADS
+    )]
     Threads(usize),
     /// A run without inputs.
+    #[error("no inputs given")]
     NoInputs,
     /// A plan of no groups.
+    #[error("--groups must be at least 1")]
     NoGroups,
     /// A setting an in-memory table's run cannot use (`output`, `index_out`), or `format =
     /// "arrow"` in settings (only a table handed in is one).
+    #[error("{0}")]
     TableRun(&'static str),
     /// Hot keys made with other sketch or field settings than the run's.
+    #[error(
+        "the hot keys do not match these settings (pass `apply`, `sign`, `decide` and `write` \
+         the sketch and field options given to `keys`): {} (the hot keys' value first)",
+        joined(differences)
+    )]
     HotLayout {
         /// The settings that differ, the hot keys' value first.
         differences: Vec<neardup_keys::LayoutDifference>,
     },
+}
+
+/// The settings that differ, as one message lists them.
+fn joined(differences: &[neardup_keys::LayoutDifference]) -> String {
+    let listed: Vec<String> = differences.iter().map(ToString::to_string).collect();
+    listed.join("; ")
 }
 
 /// Why a settings file cannot be used (a [`ConfigError::File`]).
@@ -875,114 +855,6 @@ impl fmt::Display for SettingsFileProblem {
             SettingsFileProblem::Read(e) => e.fmt(f),
             SettingsFileProblem::Toml(e) => e.fmt(f),
             SettingsFileProblem::Json(e) => e.fmt(f),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::File { path, problem } => write!(f, "{}: {problem}", path.display()),
-            ConfigError::ShingleOrStep { shingle, step } => write!(
-                f,
-                "--shingle and --step must be at least 1, got --shingle {shingle} --step {step}"
-            ),
-            ConfigError::NoCustomTokenizer(name) => write!(
-                f,
-                "tokenize \"custom:{name}\" names a tokenizer that a program hands in (the Python \
-                 package's tokenizer= callable, named {name:?}), and none was given here; the \
-                 command line takes only the native tokenizers (char, byte, word, ascii-word or \
-                 alnum, jieba)"
-            ),
-            ConfigError::DatasketchSeed { seed } => write!(
-                f,
-                "--seed must be at most {} with --hash datasketch (datasketch seeds are 32-bit), \
-                 got {seed}",
-                u32::MAX
-            ),
-            ConfigError::KeepChars(e) => write!(f, "--keep-chars: {e}"),
-            ConfigError::Sketch(e) | ConfigError::Lsh(e) => e.fmt(f),
-            ConfigError::Threshold(t) => write!(f, "--threshold must be within [0, 1], got {t}"),
-            ConfigError::NumPerm(n) => write!(
-                f,
-                "--num-perm must be between 1 and {}, got {n}",
-                crate::limits::MAX_NUM_PERM
-            ),
-            ConfigError::BandsOrRowsZero { bands, rows } => write!(
-                f,
-                "--bands and --rows must be at least 1, got --bands {bands} --rows {rows}"
-            ),
-            ConfigError::BandsExceedNumPerm {
-                bands,
-                rows,
-                num_perm,
-            } => {
-                let needed = bands.saturating_mul(*rows);
-                write!(
-                    f,
-                    "--bands {bands} × --rows {rows} needs {needed} signature positions, more \
-                     than --num-perm {num_perm}: give --num-perm {needed} or more, or fewer \
-                     bands or rows"
-                )
-            }
-            ConfigError::Bands(e) => write!(f, "--bands/--rows: {e}"),
-            ConfigError::BandsWithoutRows => f.write_str("--bands and --rows go together"),
-            ConfigError::NoField => f.write_str("at least one --field is needed"),
-            ConfigError::FieldPath(e) => write!(f, "--field or --id-field: {e}"),
-            ConfigError::NothingToDetect => f.write_str(
-                "with near-duplicate detection off (keys.near = false), exact deduplication must \
-                 be on (keys.exact = true, i.e. no --no-exact)",
-            ),
-            ConfigError::NoRepresentatives => f.write_str(
-                "dedup.max_reps must be at least 1; no bound is None (0 in a settings file, \
-                 --max-reps 0)",
-            ),
-            ConfigError::ChunkBytes => {
-                f.write_str("keys.chunk_bytes must be positive (settings file)")
-            }
-            ConfigError::IndexMinCount(n) => write!(
-                f,
-                "a run against a saved index or saving one needs --min-key-count 1 (got {n}): \
-                 with more, records of a later run could change this run's decisions"
-            ),
-            ConfigError::IndexPrefer => f.write_str(
-                "a run against a saved index or saving one keeps the first copy (--prefer \
-                 first): the indexed runs' decisions are final, and a preference would rank \
-                 later records before theirs",
-            ),
-            ConfigError::Threads(n) => write!(
-                f,
-                "--threads must be at most {} (0 uses every core), got {n}",
-                crate::limits::MAX_THREADS
-            ),
-            ConfigError::NoInputs => f.write_str("no inputs given"),
-            ConfigError::NoGroups => f.write_str("--groups must be at least 1"),
-            ConfigError::TableRun(what) => f.write_str(what),
-            ConfigError::HotLayout { differences } => {
-                f.write_str(
-                    "the hot keys do not match these settings (pass `apply`, `sign`, `decide` \
-                     and `write` the sketch and field options given to `keys`): ",
-                )?;
-                for (i, d) in differences.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str("; ")?;
-                    }
-                    d.fmt(f)?;
-                }
-                f.write_str(" (the hot keys' value first)")
-            }
-        }
-    }
-}
-
-/// Its message prints the errors it was made from, so they are not its source (a reporter
-/// printing the chain would show them twice); where the message is the sketch settings' own,
-/// their source is its source.
-impl std::error::Error for ConfigError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ConfigError::Sketch(e) | ConfigError::Lsh(e) => std::error::Error::source(e),
-            _ => None,
         }
     }
 }

@@ -16,6 +16,7 @@ use std::io::{Cursor, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use neardup_corpus::frame::{Frame, FrameError, TRAILER_BYTES};
 use neardup_corpus::{Publication, PublishOptions};
 use neardup_dedup::{RecordReader, StepSink};
 use neardup_exec::CancelToken;
@@ -130,7 +131,7 @@ pub(crate) fn read_manifest<M: StepManifest>(dir: &Path) -> Result<M, Error> {
                 step: M::STEP.kind,
                 dir: dir.to_path_buf(),
                 manifest: path.clone(),
-                source: e,
+                error: e,
             })
         } else {
             Error::io(IoOp::Read, &path, e)
@@ -141,7 +142,7 @@ pub(crate) fn read_manifest<M: StepManifest>(dir: &Path) -> Result<M, Error> {
             step: M::STEP.kind,
             dir: dir.to_path_buf(),
             manifest: path.clone(),
-            source: e,
+            error: e,
         })
     };
     let mut fields: serde_json::Map<String, serde_json::Value> =
@@ -234,8 +235,10 @@ impl<M: StepManifest> PartialEq for StepValue<M> {
     }
 }
 
-const MAGIC: &[u8; 8] = b"NDVALUE\x00";
-const END_MAGIC: &[u8; 8] = b"NDVALEND";
+const FRAME: Frame = Frame {
+    magic: b"NDVALUE\x00",
+    end: b"NDVALEND",
+};
 const VERSION: u32 = 1;
 
 /// Reads the parts of a value's bytes, refusing (never panicking on) short input.
@@ -379,7 +382,7 @@ impl<M: StepManifest> StepValue<M> {
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
         let manifest = serde_json::to_vec(&self.manifest).expect("manifests serialise");
         let mut out = Vec::with_capacity(64 + manifest.len() + self.stream_bytes() as usize);
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(FRAME.magic);
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.push(M::KIND);
         out.extend_from_slice(&(manifest.len() as u64).to_le_bytes());
@@ -390,48 +393,34 @@ impl<M: StepManifest> StepValue<M> {
             out.extend_from_slice(&(s.as_ref().len() as u64).to_le_bytes());
             out.extend_from_slice(s.as_ref());
         }
-        let sum = xxh3_64(&out);
-        out.extend_from_slice(&sum.to_le_bytes());
-        out.extend_from_slice(END_MAGIC);
+        FRAME.seal(&mut out);
         out
     }
 
     /// Reads the bytes of [`StepValue::to_bytes`], verifying them.
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<StepValue<M>, Error> {
         let value = M::STEP.kind;
-        if bytes.len() < MAGIC.len() || &bytes[..MAGIC.len()] != MAGIC {
+        if !FRAME.begins(bytes) {
             return Err(Error::Corrupt(CorruptValue::NotAValue { value }));
         }
-        let trailer = 8 + END_MAGIC.len();
+        let magic = FRAME.magic.len();
         let truncated = || Error::Corrupt(CorruptValue::Truncated { value });
-        if bytes.len() < MAGIC.len() + 4 + 1 + trailer {
+        if bytes.len() < magic + 4 + 1 + TRAILER_BYTES {
             return Err(truncated());
         }
-        let version = u32::from_le_bytes(
-            bytes[MAGIC.len()..MAGIC.len() + 4]
-                .try_into()
-                .expect("4 bytes"),
-        );
+        let version = u32::from_le_bytes(bytes[magic..magic + 4].try_into().expect("4 bytes"));
         if version != VERSION {
             return Err(Error::Corrupt(CorruptValue::Version {
                 found: version,
                 supported: VERSION,
             }));
         }
-        if !bytes.ends_with(END_MAGIC) {
-            return Err(truncated());
-        }
-        let body = &bytes[..bytes.len() - trailer];
-        let stored = u64::from_le_bytes(
-            bytes[body.len()..body.len() + 8]
-                .try_into()
-                .expect("8 bytes"),
-        );
-        if xxh3_64(body) != stored {
-            return Err(Error::Corrupt(CorruptValue::Checksum { value }));
-        }
+        let contents = FRAME.contents(bytes).map_err(|e| match e {
+            FrameError::Checksum { .. } => Error::Corrupt(CorruptValue::Checksum { value }),
+            _ => truncated(),
+        })?;
         let mut r = Reader {
-            bytes: &body[MAGIC.len() + 4..],
+            bytes: &contents[4..],
         };
         let kind = r.take(1, "the kind")?[0];
         if kind != M::KIND {
@@ -970,7 +959,7 @@ mod tests {
     fn framed(m: &SignManifest, streams: &[(u32, &[u8])]) -> Vec<u8> {
         let manifest = serde_json::to_vec(m).unwrap();
         let mut out = Vec::new();
-        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(FRAME.magic);
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.push(SignManifest::KIND);
         out.extend_from_slice(&(manifest.len() as u64).to_le_bytes());
@@ -983,7 +972,7 @@ mod tests {
         }
         let sum = xxh3_64(&out);
         out.extend_from_slice(&sum.to_le_bytes());
-        out.extend_from_slice(END_MAGIC);
+        out.extend_from_slice(FRAME.end);
         out
     }
 

@@ -26,8 +26,8 @@ const LIMITED_TRIM_THRESHOLD: i32 = 128 << 10;
 /// free memory at the top of a thread's heap back to the kernel, raising both thresholds only
 /// as such blocks are freed: the buffers of a few megabytes a run allocates per block (bytes,
 /// decoded texts, shingle sets) were faulted in and zeroed by the kernel again and again. Fixed
-/// where glibc's dynamic setting ends up, the full rustdocs corpus takes 20 % fewer page faults
-/// and about 4 % less wall time for a peak about 15 MB higher (docs/benchmarks.md).
+/// where glibc's dynamic setting ends up, a run takes fewer page faults and less time for a
+/// slightly higher peak (figures in docs/benchmarks.md, "Fewer page faults").
 ///
 /// Under `--memory-limit` the thresholds are fixed at glibc's starting values instead: left to
 /// rise, each thread's heap came to keep up to twice the largest block it had freed (tens of

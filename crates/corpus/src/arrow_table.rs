@@ -66,20 +66,9 @@ pub struct ArrowTable {
 }
 
 /// [`ArrowTable::register_as`] was given a name registered already.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("an in-memory table is registered as {} already", .0.display())]
 pub struct NameTaken(pub PathBuf);
-
-impl std::fmt::Display for NameTaken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "an in-memory table is registered as {} already",
-            self.0.display()
-        )
-    }
-}
-
-impl std::error::Error for NameTaken {}
 
 impl ArrowTable {
     /// Registers `batches` (all of one schema) as an input named `<name #N>` (`name` e.g.

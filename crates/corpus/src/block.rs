@@ -277,8 +277,12 @@ pub(crate) enum BlockData {
         bytes: buffers::Recycled,
         /// Start offset of every line in `bytes`.
         starts: Vec<usize>,
-        /// The file offset of `bytes[0]`, for a block of an uncompressed file read in order.
+        /// The offset of `bytes[0]` in the file's decompressed stream (the file's own offset for
+        /// an uncompressed file), for a block read in order.
         offset: Option<u64>,
+        /// For a block of a compressed file read in order, the members (frames) that started
+        /// since the block before it was read (see [`crate::ResumePoint`]).
+        resumes: Vec<crate::members::ResumePoint>,
         /// For a block read by the places of some of its records ([`crate::read_records`]):
         /// which records were read.
         picked: Option<Box<Picked>>,
@@ -394,9 +398,10 @@ impl Block {
         }
     }
 
-    /// The file offset of the block's first byte, for a block of an uncompressed JSONL file
-    /// read in order (as [`crate::read_chunk`] reads); `None` otherwise. Its records lie back to
-    /// back from there, each as long as its line ([`Block::jsonl_line`]).
+    /// The offset of the block's first byte in its JSONL file's decompressed stream (the file
+    /// offset of an uncompressed file), for a block read in order (as [`crate::read_chunk`]
+    /// reads); `None` otherwise. Its records lie back to back from there, each as long as its
+    /// line ([`Block::jsonl_line`]).
     pub fn jsonl_offset(&self) -> Option<u64> {
         match &self.data {
             BlockData::Jsonl {
@@ -420,6 +425,16 @@ impl Block {
                 picked, texts_only, ..
             } => picked.is_none() && !texts_only,
             BlockData::Arrow { .. } => false,
+        }
+    }
+
+    /// For a block of a compressed JSONL file read in order: where the members (frames) that
+    /// started since the block before it begin ([`crate::ResumePoint`]), in order; what
+    /// [`crate::read_records`] enters the stream by.
+    pub fn jsonl_resume_points(&self) -> &[crate::members::ResumePoint] {
+        match &self.data {
+            BlockData::Jsonl { resumes, .. } => resumes,
+            _ => &[],
         }
     }
 

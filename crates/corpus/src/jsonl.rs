@@ -1,10 +1,10 @@
 //! Reading JSONL chunks (plain byte ranges, or whole gzip / zstd streams) in blocks of whole lines.
 
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use neardup_storage::ObjectReader;
 
@@ -16,6 +16,7 @@ use crate::chunk::{Chunk, ChunkRange};
 use crate::error::{ReadError, ReadErrorKind};
 use crate::format::{Compression, InputFile};
 use crate::json::{self, DecodedStrings, Slot};
+use crate::members::{MemberDecoder, ResumePoint};
 use crate::select::TextSelector;
 
 /// How far past a chunk's end a read goes to find the end of the chunk's last line (and how much
@@ -23,32 +24,28 @@ use crate::select::TextSelector;
 /// instead read most chunks twice over: the block past the end was read, copied and thrown away.
 const LOOKAHEAD: usize = 64 << 10;
 
-/// The decompressing reader of `raw` (a file, or an object's stream).
-fn decoder<R: Read + Send + 'static>(
-    raw: R,
+/// The reader of the decompressed stream of `raw` (a file, or an object's stream, from its
+/// start when compressed), the file's bytes counted into `read`; a compressed stream's members
+/// noted into `points` as they start.
+fn decoder(
+    raw: Box<dyn Read + Send>,
     compression: Compression,
-) -> std::io::Result<Box<dyn Read + Send>> {
-    Ok(match compression {
-        Compression::None => Box::new(raw),
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(BufReader::with_capacity(
-            1 << 20,
+    read: Option<&Arc<AtomicU64>>,
+    points: Option<&Arc<Mutex<Vec<ResumePoint>>>>,
+) -> Box<dyn Read + Send> {
+    match (compression, read) {
+        (Compression::None, _) | (_, None) => raw,
+        (compression, Some(read)) => Box::new(MemberDecoder::new(
             raw,
-        ))),
-        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(raw)?),
-    })
-}
-
-/// A reader counting the bytes read through it (a compressed file's bytes, before the decoder).
-struct Counted<R> {
-    inner: R,
-    read: Arc<AtomicU64>,
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.read.fetch_add(n as u64, Ordering::Relaxed);
-        Ok(n)
+            compression,
+            ResumePoint {
+                compressed: 0,
+                decompressed: 0,
+            },
+            read.clone(),
+            1 << 20,
+            points.cloned(),
+        )),
     }
 }
 
@@ -58,6 +55,9 @@ pub(crate) struct JsonlSource {
     /// The file's bytes the decoder has read, for a compressed file; `None` when the blocks'
     /// bytes are the file's.
     compressed_read: Option<Arc<AtomicU64>>,
+    /// Where the members of a compressed file start, as the decoder meets them, until a block
+    /// takes them.
+    points: Option<Arc<Mutex<Vec<ResumePoint>>>>,
     /// The file's bytes the blocks delivered so far stand for, from the chunk's start.
     disk_read: u64,
     disk: DiskShare,
@@ -79,8 +79,6 @@ pub(crate) struct JsonlSource {
     pending: Option<(std::io::Error, u64)>,
     done: bool,
     block_bytes: usize,
-    /// The file is not compressed: decompressed offsets are the file's.
-    uncompressed: bool,
 }
 
 impl Drop for JsonlSource {
@@ -119,35 +117,36 @@ impl JsonlSource {
         let pos = start.saturating_sub(1);
         let compressed_read =
             (file.compression != Compression::None).then(|| Arc::new(AtomicU64::new(0)));
-        let counted = |inner| Counted {
-            inner,
-            read: compressed_read.clone().unwrap_or_default(),
-        };
-        let reader = match file.object_url() {
+        let points = (file.compression != Compression::None).then(Arc::default);
+        let raw: Box<dyn Read + Send> = match file.object_url() {
             Some(url) => {
                 let hint_end = end.saturating_add(LOOKAHEAD as u64);
-                let object = ObjectReader::open(&url, file.size, pos, hint_end)
-                    .map_err(|e| io_err(crate::parquet_read::object_io_error(e)))?;
-                decoder(
-                    counted(Box::new(object) as Box<dyn Read + Send>),
-                    file.compression,
+                Box::new(
+                    ObjectReader::open(&url, file.size, pos, hint_end)
+                        .map_err(|e| io_err(crate::parquet_read::object_io_error(e)))?,
                 )
-                .map_err(&io_err)?
             }
             None => {
                 let mut f = File::open(&file.path).map_err(&io_err)?;
                 if pos > 0 {
                     f.seek(SeekFrom::Start(pos)).map_err(&io_err)?;
                 }
-                decoder(counted(Box::new(f)), file.compression).map_err(io_err)?
+                Box::new(f)
             }
         };
+        let reader = decoder(
+            raw,
+            file.compression,
+            compressed_read.as_ref(),
+            points.as_ref(),
+        );
         // Chunks of a file cut at line starts cover it whole; a whole-file chunk is all of it.
         let share = end.min(file.size).saturating_sub(start);
         Ok(JsonlSource {
             path: file.path.clone(),
             reader,
             compressed_read,
+            points,
             disk_read: 0,
             disk: DiskShare::new(share),
             buf: buffers::take(),
@@ -160,7 +159,6 @@ impl JsonlSource {
             pending: None,
             done: false,
             block_bytes: block_bytes.max(1),
-            uncompressed: file.compression == Compression::None,
         })
     }
 
@@ -315,7 +313,11 @@ impl JsonlSource {
         starts.extend(memchr::memchr_iter(b'\n', &bytes[..cut - 1]).map(|i| i + 1));
         let first = self.record;
         self.record += starts.len() as u64;
-        let offset = self.uncompressed.then_some(self.pos);
+        let offset = Some(self.pos);
+        // The members that started while the block was read (or before).
+        let resumes = self.points.as_ref().map_or_else(Vec::new, |p| {
+            std::mem::take(&mut *p.lock().unwrap_or_else(|e| e.into_inner()))
+        });
         self.pos += cut as u64;
         self.disk_read = match &self.compressed_read {
             Some(read) => read.load(Ordering::Relaxed),
@@ -328,6 +330,7 @@ impl JsonlSource {
                 bytes,
                 starts,
                 offset,
+                resumes,
                 picked: None,
             },
             disk_bytes,

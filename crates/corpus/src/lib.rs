@@ -10,10 +10,13 @@
 //!   [`ReadError`] that says which records it cost ([`Unreadable`]); reading goes on past a
 //!   damaged Parquet row group, and a second read of a chunk stops where the first lost records
 //!   ([`read_chunk`], [`reread_chunk`]); which selected fields the records have ([`FieldsSeen`],
-//!   [`record_fields`]); where each record of an uncompressed JSONL file lies
-//!   ([`Block::jsonl_offset`]), and reading only some records of a chunk by those places
-//!   ([`read_records`]: stage 2 reads only the records it decides), or only some rows of a
-//!   Parquet chunk ([`read_rows`]: the row groups and pages holding them);
+//!   [`record_fields`]); where each record of a JSONL file lies in its (decompressed) stream
+//!   ([`Block::jsonl_offset`]) and where the members of a compressed one start
+//!   ([`Block::jsonl_resume_points`], [`ResumePoint`]), and reading only some records of a chunk
+//!   by those places ([`read_records`]: stage 2 reads only the records it decides, entering a
+//!   gzip file of several members or a zstd file of several frames at the member that holds
+//!   them), or only some rows of a Parquet chunk ([`read_rows`]: the row groups and pages
+//!   holding them);
 //! - **in-memory Arrow tables** as inputs ([`ArrowTable`], [`Format::Arrow`]): registered record
 //!   batches that every stage reads in place, as it reads a file, or a stream opened afresh for
 //!   each stage and read batch by batch;
@@ -24,7 +27,9 @@
 //!   this one dies inside it), the output directory's manifest ([`Manifest`], `_SUCCESS`),
 //!   `overwrite` replacing only files an earlier manifest lists; the life of scratch files and
 //!   spill directories ([`ScratchFile`], [`ScratchDir`]) and the removal of what dead runs left.
-//!   A publication looks a last time at the run's `neardup_exec::CancelToken` before it commits.
+//!   A publication looks a last time at the run's `neardup_exec::CancelToken` before it commits;
+//! - **the framing** of neardup's own binary files and values ([`frame`]: magic, checksum, end
+//!   marker), which the key tables, hot keys, step streams, saved indexes and step values share.
 //!
 //! Any of these paths may be an object storage URL (`s3://`, `gs://`, `az://`): discovery lists
 //! prefixes, the readers take their bytes, and publication uploads its outputs, through
@@ -52,8 +57,10 @@ mod decisions;
 mod discover;
 mod error;
 mod format;
+pub mod frame;
 mod json;
 mod jsonl;
+mod members;
 mod parquet_picked;
 mod parquet_read;
 mod picked;
@@ -74,6 +81,7 @@ pub use discover::{
 };
 pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
+pub use members::ResumePoint;
 pub use parquet_picked::read_rows;
 pub use picked::{RecordPlace, RecordSpan, read_records, read_records_whole};
 pub use publish::{

@@ -1,9 +1,10 @@
-//! Reading some records of an uncompressed JSONL chunk by their places in the file
-//! ([`read_records`]): stage 2 reads only the records it has to decide, given where stage 1
-//! found each record. Nearby records are read together (one read, or one ranged request, per
-//! run of records close enough), the rest of the file is not read at all. A run that copies
-//! the records it keeps reads the chunk whole but parses only those records
-//! ([`read_records_whole`]): the others are copied as the bytes they are.
+//! Reading some records of a JSONL chunk by their places in the file ([`read_records`]): stage
+//! 2 reads only the records it has to decide, given where stage 1 found each record. Of an
+//! uncompressed file, nearby records are read together (one read, or one ranged request, per
+//! run of records close enough), the rest of the file is not read at all; of a compressed file
+//! (a whole-file chunk) whose members stage 1 noted, the members holding them are decompressed
+//! (`crate::members`). A run that copies the records it keeps reads the chunk whole but parses
+//! only those records ([`read_records_whole`]): the others are copied as the bytes they are.
 
 use std::fs::File;
 use std::ops::Range;
@@ -16,20 +17,23 @@ use crate::block::{Block, BlockData, Picked, ReadOptions, buffers};
 use crate::chunk::Chunk;
 use crate::error::{ReadError, ReadErrorKind, Unreadable};
 use crate::format::{Compression, Format, InputFile};
+use crate::members::{Raw, ResumePoint, ResumedStream};
 use crate::read::{ChunkReader, reread_chunk};
 
-/// One record of an uncompressed JSONL chunk to read: which it is and where it lies.
+/// One record of a JSONL chunk to read: which it is and where it lies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordPlace {
     /// Its chunk-local index.
     pub record: u64,
-    /// The file offset of its first byte.
+    /// The offset of its first byte in the file (in its decompressed stream, for a compressed
+    /// file).
     pub offset: u64,
     /// Its line's length in bytes, the line end included.
     pub len: u64,
 }
 
-/// What a chunk read by [`read_records`] spans: its records and their bytes.
+/// What a chunk read by [`read_records`] spans: its records and their bytes (offsets in the
+/// decompressed stream, for a compressed file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecordSpan {
     /// The chunk's records.
@@ -47,13 +51,16 @@ const LOCAL_GAP: u64 = 4 << 10;
 /// `neardup_storage::ObjectRanges` joins ranges): a request costs more than the bytes between.
 const OBJECT_GAP: u64 = 64 << 10;
 
-/// Reads the records `picks` (ascending, within `span`) of `chunk`, a part of the uncompressed
-/// JSONL `file` that an earlier read went through, as blocks that together hold every record of
-/// the chunk in order, as [`crate::read_chunk`] would: the records of `picks` are read and
-/// yield their samples; the others are passed over, unread (their lines are empty, and
-/// [`crate::Block::records_read`] lists the records read). Only the picked records' bytes are
-/// read, with the short gaps between them (so a few reads cover many records), and each block
-/// reports them ([`crate::Block::bytes_read`]).
+/// Reads the records `picks` (ascending, within `span`) of `chunk`, a part of the JSONL `file`
+/// that an earlier read went through, as blocks that together hold every record of the chunk in
+/// order, as [`crate::read_chunk`] would: the records of `picks` are read and yield their
+/// samples; the others are passed over, unread (their lines are empty, and
+/// [`crate::Block::records_read`] lists the records read). Of an uncompressed file only the
+/// picked records' bytes are read, with the short gaps between them (so a few reads cover many
+/// records); a compressed file (read whole by the earlier read, which noted where its members
+/// start: `resumes`) is decompressed from the start of the member holding a picked record, as
+/// far as the records picked. Each block reports the file's bytes read
+/// ([`crate::Block::bytes_read`]).
 ///
 /// A picked record that does not end a line where the earlier read found its end (the file
 /// changed) ends the read with an error (kind `changed`) losing the chunk's remaining records.
@@ -61,13 +68,17 @@ pub fn read_records(
     file: &InputFile,
     chunk: &Chunk,
     span: RecordSpan,
+    resumes: Vec<ResumePoint>,
     picks: Vec<RecordPlace>,
     block_bytes: usize,
 ) -> ChunkReader {
-    ChunkReader::picked(PickedSource::open(file, span, picks, block_bytes), chunk)
+    ChunkReader::picked(
+        PickedSource::open(file, span, resumes, picks, block_bytes),
+        chunk,
+    )
 }
 
-/// Reads `chunk`, a part of the uncompressed JSONL `file` that an earlier read went through, whole,
+/// Reads `chunk`, a part of the JSONL `file` that an earlier read went through, whole,
 /// as [`crate::reread_chunk`] does (every record's line is in its block, so a writer can copy
 /// it), but its blocks yield the samples of the records `picks` (ascending) only: the others are
 /// passed over unparsed ([`crate::Block::records_read`]). Each picked record must lie where the
@@ -80,7 +91,7 @@ pub fn read_records_whole(
     earlier: &[Unreadable],
     picks: Vec<RecordPlace>,
 ) -> ChunkReader {
-    if file.format != Format::Jsonl || file.compression != Compression::None {
+    if file.format != Format::Jsonl {
         return read_records(
             file,
             chunk,
@@ -89,6 +100,7 @@ pub fn read_records_whole(
                 start: 0,
                 end: 0,
             },
+            Vec::new(),
             picks,
             opts.block_bytes,
         );
@@ -118,6 +130,7 @@ impl PickedLines {
             starts,
             offset,
             picked,
+            ..
         } = &mut block.data
         else {
             unreachable!("a whole read of a JSONL chunk yields JSONL blocks")
@@ -149,11 +162,12 @@ impl PickedLines {
             records.extend(i);
             self.next += 1;
         }
+        // The file's bytes the block stands for are read (a compressed file's, as stored).
         let len = bytes.len() as u64;
         *picked = Some(Box::new(Picked {
             records,
             spanned: len,
-            read: len,
+            read: block.disk_bytes,
             whole: true,
         }));
         Ok(())
@@ -164,12 +178,17 @@ impl PickedLines {
 enum Bytes {
     File(File),
     Object(ObjectUrl),
+    /// The decompressed stream of a compressed file.
+    Compressed(Box<ResumedStream>),
 }
 
 pub(crate) struct PickedSource {
     path: PathBuf,
     bytes: Option<Bytes>,
+    /// The size of the stream read: the file's, or its decompressed stream's.
     size: u64,
+    /// The file's size on disk.
+    file_size: u64,
     span: RecordSpan,
     picks: Vec<RecordPlace>,
     /// The next pick to read.
@@ -187,22 +206,33 @@ impl PickedSource {
     fn open(
         file: &InputFile,
         span: RecordSpan,
+        resumes: Vec<ResumePoint>,
         picks: Vec<RecordPlace>,
         block_bytes: usize,
     ) -> PickedSource {
         let mut failed = None;
-        if file.format != Format::Jsonl || file.compression != Compression::None {
+        let compressed = file.compression != Compression::None;
+        if file.format != Format::Jsonl || (compressed && (resumes.is_empty() || span.start != 0)) {
             failed = Some(
                 ReadError::new(
                     &file.path,
                     ReadErrorKind::InvalidChunk,
                     None,
-                    "only an uncompressed JSONL file can be read by the places of its records",
+                    "only a JSONL file (a compressed one read whole, its members' starts noted) \
+                     can be read by the places of its records",
                 )
                 .losing(0, None, None, Some(span.start)),
             );
         }
         let (bytes, gap) = match file.object_url() {
+            _ if compressed && failed.is_none() => {
+                let raw = match file.object_url() {
+                    Some(url) => Raw::Object(url),
+                    None => Raw::File(file.path.clone()),
+                };
+                let stream = ResumedStream::new(raw, file.size, file.compression, resumes);
+                (Some(Bytes::Compressed(Box::new(stream))), LOCAL_GAP)
+            }
             Some(url) => (Some(Bytes::Object(url)), OBJECT_GAP),
             None if failed.is_none() => match File::open(&file.path) {
                 Ok(f) => (Some(Bytes::File(f)), LOCAL_GAP),
@@ -221,7 +251,9 @@ impl PickedSource {
         PickedSource {
             path: file.path.clone(),
             bytes,
-            size: file.size,
+            // The stream's size: a compressed file's chunk is its whole decompressed stream.
+            size: if compressed { span.end } else { file.size },
+            file_size: file.size,
             span,
             picks,
             next: 0,
@@ -233,11 +265,20 @@ impl PickedSource {
         }
     }
 
-    /// Reads `ranges` (ascending file offsets) into one buffer, back to back.
-    fn read(&self, ranges: &[Range<u64>], buf: &mut Vec<u8>) -> std::io::Result<()> {
+    /// Reads `ranges` (ascending offsets in the stream) into one buffer, back to back; returns
+    /// the file's bytes that took (those of the ranges, or a compressed file's read for them).
+    fn read(&mut self, ranges: &[Range<u64>], buf: &mut Vec<u8>) -> std::io::Result<u64> {
         let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
         buf.clear();
-        match self.bytes.as_ref().expect("an open source has its bytes") {
+        match self.bytes.as_mut().expect("an open source has its bytes") {
+            Bytes::Compressed(stream) => {
+                let before = stream.bytes_read();
+                buf.reserve(total as usize);
+                for r in ranges {
+                    stream.read_range(r.clone(), buf)?;
+                }
+                return Ok(stream.bytes_read() - before);
+            }
             Bytes::File(f) => {
                 buf.resize(total as usize, 0);
                 let mut at = 0usize;
@@ -256,7 +297,18 @@ impl PickedSource {
                 }
             }
         }
-        Ok(())
+        Ok(total)
+    }
+
+    /// The file's bytes on disk the stream's bytes before `offset` stand for (for a compressed
+    /// file, its share of the file by decompressed bytes), for progress.
+    fn disk_offset(&self, offset: u64) -> u64 {
+        match self.bytes {
+            Some(Bytes::Compressed(_)) if self.size > 0 => {
+                (u128::from(offset) * u128::from(self.file_size) / u128::from(self.size)) as u64
+            }
+            _ => offset,
+        }
     }
 
     /// The next block, with the bytes of the file it spans (passed-over records included: over a
@@ -274,19 +326,19 @@ impl PickedSource {
         let from = self.next;
         let mut to = from;
         let mut ranges: Vec<Range<u64>> = Vec::new();
-        let mut read = 0u64;
+        let mut held = 0u64;
         while let Some(p) = self.picks.get(to) {
-            if to > from && read >= self.block_bytes {
+            if to > from && held >= self.block_bytes {
                 break;
             }
             let end = p.offset + p.len;
             match ranges.last_mut() {
                 Some(last) if p.offset <= last.end + self.gap => {
-                    read += end - last.end;
+                    held += end - last.end;
                     last.end = end;
                 }
                 _ => {
-                    read += p.len;
+                    held += p.len;
                     ranges.push(p.offset..end);
                 }
             }
@@ -302,17 +354,20 @@ impl PickedSource {
             _ => (self.span.records, self.span.end),
         };
         let mut buf = buffers::take();
-        if let Err(e) = self.read(&ranges, &mut buf) {
-            buffers::give(buf);
-            let e = ReadError::from_io(
-                &self.path,
-                Some(format!("chunk-local record {}", self.record)),
-                e,
-            )
-            .losing(self.record, None, None, Some(self.offset));
-            self.failed = Some(e);
-            return self.next_block();
-        }
+        let read = match self.read(&ranges, &mut buf) {
+            Ok(read) => read,
+            Err(e) => {
+                buffers::give(buf);
+                let e = ReadError::from_io(
+                    &self.path,
+                    Some(format!("chunk-local record {}", self.record)),
+                    e,
+                )
+                .losing(self.record, None, None, Some(self.offset));
+                self.failed = Some(e);
+                return self.next_block();
+            }
+        };
         // Each record's start in `buf`: a picked record's own, and for a record passed over
         // the end of the picked record before it, so every picked line is exactly its bytes.
         let n = (records_end - self.record) as usize;
@@ -365,6 +420,7 @@ impl PickedSource {
         let len = buf.len();
         let first = self.record;
         let spanned = offset_end - self.offset;
+        let disk = self.disk_offset(offset_end) - self.disk_offset(self.offset);
         self.record = records_end;
         self.offset = offset_end;
         self.next = to;
@@ -374,6 +430,7 @@ impl PickedSource {
                 bytes: buffers::Recycled::new(buf, len),
                 starts,
                 offset: None,
+                resumes: Vec::new(),
                 picked: Some(Box::new(Picked {
                     records,
                     spanned,
@@ -381,7 +438,7 @@ impl PickedSource {
                     whole: false,
                 })),
             },
-            spanned,
+            disk,
         )))
     }
 }
@@ -471,9 +528,10 @@ mod tests {
                 .copied()
                 .filter(|p| p.record as usize % every == 3 % every || p.record == 200)
                 .collect();
-            let blocks: Vec<_> = read_records(&file, &chunk, span, picks.clone(), 8 << 10)
-                .map(Result::unwrap)
-                .collect();
+            let blocks: Vec<_> =
+                read_records(&file, &chunk, span, Vec::new(), picks.clone(), 8 << 10)
+                    .map(Result::unwrap)
+                    .collect();
             // Every record is in a block, in order.
             let mut next = 0;
             for b in &blocks {
@@ -518,7 +576,8 @@ mod tests {
         moved.pop();
         std::fs::write(&path, &moved).unwrap();
         let picks = vec![places[5]];
-        let got: Vec<_> = read_records(&file, &chunk, span, picks.clone(), 8 << 10).collect();
+        let got: Vec<_> =
+            read_records(&file, &chunk, span, Vec::new(), picks.clone(), 8 << 10).collect();
         let err = got.into_iter().find_map(Result::err).expect("an error");
         assert_eq!(err.kind(), ReadErrorKind::Changed);
         let got: Vec<_> = read_records_whole(&file, &chunk, &opts, &[], picks).collect();

@@ -358,6 +358,7 @@ mod tests {
                 bytes: bytes.to_vec().into(),
                 starts,
                 offset: None,
+                resumes: Vec::new(),
                 picked: None,
             },
             disk_bytes: bytes.len() as u64,

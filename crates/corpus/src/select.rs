@@ -11,16 +11,9 @@ pub struct FieldPath {
 }
 
 /// Why a string is not a valid [`FieldPath`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid field path {0:?}: empty segment")]
 pub struct FieldPathError(String);
-
-impl fmt::Display for FieldPathError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "invalid field path {:?}: empty segment", self.0)
-    }
-}
-
-impl std::error::Error for FieldPathError {}
 
 impl FieldPath {
     /// A single top-level field.

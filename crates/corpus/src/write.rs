@@ -207,8 +207,8 @@ const WRITEBACK_BYTES: u64 = 4 << 20;
 
 /// A local output file that asks the kernel to start writing back every [`WRITEBACK_BYTES`] it
 /// wrote. Left to itself the kernel writes dirty pages back half a minute later, so the fsync
-/// that finishes an output waited for all of it at the end of the run (15–25 ms for each 25 MB
-/// output of two rustdocs shards, one after the other); started early, the writeback overlaps
+/// that finishes an output waited for all of it at the end of the run (figures in
+/// docs/benchmarks.md); started early, the writeback overlaps
 /// the rest of the run, and the fsync waits only for the last stretch. Only a hint: the fsync
 /// still decides whether the bytes are on stable storage.
 pub(crate) struct LocalFile {

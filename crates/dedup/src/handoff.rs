@@ -9,13 +9,13 @@
 //! - **write** (per shard) reads its shard's decided samples of every group, merged by row.
 //!
 //! Records are length-free and little-endian; a stream of records is framed by
-//! [`RecordWriter`]/[`RecordReader`]: a magic, the records, then the record count, an xxh3-64
-//! checksum of everything before it and an end magic, so a truncated or altered stream is
-//! refused instead of misread.
+//! [`RecordWriter`]/[`RecordReader`] (`neardup_corpus::frame`): a magic, the records, then the
+//! record count, an xxh3-64 checksum of everything before it and an end magic, so a truncated
+//! or altered stream is refused instead of misread.
 
 use std::io::{self, Read, Write};
 
-use xxhash_rust::xxh3::Xxh3;
+use neardup_corpus::frame::{Frame, FrameError, FrameReader, FrameWriter};
 
 use crate::deduper::{SampleAddr, Verdict};
 
@@ -360,8 +360,10 @@ pub fn decode_decided(bytes: &[u8]) -> io::Result<(DecidedSample, usize)> {
 
 /// Version 4 (the decided samples of exact copies name their cluster); see
 /// `STEP_FORMAT_VERSION` in the facade for the history.
-const STREAM_MAGIC: &[u8; 8] = b"NDSTEP\x00\x04";
-const STREAM_END: &[u8; 8] = b"NDSTEPEN";
+const STREAM: Frame = Frame {
+    magic: b"NDSTEP\x00\x04",
+    end: b"NDSTEPEN",
+};
 /// Records are written and read in batches of about this many bytes (a batch holds whole
 /// records, so a reader never needs more than one batch in memory).
 const BATCH_BYTES: usize = 1 << 20;
@@ -370,21 +372,16 @@ const BATCH_BYTES: usize = 1 << 20;
 /// bytes), an empty batch, the record count, an xxh3-64 checksum of everything before it and an
 /// end magic.
 pub struct RecordWriter<W: Write> {
-    out: W,
-    hash: Xxh3,
+    out: FrameWriter<W>,
     buf: Vec<u8>,
     records: u64,
 }
 
 impl<W: Write> RecordWriter<W> {
     /// Starts a stream.
-    pub fn new(mut out: W) -> io::Result<RecordWriter<W>> {
-        let mut hash = Xxh3::new();
-        hash.update(STREAM_MAGIC);
-        out.write_all(STREAM_MAGIC)?;
+    pub fn new(out: W) -> io::Result<RecordWriter<W>> {
         Ok(RecordWriter {
-            out,
-            hash,
+            out: FrameWriter::new(out, &STREAM)?,
             buf: Vec::with_capacity(BATCH_BYTES + 4096),
             records: 0,
         })
@@ -406,7 +403,6 @@ impl<W: Write> RecordWriter<W> {
     }
 
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
-        self.hash.update(bytes);
         self.out.write_all(bytes)
     }
 
@@ -434,11 +430,7 @@ impl<W: Write> RecordWriter<W> {
         self.put(&0u32.to_le_bytes())?;
         let records = self.records;
         self.put(&records.to_le_bytes())?;
-        let sum = self.hash.digest();
-        self.out.write_all(&sum.to_le_bytes())?;
-        self.out.write_all(STREAM_END)?;
-        self.out.flush()?;
-        Ok(self.out)
+        Ok(self.out.finish()?.0)
     }
 }
 
@@ -446,8 +438,7 @@ impl<W: Write> RecordWriter<W> {
 /// verified when the end is reached: a caller that stops at the first error and publishes only
 /// after reading to the end never acts on a damaged stream.
 pub struct RecordReader<R: Read> {
-    input: R,
-    hash: Xxh3,
+    input: FrameReader<R>,
     batch: Vec<u8>,
     pos: usize,
     records: u64,
@@ -456,19 +447,13 @@ pub struct RecordReader<R: Read> {
 
 impl<R: Read> RecordReader<R> {
     /// Opens a stream (reads its magic).
-    pub fn new(mut input: R) -> io::Result<RecordReader<R>> {
-        let mut magic = [0u8; 8];
-        input
-            .read_exact(&mut magic)
-            .map_err(|_| corrupt("not a neardup step stream (too short)"))?;
-        if &magic != STREAM_MAGIC {
-            return Err(corrupt("not a neardup step stream (bad magic)"));
-        }
-        let mut hash = Xxh3::new();
-        hash.update(&magic);
+    pub fn new(input: R) -> io::Result<RecordReader<R>> {
+        let input = FrameReader::open(input, &STREAM).map_err(|e| match e {
+            FrameError::Short { .. } => corrupt("not a neardup step stream (too short)"),
+            _ => corrupt("not a neardup step stream (bad magic)"),
+        })?;
         Ok(RecordReader {
             input,
-            hash,
             batch: Vec::new(),
             pos: 0,
             records: 0,
@@ -486,7 +471,6 @@ impl<R: Read> RecordReader<R> {
         if got < n {
             return Err(corrupt("the stream is truncated"));
         }
-        self.hash.update(&self.batch);
         Ok(())
     }
 
@@ -502,18 +486,7 @@ impl<R: Read> RecordReader<R> {
             if len == 0 {
                 self.read_hashed(8)?;
                 let count = u64::from_le_bytes(self.batch[..8].try_into().expect("8 bytes"));
-                let mut trailer = [0u8; 16];
-                self.input
-                    .read_exact(&mut trailer)
-                    .map_err(|_| corrupt("the stream is truncated"))?;
-                if u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"))
-                    != self.hash.digest()
-                {
-                    return Err(corrupt("the stream's checksum does not match its contents"));
-                }
-                if &trailer[8..] != STREAM_END {
-                    return Err(corrupt("the stream is truncated (no end marker)"));
-                }
+                self.check_trailer()?;
                 if count != self.records {
                     return Err(corrupt(
                         "the stream holds another number of records than it says",
@@ -544,6 +517,21 @@ impl<R: Read> RecordReader<R> {
         self.records
     }
 
+    /// Reads and checks the trailer: the checksum, then the end marker.
+    fn check_trailer(&mut self) -> io::Result<()> {
+        let trailer = self
+            .input
+            .trailer()
+            .map_err(|_| corrupt("the stream is truncated"))?;
+        if trailer.stored != trailer.computed {
+            return Err(corrupt("the stream's checksum does not match its contents"));
+        }
+        if !trailer.ends {
+            return Err(corrupt("the stream is truncated (no end marker)"));
+        }
+        Ok(())
+    }
+
     /// Reads the rest of the stream without decoding a record, and verifies its checksum and
     /// end marker: what a step does with a stream before it uses any of it, so that damage is
     /// reported as damage, not as whatever a flipped byte made a record say. (The record count is
@@ -554,18 +542,7 @@ impl<R: Read> RecordReader<R> {
             let len = u32::from_le_bytes(self.batch[..4].try_into().expect("4 bytes")) as usize;
             if len == 0 {
                 self.read_hashed(8)?;
-                let mut trailer = [0u8; 16];
-                self.input
-                    .read_exact(&mut trailer)
-                    .map_err(|_| corrupt("the stream is truncated"))?;
-                if u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"))
-                    != self.hash.digest()
-                {
-                    return Err(corrupt("the stream's checksum does not match its contents"));
-                }
-                if &trailer[8..] != STREAM_END {
-                    return Err(corrupt("the stream is truncated (no end marker)"));
-                }
+                self.check_trailer()?;
                 return Ok(());
             }
             self.read_hashed(len)?;

@@ -148,8 +148,9 @@ pub struct DedupStats {
     /// decided unread included.
     pub bytes: u64,
     /// Bytes of input the pass read, as stored: compressed bytes for a compressed input, and for
-    /// a chunk of an uncompressed JSONL file read by its records' places only the byte ranges
-    /// it read (the records it had to decide, and the short gaps read with them).
+    /// a chunk of a JSONL file read by its records' places only the byte ranges it read (the
+    /// records it had to decide, and the short gaps read with them; of a compressed file, the
+    /// members holding them).
     #[serde(default)]
     pub bytes_read: u64,
     /// Samples a field preference ranked, and those whose field held a number: a field none

@@ -343,13 +343,13 @@ impl PrepareBuffers {
     }
 }
 
-/// How a pass reads its chunks: whole records, to write them or hand them on; but a
-/// one-process pass that writes no dataset decodes the columns of its samples alone (text, id
-/// and rank columns of a Parquet file, as stage 1 reads them): nothing it writes needs the
+/// How a pass reads its chunks: whole records, to write them; but a pass that writes no
+/// dataset (decisions only, or a `sign` step) decodes the columns of its samples alone (text,
+/// id and rank columns of a Parquet file, as stage 1 reads them): nothing it writes needs the
 /// others, and a damaged page of a column it never reads costs no records, whether it reads a
 /// chunk whole or only the rows it decides ([`read_rows`]).
-fn read_options(cfg: &Stage2Config, hot_work: HotWork) -> ReadOptions {
-    let samples_only = cfg.output.is_none() && matches!(hot_work, HotWork::Decide { .. });
+fn read_options(cfg: &Stage2Config) -> ReadOptions {
+    let samples_only = cfg.output.is_none();
     ReadOptions {
         selector: cfg.selector.clone(),
         projection: if samples_only {
@@ -644,7 +644,7 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
             Some(places) if file.format == Format::Parquet => read_rows(
                 file,
                 &job.chunk,
-                &read_options(self.cfg, self.hot_work),
+                &read_options(self.cfg),
                 records_to_read(places, job.row_base, self.mask)
                     .into_iter()
                     .map(|p| p.record)
@@ -653,7 +653,7 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
             Some(places) if job.by_places == PlacesRead::Whole => read_records_whole(
                 file,
                 &job.chunk,
-                &read_options(self.cfg, self.hot_work),
+                &read_options(self.cfg),
                 &job.expect.unreadable,
                 records_to_read(places, job.row_base, self.mask),
             ),
@@ -665,13 +665,14 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
                     start: places.start(),
                     end: places.end(),
                 },
+                places.resume_points(),
                 records_to_read(places, job.row_base, self.mask),
                 self.cfg.block_bytes,
             ),
             None => reread_chunk(
                 file,
                 &job.chunk,
-                &read_options(self.cfg, self.hot_work),
+                &read_options(self.cfg),
                 &job.expect.unreadable,
             ),
         }
@@ -771,4 +772,108 @@ pub(crate) fn sketch_from_block(
             });
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use neardup_corpus::{Compression, Format, InputFile, TextSelector};
+    use neardup_keys::{FileRows, HotKeys, KeyTable, RowRule, ShortTextPolicy, TableLayout};
+
+    use super::*;
+
+    /// A mask over one band column of `keys` (a row each), with `hot` the hot keys.
+    fn mask(keys: &[u64], hot: &[u64]) -> HotMask {
+        let layout = TableLayout {
+            sketch_fingerprint: 1,
+            sketch_description: "test".into(),
+            bands: 1,
+            rule: RowRule {
+                band_keys: true,
+                exact_key: false,
+                short_texts: ShortTextPolicy::ExactOnly,
+            },
+            selector: TextSelector::single(neardup_corpus::FieldPath::top("text")),
+        };
+        let files = vec![FileRows {
+            input: InputFile {
+                path: PathBuf::from("a.jsonl"),
+                relative: PathBuf::from("a.jsonl"),
+                format: Format::Jsonl,
+                compression: Compression::None,
+                size: 0,
+            },
+            records: keys.len() as u64,
+            rows: keys.len() as u64,
+            chunks: Vec::new(),
+        }];
+        let table = KeyTable::new(layout.clone(), 0, files, keys.to_vec()).unwrap();
+        let hot = HotKeys::new(layout, 1, hot.to_vec());
+        HotMask::from_tables(&[&table], &hot).unwrap()
+    }
+
+    fn picked(places: &RecordPlaces, row: u64, mask: &HotMask) -> Vec<(u64, u64, u64)> {
+        records_to_read(places, row, mask)
+            .into_iter()
+            .map(|p| (p.record, p.offset, p.len))
+            .collect()
+    }
+
+    #[test]
+    fn records_to_read_are_the_hot_and_the_not_plain() {
+        // Rows 0..4 of the table; row 2 (key 7) is hot.
+        let mask = mask(&[1, 2, 7, 3], &[7]);
+        // Five records from offset 100: the third is a blank line (no row, not plain), so
+        // the fourth holds row 2.
+        let mut places = RecordPlaces::new(100, 1);
+        for (len, rows, plain) in [(10, 1, true), (20, 1, true), (1, 0, false), (30, 1, true)] {
+            places.push(len, rows, plain);
+        }
+        places.push(40, 1, true);
+        // The blank line (read to be decided as a whole read would) and the hot record; each
+        // at its own offset and length.
+        assert_eq!(picked(&places, 0, &mask), vec![(2, 130, 1), (3, 131, 30)]);
+        // Starting one row later, the hot row is the second record's; the blank line is read
+        // whatever the rows.
+        assert_eq!(picked(&places, 1, &mask), vec![(1, 110, 20), (2, 130, 1)]);
+    }
+
+    #[test]
+    fn records_to_read_look_at_every_row_of_a_record_and_no_row_past_the_mask() {
+        // Two samples per record (expand mode): record 1 holds rows 2 and 3, and row 3 is hot.
+        let mask = mask(&[1, 2, 3, 7], &[7]);
+        let mut places = RecordPlaces::new(0, 2);
+        for _ in 0..3 {
+            places.push(8, 2, true);
+        }
+        assert_eq!(picked(&places, 0, &mask), vec![(1, 8, 8)]);
+        // Record 2's rows lie past the mask's four rows: nothing makes it hot.
+        assert!(picked(&places, 4, &mask).is_empty());
+    }
+
+    #[test]
+    fn passed_over_walks_the_records_not_read() {
+        let read = [0usize, 2, 5];
+        let mut walk = PassedOver {
+            read: Some(&read),
+            seen: 0,
+            next: 0,
+        };
+        let mut passed = Vec::new();
+        walk.upto(4, |r| passed.push(r));
+        assert_eq!(passed, vec![1, 3]);
+        walk.upto(4, |r| passed.push(r));
+        assert_eq!(passed, vec![1, 3], "a record is walked once");
+        walk.upto(7, |r| passed.push(r));
+        assert_eq!(passed, vec![1, 3, 4, 6]);
+        // A block read whole passes nothing over.
+        let mut whole = PassedOver {
+            read: None,
+            seen: 0,
+            next: 0,
+        };
+        whole.upto(10, |r| passed.push(r));
+        assert_eq!(passed.len(), 4);
+    }
 }

@@ -16,7 +16,7 @@ use neardup_keys::{FileRows, HotMask};
 
 use crate::error::{BadRank, DedupError, Mismatch};
 use crate::pass::{Addressing, Decision, DedupStats, OutputFile, Stage2Config};
-use crate::prepare::{ChunkJob, HotWork, PlacesRead, PrepareWork, PreparedBlock, RecycledBuffers};
+use crate::prepare::{ChunkJob, PlacesRead, PrepareWork, PreparedBlock, RecycledBuffers};
 use crate::route::{BlockPlace, Decider, HotRoute};
 
 /// A write error as stage 2 reports it.
@@ -60,13 +60,13 @@ fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), 
 /// Whether a pass may parse only the records it has to decide, found by the places stage 1
 /// noted ([`neardup_keys::RecordPlaces`]), and decide the others (plain and cold: every sample
 /// `unique`) unparsed: when nothing it writes needs their texts or ids. Not with an id field
-/// (every decision names its sample's id), and only where the pass decides the hot samples
-/// itself (a one-process pass: `sign` and `write` steps read whole). Without a filtered dataset
-/// it reads only those records (of a Parquet file, the row groups and pages holding them); with
-/// one it reads every record, copying the ones it does not parse as they are (a Parquet file is
-/// read and decoded whole).
-fn reads_by_places(cfg: &Stage2Config, hot_work: HotWork) -> PlacesRead {
-    if cfg.selector.id_field.is_some() || !matches!(hot_work, HotWork::Decide { .. }) {
+/// (every decision names its sample's id). A pass deciding its hot samples, signing them
+/// (`sign`: the others are not its concern) or taking their verdicts (`write`) alike: without
+/// a filtered dataset it reads only those records (of a Parquet file, the row groups and pages
+/// holding them); with one it reads every record, copying the ones it does not parse as they
+/// are (a Parquet file is read and decoded whole).
+fn reads_by_places(cfg: &Stage2Config) -> PlacesRead {
+    if cfg.selector.id_field.is_some() {
         PlacesRead::Ignored
     } else if cfg.output.is_some() {
         PlacesRead::Whole
@@ -330,7 +330,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
     }
     let threads = ExecOptions::threads(cfg.threads).threads;
     let hot_work = route.hot_work(cfg);
-    let (jobs, record_bases) = chunk_jobs(files, reads_by_places(cfg, hot_work));
+    let (jobs, record_bases) = chunk_jobs(files, reads_by_places(cfg));
     let inputs: Vec<neardup_corpus::InputFile> = files.iter().map(|f| f.input.clone()).collect();
     check_sizes(&inputs, false)?;
     if let Some(p) = control.progress() {

@@ -43,6 +43,7 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use hashbrown::HashMap;
+use neardup_corpus::frame::{Frame, FrameError, FrameWriter};
 use neardup_corpus::{InputFile, Reason, SampleAddr};
 use neardup_dedup::{Decision, Verify};
 use neardup_keys::{ChunkRows, FileRows, PriorKeys, TableLayout};
@@ -54,8 +55,10 @@ pub use error::{DecisionsMismatch, FileChange, IndexDamage, IndexError};
 pub use online::{EntryRecord, ONLINE_FILE, OnlineState, SavedDecision, StoredEntry, StoredId};
 pub use resolve::ResolveOptions;
 
-const MAGIC: &[u8; 8] = b"NDINDEX1";
-const END_MAGIC: &[u8; 8] = b"NDIDXEND";
+const FRAME: Frame = Frame {
+    magic: b"NDINDEX1",
+    end: b"NDIDXEND",
+};
 /// The format version written; an index of another version is refused with a message.
 ///
 /// Version 2 (written by `neardup dedup --index-out`, `neardup index` and the online index)
@@ -264,7 +267,7 @@ impl SavedIndex {
 
     /// Whether a file starting with `head` is a neardup index (of any version).
     pub fn starts_like_index(head: &[u8]) -> bool {
-        head.starts_with(MAGIC)
+        FRAME.begins(head)
     }
 
     /// Kept samples among the entries.
@@ -387,11 +390,7 @@ impl SavedIndex {
     /// Writes the index: a header (settings, files, counts), the entries, the online index's
     /// decisions (when it has them), a checksum. Returns its size in bytes.
     pub fn write_to(&self, out: impl Write) -> std::io::Result<u64> {
-        let mut out = HashingWriter {
-            inner: BufWriter::with_capacity(1 << 20, out),
-            hash: Xxh3::new(),
-            bytes: 0,
-        };
+        let mut out = FrameWriter::new(BufWriter::with_capacity(1 << 20, out), &FRAME)?;
         let sketches = self.sketches.as_ref().filter(|_| self.self_contained());
         let header = Header {
             format: FORMAT_VERSION,
@@ -404,10 +403,7 @@ impl SavedIndex {
             shingles: sketches.is_some_and(|s| s.shingles.is_some()),
             online: self.online.as_ref().map(OnlineState::header),
         };
-        let json = serde_json::to_vec(&header).map_err(std::io::Error::other)?;
-        out.write_all(MAGIC)?;
-        out.write_all(&(json.len() as u64).to_le_bytes())?;
-        out.write_all(&json)?;
+        out.header(&header)?;
         let bands = self.settings.layout.bands;
         let mut kept_seen = 0usize;
         let mut rec = Vec::with_capacity(48 + 8 * bands);
@@ -453,12 +449,7 @@ impl SavedIndex {
                 out.write_all(&rec)?;
             }
         }
-        let sum = out.hash.digest();
-        let mut inner = out.inner;
-        inner.write_all(&sum.to_le_bytes())?;
-        inner.write_all(END_MAGIC)?;
-        inner.flush()?;
-        Ok(out.bytes + 16)
+        Ok(out.finish()?.1)
     }
 
     /// Reads an index written by [`SavedIndex::write_to`] (this version or an earlier one),
@@ -481,19 +472,16 @@ impl SavedIndex {
             path: path.to_path_buf(),
             damage,
         };
-        if bytes.len() < 32 || &bytes[..8] != MAGIC {
+        if bytes.len() < 32 || !FRAME.begins(bytes) {
             return Err(IndexError::NotAnIndex {
                 path: path.to_path_buf(),
             });
         }
-        if &bytes[bytes.len() - 8..] != END_MAGIC {
-            return Err(damaged(IndexDamage::CutShort));
-        }
-        let body_end = bytes.len() - 16;
-        let stored = u64::from_le_bytes(bytes[body_end..body_end + 8].try_into().expect("8"));
-        if xxhash_rust::xxh3::xxh3_64(&bytes[..body_end]) != stored {
-            return Err(damaged(IndexDamage::Checksum));
-        }
+        let contents = FRAME.contents(bytes).map_err(|e| match e {
+            FrameError::Checksum { .. } => damaged(IndexDamage::Checksum),
+            _ => damaged(IndexDamage::CutShort),
+        })?;
+        let body_end = 8 + contents.len();
         let header_len = u64::from_le_bytes(bytes[8..16].try_into().expect("8")) as usize;
         let header_end = 16usize
             .checked_add(header_len)
@@ -670,7 +658,7 @@ impl IndexSummary {
             .map_err(|_| IndexError::NotAnIndex {
                 path: path.to_path_buf(),
             })?;
-        if &head[..8] != MAGIC {
+        if !FRAME.begins(&head) {
             return Err(IndexError::NotAnIndex {
                 path: path.to_path_buf(),
             });
@@ -787,25 +775,6 @@ impl<'a> Input<'a> {
             record: self.u64()?,
             field: self.u32()?,
         })
-    }
-}
-
-/// Writes through, hashing and counting what it wrote.
-struct HashingWriter<W: Write> {
-    inner: BufWriter<W>,
-    hash: Xxh3,
-    bytes: u64,
-}
-
-impl<W: Write> Write for HashingWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hash.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.inner.flush()
     }
 }
 

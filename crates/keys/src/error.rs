@@ -87,7 +87,8 @@ pub enum Damage {
     Header(serde_json::Error),
     /// The file is of a format version this build does not read.
     #[error(
-        "{what} format version {found} is not supported (this build reads version {supported})"
+        "{what} format version {found} is not supported (this build reads versions up to {supported}): \
+         made by a newer neardup, it is read by that version"
     )]
     FormatVersion {
         /// "key table" or "hot-key".
@@ -157,6 +158,17 @@ pub enum Damage {
         stored: u64,
         /// Computed from its contents.
         computed: u64,
+    },
+    /// The places of a chunk's records, after the keys, are not what the header says of them.
+    #[error(
+        "the places of the records of chunk {chunk} of input {file} are not what the header \
+         declares"
+    )]
+    Places {
+        /// The input: its index in the header's files.
+        file: u64,
+        /// The chunk: its index in the input's chunks.
+        chunk: u64,
     },
     /// Bytes follow the end marker.
     #[error("trailing bytes after end marker")]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Damage, KeysError, KeysSettingsError, TableName, TableProblem};
 use crate::index::SortedKeyIndex;
-use crate::plan::Plan;
+use crate::plan::{Plan, PlanBuilder};
 use crate::table::{
     BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
     TableLayout, TableReader, read_framed_header, truncated, verify_trailer, write_framed_header,
@@ -969,7 +969,8 @@ impl HotMask {
 
     /// [`HotMask::from_tables`] over saved tables, reading each sequentially instead of holding
     /// them, into a mask kept as `memory` says; also returns all their files' row ranges, in row
-    /// order.
+    /// order, with the places of their records (read after each table's keys) while they fit in
+    /// [`crate::places_budget`] of `memory`'s limit.
     pub fn from_table_files(
         tables: &ShardTables,
         hot: &HotKeys,
@@ -982,8 +983,12 @@ impl HotMask {
         let mut marker = MaskMarker::new(hot, rows, columns, RowGrouping::Skip, memory);
         let mut files = Vec::new();
         let mut block = Vec::new();
+        let mut places_left = crate::places_budget(memory.memory_limit);
         for p in &tables.paths {
             let mut reader = TableReader::open(p)?;
+            if reader.keep_places(places_left) {
+                places_left -= reader.places_bytes();
+            }
             loop {
                 block.clear();
                 if reader.read_keys(1 << 20, &mut block)? == 0 {
@@ -1001,14 +1006,15 @@ impl HotMask {
     /// shard, rows and checksum). Rows count from the shard's first row; a row that repeats a
     /// content key first seen in an earlier shard is not marked as a later copy (only this
     /// shard's rows are seen), which costs it a signature but changes no decision. Also returns
-    /// the shard's files and where it sits among all shards. The mask is kept as `memory` says.
+    /// the shard's files (with their records' places, as [`HotMask::shard_files`] reads them)
+    /// and where it sits among all shards. The mask is kept as `memory` says.
     pub fn for_shard(
         table: &Path,
         hot: &HotKeys,
         grouping: RowGrouping,
         memory: &MaskMemory,
     ) -> Result<(HotMask, Vec<FileRows>, ShardPlace), KeysError> {
-        let (files, place) = HotMask::shard_files(table, hot)?;
+        let (files, place) = HotMask::shard_files(table, hot, memory.memory_limit)?;
         let mask = HotMask::of_checked_shard(table, &place, hot, grouping, memory)?;
         Ok((mask, files, place))
     }
@@ -1041,12 +1047,16 @@ impl HotMask {
     /// What [`HotMask::for_shard`] returns besides the mask (the shard's files and its place
     /// among all shards), with the same checks, from the table's header alone: for a step that
     /// checks its paths, and makes its spill directory, before it builds the mask
-    /// ([`HotMask::of_checked_shard`]).
+    /// ([`HotMask::of_checked_shard`], which reads the whole table through its checksum). The
+    /// files come with the places of their records if the table holds them and they fit in
+    /// [`crate::places_budget`] of `memory_limit` (read from the table's end alone).
     pub fn shard_files(
         table: &Path,
         hot: &HotKeys,
+        memory_limit: Option<u64>,
     ) -> Result<(Vec<FileRows>, ShardPlace), KeysError> {
-        let shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
+        let mut shards = ShardTables::open(std::slice::from_ref(&table.to_path_buf()))?;
+        shards.load_places(crate::places_budget(memory_limit))?;
         shards.layout.check_compatible(hot.layout())?;
         let place = shard_place(shards.identities[0], hot, &table.display().to_string())?;
         Ok((shards.files, place))
@@ -1193,6 +1203,71 @@ impl HotRowGroups<'_> {
             }
         }
     }
+}
+
+/// The plan of `hot` over the saved `tables` it was counted from (in shard order), in `groups`
+/// groups: one pass over the tables' rows, nothing per row kept. `cancelled` is looked at between
+/// blocks of rows ([`KeysError::Interrupted`]).
+pub fn plan_from_tables(
+    tables: &ShardTables,
+    hot: &HotKeys,
+    groups: u32,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Plan, KeysError> {
+    let columns = tables.layout.columns();
+    if groups == 1 {
+        // One group needs no components; only the hot rows are counted, for the summary.
+        let mut plan = Plan::single(hot.len(), 0);
+        plan.hot_rows = count_hot_rows(tables, hot, cancelled)?;
+        plan.group_rows = vec![plan.hot_rows];
+        return Ok(plan);
+    }
+    let mut builder = PlanBuilder::new(hot.keys())?;
+    let mut block = Vec::new();
+    for path in &tables.paths {
+        let mut reader = TableReader::open(path)?;
+        loop {
+            if cancelled() {
+                return Err(KeysError::Interrupted);
+            }
+            block.clear();
+            if reader.read_keys(columns * 8192, &mut block)? == 0 {
+                break;
+            }
+            builder.add_rows(&block, columns);
+        }
+        reader.finish()?;
+    }
+    builder.finish(groups)
+}
+
+fn count_hot_rows(
+    tables: &ShardTables,
+    hot: &HotKeys,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<u64, KeysError> {
+    let columns = tables.layout.columns();
+    let index = SortedKeyIndex::new(hot.keys());
+    let mut hot_rows = 0u64;
+    let mut block = Vec::new();
+    for path in &tables.paths {
+        let mut reader = TableReader::open(path)?;
+        loop {
+            if cancelled() {
+                return Err(KeysError::Interrupted);
+            }
+            block.clear();
+            if reader.read_keys(columns * 8192, &mut block)? == 0 {
+                break;
+            }
+            hot_rows += block
+                .chunks_exact(columns)
+                .filter(|row| row.iter().any(|k| *k != NO_KEY && index.contains(*k)))
+                .count() as u64;
+        }
+        reader.finish()?;
+    }
+    Ok(hot_rows)
 }
 
 #[cfg(test)]

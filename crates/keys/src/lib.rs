@@ -13,9 +13,9 @@
 //!   lately takes that text's row from a small shared table instead of being signed again (the
 //!   rows are the same; `reused_samples` in [`KeysStats`] counts them). Every record is accounted for: read, or in a listed
 //!   [`UnreadableRange`](neardup_corpus::UnreadableRange); a run that could read no text at all (or a selected field that no record
-//!   has) fails before anything is written. Where each record of an uncompressed JSONL chunk
-//!   lies, and whether stage 2 can decide it unread, is noted with the chunk's counts
-//!   ([`RecordPlaces`] in [`ChunkRows`]). For one shard of a distributed run, [`write_keys`] streams
+//!   has) fails before anything is written. Where each record of a JSONL chunk lies (and where
+//!   the members of a compressed one start), and whether stage 2 can decide it unread, is noted
+//!   with the chunk's counts ([`RecordPlaces`] in [`ChunkRows`]) and saved with a table. For one shard of a distributed run, [`write_keys`] streams
 //!   the rows straight into a table file ([`KeyTableWriter`]) and [`collect_keys`] keeps them as a
 //!   [`KeyTable`] value, both without counting;
 //! - the **exact key-frequency filter** ([`count_in_memory`], [`SpillCounter`]): radix partitioning
@@ -33,29 +33,32 @@
 //! (that is `neardup-scratch`), or decide duplicates (that is stage 2, `neardup-dedup`).
 #![warn(missing_docs)]
 
-mod count;
 mod error;
-mod hot;
 mod index;
 mod places;
 mod plan;
 mod prior;
 mod row;
 mod row_cache;
-mod stage;
 mod table;
+mod hot;
+mod count;
+mod stage;
 
 pub use count::{CountStats, Counted, SpillCounter, count_in_memory};
 pub use error::{
     Damage, Incompatible, InputFailure, KeysError, KeysSettingsError, LayoutDifference, Problem,
     TableName, TableProblem,
 };
-pub use hot::{HotKeys, HotMask, HotRowGroups, HotSummary, MaskMemory, RowGrouping, ShardPlace};
+pub use hot::{
+    HotKeys, HotMask, HotRowGroups, HotSummary, MaskMemory, RowGrouping, ShardPlace,
+    plan_from_tables,
+};
 /// Re-exported for compatibility: [`Progress`] and [`OnError`] were stage 1's before every step
 /// ran on `neardup-exec`, and `neardup::keys::{Progress, OnError}` is public API.
 pub use neardup_exec::{OnError, Progress};
-pub use places::{RecordPlace, RecordPlaces};
-pub use plan::{Plan, PlanBuilder, plan_from_tables};
+pub use places::{RecordPlace, RecordPlaces, places_budget};
+pub use plan::{Plan, PlanBuilder};
 pub use prior::PriorKeys;
 pub use row::{RowKind, RowRule, RowSketch, ShortTextPolicy, content_key};
 pub use stage::{

@@ -18,13 +18,10 @@
 //! group), the classic longest-processing-time rule, which is within 4/3 of the best possible
 //! largest group.
 
-use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{KeysError, KeysSettingsError};
-use crate::hot::HotKeys;
 use crate::index::{SortedKeyIndex, prefetch};
-use crate::table::{ShardTables, TableReader};
 
 /// Finds the connected components of hot rows, row by row.
 pub struct PlanBuilder<'a> {
@@ -218,71 +215,6 @@ impl Plan {
             hot_rows,
         }
     }
-}
-
-/// The plan of `hot` over the saved `tables` it was counted from (in shard order), in `groups`
-/// groups: one pass over the tables' rows, nothing per row kept. `cancelled` is looked at between
-/// blocks of rows ([`KeysError::Interrupted`]).
-pub fn plan_from_tables(
-    tables: &ShardTables,
-    hot: &HotKeys,
-    groups: u32,
-    cancelled: &dyn Fn() -> bool,
-) -> Result<Plan, KeysError> {
-    let columns = tables.layout.columns();
-    if groups == 1 {
-        // One group needs no components; only the hot rows are counted, for the summary.
-        let mut plan = Plan::single(hot.len(), 0);
-        plan.hot_rows = count_hot_rows(tables, hot, cancelled)?;
-        plan.group_rows = vec![plan.hot_rows];
-        return Ok(plan);
-    }
-    let mut builder = PlanBuilder::new(hot.keys())?;
-    let mut block = Vec::new();
-    for path in &tables.paths {
-        let mut reader = TableReader::open(path)?;
-        loop {
-            if cancelled() {
-                return Err(KeysError::Interrupted);
-            }
-            block.clear();
-            if reader.read_keys(columns * 8192, &mut block)? == 0 {
-                break;
-            }
-            builder.add_rows(&block, columns);
-        }
-        reader.finish()?;
-    }
-    builder.finish(groups)
-}
-
-fn count_hot_rows(
-    tables: &ShardTables,
-    hot: &HotKeys,
-    cancelled: &dyn Fn() -> bool,
-) -> Result<u64, KeysError> {
-    let columns = tables.layout.columns();
-    let index = SortedKeyIndex::new(hot.keys());
-    let mut hot_rows = 0u64;
-    let mut block = Vec::new();
-    for path in &tables.paths {
-        let mut reader = TableReader::open(path)?;
-        loop {
-            if cancelled() {
-                return Err(KeysError::Interrupted);
-            }
-            block.clear();
-            if reader.read_keys(columns * 8192, &mut block)? == 0 {
-                break;
-            }
-            hot_rows += block
-                .chunks_exact(columns)
-                .filter(|row| row.iter().any(|k| *k != NO_KEY && index.contains(*k)))
-                .count() as u64;
-        }
-        reader.finish()?;
-    }
-    Ok(hot_rows)
 }
 
 #[cfg(test)]

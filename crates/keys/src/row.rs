@@ -6,8 +6,6 @@
 use neardup_sketch::{NO_KEY, Scratch, Sketcher, is_blank};
 use serde::{Deserialize, Serialize};
 
-use crate::row_cache::RowCache;
-
 /// What to do with samples whose shingle set is empty (text shorter than the shingle size after
 /// normalisation).
 ///
@@ -57,6 +55,16 @@ pub enum RowKind {
     Short,
     /// An ordinary text with band keys.
     Normal,
+}
+
+/// Rows made earlier, by the content hash of their text (stage 1's `RowCache`): a text found
+/// there takes its row unsigned, since the row rule is a function of the normalised text.
+pub(crate) trait KnownRows {
+    /// Copies into `row` the row of the text with this content hash, if held, and returns its
+    /// kind.
+    fn get(&self, content_hash: u128, row: &mut [u64]) -> Option<RowKind>;
+    /// Keeps the row of a text just signed.
+    fn put(&self, content_hash: u128, kind: RowKind, row: &[u64]);
 }
 
 /// The outcome of sketching one sample into a row.
@@ -126,7 +134,7 @@ impl RowRule {
         scratch: &mut Scratch,
         sig: &mut [u32],
         row: &mut [u64],
-        known: Option<&RowCache>,
+        known: Option<&dyn KnownRows>,
     ) -> (RowSketch, bool) {
         let bands = sketcher.bands();
         debug_assert_eq!(row.len(), self.columns(bands));

@@ -12,7 +12,7 @@
 
 use std::sync::Mutex;
 
-use crate::row::RowKind;
+use crate::row::{KnownRows, RowKind};
 
 /// At most this many rows are kept: 65,536 rows of 17 columns take 10 MB.
 const MAX_ROWS: usize = 1 << 16;
@@ -156,6 +156,15 @@ impl RowCache {
         set[USE_WORDS + way] = clock << 2 | kind_code(kind);
         let rows = &mut set[ROW_WORDS..];
         rows[way * self.columns..(way + 1) * self.columns].copy_from_slice(row);
+    }
+}
+
+impl KnownRows for RowCache {
+    fn get(&self, content_hash: u128, row: &mut [u64]) -> Option<RowKind> {
+        RowCache::get(self, content_hash, row)
+    }
+    fn put(&self, content_hash: u128, kind: RowKind, row: &[u64]) {
+        RowCache::put(self, content_hash, kind, row)
     }
 }
 

@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 use crate::count::{CountStats, Counted, SpillCounter, count_in_memory, count_in_memory_until};
 use crate::error::{InputFailure, KeysError, KeysSettingsError, Problem};
 use crate::hot::{HotKeys, HotMask};
-use crate::places::RecordPlaces;
+use crate::places::{RecordPlaces, places_budget};
 use crate::prior::{HotRule, PriorKeys};
-use crate::row::{RowKind, RowRule};
+use crate::row::{KnownRows, RowKind, RowRule};
 use crate::row_cache::RowCache;
 use crate::table::{
     ChunkRows, FileRows, KeyTable, KeyTableWriter, ShardTables, TableLayout, TableReader,
@@ -210,8 +210,8 @@ struct BlockRows {
     problems: Vec<SkippedSample>,
     /// Which selected fields the block's records have.
     fields: FieldsSeen,
-    /// Where its records lie (a block of an uncompressed JSONL file or of a Parquet file, when
-    /// places are noted).
+    /// Where its records lie (a block of a JSONL file read in order, or of a Parquet file,
+    /// when places are noted).
     places: Option<RecordPlaces>,
 }
 
@@ -407,7 +407,7 @@ impl SketchWork<'_> {
                     scratch,
                     sig,
                     &mut out.keys[start..],
-                    self.known.as_ref(),
+                    self.known.as_ref().map(|k| k as &dyn KnownRows),
                 );
                 out.rows += 1;
                 out.reused += u64::from(reused);
@@ -444,6 +444,9 @@ impl SketchWork<'_> {
             for (i, (rows, odd)) in records.into_iter().enumerate() {
                 let len = block.jsonl_line(i).map_or(0, <[u8]>::len) as u64;
                 places.push(len, rows, !odd && rows == per_record);
+            }
+            for &point in block.jsonl_resume_points() {
+                places.push_resume(point);
             }
             out.places = Some(places);
         }
@@ -549,7 +552,8 @@ pub fn run_keys(
 /// written through `target` (an [`AtomicFile`], alone or one output of a
 /// [`neardup_corpus::Publication`] that publishes the table with the shard's report): the rows
 /// stream to disk as they are assembled, so memory stays bounded however large the shard
-/// (`cfg.memory_limit` does not apply: nothing grows but the per-file row counts). Nothing is
+/// (`cfg.memory_limit` does not apply: nothing grows but the per-file row counts; the records'
+/// places, which the table holds after its keys, wait in a scratch file too). Nothing is
 /// counted: hot keys come from merging all shards' tables ([`merge_table_files`]). The file is
 /// byte-identical to [`KeyTable::save`] of [`collect_keys`]' table.
 pub fn write_keys(
@@ -565,7 +569,7 @@ pub fn write_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, cfg, control, Sink::File(writer), false)?;
+    } = sketch_rows(files, cfg, control, Sink::File(writer), true)?;
     let Sink::File(writer) = sink else {
         unreachable!("a file sink stays a file sink")
     };
@@ -575,7 +579,8 @@ pub fn write_keys(
 
 /// Stage 1 of one shard into an in-memory [`KeyTable`], without counting (the shard's own hot keys
 /// are of no use when all shards' tables are merged): for a scheduler that keeps tables as values.
-/// `cfg.memory_limit` does not apply; [`write_keys`] streams a table of any size to a file.
+/// `cfg.memory_limit` does not apply; [`write_keys`] streams a table of any size to a file. The
+/// table holds the places of its records ([`ChunkRows::places`]), as its file does.
 pub fn collect_keys(
     files: &[InputFile],
     shard: u32,
@@ -588,7 +593,7 @@ pub fn collect_keys(
         stats,
         files: file_rows,
         sink,
-    } = sketch_rows(files, &cfg, control, Sink::Memory(Vec::new()), false)?;
+    } = sketch_rows(files, &cfg, control, Sink::Memory(Vec::new()), true)?;
     let Sink::Memory(keys) = sink else {
         unreachable!("without a memory limit the rows stay in memory")
     };
@@ -603,12 +608,6 @@ struct Sketched {
     sink: Sink,
 }
 
-/// What the places of the records ([`RecordPlaces`]) may take: a 16th of the memory limit
-/// (one to three bytes a record). Past it they are dropped, and stage 2 reads every record.
-fn places_bytes(memory_limit: Option<u64>) -> u64 {
-    memory_limit.map_or(u64::MAX, |limit| limit / 16)
-}
-
 /// What the rows of recently signed texts may take: a 64th of the memory limit, which leaves the
 /// key table its half and the counting buffers theirs (the table stops at 10 MB, its most rows).
 fn row_cache_bytes(memory_limit: Option<u64>) -> u64 {
@@ -616,8 +615,8 @@ fn row_cache_bytes(memory_limit: Option<u64>) -> u64 {
 }
 
 /// Reads and sketches every chunk with worker threads and hands the rows, in input order, to
-/// `sink`; with `places`, notes where the records of uncompressed JSONL and Parquet chunks lie
-/// ([`ChunkRows::places`]) while they take at most [`places_bytes`] of the memory limit.
+/// `sink`; with `places`, notes where the records of JSONL and Parquet chunks lie
+/// ([`ChunkRows::places`]) while they take at most [`places_budget`] of the memory limit.
 fn sketch_rows(
     files: &[InputFile],
     cfg: &KeysConfig,
@@ -708,7 +707,7 @@ fn sketch_rows(
                         .and_then(|c| c.places.as_ref())
                     {
                         places_held += places.memory_bytes();
-                        if places_held > places_bytes(cfg.memory_limit) {
+                        if places_held > places_budget(cfg.memory_limit) {
                             // Over their share of the limit: stage 2 reads every record.
                             work.places.store(false, Ordering::Relaxed);
                             for f in &mut file_rows {
@@ -790,13 +789,19 @@ fn absorb(
         }
         stats.unreadable.push(range);
     }
-    // Places are of use only for a chunk read whole, every record of it placed.
+    // Places are of use only for a chunk read whole, every record of it placed; and of a
+    // compressed file, only one of several members (frames): one that cannot be entered but at
+    // its start is read as a whole again.
     let places = out
         .places
         .filter(|p| out.unreadable.is_empty() && p.records() == out.records)
+        .filter(|p| p.resume_count() != 1)
         .map(|mut p| {
             p.shrink_to_fit();
-            p.set_input_bytes(out.bytes);
+            if files[chunk.file].format == neardup_corpus::Format::Parquet {
+                // Stage 2 passes rows over without their text bytes: it counts these.
+                p.set_input_bytes(out.bytes);
+            }
             p
         });
     fr.chunks.push(ChunkRows {
@@ -807,6 +812,12 @@ fn absorb(
         unreadable: out.unreadable,
         places,
     });
+    if let Sink::File(writer) = sink
+        && let Some(places) = fr.chunks.last_mut().and_then(|c| c.places.take())
+    {
+        // A table file holds them after its keys; they wait on disk, not here.
+        writer.push_places(chunk.file, fr.chunks.len() - 1, &places)?;
+    }
     for (kind, n) in out.skipped {
         *stats.skipped.entry(kind.to_string()).or_default() += n;
     }

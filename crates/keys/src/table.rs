@@ -13,7 +13,7 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::error::{
     Damage, Incompatible, KeysError, KeysSettingsError, LayoutDifference, TableName,
 };
-use crate::places::RecordPlaces;
+use crate::places::{PlacesEntry, RecordPlaces};
 use crate::row::{RowRule, ShortTextPolicy};
 
 /// Rows of one input file, in the order the file's samples were read.
@@ -46,9 +46,10 @@ pub struct ChunkRows {
     /// table file) when the chunk was read whole.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<Unreadable>,
-    /// Where each record lies, for a chunk of an uncompressed JSONL file or of a Parquet file
-    /// read whole by a one-process run ([`crate::run_keys`]): stage 2 then reads only the records it has to
-    /// decide. Not saved with a table: a chunk without places is read whole.
+    /// Where each record lies, for a chunk of a JSONL file read whole (of a compressed file,
+    /// one of several members or frames, see [`RecordPlaces`]) or of a Parquet file: stage 2 then reads only the
+    /// records it has to decide. A key-table file holds them after its keys, not in its
+    /// header's JSON (`docs/formats.md`); a chunk without places is read whole.
     #[serde(skip)]
     pub places: Option<RecordPlaces>,
 }
@@ -331,15 +332,8 @@ impl KeyTable {
     /// writing them).
     pub fn identity(&self) -> TableIdentity {
         let mut out = ChecksumWriter::new(io::sink());
-        let header = TableHeader {
-            format_version: 1,
-            layout: self.layout.clone(),
-            shard: self.shard,
-            files: self.files.clone(),
-            rows: self.rows() as u64,
-        };
-        write_framed_header(&mut out, MAGIC, &header).expect("writing to a sink cannot fail");
-        write_u64s(&mut out, &self.keys).expect("writing to a sink cannot fail");
+        self.write_body(&mut out)
+            .expect("writing to a sink cannot fail");
         TableIdentity {
             shard: self.shard,
             rows: self.rows() as u64,
@@ -368,25 +362,36 @@ impl KeyTable {
         bytes
     }
 
+    /// Writes everything the checksum covers: the header, the keys, the records' places.
+    fn write_body<W: Write>(&self, out: &mut ChecksumWriter<W>) -> io::Result<()> {
+        let header = TableHeader::new(self.layout.clone(), self.shard, self.files.clone());
+        write_framed_header(out, MAGIC, &header)?;
+        write_u64s(out, &self.keys)?;
+        for f in &self.files {
+            for c in &f.chunks {
+                if let Some(places) = &c.places {
+                    for part in places.encoded() {
+                        out.write_all(part)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn write_to<W: Write>(&self, out: W) -> io::Result<()> {
         let mut out = ChecksumWriter::new(out);
-        let header = TableHeader {
-            format_version: 1,
-            layout: self.layout.clone(),
-            shard: self.shard,
-            files: self.files.clone(),
-            rows: self.rows() as u64,
-        };
-        write_framed_header(&mut out, MAGIC, &header)?;
-        write_u64s(&mut out, &self.keys)?;
+        self.write_body(&mut out)?;
         let (mut out, sum) = out.finish();
         out.write_all(&sum.to_le_bytes())?;
         out.write_all(END_MAGIC)
     }
 
-    /// Reads a table written by [`KeyTable::save`], verifying its checksum.
+    /// Reads a table written by [`KeyTable::save`] (its records' places too), verifying its
+    /// checksum.
     pub fn load(path: &Path) -> Result<KeyTable, KeysError> {
         let mut reader = TableReader::open(path)?;
+        reader.keep_places(u64::MAX);
         let mut keys = Vec::with_capacity(reader.keys_left().min(1 << 30) as usize);
         while reader.read_keys(usize::MAX, &mut keys)? > 0 {}
         let header = reader.finish()?;
@@ -398,13 +403,15 @@ impl KeyTable {
     pub fn from_bytes(bytes: &[u8]) -> Result<KeyTable, KeysError> {
         let name = Path::new(BYTES_NAME);
         let mut input = ChecksumReader::new(bytes);
-        let header: TableHeader = read_framed_header(&mut input, MAGIC, name)?;
+        let mut header: TableHeader = read_framed_header(&mut input, MAGIC, name)?;
         let keys_left = check_header(&header, name)?;
         if keys_left.saturating_mul(8) > bytes.len() as u64 {
             return Err(truncated(name, io::ErrorKind::UnexpectedEof.into()));
         }
         let keys = read_u64s(&mut input, keys_left as usize).map_err(|e| truncated(name, e))?;
+        let places = read_places(&mut input, &header.places, name)?;
         verify_trailer(input, name, END_MAGIC)?;
+        header.attach_places(places, name)?;
         KeyTable::new(header.layout, header.shard, header.files, keys).map_err(|e| e.in_file(name))
     }
 }
@@ -412,15 +419,21 @@ impl KeyTable {
 /// How messages name a table or hot-key set read from bytes rather than a file.
 pub(crate) const BYTES_NAME: &str = "<bytes>";
 
+/// The version of the key-table files this build writes: 2 carries the records' places after
+/// the keys. Version 1 (no places: stage 2 reads such a table's inputs whole) is still read.
+const TABLE_VERSION: u32 = 2;
+
 /// Checks a table header's version and row counts; returns the number of keys that follow.
 fn check_header(header: &TableHeader, path: &Path) -> Result<u64, KeysError> {
-    if header.format_version != 1 {
+    if !(1..=TABLE_VERSION).contains(&header.format_version)
+        || (header.format_version == 1 && !header.places.is_empty())
+    {
         return Err(KeysError::corrupt(
             path,
             Damage::FormatVersion {
                 what: "key table",
                 found: header.format_version,
-                supported: 1,
+                supported: TABLE_VERSION,
             },
         ));
     }
@@ -453,6 +466,11 @@ pub struct KeyTableWriter {
     body: BufWriter<File>,
     keys: u64,
     buf: Vec<u8>,
+    /// The records' places pushed so far wait in their own scratch file
+    /// (`.neardup-<id>.places`), made with the first.
+    places_file: Option<(ScratchFile, BufWriter<File>)>,
+    /// What the header says of each chunk's places, in the order they were pushed.
+    places: Vec<PlacesEntry>,
 }
 
 impl KeyTableWriter {
@@ -489,7 +507,37 @@ impl KeyTableWriter {
             body: BufWriter::with_capacity(1 << 20, body),
             keys: 0,
             buf: Vec::new(),
+            places_file: None,
+            places: Vec::new(),
         })
+    }
+
+    /// Adds the places of the records of chunk `chunk` of file `file` (the files
+    /// [`KeyTableWriter::finish`] is given; chunks pushed in file and chunk order), which the
+    /// table holds after its keys, so stage 2's steps read only the records they have to: they
+    /// go to a scratch file, not memory.
+    pub fn push_places(
+        &mut self,
+        file: usize,
+        chunk: usize,
+        places: &RecordPlaces,
+    ) -> Result<(), KeysError> {
+        if self.places_file.is_none() {
+            let dir = self.rows_file.path().parent().unwrap_or(Path::new("."));
+            let scratch = ScratchFile::create(dir, "places").map_err(|e| KeysError::io(dir, e))?;
+            let out = scratch
+                .file()
+                .try_clone()
+                .map_err(|e| KeysError::io(scratch.path(), e))?;
+            self.places_file = Some((scratch, BufWriter::with_capacity(1 << 16, out)));
+        }
+        let (scratch, out) = self.places_file.as_mut().expect("made above");
+        for part in places.encoded() {
+            out.write_all(part)
+                .map_err(|e| KeysError::io(scratch.path(), e))?;
+        }
+        self.places.push(places.entry(file, chunk));
+        Ok(())
     }
 
     /// Appends rows (row-major, whole rows).
@@ -544,13 +592,8 @@ impl KeyTableWriter {
         body.seek(SeekFrom::Start(0))
             .map_err(|e| KeysError::io(&scratch, e))?;
         let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, self.target));
-        let header = TableHeader {
-            format_version: 1,
-            layout,
-            shard,
-            files,
-            rows,
-        };
+        let header = TableHeader::with_places(layout, shard, files, self.places);
+        let places_bytes = header.places_bytes();
         write_framed_header(&mut out, MAGIC, &header).map_err(io_err)?;
         let copied = io::copy(&mut (&mut body).take(self.keys * 8), &mut out).map_err(io_err)?;
         if copied != self.keys * 8 {
@@ -561,6 +604,25 @@ impl KeyTableWriter {
                     written: self.keys * 8,
                 },
             ));
+        }
+        if let Some((scratch, places)) = self.places_file {
+            let mut places = places
+                .into_inner()
+                .map_err(|e| KeysError::io(scratch.path(), e.into_error()))?;
+            places
+                .seek(SeekFrom::Start(0))
+                .map_err(|e| KeysError::io(scratch.path(), e))?;
+            let copied =
+                io::copy(&mut (&mut places).take(places_bytes), &mut out).map_err(io_err)?;
+            if copied != places_bytes {
+                return Err(KeysError::corrupt(
+                    &path,
+                    Damage::ScratchSize {
+                        copied,
+                        written: places_bytes,
+                    },
+                ));
+            }
         }
         let (mut buf, sum) = out.finish();
         buf.write_all(&sum.to_le_bytes()).map_err(io_err)?;
@@ -582,6 +644,8 @@ pub struct TableReader {
     input: ChecksumReader<BufReader<Box<dyn Read + Send>>>,
     keys_left: u64,
     buf: Vec<u8>,
+    /// Whether [`TableReader::finish`] keeps the records' places ([`TableReader::keep_places`]).
+    keep_places: bool,
 }
 
 impl TableReader {
@@ -597,7 +661,22 @@ impl TableReader {
             input,
             keys_left,
             buf: Vec::new(),
+            keep_places: false,
         })
+    }
+
+    /// The bytes of the records' places the table holds after its keys (0 for a table of
+    /// version 1, or without any).
+    pub fn places_bytes(&self) -> u64 {
+        self.header.places_bytes()
+    }
+
+    /// Has [`TableReader::finish`] give the files' chunks the places of their records (see
+    /// [`ChunkRows::places`]) if they take at most `budget` bytes; returns whether it will.
+    /// Without, they are read through (and checked) but not kept.
+    pub fn keep_places(&mut self, budget: u64) -> bool {
+        self.keep_places = self.places_bytes() <= budget && !self.header.places.is_empty();
+        self.keep_places
     }
 
     /// The table's settings.
@@ -642,8 +721,9 @@ impl TableReader {
         Ok(done)
     }
 
-    /// Verifies the checksum and end marker after all keys were read; returns the header parts.
-    pub fn finish(self) -> Result<TableParts, KeysError> {
+    /// Verifies the checksum and end marker after all keys were read; returns the header parts
+    /// (with the records' places, as [`TableReader::keep_places`] asked).
+    pub fn finish(mut self) -> Result<TableParts, KeysError> {
         if self.keys_left > 0 {
             return Err(KeysSettingsError::KeysLeft {
                 path: self.path.clone(),
@@ -651,7 +731,16 @@ impl TableReader {
             }
             .into());
         }
+        let places = if self.keep_places {
+            read_places(&mut self.input, &self.header.places, &self.path)?
+        } else {
+            skip_places(&mut self.input, self.header.places_bytes(), &self.path)?;
+            Vec::new()
+        };
         verify_trailer(self.input, &self.path, END_MAGIC)?;
+        if self.keep_places {
+            self.header.attach_places(places, &self.path)?;
+        }
         Ok(TableParts {
             layout: self.header.layout,
             shard: self.header.shard,
@@ -700,6 +789,9 @@ pub(crate) fn check_shards<'a>(
 /// The saved tables of all shards of a run, from their headers and trailers only (nothing is
 /// loaded): in shard order, checked to share one layout and to have distinct shard numbers.
 pub struct ShardTables {
+    /// The bytes of each table's records' places (after its keys), and where they start in
+    /// its file, in the same order: [`ShardTables::load_places`] reads them.
+    places: Vec<(Vec<PlacesEntry>, u64)>,
     /// The layout all tables share.
     pub layout: TableLayout,
     /// The table files, in shard order.
@@ -725,23 +817,27 @@ impl ShardTables {
                 checksum: stored_checksum(p)?,
                 files: r.files().len() as u64,
             };
-            headers.push((identity, r.header.layout, p.clone(), r.header.files));
+            let places_bytes = r.header.places_bytes();
+            let places = (r.header.places, places_bytes);
+            headers.push((identity, r.header.layout, p.clone(), r.header.files, places));
         }
         let layout = check_shards(
             headers
                 .iter()
-                .map(|(id, layout, path, _)| (id.shard, layout, Some(path.as_path()))),
+                .map(|(id, layout, path, ..)| (id.shard, layout, Some(path.as_path()))),
         )?
         .clone();
         headers.sort_by_key(|(id, ..)| id.shard);
         let mut tables = ShardTables {
+            places: Vec::with_capacity(headers.len()),
             layout,
             paths: Vec::with_capacity(headers.len()),
             rows: Vec::with_capacity(headers.len()),
             identities: Vec::with_capacity(headers.len()),
             files: Vec::new(),
         };
-        for (identity, _, path, files) in headers {
+        for (identity, _, path, files, places) in headers {
+            tables.places.push(places);
             tables.paths.push(path);
             tables.rows.push(identity.rows);
             tables.identities.push(identity);
@@ -753,6 +849,42 @@ impl ShardTables {
     /// Keys in all tables together.
     pub fn total_keys(&self) -> u64 {
         self.rows.iter().sum::<u64>() * self.layout.columns() as u64
+    }
+
+    /// Gives the files' chunks the places of their records ([`ChunkRows::places`]) that the
+    /// tables hold, table by table in shard order while they fit in `budget` bytes, each read
+    /// from its table's end alone (one request for an object) and checked against its header.
+    /// Their checksum is the table's, verified when the table is read through (as every step
+    /// that reads a table's inputs does first, to build its hot mask).
+    pub fn load_places(&mut self, mut budget: u64) -> Result<(), KeysError> {
+        let mut file_base = 0usize;
+        for (t, (entries, bytes)) in self.places.iter().enumerate() {
+            let path = &self.paths[t];
+            let files = self.identities[t].files as usize;
+            if entries.is_empty() || *bytes > budget {
+                file_base += files;
+                continue;
+            }
+            budget -= bytes;
+            let end = neardup_storage::file::read_end(path, bytes + 16)
+                .map_err(|e| KeysError::io(path, e))?;
+            if end.len() as u64 != bytes + 16 {
+                return Err(truncated(path, io::ErrorKind::UnexpectedEof.into()));
+            }
+            let data = read_places(&mut &end[..*bytes as usize], entries, path)?;
+            let mut header = TableHeader::with_places(
+                self.layout.clone(),
+                self.identities[t].shard,
+                self.files[file_base..file_base + files].to_vec(),
+                entries.clone(),
+            );
+            header.attach_places(data, path)?;
+            for (at, f) in header.files.into_iter().enumerate() {
+                self.files[file_base + at] = f;
+            }
+            file_base += files;
+        }
+        Ok(())
     }
 }
 
@@ -787,6 +919,104 @@ struct TableHeader {
     shard: u32,
     files: Vec<FileRows>,
     rows: u64,
+    /// The chunks whose records' places follow the keys, in the order their bytes do.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    places: Vec<PlacesEntry>,
+}
+
+impl TableHeader {
+    /// The header of a table of `files`, listing the places its chunks hold.
+    fn new(layout: TableLayout, shard: u32, files: Vec<FileRows>) -> TableHeader {
+        let mut places = Vec::new();
+        for (fi, f) in files.iter().enumerate() {
+            for (ci, c) in f.chunks.iter().enumerate() {
+                if let Some(p) = &c.places {
+                    places.push(p.entry(fi, ci));
+                }
+            }
+        }
+        TableHeader::with_places(layout, shard, files, places)
+    }
+
+    fn with_places(
+        layout: TableLayout,
+        shard: u32,
+        files: Vec<FileRows>,
+        places: Vec<PlacesEntry>,
+    ) -> TableHeader {
+        TableHeader {
+            format_version: TABLE_VERSION,
+            layout,
+            shard,
+            rows: files.iter().map(|f| f.rows).sum(),
+            files,
+            places,
+        }
+    }
+
+    /// The bytes of the places that follow the keys.
+    fn places_bytes(&self) -> u64 {
+        self.places.iter().map(|p| p.bytes).sum()
+    }
+
+    /// Gives each chunk its places read back ([`read_places`]), each checked against what the
+    /// header says of it.
+    fn attach_places(&mut self, places: Vec<Vec<u8>>, path: &Path) -> Result<(), KeysError> {
+        for (entry, data) in self.places.iter().zip(places) {
+            let damaged = || {
+                KeysError::corrupt(
+                    path,
+                    Damage::Places {
+                        file: entry.file,
+                        chunk: entry.chunk,
+                    },
+                )
+            };
+            let chunk = usize::try_from(entry.file)
+                .ok()
+                .and_then(|f| self.files.get_mut(f))
+                .and_then(|f| f.chunks.get_mut(usize::try_from(entry.chunk).ok()?))
+                .ok_or_else(damaged)?;
+            if chunk.places.is_some() || chunk.records != entry.records {
+                return Err(damaged());
+            }
+            chunk.places = Some(RecordPlaces::decode(entry, data, chunk.rows).ok_or_else(damaged)?);
+        }
+        Ok(())
+    }
+}
+
+/// Reads the places that follow a table's keys (`entries`, from its header), each chunk's
+/// encoding apart.
+fn read_places<R: Read>(
+    input: &mut R,
+    entries: &[PlacesEntry],
+    path: &Path,
+) -> Result<Vec<Vec<u8>>, KeysError> {
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        let mut data = Vec::new();
+        let read = input
+            .take(e.bytes)
+            .read_to_end(&mut data)
+            .map_err(|e| truncated(path, e))?;
+        if read as u64 != e.bytes {
+            return Err(truncated(path, io::ErrorKind::UnexpectedEof.into()));
+        }
+        out.push(data);
+    }
+    Ok(out)
+}
+
+/// Reads through the places that follow a table's keys without keeping them (their bytes still
+/// go through the checksum).
+fn skip_places<R: Read>(input: &mut R, bytes: u64, path: &Path) -> Result<(), KeysError> {
+    let skipped =
+        io::copy(&mut input.take(bytes), &mut io::sink()).map_err(|e| truncated(path, e))?;
+    if skipped != bytes {
+        return Err(truncated(path, io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(())
 }
 
 /// Hashes everything written through it, for the trailing checksum of the binary formats.
@@ -1097,6 +1327,153 @@ mod tests {
         let err = HotKeys::from_bytes(&bytes[..bytes.len() - 9]).unwrap_err();
         assert!(err.to_string().starts_with("<bytes>: "), "{err}");
         assert!(HotKeys::from_bytes(&t.to_bytes()).is_err());
+    }
+
+    /// [`table`] whose first file was read in one chunk of two records, one of them placed
+    /// and plain, the other a blank line.
+    fn table_with_places() -> KeyTable {
+        let t = table();
+        let mut files = t.files().to_vec();
+        let mut places = RecordPlaces::new(0, 1);
+        places.push(6, 1, true);
+        places.push(4, 0, false);
+        files[0].chunks.push(ChunkRows {
+            range: ChunkRange::Whole,
+            records: 2,
+            rows: 1,
+            read_error: false,
+            unreadable: Vec::new(),
+            places: Some(places),
+        });
+        files[1].chunks.push(ChunkRows {
+            range: ChunkRange::Whole,
+            records: 3,
+            rows: 2,
+            read_error: false,
+            unreadable: Vec::new(),
+            places: None,
+        });
+        KeyTable::new(t.layout().clone(), t.shard(), files, t.keys().to_vec()).unwrap()
+    }
+
+    /// The bytes of `table` as a file of `version` (1: as builds before places wrote them,
+    /// without the places), its checksum right.
+    fn table_bytes_of_version(table: &KeyTable, version: u32) -> Vec<u8> {
+        let mut files = table.files().to_vec();
+        for f in &mut files {
+            for c in &mut f.chunks {
+                c.places = None;
+            }
+        }
+        let mut header = TableHeader::new(table.layout().clone(), table.shard(), files);
+        header.format_version = version;
+        let mut out = ChecksumWriter::new(Vec::new());
+        write_framed_header(&mut out, MAGIC, &header).unwrap();
+        write_u64s(&mut out, table.keys()).unwrap();
+        let (mut bytes, sum) = out.finish();
+        bytes.extend_from_slice(&sum.to_le_bytes());
+        bytes.extend_from_slice(END_MAGIC);
+        bytes
+    }
+
+    #[test]
+    fn tables_carry_their_records_places_and_version_1_files_are_still_read() {
+        let t = table_with_places();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ndk");
+        t.save(&path).unwrap();
+        let bytes = t.to_bytes();
+        assert_eq!(bytes, std::fs::read(&path).unwrap());
+        assert_eq!(KeyTable::from_bytes(&bytes).unwrap(), t);
+        assert_eq!(KeyTable::load(&path).unwrap(), t);
+        assert_eq!(t.identity().checksum, stored_checksum(&path).unwrap());
+        // Streamed, the places waiting in a scratch file: the same bytes.
+        let streamed = dir.path().join("s.ndk");
+        let mut w = KeyTableWriter::create(&streamed, t.columns()).unwrap();
+        w.push_rows(t.keys()).unwrap();
+        w.push_places(0, 0, t.files()[0].chunks[0].places.as_ref().unwrap())
+            .unwrap();
+        let mut files = t.files().to_vec();
+        files[0].chunks[0].places = None;
+        w.finish(t.layout().clone(), t.shard(), files).unwrap();
+        assert_eq!(std::fs::read(&streamed).unwrap(), bytes);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 2, "no scratch file is left: {names:?}");
+        // A reader keeps them within its budget, or reads them through unkept.
+        let read = |budget: u64| {
+            let mut r = TableReader::open(&path).unwrap();
+            assert_eq!(r.places_bytes(), 3);
+            r.keep_places(budget);
+            let mut keys = Vec::new();
+            while r.read_keys(4, &mut keys).unwrap() > 0 {}
+            assert_eq!(keys, t.keys());
+            r.finish().unwrap().files
+        };
+        assert_eq!(read(3), t.files());
+        assert!(read(2)[0].chunks[0].places.is_none());
+        // From the table's end alone.
+        let mut shards = ShardTables::open(std::slice::from_ref(&path)).unwrap();
+        assert!(shards.files[0].chunks[0].places.is_none());
+        shards.load_places(2).unwrap();
+        assert!(shards.files[0].chunks[0].places.is_none());
+        shards.load_places(3).unwrap();
+        assert_eq!(shards.files, t.files());
+        // A version 1 file (no places) is read; its chunks are read whole by stage 2.
+        let v1 = table_bytes_of_version(&t, 1);
+        let back = KeyTable::from_bytes(&v1).unwrap();
+        assert!(back.files()[0].chunks[0].places.is_none());
+        assert_eq!(back.keys(), t.keys());
+        let v1_path = dir.path().join("v1.ndk");
+        std::fs::write(&v1_path, &v1).unwrap();
+        let mut shards = ShardTables::open(std::slice::from_ref(&v1_path)).unwrap();
+        shards.load_places(u64::MAX).unwrap();
+        assert_eq!(shards.files, back.files());
+        assert_eq!(KeyTable::load(&v1_path).unwrap(), back);
+        // A newer version is refused, saying so.
+        let err = KeyTable::from_bytes(&table_bytes_of_version(&t, 3)).unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "key table format version 3 is not supported (this build reads versions up to 2)"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn places_that_are_not_what_the_header_says_are_refused() {
+        let t = table_with_places();
+        let bytes = t.to_bytes();
+        // A byte of the places changed: the checksum.
+        let mut flipped = bytes.clone();
+        let at = bytes.len() - 17;
+        flipped[at] ^= 1;
+        let err = KeyTable::from_bytes(&flipped).unwrap_err().to_string();
+        assert!(err.contains("checksum mismatch"), "{err}");
+        // Places that disagree with their chunk, the checksum right: named as such.
+        let mut lying = t.clone();
+        lying.files[0].chunks[0].places = Some({
+            let mut p = RecordPlaces::new(0, 1);
+            p.push(6, 1, true);
+            p
+        });
+        let err = KeyTable::from_bytes(&lying.to_bytes()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                KeysError::Corrupt {
+                    damage: Damage::Places { file: 0, chunk: 0 },
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("the places of the records of chunk 0 of input 0")
+        );
     }
 
     #[test]

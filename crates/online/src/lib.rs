@@ -276,13 +276,6 @@ pub enum IndexError {
         /// The namespace.
         namespace: String,
     },
-    /// [`Index::save`] of an index in Redis (whose state producers share and change).
-    SaveShared {
-        /// The server's address.
-        address: String,
-        /// The namespace.
-        namespace: String,
-    },
     /// A namespace holds no index.
     NoNamespace {
         /// The server's address.
@@ -378,12 +371,6 @@ impl fmt::Display for IndexError {
                 f,
                 "the namespace {namespace:?} at {address} already holds an index: push into \
                  another namespace, or pass --replace to replace it"
-            ),
-            IndexError::SaveShared { address, namespace } => write!(
-                f,
-                "the index in the namespace {namespace:?} at {address} is shared by its \
-                 producers: save it with `neardup index pull {address} --namespace {namespace} \
-                 -o PATH`, which reads it in one atomic step"
             ),
             IndexError::NoNamespace { address, namespace } => write!(
                 f,
@@ -497,10 +484,18 @@ impl Index {
     /// first document with the same text (1.0), then the kept documents of its buckets whose
     /// similarity reaches the threshold. An empty list when `check` would keep it.
     pub fn query(&mut self, text: &str) -> Result<Vec<(DocId, f64)>, IndexError> {
+        let mut out = self.query_many(&[text])?;
+        Ok(out.pop().expect("one answer per text"))
+    }
+
+    /// [`Index::query`] for each text, signing them in parallel (and, in Redis, reading what
+    /// they reach in one round trip); inserts nothing, so each is answered against the index
+    /// as it was before the call.
+    pub fn query_many(&mut self, texts: &[&str]) -> Result<Vec<Vec<(DocId, f64)>>, IndexError> {
         match self {
-            Index::Memory(m) => Ok(m.query(text)),
-            Index::File(f) => Ok(f.memory_mut().query(text)),
-            Index::Redis(r) => r.query(text),
+            Index::Memory(m) => Ok(m.query_many(texts)),
+            Index::File(f) => Ok(f.memory_mut().query_many(texts)),
+            Index::Redis(r) => r.query_many(texts),
         }
     }
 
@@ -522,7 +517,9 @@ impl Index {
 
     /// Saves the index at `path` (`None`: the file it was opened from), atomically, in the
     /// format of `neardup dedup --index-out` (so a batch run can use it `--against`); refused
-    /// when `path` holds anything but a neardup index. Returns the bytes written.
+    /// when `path` holds anything but a neardup index. An index in Redis is read in one atomic
+    /// step and saved as `neardup index pull` saves it (the same bytes; producers may go on).
+    /// Returns the bytes written.
     pub fn save(&mut self, path: Option<&Path>) -> Result<u64, IndexError> {
         match (self, path) {
             (Index::Memory(m), Some(p)) => m.save(p),
@@ -530,11 +527,8 @@ impl Index {
                 let p = p.unwrap_or(f.path()).to_path_buf();
                 f.memory().save(&p)
             }
-            (Index::Memory(_), None) => Err(IndexError::NoPath),
-            (Index::Redis(r), _) => Err(IndexError::SaveShared {
-                address: r.address().to_string(),
-                namespace: r.namespace().to_string(),
-            }),
+            (Index::Redis(r), Some(p)) => r.save(p),
+            (Index::Memory(_) | Index::Redis(_), None) => Err(IndexError::NoPath),
         }
     }
 }

@@ -195,19 +195,15 @@ impl MemoryIndex {
             .collect()
     }
 
-    /// See [`crate::Index::query`].
-    pub fn query(&mut self, text: &str) -> Vec<(DocId, f64)> {
-        let Some(signed) = Signer::new(&self.settings).sign_one(text) else {
-            return Vec::new();
-        };
-        let matches = self.core.query(&sign::candidate(
-            &signed,
-            &self.all_hot,
-            SampleAddr::default(),
-        ));
-        matches
-            .into_iter()
-            .filter_map(|m| Some((DocId::decode(m.id.as_deref()?)?, m.similarity)))
+    /// See [`crate::Index::query_many`].
+    pub fn query_many(&mut self, texts: &[&str]) -> Vec<Vec<(DocId, f64)>> {
+        let signed = Signer::new(&self.settings).sign_texts(texts);
+        signed
+            .iter()
+            .map(|s| match s {
+                Some(s) => sign::matches(&mut self.core, &self.all_hot, s),
+                None => Vec::new(),
+            })
             .collect()
     }
 

@@ -14,8 +14,9 @@
 //!   by reason).
 //!
 //! **How a batch is decided.** A producer signs its texts, reads the state its documents reach
-//! (the ids, the buckets of their band keys, their texts' first copies, and the representatives
-//! those buckets name, which never change once written and are cached), seeds a decision core
+//! in one round trip (the ids, the buckets of their band keys, their texts' first copies), then
+//! the representatives those buckets name (which never change once written, and are cached),
+//! seeds a decision core
 //! with it ([`Deduper::seed`]) and decides the documents in order, as the in-memory index does.
 //! Then one server-side script commits the decisions in order, each only if what it was decided
 //! against has not changed: its id is still undecided, each of its buckets still holds the
@@ -45,29 +46,6 @@ use neardup_sketch::NO_KEY;
 use crate::sign::{self, Decided, Signed, Signer};
 use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 
-/// Reads the ids, buckets and first copies a batch reaches, in one consistent view.
-/// KEYS: ids, buckets, copies. ARGV: n ids, the ids, n buckets, the band keys, the content hashes.
-const READ: &str = r#"
-local function hmget(key, from, to)
-  local out = {}
-  local i = from
-  while i <= to do
-    local j = math.min(i + 999, to)
-    local part = redis.call('HMGET', key, unpack(ARGV, i, j))
-    for _, v in ipairs(part) do out[#out + 1] = v end
-    i = j + 1
-  end
-  return out
-end
-local nid = tonumber(ARGV[1])
-local ids = hmget(KEYS[1], 2, 1 + nid)
-local nb = tonumber(ARGV[2 + nid])
-local b0 = 3 + nid
-local buckets = hmget(KEYS[2], b0, b0 + nb - 1)
-local copies = hmget(KEYS[3], b0 + nb, #ARGV)
-return {ids, buckets, copies}
-"#;
-
 /// Commits decisions in order, each only while what it was decided against is unchanged and
 /// no document refused before it in the call (or in `tainted`) would have changed it; returns,
 /// per document, 2 numbers: -1 (refused) or 0 (committed) or 1 + the number of the
@@ -77,109 +55,171 @@ return {ids, buckets, copies}
 /// documents, then per document: id, decision, counter, n checks, (band key, expected bytes)
 /// per check, content hash, "a" when it becomes its text's first copy (else ""), n joins, the
 /// band keys it joins, its representative's body ("" when it is none).
+///
+/// The state every document is checked against is read first, in one command per hash (the
+/// ids, every bucket the call checks or joins, the first copies it would make), and followed
+/// through the call in Lua tables as documents are committed; the writes then go in one command
+/// per hash, representatives first and decisions last. A command per document and bucket was
+/// most of the server's time. A script's writes cannot fail once the first has been made (the
+/// server refuses a write script for memory only before it starts writing), so the call
+/// commits every document it accepts, or none.
 const COMMIT: &str = r#"
 local meta, ids, buckets, copies, reps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local function hmget(key, fields)
+  local out = {}
+  for i = 1, #fields, 1000 do
+    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))
+    for k = 1, #part do out[i + k - 1] = part[k] end
+  end
+  return out
+end
+local function hset(key, fields)
+  for i = 1, #fields, 1000 do
+    redis.call('HSET', key, unpack(fields, i, math.min(i + 999, #fields)))
+  end
+end
 local tainted = {}
 local nt = tonumber(ARGV[1])
 for i = 2, 1 + nt do tainted[ARGV[i]] = true end
-local at = 2 + nt
-local n = tonumber(ARGV[at])
-at = at + 1
--- The counters are read once and written with each document in one command, so that a script
--- failing in the middle leaves them matching what it wrote.
+local n = tonumber(ARGV[2 + nt])
+
+-- Where each document's fields are, and what the call reads.
+local docs = {}
+local id_list, key_list, hash_list = {}, {}, {}
+local key_seen, hash_seen = {}, {}
+local at = 3 + nt
+for d = 1, n do
+  local doc = {id = ARGV[at], blob = ARGV[at + 1], counter = ARGV[at + 2]}
+  local nchecks = tonumber(ARGV[at + 3])
+  doc.checks = at + 4
+  doc.nchecks = nchecks
+  at = at + 4 + 2 * nchecks
+  doc.hash, doc.first = ARGV[at], ARGV[at + 1] == 'a'
+  doc.njoins = tonumber(ARGV[at + 2])
+  doc.joins = at + 3
+  at = doc.joins + doc.njoins
+  doc.body = ARGV[at]
+  at = at + 1
+  docs[d] = doc
+  id_list[d] = doc.id
+  for c = 0, nchecks - 1 do
+    local key = ARGV[doc.checks + 2 * c]
+    if not key_seen[key] then key_seen[key] = true; key_list[#key_list + 1] = key end
+  end
+  if doc.body ~= '' then
+    for j = doc.joins, doc.joins + doc.njoins - 1 do
+      local key = ARGV[j]
+      if not key_seen[key] then key_seen[key] = true; key_list[#key_list + 1] = key end
+    end
+  end
+  if doc.first and not hash_seen[doc.hash] then
+    hash_seen[doc.hash] = true
+    hash_list[#hash_list + 1] = doc.hash
+  end
+end
+
+local decided = hmget(ids, id_list)
+local held, len = {}, {}
+if #key_list > 0 then
+  local got = hmget(buckets, key_list)
+  for i, key in ipairs(key_list) do
+    held[key] = got[i] or ''
+    len[key] = got[i] and #got[i] or 0
+  end
+end
+local has_copy = {}
+if #hash_list > 0 then
+  local got = hmget(copies, hash_list)
+  for i, h in ipairs(hash_list) do has_copy[h] = got[i] and true or false end
+end
+
 local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
 local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
-local counters = {}
+local counted = {}
+local appended, appended_order = {}, {}
+local id_fields, rep_fields, copy_fields = {}, {}, {}
 local out = {}
 local refused = 0
 for d = 1, n do
-  local id, blob, counter = ARGV[at], ARGV[at + 1], ARGV[at + 2]
-  local nchecks = tonumber(ARGV[at + 3])
-  at = at + 4
-  local ok = redis.call('HEXISTS', ids, id) == 0
-  if ok and nchecks > 0 then
-    -- One read of all its buckets (a command per bucket would be most of the script's time).
-    local keys = {}
-    for c = 1, nchecks do
-      keys[c] = ARGV[at + 2 * c - 2]
-      if tainted[keys[c]] then ok = false end
-    end
-    if ok then
-      local held = redis.call('HMGET', buckets, unpack(keys))
-      for c = 1, nchecks do
-        local len = held[c] and #held[c] or 0
-        if len ~= tonumber(ARGV[at + 2 * c - 1]) then ok = false end
+  local doc = docs[d]
+  local ok = not decided[d]
+  if ok then
+    for c = 0, doc.nchecks - 1 do
+      local key = ARGV[doc.checks + 2 * c]
+      if tainted[key] or len[key] ~= tonumber(ARGV[doc.checks + 2 * c + 1]) then
+        ok = false
+        break
       end
     end
   end
-  at = at + 2 * nchecks
-  local hash, first = ARGV[at], ARGV[at + 1] == 'a'
-  at = at + 2
+  local hash = doc.hash
   if ok and hash ~= '' and tainted[hash] then ok = false end
-  if ok and first and redis.call('HEXISTS', copies, hash) == 1 then ok = false end
-  local njoins = tonumber(ARGV[at])
-  local jfrom = at + 1
-  at = jfrom + njoins
-  local body = ARGV[at]
-  at = at + 1
+  if ok and doc.first and has_copy[hash] then ok = false end
   if not ok then
     -- What it would have written is not there: the documents after it that read it wait.
     refused = refused + 1
-    for j = jfrom, jfrom + njoins - 1 do tainted[ARGV[j]] = true end
-    if first then tainted[hash] = true end
+    for j = doc.joins, doc.joins + doc.njoins - 1 do tainted[ARGV[j]] = true end
+    if doc.first then tainted[hash] = true end
     out[2 * d - 1] = -1
     out[2 * d] = -1
   else
-    local named = struct.pack('<I4', #id) .. id
     local docno, docnum = '', -1
-    if body ~= '' or first then
+    if doc.body ~= '' or doc.first then
       docnum = documents
       documents = documents + 1
       docno = struct.pack('<I8', docnum)
     end
     local became = 0
-    if body ~= '' then
+    if doc.body ~= '' then
       local rep = struct.pack('<I4', representatives)
       representatives = representatives + 1
       became = representatives
-      redis.call('HSET', reps, rep, docno .. named .. body)
-      if njoins > 0 then
-        -- Its buckets read and written in one command each (a key twice in its row joins twice).
-        local jkeys = {}
-        for j = jfrom, jfrom + njoins - 1 do jkeys[#jkeys + 1] = ARGV[j] end
-        local held = redis.call('HMGET', buckets, unpack(jkeys))
-        local now, order = {}, {}
-        for j = 1, njoins do
-          local key = jkeys[j]
-          if now[key] == nil then
-            now[key] = held[j] or ''
-            order[#order + 1] = key
-          end
-          now[key] = now[key] .. rep
+      rep_fields[#rep_fields + 1] = rep
+      rep_fields[#rep_fields + 1] = docno .. struct.pack('<I4', #doc.id) .. doc.id .. doc.body
+      -- A key twice in its row joins twice.
+      for j = doc.joins, doc.joins + doc.njoins - 1 do
+        local key = ARGV[j]
+        local pieces = appended[key]
+        if not pieces then
+          pieces = {}
+          appended[key] = pieces
+          appended_order[#appended_order + 1] = key
         end
-        local fields = {}
-        for _, key in ipairs(order) do
-          fields[#fields + 1] = key
-          fields[#fields + 1] = now[key]
-        end
-        redis.call('HSET', buckets, unpack(fields))
+        pieces[#pieces + 1] = rep
+        len[key] = len[key] + 4
       end
     end
-    if first then redis.call('HSET', copies, hash, docno .. id) end
-    redis.call('HSET', ids, id, struct.pack('<I8', sequence) .. blob)
-    sequence = sequence + 1
-    if not counters[counter] then
-      counters[counter] = tonumber(redis.call('HGET', meta, counter)) or 0
+    if doc.first then
+      copy_fields[#copy_fields + 1] = hash
+      copy_fields[#copy_fields + 1] = docno .. doc.id
+      has_copy[hash] = true
     end
-    counters[counter] = counters[counter] + 1
-    redis.call('HSET', meta, 'documents', string.format('%d', documents),
-               'representatives', string.format('%d', representatives),
-               'sequence', string.format('%d', sequence),
-               counter, string.format('%d', counters[counter]))
+    id_fields[#id_fields + 1] = doc.id
+    id_fields[#id_fields + 1] = struct.pack('<I8', sequence) .. doc.blob
+    sequence = sequence + 1
+    counted[doc.counter] = (counted[doc.counter] or 0) + 1
     out[2 * d - 1] = became
     out[2 * d] = docnum
   end
 end
+
+hset(reps, rep_fields)
+local bucket_fields = {}
+for _, key in ipairs(appended_order) do
+  bucket_fields[#bucket_fields + 1] = key
+  bucket_fields[#bucket_fields + 1] = held[key] .. table.concat(appended[key])
+end
+hset(buckets, bucket_fields)
+hset(copies, copy_fields)
+hset(ids, id_fields)
+local meta_fields = {'documents', string.format('%d', documents),
+                     'representatives', string.format('%d', representatives),
+                     'sequence', string.format('%d', sequence)}
+for counter, k in pairs(counted) do
+  meta_fields[#meta_fields + 1] = counter
+  meta_fields[#meta_fields + 1] = string.format('%d', (tonumber(redis.call('HGET', meta, counter)) or 0) + k)
+end
+redis.call('HSET', meta, unpack(meta_fields))
 if refused > 0 then redis.call('HINCRBY', meta, 'conflicts', refused) end
 return out
 "#;
@@ -205,6 +245,11 @@ const COMMIT_CHUNK: usize = 256;
 /// Rounds of reading again after another producer got in the way before giving up: each round
 /// commits at least one document unless another producer committed one meanwhile.
 const MAX_ROUNDS: usize = 100_000;
+
+/// The most and the fewest documents a round reads, decides and commits (see
+/// [`RedisIndex::run`]).
+const ROUND_MAX: usize = 1 << 16;
+const ROUND_MIN: usize = 16;
 
 /// Bytes of representatives a producer caches (they never change once written).
 const CACHE_BYTES: usize = 256 << 20;
@@ -303,13 +348,14 @@ pub struct RedisIndex {
     namespace: String,
     keys: Keys,
     con: Connection,
-    read: Script,
     commit: Script,
     reserve: Script,
     cache: HashMap<u32, RepRecord>,
     cache_bytes: usize,
     all_hot: Vec<bool>,
     band_columns: usize,
+    /// How many documents the next round takes.
+    round_size: usize,
 }
 
 /// The address in messages: the URL without a password.
@@ -383,11 +429,11 @@ impl RedisIndex {
             namespace: namespace.to_string(),
             keys,
             con,
-            read: Script::new(READ),
             commit: Script::new(COMMIT),
             reserve: Script::new(RESERVE),
             cache: HashMap::new(),
             cache_bytes: 0,
+            round_size: ROUND_MAX,
         })
     }
 
@@ -411,6 +457,13 @@ impl RedisIndex {
             address: self.address.clone(),
             source,
         }
+    }
+
+    /// Reads the namespace in one atomic step and saves it at `path` as `neardup index pull`
+    /// does (atomically, never over anything but an index). Returns the bytes written.
+    pub fn save(&mut self, path: &std::path::Path) -> Result<u64, IndexError> {
+        let (saved, _) = crate::transfer::pull_over(&mut self.con, &self.address, &self.namespace)?;
+        crate::file_store::save_saved(&saved, path)
     }
 
     /// Documents checked or inserted (each id once), by every producer.
@@ -530,27 +583,21 @@ impl RedisIndex {
         self.run(texts, ids, Verb::Insert).map(|(ids, _)| ids)
     }
 
-    /// See [`crate::Index::query`].
-    pub fn query(&mut self, text: &str) -> Result<Vec<(DocId, f64)>, IndexError> {
-        let Some(signed) = Signer::new(&self.settings).sign_one(text) else {
-            return Ok(Vec::new());
-        };
-        let view = self
-            .read_view(&[], &[&signed])
-            .map_err(|e| self.failed(e))?;
+    /// See [`crate::Index::query_many`]: one read of everything the texts reach.
+    pub fn query_many(&mut self, texts: &[&str]) -> Result<Vec<Vec<(DocId, f64)>>, IndexError> {
+        let signed = Signer::new(&self.settings).sign_texts(texts);
+        let reached: Vec<&Signed> = signed.iter().flatten().collect();
+        if reached.is_empty() {
+            return Ok(vec![Vec::new(); texts.len()]);
+        }
+        let view = self.read_view(&[], &reached).map_err(|e| self.failed(e))?;
         let mut core = self.seeded(&view)?;
-        let matches = core.query(&sign::candidate(
-            &signed,
-            &self.all_hot,
-            SampleAddr {
-                file: 1,
-                record: 0,
-                field: 0,
-            },
-        ));
-        Ok(matches
-            .into_iter()
-            .filter_map(|m| Some((DocId::decode(m.id.as_deref()?)?, m.similarity)))
+        Ok(signed
+            .iter()
+            .map(|s| match s {
+                Some(s) => sign::matches(&mut core, &self.all_hot, s),
+                None => Vec::new(),
+            })
             .collect())
     }
 
@@ -597,14 +644,26 @@ impl RedisIndex {
                     total,
                 });
             }
-            let left = self
-                .round(&ids, &signed, &pending, verb, &mut decided)
+            let take = self.round_size.min(pending.len());
+            let mut left = self
+                .round(&ids, &signed, &pending[..take], verb, &mut decided)
                 .map_err(|e| match e {
                     RoundError::Redis(source) => {
                         lost(&self.address, count_done(&ids, &decided), source)
                     }
                     RoundError::Index(e) => e,
                 })?;
+            // The longer a round, the more other producers commit between its read and its
+            // commit: rounds shrink while many of their documents are refused, and grow back
+            // while none are (a producer alone always decides a batch in one round).
+            self.round_size = if left.is_empty() {
+                self.round_size.saturating_mul(2).min(ROUND_MAX)
+            } else if left.len() * 8 > take {
+                (self.round_size / 2).max(ROUND_MIN)
+            } else {
+                self.round_size
+            };
+            left.extend_from_slice(&pending[take..]);
             pending = left;
         }
         Ok((ids, decided))
@@ -649,6 +708,17 @@ impl RedisIndex {
         let mut copies: HashSet<u128> = view.copies.keys().copied().collect();
         let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
         let max_reps = self.settings.deduper.max_reps;
+        // The buckets each representative the core holds is in (this batch's own too, by their
+        // joins): where a near duplicate met the one it matched.
+        let mut buckets_of: HashMap<SampleAddr, HashSet<u64>> = HashMap::new();
+        for (key, reps) in &view.buckets {
+            for r in reps {
+                buckets_of
+                    .entry(committed_addr(self.cache[r].docno))
+                    .or_default()
+                    .insert(*key);
+            }
+        }
 
         // `decided` gets each decision once it is on the server.
         let mut ops: Vec<(usize, Commit, Decided)> = Vec::new();
@@ -659,7 +729,7 @@ impl RedisIndex {
                 continue;
             }
             let addr = SampleAddr {
-                file: 1,
+                file: BATCH_FILE,
                 record: n as u64,
                 field: 0,
             };
@@ -704,8 +774,29 @@ impl RedisIndex {
                     op.first_copy = !exact && copies.insert(s.content_hash);
                 }
                 if !exact {
+                    // The buckets whose growth could change the decision: every one for a kept
+                    // document (a newcomer may be its near copy); for a near duplicate only
+                    // those of the bands before the one where it met its match (the decision
+                    // core compares band by band, and a bucket only grows at its end, after
+                    // the match), and that band's too when the match is this batch's own, so
+                    // that it is refused with its match.
+                    let bands = match verdict {
+                        Verdict::Near { of, .. } => {
+                            let met = buckets_of.get(&of).and_then(|held| {
+                                s.row[..self.band_columns]
+                                    .iter()
+                                    .position(|k| held.contains(k))
+                            });
+                            match met {
+                                Some(b) if of.file == BATCH_FILE => b + 1,
+                                Some(b) => b,
+                                None => self.band_columns,
+                            }
+                        }
+                        _ => self.band_columns,
+                    };
                     let mut checked = HashSet::new();
-                    for &key in &s.row[..self.band_columns] {
+                    for &key in &s.row[..bands] {
                         if key != NO_KEY && checked.insert(key) {
                             let held = lengths.get(&key).copied().unwrap_or(0);
                             op.checks.push((key, 4 * held));
@@ -724,6 +815,7 @@ impl RedisIndex {
                     }
                     if !op.joins.is_empty() {
                         op.body = rep_body(s);
+                        buckets_of.insert(addr, op.joins.iter().copied().collect());
                     }
                 }
             }
@@ -879,8 +971,8 @@ impl RedisIndex {
             .collect())
     }
 
-    /// Reads, in one consistent view, the decisions of `ids` and the buckets and first copies
-    /// the signed documents reach.
+    /// Reads the decisions of `ids` and the buckets and first copies the signed documents
+    /// reach.
     fn read_view(&mut self, ids: &[&DocId], docs: &[&Signed]) -> Result<View, redis::RedisError> {
         let mut keys: Vec<u64> = Vec::new();
         let mut hashes: Vec<u128> = Vec::new();
@@ -900,24 +992,56 @@ impl RedisIndex {
                 hashes.push(s.content_hash);
             }
         }
+        // Plain reads in one round trip, without a script (whose arguments and answers the
+        // server would copy into Lua strings) or a transaction: the view need not be one moment's,
+        // as the commit checks everything a decision took from it that can change (an id still
+        // undecided, a bucket's length, a text still without a first copy), and what cannot (a
+        // representative, a first copy) is written before anything names it.
         let k = &self.keys;
-        let mut inv = self.read.prepare_invoke();
-        inv.key(&k.ids)
-            .key(&k.buckets)
-            .key(&k.copies)
-            .arg(ids.len());
-        for id in ids {
-            inv.arg(id.encode());
-        }
-        inv.arg(keys.len());
-        for key in &keys {
-            inv.arg(&key.to_le_bytes()[..]);
-        }
-        for h in &hashes {
-            inv.arg(&h.to_le_bytes()[..]);
-        }
+        let mut pipe = redis::pipe();
+        let hmget = |pipe: &mut redis::Pipeline, hash: &str, fields: Vec<Vec<u8>>| {
+            if !fields.is_empty() {
+                pipe.cmd("HMGET").arg(hash).arg(fields);
+            }
+        };
+        hmget(
+            &mut pipe,
+            &k.ids,
+            ids.iter().map(|id| id.encode().into_bytes()).collect(),
+        );
+        hmget(
+            &mut pipe,
+            &k.buckets,
+            keys.iter().map(|key| key.to_le_bytes().to_vec()).collect(),
+        );
+        hmget(
+            &mut pipe,
+            &k.copies,
+            hashes.iter().map(|h| h.to_le_bytes().to_vec()).collect(),
+        );
         type Raw = Vec<Option<Vec<u8>>>;
-        let (raw_ids, raw_buckets, raw_copies): (Raw, Raw, Raw) = inv.invoke(&mut self.con)?;
+        let mut answers: Vec<Raw> = if ids.is_empty() && keys.is_empty() && hashes.is_empty() {
+            Vec::new()
+        } else {
+            pipe.query(&mut self.con)?
+        };
+        let mut next = |asked: usize| -> Raw {
+            if asked == 0 {
+                Vec::new()
+            } else {
+                answers.remove(0)
+            }
+        };
+        let (raw_ids, raw_buckets, raw_copies) =
+            (next(ids.len()), next(keys.len()), next(hashes.len()));
+        if raw_ids.len() != ids.len()
+            || raw_buckets.len() != keys.len()
+            || raw_copies.len() != hashes.len()
+        {
+            return Err(damaged(
+                "the server answered a read for other fields than were asked",
+            ));
+        }
         let ids = raw_ids
             .into_iter()
             .map(|b| match b {
@@ -1106,7 +1230,11 @@ fn count_done(ids: &[DocId], decided: &HashMap<DocId, Decided>) -> usize {
     ids.iter().filter(|id| decided.contains_key(*id)).count()
 }
 
-/// The address a committed document has in a seeded core (a batch's own are in file 1).
+/// The file of a batch's own documents in a seeded core.
+const BATCH_FILE: u32 = 1;
+
+/// The address a committed document has in a seeded core (a batch's own are in
+/// [`BATCH_FILE`]).
 fn committed_addr(docno: u64) -> SampleAddr {
     SampleAddr {
         file: 0,

@@ -99,10 +99,13 @@ impl<'a> Signer<'a> {
             .collect()
     }
 
-    /// One text signed, `None` when it is blank.
-    pub(crate) fn sign_one(&self, text: &str) -> Option<Signed> {
-        let signed = self.sign(text, &mut self.scratch());
-        (signed.kind != RowKind::Blank).then_some(signed)
+    /// Texts to query signed on all threads, `None` for a blank one.
+    pub(crate) fn sign_texts(&self, texts: &[&str]) -> Vec<Option<Signed>> {
+        let texts: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+        self.sign_all(&texts, &vec![true; texts.len()])
+            .into_iter()
+            .map(|s| s.filter(|s| s.kind != RowKind::Blank))
+            .collect()
     }
 
     fn scratch(&self) -> Scratch {
@@ -134,6 +137,15 @@ impl<'a> Signer<'a> {
             shingles,
         }
     }
+}
+
+/// What a query of a signed text finds in `core`: the earlier documents it duplicates, with
+/// their similarity.
+pub(crate) fn matches(core: &mut Deduper, hot: &[bool], s: &Signed) -> Vec<(DocId, f64)> {
+    core.query(&candidate(s, hot, SampleAddr::default()))
+        .into_iter()
+        .filter_map(|m| Some((DocId::decode(m.id.as_deref()?)?, m.similarity)))
+        .collect()
 }
 
 /// The decision core's view of a signed document at `addr`, every column hot.

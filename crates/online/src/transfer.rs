@@ -297,6 +297,17 @@ type Held = (Vec<u64>, Vec<u32>, Option<Vec<u32>>);
 /// index (refused when it holds no index).
 pub fn pull(url: &str, namespace: &str) -> Result<(SavedIndex, Transferred), IndexError> {
     let (mut con, address) = connect(url)?;
+    pull_over(&mut con, &address, namespace)
+}
+
+/// [`pull`] over an open connection to the server shown as `address` (what
+/// [`crate::Index::save`] of an index in Redis writes, so the same bytes as a pull).
+pub(crate) fn pull_over(
+    con: &mut Connection,
+    address: &str,
+    namespace: &str,
+) -> Result<(SavedIndex, Transferred), IndexError> {
+    let address = address.to_string();
     let keys = Keys::new(namespace);
     let damaged = |what: String| IndexError::Damaged {
         address: address.clone(),
@@ -325,7 +336,7 @@ pub fn pull(url: &str, namespace: &str) -> Result<(SavedIndex, Transferred), Ind
         .arg(&keys.copies)
         .cmd("HGETALL")
         .arg(&keys.reps)
-        .query(&mut con)
+        .query(con)
         .map_err(|source| IndexError::Redis {
             address: address.clone(),
             source,

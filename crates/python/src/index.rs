@@ -193,6 +193,9 @@ fn ids_of(ids: Option<&Bound<'_, PyAny>>, n: usize) -> PyResult<Vec<Option<DocId
     Ok(ids)
 }
 
+/// What a query finds, as Python values: `(id, similarity)` pairs.
+type Matches<'py> = Vec<(Bound<'py, PyAny>, f64)>;
+
 /// The index's errors as Python exceptions: settings (invalid, or not a shared namespace's)
 /// are a `ValueError`, a Redis server that cannot be reached or is lost a `ConnectionError`,
 /// a spill file's failure the `OSError` of its kind, a namespace that cannot be read or other
@@ -421,6 +424,46 @@ impl Index {
             .collect()
     }
 
+    /// :meth:`query` for each text, signed in parallel with the GIL released (and, in Redis,
+    /// what they reach read in one round trip); adds nothing, so every text is answered against
+    /// the index as it was before the call. A ``None`` (or another non-string) finds nothing, as
+    /// :meth:`check` keeps it.
+    fn query_many<'py>(
+        &self,
+        py: Python<'py>,
+        texts: &Bound<'py, PyAny>,
+    ) -> PyResult<Vec<Matches<'py>>> {
+        let found = self.with_texts(py, texts, |core, texts| {
+            let strs: Vec<&str> = texts
+                .iter()
+                .filter_map(|t| match t {
+                    Text::Str(s) => Some(*s),
+                    Text::Unreadable => None,
+                })
+                .collect();
+            core.query_many(&strs).map(|mut found| {
+                let mut found = found.drain(..);
+                texts
+                    .iter()
+                    .map(|t| match t {
+                        Text::Str(_) => found.next().expect("one answer per text"),
+                        Text::Unreadable => Vec::new(),
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })?;
+        found
+            .map_err(|e| index_error(py, e))?
+            .iter()
+            .map(|matches| {
+                matches
+                    .iter()
+                    .map(|(id, sim)| Ok((id_to_py(py, id)?, *sim)))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// Adds ``text`` without deciding it, as a kept document (the collection an index starts
     /// from). Returns its id. An id already in the index is left as it was.
     #[pyo3(signature = (text, id = None))]
@@ -486,8 +529,9 @@ impl Index {
     /// Saves the index at ``path`` in the format of ``neardup dedup --index-out`` (so that
     /// ``neardup dedup --against PATH`` and ``Index(store=PATH)`` use it), atomically: the whole
     /// index is there or what was there before is. ``path=None`` saves an index opened from a
-    /// file back to it. A path holding anything but a neardup index is refused (``OSError``).
-    /// Returns the bytes written.
+    /// file back to it. An index in Redis is read in one atomic step (its producers may go on)
+    /// and saved as ``neardup index pull`` saves it, the same bytes. A path holding anything
+    /// but a neardup index is refused (``OSError``). Returns the bytes written.
     #[pyo3(signature = (path = None))]
     fn save(&self, py: Python<'_>, path: Option<std::path::PathBuf>) -> PyResult<u64> {
         py.detach(|| self.core().save(path.as_deref()))

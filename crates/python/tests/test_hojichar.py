@@ -63,3 +63,32 @@ def test_near_dedup_shares_redis_state_between_pipelines(redis_url):
     expected = neardup.Index().check_many(texts, ids=[f"u{i}" for i in range(len(texts))])
     assert [d.extras["neardup"] for d in docs] == [e.to_dict() for e in expected]
     assert sum(d.is_rejected for d in docs) > 20
+
+
+def test_a_file_store_is_saved_when_the_pipeline_shuts_down(tmp_path):
+    """store=PATH: what the filter learned is saved back by hojichar's shutdown hook (the end of
+    a `with Compose(...)` block), so the next pipeline over the file rejects copies of it."""
+    texts = sample_texts()[:240]
+    path = tmp_path / "seen.idx"
+    with hojichar.Compose([NearDedup(store=path, id_key="url")]) as first:
+        docs = [first.apply(hojichar.Document(t, extras={"url": f"u{i}"})) for i, t in enumerate(texts[:120])]
+        assert len(neardup.Index(path)) == 0  # nothing is saved before the pipeline ends
+    assert len(neardup.Index(path)) == 120
+    expected = neardup.Index().check_many(texts, ids=[f"u{i}" for i in range(len(texts))])
+    assert [d.extras["neardup"] for d in docs] == [e.to_dict() for e in expected[:120]]
+
+    # A second pipeline (another process's, say) starts from the file: copies of what the first
+    # kept are rejected, and its decisions are those of one index over all the texts.
+    second = hojichar.Compose([NearDedup(store=str(path), id_key="url")])
+    later = [second.apply(hojichar.Document(t, extras={"url": f"u{i}"})) for i, t in enumerate(texts) if i >= 120]
+    assert [d.extras["neardup"] for d in later] == [e.to_dict() for e in expected[120:]]
+    assert any(d.is_rejected and int(d.extras["neardup"]["dup_of"][1:]) < 120 for d in later)
+    second.shutdown()
+    assert len(neardup.Index(path)) == len(texts)
+
+    # An explicit save writes elsewhere, at any time; memory and Redis stores save nothing at
+    # shutdown (the first has nowhere to go, the second holds every decision already).
+    in_memory = NearDedup()
+    in_memory.apply(hojichar.Document(texts[0]))
+    in_memory.shutdown()
+    assert in_memory.save(tmp_path / "copy.idx") > 0 and len(neardup.Index(tmp_path / "copy.idx")) == 1

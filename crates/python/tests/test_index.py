@@ -128,3 +128,8 @@ def test_query_and_insert():
     # Inserting an id again changes nothing.
     assert idx.insert("another text", id="h3") == "h3" and len(idx) == 502
     assert idx.query("another text") == []
+    # The batch form answers each text as query does, against the index before the call.
+    probe = [t + " more" for t in texts[280:340]] + [None, "", fresh]
+    answers = idx.query_many(probe)
+    assert answers == [idx.query(t) if isinstance(t, str) else [] for t in probe]
+    assert len(idx) == 502 and sum(bool(a) for a in answers) > 10

@@ -35,8 +35,10 @@ def test_one_producer_gets_the_in_memory_decisions(redis_url):
     # Another producer opening the namespace sees everything, and queries find what checks name.
     other = neardup.Index(redis_url, namespace="one", **SETTINGS)
     assert len(other) == len(memory) == len(texts)
-    for t in sample_texts()[:60:3]:
-        assert other.query(t + " more") == memory.query(t + " more")
+    probe = [t + " more" for t in sample_texts()[:60:3]]
+    for t in probe:
+        assert other.query(t) == memory.query(t)
+    assert other.query_many(probe) == memory.query_many(probe) and any(memory.query_many(probe))
     assert other.insert("a text about lanterns and the sea, inserted without a decision", id="ins") == "ins"
     assert other.query("a text about lanterns and the sea, inserted without a decision") == [("ins", 1.0)]
     stats = other.stats

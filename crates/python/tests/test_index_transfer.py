@@ -64,6 +64,31 @@ def test_push_then_pull_decides_as_the_file(tmp_path, cli, redis_url, settings):
     assert remote["representatives"] == stats["representatives"] and remote["bytes"] > 0
 
 
+def test_save_of_a_redis_index_is_a_pull(tmp_path, cli, redis_url):
+    earlier, later = corpora()
+    shared = neardup.Index(redis_url, namespace="live")
+    shared.check_many(earlier, ids=[i if i % 2 else f"e{i}" for i in range(len(earlier))])
+    shared.insert("an inserted text about harbours, ships and the long grey winter sea", id="ins")
+    written = shared.save(tmp_path / "saved.idx")
+    cli("index", "pull", redis_url, "--namespace", "live", "-o", tmp_path / "pulled.idx")
+    assert (tmp_path / "saved.idx").read_bytes() == (tmp_path / "pulled.idx").read_bytes()
+    assert written == (tmp_path / "saved.idx").stat().st_size
+    # The saved file decides later documents as the namespace does.
+    ids = [f"l{i}" for i in range(len(later))]
+    from_file = neardup.Index(tmp_path / "saved.idx").check_many(later, ids=ids)
+    assert sum(not d.keep for d in from_file) > 20
+    assert shared.check_many(later, ids=ids) == from_file
+
+    # As every save: never over anything but an index, and a path is needed.
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me\n")
+    with pytest.raises(OSError, match="not a neardup index"):
+        shared.save(notes)
+    assert notes.read_text() == "keep me\n"
+    with pytest.raises(ValueError, match="give the path"):
+        shared.save()
+
+
 def test_a_batch_index_is_pushed_and_decides_in_redis(tmp_path, cli, redis_url):
     earlier, later = corpora()
     src = tmp_path / "a.jsonl"

@@ -25,15 +25,15 @@
 pub mod content;
 pub mod error;
 pub mod lsh;
-pub mod minhash;
 pub mod normalize;
-mod sha1_block;
-mod sha1x16;
+pub mod similarity;
+mod words;
 pub mod shingle;
 mod shingle_hash;
-pub mod similarity;
+mod sha1_block;
+mod sha1x16;
+pub mod minhash;
 pub mod sketcher;
-mod words;
 
 pub use content::content_hash;
 pub use error::SketchError;

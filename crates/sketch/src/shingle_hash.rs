@@ -12,6 +12,7 @@
 //! ([`hash_mixed_windows_avx2`]). Inputs longer than 16 bytes still go to xxhash-rust.
 
 use crate::shingle::Shingler;
+use crate::words::ascii_run_end;
 
 /// The first 128 bytes of xxh3's default secret (`XXH3_kSecret`), all the paths up to 128
 /// bytes of input read.
@@ -524,35 +525,6 @@ unsafe fn rrmxmx_avx2(
         h = mul64_avx2(h, m_lo, m_hi);
         _mm256_xor_si256(h, _mm256_srli_epi64::<28>(h))
     }
-}
-
-/// Index of the first non-ASCII byte at or after `from` (or `bytes.len()`).
-#[inline]
-pub(crate) fn ascii_run_end(bytes: &[u8], from: usize) -> usize {
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
-    let mut i = from;
-    // Skip clean 32-byte blocks first (runs are ~140 bytes on real text), then locate the
-    // first high byte word by word.
-    while let Some(block) = bytes.get(i..i + 32) {
-        let any =
-            word(&block[..8]) | word(&block[8..16]) | word(&block[16..24]) | word(&block[24..]);
-        if any & HIGH != 0 {
-            break;
-        }
-        i += 32;
-    }
-    while let Some(word) = bytes.get(i..i + 8) {
-        let high = u64::from_le_bytes(word.try_into().expect("8 bytes")) & HIGH;
-        if high != 0 {
-            return i + (high.trailing_zeros() / 8) as usize;
-        }
-        i += 8;
-    }
-    while i < bytes.len() && bytes[i] < 0x80 {
-        i += 1;
-    }
-    i
 }
 
 /// Length of the UTF-8 sequence led by `lead` (which must be a lead byte).
@@ -1332,20 +1304,6 @@ mod tests {
         check_against_portable(hash_windows_avx2, &text);
     }
 
-    #[test]
-    fn ascii_run_end_finds_the_first_high_byte() {
-        let text = "0123456789abcdef§xyz".as_bytes();
-        for from in 0..=16 {
-            assert_eq!(ascii_run_end(text, from), 16);
-        }
-        assert_eq!(ascii_run_end(b"abc", 0), 3);
-        let long = format!("{}é{}", "x".repeat(70), "y".repeat(40));
-        for from in 0..=70 {
-            assert_eq!(ascii_run_end(long.as_bytes(), from), 70);
-        }
-        assert_eq!(ascii_run_end(long.as_bytes(), 72), long.len());
-        assert_eq!(ascii_run_end(b"", 0), 0);
-    }
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
 

@@ -232,12 +232,21 @@ fn scatter_by_top_bits(
     counts: &mut Vec<u32>,
     dst: &mut [std::mem::MaybeUninit<u32>],
 ) {
+    assert!(
+        (1..=32).contains(&bits) && dst.len() >= hashes.len(),
+        "a scatter needs 1 to 32 bits and a slot per hash"
+    );
     let shift = 32 - bits;
     let buckets = 1usize << bits;
     counts.clear();
     counts.resize(buckets, 0);
+    // Unchecked indexing: a bounds check per value in both loops below measured slower
+    // (docs/benchmarks.md, "Stage 2's cost per hot document").
+    let cursors = counts.as_mut_ptr();
     for &h in hashes {
-        counts[(fingerprint(h) >> shift) as usize] += 1;
+        // SAFETY: a fingerprint is 32 bits, so its top `bits` are below `buckets`, the length
+        // of `counts`.
+        unsafe { *cursors.add((fingerprint(h) >> shift) as usize) += 1 };
     }
     // Exclusive prefix sums, carried in a register (`counts[b] += counts[b - 1]` would wait on
     // the store of the previous iteration).
@@ -249,11 +258,17 @@ fn scatter_by_top_bits(
     }
     // counts[b] is now where bucket b starts, and serves as its write cursor: it ends where
     // the bucket ends.
+    let (cursors, slots) = (counts.as_mut_ptr(), dst.as_mut_ptr());
     for &h in hashes {
         let x = fingerprint(h);
         let b = (x >> shift) as usize;
-        dst[counts[b] as usize].write(x);
-        counts[b] += 1;
+        // SAFETY: `b < buckets` as above; bucket `b`'s cursor runs from where the bucket starts
+        // to where it ends, so it stays below `hashes.len()`, which `dst` has (asserted above).
+        unsafe {
+            let cursor = cursors.add(b);
+            (*slots.add(*cursor as usize)).write(x);
+            *cursor += 1;
+        }
     }
 }
 

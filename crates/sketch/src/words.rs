@@ -9,8 +9,6 @@
 
 use unicode_segmentation::UnicodeSegmentation;
 
-use crate::shingle_hash::ascii_run_end;
-
 /// ASCII letters, digits and `_`: the bytes that make ASCII words in both schemes.
 const CORE: u8 = 1;
 /// ASCII letters (UAX #29 ALetter within ASCII).
@@ -423,6 +421,35 @@ pub(crate) fn ascii_alphanumeric_runs(text: &str, word: &mut impl FnMut(usize, u
     }
 }
 
+/// Index of the first non-ASCII byte at or after `from` (or `bytes.len()`).
+#[inline]
+pub(crate) fn ascii_run_end(bytes: &[u8], from: usize) -> usize {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let mut i = from;
+    // Skip clean 32-byte blocks first (runs are ~140 bytes on real text), then locate the
+    // first high byte word by word.
+    while let Some(block) = bytes.get(i..i + 32) {
+        let any =
+            word(&block[..8]) | word(&block[8..16]) | word(&block[16..24]) | word(&block[24..]);
+        if any & HIGH != 0 {
+            break;
+        }
+        i += 32;
+    }
+    while let Some(word) = bytes.get(i..i + 8) {
+        let high = u64::from_le_bytes(word.try_into().expect("8 bytes")) & HIGH;
+        if high != 0 {
+            return i + (high.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < bytes.len() && bytes[i] < 0x80 {
+        i += 1;
+    }
+    i
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -766,5 +793,20 @@ pub(crate) mod tests {
                 .collect();
             prop_assert_eq!(got, want);
         }
+    }
+
+    #[test]
+    fn ascii_run_end_finds_the_first_high_byte() {
+        let text = "0123456789abcdef§xyz".as_bytes();
+        for from in 0..=16 {
+            assert_eq!(ascii_run_end(text, from), 16);
+        }
+        assert_eq!(ascii_run_end(b"abc", 0), 3);
+        let long = format!("{}é{}", "x".repeat(70), "y".repeat(40));
+        for from in 0..=70 {
+            assert_eq!(ascii_run_end(long.as_bytes(), from), 70);
+        }
+        assert_eq!(ascii_run_end(long.as_bytes(), 72), long.len());
+        assert_eq!(ascii_run_end(b"", 0), 0);
     }
 }

@@ -2,7 +2,6 @@
 //! their requests run on; what their errors mean for people.
 
 use std::collections::HashMap;
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -217,7 +216,8 @@ pub enum StorageErrorKind {
 
 /// A failed request, naming the object (as `s3://bucket/key`) and what failed. Never holds a
 /// credential: the messages of the clients name URLs and status codes, never headers.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{url}: {message}")]
 pub struct StorageError {
     url: String,
     kind: StorageErrorKind,
@@ -349,14 +349,6 @@ fn source_text(e: &(dyn std::error::Error + 'static)) -> String {
     parts[n.saturating_sub(2)..].join(": ")
 }
 
-impl fmt::Display for StorageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.url, self.message)
-    }
-}
-
-impl std::error::Error for StorageError {}
-
 impl StorageError {
     /// The error as an I/O error for a reader that names the object itself: its message
     /// without the URL. [`is_storage_failure`] recognises it.
@@ -367,16 +359,9 @@ impl StorageError {
 }
 
 /// A [`StorageError`] shown without its URL.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.message)]
 pub(crate) struct Unnamed(pub(crate) StorageError);
-
-impl fmt::Display for Unnamed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.message)
-    }
-}
-
-impl std::error::Error for Unnamed {}
 
 /// Whether an I/O error is a failed object storage request (made by this crate's readers, or
 /// by [`StorageError::into_unnamed_io`]), as opposed to an error of the data or the disk.

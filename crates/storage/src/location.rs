@@ -45,16 +45,9 @@ pub struct ObjectUrl {
 }
 
 /// Why a text that starts like an object URL is not one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct UrlError(String);
-
-impl fmt::Display for UrlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UrlError {}
 
 impl ObjectUrl {
     /// Parses `scheme://bucket/key`. `Ok(None)` when `text` is not an object URL at all (a local

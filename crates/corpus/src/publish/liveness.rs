@@ -213,16 +213,9 @@ pub(crate) fn try_lock(file: &File) -> io::Result<bool> {
 }
 
 /// A run's artefact was removed by a sweeper between its creation and its lock.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("removed by another process while it was being created")]
 struct Vanished;
-
-impl std::fmt::Display for Vanished {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("removed by another process while it was being created")
-    }
-}
-
-impl std::error::Error for Vanished {}
 
 fn vanished(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|r| r.is::<Vanished>()) || e.kind() == io::ErrorKind::WouldBlock

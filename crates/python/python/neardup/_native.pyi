@@ -227,13 +227,16 @@ class Index:
         row; the column is read in place (a null is decided ``"error"`` and kept, as ``check(None)``)."""
     def query(self, text: str) -> List[Tuple[_Id, float]]:
         """The earlier documents text duplicates, with their similarity; adds nothing."""
+    def query_many(self, texts: Iterable[Optional[str]]) -> List[List[Tuple[_Id, float]]]:
+        """query() for each text, signed in parallel; adds nothing (None finds nothing)."""
     def insert(self, text: str, id: Optional[_Id] = None) -> _Id:
         """Adds text as a kept document without deciding it; returns its id."""
     def insert_many(self, texts: Iterable[str], ids: Optional[Iterable[Optional[_Id]]] = None) -> List[_Id]:
         """insert() for each text, signed in parallel."""
     def save(self, path: Optional[_Path] = None) -> int:
         """Saves the index at path (None: the file it was opened from) atomically, in the
-        format ``neardup dedup --against`` reads; never over anything but a neardup index.
+        format ``neardup dedup --against`` reads; never over anything but a neardup index. An
+        index in Redis is read in one atomic step and saved as ``neardup index pull`` saves it.
         Returns the bytes written."""
     @property
     def namespace(self) -> Optional[str]:

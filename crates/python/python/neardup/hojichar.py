@@ -9,14 +9,18 @@ document sharing one LSH band key with an earlier one, a document is dropped onl
 similarity with the earlier one reaches the threshold (exact Jaccard by default), and the
 decisions are those of ``neardup dedup`` over the same texts in the same order.
 
-The state is the process's own (``store=None``), as ``InlineDeduplicator``'s, or a Redis
-server's (``store="redis://HOST:PORT/DB"``, ``namespace=``) shared by every worker and machine
-that opens the same namespace, as ``RedisDeduplicator``'s: a check and its insert are one atomic
-step on the server, so two workers never both keep near copies.
+The state is the process's own (``store=None``), as ``InlineDeduplicator``'s, a saved index
+file's (``store="PATH"``: opened when the filter is made, created when missing, and saved back
+when the pipeline shuts down: ``with Compose([...]) as pipeline:``, or ``pipeline.shutdown()``,
+hojichar's end-of-pipeline hook; :meth:`NearDedup.save` saves at any time), or a Redis server's
+(``store="redis://HOST:PORT/DB"``, ``namespace=``) shared by every worker and machine that opens
+the same namespace, as ``RedisDeduplicator``'s: a check and its insert are one atomic step on the
+server, so two workers never both keep near copies.
 """
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from hojichar import Document, Filter
@@ -37,8 +41,10 @@ EXTRAS_KEY = "neardup"
 class NearDedup(Filter):
     """Rejects documents that near-duplicate an earlier document (hojichar ``Filter``).
 
-    ``store`` and ``namespace`` choose the index (``None``: in this process's memory; a
-    ``redis://`` URL: a Redis server, shared by every filter that opens the namespace);
+    ``store`` and ``namespace`` choose the index (``None``: in this process's memory; the path
+    of a saved index file: opened now and saved back by :meth:`shutdown`, which hojichar calls
+    when a ``with Compose(...)`` block ends or ``Compose.shutdown()`` is called; a ``redis://``
+    URL: a Redis server, shared by every filter that opens the namespace);
     ``id_key`` names the key of ``document.extras`` holding each document's id (a ``str`` or an
     ``int``), so that a document processed again (a retried batch) gets its first decision back
     instead of being compared with itself; without it documents get the index's integer ids.
@@ -71,12 +77,29 @@ class NearDedup(Filter):
         # Underscored: hojichar copies a filter's public plain attributes into every rejected
         # document's reject_reason.
         self._index = Index(store, namespace=namespace, **settings)
+        # A file store is saved back at shutdown; memory has nowhere to go and Redis holds
+        # every decision as it is made.
+        self._saves_to_file = store is not None and not (
+            isinstance(store, str) and store.startswith(("redis://", "rediss://", "unix://"))
+        )
         self.id_key = id_key
 
     @property
     def index(self) -> Index:
         """The index documents are checked against."""
         return self._index
+
+    def save(self, path: Optional[Union[str, os.PathLike]] = None) -> int:
+        """Saves what the filter learned (:meth:`neardup.Index.save`): ``path=None`` writes a
+        file store back to its file. Returns the bytes written."""
+        return self._index.save(path)
+
+    def shutdown(self) -> None:
+        """hojichar's end-of-pipeline hook (``Compose.shutdown()``, the end of a ``with
+        Compose(...)`` block): an index opened from a file is saved back to it, atomically."""
+        if self._saves_to_file:
+            self._index.save()
+        super().shutdown()
 
     def _id(self, document: Document) -> Union[str, int, None]:
         if self.id_key is None:
