@@ -168,6 +168,57 @@ fn a_run_over_objects_gives_the_decisions_and_outputs_of_the_same_files_on_disk(
     assert!(read + big / 2 < all, "{read} bytes read of {all}");
 }
 
+/// Parquet objects with and without a page index, of one and of several row groups: a run
+/// writing only decisions fetches only the row groups (and, with a page index, the pages)
+/// holding rows it decides, by ranged requests, takes the bytes a run over the same files on
+/// disk takes, and decides as the runs over the files that read every row.
+#[test]
+fn parquet_objects_are_read_by_the_row_groups_and_pages_holding_rows_to_decide() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (local, total) = crate::stage2_reads::parquet_corpus(tmp.path());
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "pq/", &local);
+    let dedup = |input: &str, tag: &str, output: bool| {
+        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
+        let report = tmp.path().join(format!("report-{tag}.json"));
+        let mut cmd = neardup();
+        cmd.arg("dedup")
+            .arg(input)
+            .arg("--decisions")
+            .arg(&decisions)
+            .arg("--report")
+            .arg(&report)
+            .args(["--threshold", "0.7", "-j", "2", "--on-error", "skip"]);
+        if output {
+            cmd.arg("--output")
+                .arg(tmp.path().join(format!("out-{tag}")));
+        }
+        let o = with_env(&mut cmd, &s3.env());
+        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let read = report["stage2"]["bytes_read"].as_u64().unwrap();
+        (std::fs::read_to_string(&decisions).unwrap(), read)
+    };
+    let (whole, whole_read) = dedup(local.to_str().unwrap(), "whole", true);
+    assert_eq!(whole_read, total);
+    let (picked, picked_read) = dedup(local.to_str().unwrap(), "local", false);
+    assert_eq!(picked, whole);
+    assert!(
+        picked_read < total / 2,
+        "{picked_read} bytes read of {total}"
+    );
+    let (objects, objects_read) = dedup("s3://corpus/pq/", "s3", false);
+    let local_prefix = format!("{}/", local.display());
+    assert_eq!(objects, whole.replace(&local_prefix, "s3://corpus/pq/"));
+    assert!(objects.contains(r#""file":"s3://corpus/pq/p.parquet""#));
+    assert_eq!(
+        objects_read, picked_read,
+        "the same bytes as from the files"
+    );
+}
+
 #[test]
 fn a_connection_dropped_mid_object_is_retried_and_changes_nothing() {
     let s3 = S3Server::start(&[]);

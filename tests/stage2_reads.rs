@@ -330,6 +330,192 @@ fn places_over_their_share_of_the_memory_limit_are_dropped() {
     assert_eq!(counts(&limited), counts(&free));
 }
 
+/// One Parquet input of [`parquet_corpus`]: its name, row groups, rows per group, whether it
+/// has a page index (an offset index), whether its text columns are dictionary-encoded, and
+/// the row groups its copies are in.
+struct ParquetInput {
+    name: &'static str,
+    groups: usize,
+    rows: usize,
+    page_index: bool,
+    dictionary: bool,
+    hot_groups: &'static [usize],
+}
+
+const PARQUET_INPUTS: [ParquetInput; 3] = [
+    // Copies in the first, a middle and the last group; pages of 15 rows.
+    ParquetInput {
+        name: "p",
+        groups: 8,
+        rows: 150,
+        page_index: true,
+        dictionary: false,
+        hot_groups: &[0, 3, 7],
+    },
+    ParquetInput {
+        name: "q",
+        groups: 5,
+        rows: 100,
+        page_index: false,
+        dictionary: true,
+        hot_groups: &[2],
+    },
+    ParquetInput {
+        name: "r",
+        groups: 1,
+        rows: 120,
+        page_index: true,
+        dictionary: true,
+        hot_groups: &[0],
+    },
+];
+
+/// Parquet inputs ([`PARQUET_INPUTS`]) in `dir/in`: unique texts but for some rows of the hot
+/// groups, near and exact copies of one another (across files too); null and blank texts
+/// sprinkled everywhere (records stage 2 reads to decide), a `title` column some rows lack and
+/// a number column. Returns the directory and its bytes.
+pub(crate) fn parquet_corpus(dir: &Path) -> (PathBuf, u64) {
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+    use std::sync::Arc;
+
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    let mut rng = Rng(45);
+    let word = |rng: &mut Rng| {
+        (0..3 + rng.below(6))
+            .map(|_| (b'a' + rng.below(26) as u8) as char)
+            .collect::<String>()
+    };
+    let mut sources: Vec<String> = Vec::new();
+    for f in &PARQUET_INPUTS {
+        let rows = f.groups * f.rows;
+        let mut texts: Vec<Option<String>> = Vec::with_capacity(rows);
+        let mut titles: Vec<Option<String>> = Vec::with_capacity(rows);
+        for i in 0..rows {
+            let unique = (0..120 + rng.below(200))
+                .map(|_| word(&mut rng))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let hot = f.hot_groups.contains(&(i / f.rows)) && i % 30 == 4;
+            let text = if i % 197 == 7 {
+                None
+            } else if i % 211 == 9 {
+                Some("   ".to_string())
+            } else if hot && !sources.is_empty() && rng.below(3) > 0 {
+                let base = sources[rng.below(sources.len() as u64) as usize].clone();
+                if rng.below(2) == 0 {
+                    Some(base)
+                } else {
+                    let mut words: Vec<String> = base.split(' ').map(str::to_string).collect();
+                    let k = rng.below(words.len() as u64) as usize;
+                    words[k] = word(&mut rng);
+                    Some(words.join(" "))
+                }
+            } else {
+                if hot {
+                    sources.push(unique.clone());
+                }
+                Some(unique)
+            };
+            texts.push(text);
+            titles.push((i % 101 != 0).then(|| (0..4).map(|_| word(&mut rng)).collect()));
+        }
+        let batch = RecordBatch::try_from_iter([
+            ("text", Arc::new(StringArray::from(texts)) as ArrayRef),
+            ("title", Arc::new(StringArray::from(titles)) as ArrayRef),
+            (
+                "n",
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(f.rows))
+            .set_data_page_row_count_limit(15)
+            .set_write_batch_size(15)
+            .set_offset_index_disabled(!f.page_index)
+            .set_dictionary_enabled(f.dictionary)
+            .build();
+        let file = std::fs::File::create(input.join(format!("{}.parquet", f.name))).unwrap();
+        let mut w = ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+    }
+    let total = input_bytes(&input);
+    (input, total)
+}
+
+/// Over Parquet inputs with and without a page index, of one and of several row groups, with
+/// copies in their first, middle and last groups: a run without a filtered dataset reads only
+/// the row groups (and, with a page index, the pages) holding rows to decide, and decides as a
+/// run reading every row (one writing the dataset, which reads every row) for any thread
+/// count, chunks of row groups, fields mode and memory limit.
+#[test]
+fn parquet_decisions_read_by_rows_equal_a_whole_read_for_any_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, total) = parquet_corpus(tmp.path());
+    let mut n = 0;
+    for (expand, id) in [(false, false), (true, false), (false, true)] {
+        let mut base = Config::default();
+        base.run.on_error = neardup::keys::OnError::Skip;
+        base.input.inputs = vec![input.display().to_string()];
+        if expand {
+            base.input.fields = vec!["text".into(), "title".into()];
+            base.input.fields_mode = neardup::FieldsModeKind::Expand;
+        }
+        if id {
+            base.input.id_field = Some("n".into());
+        }
+        base.dedup.threshold = 0.7;
+        n += 1;
+        let (whole, whole_decisions, whole_dataset) =
+            run(&base, &tmp.path().join(format!("whole-{n}")), true);
+        assert_eq!(
+            whole.stage2.bytes_read, total,
+            "a whole read reads every byte"
+        );
+        assert!(
+            whole.stage2.near + whole.stage2.exact > 8,
+            "the corpus holds copies"
+        );
+        assert!(whole.stage2.empty > 3 && whole.stage2.errors > 3);
+        assert_eq!(whole_dataset.len(), 3);
+        let whole_counts = counts(&whole);
+        for (threads, chunk_bytes, limit) in [
+            (1, 32 << 20, None),
+            (2, 4096, None),
+            (3, 30_000, None),
+            (2, 4096, Some(256 << 20)),
+        ] {
+            let mut c = base.clone();
+            c.run.threads = threads;
+            c.keys.chunk_bytes = chunk_bytes;
+            c.keys.memory_limit = limit;
+            let what =
+                format!("expand {expand}, id {id}, {threads} threads, chunks of {chunk_bytes}");
+            n += 1;
+            let (picked, decisions, _) = run(&c, &tmp.path().join(format!("rows-{n}")), false);
+            assert!(decisions == whole_decisions, "{what}: the same decisions");
+            assert_eq!(counts(&picked), whole_counts, "{what}");
+            let read = picked.stage2.bytes_read;
+            if id {
+                // Every decision names its id: every row is read.
+                assert_eq!(read, total, "{what}");
+            } else {
+                // Of the groups and pages holding rows to decide, the text columns only (two
+                // of them in expand mode).
+                let most = if expand { total * 2 / 3 } else { total / 2 };
+                assert!(
+                    read > 0 && read < most,
+                    "{what}: {read} bytes read of {total}"
+                );
+            }
+        }
+    }
+}
+
 fn neardup() -> std::process::Command {
     std::process::Command::new(env!("CARGO_BIN_EXE_neardup"))
 }

@@ -296,6 +296,9 @@ pub(crate) enum BlockData {
         /// The texts of records a full-record read could not read whole (see
         /// [`Block::texts_only`]).
         texts_only: bool,
+        /// For a block read by the rows chosen ([`crate::read_rows`]): the batch holds those
+        /// rows only, and this says which records of the block they are.
+        picked: Option<Box<PickedRows>>,
     },
     /// A slice of a registered in-memory table's batch (`arrow_table`).
     Arrow {
@@ -320,11 +323,28 @@ pub(crate) struct Picked {
     pub(crate) whole: bool,
 }
 
+/// The rows of a Parquet block read by choosing them ([`crate::read_rows`]): the batch holds
+/// the rows read, in order; the block's other records were passed over, unread.
+#[derive(Debug)]
+pub(crate) struct PickedRows {
+    /// Block-local indices of the rows read, ascending, one per batch row.
+    pub(crate) records: Vec<usize>,
+    /// The records the block spans, read or not.
+    pub(crate) spanned: usize,
+    /// The bytes the Parquet reader took from the file for the block (footer, page index,
+    /// dictionary and data pages, compressed as stored).
+    pub(crate) read: u64,
+}
+
 impl Block {
-    /// Records in this block (JSONL: every line, including blank lines; Parquet: rows).
+    /// Records in this block (JSONL: every line, including blank lines; Parquet: rows, those
+    /// passed over by [`crate::read_rows`] included).
     pub fn num_records(&self) -> usize {
         match &self.data {
             BlockData::Jsonl { starts, .. } => starts.len(),
+            BlockData::Parquet {
+                picked: Some(p), ..
+            } => p.spanned,
             BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => batch.num_rows(),
         }
     }
@@ -345,7 +365,12 @@ impl Block {
                     .map_or(0, |p| p.records.capacity() * size_of::<usize>());
                 (bytes.len() + starts.capacity() * size_of::<usize>() + picked) as u64
             }
-            BlockData::Parquet { batch, .. } => batch.get_array_memory_size() as u64,
+            BlockData::Parquet { batch, picked, .. } => {
+                let picked = picked
+                    .as_ref()
+                    .map_or(0, |p| p.records.capacity() * size_of::<usize>());
+                (batch.get_array_memory_size() + picked) as u64
+            }
             BlockData::Arrow { .. } => 0,
         }
     }
@@ -388,6 +413,21 @@ impl Block {
         }
     }
 
+    /// Whether a later read can pick this block's records by their places: a block of an
+    /// uncompressed JSONL file read in order ([`Block::jsonl_offset`]: [`crate::read_records`]
+    /// reads records by offset and length), or a Parquet block read whole, every row of it
+    /// ([`crate::read_rows`] reads rows by their index in the chunk, the row groups and
+    /// pages holding them found in the footer).
+    pub fn records_placeable(&self) -> bool {
+        match &self.data {
+            BlockData::Jsonl { .. } => self.jsonl_offset().is_some(),
+            BlockData::Parquet {
+                picked, texts_only, ..
+            } => picked.is_none() && !texts_only,
+            BlockData::Arrow { .. } => false,
+        }
+    }
+
     /// For a block of a compressed JSONL file read in order: where the members (frames) that
     /// started since the block before it begin ([`crate::ResumePoint`]), in order; what
     /// [`crate::read_records`] enters the stream by.
@@ -398,23 +438,31 @@ impl Block {
         }
     }
 
-    /// For a block read by the places of some of its records ([`crate::read_records`]): those
-    /// records (block-local indices, ascending), the only ones whose samples it yields; the
-    /// others were passed over unread. `None` for a block read whole.
+    /// For a block read by the places of some of its records ([`crate::read_records`],
+    /// [`crate::read_rows`]): those records (block-local indices, ascending), the only ones
+    /// whose samples it yields; the others were passed over unread. `None` for a block read
+    /// whole.
     pub fn records_read(&self) -> Option<&[usize]> {
         match &self.data {
             BlockData::Jsonl {
+                picked: Some(p), ..
+            } => Some(&p.records),
+            BlockData::Parquet {
                 picked: Some(p), ..
             } => Some(&p.records),
             _ => None,
         }
     }
 
-    /// For a block read by the places of some of its records ([`crate::read_records`]): the
-    /// bytes of the file read for it. `None` for a block read whole.
+    /// For a block read by the places of some of its records ([`crate::read_records`],
+    /// [`crate::read_rows`]): the bytes of the file read for it. `None` for a block read
+    /// whole.
     pub fn bytes_read(&self) -> Option<u64> {
         match &self.data {
             BlockData::Jsonl {
+                picked: Some(p), ..
+            } => Some(p.read),
+            BlockData::Parquet {
                 picked: Some(p), ..
             } => Some(p.read),
             _ => None,

@@ -15,7 +15,8 @@
 //!   ([`Block::jsonl_resume_points`], [`ResumePoint`]), and reading only some records of a chunk
 //!   by those places ([`read_records`]: stage 2 reads only the records it decides, entering a
 //!   gzip file of several members or a zstd file of several frames at the member that holds
-//!   them);
+//!   them), or only some rows of a Parquet chunk ([`read_rows`]: the row groups and pages
+//!   holding them);
 //! - **in-memory Arrow tables** as inputs ([`ArrowTable`], [`Format::Arrow`]): registered record
 //!   batches that every stage reads in place, as it reads a file, or a stream opened afresh for
 //!   each stage and read batch by batch;
@@ -39,10 +40,10 @@
 //!
 //! Where things live: `block` is the base of reading (the [`Block`] and [`Sample`] types, skip
 //! reasons, what a record's field values become); the format readers build on it (`jsonl` with
-//! the JSON line scanner `json`, `parquet_read`, and `picked`, which reads chosen records of a
-//! JSONL chunk by their places); `plan` cuts the inputs into chunks; `read` picks the reader
-//! for a file and is the only module that knows every format. Writing is `write` (filtered
-//! copies), `publish` and `decisions`. The JSON scanner's vector paths are chosen from
+//! the JSON line scanner `json`, `parquet_read`, `picked`, which reads chosen records of a JSONL
+//! chunk by their places, and `parquet_picked`, chosen rows of a Parquet chunk); `plan` cuts the
+//! inputs into chunks; `read` picks the reader for a file and is the only module that knows every
+//! format. Writing is `write` (filtered copies), `publish` and `decisions`. The JSON scanner's vector paths are chosen from
 //! `neardup_cpu::Features`. `lib.rs` lists the modules from the bottom up: each names only those
 //! above it.
 //!
@@ -64,6 +65,7 @@ mod parquet_read;
 mod arrow_table;
 mod jsonl;
 mod picked;
+mod parquet_picked;
 mod plan;
 mod read;
 mod write;
@@ -83,6 +85,7 @@ pub use discover::{
 pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
 pub use members::ResumePoint;
+pub use parquet_picked::read_rows;
 pub use picked::{RecordPlace, RecordSpan};
 pub use plan::{balanced_chunk_bytes, plan_chunks};
 pub use publish::{

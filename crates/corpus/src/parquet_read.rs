@@ -20,6 +20,7 @@ use parquet::arrow::arrow_reader::{
     ParquetRecordBatchReaderBuilder,
 };
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::schema::types::SchemaDescriptor;
 
 use neardup_storage::ObjectRanges;
 
@@ -131,6 +132,29 @@ pub(crate) fn load(file: &InputFile) -> Result<(ParquetBytes, ArrowReaderMetadat
             )
         })?;
     Ok((f, arrow))
+}
+
+/// The leaf columns a [`Projection::TextOnly`] read decodes: the selected text, id and rank
+/// columns (with their nested leaves).
+pub(crate) fn selected_leaves(schema: &SchemaDescriptor, selector: &TextSelector) -> Vec<usize> {
+    let wanted: Vec<&FieldPath> = selector
+        .fields
+        .iter()
+        .chain(selector.id_field.as_ref())
+        .chain(selector.rank_field.as_ref())
+        .collect();
+    let mut l: Vec<usize> = (0..schema.num_columns())
+        .filter(|&i| {
+            let parts = schema.column(i).path().parts().to_vec();
+            wanted.iter().any(|w| parts.starts_with(w.segments()))
+        })
+        .collect();
+    if l.is_empty() && schema.num_columns() > 0 {
+        // No selected column exists: decode the first column only so row counts
+        // (and hence record addresses) stay right; every sample is MissingField.
+        l.push(0);
+    }
+    l
 }
 
 /// A row limit applied only when it cuts the group short (as the builder is given it for
@@ -302,27 +326,7 @@ impl ParquetSource {
                 leaves,
             }
         };
-        let text_leaves = {
-            let wanted: Vec<&FieldPath> = opts
-                .selector
-                .fields
-                .iter()
-                .chain(opts.selector.id_field.as_ref())
-                .chain(opts.selector.rank_field.as_ref())
-                .collect();
-            let mut l: Vec<usize> = (0..schema.num_columns())
-                .filter(|&i| {
-                    let parts = schema.column(i).path().parts().to_vec();
-                    wanted.iter().any(|w| parts.starts_with(w.segments()))
-                })
-                .collect();
-            if l.is_empty() && schema.num_columns() > 0 {
-                // No selected column exists: decode the first column only so row counts
-                // (and hence record addresses) stay right; every sample is MissingField.
-                l.push(0);
-            }
-            l
-        };
+        let text_leaves = selected_leaves(schema, &opts.selector);
         let (read, texts) = match opts.projection {
             Projection::FullRecords => (
                 decoding((0..schema.num_columns()).collect()),
@@ -527,6 +531,7 @@ impl ParquetSource {
                 text_bytes,
                 full: self.full && !texts_only,
                 texts_only,
+                picked: None,
             },
             disk_bytes,
         ))

@@ -9,6 +9,7 @@ use crate::error::{ReadError, Unreadable};
 use crate::format::{Format, InputFile};
 use crate::jsonl::{self, JsonlSource};
 use crate::members::ResumePoint;
+use crate::parquet_picked::PickedRowsSource;
 use crate::parquet_read::{self, ParquetSource};
 use crate::picked::{PickedLines, PickedSource, RecordPlace, RecordSpan};
 use crate::select::TextSelector;
@@ -40,6 +41,15 @@ impl Block {
             BlockData::Jsonl { bytes, starts, .. } => {
                 jsonl::line_samples(bytes, starts, 0..starts.len(), selector, seen, f)
             }
+            BlockData::Parquet {
+                batch,
+                picked: Some(p),
+                ..
+            } => parquet_read::batch_samples(batch, selector, seen, &mut |mut s: Sample<'_>| {
+                // The batch holds the rows read only: its row `i` is record `records[i]`.
+                s.record = p.records[s.record];
+                f(s)
+            }),
             BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, seen, f)
             }
@@ -64,6 +74,16 @@ impl Block {
                 None,
                 &mut f,
             ),
+            BlockData::Parquet {
+                batch,
+                picked: Some(p),
+                ..
+            } => parquet_read::batch_samples(batch, selector, None, &mut |mut s: Sample<'_>| {
+                s.record = p.records[s.record];
+                if records.binary_search(&s.record).is_ok() {
+                    f(s)
+                }
+            }),
             BlockData::Parquet { batch, .. } | BlockData::Arrow { batch, .. } => {
                 parquet_read::batch_samples(batch, selector, None, &mut |s: Sample<'_>| {
                     if records.binary_search(&s.record).is_ok() {
@@ -287,6 +307,26 @@ impl ChunkReader {
         }
     }
 
+    /// The reader of `chunk` by choosing some of its rows ([`crate::read_rows`]).
+    pub(crate) fn picked_rows(source: PickedRowsSource, chunk: &Chunk) -> ChunkReader {
+        ChunkReader {
+            inner: Inner::PickedRows(Box::new(source)),
+            file: chunk.file,
+            chunk_seq: chunk.seq,
+            lines: None,
+        }
+    }
+
+    /// A reader of `chunk` that yields `error` alone.
+    pub(crate) fn failed(error: ReadError, chunk: &Chunk) -> ChunkReader {
+        ChunkReader {
+            inner: Inner::Failed(Some(error)),
+            file: chunk.file,
+            chunk_seq: chunk.seq,
+            lines: None,
+        }
+    }
+
     /// This reader (a whole read of an uncompressed JSONL chunk), its blocks yielding the
     /// samples of the records `lines` picks only ([`crate::read_records_whole`]).
     pub(crate) fn picking(mut self, lines: PickedLines) -> ChunkReader {
@@ -307,6 +347,7 @@ impl std::fmt::Debug for ChunkReader {
 enum Inner {
     Jsonl(Box<JsonlSource>),
     Picked(Box<PickedSource>),
+    PickedRows(Box<PickedRowsSource>),
     Parquet(Box<ParquetSource>),
     Arrow(Box<ArrowSource>),
     Failed(Option<ReadError>),
@@ -319,6 +360,7 @@ impl Iterator for ChunkReader {
         let next = match &mut self.inner {
             Inner::Jsonl(s) => s.next_block(),
             Inner::Picked(s) => s.next_block(),
+            Inner::PickedRows(s) => s.next_block(),
             Inner::Parquet(s) => s.next_block(),
             Inner::Arrow(s) => s.next_block(),
             Inner::Failed(e) => return e.take().map(Err),

@@ -656,6 +656,16 @@ impl FileWriter {
             (Sink::Jsonl(_), BlockData::Jsonl { bytes, starts, .. }) => {
                 self.write_lines(bytes, starts, keep)
             }
+            (
+                Sink::Parquet(_),
+                BlockData::Parquet {
+                    picked: Some(_), ..
+                },
+            ) => Err(WriteError::new(
+                &self.base(),
+                "invalid_block",
+                "block was read by choosing some rows only; writing needs them all",
+            )),
             (Sink::Parquet(_), BlockData::Parquet { batch, full, .. }) => {
                 if !full {
                     return Err(WriteError::new(
@@ -953,6 +963,7 @@ mod tests {
                     text_bytes: 0,
                     full: true,
                     texts_only: false,
+                    picked: None,
                 },
                 disk_bytes: 0,
             };

@@ -5,8 +5,8 @@
 //! Builds on `pass`.
 
 use neardup_corpus::{
-    Block, Chunk, ChunkRange, Projection, ReadOptions, RecordPlace, RecordSpan, SampleText,
-    TextSelector, Unreadable, read_records, read_records_whole, reread_chunk,
+    Block, Chunk, ChunkRange, Format, Projection, ReadOptions, RecordPlace, RecordSpan, SampleText,
+    TextSelector, Unreadable, read_records, read_records_whole, read_rows, reread_chunk,
 };
 use neardup_exec::StepControl;
 use neardup_keys::{HotMask, RecordPlaces, RowKind};
@@ -343,10 +343,20 @@ impl PrepareBuffers {
     }
 }
 
+/// How a pass reads its chunks: whole records, to write them; but a pass that writes no
+/// dataset (decisions only, or a `sign` step) decodes the columns of its samples alone (text,
+/// id and rank columns of a Parquet file, as stage 1 reads them): nothing it writes needs the
+/// others, and a damaged page of a column it never reads costs no records, whether it reads a
+/// chunk whole or only the rows it decides ([`read_rows`]).
 fn read_options(cfg: &Stage2Config) -> ReadOptions {
+    let samples_only = cfg.output.is_none();
     ReadOptions {
         selector: cfg.selector.clone(),
-        projection: Projection::FullRecords,
+        projection: if samples_only {
+            Projection::TextOnly
+        } else {
+            Projection::FullRecords
+        },
         block_bytes: cfg.block_bytes,
     }
 }
@@ -631,6 +641,15 @@ impl<'a> neardup_exec::ChunkWork for PrepareWork<'a> {
     fn read(&self, job: &ChunkJob<'a>) -> impl Iterator<Item = Result<Block, Unreadable>> {
         let file = &self.inputs[job.file];
         match job.places() {
+            Some(places) if file.format == Format::Parquet => read_rows(
+                file,
+                &job.chunk,
+                &read_options(self.cfg),
+                records_to_read(places, job.row_base, self.mask)
+                    .into_iter()
+                    .map(|p| p.record)
+                    .collect(),
+            ),
             Some(places) if job.by_places == PlacesRead::Whole => read_records_whole(
                 file,
                 &job.chunk,

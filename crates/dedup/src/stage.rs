@@ -62,8 +62,9 @@ fn check_sizes(inputs: &[neardup_corpus::InputFile], ended: bool) -> Result<(), 
 /// `unique`) unparsed: when nothing it writes needs their texts or ids. Not with an id field
 /// (every decision names its sample's id). A pass deciding its hot samples, signing them
 /// (`sign`: the others are not its concern) or taking their verdicts (`write`) alike: without
-/// a filtered dataset it reads only those records; with one it reads every record, copying
-/// the ones it does not parse as they are.
+/// a filtered dataset it reads only those records (of a Parquet file, the row groups and pages
+/// holding them); with one it reads every record, copying the ones it does not parse as they
+/// are (a Parquet file is read and decoded whole).
 fn reads_by_places(cfg: &Stage2Config) -> PlacesRead {
     if cfg.selector.id_field.is_some() {
         PlacesRead::Ignored
@@ -72,6 +73,12 @@ fn reads_by_places(cfg: &Stage2Config) -> PlacesRead {
     } else {
         PlacesRead::Picked
     }
+}
+
+/// Whether `block` holds only the rows chosen of a Parquet chunk ([`neardup_corpus::read_rows`]):
+/// its input bytes are those rows' alone, and the chunk's are counted at its end.
+fn picked_rows(block: &Block) -> bool {
+    block.records_read().is_some() && block.record_batch().is_some()
 }
 
 /// The bytes of its input a job read whole reads: a byte range's, or a whole file's (counted
@@ -103,10 +110,14 @@ fn chunk_jobs(files: &[FileRows], by_places: PlacesRead) -> (Vec<ChunkJob<'_>>, 
                 },
                 row_base,
                 expect: c,
-                by_places: if c.places.is_some() {
-                    by_places
-                } else {
-                    PlacesRead::Ignored
+                by_places: match by_places {
+                    _ if c.places.is_none() => PlacesRead::Ignored,
+                    // A filtered Parquet dataset is written from every row decoded: the
+                    // chunk is read whole.
+                    PlacesRead::Whole if f.input.format == neardup_corpus::Format::Parquet => {
+                        PlacesRead::Ignored
+                    }
+                    other => other,
                 },
             });
             record_bases.push(record_base);
@@ -214,7 +225,9 @@ impl<R: HotRoute> Pass<'_, R> {
         // Full means the workers hold enough spares: this one is dropped.
         let _ = self.spares.try_send(RecycledBuffers::from_block(&mut work));
         let keep = keep?;
-        self.decider.stats.bytes += work.block.input_bytes();
+        if !picked_rows(&work.block) {
+            self.decider.stats.bytes += work.block.input_bytes();
+        }
         self.decider.stats.bytes_read += work.block.bytes_read().unwrap_or(0);
         self.decider.stats.ranked.0 += u64::from(work.ranked.0);
         self.decider.stats.ranked.1 += u64::from(work.ranked.1);
@@ -238,8 +251,16 @@ impl<R: HotRoute> Pass<'_, R> {
     fn on_job_end(&mut self, job: usize) -> Result<(), DedupError> {
         let fi = self.jobs[job].file;
         let expect = self.jobs[job].expect;
-        if self.jobs[job].places().is_none() {
-            self.decider.stats.bytes_read += whole_read_bytes(&self.jobs[job], &self.inputs[fi]);
+        match self.jobs[job].places() {
+            None => {
+                self.decider.stats.bytes_read +=
+                    whole_read_bytes(&self.jobs[job], &self.inputs[fi]);
+            }
+            // The text bytes of the rows passed over are stage 1's count.
+            Some(places) if self.inputs[fi].format == neardup_corpus::Format::Parquet => {
+                self.decider.stats.bytes += places.input_bytes();
+            }
+            Some(_) => {}
         }
         let (records, rows) = (self.job_records, self.job_rows);
         (self.job_records, self.job_rows) = (0, 0);

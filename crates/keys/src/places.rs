@@ -1,5 +1,5 @@
-//! Where each record of a chunk of a JSONL file lies, and whether stage 2 can decide it without
-//! reading it ([`RecordPlaces`]): stage 1 notes both as it reads, compactly, so that stage 2
+//! Where each record of a chunk of a JSONL file or of a Parquet file lies, and whether stage 2
+//! can decide it without reading it ([`RecordPlaces`]): stage 1 notes both as it reads, compactly, so that stage 2
 //! reads only the records it has to. Of a compressed file (a gzip file of several members, a
 //! zstd file of several frames) the places are offsets in its decompressed stream, and where
 //! its members start goes with them ([`neardup_corpus::ResumePoint`]). A key-table file carries them after its
@@ -9,14 +9,16 @@
 use neardup_corpus::ResumePoint;
 use serde::{Deserialize, Serialize};
 
-/// The records of one chunk of a JSONL file as stage 1 read them: each one's
-/// length (its records lie back to back from `start`), and whether it is *plain*: every sample
+/// The records of one chunk of a JSONL file or of a Parquet file as stage 1 read them: each
+/// one's length (its records lie back to back from `start`; a Parquet row's length is 0, its
+/// place being its index in the chunk, which the file's footer turns into a row group and a
+/// page), and whether it is *plain*: every sample
 /// slot of it held a text that was not blank, so it has exactly `samples_per_record` rows, and
 /// when none of them is hot stage 2 decides all its samples `unique` (cold) without reading it.
 /// A record that is not plain (a blank line, a slot without a text, a blank text) keeps its
 /// row count, and stage 2 reads it.
 ///
-/// One to three bytes per record for records under 2 MiB: per record the LEB128 varint of
+/// One to three bytes per record for records under 2 MiB (one per plain Parquet row): per record the LEB128 varint of
 /// `length << 1 | plain`, followed for a record that is not plain by the varint of its rows.
 /// Then, of a compressed file, each member's start ([`ResumePoint`]) as the varints of its
 /// compressed and decompressed offsets past the member's before.
@@ -26,6 +28,10 @@ pub struct RecordPlaces {
     end: u64,
     records: u64,
     samples_per_record: u32,
+    /// The input bytes stage 1 counted for the records (`neardup_corpus::Block::input_bytes`):
+    /// what stage 2 counts for those it passes over unread, where their bytes are not a span of
+    /// the file (the text bytes of Parquet rows).
+    input_bytes: u64,
     data: Vec<u8>,
     /// The members' starts, encoded.
     resumes: Vec<u8>,
@@ -56,6 +62,9 @@ pub(crate) struct PlacesEntry {
     /// Of those, the members' starts' (the last bytes).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub resume_bytes: u64,
+    /// [`RecordPlaces::input_bytes`] (0, and left out, but for a Parquet chunk).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub input_bytes: u64,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -96,6 +105,7 @@ impl RecordPlaces {
             end: start,
             records: 0,
             samples_per_record,
+            input_bytes: 0,
             data: Vec::new(),
             resumes: Vec::new(),
             resume_count: 0,
@@ -182,6 +192,17 @@ impl RecordPlaces {
         self.records
     }
 
+    /// The input bytes stage 1 counted for these records (`neardup_corpus::Block::input_bytes`
+    /// of the blocks they came in).
+    pub fn input_bytes(&self) -> u64 {
+        self.input_bytes
+    }
+
+    /// Notes the input bytes stage 1 counted for these records.
+    pub fn set_input_bytes(&mut self, bytes: u64) {
+        self.input_bytes = bytes;
+    }
+
     /// The memory held.
     pub fn memory_bytes(&self) -> u64 {
         (self.data.capacity() + self.resumes.capacity() + size_of::<RecordPlaces>()) as u64
@@ -204,6 +225,7 @@ impl RecordPlaces {
             samples_per_record: self.samples_per_record,
             bytes: (self.data.len() + self.resumes.len()) as u64,
             resume_bytes: self.resumes.len() as u64,
+            input_bytes: self.input_bytes,
         }
     }
 
@@ -229,6 +251,7 @@ impl RecordPlaces {
         }
         let resumes = data.split_off((entry.bytes - entry.resume_bytes) as usize);
         let mut places = RecordPlaces::new(entry.start, entry.samples_per_record);
+        places.input_bytes = entry.input_bytes;
         let mut at = 0;
         while at < resumes.len() {
             let compressed = try_read_varint(&resumes, &mut at)?;

@@ -210,7 +210,8 @@ struct BlockRows {
     problems: Vec<SkippedSample>,
     /// Which selected fields the block's records have.
     fields: FieldsSeen,
-    /// Where its records lie (a block of a JSONL file read in order, when places are noted).
+    /// Where its records lie (a block of a JSONL file read in order, or of a Parquet file,
+    /// when places are noted).
     places: Option<RecordPlaces>,
 }
 
@@ -381,10 +382,9 @@ impl SketchWork<'_> {
         };
         // Per record of a block whose places are noted: its rows, and whether a slot of it had
         // no text or a blank one.
-        let mut per_record: Option<Vec<(u32, bool)>> = block
-            .jsonl_offset()
-            .filter(|_| self.places.load(Ordering::Relaxed))
-            .map(|_| vec![(0, false); block.num_records()]);
+        let mut per_record: Option<Vec<(u32, bool)>> = (block.records_placeable()
+            && self.places.load(Ordering::Relaxed))
+        .then(|| vec![(0, false); block.num_records()]);
         if cfg.sketcher.wants_batches() {
             // A tokenizer that takes a lock per call (a Python callable and its GIL) is handed
             // the block's texts at once.
@@ -437,9 +437,10 @@ impl SketchWork<'_> {
                 }
             }
         });
-        if let (Some(records), Some(offset)) = (per_record, block.jsonl_offset()) {
+        if let Some(records) = per_record {
             let per_record = cfg.selector.samples_per_record() as u32;
-            let mut places = RecordPlaces::new(offset, per_record);
+            // A Parquet row's place is its index in the chunk: its length is 0.
+            let mut places = RecordPlaces::new(block.jsonl_offset().unwrap_or(0), per_record);
             for (i, (rows, odd)) in records.into_iter().enumerate() {
                 let len = block.jsonl_line(i).map_or(0, <[u8]>::len) as u64;
                 places.push(len, rows, !odd && rows == per_record);
@@ -614,7 +615,7 @@ fn row_cache_bytes(memory_limit: Option<u64>) -> u64 {
 }
 
 /// Reads and sketches every chunk with worker threads and hands the rows, in input order, to
-/// `sink`; with `places`, notes where the records of JSONL chunks lie
+/// `sink`; with `places`, notes where the records of JSONL and Parquet chunks lie
 /// ([`ChunkRows::places`]) while they take at most [`places_budget`] of the memory limit.
 fn sketch_rows(
     files: &[InputFile],
@@ -797,6 +798,10 @@ fn absorb(
         .filter(|p| p.resume_count() != 1)
         .map(|mut p| {
             p.shrink_to_fit();
+            if files[chunk.file].format == neardup_corpus::Format::Parquet {
+                // Stage 2 passes rows over without their text bytes: it counts these.
+                p.set_input_bytes(out.bytes);
+            }
             p
         });
     fr.chunks.push(ChunkRows {

@@ -47,7 +47,7 @@ pub struct ChunkRows {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unreadable: Vec<Unreadable>,
     /// Where each record lies, for a chunk of a JSONL file read whole (of a compressed file,
-    /// one of several members or frames, see [`RecordPlaces`]): stage 2 then reads only the
+    /// one of several members or frames, see [`RecordPlaces`]) or of a Parquet file: stage 2 then reads only the
     /// records it has to decide. A key-table file holds them after its keys, not in its
     /// header's JSON (`docs/formats.md`); a chunk without places is read whole.
     #[serde(skip)]
