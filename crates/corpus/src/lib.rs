@@ -85,7 +85,6 @@ pub use discover::{
 pub use error::{ReadError, ReadErrorKind, Unreadable, UnreadableRange, WriteError};
 pub use format::{Compression, Format, InputFile, current_size};
 pub use members::ResumePoint;
-pub use parquet_picked::read_rows;
 pub use picked::{RecordPlace, RecordSpan};
 pub use plan::{balanced_chunk_bytes, plan_chunks};
 pub use publish::{
@@ -94,7 +93,8 @@ pub use publish::{
     shard_manifest_name, special_node,
 };
 pub use read::{
-    ChunkReader, read_chunk, read_records, read_records_whole, record_fields, reread_chunk,
+    ChunkReader, read_chunk, read_records, read_records_whole, read_rows, record_fields,
+    reread_chunk,
 };
 pub use select::{DEFAULT_SEPARATOR, FieldPath, FieldPathError, FieldsMode, TextSelector};
 pub use write::{FileWriter, OutputDir, OutputOptions, WrittenFile};

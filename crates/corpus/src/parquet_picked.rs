@@ -30,31 +30,11 @@ use crate::chunk::{Chunk, ChunkRange};
 use crate::error::{ReadError, ReadErrorKind};
 use crate::format::{Format, InputFile};
 use crate::parquet_read::{object_io_error, selected_leaves, text_bytes};
-use crate::read::ChunkReader as Blocks;
 use crate::select::TextSelector;
 
 /// Batch size bounds, as a whole read's (`parquet_read`).
 const MIN_BATCH_ROWS: usize = 64;
 const MAX_BATCH_ROWS: usize = 65536;
-
-/// Reads the rows `picks` (chunk-local indices, ascending, below the chunk's row count) of
-/// `chunk`, a chunk of the Parquet `file` that an earlier read went through without losing a
-/// row, as blocks that together hold every record of the chunk in order, as
-/// [`crate::read_chunk`] would: the picked rows are read (their selected text columns only, as
-/// a [`Projection::TextOnly`] read) and yield their samples; the others are passed over, unread
-/// ([`crate::Block::records_read`]). Each block reports the bytes the Parquet reader took from
-/// the file for it ([`crate::Block::bytes_read`]: the footer and offset index with the first
-/// block, then the dictionary and data pages decoded, compressed as stored). Such blocks cannot
-/// be written.
-///
-/// A read that fails (the file changed, a request failed) ends with an error losing the chunk's
-/// rows from the first one not yet in a block.
-pub fn read_rows(file: &InputFile, chunk: &Chunk, opts: &ReadOptions, picks: Vec<u64>) -> Blocks {
-    match PickedRowsSource::open(file, chunk, opts, picks) {
-        Ok(s) => Blocks::picked_rows(s, chunk),
-        Err(e) => Blocks::failed(e, chunk),
-    }
-}
 
 /// A reader's bytes, counted as the Parquet decoder takes them.
 struct Counted<R> {
@@ -150,7 +130,7 @@ pub(crate) struct PickedRowsSource {
 }
 
 impl PickedRowsSource {
-    fn open(
+    pub(crate) fn open(
         file: &InputFile,
         chunk: &Chunk,
         opts: &ReadOptions,
@@ -585,7 +565,7 @@ mod tests {
 
     use super::*;
     use crate::block::{Projection, SampleText};
-    use crate::read::read_chunk;
+    use crate::read::{read_chunk, read_rows};
     use crate::select::{FieldPath, TextSelector};
 
     /// (record, text or skip kind) of every sample of `blocks`, chunk-local records.

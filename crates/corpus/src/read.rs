@@ -107,6 +107,30 @@ impl Block {
     }
 }
 
+/// Reads the rows `picks` (chunk-local indices, ascending, below the chunk's row count) of
+/// `chunk`, a chunk of the Parquet `file` that an earlier read went through without losing a
+/// row, as blocks that together hold every record of the chunk in order, as
+/// [`crate::read_chunk`] would: the picked rows are read (their selected text columns only, as
+/// a [`Projection::TextOnly`] read) and yield their samples; the others are passed over, unread
+/// ([`crate::Block::records_read`]). Each block reports the bytes the Parquet reader took from
+/// the file for it ([`crate::Block::bytes_read`]: the footer and offset index with the first
+/// block, then the dictionary and data pages decoded, compressed as stored). Such blocks cannot
+/// be written.
+///
+/// A read that fails (the file changed, a request failed) ends with an error losing the chunk's
+/// rows from the first one not yet in a block.
+pub fn read_rows(
+    file: &InputFile,
+    chunk: &Chunk,
+    opts: &ReadOptions,
+    picks: Vec<u64>,
+) -> ChunkReader {
+    match PickedRowsSource::open(file, chunk, opts, picks) {
+        Ok(s) => ChunkReader::picked_rows(s, chunk),
+        Err(e) => ChunkReader::failed(e, chunk),
+    }
+}
+
 /// Streams one chunk as Blocks. Every Err says which records it cost
 /// ([`ReadError::unreadable`]); the records already yielded stand, and reading goes on where it
 /// can:
