@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use neardup_index::{ResolveOptions, SavedIndex, StoredId};
 
-use crate::memory::MemoryIndex;
+use crate::memory::{MemoryIndex, doc_id};
 use crate::{DocId, IndexError, IndexSettings};
 
 /// An online index whose store is a saved index file.
@@ -193,21 +193,5 @@ pub(crate) fn entry_doc_id(
     match id {
         Some(id) => doc_id(id),
         None => DocId::Str(format!("{}:{}", names[addr.file as usize], addr.record)),
-    }
-}
-
-/// The online id of a stored id.
-pub(crate) fn doc_id(id: &StoredId) -> DocId {
-    match id {
-        StoredId::Int(n) => DocId::Int(*n),
-        StoredId::Str(s) => DocId::Str(s.clone()),
-    }
-}
-
-/// The stored id of an online id.
-pub(crate) fn stored_id(id: &DocId) -> StoredId {
-    match id {
-        DocId::Int(n) => StoredId::Int(*n),
-        DocId::Str(s) => StoredId::Str(s.clone()),
     }
 }

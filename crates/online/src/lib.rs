@@ -24,10 +24,10 @@
 //! (`neardup-sketch`, `neardup-keys`' row rule) or decide (`neardup-dedup`).
 #![warn(missing_docs)]
 
-mod file_store;
-mod memory;
-mod redis_store;
 mod sign;
+mod memory;
+mod file_store;
+mod redis_store;
 mod transfer;
 
 use std::fmt;

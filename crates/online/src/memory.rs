@@ -5,9 +5,8 @@
 use hashbrown::{HashMap, HashSet};
 
 use neardup_dedup::{Deduper, DeduperStats, PriorState, SampleAddr, Verdict};
-use neardup_index::{EntryRecord, SavedDecision, SavedIndex};
+use neardup_index::{EntryRecord, SavedDecision, SavedIndex, StoredId};
 
-use crate::file_store::{doc_id, stored_id};
 use crate::sign::{self, Decided, Signed, Signer};
 use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 
@@ -263,5 +262,21 @@ impl MemoryIndex {
         };
         online.next_record += 1;
         addr
+    }
+}
+
+/// The online id of a stored id.
+pub(crate) fn doc_id(id: &StoredId) -> DocId {
+    match id {
+        StoredId::Int(n) => DocId::Int(*n),
+        StoredId::Str(s) => DocId::Str(s.clone()),
+    }
+}
+
+/// The stored id of an online id.
+pub(crate) fn stored_id(id: &DocId) -> StoredId {
+    match id {
+        DocId::Int(n) => StoredId::Int(*n),
+        DocId::Str(s) => StoredId::Str(s.clone()),
     }
 }

@@ -490,11 +490,10 @@ impl RedisIndex {
         }
     }
 
-    /// Reads the namespace in one atomic step and saves it at `path` as `neardup index pull`
-    /// does (atomically, never over anything but an index). Returns the bytes written.
-    pub fn save(&mut self, path: &std::path::Path) -> Result<u64, IndexError> {
-        let (saved, _) = crate::transfer::pull_over(&mut self.con, &self.address, &self.namespace)?;
-        crate::file_store::save_saved(&saved, path)
+    /// The connection, the server's address and the namespace: what a transfer reads the
+    /// namespace over ([`crate::transfer`], which `RedisIndex::save` is).
+    pub(crate) fn connection(&mut self) -> (&mut Connection, &str, &str) {
+        (&mut self.con, &self.address, &self.namespace)
     }
 
     /// Documents checked or inserted (each id once), by every producer.

@@ -21,8 +21,11 @@ use neardup_dedup::Verify;
 use neardup_index::{EntryRecord, SavedDecision, SavedIndex, StoredId};
 use neardup_sketch::NO_KEY;
 
-use crate::file_store::{doc_id, entry_doc_id};
-use crate::redis_store::{Keys, Recorded, decode_rep, decode_sequenced, encode_decision, shown};
+use crate::file_store::entry_doc_id;
+use crate::memory::doc_id;
+use crate::redis_store::{
+    Keys, Recorded, RedisIndex, decode_rep, decode_sequenced, encode_decision, shown,
+};
 use crate::sign::Decided;
 use crate::{DocId, IndexError};
 
@@ -518,7 +521,7 @@ pub fn save_file(saved: &SavedIndex, path: &std::path::Path) -> Result<u64, Inde
 }
 
 fn stored_id_of(id: &DocId) -> StoredId {
-    crate::file_store::stored_id(id)
+    crate::memory::stored_id(id)
 }
 
 /// What `neardup index stats` shows of a saved index of `bytes` bytes.
@@ -643,4 +646,14 @@ pub fn namespace_stats(url: &str, namespace: &str) -> Result<serde_json::Value, 
         "empty": recorded.empty,
         "bytes": bytes,
     }))
+}
+
+impl RedisIndex {
+    /// Reads the namespace in one atomic step and saves it at `path` as `neardup index pull`
+    /// does (atomically, never over anything but an index). Returns the bytes written.
+    pub fn save(&mut self, path: &std::path::Path) -> Result<u64, IndexError> {
+        let (con, address, namespace) = self.connection();
+        let (saved, _) = pull_over(con, address, namespace)?;
+        crate::file_store::save_saved(&saved, path)
+    }
 }
