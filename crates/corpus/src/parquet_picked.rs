@@ -17,8 +17,8 @@ use arrow_array::RecordBatch;
 use bytes::Bytes;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder, RowSelection, RowSelectionPolicy, RowSelector,
+    ArrowReaderMetadata, ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelectionPolicy, RowSelector,
 };
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::reader::{ChunkReader, Length};
@@ -26,10 +26,13 @@ use parquet::file::reader::{ChunkReader, Length};
 use neardup_storage::ObjectRanges;
 
 use crate::block::{BlockData, DiskShare, PickedRows, ReadOptions};
-use crate::chunk::{Chunk, ChunkRange};
+use crate::chunk::Chunk;
 use crate::error::{ReadError, ReadErrorKind};
 use crate::format::{Format, InputFile};
-use crate::parquet_read::{object_io_error, selected_leaves, text_bytes};
+use crate::parquet_read::{
+    arrow_metadata, chunk_file_share, chunk_row_groups, object_io_error, selected_leaves,
+    text_bytes,
+};
 use crate::select::TextSelector;
 
 /// Batch size bounds, as a whole read's (`parquet_read`).
@@ -191,22 +194,7 @@ impl PickedRowsSource {
             })
             .map_err(lost_all)?;
         let n = pmeta.num_row_groups();
-        let indices: Vec<usize> = match chunk.range {
-            ChunkRange::Whole => (0..n).collect(),
-            ChunkRange::RowGroups { start, end } if start <= end && end <= n => {
-                (start..end).collect()
-            }
-            ref other => {
-                return Err(lost_all(ReadError::new(
-                    path,
-                    ReadErrorKind::InvalidChunk,
-                    None,
-                    format!(
-                        "a chunk of {other} (end exclusive) does not fit a Parquet file of {n} row groups"
-                    ),
-                )));
-            }
-        };
+        let indices = chunk_row_groups(file, chunk, n).map_err(lost_all)?;
         let group_disk = |g: usize| pmeta.row_group(g).compressed_size().max(0) as u64;
         let mut groups = Vec::with_capacity(indices.len());
         let (mut first, mut disk_before) = (0u64, 0u64);
@@ -222,24 +210,10 @@ impl PickedRowsSource {
             first += rows;
             disk_before += group_disk(g);
         }
-        // As a whole read hands out its chunk's share of the file (see `parquet_read`).
-        let share = if indices.last().is_none_or(|&g| g + 1 == n) {
-            let all: u64 = (0..n).map(group_disk).sum();
-            disk_before + file.size.saturating_sub(all)
-        } else {
-            disk_before
-        };
+        // As a whole read hands out its chunk's share of the file.
+        let share = chunk_file_share(&pmeta, &indices, file.size);
         let rows = first;
-        let meta = ArrowReaderMetadata::try_new(Arc::new(pmeta), ArrowReaderOptions::new())
-            .map_err(|e| {
-                ReadError::new(
-                    path,
-                    ReadErrorKind::SchemaMismatch,
-                    None,
-                    format!("schema not readable as Arrow ({e})"),
-                )
-                .losing(0, Some(rows), None, None)
-            })?;
+        let meta = arrow_metadata(pmeta, file).map_err(|e| e.losing(0, Some(rows), None, None))?;
         let schema = meta.metadata().file_metadata().schema_descr();
         let leaves = selected_leaves(schema, &opts.selector);
         let mask = ProjectionMask::leaves(schema, leaves.iter().copied());
@@ -565,6 +539,7 @@ mod tests {
 
     use super::*;
     use crate::block::{Projection, SampleText};
+    use crate::chunk::ChunkRange;
     use crate::read::{read_chunk, read_rows};
     use crate::select::{FieldPath, TextSelector};
 

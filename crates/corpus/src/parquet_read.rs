@@ -239,6 +239,60 @@ impl GroupPlan {
     }
 }
 
+/// The row groups of `chunk`, a chunk of `file` (a Parquet file of `n` row groups), or why the
+/// chunk does not fit the file.
+pub(crate) fn chunk_row_groups(
+    file: &InputFile,
+    chunk: &Chunk,
+    n: usize,
+) -> Result<Vec<usize>, ReadError> {
+    match chunk.range {
+        ChunkRange::Whole => Ok((0..n).collect()),
+        ChunkRange::RowGroups { start, end } if start <= end && end <= n => {
+            Ok((start..end).collect())
+        }
+        ref other => Err(ReadError::new(
+            &file.path,
+            ReadErrorKind::InvalidChunk,
+            None,
+            format!(
+                "a chunk of {other} (end exclusive) does not fit a Parquet file of {n} row groups"
+            ),
+        )),
+    }
+}
+
+/// The bytes of a file of `file_size` bytes that the chunk over the row groups `groups` stands
+/// for: its groups' compressed bytes, and, for the chunk holding the last row group, the rest of
+/// the file too (its footer, the magic bytes, anything between the groups), so that a file's
+/// chunks cover all its bytes.
+pub(crate) fn chunk_file_share(pmeta: &ParquetMetaData, groups: &[usize], file_size: u64) -> u64 {
+    let n = pmeta.num_row_groups();
+    let group_disk = |g: usize| pmeta.row_group(g).compressed_size().max(0) as u64;
+    let own: u64 = groups.iter().map(|&g| group_disk(g)).sum();
+    if groups.last().is_none_or(|&g| g + 1 == n) {
+        let all: u64 = (0..n).map(group_disk).sum();
+        own + file_size.saturating_sub(all)
+    } else {
+        own
+    }
+}
+
+/// `pmeta` as the Arrow reader's metadata, or why `file`'s schema cannot be read as Arrow.
+pub(crate) fn arrow_metadata(
+    pmeta: ParquetMetaData,
+    file: &InputFile,
+) -> Result<ArrowReaderMetadata, ReadError> {
+    ArrowReaderMetadata::try_new(Arc::new(pmeta), ArrowReaderOptions::default()).map_err(|e| {
+        ReadError::new(
+            &file.path,
+            ReadErrorKind::SchemaMismatch,
+            None,
+            format!("schema not readable as Arrow ({e})"),
+        )
+    })
+}
+
 impl ParquetSource {
     pub(crate) fn open(
         file: &InputFile,
@@ -250,23 +304,7 @@ impl ParquetSource {
         // Without a footer nothing is known, not even how many rows the chunk holds.
         let (f, pmeta) = read_footer(file).map_err(|e| e.losing(0, None, None, None))?;
         let n = pmeta.num_row_groups();
-        let groups: Vec<usize> = match chunk.range {
-            ChunkRange::Whole => (0..n).collect(),
-            ChunkRange::RowGroups { start, end } if start <= end && end <= n => {
-                (start..end).collect()
-            }
-            ref other => {
-                return Err(ReadError::new(
-                    path,
-                    ReadErrorKind::InvalidChunk,
-                    None,
-                    format!(
-                        "a chunk of {other} (end exclusive) does not fit a Parquet file of {n} row groups"
-                    ),
-                )
-                .losing(0, None, None, None));
-            }
-        };
+        let groups = chunk_row_groups(file, chunk, n).map_err(|e| e.losing(0, None, None, None))?;
         let mut plans = VecDeque::with_capacity(groups.len());
         let mut first = 0u64;
         let mut disk_before = 0u64;
@@ -288,25 +326,10 @@ impl ParquetSource {
             first += rows;
             disk_before += group_disk(g);
         }
-        // The chunk holding the last row group holds the rest of the file too (its footer, the
-        // magic bytes, anything between the groups), so a file's chunks cover all its bytes.
-        let share = if groups.last().is_none_or(|&g| g + 1 == n) {
-            let all: u64 = (0..n).map(group_disk).sum();
-            disk_before + file.size.saturating_sub(all)
-        } else {
-            disk_before
-        };
+        let share = chunk_file_share(&pmeta, &groups, file.size);
         let chunk_rows = first;
-        let meta = ArrowReaderMetadata::try_new(Arc::new(pmeta), ArrowReaderOptions::default())
-            .map_err(|e| {
-                ReadError::new(
-                    path,
-                    ReadErrorKind::SchemaMismatch,
-                    None,
-                    format!("schema not readable as Arrow ({e})"),
-                )
-                .losing(0, Some(chunk_rows), None, None)
-            })?;
+        let meta =
+            arrow_metadata(pmeta, file).map_err(|e| e.losing(0, Some(chunk_rows), None, None))?;
         let pmeta = meta.metadata();
         let schema = pmeta.file_metadata().schema_descr();
         let decoding = |leaves: Vec<usize>| {
