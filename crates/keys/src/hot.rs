@@ -1223,21 +1223,7 @@ pub fn plan_from_tables(
         return Ok(plan);
     }
     let mut builder = PlanBuilder::new(hot.keys())?;
-    let mut block = Vec::new();
-    for path in &tables.paths {
-        let mut reader = TableReader::open(path)?;
-        loop {
-            if cancelled() {
-                return Err(KeysError::Interrupted);
-            }
-            block.clear();
-            if reader.read_keys(columns * 8192, &mut block)? == 0 {
-                break;
-            }
-            builder.add_rows(&block, columns);
-        }
-        reader.finish()?;
-    }
+    for_each_block_of_rows(tables, cancelled, |block| builder.add_rows(block, columns))?;
     builder.finish(groups)
 }
 
@@ -1249,6 +1235,23 @@ fn count_hot_rows(
     let columns = tables.layout.columns();
     let index = SortedKeyIndex::new(hot.keys());
     let mut hot_rows = 0u64;
+    for_each_block_of_rows(tables, cancelled, |block| {
+        hot_rows += block
+            .chunks_exact(columns)
+            .filter(|row| row.iter().any(|k| *k != NO_KEY && index.contains(*k)))
+            .count() as u64;
+    })?;
+    Ok(hot_rows)
+}
+
+/// Hands `each` the keys of the saved `tables`' rows (in shard order) a block of whole rows at a
+/// time; `cancelled` is looked at between blocks ([`KeysError::Interrupted`]).
+fn for_each_block_of_rows(
+    tables: &ShardTables,
+    cancelled: &dyn Fn() -> bool,
+    mut each: impl FnMut(&[u64]),
+) -> Result<(), KeysError> {
+    let columns = tables.layout.columns();
     let mut block = Vec::new();
     for path in &tables.paths {
         let mut reader = TableReader::open(path)?;
@@ -1260,14 +1263,11 @@ fn count_hot_rows(
             if reader.read_keys(columns * 8192, &mut block)? == 0 {
                 break;
             }
-            hot_rows += block
-                .chunks_exact(columns)
-                .filter(|row| row.iter().any(|k| *k != NO_KEY && index.contains(*k)))
-                .count() as u64;
+            each(&block);
         }
         reader.finish()?;
     }
-    Ok(hot_rows)
+    Ok(())
 }
 
 #[cfg(test)]
