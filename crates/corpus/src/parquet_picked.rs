@@ -30,8 +30,8 @@ use crate::chunk::Chunk;
 use crate::error::{ReadError, ReadErrorKind};
 use crate::format::{Format, InputFile};
 use crate::parquet_read::{
-    arrow_metadata, chunk_file_share, chunk_row_groups, object_io_error, selected_leaves,
-    text_bytes,
+    arrow_metadata, chunk_file_share, chunk_row_groups, footer_error, object_io_error,
+    selected_leaves, text_bytes,
 };
 use crate::select::TextSelector;
 
@@ -178,20 +178,7 @@ impl PickedRowsSource {
             Source::Object(o) => footer.parse_and_finish(o),
         };
         let pmeta: ParquetMetaData = parsed
-            .map_err(|e| match e {
-                parquet::errors::ParquetError::External(inner) => ReadError::new(
-                    path,
-                    ReadErrorKind::Storage,
-                    Some("footer".into()),
-                    inner.to_string(),
-                ),
-                e => ReadError::new(
-                    path,
-                    ReadErrorKind::CorruptParquet,
-                    Some("footer".into()),
-                    format!("unreadable footer ({e})"),
-                ),
-            })
+            .map_err(|e| footer_error(file, e))
             .map_err(lost_all)?;
         let n = pmeta.num_row_groups();
         let indices = chunk_row_groups(file, chunk, n).map_err(lost_all)?;

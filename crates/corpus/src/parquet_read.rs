@@ -95,27 +95,12 @@ pub(crate) fn object_io_error(e: neardup_storage::StorageError) -> std::io::Erro
 /// Reads and parses a Parquet footer. Errors are `corrupt_parquet` (or `io` if the file cannot be
 /// opened).
 pub(crate) fn read_footer(file: &InputFile) -> Result<(ParquetBytes, ParquetMetaData), ReadError> {
-    let path = &file.path;
     let bytes = ParquetBytes::open(file)?;
     let parsed = match &bytes {
         ParquetBytes::File(f) => ParquetMetaDataReader::new().parse_and_finish(f),
         ParquetBytes::Object(o) => ParquetMetaDataReader::new().parse_and_finish(o),
     };
-    let meta = parsed.map_err(|e| match e {
-        // A failed request is no sign of a corrupt file.
-        parquet::errors::ParquetError::External(inner) => ReadError::new(
-            path,
-            ReadErrorKind::Storage,
-            Some("footer".into()),
-            inner.to_string(),
-        ),
-        e => ReadError::new(
-            path,
-            ReadErrorKind::CorruptParquet,
-            Some("footer".into()),
-            format!("unreadable footer ({e})"),
-        ),
-    })?;
+    let meta = parsed.map_err(|e| footer_error(file, e))?;
     Ok((bytes, meta))
 }
 
@@ -236,6 +221,24 @@ impl GroupPlan {
             Some(k) => k.first_record.saturating_sub(self.first).min(self.rows),
             None => self.rows,
         }
+    }
+}
+
+/// What a failed read of `file`'s footer means: a failed request is no sign of a corrupt file.
+pub(crate) fn footer_error(file: &InputFile, e: parquet::errors::ParquetError) -> ReadError {
+    match e {
+        parquet::errors::ParquetError::External(inner) => ReadError::new(
+            &file.path,
+            ReadErrorKind::Storage,
+            Some("footer".into()),
+            inner.to_string(),
+        ),
+        e => ReadError::new(
+            &file.path,
+            ReadErrorKind::CorruptParquet,
+            Some("footer".into()),
+            format!("unreadable footer ({e})"),
+        ),
     }
 }
 
