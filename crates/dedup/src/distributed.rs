@@ -1823,6 +1823,55 @@ mod tests {
             }
         }
 
+        /// A ranked signer writes each group's samples in (rank, row) order, equal ranks in
+        /// row order, whether it holds them all or spills sorted runs.
+        #[test]
+        fn a_ranked_signer_writes_rank_then_row_order() {
+            let sketch = sketch();
+            let texts = family_texts(1, 3);
+            let texts: Vec<String> = (0..7).map(|_| texts[0].clone()).collect();
+            let rows = rows(&sketch, &texts);
+            let (tables, hot) = shards_and_hot(&sketch, &rows, &[0, 7], 1);
+            let (mask, _, _) = HotMask::for_table(&tables[0], &hot, RowGrouping::Record).unwrap();
+            let shape = SignedShape {
+                ranked: true,
+                ..signed_shape_of(&sketch, true)
+            };
+            let ranks = [3u64, 1, 3, 1, 2, 0, 1];
+            for memory in [usize::MAX, 1] {
+                let spill = tempfile::tempdir().unwrap();
+                let mut signer = Signer::new(&hot, &mask, shape, vec![StepSink::memory()])
+                    .unwrap()
+                    .sorting_in(memory, Some(spill.path().to_path_buf()));
+                for (row, &rank) in ranks.iter().enumerate() {
+                    let r = &rows[row];
+                    let at = SampleAt {
+                        row: row as u64,
+                        local_row: row as u64,
+                        rank,
+                        addr: addr(row as u64),
+                        id: None,
+                        content_hash: r.content_hash,
+                    };
+                    if row == 0 {
+                        signer.push_full(&at, &[], &r.text).unwrap();
+                    } else {
+                        signer.push_copy(&at, &r.text).unwrap();
+                    }
+                }
+                let (sinks, counts) = signer.finish().unwrap();
+                assert_eq!(counts.samples, vec![7]);
+                // Ranked, every copy carries its text: its original may come after it.
+                assert_eq!(counts.copies_by_hash, 0);
+                let bytes = sinks.into_iter().next().unwrap().finish().unwrap().unwrap();
+                assert_eq!(
+                    signed_rows(&bytes, shape),
+                    vec![(0, 5), (1, 1), (1, 3), (1, 6), (2, 4), (3, 0), (3, 2)],
+                    "{memory} bytes held"
+                );
+            }
+        }
+
         /// A row the hot keys call cold, or one past the shard, cannot be signed: the pass and
         /// the hot keys disagree about the inputs.
         #[test]
