@@ -284,12 +284,14 @@ impl<R: Read> DecidedMerge<R> {
             streams,
         };
         for i in 0..merge.streams.len() {
-            merge.advance(i)?;
+            merge.advance(i, None)?;
         }
         Ok(merge)
     }
 
-    fn advance(&mut self, i: usize) -> Result<(), DedupError> {
+    /// Reads stream `i`'s next decision into its head; `after` is the row of the one just
+    /// taken from it, which the next must follow.
+    fn advance(&mut self, i: usize, after: Option<u64>) -> Result<(), DedupError> {
         let (name, reader) = &mut self.streams[i];
         let mut got = None;
         reader
@@ -299,13 +301,13 @@ impl<R: Read> DecidedMerge<R> {
                 Ok(n)
             })
             .map_err(|e| step_error(name, e))?;
-        if let (Some(next), Some(prev)) = (&got, &self.heads[i])
-            && next.row <= prev.row
+        if let (Some(next), Some(after)) = (&got, after)
+            && next.row <= after
         {
             return Err(DedupError::Step(StepInputError::DecidedOutOfOrder {
                 stream: name.clone(),
                 row: next.row,
-                after: prev.row,
+                after,
             }));
         }
         self.heads[i] = got;
@@ -333,7 +335,7 @@ impl<R: Read> DecidedMerge<R> {
             return Err(DedupError::Step(StepInputError::NoDecision { row }));
         };
         let d = self.heads[i].take().expect("found");
-        self.advance(i)?;
+        self.advance(i, Some(d.row))?;
         Ok(d)
     }
 
@@ -1305,19 +1307,17 @@ mod tests {
             DedupError::Step(s) => s,
             other => panic!("{other:?}"),
         };
-        // Rows out of order within a stream: the row left behind is a decision for a row not
-        // asked for when the next is.
-        let mut m = merge(&[&[2, 5, 3]]).unwrap();
-        m.take(2).unwrap();
-        m.take(5).unwrap();
-        assert!(matches!(
-            step(m.take(6).unwrap_err()),
-            StepInputError::NotHotRow {
-                row: 3,
-                before_end: true,
-                ..
-            }
-        ));
+        // Rows out of order within a stream, or one row twice.
+        for (rows, row, after) in [(&[2u64, 5, 3][..], 3, 5), (&[2, 5, 5], 5, 5)] {
+            let mut m = merge(&[rows]).unwrap();
+            m.take(2).unwrap();
+            let e = step(m.take(5).unwrap_err());
+            assert!(
+                matches!(&e, StepInputError::DecidedOutOfOrder { stream, row: r, after: a }
+                    if stream == "decided-0" && (*r, *a) == (row, after)),
+                "{e:?}"
+            );
+        }
         // A row no stream decided (a group's stream missing).
         let mut m = merge(&[&[1], &[4]]).unwrap();
         m.take(1).unwrap();
