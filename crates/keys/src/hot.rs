@@ -1409,6 +1409,46 @@ mod tests {
         }
     }
 
+    /// Files written before the hot-key file moved onto `neardup_corpus::frame`
+    /// (`crates/keys/tests/data/hot-v2*.ndh`, with and without a plan): written byte for byte
+    /// the same, read, and fingerprinted as the hash of the whole file.
+    #[test]
+    fn the_bytes_of_a_hot_key_file_are_unchanged() {
+        let (hot, _, _) = merge_tables(&tables(), 1).unwrap();
+        let planned = hot
+            .clone()
+            .with_plan(Plan {
+                groups: 2,
+                group_of_key: vec![0, 0, 1],
+                group_rows: vec![3, 2],
+                components: 2,
+                largest_component: 3,
+                hot_rows: 5,
+            })
+            .unwrap();
+        let committed: [&[u8]; 2] = [
+            include_bytes!("../tests/data/hot-v2.ndh"),
+            include_bytes!("../tests/data/hot-v2-planned.ndh"),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (keys, (committed, name)) in [&hot, &planned].into_iter().zip(
+            committed
+                .into_iter()
+                .zip(["hot-v2.ndh", "hot-v2-planned.ndh"]),
+        ) {
+            assert_eq!(keys.to_bytes().unwrap(), committed, "{name}");
+            assert_eq!(&HotKeys::from_bytes(committed).unwrap(), keys);
+            assert_eq!(
+                keys.fingerprint().unwrap(),
+                xxhash_rust::xxh3::xxh3_64(committed)
+            );
+            let path = dir.path().join(name);
+            std::fs::write(&path, committed).unwrap();
+            assert_eq!(&HotKeys::load(&path).unwrap(), keys);
+            assert_eq!(HotSummary::load(&path).unwrap(), keys.summary().unwrap());
+        }
+    }
+
     #[test]
     fn with_a_plan_the_mask_knows_each_hot_rows_group() {
         let tables = tables();

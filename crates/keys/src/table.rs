@@ -1442,6 +1442,21 @@ mod tests {
         );
     }
 
+    /// Files written before the key table moved onto `neardup_corpus::frame`
+    /// (`crates/keys/tests/data/table-v2.ndk`): written byte for byte the same, and read.
+    #[test]
+    fn the_bytes_of_a_table_file_are_unchanged() {
+        let t = table_with_places();
+        let committed: &[u8] = include_bytes!("../tests/data/table-v2.ndk");
+        assert_eq!(t.to_bytes(), committed);
+        assert_eq!(KeyTable::from_bytes(committed).unwrap(), t);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ndk");
+        t.save(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), committed);
+        assert_eq!(t.identity().checksum, stored_checksum(&path).unwrap());
+    }
+
     #[test]
     fn places_that_are_not_what_the_header_says_are_refused() {
         let t = table_with_places();
