@@ -344,11 +344,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
 
     /// Writes one decision to the decisions file and hands it to the observer.
     fn record(&mut self, addr: SampleAddr, id: Option<&str>, d: Decided) -> Result<(), DedupError> {
-        let (dup_of, similarity) = match d.verdict {
-            Some(Verdict::Near { of, similarity }) => (Some(of), Some(similarity)),
-            Some(Verdict::Exact { of, .. }) => (Some(of), Some(1.0)),
-            _ => (None, None),
-        };
+        let (dup_of, similarity) = d.verdict.and_then(|v| v.dup_of()).unzip();
         // A sample dropped for another reason than a duplicate (an empty text) is its own.
         let cluster = d.verdict.map_or(addr, |v| v.cluster(addr));
         let dup_of_id = d.dup_of_id;
