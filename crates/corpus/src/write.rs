@@ -36,7 +36,7 @@ const WRITE_BUF: usize = 1 << 20;
 /// into writes of exactly this many rows counted from a part's start, so the bytes depend on the
 /// kept rows alone. Few rows a write keep what writing holds small (the rows gathered for a
 /// write, the page being encoded: a page ends at the first write past the page size, so with
-/// 1,024 rows a write a page of long texts took several megabytes, three times over), and let
+/// many rows a write a page of long texts grows far past it: docs/benchmarks.md), and let
 /// a part split by size (`max_output_bytes`, checked before each write) end close below it.
 const PARQUET_WRITE_ROWS: usize = 64;
 

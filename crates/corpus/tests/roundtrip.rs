@@ -1,12 +1,10 @@
 //! Writing: round trips, masks, splitting, atomicity, overwrite rules, decisions files.
 
-mod common;
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::common::*;
 use arrow_array::RecordBatch;
-use common::*;
 use neardup_corpus::{
     AtomicFile, Block, DecisionRow, DecisionWriter, InputFile, OutputOptions, Projection,
     Publication, PublishOptions, Reason, WrittenFile, read_chunk, read_decisions,
@@ -483,14 +481,14 @@ fn parquet_rank_columns_of_every_numeric_type_are_read_as_numbers() {
     w.write(&batch).unwrap();
     w.close().unwrap();
     let ranks = |column: &str| -> Vec<RankValue> {
-        let mut sel = common::selector(&["text"], None);
+        let mut sel = crate::common::selector(&["text"], None);
         sel.rank_field = Some(column.parse().unwrap());
-        let f = common::input(&path);
+        let f = crate::common::input(&path);
         let mut out = Vec::new();
         for block in read_chunk(
             &f,
-            &common::whole(0),
-            &common::opts(sel.clone(), Projection::FullRecords, 1 << 20),
+            &crate::common::whole(0),
+            &crate::common::opts(sel.clone(), Projection::FullRecords, 1 << 20),
         ) {
             block.unwrap().for_each_sample(&sel, |s| out.push(s.rank));
         }
