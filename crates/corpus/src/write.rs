@@ -33,8 +33,8 @@ const WRITE_BUF: usize = 1 << 20;
 /// within each write on its own, so writes of whatever rows the blocks happened to hold would cut
 /// pages where the blocks ended, and blocks end in other places when the same file is read in
 /// other chunks (a shard of a distributed run, another `chunk_bytes`). Kept rows are regrouped
-/// into writes of exactly this many rows counted from a part's start, so the bytes depend on the
-/// kept rows alone. Few rows a write keep what writing holds small (the rows gathered for a
+/// into writes of exactly this many rows counted from their input row group's start, so the
+/// bytes depend on the kept rows alone. Few rows a write keep what writing holds small (the rows gathered for a
 /// write, the page being encoded: a page ends at the first write past the page size, so with
 /// many rows a write a page of long texts grows far past it: docs/benchmarks.md), and let
 /// a part split by size (`max_output_bytes`, checked before each write) end close below it.
