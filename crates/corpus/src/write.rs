@@ -33,8 +33,8 @@ const WRITE_BUF: usize = 1 << 20;
 /// within each write on its own, so writes of whatever rows the blocks happened to hold would cut
 /// pages where the blocks ended, and blocks end in other places when the same file is read in
 /// other chunks (a shard of a distributed run, another `chunk_bytes`). Kept rows are regrouped
-/// into writes of exactly this many rows counted from a part's start, so the bytes depend on the
-/// kept rows alone. Few rows a write keep what writing holds small (the rows gathered for a
+/// into writes of exactly this many rows counted from their input row group's start, so the
+/// bytes depend on the kept rows alone. Few rows a write keep what writing holds small (the rows gathered for a
 /// write, the page being encoded: a page ends at the first write past the page size, so with
 /// many rows a write a page of long texts grows far past it: docs/benchmarks.md), and let
 /// a part split by size (`max_output_bytes`, checked before each write) end close below it.
@@ -1605,6 +1605,80 @@ mod tests {
                 .zip(&texts)
                 .all(|(&i, t)| all.value(i as usize) == t)
         );
+    }
+
+    /// A file whose Parquet columns are not what its Arrow schema writes (here INT96 timestamps,
+    /// which Arrow reads as nanosecond timestamps and writes as INT64) has its row groups kept
+    /// whole encoded, not copied: a copied chunk would not match the output's column.
+    #[test]
+    fn parquet_columns_the_output_writes_otherwise_are_encoded() {
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use parquet::basic::Type as Physical;
+        use parquet::data_type::{ByteArray, ByteArrayType, Int96, Int96Type};
+        use parquet::schema::parser::parse_message_type;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("in.parquet");
+        let schema = Arc::new(
+            parse_message_type("message m { required int96 t; required binary text (UTF8); }")
+                .unwrap(),
+        );
+        let mut w = SerializedFileWriter::new(
+            File::create(&path).unwrap(),
+            schema,
+            Arc::new(WriterProperties::default()),
+        )
+        .unwrap();
+        for group in 0..2u32 {
+            let mut rg = w.next_row_group().unwrap();
+            let mut col = rg.next_column().unwrap().unwrap();
+            let times: Vec<Int96> = (0..50u32)
+                .map(|i| Int96::from(vec![group * 50 + i, 0, 2_440_588]))
+                .collect();
+            col.typed::<Int96Type>()
+                .write_batch(&times, None, None)
+                .unwrap();
+            col.close().unwrap();
+            let mut col = rg.next_column().unwrap().unwrap();
+            let texts: Vec<ByteArray> = (0..50)
+                .map(|i| ByteArray::from(format!("text {}", group * 50 + i).as_str()))
+                .collect();
+            col.typed::<ByteArrayType>()
+                .write_batch(&texts, None, None)
+                .unwrap();
+            col.close().unwrap();
+            rg.close().unwrap();
+        }
+        w.close().unwrap();
+        let input = InputFile::detect(&path, Path::new("in.parquet"), None).unwrap();
+        let batch = {
+            let r = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+                .unwrap()
+                .build()
+                .unwrap();
+            let batches: Vec<RecordBatch> = r.map(|b| b.unwrap()).collect();
+            arrow_select::concat::concat_batches(&batches[0].schema(), &batches).unwrap()
+        };
+        let out = parquet_output(&input, &batch, &[30], |i| i != 70, None);
+        let meta = ParquetMetaDataReader::new()
+            .parse_and_finish(&Bytes::from(out[0].clone()))
+            .unwrap();
+        let rows: Vec<i64> = meta.row_groups().iter().map(|g| g.num_rows()).collect();
+        assert_eq!(rows, [50, 49]);
+        assert_eq!(
+            meta.row_group(0).column(0).column_type(),
+            Physical::INT64,
+            "the group kept whole was copied with its INT96 column"
+        );
+        let back = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(out[0].clone()))
+            .unwrap()
+            .build()
+            .unwrap()
+            .map(|b| b.unwrap())
+            .collect::<Vec<_>>();
+        let back = arrow_select::concat::concat_batches(&back[0].schema(), &back).unwrap();
+        let keep = BooleanArray::from((0..100).map(|i| i != 70).collect::<Vec<_>>());
+        let want = arrow_select::filter::filter_record_batch(&batch, &keep).unwrap();
+        assert_eq!(back.columns(), want.columns());
     }
 
     #[test]
