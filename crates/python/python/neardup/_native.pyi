@@ -8,7 +8,7 @@ import numpy
 import numpy.typing
 from typing_extensions import Unpack
 
-from ._report_types import Report
+from ._report_types import DecideManifest, Report, SignManifest
 from ._settings import DeduperSettings, Settings, SketchSettings
 
 _Path = Union[str, PathLike[str]]
@@ -357,7 +357,7 @@ class Signed:
     def fingerprint(self) -> int:
         """HotKeys.fingerprint of the hot keys it was signed with."""
     @property
-    def manifest(self) -> Dict[str, Any]:
+    def manifest(self) -> SignManifest:
         """The manifest (the fields of manifest.json of the directory but its checksum)."""
     @property
     def stats(self) -> Optional[Dict[str, Any]]:
@@ -405,7 +405,7 @@ class Decided:
     def fingerprint(self) -> int:
         """HotKeys.fingerprint of the hot keys it was decided with."""
     @property
-    def manifest(self) -> Dict[str, Any]:
+    def manifest(self) -> DecideManifest:
         """The manifest (the fields of manifest.json of the directory but its checksum)."""
     def shard(self, place: int) -> "Decided":
         """This group's part for the shard at place `place`: what write of that shard needs."""
