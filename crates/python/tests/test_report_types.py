@@ -138,6 +138,21 @@ def test_a_step_report_is_what_its_type_declares(tmp_path):
     assert signed.manifest == {k: v for k, v in sign["manifest"].items() if k != "checksum"}
 
 
+def test_a_values_statistics_are_what_its_stub_declares():
+    types = neardup._report_types
+    table = neardup.keys([SAMPLE], 0)
+    hot = neardup.hot_keys([table])
+    signed = neardup.sign(table, hot)
+    deduper = neardup.Deduper()
+    for text in ["one text of some words here", "one text of some words here", "another"]:
+        deduper(text)
+    assert conforms(table.stats, types.Stage1Stats, "table.stats") == []
+    assert conforms(hot.stats, types.CountStats, "hot.stats") == []
+    assert conforms(signed.stats, types.Stage2Stats, "signed.stats") == []
+    assert conforms(deduper.stats, types.DeduperStats, "deduper.stats") == []
+    assert deduper.stats["exact"] == 1
+
+
 def test_a_write_step_returns_a_run_report(tmp_path):
     table = tmp_path / "keys-0.ndk"
     neardup.keys([SAMPLE], 0, table)

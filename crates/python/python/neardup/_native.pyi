@@ -8,7 +8,15 @@ import numpy
 import numpy.typing
 from typing_extensions import Unpack
 
-from ._report_types import DecideManifest, Report, SignManifest
+from ._report_types import (
+    CountStats,
+    DecideManifest,
+    DeduperStats,
+    Report,
+    SignManifest,
+    Stage1Stats,
+    Stage2Stats,
+)
 from ._settings import DeduperSettings, Settings, SketchSettings
 
 _Path = Union[str, PathLike[str]]
@@ -179,7 +187,7 @@ class Deduper:
     def num_bucket_keys(self) -> Optional[int]:
         """Number of hot_keys given (None when every key counts)."""
     @property
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> DeduperStats:
         """The decision core's counters (checked, comparisons, near, exact, representatives,
         buckets, bytes)."""
 
@@ -269,7 +277,7 @@ class KeyTable:
     def files(self) -> List[Dict[str, Any]]:
         """The input files in row order: path, records, rows."""
     @property
-    def stats(self) -> Optional[Dict[str, Any]]:
+    def stats(self) -> Optional[Stage1Stats]:
         """Stage 1's statistics for a computed table; None for one read back."""
     def save(self, path: _Path) -> None:
         """Writes the table file atomically (the format of `neardup keys --out`)."""
@@ -303,7 +311,7 @@ class HotKeys:
     def min_key_count(self) -> int:
         """A key is hot when seen more than this many times."""
     @property
-    def stats(self) -> Optional[Dict[str, Any]]:
+    def stats(self) -> Optional[CountStats]:
         """The merge's counts for computed hot keys; None for ones read back."""
     def save(self, path: _Path) -> None:
         """Writes the hot-key file atomically (the format of `neardup hot --out`)."""
@@ -360,7 +368,7 @@ class Signed:
     def manifest(self) -> SignManifest:
         """The manifest (the fields of manifest.json of the directory but its checksum)."""
     @property
-    def stats(self) -> Optional[Dict[str, Any]]:
+    def stats(self) -> Optional[Stage2Stats]:
         """The pass's statistics for a value just signed; None for one read back."""
     def group(self, group: int) -> "Signed":
         """This shard's part for one group: what decide of that group needs."""
