@@ -71,7 +71,7 @@ fn copy(
         let mask: Vec<bool> = (0..b.num_records() as u64)
             .map(|i| keep(b.first_record + i))
             .collect();
-        w.write_block(&b, &mask).unwrap();
+        w.write_block(&b, 0, &mask).unwrap();
     }
     let written = w.finish().unwrap();
     p.commit().unwrap();
@@ -193,11 +193,11 @@ fn text_only_parquet_blocks_cannot_be_written() {
     .unwrap();
     let mask = vec![true; b.num_records()];
     assert_eq!(
-        w.write_block(&b, &mask).unwrap_err().kind(),
+        w.write_block(&b, 0, &mask).unwrap_err().kind(),
         "invalid_block"
     );
     assert_eq!(
-        w.write_block(&b, &mask[1..]).unwrap_err().kind(),
+        w.write_block(&b, 0, &mask[1..]).unwrap_err().kind(),
         "invalid_block"
     );
 }
@@ -320,7 +320,7 @@ fn dropped_writers_leave_no_final_named_file() {
         let f = input(&data("corpus").join(name));
         let mut w = p.dataset().unwrap().file_writer(&f).unwrap();
         for b in blocks(&f, 1000) {
-            w.write_block(&b, &vec![true; b.num_records()]).unwrap();
+            w.write_block(&b, 0, &vec![true; b.num_records()]).unwrap();
         }
         // Mid-write, only the hidden staging directory exists.
         let seen = names(&out);

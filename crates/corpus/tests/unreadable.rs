@@ -256,7 +256,7 @@ fn whole_records_that_fail_in_another_column_come_as_texts_only() {
     let mut w = publication.dataset().unwrap().file_writer(&f).unwrap();
     let keep = vec![true; block.num_records()];
     assert_eq!(
-        w.write_block(&block, &keep).unwrap_err().kind(),
+        w.write_block(&block, 0, &keep).unwrap_err().kind(),
         "invalid_block"
     );
 }

@@ -1,7 +1,8 @@
 """neardup.Report (and the TypedDicts under it) describe the reports runs really return: every
 key a report holds is declared with the type its value has, and every key declared required is
 there, for several kinds of run (outputs and an index, a run against that index under a memory
-limit, unreadable inputs, a stream, a table, a write step)."""
+limit, unreadable inputs, a stream, a table, a write step); and so do the step reports
+(KeysReport, HotReport, SignReport, DecideReport) and the sign and decide manifests."""
 
 from __future__ import annotations
 
@@ -115,6 +116,41 @@ def test_a_missing_or_undeclared_field_is_found(runs):
     stage2 = dict(report["stage2"], bytes_read="many")
     assert conforms(stage2, neardup._report_types.Stage2Stats, "stage2") == [
         "stage2.bytes_read: 'many' is not a int"]
+
+
+def test_a_step_report_is_what_its_type_declares(tmp_path):
+    types = neardup._report_types
+    table = tmp_path / "keys-0.ndk"
+    keys = neardup.keys([SAMPLE], 0, table, prefer="longest")
+    assert conforms(keys, types.KeysReport, "keys") == []
+    # With groups, the plan is there to check; the prefer and against settings too.
+    hot = neardup.hot_keys([table], groups=2, output=tmp_path / "hot.ndh")
+    assert hot["plan"] is not None and conforms(hot, types.HotReport, "hot") == []
+    sign = neardup.sign(table, tmp_path / "hot.ndh", tmp_path / "sig-0", prefer="longest")
+    assert sign["manifest"]["settings"]["prefer"] and conforms(sign, types.SignReport, "sign") == []
+    decide = neardup.decide([tmp_path / "sig-0"], tmp_path / "hot.ndh", 1, tmp_path / "decided-1",
+                            prefer="longest")
+    assert conforms(decide, types.DecideReport, "decide") == []
+    signed = neardup.Signed.load(tmp_path / "sig-0")
+    decided = neardup.Decided.load(tmp_path / "decided-1")
+    assert conforms(signed.manifest, types.SignManifest, "signed.manifest") == []
+    assert conforms(decided.manifest, types.DecideManifest, "decided.manifest") == []
+    assert signed.manifest == {k: v for k, v in sign["manifest"].items() if k != "checksum"}
+
+
+def test_a_values_statistics_are_what_its_stub_declares():
+    types = neardup._report_types
+    table = neardup.keys([SAMPLE], 0)
+    hot = neardup.hot_keys([table])
+    signed = neardup.sign(table, hot)
+    deduper = neardup.Deduper()
+    for text in ["one text of some words here", "one text of some words here", "another"]:
+        deduper(text)
+    assert conforms(table.stats, types.Stage1Stats, "table.stats") == []
+    assert conforms(hot.stats, types.CountStats, "hot.stats") == []
+    assert conforms(signed.stats, types.Stage2Stats, "signed.stats") == []
+    assert conforms(deduper.stats, types.DeduperStats, "deduper.stats") == []
+    assert deduper.stats["exact"] == 1
 
 
 def test_a_write_step_returns_a_run_report(tmp_path):

@@ -70,7 +70,7 @@ from ._native import (
     Sketcher,
     TokenizerError,
 )
-from ._report_types import Report
+from ._report_types import DecideReport, HotReport, KeysReport, Report, SignReport
 from ._settings import DedupSettings, DeduperSettings, Settings, SketchSettings
 
 if TYPE_CHECKING:
@@ -83,16 +83,20 @@ __all__ = [
     "Decided",
     "DedupSettings",
     "DeduperSettings",
+    "DecideReport",
     "Decision",
     "DecisionStream",
     "Deduper",
     "HotKeys",
+    "HotReport",
     "Index",
     "IndexDecision",
     "InputError",
     "KeyTable",
+    "KeysReport",
     "Report",
     "Settings",
+    "SignReport",
     "Signed",
     "Sketcher",
     "SketchSettings",
@@ -383,7 +387,7 @@ def keys(
     *,
     progress: Optional[bool] = None,
     **settings: Unpack[Settings],
-) -> Dict[str, Any]: ...
+) -> KeysReport: ...
 def keys(
     inputs: Inputs,
     shard: int = 0,
@@ -391,7 +395,7 @@ def keys(
     *,
     progress: Optional[bool] = None,
     **settings: Unpack[Settings],
-) -> Union[KeyTable, Dict[str, Any]]:
+) -> Union[KeyTable, KeysReport]:
     """Stage 1 over one shard of inputs (``neardup keys INPUTS --shard I -o OUTPUT``): every
     sample's keys, nothing counted. Run it per shard (shards numbered from 0 in input order) and
     count the tables together with :func:`hot_keys`; every shard must use the same settings.
@@ -454,7 +458,7 @@ def hot_keys(
     spill_dir: Optional[PathLike] = None,
     threads: int = 0,
     against: Sequence[PathLike] = (),
-) -> Dict[str, Any]: ...
+) -> HotReport: ...
 def hot_keys(
     tables: Iterable[Union[KeyTable, PathLike]],
     min_key_count: int = 1,
@@ -465,7 +469,7 @@ def hot_keys(
     spill_dir: Optional[PathLike] = None,
     threads: int = 0,
     against: Sequence[PathLike] = (),
-) -> Union[HotKeys, Dict[str, Any]]:
+) -> Union[HotKeys, HotReport]:
     """Counts the keys of all shards' tables together: the keys seen more than ``min_key_count``
     times (the ``neardup hot`` step), and with ``groups`` > 1 the plan of a distributed stage 2
     (``neardup hot --groups``): the connected components of hot rows packed into ``groups``
@@ -518,7 +522,7 @@ def sign(
     *,
     progress: Optional[bool] = None,
     **settings: Unpack[Settings],
-) -> Dict[str, Any]: ...
+) -> SignReport: ...
 def sign(
     table: Union[KeyTable, PathLike],
     hot: Union[HotKeys, PathLike],
@@ -526,7 +530,7 @@ def sign(
     *,
     progress: Optional[bool] = None,
     **settings: Unpack[Settings],
-) -> Union[Signed, Dict[str, Any]]:
+) -> Union[Signed, SignReport]:
     """Distributed stage 2, per shard (``neardup sign TABLE --hot HOT -o OUTPUT``): re-reads
     the shard's inputs and signs each of its hot samples: what deciding it needs, one stream per
     group of the plan.
@@ -566,14 +570,14 @@ def decide(
     group: int,
     output: PathLike,
     **settings: Unpack[Settings],
-) -> Dict[str, Any]: ...
+) -> DecideReport: ...
 def decide(
     signed: Iterable[Union[Signed, PathLike]],
     hot: Union[HotKeys, PathLike],
     group: int,
     output: Optional[PathLike] = None,
     **settings: Unpack[Settings],
-) -> Union[Decided, Dict[str, Any]]:
+) -> Union[Decided, DecideReport]:
     """Distributed stage 2, per group (``neardup decide SIG... --hot HOT --group G -o OUTPUT``):
     takes group ``group``'s signed samples from every shard and decides them in global row
     order, exactly as one ``neardup dedup`` would. Opens no input file. Memory: the group's

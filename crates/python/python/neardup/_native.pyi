@@ -8,7 +8,15 @@ import numpy
 import numpy.typing
 from typing_extensions import Unpack
 
-from ._report_types import Report
+from ._report_types import (
+    CountStats,
+    DecideManifest,
+    DeduperStats,
+    Report,
+    SignManifest,
+    Stage1Stats,
+    Stage2Stats,
+)
 from ._settings import DeduperSettings, Settings, SketchSettings
 
 _Path = Union[str, PathLike[str]]
@@ -119,7 +127,6 @@ class Decision:
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
-@final
 class DecisionStream(Iterator[Decision]):
     """Decisions of a running pipeline in input order (see neardup.stream)."""
 
@@ -180,7 +187,7 @@ class Deduper:
     def num_bucket_keys(self) -> Optional[int]:
         """Number of hot_keys given (None when every key counts)."""
     @property
-    def stats(self) -> Dict[str, int]:
+    def stats(self) -> DeduperStats:
         """The decision core's counters (checked, comparisons, near, exact, representatives,
         buckets, bytes)."""
 
@@ -270,7 +277,7 @@ class KeyTable:
     def files(self) -> List[Dict[str, Any]]:
         """The input files in row order: path, records, rows."""
     @property
-    def stats(self) -> Optional[Dict[str, Any]]:
+    def stats(self) -> Optional[Stage1Stats]:
         """Stage 1's statistics for a computed table; None for one read back."""
     def save(self, path: _Path) -> None:
         """Writes the table file atomically (the format of `neardup keys --out`)."""
@@ -304,7 +311,7 @@ class HotKeys:
     def min_key_count(self) -> int:
         """A key is hot when seen more than this many times."""
     @property
-    def stats(self) -> Optional[Dict[str, Any]]:
+    def stats(self) -> Optional[CountStats]:
         """The merge's counts for computed hot keys; None for ones read back."""
     def save(self, path: _Path) -> None:
         """Writes the hot-key file atomically (the format of `neardup hot --out`)."""
@@ -358,10 +365,10 @@ class Signed:
     def fingerprint(self) -> int:
         """HotKeys.fingerprint of the hot keys it was signed with."""
     @property
-    def manifest(self) -> Dict[str, Any]:
+    def manifest(self) -> SignManifest:
         """The manifest (the fields of manifest.json of the directory but its checksum)."""
     @property
-    def stats(self) -> Optional[Dict[str, Any]]:
+    def stats(self) -> Optional[Stage2Stats]:
         """The pass's statistics for a value just signed; None for one read back."""
     def group(self, group: int) -> "Signed":
         """This shard's part for one group: what decide of that group needs."""
@@ -406,7 +413,7 @@ class Decided:
     def fingerprint(self) -> int:
         """HotKeys.fingerprint of the hot keys it was decided with."""
     @property
-    def manifest(self) -> Dict[str, Any]:
+    def manifest(self) -> DecideManifest:
         """The manifest (the fields of manifest.json of the directory but its checksum)."""
     def shard(self, place: int) -> "Decided":
         """This group's part for the shard at place `place`: what write of that shard needs."""

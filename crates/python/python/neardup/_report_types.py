@@ -1,6 +1,9 @@
 """A run's report, typed: what :func:`neardup.dedup`, :func:`neardup.ray.dedup`,
 :attr:`neardup.DecisionStream.report` and :func:`neardup.report_of` return, and ``--report``
-writes (``docs/formats.md``, "Report").
+writes (``docs/formats.md``, "Report"); and the reports of the steps that write their value
+(:func:`neardup.keys`, :func:`neardup.hot_keys`, :func:`neardup.sign`, :func:`neardup.decide`
+with ``output``, as ``neardup keys/hot/sign/decide --report`` writes them), with the manifests
+of the sign and decide directories (:attr:`neardup.Signed.manifest`).
 
 The reports are plain dicts (they are the report file's JSON); these ``TypedDict`` classes tell
 an editor and a type checker what each key holds. ``tests/test_report_types.py`` checks real
@@ -29,6 +32,17 @@ __all__ = [
     "AgainstStats",
     "IndexStats",
     "MemoryPlan",
+    "KeysReport",
+    "HotReport",
+    "PlanSummary",
+    "SignReport",
+    "SignManifest",
+    "DecideReport",
+    "DecideManifest",
+    "DecideSettings",
+    "ShardPlace",
+    "SignedCounts",
+    "AgainstId",
 ]
 
 
@@ -268,3 +282,152 @@ class Report(_Report, total=False):
     index: IndexStats
     #: Present under ``memory_limit``.
     memory: MemoryPlan
+
+
+class KeysReport(TypedDict):
+    """What :func:`neardup.keys` with ``output`` did (``neardup keys --report``)."""
+
+    #: The version of neardup that made the table.
+    neardup: str
+    shard: int
+    #: The key-table file written.
+    table: str
+    #: The shard's input files, in order.
+    inputs: List[str]
+    #: Inputs that could not be used (unreadable paths met while listing directories).
+    input_problems: List[str]
+    stage1: Stage1Stats
+
+
+class PlanSummary(TypedDict):
+    """The plan of a distributed stage 2's groups."""
+
+    groups: int
+    #: Hot rows per group.
+    group_rows: List[int]
+    #: Connected components of hot rows.
+    components: int
+    #: Hot rows of the largest component (the smallest possible largest group).
+    largest_component: int
+    hot_rows: int
+
+
+class HotReport(TypedDict):
+    """What :func:`neardup.hot_keys` with ``output`` did (``neardup hot --report``)."""
+
+    neardup: str
+    #: The key tables merged.
+    tables: List[str]
+    #: The hot-key file written.
+    hot_keys_file: str
+    min_key_count: int
+    count: CountStats
+    #: Samples in the tables.
+    samples: int
+    #: Samples with at least one hot key.
+    hot_samples: int
+    #: The plan, when more than one group was asked for.
+    plan: Optional[PlanSummary]
+    seconds: float
+
+
+class ShardPlace(TypedDict):
+    """Where one shard's table sits among the tables the hot keys were counted from."""
+
+    shard: int
+    #: Its place in shard order (0 for the lowest shard number counted).
+    index: int
+    shards: int
+    #: Its first row's number in the global row order.
+    row_base: int
+    #: Its first file's number in the global file order.
+    file_base: int
+    rows: int
+    files: int
+
+
+class AgainstId(TypedDict):
+    """Which saved indexes a distributed run was made against."""
+
+    #: Input files of the indexed runs (numbered before this run's).
+    files: int
+    fingerprint: int
+
+
+class _DecideSettings(TypedDict):
+    threshold: float
+    #: None: unbounded.
+    max_reps: Optional[int]
+    #: ``"estimate"`` or ``"jaccard"``.
+    verify: str
+
+
+class DecideSettings(_DecideSettings, total=False):
+    """The settings the decisions depend on, recorded by each step for the next."""
+
+    #: Absent in input order.
+    prefer: str
+    #: Absent without saved indexes.
+    against: AgainstId
+
+
+class SignedCounts(TypedDict):
+    """Signed samples per group, and copies sent by hash alone."""
+
+    samples: List[int]
+    copies_by_hash: int
+
+
+class SignManifest(TypedDict):
+    """A sign directory's ``manifest.json`` (its checksum aside)."""
+
+    #: ``"neardup-sign"``.
+    format: str
+    format_version: int
+    #: :attr:`neardup.HotKeys.fingerprint` of the hot keys it was made with.
+    hot: int
+    place: ShardPlace
+    #: The shard's input files, as decisions name them.
+    files: List[str]
+    groups: int
+    num_perm: int
+    columns: int
+    #: Whether the samples carry their texts (for exact verification).
+    shingles: bool
+    settings: DecideSettings
+    signed: SignedCounts
+    #: Bytes of each group's stream.
+    bytes: List[int]
+
+
+class SignReport(TypedDict):
+    """What :func:`neardup.sign` with ``output`` did (``neardup sign --report``)."""
+
+    manifest: SignManifest
+    #: The pass's statistics (records read, hot and cold samples).
+    stage2: Stage2Stats
+
+
+class DecideManifest(TypedDict):
+    """A decide directory's ``manifest.json`` (its checksum aside)."""
+
+    #: ``"neardup-decide"``.
+    format: str
+    format_version: int
+    hot: int
+    group: int
+    groups: int
+    shards: int
+    #: Every shard's input files, in global order, as decisions name them.
+    files: List[str]
+    settings: DecideSettings
+    #: Decisions per shard.
+    decided: List[int]
+    deduper: DeduperStats
+    clusters: ClusterStats
+
+
+class DecideReport(TypedDict):
+    """What :func:`neardup.decide` with ``output`` did (``neardup decide --report``)."""
+
+    manifest: DecideManifest

@@ -319,7 +319,7 @@ class Curator:
         files_path: Union[str, Path, List[Union[str, Path]]],
         fields: Union[str, List[str], None] = None,
         filter_low_freq_bucket_keys: int = 1,
-        **kwargs,
+        **kwargs: Any,
     ) -> Iterator[Tuple[str, bool]]:
         """Deduplicates the corpus: yields ``(text, keep)`` for every non-empty text (JSONL values
         stripped), in file, record and field order; ``keep`` is False for a near duplicate of an
@@ -355,7 +355,7 @@ class Curator:
         self,
         files_path: Union[str, Path, List[Union[str, Path]]],
         fields: Union[str, List[str], None] = None,
-        **kwargs,
+        **kwargs: Any,
     ) -> Tuple[numpy.ndarray, Dict[Path, List[BucketKeyChunk]]]:
         """Every non-empty text's band keys, and where each file's rows are.
 
