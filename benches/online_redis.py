@@ -12,8 +12,11 @@ interleaved share of the texts, started together) on a freshly emptied server (F
 - hojichar: `Compose([GenerateDedupLSH(), RedisDeduplicator(...)])` applied per document.
 Documents per second is all texts over the wall time from the common start to the last producer's
 end. Memory per kept document is the server's `used_memory` after the run less before, over the
-documents kept; the server's CPU seconds (`INFO cpu`) over the run are reported too. Precision (one producer): the share of a system's drops that have an earlier text
-at or above Jaccard 0.8 in character 5-grams of the stripped text, from ../shared/bench/exact_pairs.py
+documents kept. Also reported: the server's CPU seconds over the run (`INFO cpu`), the producers'
+(all their threads, summed) and, for neardup, the documents whose commit was refused because
+another producer's came first (`conflicts`, each decided again).
+Precision (one producer): the share of a system's drops that have an earlier text at or above
+Jaccard 0.8 in character 5-grams of the stripped text, from ../shared/bench/exact_pairs.py
 (--pairs: a directory where it already wrote pairs.csv for these texts).
 
 Needs: the neardup package (a release build) and `hojichar[dedup]` (hojichar's LSH filters with
@@ -80,7 +83,7 @@ def producer(system, port, texts, ids, batch, start, out):
 
         idx = neardup.Index(f"redis://127.0.0.1:{port}/0", namespace="bench", threshold=THRESHOLD)
         start.wait()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if system == "neardup-batch":
             for s in range(0, len(texts), batch):
                 b0 = time.perf_counter()
@@ -104,7 +107,7 @@ def producer(system, port, texts, ids, batch, start, out):
         pipe = Compose([GenerateDedupLSH(threshold=THRESHOLD),
                         RedisDeduplicator(host="127.0.0.1", port=port, key_prefix="bench")])
         start.wait()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for k, t in enumerate(texts):
             b0 = time.perf_counter()
             d = pipe.apply(Document(t))
@@ -112,7 +115,7 @@ def producer(system, port, texts, ids, batch, start, out):
             kept += not d.is_rejected
             if d.is_rejected:
                 out.put(("drops", [ids[k]]))
-    out.put(("done", (t0, time.perf_counter(), lat, kept)))
+    out.put(("done", (t0, time.perf_counter(), lat, kept, time.process_time() - c0)))
 
 
 def run(system, port, client, texts, producers, batch):
@@ -148,7 +151,10 @@ def run(system, port, client, texts, producers, batch):
     t1 = max(d[1] for d in done)
     lat = sorted(x for d in done for x in d[2])
     kept = sum(d[3] for d in done)
+    producer_cpu = sum(d[4] for d in done)
     used = client.info("memory")["used_memory"] - before
+    # Documents whose commit another producer's refused (each decided again).
+    conflicts = int(client.hget("neardup:bench:meta", "conflicts") or 0)
     cpu_after = client.info("cpu")
     server_cpu = sum(cpu_after[k] - cpu_before[k] for k in ("used_cpu_user", "used_cpu_sys"))
     return {
@@ -163,6 +169,8 @@ def run(system, port, client, texts, producers, batch):
         "kept": kept,
         "server_bytes_per_kept": round(used / max(kept, 1)),
         "server_cpu_s": round(server_cpu, 3),
+        "producer_cpu_s": round(producer_cpu, 3),
+        "conflicts": conflicts,
         "drops": sorted(i for d in drops for i in d),
     }
 

@@ -926,7 +926,8 @@ fn write_steps_share_one_output_directory_safely() {
 /// A Parquet input read in other blocks by the steps than by one process (here its key table
 /// was planned in smaller chunks; on real corpora a shard alone is planned otherwise than the
 /// whole input) is written byte for byte as one process writes it: the encoder's pages are cut
-/// where the kept rows say, not where the blocks ended.
+/// where the kept rows say, not where the blocks ended, and the row groups kept whole are
+/// copied by both, as the input stores them.
 #[test]
 fn parquet_outputs_do_not_depend_on_the_blocks_the_steps_read() {
     use arrow_array::{ArrayRef, RecordBatch, StringArray};
@@ -951,18 +952,20 @@ fn parquet_outputs_do_not_depend_on_the_blocks_the_steps_read() {
     let mut w = parquet::arrow::ArrowWriter::try_new(file, schema.clone(), None).unwrap();
     let mut row = 0;
     let mut last = String::new();
-    for (rows, size) in [
-        (1500, 100),
-        (300, 3000),
-        (300, 3000),
-        (200, 4000),
-        (300, 2000),
+    for (rows, size, copies) in [
+        (1500, 100, true),
+        (300, 3000, true),
+        (300, 3000, true),
+        (200, 4000, true),
+        (300, 2000, true),
+        (400, 1500, false),
     ] {
         let mut ids = Vec::new();
         let mut texts = Vec::new();
         for _ in 0..rows {
-            // Every fifth text repeats the one before: exact copies to drop.
-            if row % 5 != 4 {
+            // Every fifth text repeats the one before, but in the last group: exact copies
+            // to drop, and a group kept whole.
+            if row % 5 != 4 || !copies {
                 last = letters(size / 2 + rng_len(row, size));
             }
             ids.push(format!("p-{row}"));
@@ -987,7 +990,7 @@ fn parquet_outputs_do_not_depend_on_the_blocks_the_steps_read() {
         writeln!(lines, "{}", serde_json::json!({"id": format!("a-{i}"), "text": format!("short text number {}", i % 20)})).unwrap();
     }
     std::fs::write(&a, lines).unwrap();
-    let files = vec![a, path];
+    let files = vec![a, path.clone()];
 
     let work = tmp.path().join("w");
     std::fs::create_dir_all(&work).unwrap();
@@ -1025,6 +1028,29 @@ fn parquet_outputs_do_not_depend_on_the_blocks_the_steps_read() {
         p.len(),
         q.len()
     );
+    let copy = tmp.path().join("out.parquet");
+    std::fs::write(&copy, p).unwrap();
+    let footer = |f: &Path| {
+        parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&std::fs::File::open(f).unwrap())
+            .unwrap()
+    };
+    let input = std::fs::read(&path).unwrap();
+    let (in_meta, out_meta) = (footer(&path), footer(&copy));
+    let rows: Vec<i64> = out_meta.row_groups().iter().map(|g| g.num_rows()).collect();
+    assert_eq!(rows, [1200, 240, 240, 160, 240, 400]);
+    for (i, o) in in_meta
+        .row_group(5)
+        .columns()
+        .iter()
+        .zip(out_meta.row_group(5).columns())
+    {
+        let ((ia, il), (oa, ol)) = (i.byte_range(), o.byte_range());
+        assert!(
+            input[ia as usize..(ia + il) as usize] == p[oa as usize..(oa + ol) as usize],
+            "the row group kept whole was not copied"
+        );
+    }
 }
 
 /// A text length's spread for [`parquet_outputs_do_not_depend_on_the_blocks_the_steps_read`].

@@ -298,7 +298,7 @@ const DENSE_PLAIN_RUN: usize = 4;
 /// Text in a non-Latin script written by an encoder that escapes every non-ASCII char (Python's
 /// `json.dumps` does by default) is one such escape per letter: through the general path each
 /// cost a stop of the vector loops, a call and a variable-length copy, and such a corpus parsed
-/// four times slower than the same text written as UTF-8.
+/// several times slower than the same text written as UTF-8 (docs/benchmarks.md).
 #[inline]
 fn unescape_dense(b: &[u8], mut i: usize, out: &mut Vec<u8>) -> usize {
     let mut plain = 0;

@@ -45,7 +45,7 @@ pub(crate) enum ParquetBytes {
 }
 
 impl ParquetBytes {
-    fn open(file: &InputFile) -> Result<ParquetBytes, ReadError> {
+    pub(crate) fn open(file: &InputFile) -> Result<ParquetBytes, ReadError> {
         match file.object_url() {
             Some(url) => ObjectRanges::open(&url, file.size)
                 .map(ParquetBytes::Object)

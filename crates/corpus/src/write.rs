@@ -10,15 +10,22 @@ use std::sync::{Arc, Mutex};
 
 use arrow_array::{BooleanArray, RecordBatch};
 use arrow_schema::SchemaRef;
-use parquet::arrow::ArrowWriter;
-use parquet::file::metadata::KeyValue;
+use bytes::{Buf, Bytes};
+use parquet::arrow::arrow_writer::{ArrowColumnWriter, ArrowRowGroupWriterFactory, compute_leaves};
+use parquet::arrow::{ArrowSchemaConverter, ArrowWriter};
+use parquet::bloom_filter::Sbbf;
+use parquet::column::writer::ColumnCloseResult;
+use parquet::file::metadata::{KeyValue, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::{WriterProperties, WriterVersion};
+use parquet::file::reader::{ChunkReader, Length};
+use parquet::file::writer::SerializedFileWriter;
 
 use neardup_storage::{ObjectUrl, ObjectWriter, UploadSet};
 
 use crate::block::{Block, BlockData};
 use crate::error::WriteError;
 use crate::format::{Compression, Format, InputFile, format_suffix_len};
+use crate::parquet_read::ParquetBytes;
 
 /// Buffer between encoders and the temp file; large writes keep syscalls rare.
 const WRITE_BUF: usize = 1 << 20;
@@ -29,7 +36,7 @@ const WRITE_BUF: usize = 1 << 20;
 /// into writes of exactly this many rows counted from a part's start, so the bytes depend on the
 /// kept rows alone. Few rows a write keep what writing holds small (the rows gathered for a
 /// write, the page being encoded: a page ends at the first write past the page size, so with
-/// 1,024 rows a write a page of long texts took several megabytes, three times over), and let
+/// many rows a write a page of long texts grows far past it: docs/benchmarks.md), and let
 /// a part split by size (`max_output_bytes`, checked before each write) end close below it.
 const PARQUET_WRITE_ROWS: usize = 64;
 
@@ -423,16 +430,118 @@ impl JsonlSink {
     }
 }
 
+/// The kept rows of the current input row group held back from the encoder while every row of
+/// the group so far is kept (it may yet be copied whole), up to this many bytes of rows; past
+/// it they are encoded as they come, and a group kept whole after all is still copied (its
+/// encoding thrown away), so what is held stays small whatever the input's row groups hold.
+const PARQUET_HOLD_BYTES: u64 = 8 << 20;
+
+/// A column chunk of an object, fetched whole to be copied into an output: a reader of the
+/// object's bytes `at..at + bytes.len()` by their offsets in the object.
+struct FetchedChunk {
+    at: u64,
+    bytes: Bytes,
+}
+
+impl Length for FetchedChunk {
+    fn len(&self) -> u64 {
+        self.at + self.bytes.len() as u64
+    }
+}
+
+impl ChunkReader for FetchedChunk {
+    type T = bytes::buf::Reader<Bytes>;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
+        let len = self.len().saturating_sub(start) as usize;
+        Ok(self.get_bytes(start, len)?.reader())
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
+        let from = start
+            .checked_sub(self.at)
+            .map(|f| f as usize)
+            .filter(|&f| f + length <= self.bytes.len())
+            .ok_or_else(|| {
+                parquet::errors::ParquetError::General(format!(
+                    "bytes {start}+{length} outside the fetched column chunk at {}",
+                    self.at
+                ))
+            })?;
+        Ok(self.bytes.slice(from..from + length))
+    }
+}
+
+/// One output part being written: the Parquet file writer, what encodes row groups for it,
+/// and the column writers of the row group being encoded.
+struct ParquetPart {
+    file: SerializedFileWriter<OutFile>,
+    factory: ArrowRowGroupWriterFactory,
+    encoders: Option<Vec<ArrowColumnWriter>>,
+}
+
+impl ParquetPart {
+    /// The encoded size of the row group being encoded, as far as the encoders can tell.
+    fn in_progress_size(&self) -> u64 {
+        self.encoders.as_ref().map_or(0, |e| {
+            e.iter().map(|w| w.get_estimated_total_bytes() as u64).sum()
+        })
+    }
+
+    /// Closes the row group being encoded (if any) into the file.
+    fn close_group(&mut self) -> parquet::errors::Result<()> {
+        let Some(encoders) = self.encoders.take() else {
+            return Ok(());
+        };
+        let chunks = encoders
+            .into_iter()
+            .map(ArrowColumnWriter::close)
+            .collect::<parquet::errors::Result<Vec<_>>>()?;
+        let mut group = self.file.next_row_group()?;
+        for chunk in chunks {
+            chunk.append_to_row_group(&mut group)?;
+        }
+        group.close()?;
+        Ok(())
+    }
+}
+
+/// The input row group whose rows are coming in.
+struct GroupInProgress {
+    /// Its index in the input file.
+    index: usize,
+    /// The file's row after the last one given so far.
+    next_row: u64,
+    /// Every row of the group so far given and kept, and every one written to the current part:
+    /// the group can still be copied whole.
+    whole: bool,
+    /// Rows of the group given to the current part's encoders, and their in-memory bytes
+    /// (taken back when the group is copied instead).
+    encoded_rows: u64,
+    encoded_mem: u64,
+}
+
 struct ParquetSink {
     schema: SchemaRef,
     props: WriterProperties,
-    writer: Option<ArrowWriter<OutFile>>,
-    /// In-memory bytes given to the current part's writer, to estimate its encoded ratio.
+    /// The input's bytes and its footer (with its page index, where it has one): where row
+    /// groups copied whole come from.
+    input: ParquetBytes,
+    meta: Arc<ParquetMetaData>,
+    /// The file's row where each input row group starts, and its row count after them.
+    group_starts: Vec<u64>,
+    /// Whether the input's column chunks are what this output's columns are, leaf for leaf
+    /// (physical and logical types, repetition, names): only then can a row group be copied.
+    copyable: bool,
+    part: Option<ParquetPart>,
+    group: Option<GroupInProgress>,
+    /// In-memory bytes given to the current part's encoders, to estimate their encoded ratio.
     mem_in: u64,
-    /// Kept rows not yet given to the writer (fewer than [`PARQUET_WRITE_ROWS`] between blocks),
-    /// in order.
+    /// Kept rows of the current group not yet given to the encoders, in order.
     pending: VecDeque<RecordBatch>,
     pending_rows: usize,
+    /// The rows' own bytes in `pending`.
+    pending_mem: u64,
     /// Footer size estimate: a fixed part (schema, key-value metadata) plus a part per row group
     /// (column chunk metadata with truncated statistics), which the encoder's running size omits.
     footer_base: u64,
@@ -441,9 +550,27 @@ struct ParquetSink {
 
 impl ParquetSink {
     fn for_input(input: &InputFile, base: &Path) -> Result<ParquetSink, WriteError> {
-        let (_, meta) = crate::parquet_read::load(input)
-            .map_err(|e| WriteError::new(base, "read_input", e.to_string()))?;
-        let pmeta = meta.metadata();
+        let read_error =
+            |e: crate::error::ReadError| WriteError::new(base, "read_input", e.to_string());
+        let bytes = ParquetBytes::open(input).map_err(read_error)?;
+        // The page index travels with the row groups copied whole; a file whose page index
+        // cannot be read has its rows written as they are encoded, without one.
+        let reader = ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let with_index = match &bytes {
+            ParquetBytes::File(f) => reader.parse_and_finish(f),
+            ParquetBytes::Object(o) => reader.parse_and_finish(o),
+        };
+        let (meta, index_read) = match with_index {
+            Ok(meta) => (meta, true),
+            Err(_) => (
+                crate::parquet_read::read_footer(input)
+                    .map_err(read_error)?
+                    .1,
+                false,
+            ),
+        };
+        let meta = crate::parquet_read::arrow_metadata(meta, input).map_err(read_error)?;
+        let pmeta = meta.metadata().clone();
         let fm = pmeta.file_metadata();
         let mut b = WriterProperties::builder()
             .set_writer_version(if fm.version() >= 2 {
@@ -457,20 +584,25 @@ impl ParquetSink {
                     .cloned()
                     .collect::<Vec<KeyValue>>()
             }));
-        let max_rows = pmeta
-            .row_groups()
-            .iter()
-            .map(|rg| rg.num_rows().max(0) as usize)
-            .max()
-            .unwrap_or(0);
-        if max_rows > 0 {
-            b = b.set_max_row_group_row_count(Some(max_rows));
-        }
         if let Some(rg) = pmeta.row_groups().first() {
             for col in rg.columns() {
                 b = b.set_column_compression(col.column_path().clone(), col.compression());
             }
         }
+        let props = b.build();
+        let schema = meta.schema().clone();
+        let copyable = index_read
+            && ArrowSchemaConverter::new()
+                .with_coerce_types(props.coerce_types())
+                .convert(&schema)
+                .is_ok_and(|out| out.columns() == fm.schema_descr().columns());
+        let mut group_starts = Vec::with_capacity(pmeta.num_row_groups() + 1);
+        let mut row = 0u64;
+        for rg in pmeta.row_groups() {
+            group_starts.push(row);
+            row += rg.num_rows().max(0) as u64;
+        }
+        group_starts.push(row);
         let leaves = fm.schema_descr().num_columns() as u64;
         let kv_bytes: u64 = fm
             .key_value_metadata()
@@ -481,12 +613,18 @@ impl ParquetSink {
             })
             .unwrap_or(0);
         Ok(ParquetSink {
-            schema: meta.schema().clone(),
-            props: b.build(),
-            writer: None,
+            schema,
+            props,
+            input: bytes,
+            meta: pmeta,
+            group_starts,
+            copyable,
+            part: None,
+            group: None,
             mem_in: 0,
             pending: VecDeque::new(),
             pending_rows: 0,
+            pending_mem: 0,
             // The embedded Arrow schema is about as large as the input's; 256 bytes per leaf
             // covers a column chunk's metadata with two 64-byte statistics values.
             footer_base: 1024 + kv_bytes + 64 * leaves,
@@ -494,21 +632,42 @@ impl ParquetSink {
         })
     }
 
-    /// The current part's writer, creating the part at `staged` (reported as `shown`).
-    fn writer(
+    /// The input row group holding the file's row `row` (`None`: past the last).
+    fn group_of(&self, row: u64) -> Option<usize> {
+        let g = self.group_starts.partition_point(|&s| s <= row);
+        (g < self.group_starts.len()).then(|| g - 1)
+    }
+
+    /// Whether input row group `g` could be copied whole into a part of at most `max` bytes.
+    fn group_fits(&self, g: usize, max: Option<u64>) -> bool {
+        let bytes = self.meta.row_group(g).compressed_size().max(0) as u64;
+        max.is_none_or(|max| bytes + self.footer_base + self.footer_per_group <= max)
+    }
+
+    /// The current part, creating it at `staged` (reported as `shown`).
+    fn part(
         &mut self,
         staged: &Path,
         shown: &Path,
         uploads: Option<&Arc<UploadSet>>,
-    ) -> Result<&mut ArrowWriter<OutFile>, WriteError> {
-        if self.writer.is_none() {
+    ) -> Result<&mut ParquetPart, WriteError> {
+        if self.part.is_none() {
             let f = create_output(staged, uploads).map_err(|e| WriteError::io(shown, e))?;
-            let w = ArrowWriter::try_new(f, self.schema.clone(), Some(self.props.clone()))
-                .map_err(|e| WriteError::new(shown, "parquet", e.to_string()))?;
-            self.writer = Some(w);
+            // The Arrow writer sets the file up as it would write it itself (the Parquet schema
+            // of the Arrow one, the Arrow schema in the key-value metadata); its row groups are
+            // then written here, encoded or copied.
+            let (file, factory) =
+                ArrowWriter::try_new(f, self.schema.clone(), Some(self.props.clone()))
+                    .and_then(ArrowWriter::into_serialized_writer)
+                    .map_err(|e| WriteError::new(shown, "parquet", e.to_string()))?;
+            self.part = Some(ParquetPart {
+                file,
+                factory,
+                encoders: None,
+            });
             self.mem_in = 0;
         }
-        Ok(self.writer.as_mut().expect("just created"))
+        Ok(self.part.as_mut().expect("just created"))
     }
 
     /// Takes the first `n` pending rows (at most `pending_rows`) as one batch.
@@ -534,19 +693,94 @@ impl ParquetSink {
         }
     }
 
-    /// Estimated final size of the current part if `mem` more in-memory bytes were added.
+    /// Estimated final size of the current part if `mem` more in-memory bytes were encoded.
     fn projected(&self, mem: u64) -> u64 {
-        let Some(w) = &self.writer else { return 0 };
-        let so_far = (w.bytes_written() + w.in_progress_size()) as u64;
+        let Some(part) = &self.part else { return 0 };
+        let so_far = part.file.bytes_written() as u64 + part.in_progress_size();
         let ratio = if self.mem_in > 0 {
             so_far as f64 / self.mem_in as f64
         } else {
             1.0
         };
-        let footer =
-            self.footer_base + self.footer_per_group * (w.flushed_row_groups().len() as u64 + 1);
+        let footer = self.footer_base
+            + self.footer_per_group * (part.file.flushed_row_groups().len() as u64 + 1);
         so_far + (mem as f64 * ratio) as u64 + footer
     }
+
+    /// Estimated final size of the current part if input row group `g` were copied into it.
+    fn projected_copy(&self, g: usize) -> u64 {
+        let Some(part) = &self.part else { return 0 };
+        let footer = self.footer_base
+            + self.footer_per_group * (part.file.flushed_row_groups().len() as u64 + 1);
+        part.file.bytes_written() as u64
+            + self.meta.row_group(g).compressed_size().max(0) as u64
+            + footer
+    }
+
+    /// Encodes `rows` into the current part's row group being encoded.
+    fn encode(&mut self, rows: &RecordBatch) -> parquet::errors::Result<()> {
+        let part = self.part.as_mut().expect("a part to encode into");
+        if part.encoders.is_none() {
+            let index = part.file.flushed_row_groups().len();
+            part.encoders = Some(part.factory.create_column_writers(index)?);
+        }
+        let encoders = part.encoders.as_mut().expect("just created");
+        let mut leaves = encoders.iter_mut();
+        for (field, column) in self.schema.fields().iter().zip(rows.columns()) {
+            for leaf in compute_leaves(field.as_ref(), column)? {
+                leaves
+                    .next()
+                    .ok_or_else(|| {
+                        parquet::errors::ParquetError::General("more leaves than columns".into())
+                    })?
+                    .write(&leaf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies input row group `g` into the current part as it is stored: its column chunks'
+    /// bytes, statistics, page index and bloom filters (the writer moves their offsets).
+    fn copy_group(&mut self, g: usize) -> parquet::errors::Result<()> {
+        let rg = self.meta.row_group(g);
+        let index = self.meta.page_index_for_row_group(g);
+        let part = self.part.as_mut().expect("a part to copy into");
+        let mut out = part.file.next_row_group()?;
+        for (c, col) in rg.columns().iter().enumerate() {
+            let bloom_filter = match &self.input {
+                _ if col.bloom_filter_offset().is_none() => None,
+                ParquetBytes::File(f) => Sbbf::read_from_column_chunk(col, f)?,
+                ParquetBytes::Object(o) => Sbbf::read_from_column_chunk(col, o)?,
+            };
+            let close = ColumnCloseResult {
+                bytes_written: col.compressed_size().max(0) as u64,
+                rows_written: rg.num_rows().max(0) as u64,
+                metadata: col.clone(),
+                bloom_filter,
+                column_index: index.column_index(c).cloned(),
+                offset_index: index.offset_index(c).cloned(),
+            };
+            match &self.input {
+                ParquetBytes::File(f) => out.append_column(f, close)?,
+                ParquetBytes::Object(o) => {
+                    let (at, len) = col.byte_range();
+                    let bytes = o.get_bytes(at, len as usize)?;
+                    out.append_column(&FetchedChunk { at, bytes }, close)?;
+                }
+            }
+        }
+        out.close()?;
+        Ok(())
+    }
+}
+
+/// The rows' own bytes, not the buffers they are a slice of (which depend on the block they
+/// came in).
+fn rows_memory(rows: &RecordBatch) -> u64 {
+    rows.columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+        .sum()
 }
 
 enum Sink {
@@ -627,10 +861,21 @@ impl FileWriter {
         self.shown(0)
     }
 
-    /// Blocks must come in record order. `keep.len() == block.num_records()`. JSONL: kept lines
-    /// copied byte for byte (blank lines are passed through when keep is true). Parquet: arrow
-    /// filter kernel. The block must have been read with Projection::FullRecords.
-    pub fn write_block(&mut self, block: &Block, keep: &[bool]) -> Result<(), WriteError> {
+    /// Writes the records of `block` that `keep` says (`keep.len() == block.num_records()`);
+    /// `record_base` is the number of the file's records before the block's chunk. Blocks must
+    /// come in record order; records never given (lost to damage) are not written. JSONL: kept
+    /// lines copied byte for byte (blank lines are passed through when keep is true). Parquet:
+    /// each input row group holding a kept row becomes a row group of the output (two, if a
+    /// split part ends inside it): one whose every row came and was kept is copied as it is
+    /// stored, column chunks, statistics, page index and bloom filters alike, where its columns
+    /// are what the output's are; the others have their kept rows encoded. The block must have
+    /// been read with Projection::FullRecords.
+    pub fn write_block(
+        &mut self,
+        block: &Block,
+        record_base: u64,
+        keep: &[bool],
+    ) -> Result<(), WriteError> {
         if keep.len() != block.num_records() {
             return Err(WriteError::new(
                 &self.base(),
@@ -674,7 +919,7 @@ impl FileWriter {
                         "block was read with Projection::TextOnly; writing needs FullRecords",
                     ));
                 }
-                self.write_batch(batch, keep)
+                self.write_batch(record_base + block.first_record, batch, keep)
             }
             _ => Err(WriteError::new(
                 &self.base(),
@@ -753,7 +998,12 @@ impl FileWriter {
         Ok(())
     }
 
-    fn write_batch(&mut self, batch: &RecordBatch, keep: &[bool]) -> Result<(), WriteError> {
+    fn write_batch(
+        &mut self,
+        first_row: u64,
+        batch: &RecordBatch,
+        keep: &[bool],
+    ) -> Result<(), WriteError> {
         let base = self.base();
         let Sink::Parquet(sink) = &mut self.sink else {
             unreachable!("write_batch is only called for Parquet sinks");
@@ -765,25 +1015,150 @@ impl FileWriter {
                 "block schema differs from the input file's schema",
             ));
         }
-        let filtered = if keep.iter().all(|&k| k) {
-            batch.clone()
-        } else {
-            arrow_select::filter::filter_record_batch(batch, &BooleanArray::from(keep.to_vec()))
-                .map_err(|e| WriteError::new(&base, "parquet", e.to_string()))?
-        };
         // The writer must use the file's schema (with its metadata), not the batch's.
-        let filtered = filtered
+        let batch = batch
+            .clone()
             .with_schema(sink.schema.clone())
             .map_err(|e| WriteError::new(&base, "invalid_block", e.to_string()))?;
-        if filtered.num_rows() > 0 {
-            sink.pending_rows += filtered.num_rows();
-            sink.pending.push_back(filtered);
+        let mut at = 0;
+        while at < batch.num_rows() {
+            let row = first_row + at as u64;
+            let Sink::Parquet(sink) = &mut self.sink else {
+                unreachable!("checked above");
+            };
+            let Some(g) = sink.group_of(row) else {
+                return Err(WriteError::new(
+                    &base,
+                    "invalid_block",
+                    format!("row {row} is past the input's last row group"),
+                ));
+            };
+            let end = at + ((sink.group_starts[g + 1] - row) as usize).min(batch.num_rows() - at);
+            self.enter_group(g, row)?;
+            let Sink::Parquet(sink) = &mut self.sink else {
+                unreachable!("checked above");
+            };
+            let group = sink.group.as_mut().expect("entered");
+            let mask = &keep[at..end];
+            let rows = batch.slice(at, end - at);
+            let kept = if mask.iter().all(|&k| k) {
+                rows
+            } else {
+                group.whole = false;
+                arrow_select::filter::filter_record_batch(&rows, &BooleanArray::from(mask.to_vec()))
+                    .map_err(|e| WriteError::new(&base, "parquet", e.to_string()))?
+            };
+            group.next_row = first_row + end as u64;
+            let (whole, ended) = (group.whole, group.next_row == sink.group_starts[g + 1]);
+            if kept.num_rows() > 0 {
+                sink.pending_rows += kept.num_rows();
+                sink.pending_mem += rows_memory(&kept);
+                sink.pending.push_back(kept);
+            }
+            if !whole || sink.pending_mem > PARQUET_HOLD_BYTES {
+                self.write_pending(PARQUET_WRITE_ROWS)?;
+            }
+            if ended {
+                self.end_group()?;
+            }
+            at = end;
         }
-        self.write_pending(PARQUET_WRITE_ROWS)
+        Ok(())
     }
 
-    /// Gives the writer the pending rows in writes of [`PARQUET_WRITE_ROWS`], while at
-    /// least `min_rows` are pending (1 at the end: the last write takes what is left).
+    /// Makes input row group `g` the one whose rows come in, its rows from the file's row `row`
+    /// on: the group before it ends, and rows of the group not given (lost to a damaged page)
+    /// mean it cannot be copied whole.
+    fn enter_group(&mut self, g: usize, row: u64) -> Result<(), WriteError> {
+        let base = self.base();
+        let Sink::Parquet(sink) = &mut self.sink else {
+            unreachable!("enter_group is only called for Parquet sinks");
+        };
+        if let Some(group) = &mut sink.group {
+            if group.index > g || (group.index == g && row < group.next_row) {
+                return Err(WriteError::new(
+                    &base,
+                    "invalid_block",
+                    format!("row {row} comes after row {}", group.next_row),
+                ));
+            }
+            if group.index == g {
+                group.whole &= row == group.next_row;
+                return Ok(());
+            }
+            self.end_group()?;
+        }
+        let Sink::Parquet(sink) = &mut self.sink else {
+            unreachable!("checked above");
+        };
+        let whole = sink.copyable && row == sink.group_starts[g] && sink.group_fits(g, self.max);
+        sink.group = Some(GroupInProgress {
+            index: g,
+            next_row: row,
+            whole,
+            encoded_rows: 0,
+            encoded_mem: 0,
+        });
+        Ok(())
+    }
+
+    /// Ends the input row group whose rows were coming in: one whose every row came and was
+    /// kept is copied as it is stored (what was encoded of it thrown away), another has the
+    /// rest of its kept rows encoded and closed as a row group.
+    fn end_group(&mut self) -> Result<(), WriteError> {
+        let Sink::Parquet(sink) = &mut self.sink else {
+            unreachable!("end_group is only called for Parquet sinks");
+        };
+        let Some(group) = sink.group.take() else {
+            return Ok(());
+        };
+        let g = group.index;
+        let rows = sink.group_starts[g + 1] - sink.group_starts[g];
+        if group.whole && group.next_row == sink.group_starts[g + 1] && rows > 0 {
+            sink.pending.clear();
+            sink.pending_rows = 0;
+            sink.pending_mem = 0;
+            if let Some(part) = &mut sink.part {
+                part.encoders = None;
+            }
+            sink.mem_in -= group.encoded_mem;
+            self.records -= group.encoded_rows;
+            self.part_records -= group.encoded_rows;
+            let Sink::Parquet(sink) = &self.sink else {
+                unreachable!("checked above");
+            };
+            if let Some(max) = self.max
+                && self.part_records > 0
+                && sink.projected_copy(g) > max
+            {
+                self.close_part()?;
+            }
+            let part = self.parts.len();
+            let (staged, shown) = (self.staging.join(self.part_rel(part)), self.shown(part));
+            let Sink::Parquet(sink) = &mut self.sink else {
+                unreachable!("checked above");
+            };
+            sink.part(&staged, &shown, self.uploads.as_ref())?;
+            sink.copy_group(g)
+                .map_err(|e| WriteError::new(&shown, "parquet", e.to_string()))?;
+            self.records += rows;
+            self.part_records += rows;
+            return Ok(());
+        }
+        self.write_pending(1)?;
+        let shown = self.shown(self.parts.len());
+        let Sink::Parquet(sink) = &mut self.sink else {
+            unreachable!("checked above");
+        };
+        if let Some(part) = &mut sink.part {
+            part.close_group()
+                .map_err(|e| WriteError::new(&shown, "parquet", e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Gives the encoders the pending rows in writes of [`PARQUET_WRITE_ROWS`], while at
+    /// least `min_rows` are pending (1 at a group's end: the last write takes what is left).
     fn write_pending(&mut self, min_rows: usize) -> Result<(), WriteError> {
         let base = self.base();
         let rows_per_write = PARQUET_WRITE_ROWS;
@@ -797,13 +1172,8 @@ impl FileWriter {
             let slice = sink
                 .take_pending(sink.pending_rows.min(rows_per_write))
                 .map_err(|e| WriteError::new(&base, "parquet", e.to_string()))?;
-            // The rows' own bytes, not the buffers they are a slice of (which depend on the
-            // block they came in).
-            let mem = slice
-                .columns()
-                .iter()
-                .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
-                .sum::<u64>();
+            let mem = rows_memory(&slice);
+            sink.pending_mem = sink.pending_mem.saturating_sub(mem);
             if let Some(max) = self.max
                 && self.part_records > 0
                 && sink.projected(mem) > max
@@ -815,10 +1185,14 @@ impl FileWriter {
             let Sink::Parquet(sink) = &mut self.sink else {
                 unreachable!("checked above");
             };
-            let w = sink.writer(&staged, &shown, self.uploads.as_ref())?;
-            w.write(&slice)
+            sink.part(&staged, &shown, self.uploads.as_ref())?;
+            sink.encode(&slice)
                 .map_err(|e| WriteError::new(&shown, "parquet", e.to_string()))?;
             sink.mem_in += mem;
+            if let Some(group) = &mut sink.group {
+                group.encoded_rows += slice.num_rows() as u64;
+                group.encoded_mem += mem;
+            }
             self.records += slice.num_rows() as u64;
             self.part_records += slice.num_rows() as u64;
         }
@@ -836,10 +1210,19 @@ impl FileWriter {
                     None => return Ok(()),
                 }
             }
-            Sink::Parquet(s) => match s.writer.take() {
-                Some(w) => w
-                    .into_inner()
-                    .map_err(|e| WriteError::new(&path, "parquet", e.to_string()))?,
+            Sink::Parquet(s) => match s.part.take() {
+                Some(mut part) => {
+                    // The rows of the group in progress written so far end this part as a row
+                    // group: the group is now split, and can no longer be copied whole.
+                    if let Some(group) = &mut s.group {
+                        group.whole = false;
+                        group.encoded_rows = 0;
+                        group.encoded_mem = 0;
+                    }
+                    part.close_group()
+                        .and_then(|()| part.file.into_inner())
+                        .map_err(|e| WriteError::new(&path, "parquet", e.to_string()))?
+                }
                 None => return Ok(()),
             },
         };
@@ -858,11 +1241,11 @@ impl FileWriter {
     /// gets one (empty, valid) output file.
     pub fn finish(mut self) -> Result<WrittenFile, WriteError> {
         if matches!(self.sink, Sink::Parquet(_)) {
-            self.write_pending(1)?;
+            self.end_group()?;
         }
         let has_open = match &self.sink {
             Sink::Jsonl(s) => s.enc.is_some(),
-            Sink::Parquet(s) => s.writer.is_some(),
+            Sink::Parquet(s) => s.part.is_some(),
         };
         if !has_open && self.parts.is_empty() {
             // Create an empty part so the output exists with the right format.
@@ -875,7 +1258,7 @@ impl FileWriter {
                         Some(Enc::new(s.compression, f).map_err(|e| WriteError::io(&shown, e))?);
                 }
                 Sink::Parquet(s) => {
-                    s.writer(&staged, &shown, self.uploads.as_ref())?;
+                    s.part(&staged, &shown, self.uploads.as_ref())?;
                 }
             }
         }
@@ -968,7 +1351,7 @@ mod tests {
                 disk_bytes: 0,
             };
             let mask: Vec<bool> = (at..at + n).map(&keep).collect();
-            w.write_block(&block, &mask).unwrap();
+            w.write_block(&block, 0, &mask).unwrap();
             at += n;
         }
         let written = w.finish().unwrap();
@@ -979,16 +1362,10 @@ mod tests {
             .collect()
     }
 
-    /// The bytes of a Parquet output depend on the rows kept, never on the blocks they came in
-    /// (a distributed run's `write` step reads a shard in other blocks than one process reads
-    /// the whole input): pages are cut at the same rows, split parts end at the same rows.
-    #[test]
-    fn parquet_bytes_do_not_depend_on_the_blocks() {
+    /// `rows` rows of `id` and `text` (200 to 10,000 random letters, so a row group of a thousand
+    /// rows passes the 1 MB page limit several times and not at fixed row counts).
+    fn texts_batch(rows: usize) -> RecordBatch {
         use arrow_array::{ArrayRef, Int64Array, StringArray};
-        let dir = tempfile::tempdir().unwrap();
-        let rows = 3000;
-        // Texts of 200 to 5,000 bytes, so a row group's text column passes the 1 MB page limit
-        // several times and not at fixed row counts.
         let mut state = 7u64;
         let mut next = || {
             state = state
@@ -998,42 +1375,236 @@ mod tests {
         };
         let texts: Vec<String> = (0..rows)
             .map(|i| {
-                let len = 200 + (next() % 4800) as usize;
+                let len = 200 + (next() % 9800) as usize;
                 (0..len)
                     .map(|_| (b'a' + (next() % 26) as u8) as char)
                     .collect::<String>()
                     + &i.to_string()
             })
             .collect();
-        let batch = RecordBatch::try_from_iter([
+        RecordBatch::try_from_iter([
             (
                 "id",
                 Arc::new(Int64Array::from_iter_values(0..rows as i64)) as ArrayRef,
             ),
             ("text", Arc::new(StringArray::from(texts)) as ArrayRef),
         ])
-        .unwrap();
-        let path = dir.path().join("in.parquet");
-        let props = WriterProperties::builder()
-            .set_max_row_group_row_count(Some(2000))
-            .build();
-        let mut w = ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
-            .unwrap();
-        w.write(&batch).unwrap();
+        .unwrap()
+    }
+
+    /// Writes `batch` to `path` in row groups ending at the rows `ends`, with `props`.
+    fn write_groups(path: &Path, batch: &RecordBatch, ends: &[usize], props: WriterProperties) {
+        let mut w =
+            ArrowWriter::try_new(File::create(path).unwrap(), batch.schema(), Some(props)).unwrap();
+        let mut at = 0;
+        for &end in ends {
+            w.write(&batch.slice(at, end - at)).unwrap();
+            w.flush().unwrap();
+            at = end;
+        }
         w.close().unwrap();
+    }
+
+    /// The bytes of a Parquet output depend on the rows kept, never on the blocks they came in
+    /// (a distributed run's `write` step reads a shard in other blocks than one process reads
+    /// the whole input): pages are cut at the same rows, split parts end at the same rows, and
+    /// the same row groups are copied whole; a group kept whole is copied whether its rows were
+    /// held back from the encoder (a group of fewer bytes than [`PARQUET_HOLD_BYTES`]) or
+    /// encoded as they came (more).
+    #[test]
+    fn parquet_bytes_do_not_depend_on_the_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = 3000;
+        let batch = texts_batch(rows);
+        let path = dir.path().join("in.parquet");
+        // Groups of 1,800 rows (about 9 MB: more than is held back), 600 and 600.
+        write_groups(
+            &path,
+            &batch,
+            &[1800, 2400, 3000],
+            WriterProperties::default(),
+        );
         let input = InputFile::detect(&path, Path::new("in.parquet"), None).unwrap();
-        let keep = |i: usize| i % 7 != 3;
-        for max in [None, Some(2_000_000)] {
-            let one = parquet_output(&input, &batch, &[rows], keep, max);
-            assert!(max.is_none() || one.len() > 1, "no split at {max:?}");
-            for blocks in [&[1000][..], &[333, 17, 1500], &[1], &[2999, 1]] {
-                let other = parquet_output(&input, &batch, blocks, keep, max);
-                assert!(
-                    other == one,
-                    "blocks of {blocks:?} rows (split at {max:?}) changed the bytes"
-                );
+        let group_sizes = |out: &[Vec<u8>]| -> Vec<Vec<i64>> {
+            out.iter()
+                .map(|b| {
+                    let meta = ParquetMetaDataReader::new()
+                        .parse_and_finish(&Bytes::from(b.clone()))
+                        .unwrap();
+                    meta.row_groups().iter().map(|g| g.num_rows()).collect()
+                })
+                .collect()
+        };
+        for (keep, groups) in [
+            (
+                (|i: usize| i % 7 != 3) as fn(usize) -> bool,
+                vec![vec![1543, 514, 514]],
+            ),
+            (
+                |i: usize| !(1800..2400).contains(&i) || i % 7 != 3,
+                vec![vec![1800, 514, 600]],
+            ),
+        ] {
+            for max in [None, Some(12_000_000), Some(2_000_000)] {
+                let one = parquet_output(&input, &batch, &[rows], keep, max);
+                if max.is_none() {
+                    assert_eq!(group_sizes(&one), groups);
+                } else {
+                    assert!(one.len() > 1, "no split at {max:?}");
+                }
+                for blocks in [&[1000][..], &[333, 17, 1500], &[1], &[2999, 1]] {
+                    let other = parquet_output(&input, &batch, blocks, keep, max);
+                    assert!(
+                        other == one,
+                        "blocks of {blocks:?} rows (split at {max:?}) changed the bytes"
+                    );
+                }
             }
         }
+    }
+
+    /// A row group whose every row is kept is copied as the input stores it: the same column
+    /// chunk bytes (codec and all), statistics, page index and bloom filters, at the output's
+    /// offsets; a group with a dropped row, or with rows never given (lost to damage), has its
+    /// kept rows encoded. The file's key-value metadata is kept, and the output holds exactly
+    /// the kept rows.
+    #[test]
+    fn parquet_row_groups_kept_whole_are_copied_as_stored() {
+        use arrow_array::cast::AsArray;
+        use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+        use parquet::basic::{Compression as Codec, ZstdLevel};
+        let dir = tempfile::tempdir().unwrap();
+        let batch = texts_batch(900);
+        let path = dir.path().join("in.parquet");
+        let props = WriterProperties::builder()
+            .set_compression(Codec::ZSTD(ZstdLevel::try_new(5).unwrap()))
+            .set_column_compression("id".into(), Codec::SNAPPY)
+            .set_bloom_filter_enabled(true)
+            .set_key_value_metadata(Some(vec![KeyValue::new(
+                "origin".to_string(),
+                "crawl 7".to_string(),
+            )]))
+            .build();
+        write_groups(&path, &batch, &[300, 600, 900], props);
+        let input = InputFile::detect(&path, Path::new("in.parquet"), None).unwrap();
+        let input_bytes = std::fs::read(&path).unwrap();
+        let in_meta = ParquetMetaDataReader::new()
+            .with_page_index_policy(PageIndexPolicy::Required)
+            .parse_and_finish(&Bytes::from(input_bytes.clone()))
+            .unwrap();
+        // Rows 0..300 kept whole; one row of 300..600 dropped; rows 650..700 never given.
+        let blocks: Vec<(usize, usize)> = vec![(0, 250), (250, 400), (400, 650), (700, 900)];
+        let out_dir = tempfile::tempdir().unwrap();
+        let staging = out_dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        let out = OutputDir::staged(out_dir.path().to_path_buf(), staging.clone(), None);
+        let mut w = out.file_writer(&input).unwrap();
+        for &(from, to) in &blocks {
+            let block = Block {
+                file: 0,
+                chunk_seq: 0,
+                first_record: from as u64,
+                data: BlockData::Parquet {
+                    batch: batch.slice(from, to - from),
+                    text_bytes: 0,
+                    full: true,
+                    texts_only: false,
+                    picked: None,
+                },
+                disk_bytes: 0,
+            };
+            let keep: Vec<bool> = (from..to).map(|i| i != 456).collect();
+            w.write_block(&block, 0, &keep).unwrap();
+        }
+        let written = w.finish().unwrap();
+        assert_eq!(written.records, 300 + 299 + 250);
+        let out_path = staging.join("in.parquet");
+        let out_bytes = std::fs::read(&out_path).unwrap();
+        let out_meta = ParquetMetaDataReader::new()
+            .with_page_index_policy(PageIndexPolicy::Optional)
+            .parse_and_finish(&Bytes::from(out_bytes.clone()))
+            .unwrap();
+        let rows: Vec<i64> = out_meta.row_groups().iter().map(|g| g.num_rows()).collect();
+        assert_eq!(rows, [300, 299, 250]);
+        let kv = out_meta.file_metadata().key_value_metadata().unwrap();
+        assert!(
+            kv.iter()
+                .any(|k| k.key == "origin" && k.value.as_deref() == Some("crawl 7"))
+        );
+        for c in 0..2 {
+            let (i, o) = (
+                in_meta.row_group(0).column(c),
+                out_meta.row_group(0).column(c),
+            );
+            let (ia, il) = i.byte_range();
+            let (oa, ol) = o.byte_range();
+            assert_eq!(il, ol);
+            assert_eq!(
+                input_bytes[ia as usize..(ia + il) as usize],
+                out_bytes[oa as usize..(oa + ol) as usize],
+                "column {c} of the group kept whole is not its input's bytes"
+            );
+            assert_eq!(i.compression(), o.compression());
+            assert_eq!(i.statistics(), o.statistics());
+            assert!(o.bloom_filter_offset().is_some());
+            let index = out_meta.page_index_for_row_group(0);
+            let locations = &index.offset_index(c).unwrap().page_locations;
+            let in_locations = &in_meta
+                .page_index_for_row_group(0)
+                .offset_index(c)
+                .unwrap()
+                .page_locations
+                .clone();
+            assert_eq!(locations.len(), in_locations.len());
+            for (l, il) in locations.iter().zip(in_locations) {
+                assert_eq!(l.offset - oa as i64, il.offset - ia as i64);
+            }
+            assert!(index.column_index(c).is_some());
+        }
+        // The copied bloom filter still answers for the copied rows.
+        let read = Sbbf::read_from_column_chunk(
+            out_meta.row_group(0).column(0),
+            &Bytes::from(out_bytes.clone()),
+        )
+        .unwrap()
+        .unwrap();
+        assert!((0..300i64).all(|v| read.check(&v)));
+        // Every kept row, in order, and nothing else.
+        let r = ParquetRecordBatchReaderBuilder::try_new_with_options(
+            File::open(&out_path).unwrap(),
+            ArrowReaderOptions::default(),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        let mut ids = Vec::new();
+        let mut texts = Vec::new();
+        for b in r {
+            let b = b.unwrap();
+            ids.extend(
+                b.column(0)
+                    .as_primitive::<arrow_array::types::Int64Type>()
+                    .values()
+                    .iter()
+                    .copied(),
+            );
+            texts.extend(
+                b.column(1)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|t| t.unwrap().to_string()),
+            );
+        }
+        let want: Vec<i64> = (0..900i64)
+            .filter(|&i| i != 456 && !(650..700).contains(&i))
+            .collect();
+        assert_eq!(ids, want);
+        let all = batch.column(1).as_string::<i32>();
+        assert!(
+            ids.iter()
+                .zip(&texts)
+                .all(|(&i, t)| all.value(i as usize) == t)
+        );
     }
 
     #[test]

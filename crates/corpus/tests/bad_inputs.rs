@@ -1,9 +1,7 @@
 //! Every case of tests/data/bad gives its documented outcome, and the good records around it
 //! are all read (see docs/formats.md, "Reading inputs: outcomes of bad input").
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use neardup_corpus::{ChunkRange, DiscoverOptions, Projection, discover, plan_chunks, read_chunk};
 
 fn read_bad(name: &str) -> (Vec<Got>, u64, Option<neardup_corpus::ReadError>) {

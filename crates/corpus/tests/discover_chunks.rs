@@ -1,12 +1,10 @@
 //! Discovery order and problems; chunked reads equal whole-file reads, address for address.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use common::*;
 use neardup_corpus::{
     Chunk, ChunkRange, Compression, DiscoverOptions, FieldsMode, Format, InputFile, Projection,
     discover, plan_chunks,

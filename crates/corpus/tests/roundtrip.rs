@@ -1,12 +1,10 @@
 //! Writing: round trips, masks, splitting, atomicity, overwrite rules, decisions files.
 
-mod common;
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use crate::common::*;
 use arrow_array::RecordBatch;
-use common::*;
 use neardup_corpus::{
     AtomicFile, Block, DecisionRow, DecisionWriter, InputFile, OutputOptions, Projection,
     Publication, PublishOptions, Reason, WrittenFile, read_chunk, read_decisions,
@@ -73,7 +71,7 @@ fn copy(
         let mask: Vec<bool> = (0..b.num_records() as u64)
             .map(|i| keep(b.first_record + i))
             .collect();
-        w.write_block(&b, &mask).unwrap();
+        w.write_block(&b, 0, &mask).unwrap();
     }
     let written = w.finish().unwrap();
     p.commit().unwrap();
@@ -195,11 +193,11 @@ fn text_only_parquet_blocks_cannot_be_written() {
     .unwrap();
     let mask = vec![true; b.num_records()];
     assert_eq!(
-        w.write_block(&b, &mask).unwrap_err().kind(),
+        w.write_block(&b, 0, &mask).unwrap_err().kind(),
         "invalid_block"
     );
     assert_eq!(
-        w.write_block(&b, &mask[1..]).unwrap_err().kind(),
+        w.write_block(&b, 0, &mask[1..]).unwrap_err().kind(),
         "invalid_block"
     );
 }
@@ -322,7 +320,7 @@ fn dropped_writers_leave_no_final_named_file() {
         let f = input(&data("corpus").join(name));
         let mut w = p.dataset().unwrap().file_writer(&f).unwrap();
         for b in blocks(&f, 1000) {
-            w.write_block(&b, &vec![true; b.num_records()]).unwrap();
+            w.write_block(&b, 0, &vec![true; b.num_records()]).unwrap();
         }
         // Mid-write, only the hidden staging directory exists.
         let seen = names(&out);
@@ -483,14 +481,14 @@ fn parquet_rank_columns_of_every_numeric_type_are_read_as_numbers() {
     w.write(&batch).unwrap();
     w.close().unwrap();
     let ranks = |column: &str| -> Vec<RankValue> {
-        let mut sel = common::selector(&["text"], None);
+        let mut sel = crate::common::selector(&["text"], None);
         sel.rank_field = Some(column.parse().unwrap());
-        let f = common::input(&path);
+        let f = crate::common::input(&path);
         let mut out = Vec::new();
         for block in read_chunk(
             &f,
-            &common::whole(0),
-            &common::opts(sel.clone(), Projection::FullRecords, 1 << 20),
+            &crate::common::whole(0),
+            &crate::common::opts(sel.clone(), Projection::FullRecords, 1 << 20),
         ) {
             block.unwrap().for_each_sample(&sel, |s| out.push(s.rank));
         }

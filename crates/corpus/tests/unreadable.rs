@@ -2,13 +2,11 @@
 //! every error says which records it cost, and a second read of a chunk (stage 2) delivers the
 //! same records as the first (stage 1) whatever its batch size or projection.
 
-mod common;
-
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::common::*;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use common::*;
 use neardup_corpus::{
     FieldsSeen, Projection, ReadOptions, SkipReason, TextSelector, Unreadable, read_chunk,
     record_fields, reread_chunk,
@@ -258,7 +256,7 @@ fn whole_records_that_fail_in_another_column_come_as_texts_only() {
     let mut w = publication.dataset().unwrap().file_writer(&f).unwrap();
     let keep = vec![true; block.num_records()];
     assert_eq!(
-        w.write_block(&block, &keep).unwrap_err().kind(),
+        w.write_block(&block, 0, &keep).unwrap_err().kind(),
         "invalid_block"
     );
 }

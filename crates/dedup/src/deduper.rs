@@ -312,6 +312,12 @@ impl Deduper {
         &self.config
     }
 
+    /// The estimated similarity ([`similarity()`]) below which a
+    /// representative is no candidate: never compared further, it can change no decision.
+    pub fn candidate_floor(&self) -> f64 {
+        self.candidate_floor
+    }
+
     /// Whether candidates need their shingle sets ([`Verify::Jaccard`]).
     pub fn needs_shingles(&self) -> bool {
         self.reps.keeps_sets()

@@ -284,12 +284,14 @@ impl<R: Read> DecidedMerge<R> {
             streams,
         };
         for i in 0..merge.streams.len() {
-            merge.advance(i)?;
+            merge.advance(i, None)?;
         }
         Ok(merge)
     }
 
-    fn advance(&mut self, i: usize) -> Result<(), DedupError> {
+    /// Reads stream `i`'s next decision into its head; `after` is the row of the one just
+    /// taken from it, which the next must follow.
+    fn advance(&mut self, i: usize, after: Option<u64>) -> Result<(), DedupError> {
         let (name, reader) = &mut self.streams[i];
         let mut got = None;
         reader
@@ -299,13 +301,13 @@ impl<R: Read> DecidedMerge<R> {
                 Ok(n)
             })
             .map_err(|e| step_error(name, e))?;
-        if let (Some(next), Some(prev)) = (&got, &self.heads[i])
-            && next.row <= prev.row
+        if let (Some(next), Some(after)) = (&got, after)
+            && next.row <= after
         {
             return Err(DedupError::Step(StepInputError::DecidedOutOfOrder {
                 stream: name.clone(),
                 row: next.row,
-                after: prev.row,
+                after,
             }));
         }
         self.heads[i] = got;
@@ -333,7 +335,7 @@ impl<R: Read> DecidedMerge<R> {
             return Err(DedupError::Step(StepInputError::NoDecision { row }));
         };
         let d = self.heads[i].take().expect("found");
-        self.advance(i)?;
+        self.advance(i, Some(d.row))?;
         Ok(d)
     }
 
@@ -1305,19 +1307,17 @@ mod tests {
             DedupError::Step(s) => s,
             other => panic!("{other:?}"),
         };
-        // Rows out of order within a stream: the row left behind is a decision for a row not
-        // asked for when the next is.
-        let mut m = merge(&[&[2, 5, 3]]).unwrap();
-        m.take(2).unwrap();
-        m.take(5).unwrap();
-        assert!(matches!(
-            step(m.take(6).unwrap_err()),
-            StepInputError::NotHotRow {
-                row: 3,
-                before_end: true,
-                ..
-            }
-        ));
+        // Rows out of order within a stream, or one row twice.
+        for (rows, row, after) in [(&[2u64, 5, 3][..], 3, 5), (&[2, 5, 5], 5, 5)] {
+            let mut m = merge(&[rows]).unwrap();
+            m.take(2).unwrap();
+            let e = step(m.take(5).unwrap_err());
+            assert!(
+                matches!(&e, StepInputError::DecidedOutOfOrder { stream, row: r, after: a }
+                    if stream == "decided-0" && (*r, *a) == (row, after)),
+                "{e:?}"
+            );
+        }
         // A row no stream decided (a group's stream missing).
         let mut m = merge(&[&[1], &[4]]).unwrap();
         m.take(1).unwrap();
@@ -1346,5 +1346,905 @@ mod tests {
         // Bytes that are not a decided stream.
         let bad = RecordReader::new(std::io::Cursor::new(b"not a stream".to_vec()));
         assert!(bad.is_err());
+    }
+
+    /// The three steps end to end over key tables of real texts, split into shards and groups
+    /// as `neardup keys --shard`, `neardup hot --groups` and the per-shard and per-group steps
+    /// split them.
+    mod steps {
+        use std::collections::BTreeMap;
+        use std::io::Cursor;
+
+        use neardup_corpus::{Compression, FieldPath, Format, InputFile, TextSelector};
+        use neardup_keys::{KeyTable, Plan, PlanBuilder, RowGrouping, TableLayout};
+
+        use super::*;
+        use crate::deduper::Verify;
+
+        /// One text as stage 1 sketched it.
+        pub(super) struct Row {
+            pub text: String,
+            pub id: String,
+            pub signature: Vec<u32>,
+            pub keys: Vec<u64>,
+            pub set: Vec<u32>,
+            pub content_hash: u128,
+        }
+
+        pub(super) fn rows(sketch: &DecideShape, texts: &[String]) -> Vec<Row> {
+            let columns = sketch.rule.columns(sketch.sketcher.bands());
+            let mut scratch = Scratch::collecting_shingle_sets();
+            texts
+                .iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    let (mut signature, mut keys, mut set) =
+                        (vec![0; 128], vec![0; columns], Vec::new());
+                    let r = sketch.rule.sketch(
+                        &sketch.sketcher,
+                        text,
+                        &mut scratch,
+                        &mut signature,
+                        &mut keys,
+                    );
+                    sketch.sketcher.last_shingle_set(&mut scratch, &mut set);
+                    Row {
+                        text: text.clone(),
+                        id: format!("doc-{i}"),
+                        signature,
+                        keys,
+                        set,
+                        content_hash: r.content_hash,
+                    }
+                })
+                .collect()
+        }
+
+        /// Near copies of a few bases (no edit: an exact copy), and texts of their own.
+        pub(super) fn family_texts(n: usize, seed: u64) -> Vec<String> {
+            let mut state = seed;
+            let mut below = |m: u64| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state % m
+            };
+            let bases: Vec<Vec<String>> = (0..12)
+                .map(|_| (0..40).map(|_| format!("w{}", below(5000))).collect())
+                .collect();
+            (0..n)
+                .map(|_| {
+                    if below(4) == 0 {
+                        return (0..40)
+                            .map(|_| format!("u{}", below(1 << 40)))
+                            .collect::<Vec<_>>()
+                            .join(" ");
+                    }
+                    let mut t = bases[below(12) as usize].clone();
+                    for _ in 0..below(4) {
+                        let at = below(40) as usize;
+                        t[at] = format!("e{}", below(1 << 30));
+                    }
+                    t.join(" ")
+                })
+                .collect()
+        }
+
+        pub(super) fn layout(sketch: &DecideShape) -> TableLayout {
+            TableLayout {
+                sketch_fingerprint: 1,
+                sketch_description: "test".into(),
+                bands: sketch.sketcher.bands(),
+                rule: sketch.rule,
+                selector: TextSelector::single(FieldPath::top("text")),
+            }
+        }
+
+        /// The key table of `rows` as shard `shard` (one input file).
+        pub(super) fn table(sketch: &DecideShape, shard: u32, rows: &[Row]) -> KeyTable {
+            let name = std::path::PathBuf::from(format!("shard-{shard}.jsonl"));
+            let files = vec![FileRows {
+                input: InputFile {
+                    path: name.clone(),
+                    relative: name,
+                    format: Format::Jsonl,
+                    compression: Compression::None,
+                    size: 0,
+                },
+                records: rows.len() as u64,
+                rows: rows.len() as u64,
+                chunks: Vec::new(),
+            }];
+            let keys = rows.iter().flat_map(|r| r.keys.iter().copied()).collect();
+            KeyTable::new(layout(sketch), shard, files, keys).unwrap()
+        }
+
+        /// The keys more than one row holds (stage 1's count at its default minimum).
+        pub(super) fn hot_of(rows: &[Row]) -> Vec<u64> {
+            let mut counts = BTreeMap::new();
+            for r in rows {
+                for &k in &r.keys {
+                    if k != 0 {
+                        *counts.entry(k).or_insert(0u32) += 1;
+                    }
+                }
+            }
+            counts
+                .into_iter()
+                .filter(|(_, n)| *n > 1)
+                .map(|(k, _)| k)
+                .collect()
+        }
+
+        /// The plan of `groups` groups over every row, whatever the shards.
+        pub(super) fn plan(rows: &[Row], hot: &[u64], groups: u32) -> Plan {
+            let mut b = PlanBuilder::new(hot).unwrap();
+            for r in rows {
+                b.add_row(&r.keys);
+            }
+            b.finish(groups).unwrap()
+        }
+
+        /// Shards `rows` at `cuts` (each shard from one cut to the next), counts the hot keys of
+        /// all shards and plans them into `groups`.
+        pub(super) fn shards_and_hot(
+            sketch: &DecideShape,
+            rows: &[Row],
+            cuts: &[usize],
+            groups: u32,
+        ) -> (Vec<KeyTable>, HotKeys) {
+            let tables: Vec<KeyTable> = cuts
+                .windows(2)
+                .enumerate()
+                .map(|(s, w)| table(sketch, s as u32, &rows[w[0]..w[1]]))
+                .collect();
+            let hot = hot_of(rows);
+            let plan = plan(rows, &hot, groups);
+            let hot = HotKeys::new(layout(sketch), 2, hot)
+                .counted_from(tables.iter().map(|t| t.identity()).collect())
+                .with_plan(plan)
+                .unwrap();
+            (tables, hot)
+        }
+
+        pub(super) fn addr(row: u64) -> SampleAddr {
+            SampleAddr {
+                file: 0,
+                record: row,
+                field: 0,
+            }
+        }
+
+        fn reader(bytes: &[u8]) -> RecordReader<Cursor<Vec<u8>>> {
+            RecordReader::new(Cursor::new(bytes.to_vec())).unwrap()
+        }
+
+        fn memory_bytes(w: RecordWriter<StepSink>) -> Vec<u8> {
+            w.finish().unwrap().finish().unwrap().unwrap()
+        }
+
+        /// The signed streams of one shard (one per group), as a `sign` step's pass hands its
+        /// hot samples to the signer: a later copy (the mask says) with its text, any other
+        /// sample with its text under exact verification, its signature otherwise.
+        pub(super) fn sign_shard(
+            table: &KeyTable,
+            hot: &HotKeys,
+            rows: &[Row],
+            shape: SignedShape,
+        ) -> (Vec<Vec<u8>>, SignedCounts) {
+            let (mask, _, place) = HotMask::for_table(table, hot, RowGrouping::Record).unwrap();
+            let sinks = (0..hot.groups()).map(|_| StepSink::memory()).collect();
+            let mut signer = Signer::new(hot, &mask, shape, sinks).unwrap();
+            for local in 0..table.rows() {
+                if !mask.is_hot_row(local) {
+                    continue;
+                }
+                let row = place.row_base + local as u64;
+                let r = &rows[row as usize];
+                let at = SampleAt {
+                    row,
+                    local_row: local as u64,
+                    rank: 0,
+                    addr: addr(row),
+                    id: Some(&r.id),
+                    content_hash: r.content_hash,
+                };
+                if mask.is_later_copy(local) {
+                    signer.push_copy(&at, &r.text).unwrap();
+                } else if shape.texts {
+                    signer.push_full(&at, &[], &r.text).unwrap();
+                } else {
+                    signer.push_full(&at, &r.signature, "").unwrap();
+                }
+            }
+            let (sinks, counts) = signer.finish().unwrap();
+            let bytes = sinks
+                .into_iter()
+                .map(|s| s.finish().unwrap().unwrap())
+                .collect();
+            (bytes, counts)
+        }
+
+        /// The rows of a signed stream, in its order.
+        pub(super) fn signed_rows(bytes: &[u8], shape: SignedShape) -> Vec<(u64, u64)> {
+            let mut r = reader(bytes);
+            let mut s = SignedSample::default();
+            let mut got = Vec::new();
+            while r.next(|b| decode_signed(b, shape, &mut s)).unwrap() {
+                got.push((s.rank, s.row));
+            }
+            got
+        }
+
+        /// Every hot row's verdict and the id it names, through sign per shard, decide per group
+        /// and write's merge per shard. Also checks that each hot row went to the stream of its
+        /// plan's group, once.
+        fn through_the_steps(
+            sketch: &DecideShape,
+            dedup: &DeduperConfig,
+            rows: &[Row],
+            cuts: &[usize],
+            groups: u32,
+        ) -> (BTreeMap<u64, (Verdict, Option<String>)>, u64) {
+            let (tables, hot) = shards_and_hot(sketch, rows, cuts, groups);
+            let shape = SignedShape {
+                num_perm: 128,
+                columns: sketch.rule.columns(sketch.sketcher.bands()),
+                texts: dedup.verify == Verify::Jaccard,
+                ranked: false,
+            };
+            let mut signed = Vec::new();
+            let mut hot_rows = Vec::new();
+            let mut copies_by_hash = 0;
+            for (s, table) in tables.iter().enumerate() {
+                let (streams, counts) = sign_shard(table, &hot, rows, shape);
+                copies_by_hash += counts.copies_by_hash;
+                let (mask, _, place) = HotMask::for_table(table, &hot, RowGrouping::Skip).unwrap();
+                let shard_hot: Vec<u64> = (0..table.rows())
+                    .filter(|&r| mask.is_hot_row(r))
+                    .map(|r| place.row_base + r as u64)
+                    .collect();
+                assert_eq!(
+                    counts.samples.iter().sum::<u64>(),
+                    shard_hot.len() as u64,
+                    "shard {s}: every hot row signed once"
+                );
+                let mut seen = Vec::new();
+                for (g, bytes) in streams.iter().enumerate() {
+                    let got = signed_rows(bytes, shape);
+                    assert_eq!(got.len() as u64, counts.samples[g]);
+                    for (_, row) in got {
+                        assert_eq!(
+                            hot.group_of_row(&rows[row as usize].keys),
+                            Some(g as u32),
+                            "row {row} in the stream of group {g}"
+                        );
+                        seen.push(row);
+                    }
+                }
+                seen.sort_unstable();
+                assert_eq!(
+                    seen, shard_hot,
+                    "shard {s}: the hot rows, each in one stream"
+                );
+                hot_rows.push(shard_hot);
+                signed.push(streams);
+            }
+            // decided[g][s]: group g's decisions of shard s's rows.
+            let mut decided = Vec::new();
+            for g in 0..groups as usize {
+                let streams = signed
+                    .iter()
+                    .enumerate()
+                    .map(|(s, streams)| (format!("signed-{s}-{g}"), reader(&streams[g])))
+                    .collect();
+                let mut out: Vec<_> = (0..tables.len())
+                    .map(|_| RecordWriter::new(StepSink::memory()).unwrap())
+                    .collect();
+                let group = decide_group(
+                    streams,
+                    shape,
+                    dedup,
+                    sketch,
+                    &mut out,
+                    2,
+                    usize::MAX,
+                    &CancelToken::default(),
+                    None,
+                )
+                .unwrap();
+                for (s, streams) in signed.iter().enumerate() {
+                    assert_eq!(
+                        group.written[s],
+                        signed_rows(&streams[g], shape).len() as u64
+                    );
+                }
+                decided.push(out.into_iter().map(memory_bytes).collect::<Vec<_>>());
+            }
+            let mut verdicts = BTreeMap::new();
+            for (s, shard_hot) in hot_rows.iter().enumerate() {
+                let mut merge = DecidedMerge::new(
+                    decided
+                        .iter()
+                        .enumerate()
+                        .map(|(g, d)| (format!("decided-{g}-{s}"), reader(&d[s])))
+                        .collect(),
+                )
+                .unwrap();
+                for &row in shard_hot {
+                    let d = merge.take(row).unwrap();
+                    verdicts.insert(row, (d.verdict, d.dup_of_id));
+                }
+                merge.finish().unwrap();
+            }
+            (verdicts, copies_by_hash)
+        }
+
+        /// What a one-process run decides: the decision core over the hot rows in row order,
+        /// later copies by their hash first (as `route.rs`'s core route).
+        fn one_process_run(
+            sketch: &DecideShape,
+            dedup: &DeduperConfig,
+            rows: &[Row],
+        ) -> BTreeMap<u64, (Verdict, Option<String>)> {
+            let (tables, hot) = shards_and_hot(sketch, rows, &[0, rows.len()], 1);
+            let mask = HotMask::of_checked_table(&tables[0], &hot, RowGrouping::Skip);
+            let columns = sketch.rule.columns(sketch.sketcher.bands());
+            let mut d = Deduper::new(dedup.clone(), 128, 16, sketch.rule).unwrap();
+            let mut verdicts = BTreeMap::new();
+            for (i, r) in rows.iter().enumerate() {
+                if !mask.is_hot_row(i) {
+                    continue;
+                }
+                let hot: Vec<bool> = (0..columns).map(|c| mask.is_hot(i, c)).collect();
+                let copy = if mask.is_later_copy(i) {
+                    d.decide_copy(r.content_hash)
+                } else {
+                    None
+                };
+                let v = copy.unwrap_or_else(|| {
+                    d.decide(&Candidate {
+                        addr: addr(i as u64),
+                        signature: &r.signature,
+                        row: &r.keys,
+                        hot: &hot,
+                        content_hash: r.content_hash,
+                        shingles: d.needs_shingles().then_some(&r.set[..]),
+                    })
+                });
+                let id = d.note(addr(i as u64), &v, r.content_hash, Some(&r.id));
+                verdicts.insert(i as u64, (v, id));
+            }
+            verdicts
+        }
+
+        /// Decisions do not depend on how the rows are split: any number of shards (some of
+        /// them empty) and of groups (more groups than components among them), under either
+        /// verification, give a one-process run's verdicts and the ids they name.
+        #[test]
+        fn any_split_into_shards_and_groups_decides_as_one_process() {
+            let sketch = sketch();
+            let rows = rows(&sketch, &family_texts(240, 0x9e37_79b9_7f4a_7c15));
+            let n = rows.len();
+            for verify in [Verify::Jaccard, Verify::Estimate] {
+                let dedup = DeduperConfig {
+                    verify,
+                    ..DeduperConfig::default()
+                };
+                let want = one_process_run(&sketch, &dedup, &rows);
+                let drops = want.values().filter(|(v, _)| !v.keep()).count();
+                assert!(
+                    want.values()
+                        .any(|(v, id)| matches!(v, Verdict::Near { .. }) && id.is_some()),
+                    "{verify:?}: the texts hold near copies"
+                );
+                assert!(drops > n / 4, "{verify:?}: {drops} drops");
+                let components = plan(&rows, &hot_of(&rows), 2).components;
+                for cuts in [
+                    vec![0, n],
+                    vec![0, n / 3, n / 3, n],
+                    vec![0, 0, 17, n / 2, n, n],
+                ] {
+                    for groups in [1, 2, 3, components as u32 + 5] {
+                        let (got, copies_by_hash) =
+                            through_the_steps(&sketch, &dedup, &rows, &cuts, groups);
+                        assert!(copies_by_hash > 0, "later copies go as their hash alone");
+                        assert!(
+                            got == want,
+                            "{verify:?}, shards at {cuts:?}, {groups} groups decided otherwise"
+                        );
+                    }
+                }
+            }
+        }
+
+        /// Without a hot key nothing is signed, decided or merged, in any group.
+        #[test]
+        fn no_hot_key_leaves_every_stream_empty() {
+            let sketch = sketch();
+            let texts: Vec<String> = (0..30)
+                .map(|i| {
+                    (0..40)
+                        .map(|w| format!("t{i}w{w}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect();
+            let rows = rows(&sketch, &texts);
+            assert!(hot_of(&rows).is_empty());
+            let (tables, hot) = shards_and_hot(&sketch, &rows, &[0, 10, 10, 30], 3);
+            assert_eq!(hot.plan().unwrap().group_rows, vec![0, 0, 0]);
+            let shape = signed_shape_of(&sketch, true);
+            let mut signed = Vec::new();
+            for table in &tables {
+                let (streams, counts) = sign_shard(table, &hot, &rows, shape);
+                assert_eq!(counts.samples, vec![0, 0, 0]);
+                assert!(streams.iter().all(|s| signed_rows(s, shape).is_empty()));
+                signed.push(streams);
+            }
+            for g in 0..3 {
+                let mut out: Vec<_> = (0..3)
+                    .map(|_| RecordWriter::new(StepSink::memory()).unwrap())
+                    .collect();
+                let done = decide_group(
+                    signed
+                        .iter()
+                        .map(|s| ("signed".to_string(), reader(&s[g])))
+                        .collect(),
+                    shape,
+                    &DeduperConfig::default(),
+                    &sketch,
+                    &mut out,
+                    1,
+                    usize::MAX,
+                    &CancelToken::default(),
+                    None,
+                )
+                .unwrap();
+                assert_eq!(done.written, vec![0, 0, 0]);
+                for w in out {
+                    let mut merge =
+                        DecidedMerge::new(vec![("d".into(), reader(&memory_bytes(w)))]).unwrap();
+                    assert!(matches!(
+                        merge.take(0),
+                        Err(DedupError::Step(StepInputError::NoDecision { row: 0 }))
+                    ));
+                    merge.finish().unwrap();
+                }
+            }
+        }
+
+        pub(super) fn signed_shape_of(sketch: &DecideShape, texts: bool) -> SignedShape {
+            SignedShape {
+                num_perm: 128,
+                columns: sketch.rule.columns(sketch.sketcher.bands()),
+                texts,
+                ranked: false,
+            }
+        }
+
+        /// A ranked signer writes each group's samples in (rank, row) order, equal ranks in
+        /// row order, whether it holds them all or spills sorted runs.
+        #[test]
+        fn a_ranked_signer_writes_rank_then_row_order() {
+            let sketch = sketch();
+            let texts = family_texts(1, 3);
+            let texts: Vec<String> = (0..7).map(|_| texts[0].clone()).collect();
+            let rows = rows(&sketch, &texts);
+            let (tables, hot) = shards_and_hot(&sketch, &rows, &[0, 7], 1);
+            let (mask, _, _) = HotMask::for_table(&tables[0], &hot, RowGrouping::Record).unwrap();
+            let shape = SignedShape {
+                ranked: true,
+                ..signed_shape_of(&sketch, true)
+            };
+            let ranks = [3u64, 1, 3, 1, 2, 0, 1];
+            for memory in [usize::MAX, 1] {
+                let spill = tempfile::tempdir().unwrap();
+                let mut signer = Signer::new(&hot, &mask, shape, vec![StepSink::memory()])
+                    .unwrap()
+                    .sorting_in(memory, Some(spill.path().to_path_buf()));
+                for (row, &rank) in ranks.iter().enumerate() {
+                    let r = &rows[row];
+                    let at = SampleAt {
+                        row: row as u64,
+                        local_row: row as u64,
+                        rank,
+                        addr: addr(row as u64),
+                        id: None,
+                        content_hash: r.content_hash,
+                    };
+                    if row == 0 {
+                        signer.push_full(&at, &[], &r.text).unwrap();
+                    } else {
+                        signer.push_copy(&at, &r.text).unwrap();
+                    }
+                }
+                let (sinks, counts) = signer.finish().unwrap();
+                assert_eq!(counts.samples, vec![7]);
+                // Ranked, every copy carries its text: its original may come after it.
+                assert_eq!(counts.copies_by_hash, 0);
+                let bytes = sinks.into_iter().next().unwrap().finish().unwrap().unwrap();
+                assert_eq!(
+                    signed_rows(&bytes, shape),
+                    vec![(0, 5), (1, 1), (1, 3), (1, 6), (2, 4), (3, 0), (3, 2)],
+                    "{memory} bytes held"
+                );
+            }
+        }
+
+        /// A row the hot keys call cold, or one past the shard, cannot be signed: the pass and
+        /// the hot keys disagree about the inputs.
+        #[test]
+        fn a_signer_refuses_a_row_its_hot_keys_call_cold() {
+            let sketch = sketch();
+            let mut texts = family_texts(3, 5);
+            texts.push(texts[0].clone());
+            texts[1] = "a text of its own".into();
+            let rows = rows(&sketch, &texts);
+            let (tables, hot) = shards_and_hot(&sketch, &rows, &[0, 4], 2);
+            let (mask, _, _) = HotMask::for_table(&tables[0], &hot, RowGrouping::Record).unwrap();
+            assert!(!mask.is_hot_row(1) && mask.is_hot_row(3));
+            let shape = signed_shape_of(&sketch, true);
+            let sinks = vec![StepSink::memory(), StepSink::memory()];
+            let mut signer = Signer::new(&hot, &mask, shape, sinks).unwrap();
+            for row in [1u64, 9] {
+                let at = SampleAt {
+                    row,
+                    local_row: row,
+                    rank: 0,
+                    addr: addr(row),
+                    id: None,
+                    content_hash: 1,
+                };
+                let e = signer.push_full(&at, &[], "text").unwrap_err();
+                assert!(
+                    e.to_string()
+                        .contains(&format!("row {row} of the shard is signed")),
+                    "{e}"
+                );
+            }
+            let (_, counts) = signer.finish().unwrap();
+            assert_eq!(counts.samples, vec![0, 0]);
+        }
+    }
+
+    /// What decide refuses: streams that do not fit its settings or each other, and damaged
+    /// streams, each named.
+    mod refused {
+        use std::io::Cursor;
+
+        use super::steps::{addr, family_texts, rows, shards_and_hot, sign_shard, signed_shape_of};
+        use super::*;
+        use crate::deduper::Verify;
+        use crate::handoff::encode_signed;
+
+        fn decide(
+            streams: Vec<(String, RecordReader<Cursor<Vec<u8>>>)>,
+            shape: SignedShape,
+            dedup: &DeduperConfig,
+            prior: Option<&PriorState>,
+        ) -> Result<Vec<Vec<u8>>, DedupError> {
+            let mut out: Vec<_> = (0..streams.len())
+                .map(|_| RecordWriter::new(StepSink::memory()).unwrap())
+                .collect();
+            decide_group(
+                streams,
+                shape,
+                dedup,
+                &sketch(),
+                &mut out,
+                2,
+                usize::MAX,
+                &CancelToken::default(),
+                prior,
+            )?;
+            Ok(out
+                .into_iter()
+                .map(|w| w.finish().unwrap().finish().unwrap().unwrap())
+                .collect())
+        }
+
+        fn named(name: &str, bytes: &[u8]) -> (String, RecordReader<Cursor<Vec<u8>>>) {
+            (
+                name.to_string(),
+                RecordReader::new(Cursor::new(bytes.to_vec())).unwrap(),
+            )
+        }
+
+        /// One shard's signed stream (one group) of texts with near and exact copies.
+        fn signed(texts: bool) -> (Vec<u8>, SignedShape) {
+            let sketch = sketch();
+            let rows = rows(&sketch, &family_texts(120, 77));
+            let (tables, hot) = shards_and_hot(&sketch, &rows, &[0, rows.len()], 1);
+            let shape = signed_shape_of(&sketch, texts);
+            let (mut streams, _) = sign_shard(&tables[0], &hot, &rows, shape);
+            (streams.pop().unwrap(), shape)
+        }
+
+        fn step(r: Result<Vec<Vec<u8>>, DedupError>) -> StepInputError {
+            match r {
+                Err(DedupError::Step(e)) => e,
+                Err(other) => panic!("{other:?}"),
+                Ok(_) => panic!("decided"),
+            }
+        }
+
+        /// Signed with other sketch settings, without the texts exact verification needs, or
+        /// ranked against a saved index: refused before a sample is read.
+        #[test]
+        fn streams_signed_with_other_settings_are_refused() {
+            let (bytes, shape) = signed(true);
+            let other = SignedShape {
+                num_perm: 64,
+                ..shape
+            };
+            let columns = shape.columns;
+            assert!(matches!(
+                step(decide(vec![named("s", &bytes)], other, &DeduperConfig::default(), None)),
+                StepInputError::Shape { signed: (64, c), expected: (128, e) }
+                    if c == columns && e == columns
+            ));
+            let fewer_columns = SignedShape {
+                columns: columns - 1,
+                ..shape
+            };
+            assert!(matches!(
+                step(decide(
+                    vec![named("s", &bytes)],
+                    fewer_columns,
+                    &DeduperConfig::default(),
+                    None
+                )),
+                StepInputError::Shape { .. }
+            ));
+            // Signed under `--verify estimate`, decided under exact verification.
+            let (estimate, estimate_shape) = signed(false);
+            assert!(matches!(
+                decide(
+                    vec![named("s", &estimate)],
+                    estimate_shape,
+                    &DeduperConfig::default(),
+                    None
+                ),
+                Err(DedupError::Config(SettingsError::SignedWithoutTexts))
+            ));
+            // The other way round is fine: estimate needs no text, and has one.
+            let estimated = DeduperConfig {
+                verify: Verify::Estimate,
+                ..DeduperConfig::default()
+            };
+            decide(vec![named("s", &bytes)], shape, &estimated, None).unwrap();
+            let ranked = SignedShape {
+                ranked: true,
+                ..shape
+            };
+            assert!(matches!(
+                decide(
+                    vec![named("s", &bytes)],
+                    ranked,
+                    &DeduperConfig::default(),
+                    Some(&PriorState::default())
+                ),
+                Err(DedupError::Config(SettingsError::PreferAgainstIndex))
+            ));
+        }
+
+        /// A stream cut short or altered anywhere fails decide, naming the stream: never a
+        /// decision from a damaged hand-off.
+        #[test]
+        fn a_damaged_signed_stream_fails_decide_naming_it() {
+            let (bytes, shape) = signed(true);
+            let dedup = DeduperConfig::default();
+            decide(vec![named("intact", &bytes)], shape, &dedup, None).unwrap();
+            for cut in [9, 40, bytes.len() / 2, bytes.len() - 20, bytes.len() - 1] {
+                match step(decide(
+                    vec![named("shard-3/group-1", &bytes[..cut])],
+                    shape,
+                    &dedup,
+                    None,
+                )) {
+                    StepInputError::Read { stream, error } => {
+                        assert_eq!(stream, "shard-3/group-1");
+                        assert!(error.to_string().contains("truncated"), "{cut}: {error}");
+                    }
+                    other => panic!("cut at {cut}: {other:?}"),
+                }
+            }
+            for at in [8, 20, bytes.len() / 3, bytes.len() / 2, bytes.len() - 12] {
+                let mut flipped = bytes.clone();
+                flipped[at] ^= 0x10;
+                let r = decide(vec![named("flipped", &flipped)], shape, &dedup, None);
+                assert!(r.is_err(), "a flipped bit at {at} went unnoticed");
+            }
+            // A stream of another version of the format is not read at all.
+            let mut old = bytes.clone();
+            old[7] = 3;
+            let e = RecordReader::new(Cursor::new(old)).err().unwrap();
+            assert!(e.to_string().contains("bad magic"), "{e}");
+        }
+
+        /// Verifying a stream before using it reads it through: intact it passes, damaged
+        /// or cut short it does not.
+        #[test]
+        fn verifying_a_stream_reads_its_checksum_and_end() {
+            let (bytes, _) = signed(false);
+            let open = |b: &[u8]| RecordReader::new(Cursor::new(b.to_vec())).unwrap();
+            open(&bytes).verify().unwrap();
+            let mut flipped = bytes.clone();
+            flipped[bytes.len() / 2] ^= 1;
+            let e = open(&flipped).verify().unwrap_err();
+            assert!(e.to_string().contains("checksum"), "{e}");
+            let e = open(&bytes[..bytes.len() - 4]).verify().unwrap_err();
+            assert!(e.to_string().contains("truncated"), "{e}");
+        }
+
+        /// A stream of real samples: (rank, row, text, kind) each.
+        pub(super) fn stream_of(
+            samples: &[(u64, u64, &str, SignedKind)],
+            shape: SignedShape,
+        ) -> Vec<u8> {
+            let sketch = sketch();
+            let texts: Vec<String> = samples.iter().map(|s| s.2.to_string()).collect();
+            let sketched = rows(&sketch, &texts);
+            let mut w = RecordWriter::new(Vec::new()).unwrap();
+            for (&(rank, row, text, kind), r) in samples.iter().zip(&sketched) {
+                let copy = kind == SignedKind::Copy;
+                encode_signed(
+                    &SignedSample {
+                        rank,
+                        row,
+                        addr: addr(row),
+                        id: None,
+                        content_hash: r.content_hash,
+                        kind,
+                        signature: Vec::new(),
+                        hot: if copy {
+                            Vec::new()
+                        } else {
+                            vec![true; shape.columns]
+                        },
+                        text: if copy {
+                            String::new()
+                        } else {
+                            text.to_string()
+                        },
+                    },
+                    shape,
+                    w.buffer(),
+                );
+                w.record_done().unwrap();
+            }
+            w.finish().unwrap()
+        }
+
+        pub(super) const A: &str =
+            "the first text of these tests, long enough to have many shingles of five";
+        pub(super) const B: &str =
+            "another text altogether, which shares nothing much with the first one here";
+
+        /// Streams whose rows do not follow each other (the shards' streams out of shard
+        /// order), a copy sent as its hash whose original the group never saw, and a text that
+        /// is not the one its hash was computed from.
+        #[test]
+        fn streams_out_of_row_order_copies_without_originals_and_wrong_texts_are_refused() {
+            let shape = signed_shape_of(&sketch(), true);
+            let dedup = DeduperConfig::default();
+            let early = stream_of(
+                &[(0, 1, A, SignedKind::Full), (0, 4, B, SignedKind::Full)],
+                shape,
+            );
+            let late = stream_of(
+                &[(0, 7, A, SignedKind::Full), (0, 9, B, SignedKind::Full)],
+                shape,
+            );
+            decide(
+                vec![named("0", &early), named("1", &late)],
+                shape,
+                &dedup,
+                None,
+            )
+            .unwrap();
+            assert!(matches!(
+                step(decide(vec![named("late", &late), named("early", &early)], shape, &dedup, None)),
+                StepInputError::SignedOutOfOrder { stream, row: 1, after: 9 } if stream == "early"
+            ));
+            let copy_first = stream_of(
+                &[(0, 2, A, SignedKind::Copy), (0, 3, A, SignedKind::Full)],
+                shape,
+            );
+            assert!(matches!(
+                step(decide(vec![named("c", &copy_first)], shape, &dedup, None)),
+                StepInputError::CopyWithoutOriginal { stream, row: 2 } if stream == "c"
+            ));
+            let copy_after = stream_of(
+                &[(0, 2, A, SignedKind::Full), (0, 3, A, SignedKind::Copy)],
+                shape,
+            );
+            decide(vec![named("c", &copy_after)], shape, &dedup, None).unwrap();
+            // B's text sent under A's hash.
+            let mut wrong = SignedSample::default();
+            let a = stream_of(&[(0, 0, A, SignedKind::Full)], shape);
+            RecordReader::new(a.as_slice())
+                .unwrap()
+                .next(|b| decode_signed(b, shape, &mut wrong))
+                .unwrap();
+            wrong.text = B.to_string();
+            let mut w = RecordWriter::new(Vec::new()).unwrap();
+            encode_signed(&wrong, shape, w.buffer());
+            w.record_done().unwrap();
+            let wrong = w.finish().unwrap();
+            assert!(matches!(
+                step(decide(vec![named("w", &wrong)], shape, &dedup, None)),
+                StepInputError::ContentHash { stream, row: 0 } if stream == "w"
+            ));
+        }
+
+        /// Ranked streams are decided in (rank, row) order across streams: the best-ranked copy
+        /// is kept wherever it is, equal ranks fall back to the row (the first in input order
+        /// is kept), and the decisions come out in row order per shard.
+        #[test]
+        fn ranked_samples_are_decided_by_rank_then_row_across_streams() {
+            let shape = SignedShape {
+                ranked: true,
+                ..signed_shape_of(&sketch(), true)
+            };
+            let dedup = DeduperConfig::default();
+            let verdicts = |bytes: &[u8]| -> Vec<(u64, Verdict)> {
+                let mut r = RecordReader::new(bytes).unwrap();
+                let mut got = Vec::new();
+                while r
+                    .next(|b| {
+                        let (d, n) = decode_decided(b)?;
+                        got.push((d.row, d.verdict));
+                        Ok(n)
+                    })
+                    .unwrap()
+                {}
+                got
+            };
+            let exact = |of: u64| Verdict::Exact {
+                of: addr(of),
+                cluster: addr(of),
+            };
+            // A at rows 0 and 1 with equal ranks, in two streams; B at rows 2 and 3 likewise
+            // but the later one in the first stream.
+            let s0 = stream_of(
+                &[(1, 3, B, SignedKind::Full), (5, 0, A, SignedKind::Full)],
+                shape,
+            );
+            let s1 = stream_of(
+                &[(1, 2, B, SignedKind::Full), (5, 1, A, SignedKind::Full)],
+                shape,
+            );
+            let out = decide(vec![named("0", &s0), named("1", &s1)], shape, &dedup, None).unwrap();
+            assert_eq!(verdicts(&out[0]), vec![(0, Verdict::Unique), (3, exact(2))]);
+            assert_eq!(verdicts(&out[1]), vec![(1, exact(0)), (2, Verdict::Unique)]);
+            // A better-ranked A at the last row is kept over both.
+            let s1 = stream_of(
+                &[
+                    (0, 4, A, SignedKind::Full),
+                    (1, 2, B, SignedKind::Full),
+                    (5, 1, A, SignedKind::Full),
+                ],
+                shape,
+            );
+            let out = decide(vec![named("0", &s0), named("1", &s1)], shape, &dedup, None).unwrap();
+            assert_eq!(verdicts(&out[0]), vec![(0, exact(4)), (3, exact(2))]);
+            assert_eq!(
+                verdicts(&out[1]),
+                vec![(1, exact(4)), (2, Verdict::Unique), (4, Verdict::Unique)]
+            );
+            // A stream not sorted by (rank, row) is refused, ties included.
+            for unsorted in [
+                &[(5, 0, A, SignedKind::Full), (1, 3, B, SignedKind::Full)][..],
+                &[(5, 1, A, SignedKind::Full), (5, 0, A, SignedKind::Full)][..],
+            ] {
+                let bad = stream_of(unsorted, shape);
+                assert!(matches!(
+                    step(decide(vec![named("unsorted", &bad)], shape, &dedup, None)),
+                    StepInputError::RankOutOfOrder { stream, .. } if stream == "unsorted"
+                ));
+            }
+        }
     }
 }

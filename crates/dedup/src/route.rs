@@ -383,3 +383,527 @@ impl<'a, R: HotRoute> Decider<'a, R> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use neardup_corpus::{
+        Chunk, ChunkRange, FieldPath, InputFile, Projection, ReadOptions, TextSelector, read_chunk,
+        read_decisions,
+    };
+    use neardup_exec::OnError;
+    use neardup_keys::RowRule;
+    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
+
+    use super::*;
+    use crate::deduper::DeduperConfig;
+    use crate::distributed::DecidedMerge;
+    use crate::handoff::{DecidedSample, RecordReader, RecordWriter, encode_decided};
+    use crate::prefer::Prefer;
+
+    fn cfg(empty: EmptyPolicy) -> Stage2Config {
+        Stage2Config {
+            sketcher: Sketcher::new(SketchConfig::new(
+                Shingler::Chars { k: 5, step: 1 },
+                128,
+                LshParams::new(16, 8).unwrap(),
+            ))
+            .unwrap(),
+            rule: RowRule::default(),
+            selector: TextSelector::single(FieldPath::top("text")),
+            deduper: DeduperConfig::default(),
+            empty,
+            threads: 1,
+            block_bytes: 1 << 16,
+            block_memory: None,
+            on_error: OnError::Skip,
+            output: None,
+            decisions: None,
+            prefer: Prefer::First,
+            sort_memory: 1 << 20,
+            prior: None,
+        }
+    }
+
+    /// A block of `lines` records read from a JSONL file.
+    fn block(dir: &std::path::Path, lines: usize) -> neardup_corpus::Block {
+        let texts: Vec<String> = (0..lines).map(|i| format!("record {i}")).collect();
+        block_of(dir, &texts)
+    }
+
+    /// A block of one record per text, read from a JSONL file.
+    fn block_of(dir: &std::path::Path, texts: &[String]) -> neardup_corpus::Block {
+        let path = dir.join("in.jsonl");
+        let body: String = texts
+            .iter()
+            .map(|t| format!("{{\"text\":\"{t}\"}}\n"))
+            .collect();
+        std::fs::write(&path, body).unwrap();
+        let input = InputFile::detect(&path, std::path::Path::new("in.jsonl"), None).unwrap();
+        let chunk = Chunk {
+            file: 0,
+            seq: 0,
+            range: ChunkRange::Whole,
+        };
+        let opts = ReadOptions::new(
+            TextSelector::single(FieldPath::top("text")),
+            Projection::FullRecords,
+        );
+        read_chunk(&input, &chunk, &opts).next().unwrap().unwrap()
+    }
+
+    /// `block` prepared as a `write` step's workers prepare it: each sample's kind given.
+    fn prepared(
+        block: neardup_corpus::Block,
+        first_row: u64,
+        samples: &[(u32, u32, SampleKind)],
+    ) -> PreparedBlock {
+        let texts = samples
+            .iter()
+            .filter(|s| !matches!(s.2, SampleKind::Skipped(_)))
+            .count() as u64;
+        let mut ids = String::new();
+        let samples = samples
+            .iter()
+            .map(|&(record, field, kind)| {
+                let start = ids.len() as u32;
+                ids.push_str(&format!("id-{record}.{field}"));
+                PreparedSample {
+                    record,
+                    field,
+                    kind,
+                    id: Some((start, ids.len() as u32)),
+                    rank: 0,
+                }
+            })
+            .collect();
+        PreparedBlock {
+            block,
+            first_row,
+            texts,
+            samples,
+            signatures: Vec::new(),
+            rows: Vec::new(),
+            hot: Vec::new(),
+            shingles: Vec::new(),
+            spilled_sets: Vec::new(),
+            set_errors: Vec::new(),
+            carried: String::new(),
+            ids,
+            bad_rank: None,
+            ranked: (0, 0),
+        }
+    }
+
+    fn at(file: u32, record: u64) -> SampleAddr {
+        SampleAddr {
+            file,
+            record,
+            field: 0,
+        }
+    }
+
+    /// The decided stream a `decide` step would hand a `write` step.
+    fn decided(samples: &[DecidedSample]) -> DecidedMerge<Cursor<Vec<u8>>> {
+        let mut w = RecordWriter::new(Vec::new()).unwrap();
+        for d in samples {
+            encode_decided(d, w.buffer());
+            w.record_done().unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        DecidedMerge::new(vec![(
+            "decided".into(),
+            RecordReader::new(Cursor::new(bytes)).unwrap(),
+        )])
+        .unwrap()
+    }
+
+    /// Every sample of a block gets its decision in order, addressed within all shards' files;
+    /// a record is dropped only when a sample of it was dropped and none kept a text (an empty
+    /// or unreadable slot keeps no text); the statistics count each kind once.
+    #[test]
+    fn a_block_is_decided_sample_by_sample_and_record_by_record() {
+        let dir = tempfile::tempdir().unwrap();
+        // Rows 10.. of this shard start at global row 1000 (`row_base`).
+        let row_base = 1000;
+        let merge = decided(&[
+            DecidedSample {
+                row: 1010,
+                verdict: Verdict::Exact {
+                    of: at(0, 7),
+                    cluster: at(0, 3),
+                },
+                dup_of_id: Some("seven".into()),
+            },
+            DecidedSample {
+                row: 1011,
+                verdict: Verdict::Unique,
+                dup_of_id: None,
+            },
+            DecidedSample {
+                row: 1012,
+                verdict: Verdict::Near {
+                    of: at(1, 2),
+                    similarity: 0.9,
+                },
+                dup_of_id: None,
+            },
+        ]);
+        let names: Vec<String> = (0..4).map(|f| format!("file-{f}")).collect();
+        // This shard's files are numbered from 2; the block is of its file 1, whose first
+        // record here is the chunk's record 100.
+        let addressing = Addressing {
+            file_base: 2,
+            row_base,
+            names: &names,
+        };
+        let cfg = cfg(EmptyPolicy::Keep);
+        let mask = HotMask::new(0, 17);
+        let mut seen = Vec::new();
+        let mut observe = |d: &Decision| seen.push(d.clone());
+        let path = dir.path().join("decisions.jsonl");
+        let writer = DecisionWriter::create(&path).unwrap();
+        let mut decider = Decider::new(merge, &cfg, &mask, &addressing, Some(writer), &mut observe);
+        let w = prepared(
+            block(dir.path(), 5),
+            10,
+            &[
+                // Record 0: an exact copy and a unique text: kept.
+                (0, 0, SampleKind::Decided { row: 10 }),
+                (0, 1, SampleKind::Decided { row: 11 }),
+                // Record 1: a near copy and an empty slot: dropped.
+                (1, 0, SampleKind::Decided { row: 12 }),
+                (1, 1, SampleKind::Blank),
+                // Record 2: unreadable: kept, as an error.
+                (2, 0, SampleKind::Skipped("missing_field")),
+                // Record 3: cold: kept. Record 4 has no sample: kept.
+                (3, 0, SampleKind::Cold),
+            ],
+        );
+        let keep = decider
+            .decide_block(
+                &w,
+                BlockPlace {
+                    file: 1,
+                    record_base: 100,
+                },
+            )
+            .unwrap();
+        assert_eq!(keep, vec![true, false, true, true, true]);
+        let stats = &decider.stats;
+        assert_eq!(
+            (stats.records, stats.records_kept, stats.records_dropped),
+            (5, 4, 1)
+        );
+        assert_eq!(
+            (
+                stats.samples,
+                stats.unique,
+                stats.cold,
+                stats.near,
+                stats.exact,
+                stats.empty,
+                stats.errors
+            ),
+            (6, 2, 1, 1, 1, 1, 1)
+        );
+        assert_eq!(stats.skipped.get("missing_field"), Some(&1));
+        decider.take_decisions().unwrap().finish().unwrap();
+        drop(decider);
+
+        let summary: Vec<_> = seen
+            .iter()
+            .map(|d| (d.addr.file, d.addr.record, d.addr.field, d.keep, d.reason))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (3, 100, 0, false, Reason::Exact),
+                (3, 100, 1, true, Reason::Unique),
+                (3, 101, 0, false, Reason::Near),
+                (3, 101, 1, true, Reason::Empty),
+                (3, 102, 0, true, Reason::Error),
+                (3, 103, 0, true, Reason::Unique),
+            ]
+        );
+        assert_eq!(seen[0].dup_of, Some(at(0, 7)));
+        assert_eq!(seen[0].dup_of_id.as_deref(), Some("seven"));
+        assert_eq!(seen[0].similarity, Some(1.0));
+        assert_eq!(seen[0].cluster, at(0, 3));
+        assert_eq!(seen[0].id.as_deref(), Some("id-0.0"));
+        assert_eq!(seen[2].similarity, Some(0.9));
+        assert_eq!(seen[2].cluster, at(1, 2));
+        assert_eq!(seen[1].cluster, seen[1].addr);
+        // The decisions file says the same, naming files by their global number.
+        let rows = read_decisions(&path).unwrap();
+        assert_eq!(rows.len(), 6);
+        assert_eq!(rows[0].file, "file-3");
+        assert_eq!(rows[0].dup_of_file.as_deref(), Some("file-0"));
+        assert_eq!(rows[0].dup_of_record, Some(7));
+        assert_eq!(rows[0].cluster_record, Some(3));
+        assert_eq!(rows[2].dup_of_file.as_deref(), Some("file-1"));
+        for (row, d) in rows.iter().zip(&seen) {
+            assert_eq!(
+                (row.record, row.field, row.keep, row.reason),
+                (d.addr.record, d.addr.field, d.keep, d.reason)
+            );
+        }
+    }
+
+    /// Under `empty = drop` an empty slot is dropped, and a record of empty slots with it; a
+    /// record holding a kept text besides is kept.
+    #[test]
+    fn empty_slots_are_kept_or_dropped_by_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["f".to_string()];
+        let addressing = Addressing {
+            file_base: 0,
+            row_base: 0,
+            names: &names,
+        };
+        let mask = HotMask::new(0, 17);
+        let samples = [
+            (0, 0, SampleKind::Blank),
+            (1, 0, SampleKind::Blank),
+            (1, 1, SampleKind::Cold),
+        ];
+        for (policy, want) in [
+            (EmptyPolicy::Keep, vec![true, true]),
+            (EmptyPolicy::Drop, vec![false, true]),
+        ] {
+            let cfg = cfg(policy);
+            let mut observe = |_: &Decision| {};
+            let mut decider =
+                Decider::new(decided(&[]), &cfg, &mask, &addressing, None, &mut observe);
+            let w = prepared(block(dir.path(), 2), 0, &samples);
+            let keep = decider
+                .decide_block(
+                    &w,
+                    BlockPlace {
+                        file: 0,
+                        record_base: 0,
+                    },
+                )
+                .unwrap();
+            assert_eq!(keep, want, "{policy:?}");
+            assert_eq!(decider.stats.empty, 2);
+            assert_eq!(decider.stats.records_dropped, u64::from(!want[0]));
+        }
+    }
+
+    /// A sample a route has no way to decide (one prepared for another kind of pass) stops the
+    /// pass: the inputs are not those the route's plan was made for.
+    #[test]
+    fn a_sample_prepared_for_another_route_stops_the_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = vec!["f".to_string()];
+        let addressing = Addressing {
+            file_base: 0,
+            row_base: 0,
+            names: &names,
+        };
+        let cfg = cfg(EmptyPolicy::Keep);
+        let mask = HotMask::new(0, 17);
+        let place = || BlockPlace {
+            file: 0,
+            record_base: 0,
+        };
+        let copy = SampleKind::Copy {
+            content_hash: 1,
+            row: 0,
+            text: (0, 0),
+        };
+        let mut observe = |_: &Decision| {};
+        // The decision core is given a sample a `write` step takes from decide.
+        let core = Deduper::new(cfg.deduper.clone(), 128, 16, cfg.rule).unwrap();
+        let mut decider = Decider::new(core, &cfg, &mask, &addressing, None, &mut observe);
+        let w = prepared(
+            block(dir.path(), 1),
+            0,
+            &[(0, 0, SampleKind::Decided { row: 0 })],
+        );
+        assert!(matches!(
+            decider.decide_block(&w, place()),
+            Err(DedupError::Mismatch(Mismatch::Route { .. }))
+        ));
+        // A `write` step is given a sample to sign.
+        let mut observe = |_: &Decision| {};
+        let mut decider = Decider::new(decided(&[]), &cfg, &mask, &addressing, None, &mut observe);
+        let w = prepared(block(dir.path(), 1), 0, &[(0, 0, copy)]);
+        assert!(matches!(
+            decider.decide_block(&w, place()),
+            Err(DedupError::Mismatch(Mismatch::Route { .. }))
+        ));
+    }
+
+    /// The one-process route: hot samples go to the decision core with the signature, keys
+    /// and shingle set their workers made; a later copy is decided by its hash, or, when the
+    /// hash finds nothing, sketched from its text in the block; a set that could not be built
+    /// stops the pass.
+    #[test]
+    fn the_decision_core_decides_hot_samples_and_copies() {
+        use neardup_keys::{HotKeys, KeyTable, TableLayout};
+        use neardup_sketch::Scratch;
+
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = cfg(EmptyPolicy::Keep);
+        let words: Vec<String> = (0..40).map(|i| format!("w{}", i * 37 % 101)).collect();
+        let text = words.join(" ");
+        let mut near = words.clone();
+        near[5] = "changed".into();
+        let near = near.join(" ");
+        let mut other_near = words.clone();
+        other_near[30] = "altered".into();
+        let other_near = other_near.join(" ");
+        let texts = vec![text.clone(), near, text, other_near];
+        // Stage 1's keys of the four texts, and the mask of the keys they share.
+        let columns = cfg.rule.columns(16);
+        let mut scratch = Scratch::collecting_shingle_sets();
+        let (mut sigs, mut keys, mut sets, mut hashes) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for t in &texts {
+            let (mut sig, mut row, mut set) = (vec![0; 128], vec![0; columns], Vec::new());
+            let r = cfg
+                .rule
+                .sketch(&cfg.sketcher, t, &mut scratch, &mut sig, &mut row);
+            cfg.sketcher.last_shingle_set(&mut scratch, &mut set);
+            sigs.push(sig);
+            keys.push(row);
+            sets.push(set);
+            hashes.push(r.content_hash);
+        }
+        let layout = TableLayout {
+            sketch_fingerprint: 1,
+            sketch_description: "test".into(),
+            bands: 16,
+            rule: cfg.rule,
+            selector: cfg.selector.clone(),
+        };
+        let mut all: Vec<u64> = keys.iter().flatten().copied().collect();
+        all.sort_unstable();
+        let mut hot_keys: Vec<u64> = all
+            .windows(2)
+            .filter(|w| w[0] == w[1])
+            .map(|w| w[0])
+            .collect();
+        hot_keys.dedup();
+        let input = InputFile::detect(
+            &{
+                let p = dir.path().join("t.jsonl");
+                std::fs::write(&p, "").unwrap();
+                p
+            },
+            std::path::Path::new("t.jsonl"),
+            None,
+        )
+        .unwrap();
+        let files = vec![neardup_keys::FileRows {
+            input,
+            records: 4,
+            rows: 4,
+            chunks: Vec::new(),
+        }];
+        let table = KeyTable::new(layout.clone(), 0, files, keys.concat()).unwrap();
+        let hot = HotKeys::new(layout, 2, hot_keys).counted_from(vec![table.identity()]);
+        let mask = HotMask::from_tables(&[&table], &hot).unwrap();
+        assert!((0..4).all(|r| mask.is_hot_row(r)));
+
+        let mut w = prepared(
+            block_of(dir.path(), &texts),
+            0,
+            &[
+                (0, 0, SampleKind::Cold),
+                (1, 0, SampleKind::Cold),
+                // Its hash names row 0: an exact copy by the hash alone.
+                (
+                    2,
+                    0,
+                    SampleKind::Copy {
+                        content_hash: hashes[2],
+                        row: 2,
+                        text: (0, 0),
+                    },
+                ),
+                // Stage 1 counted it a copy, but its hash names nothing: sketched from the block.
+                (
+                    3,
+                    0,
+                    SampleKind::Copy {
+                        content_hash: 77,
+                        row: 3,
+                        text: (0, 0),
+                    },
+                ),
+            ],
+        );
+        for (i, set) in sets.iter().enumerate().take(2) {
+            let start = w.shingles.len() as u32;
+            w.shingles.extend_from_slice(set);
+            w.samples[i].kind = SampleKind::Hot {
+                content_hash: hashes[i],
+                slot: i as u32,
+                material: Material::Block(start, w.shingles.len() as u32),
+                row: i as u64,
+            };
+            w.signatures.extend_from_slice(&sigs[i]);
+            w.rows.extend_from_slice(&keys[i]);
+            w.hot.extend((0..columns).map(|c| mask.is_hot(i, c)));
+        }
+        let names = vec!["t.jsonl".to_string()];
+        let addressing = Addressing {
+            file_base: 0,
+            row_base: 0,
+            names: &names,
+        };
+        let mut seen = Vec::new();
+        let mut observe = |d: &Decision| seen.push((d.reason, d.dup_of.map(|a| a.record)));
+        let core = Deduper::new(cfg.deduper.clone(), 128, 16, cfg.rule).unwrap();
+        let mut decider = Decider::new(core, &cfg, &mask, &addressing, None, &mut observe);
+        let place = || BlockPlace {
+            file: 0,
+            record_base: 0,
+        };
+        decider.decide_block(&w, place()).unwrap();
+        let stats = decider.route.deduper_stats().unwrap();
+        assert!(
+            stats.verifications > 0,
+            "exact verification compared the sets"
+        );
+        let clusters = decider.cluster_stats().unwrap();
+        assert_eq!(
+            clusters.sizes,
+            vec![crate::ClusterSize {
+                size: 4,
+                clusters: 1
+            }]
+        );
+        drop(decider);
+        assert_eq!(
+            seen,
+            vec![
+                (Reason::Unique, None),
+                (Reason::Near, Some(0)),
+                (Reason::Exact, Some(0)),
+                (Reason::Near, Some(0)),
+            ]
+        );
+
+        // A shingle set a scratch file failed to hold.
+        w.samples.truncate(1);
+        w.samples[0].kind = SampleKind::Hot {
+            content_hash: hashes[0],
+            slot: 0,
+            material: Material::Failed(0),
+            row: 0,
+        };
+        w.set_errors.push(std::io::Error::other("disk full"));
+        let core = Deduper::new(cfg.deduper.clone(), 128, 16, cfg.rule).unwrap();
+        let mut observe = |_: &Decision| {};
+        let mut decider = Decider::new(core, &cfg, &mask, &addressing, None, &mut observe);
+        match decider.decide_block(&w, place()) {
+            Err(DedupError::Spill(e)) => assert!(e.to_string().contains("disk full"), "{e}"),
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+}

@@ -85,3 +85,79 @@ pub fn run_dedup_into(
     )?;
     Ok(stats)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use neardup_corpus::{FieldPath, TextSelector};
+    use neardup_exec::OnError;
+    use neardup_keys::RowRule;
+    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
+
+    use super::*;
+    use crate::{DeduperConfig, EmptyPolicy, Prefer, PriorState};
+
+    fn cfg(prefer: Prefer, prior: Option<PriorState>) -> Stage2Config {
+        Stage2Config {
+            sketcher: Sketcher::new(SketchConfig::new(
+                Shingler::Chars { k: 5, step: 1 },
+                128,
+                LshParams::new(16, 8).unwrap(),
+            ))
+            .unwrap(),
+            rule: RowRule::default(),
+            selector: TextSelector::single(FieldPath::top("text")),
+            deduper: DeduperConfig::default(),
+            empty: EmptyPolicy::Keep,
+            prefer,
+            sort_memory: 1 << 20,
+            threads: 1,
+            block_bytes: 1 << 16,
+            block_memory: None,
+            on_error: OnError::Skip,
+            output: None,
+            decisions: None,
+            prior: prior.map(Arc::new),
+        }
+    }
+
+    /// A run with nothing to read decides nothing, with either pass (in input order or
+    /// ranked), and against earlier runs' state; a preference against earlier runs' state
+    /// (decided in input order) is refused before anything is read.
+    #[test]
+    fn an_empty_shard_decides_nothing_and_a_preference_against_an_index_is_refused() {
+        let mask = HotMask::new(0, 17);
+        let prior = || PriorState {
+            names: vec!["earlier.jsonl".into()],
+            ..PriorState::default()
+        };
+        for (prefer, prior) in [
+            (Prefer::First, None),
+            (Prefer::Longest, None),
+            (Prefer::First, Some(prior())),
+        ] {
+            let mut seen = 0;
+            let stats = run_dedup(
+                &[],
+                &mask,
+                &cfg(prefer.clone(), prior),
+                &StepControl::default(),
+                &mut |_| seen += 1,
+            )
+            .unwrap();
+            assert_eq!((seen, stats.samples, stats.records), (0, 0, 0), "{prefer}");
+        }
+        let r = run_dedup(
+            &[],
+            &mask,
+            &cfg(Prefer::Longest, Some(prior())),
+            &StepControl::default(),
+            &mut |_| {},
+        );
+        assert!(matches!(
+            r,
+            Err(DedupError::Config(SettingsError::PreferAgainstIndex))
+        ));
+    }
+}

@@ -231,7 +231,8 @@ impl<R: HotRoute> Pass<'_, R> {
         self.decider.stats.bytes_read += work.block.bytes_read().unwrap_or(0);
         self.decider.stats.ranked.0 += u64::from(work.ranked.0);
         self.decider.stats.ranked.1 += u64::from(work.ranked.1);
-        self.output.send(WriterMsg::Block(work.block, keep))
+        self.output
+            .send(WriterMsg::Block(work.block, self.record_bases[job], keep))
     }
 
     fn on_read_error(&mut self, job: usize, lost: &Unreadable) -> Result<(), DedupError> {
@@ -448,7 +449,7 @@ pub(crate) fn run_stage2<R: HotRoute>(
 
 enum WriterMsg {
     Start(usize),
-    Block(Block, Vec<bool>),
+    Block(Block, u64, Vec<bool>),
     End,
     Abort,
 }
@@ -465,9 +466,10 @@ fn write_outputs(
             WriterMsg::Start(fi) => {
                 current = Some(out.file_writer(&inputs[fi]).map_err(output_error)?);
             }
-            WriterMsg::Block(block, keep) => {
+            WriterMsg::Block(block, record_base, keep) => {
                 let w = current.as_mut().expect("block before file start");
-                w.write_block(&block, &keep).map_err(output_error)?;
+                w.write_block(&block, record_base, &keep)
+                    .map_err(output_error)?;
             }
             WriterMsg::End => {
                 let w = current.take().expect("file end before start");

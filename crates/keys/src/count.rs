@@ -253,7 +253,7 @@ impl LaterCopies {
 
 fn partition_bits_for(keys: usize) -> u32 {
     // 2k-4k pairs per partition: its count table (16 bytes a slot, at most half full) stays
-    // within 128 KiB, in L2 (partitions of 8k-16k pairs measured 1.2-1.4x slower).
+    // within 128 KiB, in L2 (larger partitions measured slower: docs/benchmarks.md).
     let parts = (keys / 4_096).max(1).next_power_of_two().min(1 << 14);
     parts.trailing_zeros()
 }

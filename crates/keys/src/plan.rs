@@ -339,4 +339,38 @@ mod tests {
         let p = plan(&rows, &hot, 6);
         assert_eq!(p.group_rows, vec![5, 3, 2, 2, 0, 0]);
     }
+
+    #[test]
+    fn edge_plans_no_hot_key_one_group_and_no_group() {
+        // No hot key: every group is empty, and no row is hot.
+        let rows = vec![vec![1u64, 2], vec![3, 4]];
+        let p = plan(&rows, &[], 3);
+        assert_eq!(p.group_of_key, Vec::<u32>::new());
+        assert_eq!(p.group_rows, vec![0, 0, 0]);
+        assert_eq!((p.hot_rows, p.components, p.largest_component), (0, 0, 0));
+        // One group takes every hot key, whatever the components.
+        let rows = vec![
+            vec![10u64, 1],
+            vec![10, 2],
+            vec![20, 3],
+            vec![20, 4],
+            vec![30, 5],
+        ];
+        let hot = [10u64, 20, 30];
+        let p = plan(&rows, &hot, 1);
+        assert_eq!(p.group_of_key, vec![0, 0, 0]);
+        assert_eq!(p.group_rows, vec![5]);
+        assert_eq!(p.group_of_key, Plan::single(3, 5).group_of_key);
+        // A hot key no row holds is a component of no rows, still in a group.
+        let p = plan(&rows[..4], &hot, 2);
+        assert_eq!(p.group_of_key.len(), 3);
+        assert_eq!(p.group_rows.iter().sum::<u64>(), 4);
+        assert_eq!(p.components, 3);
+        // No group to put them in.
+        let b = PlanBuilder::new(&hot).unwrap();
+        assert!(matches!(
+            b.finish(0),
+            Err(KeysError::Config(KeysSettingsError::NoGroups))
+        ));
+    }
 }

@@ -1,7 +1,7 @@
 //! The rows of texts stage 1 signed lately, by content hash, so that an exact copy of a text is
 //! not signed again: its row is the same by construction (the row rule is a function of the
-//! normalised text), and web crawls hold many copies (37 % of the rustdocs pages are exact
-//! copies of an earlier one).
+//! normalised text), and web crawls hold many copies of a page (how many in the rustdocs crawl:
+//! docs/benchmarks.md, "Measurements behind the code").
 //!
 //! A bounded, lossy table shared by the workers: each content hash has a set of four slots, and
 //! a new row takes the slot of the set used least recently, so a copy finds its row as long as

@@ -20,9 +20,11 @@
 //! with it ([`Deduper::seed`]) and decides the documents in order, as the in-memory index does.
 //! Then one server-side script commits the decisions in order, each only if what it was decided
 //! against has not changed: its id is still undecided, each of its buckets still holds the
-//! representatives it was compared with (buckets only grow, so a length says it), and its text
-//! still has no first copy when it is to become one. A document another producer got in the way
-//! of is refused, and so is every later document of the batch that a refused one would have
+//! representatives it was compared with (buckets only grow, so a length says it) or gained only
+//! representatives that are no candidates for it (their estimated similarity is below the
+//! decision core's floor, so it is decided the same with them; the script compares the
+//! signatures) and left room for its joins under `max_reps`, and its text still has no first
+//! copy when it is to become one. A document another producer got in the way of is refused, and so is every later document of the batch that a refused one would have
 //! changed: one that matched it or its first copy, or whose joins a bucket's room under
 //! `max_reps` decided where a refused one would have joined. A later document that only met a
 //! refused one's representative without matching it is decided the same without it, and is
@@ -55,11 +57,20 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// representative it became, and its document number (-1: none).
 /// KEYS: meta, ids, buckets, copies, reps. ARGV: the count of tainted band keys and content
 /// hashes (what earlier refused documents of the batch would have written, a key once per
-/// join), those, the count of documents, then per document: id, decision, counter, n checks,
-/// (band key, expected bytes) per check, content hash, flags ("a" when it becomes its text's
-/// first copy, "s" when any refused representative in a bucket it checks may have changed it),
-/// n tight keys, those (buckets whose room decided its joins), n joins, the band keys it joins,
-/// its representative's body ("" when it is none).
+/// join), those, the number of representatives when the batch's view was read, this round's
+/// own representatives committed by earlier calls (packed u32), the fewest equal signature
+/// positions that make a candidate, `num_perm`, `max_reps` (0: none), the count of documents,
+/// then per document: id, decision, counter, n checks, (band key, expected bytes) per check,
+/// content hash, flags ("a" when it becomes its text's first copy, "s" when any refused
+/// representative in a bucket it checks may have changed it), n tight keys, those (buckets
+/// whose room decided its joins), n joins, the band keys it joins, its representative's body
+/// ("" when it is none), its signature when it has checks and no body ("" otherwise).
+///
+/// A bucket that holds more than a document was decided against holds representatives other
+/// producers committed since the read (those numbered from the count at the read on, less this
+/// round's own): when none is a candidate for the document (fewer equal signature positions
+/// than the floor, as the decision core skips them) and its joins still have room, it is
+/// decided the same with them and committed; otherwise refused.
 ///
 /// A refused document's representative is one the others were compared with and did not
 /// match (a match is flagged "s", or is in a bucket the document does not check): without it a
@@ -97,13 +108,24 @@ end
 local missing = {}
 local nt = tonumber(ARGV[1])
 for i = 2, 1 + nt do missing[ARGV[i]] = (missing[ARGV[i]] or 0) + 4 end
-local n = tonumber(ARGV[2 + nt])
+-- What judges the representatives other producers committed since the batch's view was read:
+-- the number of representatives then (-1: unknown, refuse on any), this producer's own
+-- committed since by earlier calls of the round, the fewest equal signature positions that make
+-- a candidate, the signature's length, max_reps (0: none).
+local read_reps = tonumber(ARGV[2 + nt])
+local own = {}
+local own_packed = ARGV[3 + nt]
+for i = 1, #own_packed, 4 do own[struct.unpack('<I4', own_packed, i)] = true end
+local floor_count = tonumber(ARGV[4 + nt])
+local num_perm = tonumber(ARGV[5 + nt])
+local max_reps = tonumber(ARGV[6 + nt])
+local n = tonumber(ARGV[7 + nt])
 
 -- Where each document's fields are, and what the call reads.
 local docs = {}
 local id_list, key_list, hash_list = {}, {}, {}
 local key_seen, hash_seen = {}, {}
-local at = 3 + nt
+local at = 8 + nt
 for d = 1, n do
   local doc = {id = ARGV[at], blob = ARGV[at + 1], counter = ARGV[at + 2]}
   local nchecks = tonumber(ARGV[at + 3])
@@ -123,7 +145,8 @@ for d = 1, n do
   doc.joins = at + 1
   at = doc.joins + doc.njoins
   doc.body = ARGV[at]
-  at = at + 1
+  doc.sig = ARGV[at + 1]
+  at = at + 2
   docs[d] = doc
   id_list[d] = doc.id
   for c = 0, nchecks - 1 do
@@ -157,6 +180,67 @@ if #hash_list > 0 then
   for i, h in ipairs(hash_list) do has_copy[h] = got[i] and true or false end
 end
 
+-- The representatives other producers added to a bucket since the view was read, newest
+-- first: a bucket grows at its end in the order representatives are numbered.
+local arrived_in = {}
+local function arrivals(key)
+  local got = arrived_in[key]
+  if got then return got end
+  got = {}
+  local h = held[key] or ''
+  local i = #h - 3
+  while i >= 1 do
+    local r = struct.unpack('<I4', h, i)
+    if r < read_reps then break end
+    if not own[r] then got[#got + 1] = r end
+    i = i - 4
+  end
+  arrived_in[key] = got
+  return got
+end
+local sig_format = '<' .. string.rep('I4', num_perm)
+local sigs = {}
+local function rep_sig(r)
+  local s = sigs[r]
+  if s == nil then
+    s = false
+    local rec = redis.call('HGET', reps, struct.pack('<I4', r))
+    if rec and #rec >= 12 then
+      local id_len = struct.unpack('<I4', rec, 9)
+      if #rec >= 12 + id_len + 4 * num_perm then s = {struct.unpack(sig_format, rec, 13 + id_len)} end
+    end
+    sigs[r] = s
+  end
+  return s
+end
+-- Whether a document decided without `newcomers` (representatives that arrived in buckets it
+-- checks) is decided the same with them: none is a candidate (an estimate below the floor is
+-- never compared further), and each bucket it joins still has room under max_reps.
+local function stands(doc, newcomers)
+  if max_reps > 0 and doc.body ~= '' then
+    local count = {}
+    for j = doc.joins, doc.joins + doc.njoins - 1 do
+      local key = ARGV[j]
+      local now = count[key] or len[key] / 4
+      if now >= max_reps then return false end
+      count[key] = now + 1
+    end
+  end
+  local mine = doc.body ~= '' and doc.body or doc.sig
+  if #mine < 4 * num_perm then return false end
+  mine = {struct.unpack(sig_format, mine, 1)}
+  for r in pairs(newcomers) do
+    local theirs = rep_sig(r)
+    if not theirs then return false end
+    local equal = 0
+    for p = 1, num_perm do
+      if mine[p] == theirs[p] then equal = equal + 1 end
+    end
+    if equal >= floor_count then return false end
+  end
+  return true
+end
+
 local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
 local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local counted = {}
@@ -167,6 +251,7 @@ local refused = 0
 for d = 1, n do
   local doc = docs[d]
   local ok = not decided[d]
+  local newcomers = nil
   if ok then
     for c = 0, doc.nchecks - 1 do
       local key = ARGV[doc.checks + 2 * c]
@@ -175,15 +260,23 @@ for d = 1, n do
         ok = false
         break
       end
-      if len[key] ~= tonumber(ARGV[doc.checks + 2 * c + 1]) - gone then
-        ok = false
-        break
+      local extra = len[key] - (tonumber(ARGV[doc.checks + 2 * c + 1]) - gone)
+      if extra ~= 0 then
+        -- Other producers' representatives arrived: judged below, when they are all there is.
+        local got = read_reps >= 0 and extra > 0 and arrivals(key)
+        if not got or 4 * #got ~= extra then
+          ok = false
+          break
+        end
+        newcomers = newcomers or {}
+        for _, r in ipairs(got) do newcomers[r] = true end
       end
     end
   end
   local hash = doc.hash
   if ok and hash ~= '' and missing[hash] then ok = false end
   if ok and doc.first and has_copy[hash] then ok = false end
+  if ok and newcomers then ok = stands(doc, newcomers) end
   if not ok then
     -- What it would have written is not there: the documents after it that read it wait.
     refused = refused + 1
@@ -709,8 +802,8 @@ impl RedisIndex {
         verb: Verb,
         decided: &mut HashMap<DocId, Decided>,
     ) -> Result<Vec<usize>, RoundError> {
-        let planned = self.plan(ids, signed, pending, verb, decided)?;
-        self.commit_planned(ids, signed, &planned, decided)
+        let plan = self.plan(ids, signed, pending, verb, decided)?;
+        self.commit_planned(ids, signed, &plan, decided)
     }
 
     /// Reads what `pending` reaches and decides it in order: what to commit. An id another
@@ -722,7 +815,7 @@ impl RedisIndex {
         pending: &[usize],
         verb: Verb,
         decided: &mut HashMap<DocId, Decided>,
-    ) -> Result<Vec<(usize, Commit, Decided)>, RoundError> {
+    ) -> Result<Plan, RoundError> {
         let pending_ids: Vec<&DocId> = pending.iter().map(|&i| &ids[i]).collect();
         let reached: Vec<&Signed> = pending
             .iter()
@@ -730,6 +823,12 @@ impl RedisIndex {
             .collect();
         let view = self.read_view(&pending_ids, &reached)?;
         let mut core = self.seeded(&view)?;
+        let num_perm = self.settings.sketcher.num_perm();
+        let floor = core.candidate_floor();
+        // As the decision core compares: a share of equal positions below the floor is none.
+        let floor_count = (0..=num_perm)
+            .find(|&c| c as f64 / num_perm as f64 >= floor)
+            .unwrap_or(num_perm + 1);
         let mut lengths: HashMap<u64, usize> = view
             .buckets
             .iter()
@@ -796,6 +895,7 @@ impl RedisIndex {
                 tight: Vec::new(),
                 joins: Vec::new(),
                 body: Vec::new(),
+                signature: Vec::new(),
             };
             if let (Some(s), Some(verdict)) = (s, verdict) {
                 let exact = matches!(verdict, Verdict::Exact { .. });
@@ -859,6 +959,10 @@ impl RedisIndex {
                         buckets_of.insert(addr, op.joins.iter().copied().collect());
                     }
                 }
+                if op.body.is_empty() && !op.checks.is_empty() {
+                    // Its representative's body starts with it otherwise.
+                    op.signature = s.sig.iter().flat_map(|v| v.to_le_bytes()).collect();
+                }
             }
             debug_assert_eq!(
                 core.stats().representatives - reps_before,
@@ -867,7 +971,11 @@ impl RedisIndex {
             );
             ops.push((i, op, decision));
         }
-        Ok(ops)
+        Ok(Plan {
+            ops,
+            reps_at_read: view.reps_at_read,
+            floor_count,
+        })
     }
 
     /// Commits `ops` in order. A document another producer got in the way of is refused, and
@@ -878,15 +986,18 @@ impl RedisIndex {
         &mut self,
         ids: &[DocId],
         signed: &[Option<Signed>],
-        ops: &[(usize, Commit, Decided)],
+        plan: &Plan,
         decided: &mut HashMap<DocId, Decided>,
     ) -> Result<Vec<usize>, RoundError> {
+        let ops = &plan.ops;
         let mut left = Vec::new();
         let mut tainted: Vec<Vec<u8>> = Vec::new();
+        // This round's representatives committed by earlier calls: not newcomers to the later.
+        let mut own: Vec<u8> = Vec::new();
         let mut at = 0;
         while at < ops.len() {
             let end = (at + COMMIT_CHUNK).min(ops.len());
-            let outcome = self.commit_chunk(&ops[at..end], &tainted)?;
+            let outcome = self.commit_chunk(plan, &ops[at..end], &tainted, &own)?;
             for ((i, op, d), (rep, docno)) in ops[at..end].iter().zip(outcome) {
                 match rep {
                     Committed::Refused => {
@@ -897,6 +1008,7 @@ impl RedisIndex {
                         }
                     }
                     Committed::Representative(r) => {
+                        own.extend_from_slice(&r.to_le_bytes());
                         // This producer's own representative: no need to read it back.
                         let s = signed[*i].as_ref().expect("a representative was signed");
                         self.cache_rep(
@@ -925,8 +1037,10 @@ impl RedisIndex {
     /// document number.
     fn commit_chunk(
         &mut self,
+        plan: &Plan,
         ops: &[(usize, Commit, Decided)],
         tainted: &[Vec<u8>],
+        own: &[u8],
     ) -> Result<Vec<(Committed, u64)>, RoundError> {
         let k = &self.keys;
         let mut inv = self.commit.prepare_invoke();
@@ -939,7 +1053,12 @@ impl RedisIndex {
         for t in tainted {
             inv.arg(&t[..]);
         }
-        inv.arg(ops.len());
+        inv.arg(plan.reps_at_read)
+            .arg(own)
+            .arg(plan.floor_count)
+            .arg(self.settings.sketcher.num_perm())
+            .arg(self.settings.deduper.max_reps.unwrap_or(0))
+            .arg(ops.len());
         for (_, op, _) in ops {
             inv.arg(&op.id)
                 .arg(&op.blob)
@@ -966,7 +1085,7 @@ impl RedisIndex {
             for key in &op.joins {
                 inv.arg(&key.to_le_bytes()[..]);
             }
-            inv.arg(&op.body[..]);
+            inv.arg(&op.body[..]).arg(&op.signature[..]);
         }
         let raw: Vec<i64> = inv.invoke(&mut self.con).map_err(RoundError::Redis)?;
         if raw.len() != 2 * ops.len() {
@@ -1049,6 +1168,10 @@ impl RedisIndex {
         // representative, a first copy) is written before anything names it.
         let k = &self.keys;
         let mut pipe = redis::pipe();
+        // One moment's view after all: the number of representatives then tells the commit
+        // which of a bucket's came later (see the commit script).
+        pipe.atomic();
+        pipe.cmd("HMGET").arg(&k.meta).arg("representatives");
         let hmget = |pipe: &mut redis::Pipeline, hash: &str, fields: Vec<Vec<u8>>| {
             if !fields.is_empty() {
                 pipe.cmd("HMGET").arg(hash).arg(fields);
@@ -1070,11 +1193,7 @@ impl RedisIndex {
             hashes.iter().map(|h| h.to_le_bytes().to_vec()).collect(),
         );
         type Raw = Vec<Option<Vec<u8>>>;
-        let mut answers: Vec<Raw> = if ids.is_empty() && keys.is_empty() && hashes.is_empty() {
-            Vec::new()
-        } else {
-            pipe.query(&mut self.con)?
-        };
+        let mut answers: Vec<Raw> = pipe.query(&mut self.con)?;
         let mut next = |asked: usize| -> Raw {
             if asked == 0 {
                 Vec::new()
@@ -1082,8 +1201,17 @@ impl RedisIndex {
                 answers.remove(0)
             }
         };
+        let counter = next(1);
         let (raw_ids, raw_buckets, raw_copies) =
             (next(ids.len()), next(keys.len()), next(hashes.len()));
+        let reps_at_read = match counter.first() {
+            Some(Some(b)) => std::str::from_utf8(b)
+                .ok()
+                .and_then(|t| t.parse::<u64>().ok())
+                .ok_or_else(|| damaged("the count of representatives cannot be read"))?,
+            Some(None) => 0,
+            None => return Err(damaged("the server did not answer for the counters")),
+        };
         if raw_ids.len() != ids.len()
             || raw_buckets.len() != keys.len()
             || raw_copies.len() != hashes.len()
@@ -1130,6 +1258,7 @@ impl RedisIndex {
             ids,
             buckets,
             copies,
+            reps_at_read,
         })
     }
 
@@ -1241,6 +1370,18 @@ struct View {
     buckets: Vec<(u64, Vec<u32>)>,
     /// Per content hash reached that has a first copy: its document number and id.
     copies: HashMap<u128, (u64, String)>,
+    /// Representatives on the server at the read (all of the buckets' are below this number).
+    reps_at_read: u64,
+}
+
+/// A round's decisions, to commit ([`RedisIndex::commit_planned`]).
+struct Plan {
+    /// Per document decided: its place in the batch, its commit and its decision.
+    ops: Vec<(usize, Commit, Decided)>,
+    /// Representatives on the server when the view was read.
+    reps_at_read: u64,
+    /// The fewest equal signature positions that make a representative a candidate.
+    floor_count: usize,
 }
 
 /// What the commit script did with a document.
@@ -1278,6 +1419,9 @@ struct Commit {
     tight: Vec<u64>,
     joins: Vec<u64>,
     body: Vec<u8>,
+    /// Its signature when it has checks and no body (which starts with it): what the commit
+    /// compares with representatives that arrived after the read.
+    signature: Vec<u8>,
 }
 
 /// Documents of the batch decided so far (first occurrences).
@@ -1505,7 +1649,7 @@ mod tests {
         let Ok(planned) = a.plan(&ids, &signed, &[0, 1, 2], Verb::Check, &mut decided) else {
             panic!("planning failed");
         };
-        let keeps: Vec<bool> = planned.iter().map(|(_, _, d)| d.keep).collect();
+        let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
         assert_eq!(keeps, [true, false, true], "q was decided against p");
 
         let other = format!("{x} other");
@@ -1588,9 +1732,9 @@ mod tests {
             let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
                 panic!("planning failed");
             };
-            let keeps: Vec<bool> = planned.iter().map(|(_, _, d)| d.keep).collect();
+            let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
             assert_eq!(keeps, [true, true], "q met p without matching it");
-            assert_eq!(planned[1].1.tight.is_empty(), max_reps.is_none());
+            assert_eq!(planned.ops[1].1.tight.is_empty(), max_reps.is_none());
 
             let theirs = b
                 .check_many(&[Text::Str("")], vec![Some(ids[0].clone())])
@@ -1614,6 +1758,95 @@ mod tests {
                 assert_eq!(&got, d);
             }
             assert_eq!(all.len(), 2);
+        }
+    }
+
+    /// Another producer commits a representative into a bucket a planned document checks
+    /// between the read and the commit. A document it is no candidate for (its estimated
+    /// similarity is below the floor) is decided the same with it, so it is committed in the
+    /// same call, unless the newcomer took the room under `max_reps` one of its joins had; a
+    /// document it is a candidate for (a near copy) is refused and decided anew against it.
+    /// Either way every decision is one process's over the documents in commit order.
+    #[test]
+    fn a_newcomer_refuses_only_what_it_is_a_candidate_for() {
+        for (max_reps, left_expected, conflicts) in [(None, vec![1], 1), (Some(1), vec![0, 1], 2)] {
+            let server = Server::start();
+            let mut loose = settings();
+            loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
+                neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+                128,
+                neardup_sketch::LshParams::new(64, 2).unwrap(),
+            ))
+            .unwrap();
+            loose.deduper.max_reps = max_reps;
+            let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            let p_words = words(1);
+            let half: Vec<&str> = p_words.split(' ').take(30).collect();
+            // q shares a bucket with p without being near it; r is p's near copy.
+            let texts = [
+                format!("{} {}", half.join(" "), words(3)),
+                format!("{p_words} tail"),
+            ];
+            let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+            let ids: Vec<DocId> = ["q", "r"]
+                .iter()
+                .map(|i| DocId::Str(i.to_string()))
+                .collect();
+            let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 2]);
+            let p_signed = Signer::new(&a.settings).sign_texts(&[&p_words]);
+            let p_sig = &p_signed[0].as_ref().unwrap().sig;
+            let q = signed[0].as_ref().unwrap();
+            assert!(
+                q.row[..a.band_columns]
+                    .iter()
+                    .any(|k| *k != NO_KEY && p_signed[0].as_ref().unwrap().row.contains(k)),
+                "p and q share a bucket"
+            );
+            assert!(
+                neardup_sketch::similarity(&q.sig, p_sig) < 0.5,
+                "p is no candidate for q"
+            );
+            let mut decided = HashMap::new();
+            let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
+                panic!("planning failed");
+            };
+            let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
+            assert_eq!(keeps, [true, true], "both kept before p is there");
+
+            let theirs = b
+                .check_many(&[Text::Str(&p_words)], vec![Some(DocId::Str("p".into()))])
+                .unwrap();
+            assert!(theirs[0].keep);
+            let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
+                panic!("committing failed");
+            };
+            assert_eq!(left, left_expected, "max_reps {max_reps:?}");
+            assert_eq!(a.stats().unwrap().conflicts, conflicts);
+
+            let again = a
+                .check_many(&as_text, ids.iter().cloned().map(Some).collect())
+                .unwrap();
+            assert!(again[0].keep);
+            assert_eq!(
+                again[1].dup_of,
+                Some(DocId::Str("p".into())),
+                "{:?}",
+                again[1]
+            );
+            let all = a.decisions().unwrap();
+            let order: Vec<String> = all.iter().map(|d| d.id.encode()).collect();
+            assert_eq!(order, ["sp", "sq", "sr"]);
+            let mut replay = crate::Index::new(loose).unwrap();
+            for d in &all {
+                let text = match d.id.encode().as_str() {
+                    "sp" => p_words.clone(),
+                    "sq" => texts[0].clone(),
+                    _ => texts[1].clone(),
+                };
+                let got = replay.check(Text::Str(&text), Some(d.id.clone())).unwrap();
+                assert_eq!(&got, d);
+            }
         }
     }
 

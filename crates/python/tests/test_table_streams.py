@@ -172,8 +172,8 @@ def test_a_stream_larger_than_the_memory_limit_is_read_batch_by_batch(tmp_path):
     text_bytes = pa.compute.sum(pa.compute.binary_length(table.column("text"))).as_py()
     assert text_bytes > 3 * limit
     # Held whole, the stream would take more than its text; read batch by batch, the process
-    # grows by the batches in flight, the key table and the allocator's slack (95-130 MiB
-    # measured here at 210 MB and 420 MB of text alike), not with the stream.
+    # grows by the batches in flight, the key table and the allocator's slack (the same at
+    # twice the text: docs/benchmarks.md), not with the stream.
     grew = memory["peak"] - memory["before"]
     assert grew < text_bytes / 3, (grew, text_bytes)
     want = neardup.dedup_table(table, threads=2).select(["keep", "reason", "dup_of"])

@@ -1030,7 +1030,7 @@ pub(crate) fn fast_hash_shingles(
 /// Texts longer than this many bytes are hashed a piece at a time where their shingles allow it
 /// ([`fast_hash_in_pieces`]): a piece's hashes (8 bytes per shingle, at most 128 KiB) are still
 /// in the core's L2 cache when they are signed, and the per-thread buffers stop growing with the
-/// longest text (a 3 MB page made them 27 MB each, faulted in again by every thread).
+/// longest text, which every thread faulted in again (docs/benchmarks.md).
 pub(crate) const PIECE_BYTES: usize = 16 * 1024;
 
 /// The fast scheme's shingle hashes of `text`, handed to `each` a piece of the text at a time:

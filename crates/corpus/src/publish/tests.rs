@@ -29,7 +29,7 @@ fn copy_all(p: &Publication, f: &InputFile) {
     };
     for b in read_chunk(f, &chunk, &opts) {
         let b = b.unwrap();
-        w.write_block(&b, &vec![true; b.num_records()]).unwrap();
+        w.write_block(&b, 0, &vec![true; b.num_records()]).unwrap();
     }
     w.finish().unwrap();
 }

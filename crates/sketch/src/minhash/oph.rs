@@ -93,9 +93,8 @@ pub(super) fn begin(bins: &mut Vec<u64>, num_perm: usize) {
 /// Shingles per position a text takes on the AVX2 path before [`OphPath::Avx512`] tests
 /// sixteen at a time. After `k` shingles per position a new one lowers its position's minimum
 /// with probability about `1/k`, so a vector of sixteen needs an update about `16/k` of the
-/// time (each a mispredicted branch and a few register updates). Criterion
-/// `signature/oph/Avx512` on 32 MB of rustdocs: 64, 128, 256 and 512 within the noise of each
-/// other; 16 no faster than the AVX2 path alone, 32 by a few per cent at most.
+/// time (each a mispredicted branch and a few register updates). The value is measured
+/// (docs/benchmarks.md, "Measurements behind the code").
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const SETTLED_PER_POSITION: usize = 128;
 
