@@ -101,6 +101,16 @@ impl Verdict {
         matches!(self, Verdict::Unique)
     }
 
+    /// The sample a duplicate duplicates and the similarity that decided (1.0 for an exact
+    /// copy); `None` when kept.
+    pub fn dup_of(&self) -> Option<(SampleAddr, f64)> {
+        match *self {
+            Verdict::Unique => None,
+            Verdict::Exact { of, .. } => Some((of, 1.0)),
+            Verdict::Near { of, similarity } => Some((of, similarity)),
+        }
+    }
+
     /// The kept sample the duplicate set of a sample at `addr` with this verdict resolves to,
     /// whatever chain of duplicates led there: `addr` itself when it is kept.
     pub fn cluster(&self, addr: SampleAddr) -> SampleAddr {

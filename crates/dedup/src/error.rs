@@ -270,8 +270,15 @@ pub enum SettingsError {
     #[error("max_reps must be at least 1 (or unset for no bound)")]
     NoRepresentatives,
     /// The hot keys were made with other sketch settings or another row rule than the deduper's.
-    #[error("the hot keys were made with different sketch settings")]
-    OtherSketch,
+    #[error(
+        "the hot keys were made with different settings: {} (the hot keys' value first, this \
+         deduper's second): pass the settings of the run that counted them",
+        differences.join("; ")
+    )]
+    OtherSketch {
+        /// Each setting that differs, as `setting: the hot keys' value vs the deduper's`.
+        differences: Vec<String>,
+    },
     /// Exact verification was asked of a decide step whose sign outputs carry no texts (they
     /// were made under `--verify estimate`).
     #[error(

@@ -344,11 +344,7 @@ impl<'a, R: HotRoute> Decider<'a, R> {
 
     /// Writes one decision to the decisions file and hands it to the observer.
     fn record(&mut self, addr: SampleAddr, id: Option<&str>, d: Decided) -> Result<(), DedupError> {
-        let (dup_of, similarity) = match d.verdict {
-            Some(Verdict::Near { of, similarity }) => (Some(of), Some(similarity)),
-            Some(Verdict::Exact { of, .. }) => (Some(of), Some(1.0)),
-            _ => (None, None),
-        };
+        let (dup_of, similarity) = d.verdict.and_then(|v| v.dup_of()).unzip();
         // A sample dropped for another reason than a duplicate (an empty text) is its own.
         let cluster = d.verdict.map_or(addr, |v| v.cluster(addr));
         let dup_of_id = d.dup_of_id;
@@ -737,17 +733,22 @@ mod tests {
         ));
     }
 
-    /// The one-process route: hot samples go to the decision core with the signature, keys
-    /// and shingle set their workers made; a later copy is decided by its hash, or, when the
-    /// hash finds nothing, sketched from its text in the block; a set that could not be built
-    /// stops the pass.
-    #[test]
-    fn the_decision_core_decides_hot_samples_and_copies() {
+    /// Four texts as stage 1 sketched them (a text, a near copy of it, an exact copy, another
+    /// near copy), each one record of a JSONL file.
+    struct Sketched {
+        texts: Vec<String>,
+        sigs: Vec<Vec<u32>>,
+        keys: Vec<Vec<u64>>,
+        sets: Vec<Vec<u32>>,
+        hashes: Vec<u128>,
+        /// The mask of the keys they share: every row is hot.
+        mask: HotMask,
+    }
+
+    fn sketched(dir: &std::path::Path, cfg: &Stage2Config) -> Sketched {
         use neardup_keys::{HotKeys, KeyTable, TableLayout};
         use neardup_sketch::Scratch;
 
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = cfg(EmptyPolicy::Keep);
         let words: Vec<String> = (0..40).map(|i| format!("w{}", i * 37 % 101)).collect();
         let text = words.join(" ");
         let mut near = words.clone();
@@ -757,7 +758,6 @@ mod tests {
         other_near[30] = "altered".into();
         let other_near = other_near.join(" ");
         let texts = vec![text.clone(), near, text, other_near];
-        // Stage 1's keys of the four texts, and the mask of the keys they share.
         let columns = cfg.rule.columns(16);
         let mut scratch = Scratch::collecting_shingle_sets();
         let (mut sigs, mut keys, mut sets, mut hashes) =
@@ -788,16 +788,9 @@ mod tests {
             .map(|w| w[0])
             .collect();
         hot_keys.dedup();
-        let input = InputFile::detect(
-            &{
-                let p = dir.path().join("t.jsonl");
-                std::fs::write(&p, "").unwrap();
-                p
-            },
-            std::path::Path::new("t.jsonl"),
-            None,
-        )
-        .unwrap();
+        let path = dir.join("t.jsonl");
+        std::fs::write(&path, "").unwrap();
+        let input = InputFile::detect(&path, std::path::Path::new("t.jsonl"), None).unwrap();
         let files = vec![neardup_keys::FileRows {
             input,
             records: 4,
@@ -808,6 +801,33 @@ mod tests {
         let hot = HotKeys::new(layout, 2, hot_keys).counted_from(vec![table.identity()]);
         let mask = HotMask::from_tables(&[&table], &hot).unwrap();
         assert!((0..4).all(|r| mask.is_hot_row(r)));
+        Sketched {
+            texts,
+            sigs,
+            keys,
+            sets,
+            hashes,
+            mask,
+        }
+    }
+
+    /// The one-process route: hot samples go to the decision core with the signature, keys
+    /// and shingle set their workers made; a later copy is decided by its hash, or, when the
+    /// hash finds nothing, sketched from its text in the block; a set that could not be built
+    /// stops the pass.
+    #[test]
+    fn the_decision_core_decides_hot_samples_and_copies() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = cfg(EmptyPolicy::Keep);
+        let Sketched {
+            texts,
+            sigs,
+            keys,
+            sets,
+            hashes,
+            mask,
+        } = sketched(dir.path(), &cfg);
+        let columns = cfg.rule.columns(16);
 
         let mut w = prepared(
             block_of(dir.path(), &texts),
@@ -905,5 +925,200 @@ mod tests {
             Err(DedupError::Spill(e)) => assert!(e.to_string().contains("disk full"), "{e}"),
             other => panic!("{:?}", other.map(|_| ())),
         }
+    }
+
+    /// A `sign` step's route: each hot sample goes to the signer as its kind says (a text to
+    /// sketch in decide, a signature, a later copy by its hash or with its text), numbered in
+    /// all shards' rows; nothing is decided; a sample prepared for `write` is refused.
+    #[test]
+    fn the_signer_writes_each_hot_sample_as_prepared() {
+        use crate::distributed::Signer;
+        use crate::handoff::{SignedKind, SignedSample, SignedShape, decode_signed};
+        use crate::step_sink::StepSink;
+
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = cfg(EmptyPolicy::Keep);
+        let sk = sketched(dir.path(), &cfg);
+        let columns = cfg.rule.columns(16);
+        let names = vec!["t.jsonl".to_string()];
+        let addressing = Addressing {
+            file_base: 0,
+            row_base: 500,
+            names: &names,
+        };
+        let place = || BlockPlace {
+            file: 0,
+            record_base: 0,
+        };
+        let signed = |shape: SignedShape, w: &PreparedBlock| {
+            let signer =
+                Signer::with_groups(&sk.mask, None, shape, vec![StepSink::memory()]).unwrap();
+            let mut seen = Vec::new();
+            let mut observe = |d: &Decision| seen.push(d.reason);
+            let mut decider = Decider::new(signer, &cfg, &sk.mask, &addressing, None, &mut observe);
+            let keep = decider.decide_block(w, place()).unwrap();
+            assert_eq!(keep, vec![true; 4]);
+            assert_eq!(decider.stats.unique, 4);
+            let Decider { route, .. } = decider;
+            let (sinks, counts) = route.finish().unwrap();
+            assert_eq!(seen, vec![Reason::Unique; 4], "a sign step decides nothing");
+            let bytes = sinks.into_iter().next().unwrap().finish().unwrap().unwrap();
+            let mut r = RecordReader::new(bytes.as_slice()).unwrap();
+            let mut got = Vec::new();
+            let mut s = SignedSample::default();
+            while r.next(|b| decode_signed(b, shape, &mut s)).unwrap() {
+                got.push(s.clone());
+            }
+            (got, counts)
+        };
+        // Under exact verification: texts, and later copies by their hash when an earlier
+        // sample of the shard had it.
+        let shape = SignedShape {
+            num_perm: 128,
+            columns,
+            texts: true,
+            ranked: false,
+        };
+        let mut carried = String::new();
+        let texts: Vec<(u32, u32)> = sk
+            .texts
+            .iter()
+            .map(|t| {
+                let start = carried.len() as u32;
+                carried.push_str(t);
+                (start, carried.len() as u32)
+            })
+            .collect();
+        let (h, t) = (&sk.hashes, &texts);
+        let mut w = prepared(
+            block_of(dir.path(), &sk.texts),
+            0,
+            &[
+                (
+                    0,
+                    0,
+                    SampleKind::Text {
+                        content_hash: h[0],
+                        row: 0,
+                        text: t[0],
+                    },
+                ),
+                (
+                    1,
+                    0,
+                    SampleKind::Text {
+                        content_hash: h[1],
+                        row: 1,
+                        text: t[1],
+                    },
+                ),
+                // Row 0 had its hash: sent as the hash alone.
+                (
+                    2,
+                    0,
+                    SampleKind::Copy {
+                        content_hash: h[2],
+                        row: 2,
+                        text: t[2],
+                    },
+                ),
+                // Stage 1 counted it a copy (content keys collide), but no earlier sample of
+                // the shard had its hash: sent with its text.
+                (
+                    3,
+                    0,
+                    SampleKind::Copy {
+                        content_hash: h[3],
+                        row: 3,
+                        text: t[3],
+                    },
+                ),
+            ],
+        );
+        w.carried = carried;
+        let (got, counts) = signed(shape, &w);
+        assert_eq!(counts.samples, vec![4]);
+        assert_eq!(counts.copies_by_hash, 1);
+        let summary: Vec<_> = got
+            .iter()
+            .map(|s| {
+                (
+                    s.row,
+                    s.addr.record,
+                    s.kind,
+                    s.text.as_str(),
+                    s.content_hash,
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (500, 0, SignedKind::Full, sk.texts[0].as_str(), sk.hashes[0]),
+                (501, 1, SignedKind::Full, sk.texts[1].as_str(), sk.hashes[1]),
+                (502, 2, SignedKind::Copy, "", sk.hashes[2]),
+                (
+                    503,
+                    3,
+                    SignedKind::CopyWithText,
+                    sk.texts[3].as_str(),
+                    sk.hashes[3]
+                ),
+            ]
+        );
+        let hot_of =
+            |row: usize| -> Vec<bool> { (0..columns).map(|c| sk.mask.is_hot(row, c)).collect() };
+        assert_eq!(got[1].hot, hot_of(1));
+        assert_eq!(got[3].hot, hot_of(3));
+        assert_eq!(got[0].id.as_deref(), Some("id-0.0"));
+
+        // Under `--verify estimate`: the signature the workers made, and the hot columns.
+        let shape = SignedShape {
+            texts: false,
+            ..shape
+        };
+        let mut w = prepared(
+            block_of(dir.path(), &sk.texts),
+            0,
+            &[
+                (0, 0, SampleKind::Cold),
+                (1, 0, SampleKind::Cold),
+                (2, 0, SampleKind::Cold),
+                (3, 0, SampleKind::Cold),
+            ],
+        );
+        for i in 0..4 {
+            w.samples[i].kind = SampleKind::Hot {
+                content_hash: sk.hashes[i],
+                slot: i as u32,
+                material: Material::Block(0, 0),
+                row: i as u64,
+            };
+            w.signatures.extend_from_slice(&sk.sigs[i]);
+            w.rows.extend_from_slice(&sk.keys[i]);
+            w.hot.extend(hot_of(i));
+        }
+        let (got, counts) = signed(shape, &w);
+        assert_eq!((counts.samples[0], counts.copies_by_hash), (4, 0));
+        for (i, s) in got.iter().enumerate() {
+            assert_eq!((s.row, s.kind), (500 + i as u64, SignedKind::Full));
+            assert_eq!(s.signature, sk.sigs[i]);
+            assert_eq!(s.hot, hot_of(i));
+            assert!(s.text.is_empty());
+        }
+
+        // A sample a `write` step takes from decide.
+        let signer = Signer::with_groups(&sk.mask, None, shape, vec![StepSink::memory()]).unwrap();
+        let mut observe = |_: &Decision| {};
+        let mut decider = Decider::new(signer, &cfg, &sk.mask, &addressing, None, &mut observe);
+        let w = prepared(
+            block_of(dir.path(), &sk.texts[..1]),
+            0,
+            &[(0, 0, SampleKind::Decided { row: 0 })],
+        );
+        assert!(matches!(
+            decider.decide_block(&w, place()),
+            Err(DedupError::Mismatch(Mismatch::Route { .. }))
+        ));
     }
 }

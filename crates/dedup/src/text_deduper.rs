@@ -3,12 +3,12 @@
 
 use hashbrown::HashSet;
 use neardup_corpus::Reason;
-use neardup_keys::{HotKeys, RowKind, RowRule, ShortTextPolicy, content_key};
+use neardup_keys::{HotKeys, KeysConfig, RowKind, RowRule, ShortTextPolicy, content_key};
 use neardup_sketch::{NO_KEY, Scratch, Sketcher};
 
 use crate::deduper::{Candidate, Deduper, DeduperConfig, DeduperStats, SampleAddr, Verdict};
 use crate::error::SettingsError;
-use crate::pass::EmptyPolicy;
+use crate::pass::{Decision, EmptyPolicy};
 
 /// What a text given to a [`TextDeduper`] was decided.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -39,6 +39,32 @@ impl TextVerdict {
             TextVerdict::Decided(Verdict::Unique) => Reason::Unique,
             TextVerdict::Decided(Verdict::Exact { .. }) => Reason::Exact,
             TextVerdict::Decided(Verdict::Near { .. }) => Reason::Near,
+        }
+    }
+
+    /// The decision about the text at position `record` with this verdict, as a run's
+    /// decisions give it: the texts it names are positions too (file 0, field 0), and there
+    /// are no ids.
+    pub fn decision(&self, record: u64) -> Decision {
+        let addr = SampleAddr {
+            file: 0,
+            record,
+            field: 0,
+        };
+        let decided = match self {
+            TextVerdict::Decided(v) => Some(v),
+            TextVerdict::Empty { .. } => None,
+        };
+        let (dup_of, similarity) = decided.and_then(Verdict::dup_of).unzip();
+        Decision {
+            addr,
+            id: None,
+            keep: self.keep(),
+            reason: self.reason(),
+            dup_of,
+            dup_of_id: None,
+            similarity,
+            cluster: decided.map_or(addr, |v| v.cluster(addr)),
         }
     }
 }
@@ -124,12 +150,18 @@ impl TextDeduper {
     }
 
     /// Only the keys of `hot` count, which must have been counted with this deduper's sketch
-    /// settings and row rule.
+    /// settings and row rule (else the error names each setting that differs).
     pub fn against(self, hot: &HotKeys) -> Result<TextDeduper, SettingsError> {
-        if hot.layout().sketch_fingerprint != self.sketcher.config().fingerprint()
-            || hot.layout().rule != self.rule
-        {
-            return Err(SettingsError::OtherSketch);
+        let theirs = hot.layout();
+        // The deduper selects no fields: compared on the hot keys' own selection, only the
+        // settings that make the keys differ count.
+        let mut mine = KeysConfig::new(self.sketcher.clone(), theirs.selector.clone());
+        mine.rule = self.rule;
+        let mine = mine.layout();
+        if *theirs != mine {
+            return Err(SettingsError::OtherSketch {
+                differences: theirs.differences(&mine),
+            });
         }
         Ok(self.with_hot_keys(hot.lookup()))
     }
@@ -297,6 +329,40 @@ mod tests {
         assert_eq!(near.reason(), Reason::Near);
         assert!(!near.keep());
         assert_eq!(d.seen(), 3);
+    }
+
+    #[test]
+    fn a_decision_names_positions_and_the_kept_text_of_its_set() {
+        let mut d = deduper(EmptyPolicy::Keep);
+        let kept = d.check(TEXT).unwrap().decision(0);
+        assert_eq!((kept.keep, kept.reason), (true, Reason::Unique));
+        assert_eq!(
+            (kept.dup_of, kept.similarity, kept.cluster),
+            (None, None, kept.addr)
+        );
+        let near = d.check(&format!("{TEXT}!")).unwrap().decision(1);
+        assert_eq!(
+            (near.keep, near.reason, near.addr.record),
+            (false, Reason::Near, 1)
+        );
+        assert_eq!(near.dup_of, Some(kept.addr));
+        assert!(near.similarity.is_some_and(|s| s < 1.0), "{near:?}");
+        // A copy of the near duplicate names it, and resolves to the text kept.
+        let copy = d.check(&format!("{TEXT}!")).unwrap().decision(2);
+        assert_eq!(
+            (copy.reason, copy.dup_of, copy.similarity),
+            (Reason::Exact, Some(near.addr), Some(1.0))
+        );
+        assert_eq!(copy.cluster, kept.addr);
+        let blank = d.check("  ").unwrap().decision(3);
+        assert_eq!(
+            (blank.keep, blank.reason, blank.dup_of, blank.similarity),
+            (true, Reason::Empty, None, None)
+        );
+        assert_eq!(
+            (blank.cluster.record, blank.id, blank.dup_of_id),
+            (3, None, None)
+        );
     }
 
     #[test]

@@ -2,15 +2,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use hashbrown::HashSet;
 use numpy::PyReadonlyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use neardup::corpus::Reason;
-use neardup::dedup::{SampleAddr, TextDeduper, TextVerdict, Verdict};
-use neardup::keys::{KeysConfig, RowRule};
+use neardup::dedup::{SampleAddr, TextDeduper};
 use neardup::sketch::Sketcher;
 
 use crate::settings::{Scope, config_from};
@@ -204,38 +202,7 @@ impl State {
             return Err(Undecided::Tokenizer);
         }
         let verdict = self.texts.decide_signed().map_err(Undecided::Io)?;
-        let decided = Decision {
-            file: None,
-            record,
-            field: 0,
-            id: None,
-            keep: verdict.keep(),
-            reason: verdict.reason(),
-            dup_of_file: None,
-            dup_of_record: None,
-            dup_of_field: None,
-            dup_of_id: None,
-            similarity: None,
-            cluster_file: None,
-            cluster_record: record,
-        };
-        Ok(match verdict {
-            TextVerdict::Empty { .. } | TextVerdict::Decided(Verdict::Unique) => decided,
-            TextVerdict::Decided(Verdict::Exact { of, cluster }) => Decision {
-                dup_of_record: Some(of.record),
-                dup_of_field: Some(of.field),
-                similarity: Some(1.0),
-                cluster_record: cluster.record,
-                ..decided
-            },
-            TextVerdict::Decided(Verdict::Near { of, similarity }) => Decision {
-                dup_of_record: Some(of.record),
-                dup_of_field: Some(of.field),
-                similarity: Some(similarity),
-                cluster_record: of.record,
-                ..decided
-            },
-        })
+        Ok(Decision::from_pipeline(&verdict.decision(record), &[]))
     }
 }
 
@@ -273,27 +240,20 @@ const ONE_PROCESS: &str = "each process would decide against its own copy of wha
     datasets.Dataset: filter(..., num_proc=1)), or deduplicate the whole table at once with \
     neardup.drop_duplicates(data, column=\"text\"), which uses every core";
 
-/// Reads the `hot_keys` argument: a HotKeys object, or any array or sequence of u64 keys.
-fn hot_set(hot: &Bound<'_, PyAny>, sketcher: &Sketcher, rule: RowRule) -> PyResult<HashSet<u64>> {
+/// The `hot_keys` argument: a HotKeys object (checked against the deduper's settings), or any
+/// array or sequence of u64 keys.
+fn with_hot_keys(texts: TextDeduper, hot: &Bound<'_, PyAny>) -> PyResult<TextDeduper> {
     if let Ok(table) = hot.cast::<HotKeys>() {
-        let layout = table.get().inner.layout();
-        // The deduper selects no fields: compared on the table's own selection, only the
-        // settings that make the keys differ count, and are named.
-        let mut mine = KeysConfig::new(sketcher.clone(), layout.selector.clone());
-        mine.rule = rule;
-        layout.check_compatible(&mine.layout()).map_err(|e| {
-            PyValueError::new_err(format!(
-                "the hot keys were {e} (the hot keys' value first, this deduper's second): pass \
-                 the settings of the run that counted them"
-            ))
-        })?;
-        return Ok(table.get().inner.lookup());
+        return texts
+            .against(&table.get().inner)
+            .map_err(|e| PyValueError::new_err(e.to_string()));
     }
     if let Ok(array) = hot.extract::<PyReadonlyArray1<'_, u64>>() {
-        return match array.as_slice() {
-            Ok(keys) => Ok(keys.iter().copied().collect()),
-            Err(_) => Ok(array.as_array().iter().copied().collect()),
+        let keys = match array.as_slice() {
+            Ok(keys) => keys.iter().copied().collect(),
+            Err(_) => array.as_array().iter().copied().collect(),
         };
+        return Ok(texts.with_hot_keys(keys));
     }
     if hot.hasattr("ndim")? && hot.getattr("ndim")?.extract::<usize>()? != 1 {
         let shape: Vec<usize> = hot.getattr("shape")?.extract()?;
@@ -304,7 +264,7 @@ fn hot_set(hot: &Bound<'_, PyAny>, sketcher: &Sketcher, rule: RowRule) -> PyResu
     let keys: Vec<u64> = hot.extract().map_err(|_| {
         PyTypeError::new_err("hot_keys must be a HotKeys object or a sequence of uint64 keys")
     })?;
-    Ok(keys.into_iter().collect())
+    Ok(texts.with_hot_keys(keys.into_iter().collect()))
 }
 
 #[pymethods]
@@ -325,12 +285,11 @@ impl Deduper {
                 "sign_blank=True needs near-duplicate detection (near=True)",
             ));
         }
-        let hot = hot_keys.map(|h| hot_set(h, &sketcher, rule)).transpose()?;
         let mut texts =
             TextDeduper::new(sketcher, rule, config.deduper_config(), config.dedup.empty)
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
-        if let Some(hot) = hot {
-            texts = texts.with_hot_keys(hot);
+        if let Some(hot) = hot_keys {
+            texts = with_hot_keys(texts, hot)?;
         }
         if sign_blank {
             texts = texts.signing_blank_texts();

@@ -1,14 +1,14 @@
-//! Stage-level values: `KeyTable` (stage 1 of one shard) and `HotKeys` (the merged counts), with
-//! their files and bytes; the steps that make them are in `steps.rs`.
-
-use std::path::PathBuf;
+//! Stage 1's values: `KeyTable` (stage 1 of one shard) and `HotKeys` (the merged counts), with
+//! their keys as numpy views; their files, bytes and pickling are every step value's
+//! (`values.rs`), the steps that make them are in `steps.rs`.
 
 use numpy::ndarray::ArrayView2;
 use numpy::{PyArray1, PyArray2};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyDict, PyList};
 
 use crate::errors::keys_to_py;
+use crate::values::step_value;
 
 /// Makes a numpy view read-only: the memory belongs to an immutable value.
 fn read_only<'py, T>(array: Bound<'py, T>) -> PyResult<Bound<'py, T>> {
@@ -33,6 +33,11 @@ pub struct KeyTable {
     /// Stage 1's statistics, for a table just computed.
     stats: Option<serde_json::Value>,
 }
+
+step_value!(KeyTable {
+    inner: neardup::keys::KeyTable,
+    stats: None
+});
 
 impl KeyTable {
     /// A table just computed, with stage 1's statistics.
@@ -108,48 +113,8 @@ impl KeyTable {
             .transpose()
     }
 
-    /// Writes the table file atomically (the format of ``neardup keys --out``).
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(keys_to_py)
-    }
-
-    /// Reads a table file, verifying its checksum.
-    #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<KeyTable> {
-        let inner = py
-            .detach(|| neardup::keys::KeyTable::load(&path))
-            .map_err(keys_to_py)?;
-        Ok(KeyTable { inner, stats: None })
-    }
-
-    /// The bytes :meth:`save` writes.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let bytes = py.detach(|| self.inner.to_bytes());
-        PyBytes::new(py, &bytes)
-    }
-
-    /// Reads a table from the bytes of :meth:`to_bytes` (or of a table file).
-    #[staticmethod]
-    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<KeyTable> {
-        let inner = py
-            .detach(|| neardup::keys::KeyTable::from_bytes(data))
-            .map_err(keys_to_py)?;
-        Ok(KeyTable { inner, stats: None })
-    }
-
     fn __len__(&self) -> usize {
         self.inner.rows()
-    }
-
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<crate::values::Reduced<'py>> {
-        let bytes = py.detach(|| self.inner.to_bytes());
-        crate::values::reduce(py, "KeyTable", &bytes)
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<KeyTable>()
-            .is_ok_and(|o| o.get().inner == self.inner)
     }
 
     fn __repr__(&self) -> String {
@@ -175,6 +140,11 @@ pub struct HotKeys {
     /// The merge's counts, for hot keys just computed.
     stats: Option<serde_json::Value>,
 }
+
+step_value!(HotKeys {
+    inner: neardup::keys::HotKeys,
+    stats: None
+});
 
 impl HotKeys {
     /// Hot keys just computed, with the merge's counts.
@@ -227,52 +197,12 @@ impl HotKeys {
             .transpose()
     }
 
-    /// Writes the hot-key file atomically (the format of ``neardup hot --out``).
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(keys_to_py)
-    }
-
-    /// Reads a hot-key file, verifying its checksum and order.
-    #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<HotKeys> {
-        let inner = py
-            .detach(|| neardup::keys::HotKeys::load(&path))
-            .map_err(keys_to_py)?;
-        Ok(HotKeys { inner, stats: None })
-    }
-
-    /// The bytes :meth:`save` writes.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let bytes = py.detach(|| self.inner.to_bytes()).map_err(keys_to_py)?;
-        Ok(PyBytes::new(py, &bytes))
-    }
-
-    /// Reads hot keys from the bytes of :meth:`to_bytes` (or of a hot-key file).
-    #[staticmethod]
-    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<HotKeys> {
-        let inner = py
-            .detach(|| neardup::keys::HotKeys::from_bytes(data))
-            .map_err(keys_to_py)?;
-        Ok(HotKeys { inner, stats: None })
-    }
-
     fn __len__(&self) -> usize {
         self.inner.len()
     }
 
     fn __contains__(&self, key: u64) -> bool {
         self.inner.contains(key)
-    }
-
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<crate::values::Reduced<'py>> {
-        let bytes = py.detach(|| self.inner.to_bytes()).map_err(keys_to_py)?;
-        crate::values::reduce(py, "HotKeys", &bytes)
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<HotKeys>()
-            .is_ok_and(|o| o.get().inner == self.inner)
     }
 
     fn __repr__(&self) -> String {

@@ -1,31 +1,153 @@
-//! The outputs of the distributed stage-2 steps as values: `Signed` (one shard's `sign` output)
-//! and `Decided` (one group's `decide` output), with their directories and bytes, and pickling
-//! (through the bytes) for all step values, so that Ray's object store can carry them.
+//! The steps' values as Python classes: what every one of them does ([`PyStepValue`], given
+//! by [`step_value!`]: save and load, bytes, equality, pickling through the bytes so that Ray's
+//! object store can carry them), and the two of the distributed stage 2, `Signed` (one shard's
+//! `sign` output) and `Decided` (one group's `decide` output). `KeyTable` and `HotKeys` are in
+//! `tables.rs`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use pyo3::PyClass;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::pyclass::boolean_struct::True;
 use pyo3::types::{PyBytes, PyList};
+use pyo3::{PyClass, PyTypeCheck};
 
-use neardup::{DecidedGroup, SignedShard};
+use neardup::{DecidedGroup, Error, SignedShard, StepValue};
 
-use crate::errors::to_py;
+use crate::errors::{keys_to_py, to_py};
+
+/// A Python class holding one step's value (a [`neardup::StepValue`]), frozen: [`step_value!`]
+/// implements it and gives the class the methods every value has.
+pub(crate) trait PyStepValue: PyClass<Frozen = True> + PyTypeCheck + Sync {
+    /// The library's value.
+    type Value: StepValue + PartialEq + Send + Sync;
+    /// The value held.
+    fn value(&self) -> &Self::Value;
+    /// The class holding a value read back from a file or bytes (which carry no statistics).
+    fn read_back(value: Self::Value) -> Self;
+}
+
+/// A value's error as its Python exception. A key table's or hot keys' own errors keep their
+/// message, which names the file: saving or reading a value is no stage of a run to name.
+fn value_error(e: Error) -> PyErr {
+    match e {
+        Error::Keys(k) => keys_to_py(k),
+        other => to_py(other),
+    }
+}
+
+/// `save`: the value written at `path` as the step's `output=` writes it, with the GIL released.
+pub(crate) fn save<T: PyStepValue>(py: Python<'_>, this: &T, path: &Path) -> PyResult<()> {
+    py.detach(|| this.value().save(path)).map_err(value_error)
+}
+
+/// `load`: the value saved at `path`, checked.
+pub(crate) fn load<T: PyStepValue>(py: Python<'_>, path: &Path) -> PyResult<T> {
+    let value = py.detach(|| T::Value::load(path)).map_err(value_error)?;
+    Ok(T::read_back(value))
+}
+
+/// `to_bytes`: the value as one checksummed buffer.
+pub(crate) fn to_bytes<'py, T: PyStepValue>(
+    py: Python<'py>,
+    this: &T,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let bytes = py.detach(|| this.value().to_bytes()).map_err(value_error)?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// `from_bytes`: the value of the bytes of `to_bytes`, verified.
+pub(crate) fn from_bytes<T: PyStepValue>(py: Python<'_>, data: &[u8]) -> PyResult<T> {
+    let value = py
+        .detach(|| T::Value::from_bytes(data))
+        .map_err(value_error)?;
+    Ok(T::read_back(value))
+}
+
+/// `__eq__`: a value of the same class holding an equal value (statistics aside).
+pub(crate) fn equal<T: PyStepValue>(this: &T, other: &Bound<'_, PyAny>) -> bool {
+    other
+        .cast::<T>()
+        .is_ok_and(|o| o.get().value() == this.value())
+}
 
 /// What `__reduce__` returns: the function rebuilding a value, and its arguments (the value's
-/// type name and bytes).
+/// class name and bytes).
 pub(crate) type Reduced<'py> = (Bound<'py, PyAny>, (&'static str, Bound<'py, PyBytes>));
 
-/// `__reduce__` of a step value: ``neardup._from_bytes(kind, bytes)`` rebuilds it.
-pub(crate) fn reduce<'py>(
-    py: Python<'py>,
-    kind: &'static str,
-    bytes: &[u8],
-) -> PyResult<Reduced<'py>> {
+/// `__reduce__`: ``neardup._from_bytes(class name, bytes)`` rebuilds the value.
+pub(crate) fn reduce<'py, T: PyStepValue>(py: Python<'py>, this: &T) -> PyResult<Reduced<'py>> {
     let rebuild = py.import("neardup")?.getattr("_from_bytes")?;
-    Ok((rebuild, (kind, PyBytes::new(py, bytes))))
+    // The class's name in `neardup`, by which `_from_bytes` finds it.
+    Ok((rebuild, (<T as PyClass>::NAME, to_bytes(py, this)?)))
 }
+
+/// Makes `$class`, a frozen `#[pyclass]` holding a step's value in its field `inner`, a
+/// [`PyStepValue`], and gives it the methods every step value has: `save(path)`,
+/// `load(path)`, `to_bytes()`, `from_bytes(data)`, `__eq__` and `__reduce__` (pickling through
+/// the bytes). Its other fields are given as they are for a value read back:
+/// `step_value!(KeyTable { inner: neardup::keys::KeyTable, stats: None })`. A new value class is
+/// its struct, its own getters, this line, its `add_class` in `lib.rs`, its stub in
+/// `_native.pyi` and its name in `neardup._from_bytes`'s docs. (A class has more than one
+/// `#[pymethods]` block through pyo3's `multiple-pymethods` feature.)
+macro_rules! step_value {
+    ($class:ident { inner: $value:ty $(, $field:ident: $read_back:expr)* $(,)? }) => {
+        impl $crate::values::PyStepValue for $class {
+            type Value = $value;
+            fn value(&self) -> &$value {
+                &self.inner
+            }
+            fn read_back(inner: $value) -> Self {
+                $class { inner $(, $field: $read_back)* }
+            }
+        }
+
+        #[pyo3::pymethods]
+        impl $class {
+            /// Writes the value at ``path`` as the step that makes it writes its ``output=`` (the
+            /// file or directory the CLI's command of the same name writes), published all or
+            /// nothing.
+            fn save(&self, py: pyo3::Python<'_>, path: std::path::PathBuf) -> pyo3::PyResult<()> {
+                $crate::values::save(py, self, &path)
+            }
+
+            /// Reads a value saved at ``path`` (by :meth:`save`, the step's ``output=`` or the
+            /// CLI), verifying it: :class:`CorruptFileError` when damaged.
+            #[staticmethod]
+            fn load(py: pyo3::Python<'_>, path: std::path::PathBuf) -> pyo3::PyResult<$class> {
+                $crate::values::load(py, &path)
+            }
+
+            /// The value as one checksummed buffer (``docs/formats.md``).
+            fn to_bytes<'py>(
+                &self,
+                py: pyo3::Python<'py>,
+            ) -> pyo3::PyResult<pyo3::Bound<'py, pyo3::types::PyBytes>> {
+                $crate::values::to_bytes(py, self)
+            }
+
+            /// Reads the bytes of :meth:`to_bytes`, verifying them: :class:`CorruptFileError`
+            /// when damaged or truncated.
+            #[staticmethod]
+            fn from_bytes(py: pyo3::Python<'_>, data: &[u8]) -> pyo3::PyResult<$class> {
+                $crate::values::from_bytes(py, data)
+            }
+
+            fn __eq__(&self, other: &pyo3::Bound<'_, pyo3::PyAny>) -> bool {
+                $crate::values::equal(self, other)
+            }
+
+            /// Pickles the value through :meth:`to_bytes` (statistics, if any, are not carried).
+            fn __reduce__<'py>(
+                &self,
+                py: pyo3::Python<'py>,
+            ) -> pyo3::PyResult<$crate::values::Reduced<'py>> {
+                $crate::values::reduce(py, self)
+            }
+        }
+    };
+}
+pub(crate) use step_value;
 
 /// One shard's ``sign`` output: for each hot sample of the shard, what deciding it needs, in one
 /// stream per group of the plan. Made by :func:`neardup.sign` without ``output``.
@@ -41,6 +163,11 @@ pub struct Signed {
     /// The pass's statistics, for a value just signed.
     pub stats: Option<serde_json::Value>,
 }
+
+step_value!(Signed {
+    inner: SignedShard,
+    stats: None
+});
 
 #[pymethods]
 impl Signed {
@@ -132,44 +259,6 @@ impl Signed {
         })
     }
 
-    /// Writes the directory ``neardup sign -o`` writes (a part: the manifest and its group's
-    /// stream), published all or nothing.
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(to_py)
-    }
-
-    /// Reads a sign output directory.
-    #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Signed> {
-        let inner = py.detach(|| SignedShard::load(&path)).map_err(to_py)?;
-        Ok(Signed { inner, stats: None })
-    }
-
-    /// The value as bytes: its manifest and streams, checksummed.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let bytes = py.detach(|| self.inner.to_bytes());
-        PyBytes::new(py, &bytes)
-    }
-
-    /// Reads the bytes of :meth:`to_bytes`, verifying them (:class:`CorruptFileError` when
-    /// damaged or truncated).
-    #[staticmethod]
-    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Signed> {
-        let inner = py.detach(|| SignedShard::from_bytes(data)).map_err(to_py)?;
-        Ok(Signed { inner, stats: None })
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<Signed>()
-            .is_ok_and(|o| o.get().inner == self.inner)
-    }
-
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduced<'py>> {
-        let bytes = py.detach(|| self.inner.to_bytes());
-        reduce(py, "Signed", &bytes)
-    }
-
     fn __repr__(&self) -> String {
         format!(
             "Signed(shard={}, groups={}, groups_held={:?}, samples={}, stream_bytes={})",
@@ -191,6 +280,10 @@ impl Signed {
 pub struct Decided {
     pub inner: DecidedGroup,
 }
+
+step_value!(Decided {
+    inner: DecidedGroup
+});
 
 #[pymethods]
 impl Decided {
@@ -253,44 +346,6 @@ impl Decided {
         Ok(Decided {
             inner: self.inner.shard(place).map_err(to_py)?,
         })
-    }
-
-    /// Writes the directory ``neardup decide -o`` writes, published all or nothing.
-    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        py.detach(|| self.inner.save(&path)).map_err(to_py)
-    }
-
-    /// Reads a decide output directory.
-    #[staticmethod]
-    fn load(py: Python<'_>, path: PathBuf) -> PyResult<Decided> {
-        let inner = py.detach(|| DecidedGroup::load(&path)).map_err(to_py)?;
-        Ok(Decided { inner })
-    }
-
-    /// The value as bytes: its manifest and streams, checksummed.
-    fn to_bytes<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        let bytes = py.detach(|| self.inner.to_bytes());
-        PyBytes::new(py, &bytes)
-    }
-
-    /// Reads the bytes of :meth:`to_bytes`, verifying them.
-    #[staticmethod]
-    fn from_bytes(py: Python<'_>, data: &[u8]) -> PyResult<Decided> {
-        let inner = py
-            .detach(|| DecidedGroup::from_bytes(data))
-            .map_err(to_py)?;
-        Ok(Decided { inner })
-    }
-
-    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
-        other
-            .cast::<Decided>()
-            .is_ok_and(|o| o.get().inner == self.inner)
-    }
-
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduced<'py>> {
-        let bytes = py.detach(|| self.inner.to_bytes());
-        reduce(py, "Decided", &bytes)
     }
 
     fn __repr__(&self) -> String {

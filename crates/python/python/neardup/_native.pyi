@@ -119,7 +119,6 @@ class Decision:
     def __eq__(self, other: object, /) -> bool: ...
 
 @final
-@final
 class DecisionStream(Iterator[Decision]):
     """Decisions of a running pipeline in input order (see neardup.stream)."""
 
