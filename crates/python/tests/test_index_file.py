@@ -171,8 +171,10 @@ def test_other_settings_and_other_files_are_refused(tmp_path):
     with pytest.raises(OSError, match="not a neardup index"):
         idx.save(other)
     assert other.read_text() == "my notes\n"
-    with pytest.raises(OSError, match="a directory"):
+    with pytest.raises(OSError, match="a directory") as e:
         idx.save(tmp_path)
+    # The message holds its causes' messages: none comes again as __cause__.
+    assert e.value.__cause__ is None
     link = tmp_path / "link.idx"
     link.symlink_to(path)
     with pytest.raises(OSError, match="a symbolic link"):
@@ -183,6 +185,14 @@ def test_other_settings_and_other_files_are_refused(tmp_path):
     assert idx.save(path) > 0
     assert len(neardup.Index(path)) == 1
     assert not [p for p in tmp_path.iterdir() if ".neardup-" in p.name]
+    # A damaged index is named with what is wrong with it, once.
+    cut = tmp_path / "cut.idx"
+    cut.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(neardup.CorruptFileError) as e:
+        neardup.Index(cut)
+    assert str(e.value).startswith(f"cannot open the index {cut}: "), str(e.value)
+    assert str(e.value).count(str(cut)) <= 2, str(e.value)
+    assert e.value.__cause__ is None
 
 
 @pytest.mark.parametrize("verify", ["estimate", "exact"])

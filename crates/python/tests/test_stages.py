@@ -83,8 +83,10 @@ def test_damaged_bytes_and_missing_files(tmp_path, table):
     damaged[len(data) // 2] ^= 0xFF
     with pytest.raises(neardup.CorruptFileError, match="checksum"):
         neardup.KeyTable.from_bytes(bytes(damaged))
-    with pytest.raises(neardup.CorruptFileError, match="bad magic"):
+    with pytest.raises(neardup.CorruptFileError, match="bad magic") as e:
         neardup.HotKeys.from_bytes(data)
+    assert str(e.value) == "<bytes>: not a neardup NDHOTK file (bad magic bytes)"
+    assert e.value.__cause__ is None
     with pytest.raises(FileNotFoundError, match="missing.ndk") as e:
         neardup.KeyTable.load(tmp_path / "missing.ndk")
     assert e.value.errno == 2
