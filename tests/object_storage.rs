@@ -978,3 +978,120 @@ fn no_credential_reaches_logs_reports_decisions_manifests_or_errors() {
     assert!(err.contains("access denied"), "{err}");
     leaks("the error of refused credentials", &err);
 }
+
+/// A gzip file of several members and a zstd file of several frames on object storage are read
+/// by the members holding records to decide (ranged requests from each member's start), as the
+/// same files on disk are: the same decisions and the same `stage2.bytes_read`, less than the
+/// files hold. A Parquet dataset written from objects is the one written from the files, byte
+/// for byte: the row groups kept whole are copied from the objects' bytes.
+#[test]
+fn compressed_members_and_parquet_row_groups_are_read_from_objects_as_from_files() {
+    let s3 = S3Server::start(&[]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (parquet, _) = crate::stage2_reads::parquet_corpus(tmp.path());
+    let lines = |body: String| -> Vec<Vec<u8>> {
+        body.split_inclusive('\n')
+            .map(|l| l.as_bytes().to_vec())
+            .collect()
+    };
+    let a = lines(unique_lines("a", 1500));
+    // Exact copies of a's first lines among b's: the only records to decide.
+    let mut b = lines(unique_lines("b", 1000));
+    b.splice(500..500, a[..40].iter().cloned());
+    let members = tmp.path().join("members");
+    std::fs::create_dir_all(&members).unwrap();
+    use crate::stage2_reads::in_members;
+    std::fs::write(members.join("a.jsonl.gz"), in_members(&a, 5, false)).unwrap();
+    std::fs::write(members.join("b.jsonl.zst"), in_members(&b, 5, true)).unwrap();
+    let size = |dir: &Path| -> u64 {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().metadata().unwrap().len())
+            .sum()
+    };
+    s3.create_bucket("corpus");
+    s3.upload_dir("corpus", "m/", &members);
+    s3.upload_dir("corpus", "pq/", &parquet);
+    let dedup = |input: &str, tag: &str, output: bool| {
+        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
+        let report = tmp.path().join(format!("report-{tag}.json"));
+        let mut cmd = neardup();
+        cmd.arg("dedup")
+            .arg(input)
+            .arg("--decisions")
+            .arg(&decisions)
+            .arg("--report")
+            .arg(&report)
+            .args(["--threshold", "0.7", "-j", "2", "--on-error", "skip"]);
+        if output {
+            cmd.arg("--output")
+                .arg(tmp.path().join(format!("out-{tag}")));
+        }
+        let o = with_env(&mut cmd, &s3.env());
+        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
+        let report: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let read = report["stage2"]["bytes_read"].as_u64().unwrap();
+        let dropped = report["totals"]["records_dropped"].as_u64().unwrap();
+        (std::fs::read_to_string(&decisions).unwrap(), read, dropped)
+    };
+    let total = size(&members);
+    let (files, files_read, dropped) = dedup(members.to_str().unwrap(), "files", false);
+    assert!(dropped >= 40, "{dropped} records dropped");
+    assert!(
+        files_read > 0 && files_read < total * 3 / 4,
+        "{files_read} bytes read of {total}"
+    );
+    let (objects, objects_read, _) = dedup("s3://corpus/m/", "objects", false);
+    assert!(objects.contains(r#""file":"s3://corpus/m/a.jsonl.gz""#));
+    let prefix = format!("{}/", members.display());
+    assert_eq!(objects, files.replace(&prefix, "s3://corpus/m/"));
+    assert_eq!(objects_read, files_read, "the same bytes as from the files");
+
+    let (_, files_out_read, _) = dedup(parquet.to_str().unwrap(), "files-o", true);
+    let (_, objects_out_read, _) = dedup("s3://corpus/pq/", "objects-o", true);
+    assert_eq!(files_out_read, size(&parquet));
+    assert_eq!(objects_out_read, files_out_read);
+    let (from_files, from_objects) = (
+        tree(&tmp.path().join("out-files-o")),
+        tree(&tmp.path().join("out-objects-o")),
+    );
+    assert_eq!(
+        from_files.keys().collect::<Vec<_>>(),
+        from_objects.keys().collect::<Vec<_>>()
+    );
+    for (name, bytes) in &from_files {
+        assert!(
+            &from_objects[name] == bytes,
+            "{name}: written from objects otherwise than from files"
+        );
+    }
+    // q.parquet's copies are all in its third row group: its first is copied as stored.
+    let footer = |path: &Path| {
+        parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&std::fs::File::open(path).unwrap())
+            .unwrap()
+    };
+    let out = tmp.path().join("out-objects-o/q.parquet");
+    let (input, output) = (
+        std::fs::read(parquet.join("q.parquet")).unwrap(),
+        std::fs::read(&out).unwrap(),
+    );
+    let (in_meta, out_meta) = (footer(&parquet.join("q.parquet")), footer(&out));
+    assert_eq!(
+        in_meta.row_group(0).num_rows(),
+        out_meta.row_group(0).num_rows()
+    );
+    for (i, o) in in_meta
+        .row_group(0)
+        .columns()
+        .iter()
+        .zip(out_meta.row_group(0).columns())
+    {
+        let ((ia, il), (oa, ol)) = (i.byte_range(), o.byte_range());
+        assert!(
+            input[ia as usize..(ia + il) as usize] == output[oa as usize..(oa + ol) as usize],
+            "q.parquet's first row group was not copied"
+        );
+    }
+}

@@ -837,7 +837,7 @@ fn key_tables_of_format_1_are_read_and_their_inputs_read_whole() {
 
 /// `lines` (each with its line end) compressed a few lines to a member (gzip) or frame
 /// (zstd), as `bgzip` or `pzstd` write a file that can be entered in the middle.
-fn in_members(lines: &[Vec<u8>], per_member: usize, zstd: bool) -> Vec<u8> {
+pub(crate) fn in_members(lines: &[Vec<u8>], per_member: usize, zstd: bool) -> Vec<u8> {
     let mut out = Vec::new();
     for member in lines.chunks(per_member) {
         let body = member.concat();
@@ -972,4 +972,63 @@ fn compressed_inputs_of_several_members_are_read_by_their_records_places() {
         );
     }
     assert_eq!(stepped.apply_out.2, entered + whole_read);
+}
+
+/// The Parquet data files of a published output directory.
+fn parquet_files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut files = crate::support::published(dir);
+    files.retain(|name, _| name.ends_with(".parquet"));
+    files
+}
+
+/// The staged step (`apply`) and the distributed ones (`sign`, `write`; two shards, two groups)
+/// over Parquet read by the rows their key tables carry, and their reports' `stage2.bytes_read`
+/// say what they read: without a dataset, `apply` and the `write` steps read what a one-process
+/// run reads (the row groups and pages holding rows to decide, text columns only) and the
+/// `sign` steps no more; with one, every byte. Their decisions are the one-process run's, and
+/// their Parquet datasets its dataset, byte for byte.
+#[test]
+fn parquet_steps_report_the_bytes_they_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, total) = parquet_corpus(tmp.path());
+    let mut base = Config::default();
+    base.run.on_error = neardup::keys::OnError::Skip;
+    base.input.inputs = vec![input.display().to_string()];
+    base.dedup.threshold = 0.7;
+    let (whole, whole_decisions, whole_dataset) = run(&base, &tmp.path().join("whole"), true);
+    assert_eq!(whole.stage2.bytes_read, total);
+    assert_eq!(whole_dataset.len(), 3);
+    let (picked, _, _) = run(&base, &tmp.path().join("picked"), false);
+    let one_read = picked.stage2.bytes_read;
+    assert!(
+        one_read > 0 && one_read < total / 2,
+        "{one_read} of {total}"
+    );
+    let shards = vec![
+        vec![input.join("p.parquet")],
+        vec![input.join("q.parquet"), input.join("r.parquet")],
+    ];
+    let dir = tmp.path().join("steps");
+    let s = steps(&dir, &shards, &["--on-error", "skip", "--threshold", "0.7"]);
+    assert!(s.apply.0 == whole_decisions, "apply decided otherwise");
+    assert!(
+        s.write.0 == whole_decisions,
+        "the write steps decided otherwise"
+    );
+    assert!(s.apply_out.0 == whole_decisions && s.write_out.0 == whole_decisions);
+    assert_eq!(s.apply.1, one_read, "apply, decisions only");
+    assert_eq!(s.write.1, one_read, "write steps, decisions only");
+    assert!(
+        s.sign_read > 0 && s.sign_read <= one_read,
+        "sign steps: {} bytes read, {one_read} by one process",
+        s.sign_read
+    );
+    assert_eq!(s.apply_out.2, total, "apply -o reads every byte");
+    assert_eq!(s.write_out.2, total, "write -o steps read every byte");
+    for name in ["apply-out", "write-out"] {
+        assert!(
+            parquet_files(&dir.join(name)) == whole_dataset,
+            "{name}: not the one-process dataset"
+        );
+    }
 }

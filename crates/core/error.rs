@@ -838,25 +838,19 @@ fn joined(differences: &[neardup_keys::LayoutDifference]) -> String {
     listed.join("; ")
 }
 
-/// Why a settings file cannot be used (a [`ConfigError::File`]).
-#[derive(Debug)]
+/// Why a settings file cannot be used (a [`ConfigError::File`], whose message prints it): the
+/// reader's or the parser's own error, its message and its causes.
+#[derive(Debug, thiserror::Error)]
 pub enum SettingsFileProblem {
     /// It cannot be read.
+    #[error(transparent)]
     Read(io::Error),
     /// It is not valid TOML settings.
+    #[error(transparent)]
     Toml(toml::de::Error),
     /// It is not valid JSON settings (or its settings cannot be merged).
+    #[error(transparent)]
     Json(serde_json::Error),
-}
-
-impl fmt::Display for SettingsFileProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SettingsFileProblem::Read(e) => e.fmt(f),
-            SettingsFileProblem::Toml(e) => e.fmt(f),
-            SettingsFileProblem::Json(e) => e.fmt(f),
-        }
-    }
 }
 
 impl From<ConfigError> for Error {
@@ -947,29 +941,66 @@ mod tests {
 
     #[test]
     fn a_chain_prints_each_cause_once() {
+        use crate::path_conflicts::{NamedPath, PathConflict, PathConflicts, Unwritable};
+        use neardup_online::IndexError as OnlineError;
         let cause = || io::Error::new(io::ErrorKind::NotFound, "the system's cause");
-        let printed = [
-            Error::io(IoOp::Read, "in/a.jsonl", cause()),
-            Error::Keys(KeysError::Io {
+        let output = || NamedPath {
+            what: "the decisions file (--decisions)".into(),
+            path: "out/d.jsonl".into(),
+        };
+        let printed: Vec<Box<dyn std::error::Error>> = vec![
+            Box::new(Error::io(IoOp::Read, "in/a.jsonl", cause())),
+            Box::new(Error::Keys(KeysError::Io {
                 path: "t/keys-0.ndk".into(),
                 error: cause(),
-            }),
-            Error::KeyFile(KeysError::Io {
+            })),
+            Box::new(Error::KeyFile(KeysError::Io {
                 path: "t/hot.ndh".into(),
                 error: cause(),
-            }),
-            Error::Dedup(DedupError::Spill(cause())),
-            Error::Dedup(DedupError::Step(StepInputError::Read {
+            })),
+            Box::new(Error::Dedup(DedupError::Spill(cause()))),
+            Box::new(Error::Dedup(DedupError::Step(StepInputError::Read {
                 stream: "signed-0".into(),
                 error: cause(),
-            })),
-            Error::Index(IndexError::Io {
+            }))),
+            Box::new(Error::Index(IndexError::Io {
                 path: "run.ndx".into(),
                 error: cause(),
+            })),
+            Box::new(Error::Config(ConfigError::File {
+                path: "settings.toml".into(),
+                problem: SettingsFileProblem::Read(cause()),
+            })),
+            Box::new(Error::Paths(PathConflicts {
+                shown: vec![PathConflict::Unresolvable {
+                    output: output(),
+                    error: cause(),
+                }],
+                hidden: 0,
+            })),
+            Box::new(Error::Paths(PathConflicts {
+                shown: vec![PathConflict::Unwritable {
+                    output: output(),
+                    dir: "out".into(),
+                    problem: Unwritable::Refused(cause()),
+                }],
+                hidden: 2,
+            })),
+            Box::new(OnlineError::Spill(cause())),
+            Box::new(OnlineError::Save {
+                path: "i.ndx".into(),
+                error: cause(),
+            }),
+            Box::new(OnlineError::File {
+                path: "i.ndx".into(),
+                error: IndexError::Io {
+                    path: "i.ndx".into(),
+                    error: cause(),
+                },
             }),
         ];
         for e in &printed {
-            let text = chain(e).join(": ");
+            let text = chain(e.as_ref()).join(": ");
             assert_eq!(text.matches("the system's cause").count(), 1, "{text}");
         }
         // A cause the message does not print stays out of it, and no link repeats the next.
@@ -978,8 +1009,9 @@ mod tests {
             damage: Damage::Truncated(cause()),
         });
         assert_eq!(truncated.to_string(), "t/keys-0.ndk: file is truncated");
+        let truncated: Box<dyn std::error::Error> = Box::new(truncated);
         for e in printed.iter().chain([&truncated]) {
-            let links = chain(e);
+            let links = chain(e.as_ref());
             for pair in links.windows(2) {
                 assert!(!pair[0].contains(&pair[1]), "{links:?}");
             }
@@ -989,6 +1021,92 @@ mod tests {
     #[test]
     fn messages_are_those_of_before() {
         // The messages thiserror builds are the ones the hand-written `Display` built.
+        use crate::path_conflicts::{
+            NamedPath, PathConflict, PathConflicts, SourceRelation, Unwritable,
+        };
+        use neardup_online::IndexError as OnlineError;
+        let named = |what: &str, path: &str| NamedPath {
+            what: what.into(),
+            path: path.into(),
+        };
+        let conflicts = PathConflicts {
+            shown: vec![
+                PathConflict::HoldsSource {
+                    output: named("the output directory", "data"),
+                    relation: SourceRelation::DirectoryOf,
+                    input_tree: named("the input glob", "data/*.jsonl"),
+                },
+                PathConflict::InsideSource {
+                    output: named("the decisions file (--decisions)", "s3://b/in/d.jsonl"),
+                    input_tree: named("the input prefix", "s3://b/in"),
+                    object_storage: true,
+                },
+                PathConflict::IsInput {
+                    output: named("the report (--report)", "r.json"),
+                    input: named("the input", "link.json"),
+                    same_path: false,
+                },
+                PathConflict::Unwritable {
+                    output: named("the report (--report)", "ro/r.json"),
+                    dir: "ro".into(),
+                    problem: Unwritable::NotADirectory,
+                },
+                PathConflict::Unwritable {
+                    output: named("the report (--report)", "ro/r.json"),
+                    dir: "ro".into(),
+                    problem: Unwritable::Refused(io::Error::other("read-only")),
+                },
+            ],
+            hidden: 3,
+        };
+        assert_eq!(
+            Error::Paths(conflicts).to_string(),
+            "the output directory data is the directory of the input glob data/*.jsonl: the \
+             outputs would replace or mix with the inputs; choose an output directory outside the \
+             input tree\n\
+             the decisions file (--decisions) s3://b/in/d.jsonl is within the input prefix \
+             s3://b/in: a later run over it would read the outputs back as input; choose a path \
+             outside it\n\
+             the report (--report) r.json is the input link.json (the same file): writing it would \
+             destroy the input; choose another path\n\
+             cannot write the report (--report) ro/r.json: ro is not a directory\n\
+             cannot write the report (--report) ro/r.json: ro does not accept new files \
+             (read-only)\n\
+             … and 3 more conflicts like these"
+        );
+        let e = Error::Config(ConfigError::File {
+            path: "s.json".into(),
+            problem: SettingsFileProblem::Json(
+                serde_json::from_str::<serde_json::Value>("{").unwrap_err(),
+            ),
+        });
+        assert_eq!(
+            e.to_string(),
+            "s.json: EOF while parsing an object at line 1 column 1"
+        );
+        assert_eq!(
+            OnlineError::Save {
+                path: "i.ndx".into(),
+                error: io::Error::other("full"),
+            }
+            .to_string(),
+            "cannot save the index at i.ndx: full"
+        );
+        assert_eq!(
+            OnlineError::SettingsDiffer {
+                address: "127.0.0.1:6379".into(),
+                namespace: "ns".into(),
+                differences: vec!["seed: 1 vs 2".into(), "bands: 4 vs 8".into()],
+            }
+            .to_string(),
+            "the namespace \"ns\" at 127.0.0.1:6379 was made with other settings (seed: 1 vs 2, \
+             bands: 4 vs 8; the namespace's value first): use its settings, or another namespace"
+        );
+        assert_eq!(
+            OnlineError::NoPath.to_string(),
+            "give the path to save the index at (only an index opened from a file saves back to \
+             its own)"
+        );
         let e = Error::io(
             IoOp::Create {
                 what: "the spill directory".into(),

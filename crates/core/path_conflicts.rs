@@ -41,6 +41,17 @@ pub enum SourceRelation {
     Is,
 }
 
+impl SourceRelation {
+    /// How messages say it: "contains", "is the directory of", "is".
+    fn as_str(self) -> &'static str {
+        match self {
+            SourceRelation::Contains => "contains",
+            SourceRelation::DirectoryOf => "is the directory of",
+            SourceRelation::Is => "is",
+        }
+    }
+}
+
 /// Why an output's directory cannot take it (a [`PathConflict::Unwritable`]).
 #[derive(Debug)]
 pub enum Unwritable {
@@ -52,56 +63,101 @@ pub enum Unwritable {
     Refused(io::Error),
 }
 
+impl Unwritable {
+    /// What follows the directory in the conflict's message.
+    fn after_dir(&self) -> String {
+        match self {
+            Unwritable::Unreadable(e) => format!(": {e}"),
+            Unwritable::NotADirectory => " is not a directory".to_string(),
+            Unwritable::Refused(e) => format!(" does not accept new files ({e})"),
+        }
+    }
+}
+
+/// " (the same file)" when two paths name one file without being the same path.
+fn same_file(same_path: bool) -> &'static str {
+    if same_path { "" } else { " (the same file)" }
+}
+
 /// One conflict among a run's paths that [`RunPaths::check`](crate::RunPaths::check) refuses.
-#[derive(Debug)]
+/// Its message prints every cause it holds (a field named `error`), so it has no source.
+#[derive(Debug, thiserror::Error)]
 pub enum PathConflict {
     /// The output's path is not UTF-8 (reports record paths as text).
+    #[error(
+        "{output} is not a valid UTF-8 path (reports record paths as text): choose another name"
+    )]
     NotUtf8 {
         /// The output.
         output: NamedPath,
     },
     /// The output's path cannot be resolved.
+    #[error("cannot resolve {output}: {error}")]
     Unresolvable {
         /// The output.
         output: NamedPath,
         /// Why not.
-        source: io::Error,
+        error: io::Error,
     },
     /// An output directory contains, or is, an input directory or glob's tree.
+    #[error(
+        "{output} {} {input_tree}: the outputs would replace or mix with the inputs; choose an \
+         output directory outside the input tree",
+        relation.as_str()
+    )]
     HoldsSource {
         /// The output directory.
         output: NamedPath,
-        /// How it stands to the source.
+        /// How it stands to the input tree.
         relation: SourceRelation,
         /// The input directory or glob.
-        source: NamedPath,
+        input_tree: NamedPath,
     },
     /// An output a later run over the same arguments would read back as input.
+    #[error(
+        "{output} is within {input_tree}: a later run over it would read the outputs back as \
+         input; choose a path outside {}",
+        if *object_storage { "it" } else { "the input tree" }
+    )]
     InsideSource {
         /// The output.
         output: NamedPath,
         /// The input directory, prefix or glob.
-        source: NamedPath,
+        input_tree: NamedPath,
         /// Both on object storage.
         object_storage: bool,
     },
     /// An output a symbolic link inside an input directory or glob's tree leads to (or a dataset
     /// directory holding where it leads): a later run over the same arguments would follow the
     /// link and read the outputs back.
+    #[error(
+        "{output} is where the symbolic link {} in {input_tree} leads: a later run over it would \
+         follow the link and read the outputs back as input; remove the link or choose a path it \
+         does not lead to",
+        link.display()
+    )]
     ThroughLink {
         /// The output.
         output: NamedPath,
         /// The link.
         link: PathBuf,
         /// The input directory or glob.
-        source: NamedPath,
+        input_tree: NamedPath,
     },
     /// A spill directory on object storage.
+    #[error(
+        "{output}: spill files are scratch space read back many times over; give a local \
+         directory (object storage takes every input and output of a run, not its scratch space)"
+    )]
     SpillOnObjectStorage {
         /// The spill directory.
         output: NamedPath,
     },
     /// An output on object storage that is (or, a dataset prefix, contains) an input object.
+    #[error(
+        "{output} {} {input}: the run would replace its own input; choose another path",
+        if *contains { "contains" } else { "is" }
+    )]
     ReplacesObjectInput {
         /// The output.
         output: NamedPath,
@@ -111,6 +167,10 @@ pub enum PathConflict {
         contains: bool,
     },
     /// Outputs on object storage that are one another, or one inside the other.
+    #[error(
+        "{inner} is {} {outer}: give each its own path",
+        if *same { "the same as" } else { "inside" }
+    )]
     ObjectOutputsOverlap {
         /// The output inside (or the same as) the other.
         inner: NamedPath,
@@ -120,6 +180,10 @@ pub enum PathConflict {
         same: bool,
     },
     /// An output file that is an input file (by path, link or inode).
+    #[error(
+        "{output} is {input}{}: writing it would destroy the input; choose another path",
+        same_file(*same_path)
+    )]
     IsInput {
         /// The output.
         output: NamedPath,
@@ -129,6 +193,13 @@ pub enum PathConflict {
         same_path: bool,
     },
     /// A file of the dataset directory would be written over an input file.
+    #[error(
+        "the output of {} would be written to {}, which is {input}{}: choose an output directory \
+         outside the inputs",
+        from.display(),
+        target.display(),
+        same_file(*same_path)
+    )]
     OutputIsInput {
         /// The input whose output it is.
         from: PathBuf,
@@ -140,6 +211,10 @@ pub enum PathConflict {
         same_path: bool,
     },
     /// An output directory holds an input file.
+    #[error(
+        "{output} contains {input}: the outputs would replace or mix with the inputs; choose an \
+         output directory outside the inputs"
+    )]
     HoldsInput {
         /// The output directory.
         output: NamedPath,
@@ -147,6 +222,7 @@ pub enum PathConflict {
         input: NamedPath,
     },
     /// Two outputs are the same path.
+    #[error("{first} and {second} are the same path: give each its own")]
     SamePath {
         /// The first.
         first: NamedPath,
@@ -154,6 +230,10 @@ pub enum PathConflict {
         second: NamedPath,
     },
     /// An output inside the dataset directory, which holds only the filtered dataset.
+    #[error(
+        "{inner} is inside {outer}, which holds only the filtered dataset: choose a path outside \
+         it"
+    )]
     InsideDataset {
         /// The output.
         inner: NamedPath,
@@ -161,6 +241,7 @@ pub enum PathConflict {
         outer: NamedPath,
     },
     /// An output inside the path of an output file.
+    #[error("{inner} is inside {outer}, which is to be a file: give each its own path")]
     InsideFile {
         /// The output.
         inner: NamedPath,
@@ -168,6 +249,14 @@ pub enum PathConflict {
         outer: NamedPath,
     },
     /// Two inputs whose outputs would be the same file of the dataset directory.
+    #[error(
+        "the inputs {} and {} would both be written to {}: outputs keep the inputs' paths below \
+         their arguments, so pass inputs whose paths differ there (e.g. their parent directories \
+         instead of the files)",
+        first.display(),
+        second.display(),
+        target.display()
+    )]
     SameOutputFile {
         /// The first input.
         first: PathBuf,
@@ -177,12 +266,17 @@ pub enum PathConflict {
         target: PathBuf,
     },
     /// An output file whose path is a directory.
+    #[error("{output} is a directory: name a file")]
     FileIsDirectory {
         /// The output.
         output: NamedPath,
     },
     /// An output file whose path holds a node that is not a regular file (a FIFO, a device, a
     /// symbolic link): publishing renames a file into place, which would replace it.
+    #[error(
+        "{output} is {node}, not a regular file: outputs are published by renaming a finished \
+         file into place, which would replace it; name a regular file or a new path"
+    )]
     NotARegularFile {
         /// The output.
         output: NamedPath,
@@ -190,11 +284,13 @@ pub enum PathConflict {
         node: &'static str,
     },
     /// An output directory whose path is a file.
+    #[error("{output} exists and is not a directory")]
     DirectoryIsFile {
         /// The output.
         output: NamedPath,
     },
     /// The directory that would take the output cannot.
+    #[error("cannot write {output}: {}{}", dir.display(), problem.after_dir())]
     Unwritable {
         /// The output.
         output: NamedPath,
@@ -205,166 +301,11 @@ pub enum PathConflict {
     },
 }
 
-impl fmt::Display for PathConflict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let same_file = |same_path: bool| if same_path { "" } else { " (the same file)" };
-        match self {
-            PathConflict::NotUtf8 { output } => write!(
-                f,
-                "{output} is not a valid UTF-8 path (reports record paths as text): choose \
-                 another name"
-            ),
-            PathConflict::Unresolvable { output, source } => {
-                write!(f, "cannot resolve {output}: {source}")
-            }
-            PathConflict::HoldsSource {
-                output,
-                relation,
-                source,
-            } => {
-                let relation = match relation {
-                    SourceRelation::Contains => "contains",
-                    SourceRelation::DirectoryOf => "is the directory of",
-                    SourceRelation::Is => "is",
-                };
-                write!(
-                    f,
-                    "{output} {relation} {source}: the outputs would replace or mix with the \
-                     inputs; choose an output directory outside the input tree"
-                )
-            }
-            PathConflict::InsideSource {
-                output,
-                source,
-                object_storage,
-            } => write!(
-                f,
-                "{output} is within {source}: a later run over it would read the outputs back \
-                 as input; choose a path outside {}",
-                if *object_storage {
-                    "it"
-                } else {
-                    "the input tree"
-                }
-            ),
-            PathConflict::ThroughLink {
-                output,
-                link,
-                source,
-            } => write!(
-                f,
-                "{output} is where the symbolic link {} in {source} leads: a later run over it \
-                 would follow the link and read the outputs back as input; remove the link or \
-                 choose a path it does not lead to",
-                link.display()
-            ),
-            PathConflict::SpillOnObjectStorage { output } => write!(
-                f,
-                "{output}: spill files are scratch space read back many times over; give a \
-                 local directory (object storage takes every input and output of a run, not its \
-                 scratch space)"
-            ),
-            PathConflict::ReplacesObjectInput {
-                output,
-                input,
-                contains,
-            } => write!(
-                f,
-                "{output} {} {input}: the run would replace its own input; choose another path",
-                if *contains { "contains" } else { "is" }
-            ),
-            PathConflict::ObjectOutputsOverlap { inner, outer, same } => write!(
-                f,
-                "{inner} is {} {outer}: give each its own path",
-                if *same { "the same as" } else { "inside" }
-            ),
-            PathConflict::IsInput {
-                output,
-                input,
-                same_path,
-            } => write!(
-                f,
-                "{output} is {input}{}: writing it would destroy the input; choose another path",
-                same_file(*same_path)
-            ),
-            PathConflict::OutputIsInput {
-                from,
-                target,
-                input,
-                same_path,
-            } => write!(
-                f,
-                "the output of {} would be written to {}, which is {input}{}: choose an output \
-                 directory outside the inputs",
-                from.display(),
-                target.display(),
-                same_file(*same_path)
-            ),
-            PathConflict::HoldsInput { output, input } => write!(
-                f,
-                "{output} contains {input}: the outputs would replace or mix with the inputs; \
-                 choose an output directory outside the inputs"
-            ),
-            PathConflict::SamePath { first, second } => {
-                write!(
-                    f,
-                    "{first} and {second} are the same path: give each its own"
-                )
-            }
-            PathConflict::InsideDataset { inner, outer } => write!(
-                f,
-                "{inner} is inside {outer}, which holds only the filtered dataset: choose a path \
-                 outside it"
-            ),
-            PathConflict::InsideFile { inner, outer } => write!(
-                f,
-                "{inner} is inside {outer}, which is to be a file: give each its own path"
-            ),
-            PathConflict::SameOutputFile {
-                first,
-                second,
-                target,
-            } => write!(
-                f,
-                "the inputs {} and {} would both be written to {}: outputs keep the inputs' \
-                 paths below their arguments, so pass inputs whose paths differ there (e.g. \
-                 their parent directories instead of the files)",
-                first.display(),
-                second.display(),
-                target.display()
-            ),
-            PathConflict::FileIsDirectory { output } => {
-                write!(f, "{output} is a directory: name a file")
-            }
-            PathConflict::NotARegularFile { output, node } => write!(
-                f,
-                "{output} is {node}, not a regular file: outputs are published by renaming a \
-                 finished file into place, which would replace it; name a regular file or a new \
-                 path"
-            ),
-            PathConflict::DirectoryIsFile { output } => {
-                write!(f, "{output} exists and is not a directory")
-            }
-            PathConflict::Unwritable {
-                output,
-                dir,
-                problem,
-            } => {
-                write!(f, "cannot write {output}: {}", dir.display())?;
-                match problem {
-                    Unwritable::Unreadable(e) => write!(f, ": {e}"),
-                    Unwritable::NotADirectory => f.write_str(" is not a directory"),
-                    Unwritable::Refused(e) => write!(f, " does not accept new files ({e})"),
-                }
-            }
-        }
-    }
-}
-
 /// The conflicts [`RunPaths::check`](crate::RunPaths::check) refused a run's paths for (an
 /// [`Error::Paths`](crate::Error::Paths), exit code 2): the first few per output, one per line,
 /// and how many more were found.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{}", listed(shown, *hidden))]
 pub struct PathConflicts {
     /// The conflicts shown, in the order found.
     pub shown: Vec<PathConflict>,
@@ -372,19 +313,11 @@ pub struct PathConflicts {
     pub hidden: usize,
 }
 
-impl fmt::Display for PathConflicts {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, c) in self.shown.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            c.fmt(f)?;
-        }
-        if self.hidden > 0 {
-            write!(f, "\n… and {} more conflicts like these", self.hidden)?;
-        }
-        Ok(())
+/// The conflicts shown, one per line, and how many more there are.
+fn listed(shown: &[PathConflict], hidden: usize) -> String {
+    let mut lines: Vec<String> = shown.iter().map(ToString::to_string).collect();
+    if hidden > 0 {
+        lines.push(format!("… and {hidden} more conflicts like these"));
     }
+    lines.join("\n")
 }
-
-impl std::error::Error for PathConflicts {}

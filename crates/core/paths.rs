@@ -314,11 +314,11 @@ impl RunPaths {
             }
             match resolve(&out.path) {
                 Ok(r) => resolved.push((out, r)),
-                Err(source) => refusals.push(
+                Err(error) => refusals.push(
                     out,
                     PathConflict::Unresolvable {
                         output: out.named(),
-                        source,
+                        error,
                     },
                 ),
             }
@@ -355,7 +355,7 @@ impl RunPaths {
                         PathConflict::HoldsSource {
                             output: out.named(),
                             relation,
-                            source: what_source.clone(),
+                            input_tree: what_source.clone(),
                         },
                     );
                     continue;
@@ -374,7 +374,7 @@ impl RunPaths {
                         out,
                         PathConflict::InsideSource {
                             output: out.named(),
-                            source: what_source.clone(),
+                            input_tree: what_source.clone(),
                             object_storage: false,
                         },
                     );
@@ -424,7 +424,7 @@ impl RunPaths {
                             PathConflict::ThroughLink {
                                 output: out.named(),
                                 link: link.path.clone(),
-                                source: what_source.clone(),
+                                input_tree: what_source.clone(),
                             },
                         );
                     }
@@ -497,7 +497,7 @@ impl RunPaths {
                         out,
                         PathConflict::InsideSource {
                             output: out.named(),
-                            source: what_source,
+                            input_tree: what_source,
                             object_storage: true,
                         },
                     );

@@ -97,11 +97,58 @@ impl Frame {
     }
 }
 
+/// Hashes (xxh3-64) every byte read or written through it: the checksum of a framed file's
+/// contents inside [`FrameWriter`] and [`FrameReader`], and, around one, the hash of a whole
+/// file, trailer included, that names it (a hot-key file's fingerprint).
+pub struct Hashing<T> {
+    inner: T,
+    hash: Xxh3,
+}
+
+impl<T> Hashing<T> {
+    /// Starts hashing what goes through `inner`.
+    pub fn new(inner: T) -> Hashing<T> {
+        Hashing {
+            inner,
+            hash: Xxh3::new(),
+        }
+    }
+
+    /// The hash of the bytes so far.
+    pub fn digest(&self) -> u64 {
+        self.hash.digest()
+    }
+
+    /// The reader or writer, after what went through it.
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
 /// Writes a framed file: the magic at once, the contents through [`Write`] (or
 /// [`FrameWriter::header`]), the trailer at [`FrameWriter::finish`].
 pub struct FrameWriter<W: Write> {
-    out: W,
-    hash: Xxh3,
+    out: Hashing<W>,
     bytes: u64,
     end: &'static [u8; 8],
 }
@@ -110,8 +157,7 @@ impl<W: Write> FrameWriter<W> {
     /// Starts a framed file of kind `frame` on `out`.
     pub fn new(out: W, frame: &Frame) -> io::Result<FrameWriter<W>> {
         let mut w = FrameWriter {
-            out,
-            hash: Xxh3::new(),
+            out: Hashing::new(out),
             bytes: 0,
             end: frame.end,
         };
@@ -134,23 +180,23 @@ impl<W: Write> FrameWriter<W> {
     /// The checksum of the bytes written so far: the one [`FrameWriter::finish`] writes when
     /// nothing more is, which a file's readers may record to name this very file.
     pub fn checksum(&self) -> u64 {
-        self.hash.digest()
+        self.out.digest()
     }
 
     /// Writes the trailer and flushes; returns the sink and the file's size in bytes.
-    pub fn finish(mut self) -> io::Result<(W, u64)> {
-        let sum = self.hash.digest();
-        self.out.write_all(&sum.to_le_bytes())?;
-        self.out.write_all(self.end)?;
-        self.out.flush()?;
-        Ok((self.out, self.bytes + TRAILER_BYTES as u64))
+    pub fn finish(self) -> io::Result<(W, u64)> {
+        let sum = self.out.digest();
+        let mut out = self.out.into_inner();
+        out.write_all(&sum.to_le_bytes())?;
+        out.write_all(self.end)?;
+        out.flush()?;
+        Ok((out, self.bytes + TRAILER_BYTES as u64))
     }
 }
 
 impl<W: Write> Write for FrameWriter<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.out.write(buf)?;
-        self.hash.update(&buf[..n]);
         self.bytes += n as u64;
         Ok(n)
     }
@@ -164,8 +210,7 @@ impl<W: Write> Write for FrameWriter<W> {
 /// contents read through [`Read`] (or [`FrameReader::header`]), then the trailer
 /// ([`FrameReader::trailer`]).
 pub struct FrameReader<R: Read> {
-    input: R,
-    hash: Xxh3,
+    input: Hashing<R>,
     end: &'static [u8; 8],
 }
 
@@ -198,7 +243,8 @@ impl Trailer {
 
 impl<R: Read> FrameReader<R> {
     /// Reads and checks the magic of kind `frame`.
-    pub fn open(mut input: R, frame: &Frame) -> Result<FrameReader<R>, FrameError> {
+    pub fn open(input: R, frame: &Frame) -> Result<FrameReader<R>, FrameError> {
+        let mut input = Hashing::new(input);
         let mut magic = [0u8; 8];
         input
             .read_exact(&mut magic)
@@ -206,11 +252,8 @@ impl<R: Read> FrameReader<R> {
         if &magic != frame.magic {
             return Err(FrameError::OtherMagic);
         }
-        let mut hash = Xxh3::new();
-        hash.update(&magic);
         Ok(FrameReader {
             input,
-            hash,
             end: frame.end,
         })
     }
@@ -231,9 +274,10 @@ impl<R: Read> FrameReader<R> {
 
     /// Reads the trailer (the contents must have been read to their end).
     pub fn trailer(&mut self) -> Result<Trailer, FrameError> {
-        let computed = self.hash.digest();
+        let computed = self.input.digest();
         let mut trailer = [0u8; TRAILER_BYTES];
         self.input
+            .inner
             .read_exact(&mut trailer)
             .map_err(|error| FrameError::Truncated { error })?;
         let stored = u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"));
@@ -246,15 +290,13 @@ impl<R: Read> FrameReader<R> {
 
     /// The input, after what was read of it.
     pub fn into_inner(self) -> R {
-        self.input
+        self.input.into_inner()
     }
 }
 
 impl<R: Read> Read for FrameReader<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.input.read(buf)?;
-        self.hash.update(&buf[..n]);
-        Ok(n)
+        self.input.read(buf)
     }
 }
 

@@ -44,21 +44,12 @@ pub enum FieldOrder {
 }
 
 /// Why a `--prefer` value does not parse.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--prefer {0:?}: expected `first`, `longest`, `shortest`, `FIELD:desc` or `FIELD:asc` (FIELD \
+     a numeric field, e.g. `quality:desc`)"
+)]
 pub struct PreferParseError(String);
-
-impl fmt::Display for PreferParseError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "--prefer {:?}: expected `first`, `longest`, `shortest`, `FIELD:desc` or `FIELD:asc` \
-             (FIELD a numeric field, e.g. `quality:desc`)",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for PreferParseError {}
 
 impl FromStr for Prefer {
     type Err = PreferParseError;
@@ -185,6 +176,11 @@ mod tests {
             let err = bad.parse::<Prefer>().unwrap_err().to_string();
             assert!(err.contains("FIELD:desc"), "{err}");
         }
+        assert_eq!(
+            "score:up".parse::<Prefer>().unwrap_err().to_string(),
+            "--prefer \"score:up\": expected `first`, `longest`, `shortest`, `FIELD:desc` or \
+             `FIELD:asc` (FIELD a numeric field, e.g. `quality:desc`)"
+        );
         // A field name may itself hold a colon; the order is after the last one.
         assert_eq!(
             "a:b:asc"

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use hashbrown::HashSet;
 use neardup_corpus::AtomicFile;
+use neardup_corpus::frame::{Frame, FrameReader, FrameWriter, Hashing};
 use neardup_scratch::{Backing, ScratchVec};
 use neardup_sketch::NO_KEY;
 use serde::{Deserialize, Serialize};
@@ -13,14 +14,16 @@ use crate::error::{Damage, KeysError, KeysSettingsError, TableName, TableProblem
 use crate::index::SortedKeyIndex;
 use crate::plan::{Plan, PlanBuilder};
 use crate::table::{
-    BYTES_NAME, ChecksumReader, ChecksumWriter, FileRows, KeyTable, ShardTables, TableIdentity,
-    TableLayout, TableReader, read_framed_header, truncated, verify_trailer, write_framed_header,
-    write_u64s,
+    BYTES_NAME, FileRows, KeyTable, ShardTables, TableIdentity, TableLayout, TableReader,
+    finish_framed, open_framed, truncated, write_u64s,
 };
 
-/// Reads and checks a hot-key file's header.
-fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, KeysError> {
-    let header: HotHeader = read_framed_header(input, HOT_MAGIC, path)?;
+/// Opens a hot-key file and reads and checks its header.
+fn read_hot_header<R: Read>(
+    input: R,
+    path: &Path,
+) -> Result<(FrameReader<R>, HotHeader), KeysError> {
+    let (input, header) = open_framed::<_, HotHeader>(input, &HOT, path)?;
     if header.format_version == 1 {
         return Err(KeysSettingsError::HotFileVersion1 {
             path: path.to_path_buf(),
@@ -37,7 +40,7 @@ fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, Key
             },
         ));
     }
-    Ok(header)
+    Ok((input, header))
 }
 
 /// Reads what follows a hot-key file's header — its keys, its plan's group per key — and its
@@ -45,7 +48,7 @@ fn read_hot_header<R: Read>(input: &mut R, path: &Path) -> Result<HotHeader, Key
 /// checksum first (a damaged file is reported as damaged), then that the keys ascend strictly
 /// and that every group is within the plan.
 fn read_hot_body<R: Read>(
-    mut input: ChecksumReader<R>,
+    mut input: FrameReader<R>,
     header: &HotHeader,
     path: &Path,
     mut key: impl FnMut(u64),
@@ -68,7 +71,7 @@ fn read_hot_body<R: Read>(
             group(g);
         })?;
     }
-    verify_trailer(input, path, HOT_END)?;
+    finish_framed(input, &HOT, path)?;
     if !ascending {
         return Err(KeysError::corrupt(path, Damage::NotAscending));
     }
@@ -149,9 +152,8 @@ impl HotSummary {
         let file = neardup_storage::file::open(path).map_err(|e| KeysError::io(path, e))?;
         // The whole file's hash (its trailer included) is its fingerprint; the inner one is
         // checked against the trailer.
-        let mut whole = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
-        let mut input = ChecksumReader::new(&mut whole);
-        let header = read_hot_header(&mut input, path)?;
+        let mut whole = Hashing::new(BufReader::with_capacity(1 << 20, file));
+        let (input, header) = read_hot_header(&mut whole, path)?;
         read_hot_body(input, &header, path, |_| {}, |_| {})?;
         let groups = header.plan.as_ref().map_or(1, |p| p.groups);
         Ok(HotSummary {
@@ -413,8 +415,11 @@ impl std::fmt::Debug for HotKeys {
     }
 }
 
-const HOT_MAGIC: &[u8; 8] = b"NDHOTK\x00\x01";
-const HOT_END: &[u8; 8] = b"NDHOTEND";
+/// The framing of hot-key files (see `docs/formats.md`, "Hot-key file").
+const HOT: Frame = Frame {
+    magic: b"NDHOTK\x00\x01",
+    end: b"NDHOTEND",
+};
 /// Version 2 records the tables the keys were counted from (version 1 did not, so a table could
 /// be left out of `apply` unnoticed).
 const HOT_FORMAT_VERSION: u32 = 2;
@@ -506,10 +511,10 @@ impl HotKeys {
         let tables = self.saved_tables(Path::new(BYTES_NAME))?;
         // The bytes are hashed as they are serialised, never held: every step process
         // fingerprints its hot-key file, which can be large.
-        let mut hashing = ChecksumWriter::new(std::io::sink());
+        let mut hashing = Hashing::new(std::io::sink());
         self.write_to(&mut hashing, tables)
             .expect("hashing cannot fail");
-        Ok(hashing.finish().1)
+        Ok(hashing.digest())
     }
 
     /// The summary a saved file of these keys has ([`HotSummary::load`]). Keys counted within
@@ -657,7 +662,7 @@ impl HotKeys {
     }
 
     fn write_to<W: Write>(&self, out: W, tables: &[TableIdentity]) -> std::io::Result<()> {
-        let mut out = ChecksumWriter::new(out);
+        let mut out = FrameWriter::new(out, &HOT)?;
         let header = HotHeader {
             format_version: HOT_FORMAT_VERSION,
             layout: self.layout.clone(),
@@ -672,7 +677,7 @@ impl HotKeys {
                 hot_rows: p.hot_rows,
             }),
         };
-        write_framed_header(&mut out, HOT_MAGIC, &header)?;
+        out.header(&header)?;
         write_u64s(&mut out, &self.keys)?;
         if let Some(plan) = &self.plan {
             let mut bytes = Vec::with_capacity(plan.group_of_key.len() * 4);
@@ -681,9 +686,7 @@ impl HotKeys {
             }
             out.write_all(&bytes)?;
         }
-        let (mut out, sum) = out.finish();
-        out.write_all(&sum.to_le_bytes())?;
-        out.write_all(HOT_END)
+        out.finish().map(drop)
     }
 
     /// Reads a hot-key file (or object, `path` holding its URL), verifying its checksum and
@@ -701,8 +704,7 @@ impl HotKeys {
 
     /// Reads a hot-key file's contents from `input`; `size` bounds the keys it can hold.
     fn read_from<R: Read>(input: R, path: &Path, size: u64) -> Result<HotKeys, KeysError> {
-        let mut input = ChecksumReader::new(input);
-        let header = read_hot_header(&mut input, path)?;
+        let (input, header) = read_hot_header(input, path)?;
         if header.keys.saturating_mul(8) > size {
             return Err(truncated(path, std::io::ErrorKind::UnexpectedEof.into()));
         }
@@ -1409,6 +1411,46 @@ mod tests {
         }
     }
 
+    /// Files written before the hot-key file moved onto `neardup_corpus::frame`
+    /// (`crates/keys/tests/data/hot-v2*.ndh`, with and without a plan): written byte for byte
+    /// the same, read, and fingerprinted as the hash of the whole file.
+    #[test]
+    fn the_bytes_of_a_hot_key_file_are_unchanged() {
+        let (hot, _, _) = merge_tables(&tables(), 1).unwrap();
+        let planned = hot
+            .clone()
+            .with_plan(Plan {
+                groups: 2,
+                group_of_key: vec![0, 0, 1],
+                group_rows: vec![3, 2],
+                components: 2,
+                largest_component: 3,
+                hot_rows: 5,
+            })
+            .unwrap();
+        let committed: [&[u8]; 2] = [
+            include_bytes!("../tests/data/hot-v2.ndh"),
+            include_bytes!("../tests/data/hot-v2-planned.ndh"),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        for (keys, (committed, name)) in [&hot, &planned].into_iter().zip(
+            committed
+                .into_iter()
+                .zip(["hot-v2.ndh", "hot-v2-planned.ndh"]),
+        ) {
+            assert_eq!(keys.to_bytes().unwrap(), committed, "{name}");
+            assert_eq!(&HotKeys::from_bytes(committed).unwrap(), keys);
+            assert_eq!(
+                keys.fingerprint().unwrap(),
+                xxhash_rust::xxh3::xxh3_64(committed)
+            );
+            let path = dir.path().join(name);
+            std::fs::write(&path, committed).unwrap();
+            assert_eq!(&HotKeys::load(&path).unwrap(), keys);
+            assert_eq!(HotSummary::load(&path).unwrap(), keys.summary().unwrap());
+        }
+    }
+
     #[test]
     fn with_a_plan_the_mask_knows_each_hot_rows_group() {
         let tables = tables();
@@ -1634,18 +1676,15 @@ mod tests {
     fn a_version_1_hot_file_is_refused_with_what_to_do() {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("old.ndh");
-        let mut out = ChecksumWriter::new(Vec::new());
+        let mut out = FrameWriter::new(Vec::new(), &HOT).unwrap();
         let header = serde_json::json!({
             "format_version": 1,
             "layout": layout(DESCRIPTION),
             "min_count": 1,
             "keys": 0,
         });
-        write_framed_header(&mut out, HOT_MAGIC, &header).unwrap();
-        let (mut bytes, sum) = out.finish();
-        bytes.extend_from_slice(&sum.to_le_bytes());
-        bytes.extend_from_slice(HOT_END);
-        std::fs::write(&path, bytes).unwrap();
+        out.header(&header).unwrap();
+        std::fs::write(&path, out.finish().unwrap().0).unwrap();
         let err = HotKeys::load(&path).unwrap_err().to_string();
         assert!(
             err.contains("old.ndh") && err.contains("version 1") && err.contains("neardup hot"),

@@ -4,11 +4,12 @@ use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use neardup_corpus::frame::{Frame, FrameError, FrameReader, FrameWriter, TRAILER_BYTES};
 use neardup_corpus::{
     AtomicFile, ChunkRange, FieldsMode, InputFile, ScratchFile, TextSelector, Unreadable,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::Xxh3;
 
 use crate::error::{
     Damage, Incompatible, KeysError, KeysSettingsError, LayoutDifference, TableName,
@@ -262,8 +263,11 @@ pub struct KeyTable {
     keys: Vec<u64>,
 }
 
-const MAGIC: &[u8; 8] = b"NDKEYS\x00\x01";
-const END_MAGIC: &[u8; 8] = b"NDKEYEND";
+/// The framing of key-table files (see `docs/formats.md`, "Key table file").
+const TABLE: Frame = Frame {
+    magic: b"NDKEYS\x00\x01",
+    end: b"NDKEYEND",
+};
 
 impl KeyTable {
     /// Assembles a table; `keys.len()` must be the files' total rows × columns.
@@ -331,13 +335,13 @@ impl KeyTable {
     /// [`KeyTable::save`] would end the file with (computed by hashing the file's bytes without
     /// writing them).
     pub fn identity(&self) -> TableIdentity {
-        let mut out = ChecksumWriter::new(io::sink());
+        let mut out = FrameWriter::new(io::sink(), &TABLE).expect("writing to a sink cannot fail");
         self.write_body(&mut out)
             .expect("writing to a sink cannot fail");
         TableIdentity {
             shard: self.shard,
             rows: self.rows() as u64,
-            checksum: out.finish().1,
+            checksum: out.checksum(),
             files: self.files.len() as u64,
         }
     }
@@ -363,9 +367,9 @@ impl KeyTable {
     }
 
     /// Writes everything the checksum covers: the header, the keys, the records' places.
-    fn write_body<W: Write>(&self, out: &mut ChecksumWriter<W>) -> io::Result<()> {
+    fn write_body<W: Write>(&self, out: &mut FrameWriter<W>) -> io::Result<()> {
         let header = TableHeader::new(self.layout.clone(), self.shard, self.files.clone());
-        write_framed_header(out, MAGIC, &header)?;
+        out.header(&header)?;
         write_u64s(out, &self.keys)?;
         for f in &self.files {
             for c in &f.chunks {
@@ -380,11 +384,9 @@ impl KeyTable {
     }
 
     fn write_to<W: Write>(&self, out: W) -> io::Result<()> {
-        let mut out = ChecksumWriter::new(out);
+        let mut out = FrameWriter::new(out, &TABLE)?;
         self.write_body(&mut out)?;
-        let (mut out, sum) = out.finish();
-        out.write_all(&sum.to_le_bytes())?;
-        out.write_all(END_MAGIC)
+        out.finish().map(drop)
     }
 
     /// Reads a table written by [`KeyTable::save`] (its records' places too), verifying its
@@ -402,15 +404,14 @@ impl KeyTable {
     /// its checksum.
     pub fn from_bytes(bytes: &[u8]) -> Result<KeyTable, KeysError> {
         let name = Path::new(BYTES_NAME);
-        let mut input = ChecksumReader::new(bytes);
-        let mut header: TableHeader = read_framed_header(&mut input, MAGIC, name)?;
+        let (mut input, mut header) = open_framed::<_, TableHeader>(bytes, &TABLE, name)?;
         let keys_left = check_header(&header, name)?;
         if keys_left.saturating_mul(8) > bytes.len() as u64 {
             return Err(truncated(name, io::ErrorKind::UnexpectedEof.into()));
         }
         let keys = read_u64s(&mut input, keys_left as usize).map_err(|e| truncated(name, e))?;
         let places = read_places(&mut input, &header.places, name)?;
-        verify_trailer(input, name, END_MAGIC)?;
+        finish_framed(input, &TABLE, name)?;
         header.attach_places(places, name)?;
         KeyTable::new(header.layout, header.shard, header.files, keys).map_err(|e| e.in_file(name))
     }
@@ -591,10 +592,11 @@ impl KeyTableWriter {
             .map_err(|e| KeysError::io(&scratch, e.into_error()))?;
         body.seek(SeekFrom::Start(0))
             .map_err(|e| KeysError::io(&scratch, e))?;
-        let mut out = ChecksumWriter::new(BufWriter::with_capacity(1 << 20, self.target));
+        let mut out = FrameWriter::new(BufWriter::with_capacity(1 << 20, self.target), &TABLE)
+            .map_err(io_err)?;
         let header = TableHeader::with_places(layout, shard, files, self.places);
         let places_bytes = header.places_bytes();
-        write_framed_header(&mut out, MAGIC, &header).map_err(io_err)?;
+        out.header(&header).map_err(io_err)?;
         let copied = io::copy(&mut (&mut body).take(self.keys * 8), &mut out).map_err(io_err)?;
         if copied != self.keys * 8 {
             return Err(KeysError::corrupt(
@@ -624,9 +626,7 @@ impl KeyTableWriter {
                 ));
             }
         }
-        let (mut buf, sum) = out.finish();
-        buf.write_all(&sum.to_le_bytes()).map_err(io_err)?;
-        buf.write_all(END_MAGIC).map_err(io_err)?;
+        let (buf, _) = out.finish().map_err(io_err)?;
         let file = buf.into_inner().map_err(|e| io_err(e.into_error()))?;
         drop(body);
         drop(self.rows_file);
@@ -641,7 +641,7 @@ impl KeyTableWriter {
 pub struct TableReader {
     path: PathBuf,
     header: TableHeader,
-    input: ChecksumReader<BufReader<Box<dyn Read + Send>>>,
+    input: FrameReader<BufReader<Box<dyn Read + Send>>>,
     keys_left: u64,
     buf: Vec<u8>,
     /// Whether [`TableReader::finish`] keeps the records' places ([`TableReader::keep_places`]).
@@ -652,8 +652,8 @@ impl TableReader {
     /// Opens a table file (or object, `path` holding its URL) and reads its header.
     pub fn open(path: &Path) -> Result<TableReader, KeysError> {
         let file = neardup_storage::file::open(path).map_err(|e| KeysError::io(path, e))?;
-        let mut input = ChecksumReader::new(BufReader::with_capacity(1 << 20, file));
-        let header: TableHeader = read_framed_header(&mut input, MAGIC, path)?;
+        let (input, header) =
+            open_framed::<_, TableHeader>(BufReader::with_capacity(1 << 20, file), &TABLE, path)?;
         let keys_left = check_header(&header, path)?;
         Ok(TableReader {
             path: path.to_path_buf(),
@@ -737,7 +737,7 @@ impl TableReader {
             skip_places(&mut self.input, self.header.places_bytes(), &self.path)?;
             Vec::new()
         };
-        verify_trailer(self.input, &self.path, END_MAGIC)?;
+        finish_framed(self.input, &TABLE, &self.path)?;
         if self.keep_places {
             self.header.attach_places(places, &self.path)?;
         }
@@ -866,9 +866,9 @@ impl ShardTables {
                 continue;
             }
             budget -= bytes;
-            let end = neardup_storage::file::read_end(path, bytes + 16)
+            let end = neardup_storage::file::read_end(path, bytes + TRAILER_BYTES as u64)
                 .map_err(|e| KeysError::io(path, e))?;
-            if end.len() as u64 != bytes + 16 {
+            if end.len() as u64 != bytes + TRAILER_BYTES as u64 {
                 return Err(truncated(path, io::ErrorKind::UnexpectedEof.into()));
             }
             let data = read_places(&mut &end[..*bytes as usize], entries, path)?;
@@ -890,11 +890,12 @@ impl ShardTables {
 
 /// The checksum a table file ends with (before its end marker), read without reading the rest.
 fn stored_checksum(path: &Path) -> Result<u64, KeysError> {
-    let end = neardup_storage::file::read_end(path, 16).map_err(|e| KeysError::io(path, e))?;
-    let trailer: [u8; 16] = end
+    let end = neardup_storage::file::read_end(path, TRAILER_BYTES as u64)
+        .map_err(|e| KeysError::io(path, e))?;
+    let trailer: [u8; TRAILER_BYTES] = end
         .try_into()
         .map_err(|_| truncated(path, io::ErrorKind::UnexpectedEof.into()))?;
-    if &trailer[8..] != END_MAGIC {
+    if &trailer[8..] != TABLE.end {
         return Err(KeysError::corrupt(path, Damage::MissingEndMarker));
     }
     Ok(u64::from_le_bytes(
@@ -1019,130 +1020,59 @@ fn skip_places<R: Read>(input: &mut R, bytes: u64, path: &Path) -> Result<(), Ke
     Ok(())
 }
 
-/// Hashes everything written through it, for the trailing checksum of the binary formats.
-pub(crate) struct ChecksumWriter<W: Write> {
-    inner: W,
-    hasher: Xxh3,
-}
-
-impl<W: Write> ChecksumWriter<W> {
-    pub(crate) fn new(inner: W) -> Self {
-        ChecksumWriter {
-            inner,
-            hasher: Xxh3::new(),
-        }
-    }
-    pub(crate) fn finish(self) -> (W, u64) {
-        (self.inner, self.hasher.digest())
-    }
-}
-
-impl<W: Write> Write for ChecksumWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-/// Hashes everything read through it.
-pub(crate) struct ChecksumReader<R: Read> {
-    inner: R,
-    hasher: Xxh3,
-}
-
-impl<R: Read> ChecksumReader<R> {
-    pub(crate) fn new(inner: R) -> Self {
-        ChecksumReader {
-            inner,
-            hasher: Xxh3::new(),
-        }
-    }
-    /// The hash of everything read so far.
-    pub(crate) fn digest(&self) -> u64 {
-        self.hasher.digest()
-    }
-}
-
-impl<R: Read> Read for ChecksumReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        Ok(n)
-    }
-}
-
-pub(crate) fn write_framed_header<W: Write, T: Serialize>(
-    out: &mut W,
-    magic: &[u8; 8],
-    header: &T,
-) -> io::Result<()> {
-    let json = serde_json::to_vec(header).map_err(io::Error::other)?;
-    out.write_all(magic)?;
-    out.write_all(&(json.len() as u64).to_le_bytes())?;
-    out.write_all(&json)
-}
-
-pub(crate) fn read_framed_header<R: Read, T: for<'de> Deserialize<'de>>(
-    input: &mut R,
-    magic: &[u8; 8],
+/// Opens a file framed as `frame` (`neardup_corpus::frame`) and reads its JSON header; damage
+/// to either is the keys' own [`Damage`] of the file at `path`.
+pub(crate) fn open_framed<R: Read, T: DeserializeOwned>(
+    input: R,
+    frame: &Frame,
     path: &Path,
-) -> Result<T, KeysError> {
-    let mut got = [0u8; 8];
-    input.read_exact(&mut got).map_err(|e| truncated(path, e))?;
-    if &got != magic {
-        return Err(KeysError::corrupt(
-            path,
-            Damage::BadMagic {
-                kind: String::from_utf8_lossy(&magic[..6]).into_owned(),
-            },
-        ));
-    }
-    let mut len = [0u8; 8];
-    input.read_exact(&mut len).map_err(|e| truncated(path, e))?;
-    let len = u64::from_le_bytes(len);
-    if len > 1 << 34 {
-        return Err(KeysError::corrupt(path, Damage::HeaderLength(len)));
-    }
-    let mut json = vec![0u8; len as usize];
-    input
-        .read_exact(&mut json)
-        .map_err(|e| truncated(path, e))?;
-    serde_json::from_slice(&json).map_err(|e| KeysError::corrupt(path, Damage::Header(e)))
+) -> Result<(FrameReader<R>, T), KeysError> {
+    let damaged = |e| frame_damage(frame, path, e);
+    let mut input = FrameReader::open(input, frame).map_err(damaged)?;
+    let header = input.header().map_err(damaged)?;
+    Ok((input, header))
 }
 
-pub(crate) fn verify_trailer<R: Read>(
-    input: ChecksumReader<R>,
+/// Checks the trailer of a framed file whose contents were read (its end marker, then its
+/// checksum), and that nothing follows it.
+pub(crate) fn finish_framed<R: Read>(
+    mut input: FrameReader<R>,
+    frame: &Frame,
     path: &Path,
-    end_magic: &[u8; 8],
 ) -> Result<(), KeysError> {
-    let expected = input.hasher.digest();
-    let mut inner = input.inner;
-    let mut trailer = [0u8; 16];
-    inner
-        .read_exact(&mut trailer)
-        .map_err(|e| truncated(path, e))?;
-    let stored = u64::from_le_bytes(trailer[..8].try_into().expect("8 bytes"));
-    if &trailer[8..] != end_magic {
-        return Err(KeysError::corrupt(path, Damage::MissingEndMarker));
-    }
-    if stored != expected {
-        return Err(KeysError::corrupt(
-            path,
-            Damage::Checksum {
-                stored,
-                computed: expected,
-            },
-        ));
-    }
+    input
+        .trailer()
+        .and_then(|trailer| trailer.check())
+        .map_err(|e| frame_damage(frame, path, e))?;
     let mut extra = [0u8; 1];
-    if inner.read(&mut extra).map_err(|e| KeysError::io(path, e))? != 0 {
+    if input
+        .into_inner()
+        .read(&mut extra)
+        .map_err(|e| KeysError::io(path, e))?
+        != 0
+    {
         return Err(KeysError::corrupt(path, Damage::TrailingBytes));
     }
     Ok(())
+}
+
+/// What damage to the framing of a key-table or hot-key file is, in these files' own words: a
+/// read that ends early is [`Damage::Truncated`] (another failed read an I/O error), another
+/// kind's file is [`Damage::BadMagic`] naming the kind expected.
+fn frame_damage(frame: &Frame, path: &Path, e: FrameError) -> KeysError {
+    let damage = match e {
+        FrameError::Short { error } | FrameError::Truncated { error } => {
+            return truncated(path, error);
+        }
+        FrameError::OtherMagic => Damage::BadMagic {
+            kind: String::from_utf8_lossy(&frame.magic[..6]).into_owned(),
+        },
+        FrameError::HeaderLength(len) => Damage::HeaderLength(len),
+        FrameError::Header(e) => Damage::Header(e),
+        FrameError::NoEndMarker => Damage::MissingEndMarker,
+        FrameError::Checksum { stored, computed } => Damage::Checksum { stored, computed },
+    };
+    KeysError::corrupt(path, damage)
 }
 
 pub(crate) fn write_u64s<W: Write>(out: &mut W, values: &[u64]) -> io::Result<()> {
@@ -1367,13 +1297,10 @@ mod tests {
         }
         let mut header = TableHeader::new(table.layout().clone(), table.shard(), files);
         header.format_version = version;
-        let mut out = ChecksumWriter::new(Vec::new());
-        write_framed_header(&mut out, MAGIC, &header).unwrap();
+        let mut out = FrameWriter::new(Vec::new(), &TABLE).unwrap();
+        out.header(&header).unwrap();
         write_u64s(&mut out, table.keys()).unwrap();
-        let (mut bytes, sum) = out.finish();
-        bytes.extend_from_slice(&sum.to_le_bytes());
-        bytes.extend_from_slice(END_MAGIC);
-        bytes
+        out.finish().unwrap().0
     }
 
     #[test]
@@ -1440,6 +1367,119 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// Files written before the key table moved onto `neardup_corpus::frame`
+    /// (`crates/keys/tests/data/table-v2.ndk`): written byte for byte the same, and read.
+    #[test]
+    fn the_bytes_of_a_table_file_are_unchanged() {
+        let t = table_with_places();
+        let committed: &[u8] = include_bytes!("../tests/data/table-v2.ndk");
+        assert_eq!(t.to_bytes(), committed);
+        assert_eq!(KeyTable::from_bytes(committed).unwrap(), t);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.ndk");
+        t.save(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), committed);
+        assert_eq!(t.identity().checksum, stored_checksum(&path).unwrap());
+    }
+
+    /// Every way a key-table or hot-key file's framing can be damaged gets the message it had
+    /// before the files moved onto `neardup_corpus::frame`, naming the file, read from bytes,
+    /// from a file and (tables) streamed.
+    #[test]
+    fn damage_to_the_framing_of_either_file_keeps_its_message() {
+        let t = table_with_places();
+        let hot =
+            HotKeys::new(t.layout().clone(), 1, vec![3, 17, 99]).counted_from(vec![t.identity()]);
+        let table_bytes = t.to_bytes();
+        let hot_bytes = hot.to_bytes().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("damaged");
+        // Each file's messages from bytes, then from a file (loaded whole, and for a table
+        // opened and read through as `apply` does), the file's name first.
+        let messages = |bytes: &[u8], table: bool| -> Vec<String> {
+            std::fs::write(&path, bytes).unwrap();
+            let named = format!("{}: ", path.display());
+            let from_file = |e: KeysError| {
+                let message = e.to_string();
+                message
+                    .strip_prefix(&named)
+                    .unwrap_or_else(|| panic!("{message}"))
+                    .to_string()
+            };
+            if table {
+                let streamed = TableReader::open(&path).and_then(|mut r| {
+                    while r.read_keys(2, &mut Vec::new())? > 0 {}
+                    r.finish()
+                });
+                let from_bytes = KeyTable::from_bytes(bytes).unwrap_err().to_string();
+                vec![
+                    from_bytes.strip_prefix("<bytes>: ").unwrap().to_string(),
+                    from_file(KeyTable::load(&path).unwrap_err()),
+                    from_file(streamed.err().unwrap()),
+                ]
+            } else {
+                let from_bytes = HotKeys::from_bytes(bytes).unwrap_err().to_string();
+                vec![
+                    from_bytes.strip_prefix("<bytes>: ").unwrap().to_string(),
+                    from_file(HotKeys::load(&path).unwrap_err()),
+                    from_file(crate::HotSummary::load(&path).unwrap_err()),
+                ]
+            }
+        };
+        let check = |bytes: &[u8], table: bool, want: &str| {
+            for message in messages(bytes, table) {
+                assert!(message.starts_with(want), "{want:?}: {message:?}");
+            }
+        };
+        for (bytes, table, kind) in [
+            (&table_bytes, true, "NDKEYS"),
+            (&hot_bytes, false, "NDHOTK"),
+        ] {
+            let magic = &bytes[..8];
+            check(&[], table, "file is truncated");
+            check(&magic[..5], table, "file is truncated");
+            let other: &[u8] = if table { &hot_bytes } else { &table_bytes };
+            check(
+                other,
+                table,
+                &format!("not a neardup {kind} file (bad magic bytes)"),
+            );
+            let with_header = |len: u64, json: &[u8]| {
+                let mut b = magic.to_vec();
+                b.extend_from_slice(&len.to_le_bytes());
+                b.extend_from_slice(json);
+                b
+            };
+            check(
+                &with_header(u64::MAX, b""),
+                table,
+                "implausible header length 18446744073709551615",
+            );
+            check(&with_header(3, b"xyz"), table, "unreadable header: ");
+            check(&with_header(100, b"{}"), table, "file is truncated");
+            check(&bytes[..bytes.len() - 1], table, "file is truncated");
+            let mut no_end = bytes.clone();
+            *no_end.last_mut().unwrap() ^= 1;
+            check(&no_end, table, "missing end marker (truncated?)");
+            let mut flipped = bytes.clone();
+            flipped[bytes.len() - 17] ^= 1;
+            check(&flipped, table, "checksum mismatch (stored ");
+            let mut longer = bytes.clone();
+            longer.push(0);
+            check(&longer, table, "trailing bytes after end marker");
+        }
+        // A read that fails otherwise than by ending is the file's I/O error.
+        let failed = frame_damage(
+            &TABLE,
+            Path::new("t.ndk"),
+            FrameError::Truncated {
+                error: io::Error::other("the disk is gone"),
+            },
+        );
+        assert!(matches!(failed, KeysError::Io { .. }), "{failed:?}");
+        assert!(failed.to_string().contains("the disk is gone"), "{failed}");
     }
 
     #[test]

@@ -30,9 +30,9 @@ impl FileIndex {
             }
             // Whatever is there is only read: one that is not an index is refused by `load`.
             _ => {
-                let saved = SavedIndex::load(path).map_err(|source| IndexError::File {
+                let saved = SavedIndex::load(path).map_err(|error| IndexError::File {
                     path: path.to_path_buf(),
-                    source,
+                    error,
                 })?;
                 MemoryIndex::from_saved(settings, saved, path)?
             }
@@ -74,7 +74,7 @@ pub(crate) fn refuse_other_than_index(path: &Path) -> Result<(), IndexError> {
         Err(e) => {
             return Err(IndexError::Save {
                 path: path.to_path_buf(),
-                source: e,
+                error: e,
             });
         }
     };
@@ -99,9 +99,9 @@ pub(crate) fn refuse_other_than_index(path: &Path) -> Result<(), IndexError> {
 /// holds anything but a neardup index. Returns the bytes written.
 pub(crate) fn save_saved(saved: &SavedIndex, path: &Path) -> Result<u64, IndexError> {
     refuse_other_than_index(path)?;
-    let io = |source| IndexError::Save {
+    let io = |error| IndexError::Save {
         path: path.to_path_buf(),
-        source,
+        error,
     };
     let mut file = neardup_corpus::AtomicFile::create(path).map_err(io)?;
     let bytes = saved.write_to(&mut file).map_err(io)?;
@@ -168,9 +168,9 @@ impl MemoryIndex {
                     block_bytes: neardup_corpus::ReadOptions::DEFAULT_BLOCK_BYTES,
                     threads: rayon::current_num_threads(),
                 })
-                .map_err(|source| IndexError::File {
+                .map_err(|error| IndexError::File {
                     path: path.to_path_buf(),
-                    source,
+                    error,
                 })?;
         }
         let names: Vec<String> = saved.files().iter().map(|f| f.name.clone()).collect();

@@ -180,21 +180,34 @@ pub enum Index {
     Redis(Box<RedisIndex>),
 }
 
-/// An error the index met.
-#[derive(Debug)]
+/// An error the index met. Its message prints every cause it holds (a field named `error`), so
+/// a reporter printing the chain (Python's `__cause__`) shows each once: only the causes of
+/// those causes are its sources.
+#[derive(Debug, thiserror::Error)]
 pub enum IndexError {
     /// The settings are not valid.
+    #[error(transparent)]
     Settings(SettingsError),
     /// The representatives' spill file failed (exact verification past `verify_memory`).
+    #[error("exact verification's spill file failed: {0}")]
     Spill(std::io::Error),
     /// The Redis server could not be reached when the index was opened.
+    #[error(
+        "cannot reach the Redis server at {address}: {error} (is redis-server running there, and \
+         is the URL redis://HOST:PORT/DB?)"
+    )]
     Unreachable {
         /// The server's address (without a password).
         address: String,
         /// What the client met.
-        source: redis::RedisError,
+        error: redis::RedisError,
     },
     /// The namespace was made with other settings.
+    #[error(
+        "the namespace {namespace:?} at {address} was made with other settings ({}; the \
+         namespace's value first): use its settings, or another namespace",
+        differences.join(", ")
+    )]
     SettingsDiffer {
         /// The server's address.
         address: String,
@@ -204,6 +217,11 @@ pub enum IndexError {
         differences: Vec<String>,
     },
     /// The server was lost, or failed, in the middle of a batch.
+    #[error(
+        "the Redis server at {address} failed after {decided} of the batch's {total} documents \
+         were decided: {error}; no document is half inserted, and checking the batch again with \
+         the same ids gives each document its one decision"
+    )]
     Lost {
         /// The server's address.
         address: String,
@@ -215,16 +233,21 @@ pub enum IndexError {
         /// Documents in the batch.
         total: usize,
         /// What the client met.
-        source: redis::RedisError,
+        error: redis::RedisError,
     },
     /// A command failed outside a batch (len, stats, query).
+    #[error("the Redis server at {address} failed: {error}")]
     Redis {
         /// The server's address.
         address: String,
         /// What the client met.
-        source: redis::RedisError,
+        error: redis::RedisError,
     },
     /// Other producers kept getting in the way of a batch for an unreasonable number of rounds.
+    #[error(
+        "other producers on {address} kept changing what the batch reaches: {decided} of {total} \
+         documents decided; try again"
+    )]
     Contention {
         /// The server's address.
         address: String,
@@ -234,13 +257,20 @@ pub enum IndexError {
         total: usize,
     },
     /// A saved index file could not be read (or is not one, or is damaged).
+    #[error("cannot open the index {}: {error}", path.display())]
     File {
         /// The file.
         path: PathBuf,
         /// What reading it met.
-        source: neardup_index::IndexError,
+        error: neardup_index::IndexError,
     },
     /// A saved index file was made with other settings.
+    #[error(
+        "the index {} was made with other settings ({}; the file's value first): use its \
+         settings, or another file",
+        path.display(),
+        differences.join(", ")
+    )]
     FileSettingsDiffer {
         /// The file.
         path: PathBuf,
@@ -248,6 +278,10 @@ pub enum IndexError {
         differences: Vec<String>,
     },
     /// A path to save an index at holds something that is not an index this tool wrote.
+    #[error(
+        "{} is {what}: an index is only saved over an index this tool wrote; choose a new path",
+        path.display()
+    )]
     NotIndexFile {
         /// The path.
         path: PathBuf,
@@ -255,21 +289,36 @@ pub enum IndexError {
         what: String,
     },
     /// Saving the index failed.
+    #[error("cannot save the index at {}: {error}", path.display())]
     Save {
         /// Where it was being saved.
         path: PathBuf,
         /// What writing met.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// [`Index::save`] without a path, for an index whose store is not a file.
+    #[error(
+        "give the path to save the index at (only an index opened from a file saves back to its \
+         own)"
+    )]
     NoPath,
     /// An index to push does not store its entries' sketches (a batch run's, verified by exact
     /// Jaccard, whose entries are read back from its inputs).
+    #[error(
+        "{} does not store its entries' shingle sets (a batch run verified by exact Jaccard reads \
+         them back from its inputs): open it once with neardup.Index(store=...) and save it, \
+         which stores them, then push that",
+        path.display()
+    )]
     NotSelfContained {
         /// The index file.
         path: PathBuf,
     },
     /// A namespace to push into holds an index (and replacing it was not asked for).
+    #[error(
+        "the namespace {namespace:?} at {address} already holds an index: push into another \
+         namespace, or pass --replace to replace it"
+    )]
     NamespaceInUse {
         /// The server's address.
         address: String,
@@ -277,6 +326,10 @@ pub enum IndexError {
         namespace: String,
     },
     /// A namespace holds no index.
+    #[error(
+        "the namespace {namespace:?} at {address} holds no index (no producer opened it and \
+         nothing was pushed into it)"
+    )]
     NoNamespace {
         /// The server's address.
         address: String,
@@ -284,6 +337,7 @@ pub enum IndexError {
         namespace: String,
     },
     /// The namespace holds something this version cannot read.
+    #[error("the namespace {namespace:?} at {address} cannot be used: {what}")]
     Damaged {
         /// The server's address.
         address: String,
@@ -292,115 +346,6 @@ pub enum IndexError {
         /// What cannot be read.
         what: String,
     },
-}
-
-impl fmt::Display for IndexError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            IndexError::Settings(e) => write!(f, "{e}"),
-            IndexError::Spill(e) => write!(f, "exact verification's spill file failed: {e}"),
-            IndexError::Unreachable { address, source } => write!(
-                f,
-                "cannot reach the Redis server at {address}: {source} (is redis-server running \
-                 there, and is the URL redis://HOST:PORT/DB?)"
-            ),
-            IndexError::SettingsDiffer {
-                address,
-                namespace,
-                differences,
-            } => write!(
-                f,
-                "the namespace {namespace:?} at {address} was made with other settings ({}; the \
-                 namespace's value first): use its settings, or another namespace",
-                differences.join(", ")
-            ),
-            IndexError::Lost {
-                address,
-                decided,
-                total,
-                source,
-            } => write!(
-                f,
-                "the Redis server at {address} failed after {decided} of the batch's {total} \
-                 documents were decided: {source}; no document is half inserted, and checking the \
-                 batch again with the same ids gives each document its one decision"
-            ),
-            IndexError::Redis { address, source } => {
-                write!(f, "the Redis server at {address} failed: {source}")
-            }
-            IndexError::Contention {
-                address,
-                decided,
-                total,
-            } => write!(
-                f,
-                "other producers on {address} kept changing what the batch reaches: {decided} of \
-                 {total} documents decided; try again"
-            ),
-            IndexError::File { path, source } => {
-                write!(f, "cannot open the index {}: {source}", path.display())
-            }
-            IndexError::FileSettingsDiffer { path, differences } => write!(
-                f,
-                "the index {} was made with other settings ({}; the file's value first): use its \
-                 settings, or another file",
-                path.display(),
-                differences.join(", ")
-            ),
-            IndexError::NotIndexFile { path, what } => write!(
-                f,
-                "{} is {what}: an index is only saved over an index this tool wrote; choose a \
-                 new path",
-                path.display()
-            ),
-            IndexError::Save { path, source } => {
-                write!(f, "cannot save the index at {}: {source}", path.display())
-            }
-            IndexError::NoPath => f.write_str(
-                "give the path to save the index at (only an index opened from a file saves \
-                 back to its own)",
-            ),
-            IndexError::NotSelfContained { path } => write!(
-                f,
-                "{} does not store its entries' shingle sets (a batch run verified by exact \
-                 Jaccard reads them back from its inputs): open it once with \
-                 neardup.Index(store=...) and save it, which stores them, then push that",
-                path.display()
-            ),
-            IndexError::NamespaceInUse { address, namespace } => write!(
-                f,
-                "the namespace {namespace:?} at {address} already holds an index: push into \
-                 another namespace, or pass --replace to replace it"
-            ),
-            IndexError::NoNamespace { address, namespace } => write!(
-                f,
-                "the namespace {namespace:?} at {address} holds no index (no producer opened it \
-                 and nothing was pushed into it)"
-            ),
-            IndexError::Damaged {
-                address,
-                namespace,
-                what,
-            } => write!(
-                f,
-                "the namespace {namespace:?} at {address} cannot be used: {what}"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for IndexError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            IndexError::Settings(e) => Some(e),
-            IndexError::Spill(e) | IndexError::Save { source: e, .. } => Some(e),
-            IndexError::File { source, .. } => Some(source),
-            IndexError::Unreachable { source, .. }
-            | IndexError::Lost { source, .. }
-            | IndexError::Redis { source, .. } => Some(source),
-            _ => None,
-        }
-    }
 }
 
 impl Index {

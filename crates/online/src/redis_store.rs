@@ -499,9 +499,9 @@ impl RedisIndex {
         namespace: &str,
     ) -> Result<RedisIndex, IndexError> {
         let address = shown(url);
-        let unreachable = |source| IndexError::Unreachable {
+        let unreachable = |error| IndexError::Unreachable {
             address: address.clone(),
-            source,
+            error,
         };
         let client = redis::Client::open(url).map_err(unreachable)?;
         let mut con = client
@@ -576,10 +576,10 @@ impl RedisIndex {
         &self.namespace
     }
 
-    fn failed(&self, source: redis::RedisError) -> IndexError {
+    fn failed(&self, error: redis::RedisError) -> IndexError {
         IndexError::Redis {
             address: self.address.clone(),
-            source,
+            error,
         }
     }
 
@@ -619,7 +619,7 @@ impl RedisIndex {
             .query(&mut self.con)
             .map_err(|e| IndexError::Redis {
                 address: self.address.clone(),
-                source: e,
+                error: e,
             })?;
         let mut memory_bytes = 0;
         for key in [&k.settings, &k.meta, &k.ids, &k.buckets, &k.copies, &k.reps] {
@@ -629,7 +629,7 @@ impl RedisIndex {
                 .query(&mut self.con)
                 .map_err(|e| IndexError::Redis {
                     address: self.address.clone(),
-                    source: e,
+                    error: e,
                 })?;
             memory_bytes += used.unwrap_or(0);
         }
@@ -734,11 +734,11 @@ impl RedisIndex {
     ) -> Result<(Vec<DocId>, HashMap<DocId, Decided>), IndexError> {
         assert_eq!(texts.len(), ids.len(), "one id per text");
         let total = texts.len();
-        let lost = |address: &str, decided: usize, source| IndexError::Lost {
+        let lost = |address: &str, decided: usize, error| IndexError::Lost {
             address: address.to_string(),
             decided,
             total,
-            source,
+            error,
         };
         let ids = self
             .assign_ids(ids)

@@ -42,9 +42,9 @@ pub struct Transferred {
 
 fn connect(url: &str) -> Result<(Connection, String), IndexError> {
     let address = shown(url);
-    let unreachable = |source| IndexError::Unreachable {
+    let unreachable = |error| IndexError::Unreachable {
         address: address.clone(),
-        source,
+        error,
     };
     let client = redis::Client::open(url).map_err(unreachable)?;
     let con = client
@@ -113,9 +113,9 @@ pub fn push(
         });
     }
     let (mut con, address) = connect(url)?;
-    let failed = |source| IndexError::Redis {
+    let failed = |error| IndexError::Redis {
         address: address.clone(),
-        source,
+        error,
     };
     let keys = Keys::new(namespace);
     let recorded = recorded_of(saved);
@@ -340,9 +340,9 @@ pub(crate) fn pull_over(
         .cmd("HGETALL")
         .arg(&keys.reps)
         .query(con)
-        .map_err(|source| IndexError::Redis {
+        .map_err(|error| IndexError::Redis {
             address: address.clone(),
-            source,
+            error,
         })?;
     let settings = settings.ok_or_else(|| IndexError::NoNamespace {
         address: address.clone(),
@@ -563,9 +563,9 @@ pub fn file_stats(saved: &SavedIndex, bytes: u64) -> serde_json::Value {
 pub fn namespace_stats(url: &str, namespace: &str) -> Result<serde_json::Value, IndexError> {
     let (mut con, address) = connect(url)?;
     let keys = Keys::new(namespace);
-    let failed = |source| IndexError::Redis {
+    let failed = |error| IndexError::Redis {
         address: address.clone(),
-        source,
+        error,
     };
     type Counts = (
         Option<String>,

@@ -185,10 +185,10 @@ pub(crate) fn index_error(py: Python<'_>, e: OnlineError) -> PyErr {
         | OnlineError::SettingsDiffer { .. }
         | OnlineError::FileSettingsDiffer { .. }
         | OnlineError::NoPath => PyValueError::new_err(message),
-        OnlineError::Save { source, .. } => os_error(py, &source, message),
+        OnlineError::Save { error, .. } => os_error(py, &error, message),
         // A saved index that cannot be opened: the exception the same failure of a run's
         // `--against` gets, with this message.
-        OnlineError::File { source, .. } => match source {
+        OnlineError::File { error, .. } => match error {
             IndexError::Io { error, .. } | IndexError::Missing { error, .. } => {
                 os_error(py, &error, message)
             }
