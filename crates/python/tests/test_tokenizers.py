@@ -37,7 +37,7 @@ def sudachi_words(text: str) -> list:
     try:
         tokenizer = _SUDACHI
     except NameError:
-        tokenizer = _SUDACHI = Dictionary(dict="core").create(SplitMode.C)
+        tokenizer = _SUDACHI = Dictionary(dict="core").tokenizer(mode=SplitMode.C)
     return [m.surface() for m in tokenizer.tokenize(text)]
 
 
