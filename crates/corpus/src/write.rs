@@ -1124,21 +1124,10 @@ impl FileWriter {
             sink.mem_in -= group.encoded_mem;
             self.records -= group.encoded_rows;
             self.part_records -= group.encoded_rows;
-            let Sink::Parquet(sink) = &self.sink else {
-                unreachable!("checked above");
-            };
-            if let Some(max) = self.max
-                && self.part_records > 0
-                && sink.projected_copy(g) > max
-            {
-                self.close_part()?;
-            }
-            let part = self.parts.len();
-            let (staged, shown) = (self.staging.join(self.part_rel(part)), self.shown(part));
+            let shown = self.open_parquet_part(|sink| sink.projected_copy(g))?;
             let Sink::Parquet(sink) = &mut self.sink else {
                 unreachable!("checked above");
             };
-            sink.part(&staged, &shown, self.uploads.as_ref())?;
             sink.copy_group(g)
                 .map_err(|e| WriteError::new(&shown, "parquet", e.to_string()))?;
             self.records += rows;
@@ -1174,18 +1163,10 @@ impl FileWriter {
                 .map_err(|e| WriteError::new(&base, "parquet", e.to_string()))?;
             let mem = rows_memory(&slice);
             sink.pending_mem = sink.pending_mem.saturating_sub(mem);
-            if let Some(max) = self.max
-                && self.part_records > 0
-                && sink.projected(mem) > max
-            {
-                self.close_part()?;
-            }
-            let part = self.parts.len();
-            let (staged, shown) = (self.staging.join(self.part_rel(part)), self.shown(part));
+            let shown = self.open_parquet_part(|sink| sink.projected(mem))?;
             let Sink::Parquet(sink) = &mut self.sink else {
                 unreachable!("checked above");
             };
-            sink.part(&staged, &shown, self.uploads.as_ref())?;
             sink.encode(&slice)
                 .map_err(|e| WriteError::new(&shown, "parquet", e.to_string()))?;
             sink.mem_in += mem;
@@ -1196,6 +1177,31 @@ impl FileWriter {
             self.records += slice.num_rows() as u64;
             self.part_records += slice.num_rows() as u64;
         }
+    }
+
+    /// Opens the Parquet part the next write goes to, closing the current one first when
+    /// `projected` (its size once the write is in) would pass `--max-output-bytes`; returns the
+    /// part's shown path.
+    fn open_parquet_part(
+        &mut self,
+        projected: impl FnOnce(&ParquetSink) -> u64,
+    ) -> Result<PathBuf, WriteError> {
+        let Sink::Parquet(sink) = &self.sink else {
+            unreachable!("open_parquet_part is only called for Parquet sinks");
+        };
+        if let Some(max) = self.max
+            && self.part_records > 0
+            && projected(sink) > max
+        {
+            self.close_part()?;
+        }
+        let part = self.parts.len();
+        let (staged, shown) = (self.staging.join(self.part_rel(part)), self.shown(part));
+        let Sink::Parquet(sink) = &mut self.sink else {
+            unreachable!("checked above");
+        };
+        sink.part(&staged, &shown, self.uploads.as_ref())?;
+        Ok(shown)
     }
 
     /// Finishes the current part's encoder and fsyncs it.
