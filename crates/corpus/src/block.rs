@@ -709,3 +709,26 @@ pub struct SampleAddr {
     /// Field slot within the record, from 0.
     pub field: u32,
 }
+
+/// What the readers' tests compare blocks by.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::{Block, SampleText};
+    use crate::select::TextSelector;
+
+    /// (record, text or skip kind) of every sample of `blocks`, records counted from the
+    /// chunk's start.
+    pub(crate) fn samples(blocks: &[Block], sel: &TextSelector) -> Vec<(u64, String)> {
+        let mut out = Vec::new();
+        for b in blocks {
+            b.for_each_sample(sel, |s| {
+                let t = match s.text {
+                    SampleText::Text(t) => t.into_owned(),
+                    SampleText::Skipped(r) => r.kind().to_string(),
+                };
+                out.push((b.first_record + s.record as u64, t));
+            });
+        }
+        out
+    }
+}

@@ -525,25 +525,11 @@ mod tests {
     use parquet::file::properties::WriterProperties;
 
     use super::*;
-    use crate::block::{Projection, SampleText};
+    use crate::block::Projection;
+    use crate::block::test_support::samples;
     use crate::chunk::ChunkRange;
     use crate::read::{read_chunk, read_rows};
     use crate::select::{FieldPath, TextSelector};
-
-    /// (record, text or skip kind) of every sample of `blocks`, chunk-local records.
-    fn samples(blocks: &[crate::Block], sel: &TextSelector) -> Vec<(u64, String)> {
-        let mut out = Vec::new();
-        for b in blocks {
-            b.for_each_sample(sel, |s| {
-                let t = match s.text {
-                    SampleText::Text(t) => t.into_owned(),
-                    SampleText::Skipped(r) => r.kind().to_string(),
-                };
-                out.push((b.first_record + s.record as u64, t));
-            });
-        }
-        out
-    }
 
     /// A file of `groups` row groups of 200 rows, pages of 20 rows, an offset index or not,
     /// dictionary pages or not: a text column (some nulls) and a number column.

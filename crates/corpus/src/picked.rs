@@ -394,26 +394,12 @@ impl PickedSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::{Projection, ReadOptions, SampleText};
+    use crate::block::test_support::samples;
+    use crate::block::{Projection, ReadOptions};
     use crate::chunk::Chunk;
     use crate::chunk::ChunkRange;
     use crate::read::{read_chunk, read_records, read_records_whole};
     use crate::select::{FieldPath, TextSelector};
-
-    /// (record, text or skip kind) of every sample of `blocks`, file-chunk-local records.
-    fn samples(blocks: &[crate::Block], sel: &TextSelector) -> Vec<(u64, String)> {
-        let mut out = Vec::new();
-        for b in blocks {
-            b.for_each_sample(sel, |s| {
-                let t = match s.text {
-                    SampleText::Text(t) => t.into_owned(),
-                    SampleText::Skipped(r) => r.kind().to_string(),
-                };
-                out.push((b.first_record + s.record as u64, t));
-            });
-        }
-        out
-    }
 
     #[test]
     fn picked_records_read_as_a_whole_read_reads_them_and_the_rest_are_passed_over() {
