@@ -172,6 +172,34 @@ fn a_run_over_objects_gives_the_decisions_and_outputs_of_the_same_files_on_disk(
 /// writing only decisions fetches only the row groups (and, with a page index, the pages)
 /// holding rows it decides, by ranged requests, takes the bytes a run over the same files on
 /// disk takes, and decides as the runs over the files that read every row.
+/// `neardup dedup INPUT` against `s3` at threshold 0.7 on 2 threads (with `--output` under
+/// `dir` when `output`): its decisions file and its report, files named by `tag`.
+fn dedup_reported(
+    s3: &S3Server,
+    dir: &Path,
+    input: &str,
+    tag: &str,
+    output: bool,
+) -> (String, serde_json::Value) {
+    let decisions = dir.join(format!("decisions-{tag}.jsonl"));
+    let report = dir.join(format!("report-{tag}.json"));
+    let mut cmd = neardup();
+    cmd.arg("dedup")
+        .arg(input)
+        .arg("--decisions")
+        .arg(&decisions)
+        .arg("--report")
+        .arg(&report)
+        .args(["--threshold", "0.7", "-j", "2", "--on-error", "skip"]);
+    if output {
+        cmd.arg("--output").arg(dir.join(format!("out-{tag}")));
+    }
+    let o = with_env(&mut cmd, &s3.env());
+    assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
+    let report = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    (std::fs::read_to_string(&decisions).unwrap(), report)
+}
+
 #[test]
 fn parquet_objects_are_read_by_the_row_groups_and_pages_holding_rows_to_decide() {
     let s3 = S3Server::start(&[]);
@@ -180,26 +208,8 @@ fn parquet_objects_are_read_by_the_row_groups_and_pages_holding_rows_to_decide()
     s3.create_bucket("corpus");
     s3.upload_dir("corpus", "pq/", &local);
     let dedup = |input: &str, tag: &str, output: bool| {
-        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
-        let report = tmp.path().join(format!("report-{tag}.json"));
-        let mut cmd = neardup();
-        cmd.arg("dedup")
-            .arg(input)
-            .arg("--decisions")
-            .arg(&decisions)
-            .arg("--report")
-            .arg(&report)
-            .args(["--threshold", "0.7", "-j", "2", "--on-error", "skip"]);
-        if output {
-            cmd.arg("--output")
-                .arg(tmp.path().join(format!("out-{tag}")));
-        }
-        let o = with_env(&mut cmd, &s3.env());
-        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
-        let read = report["stage2"]["bytes_read"].as_u64().unwrap();
-        (std::fs::read_to_string(&decisions).unwrap(), read)
+        let (decisions, report) = dedup_reported(&s3, tmp.path(), input, tag, output);
+        (decisions, report["stage2"]["bytes_read"].as_u64().unwrap())
     };
     let (whole, whole_read) = dedup(local.to_str().unwrap(), "whole", true);
     assert_eq!(whole_read, total);
@@ -1013,27 +1023,10 @@ fn compressed_members_and_parquet_row_groups_are_read_from_objects_as_from_files
     s3.upload_dir("corpus", "m/", &members);
     s3.upload_dir("corpus", "pq/", &parquet);
     let dedup = |input: &str, tag: &str, output: bool| {
-        let decisions = tmp.path().join(format!("decisions-{tag}.jsonl"));
-        let report = tmp.path().join(format!("report-{tag}.json"));
-        let mut cmd = neardup();
-        cmd.arg("dedup")
-            .arg(input)
-            .arg("--decisions")
-            .arg(&decisions)
-            .arg("--report")
-            .arg(&report)
-            .args(["--threshold", "0.7", "-j", "2", "--on-error", "skip"]);
-        if output {
-            cmd.arg("--output")
-                .arg(tmp.path().join(format!("out-{tag}")));
-        }
-        let o = with_env(&mut cmd, &s3.env());
-        assert!(o.status.success(), "{tag}: {}", support::stderr(&o));
-        let report: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        let (decisions, report) = dedup_reported(&s3, tmp.path(), input, tag, output);
         let read = report["stage2"]["bytes_read"].as_u64().unwrap();
         let dropped = report["totals"]["records_dropped"].as_u64().unwrap();
-        (std::fs::read_to_string(&decisions).unwrap(), read, dropped)
+        (decisions, read, dropped)
     };
     let total = size(&members);
     let (files, files_read, dropped) = dedup(members.to_str().unwrap(), "files", false);
