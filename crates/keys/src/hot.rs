@@ -1372,20 +1372,23 @@ mod tests {
         }
     }
 
+    /// The plan of `tables()`'s hot keys 1, 2 (one component, through row 0) and 3 in two
+    /// groups.
+    fn two_group_plan() -> Plan {
+        Plan {
+            groups: 2,
+            group_of_key: vec![0, 0, 1],
+            group_rows: vec![3, 2],
+            components: 2,
+            largest_component: 3,
+            hot_rows: 5,
+        }
+    }
+
     #[test]
     fn a_summary_is_loaded_without_the_keys_and_checked_like_the_file() {
         let (hot, _, _) = merge_tables(&tables(), 1).unwrap();
-        let planned = hot
-            .clone()
-            .with_plan(Plan {
-                groups: 2,
-                group_of_key: vec![0, 0, 1],
-                group_rows: vec![3, 2],
-                components: 2,
-                largest_component: 3,
-                hot_rows: 5,
-            })
-            .unwrap();
+        let planned = hot.clone().with_plan(two_group_plan()).unwrap();
         let dir = tempfile::tempdir().unwrap();
         for (name, keys) in [("plain.ndh", &hot), ("planned.ndh", &planned)] {
             let path = dir.path().join(name);
@@ -1417,17 +1420,7 @@ mod tests {
     #[test]
     fn the_bytes_of_a_hot_key_file_are_unchanged() {
         let (hot, _, _) = merge_tables(&tables(), 1).unwrap();
-        let planned = hot
-            .clone()
-            .with_plan(Plan {
-                groups: 2,
-                group_of_key: vec![0, 0, 1],
-                group_rows: vec![3, 2],
-                components: 2,
-                largest_component: 3,
-                hot_rows: 5,
-            })
-            .unwrap();
+        let planned = hot.clone().with_plan(two_group_plan()).unwrap();
         let committed: [&[u8]; 2] = [
             include_bytes!("../tests/data/hot-v2.ndh"),
             include_bytes!("../tests/data/hot-v2-planned.ndh"),
@@ -1457,15 +1450,7 @@ mod tests {
         let (hot, _, _) = merge_tables(&tables, 1).unwrap();
         // Hot keys 1, 2 (one component, through row 0) and 3.
         assert_eq!(hot.keys(), &[1, 2, 3]);
-        let plan = Plan {
-            groups: 2,
-            group_of_key: vec![0, 0, 1],
-            group_rows: vec![3, 2],
-            components: 2,
-            largest_component: 3,
-            hot_rows: 5,
-        };
-        let hot = hot.with_plan(plan).unwrap();
+        let hot = hot.with_plan(two_group_plan()).unwrap();
         // Each shard's mask numbers its own rows.
         let mut got = Vec::new();
         for t in &tables {
