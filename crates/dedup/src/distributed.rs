@@ -1038,16 +1038,10 @@ pub fn run_write(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use neardup_sketch::{LshParams, Shingler, SketchConfig};
 
     fn sketch() -> DecideShape {
         DecideShape {
-            sketcher: Sketcher::new(SketchConfig::new(
-                Shingler::Chars { k: 5, step: 1 },
-                128,
-                LshParams::new(16, 8).unwrap(),
-            ))
-            .unwrap(),
+            sketcher: crate::pass::test_settings::sketcher(),
             rule: RowRule::default(),
         }
     }

@@ -196,3 +196,47 @@ pub(crate) struct Addressing<'a> {
 pub(crate) fn needs_shingles(cfg: &Stage2Config) -> bool {
     cfg.deduper.verify == Verify::Jaccard && cfg.rule.band_keys
 }
+
+/// The settings the crate's unit tests start from.
+#[cfg(test)]
+pub(crate) mod test_settings {
+    use neardup_corpus::{FieldPath, TextSelector};
+    use neardup_exec::OnError;
+    use neardup_keys::RowRule;
+    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
+
+    use super::{EmptyPolicy, Stage2Config};
+    use crate::deduper::DeduperConfig;
+    use crate::prefer::Prefer;
+
+    /// Character 5-grams, 128 permutations in 16 bands of 8.
+    pub(crate) fn sketcher() -> Sketcher {
+        Sketcher::new(SketchConfig::new(
+            Shingler::Chars { k: 5, step: 1 },
+            128,
+            LshParams::new(16, 8).unwrap(),
+        ))
+        .unwrap()
+    }
+
+    /// Stage 2 over the `text` field with [`sketcher`]: one thread, the first copy kept,
+    /// empty texts kept, unreadable records skipped, nothing written.
+    pub(crate) fn stage2() -> Stage2Config {
+        Stage2Config {
+            sketcher: sketcher(),
+            rule: RowRule::default(),
+            selector: TextSelector::single(FieldPath::top("text")),
+            deduper: DeduperConfig::default(),
+            empty: EmptyPolicy::Keep,
+            prefer: Prefer::First,
+            sort_memory: 1 << 20,
+            threads: 1,
+            block_bytes: 1 << 16,
+            block_memory: None,
+            on_error: OnError::Skip,
+            output: None,
+            decisions: None,
+            prior: None,
+        }
+    }
+}

@@ -147,24 +147,14 @@ pub(crate) fn run_ranked_into(
 #[cfg(test)]
 mod tests {
     use neardup_corpus::{FieldPath, InputFile, Reason, TextSelector};
-    use neardup_exec::OnError;
-    use neardup_keys::{KeysConfig, KeysOutput, RowRule, run_keys};
-    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
 
-    use crate::{
-        DeduperConfig, EmptyPolicy, FieldOrder, Prefer, SampleAddr, Stage2Config, run_dedup,
-    };
+    use neardup_keys::{KeysConfig, KeysOutput, run_keys};
+
+    use crate::{DeduperConfig, FieldOrder, Prefer, SampleAddr, Stage2Config, run_dedup};
 
     use super::*;
 
-    fn sketcher() -> Sketcher {
-        Sketcher::new(SketchConfig::new(
-            Shingler::Chars { k: 5, step: 1 },
-            128,
-            LshParams::new(16, 8).unwrap(),
-        ))
-        .unwrap()
-    }
+    use crate::pass::test_settings::sketcher;
 
     fn selector() -> TextSelector {
         TextSelector {
@@ -226,23 +216,16 @@ mod tests {
         spill: &std::path::Path,
     ) -> Stage2Config {
         Stage2Config {
-            sketcher: sketcher(),
-            rule: RowRule::default(),
             selector: selector(),
             deduper: DeduperConfig {
                 spill_dir: Some(spill.to_path_buf()),
                 ..DeduperConfig::default()
             },
-            empty: EmptyPolicy::Keep,
             prefer,
             sort_memory,
             threads,
             block_bytes: 1 << 12,
-            block_memory: None,
-            on_error: OnError::Skip,
-            output: None,
-            decisions: None,
-            prior: None,
+            ..crate::pass::test_settings::stage2()
         }
     }
 

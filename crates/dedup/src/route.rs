@@ -388,37 +388,16 @@ mod tests {
         Chunk, ChunkRange, FieldPath, InputFile, Projection, ReadOptions, TextSelector, read_chunk,
         read_decisions,
     };
-    use neardup_exec::OnError;
-    use neardup_keys::RowRule;
-    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
 
     use super::*;
-    use crate::deduper::DeduperConfig;
+
     use crate::distributed::DecidedMerge;
     use crate::handoff::{DecidedSample, RecordReader, RecordWriter, encode_decided};
-    use crate::prefer::Prefer;
 
     fn cfg(empty: EmptyPolicy) -> Stage2Config {
         Stage2Config {
-            sketcher: Sketcher::new(SketchConfig::new(
-                Shingler::Chars { k: 5, step: 1 },
-                128,
-                LshParams::new(16, 8).unwrap(),
-            ))
-            .unwrap(),
-            rule: RowRule::default(),
-            selector: TextSelector::single(FieldPath::top("text")),
-            deduper: DeduperConfig::default(),
             empty,
-            threads: 1,
-            block_bytes: 1 << 16,
-            block_memory: None,
-            on_error: OnError::Skip,
-            output: None,
-            decisions: None,
-            prefer: Prefer::First,
-            sort_memory: 1 << 20,
-            prior: None,
+            ..crate::pass::test_settings::stage2()
         }
     }
 

@@ -90,35 +90,14 @@ pub fn run_dedup_into(
 mod tests {
     use std::sync::Arc;
 
-    use neardup_corpus::{FieldPath, TextSelector};
-    use neardup_exec::OnError;
-    use neardup_keys::RowRule;
-    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
-
     use super::*;
-    use crate::{DeduperConfig, EmptyPolicy, Prefer, PriorState};
+    use crate::{Prefer, PriorState};
 
     fn cfg(prefer: Prefer, prior: Option<PriorState>) -> Stage2Config {
         Stage2Config {
-            sketcher: Sketcher::new(SketchConfig::new(
-                Shingler::Chars { k: 5, step: 1 },
-                128,
-                LshParams::new(16, 8).unwrap(),
-            ))
-            .unwrap(),
-            rule: RowRule::default(),
-            selector: TextSelector::single(FieldPath::top("text")),
-            deduper: DeduperConfig::default(),
-            empty: EmptyPolicy::Keep,
             prefer,
-            sort_memory: 1 << 20,
-            threads: 1,
-            block_bytes: 1 << 16,
-            block_memory: None,
-            on_error: OnError::Skip,
-            output: None,
-            decisions: None,
             prior: prior.map(Arc::new),
+            ..crate::pass::test_settings::stage2()
         }
     }
 

@@ -487,22 +487,13 @@ fn write_outputs(
 mod tests {
     use super::*;
     use crate::{
-        DeduperConfig, EmptyPolicy, Prefer, SampleAddr, TextDeduper, TextVerdict, Verdict,
-        run_dedup,
+        DeduperConfig, EmptyPolicy, SampleAddr, TextDeduper, TextVerdict, Verdict, run_dedup,
     };
     use neardup_corpus::{FieldPath, InputFile, TextSelector};
-    use neardup_exec::{CancelToken, OnError};
+    use neardup_exec::CancelToken;
     use neardup_keys::{KeysConfig, RowRule, run_keys};
-    use neardup_sketch::{LshParams, Shingler, SketchConfig, Sketcher};
 
-    fn sketcher() -> Sketcher {
-        Sketcher::new(SketchConfig::new(
-            Shingler::Chars { k: 5, step: 1 },
-            128,
-            LshParams::new(16, 8).unwrap(),
-        ))
-        .unwrap()
-    }
+    use crate::pass::test_settings::sketcher;
 
     /// Texts with near and exact copies over three files, one of them empty.
     fn inputs(dir: &std::path::Path) -> (Vec<InputFile>, Vec<String>) {
@@ -543,20 +534,9 @@ mod tests {
 
     fn stage2(threads: usize, block_bytes: usize) -> Stage2Config {
         Stage2Config {
-            sketcher: sketcher(),
-            rule: RowRule::default(),
-            selector: TextSelector::single(FieldPath::top("text")),
-            deduper: DeduperConfig::default(),
-            empty: EmptyPolicy::Keep,
             threads,
             block_bytes,
-            block_memory: None,
-            on_error: OnError::Skip,
-            output: None,
-            decisions: None,
-            prefer: Prefer::First,
-            sort_memory: 1 << 20,
-            prior: None,
+            ..crate::pass::test_settings::stage2()
         }
     }
 
