@@ -18,7 +18,6 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Schema};
 use neardup_online::{DocId, Text};
-use numpy::PyArray1;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
@@ -30,7 +29,7 @@ use neardup::{Error, Pipeline, RunControl};
 use crate::errors::to_py;
 use crate::run::{Output, Run};
 use crate::settings::{Scope, config_from};
-use crate::table_decisions::{Ids, TableDecisions, reason_code};
+use crate::table_decisions::{DecisionColumns, IndexedDups, TableDecisions};
 
 const STREAM_CAPSULE: &CStr = c"arrow_array_stream";
 
@@ -365,27 +364,20 @@ fn run_table(
         }
         let row = x.addr.record as usize;
         d.reach(row);
-        d.keep[row] = x.keep;
-        d.reason[row] = reason_code(x.reason);
-        if let Some(s) = x.similarity {
-            d.similarity[row] = s;
-        }
-        match x.dup_of {
-            Some(a) if a.file == me => d.dup_of[row] = a.record as i64,
-            Some(a) => d.indexed_dups.push((
-                row as u64,
-                indexed.get(a.file as usize).cloned().unwrap_or_default(),
-                a.record,
-            )),
-            None => {}
-        }
-        if x.cluster.file == me {
-            d.cluster[row] = x.cluster.record as i64;
-        }
-        if let Some((ids, dup_ids)) = &mut d.ids {
-            ids[row].clone_from(&x.id);
-            dup_ids[row].clone_from(&x.dup_of_id);
-        }
+        let dup_of = match x.dup_of {
+            Some(a) if a.file == me => Some(a.record as i64),
+            Some(a) => {
+                d.indexed_dups.push((
+                    row as u64,
+                    indexed.get(a.file as usize).cloned().unwrap_or_default(),
+                    a.record,
+                ));
+                None
+            }
+            None => None,
+        };
+        let cluster = (x.cluster.file == me).then_some(x.cluster.record as i64);
+        d.record(row, x, dup_of, cluster);
     });
     let report = match run {
         // A stream that gave no row at all is an empty table: nothing to decide.
@@ -409,39 +401,18 @@ fn run_table(
 /// The decisions `neardup.dedup_table` made, as numpy columns and lists: `(keep, reason codes,
 /// reason names, dup_of, similarity, cluster, ids, dup_of_ids, indexed_dups, report JSON)`.
 #[pyfunction]
-#[allow(clippy::type_complexity)]
 pub fn table_result<'py>(
     py: Python<'py>,
     run: &Run,
-) -> PyResult<(
-    Bound<'py, PyArray1<bool>>,
-    Bound<'py, PyArray1<u8>>,
-    Vec<&'static str>,
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<f64>>,
-    Bound<'py, PyArray1<i64>>,
-    Option<Ids>,
-    Vec<(u64, String, u64)>,
-    String,
-)> {
+) -> PyResult<(DecisionColumns<'py>, IndexedDups, String)> {
     let Output::Table(d) = run.take(py)? else {
         return Err(pyo3::exceptions::PyRuntimeError::new_err(
             "this run made no table decisions",
         ));
     };
     let mut d = *d;
-    let (keep, reason, names, dup_of, similarity, cluster, ids) = d.columns(py, "the table")?;
-    Ok((
-        keep,
-        reason,
-        names,
-        dup_of,
-        similarity,
-        cluster,
-        ids,
-        d.indexed_dups,
-        d.report,
-    ))
+    let columns = d.columns(py, "the table")?;
+    Ok((columns, d.indexed_dups, d.report))
 }
 
 /// A block of a distributed dataset (`neardup.ray.drop_duplicates`) registered under the name
@@ -536,7 +507,7 @@ pub fn block_sign(
 /// first global row of each block, in block order).
 #[pyfunction]
 #[pyo3(signature = (data, name, table, hot, decided, row_bases, settings = None))]
-#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+#[allow(clippy::too_many_arguments)]
 pub fn block_decisions<'py>(
     py: Python<'py>,
     data: &Bound<'py, PyAny>,
@@ -546,16 +517,7 @@ pub fn block_decisions<'py>(
     decided: Vec<PyRef<'py, crate::values::Decided>>,
     row_bases: Vec<u64>,
     settings: Option<&Bound<'py, PyDict>>,
-) -> PyResult<(
-    Bound<'py, PyArray1<bool>>,
-    Bound<'py, PyArray1<u8>>,
-    Vec<&'static str>,
-    Bound<'py, PyArray1<i64>>,
-    Bound<'py, PyArray1<f64>>,
-    Bound<'py, PyArray1<i64>>,
-    Option<Ids>,
-    String,
-)> {
+) -> PyResult<(DecisionColumns<'py>, String)> {
     let config = table_config(settings)?;
     let has_ids = config.input.id_field.is_some();
     let block = register_block(data, name, &config)?;
@@ -581,34 +543,12 @@ pub fn block_decisions<'py>(
                         return;
                     }
                     let row = x.addr.record as usize;
-                    d.keep[row] = x.keep;
-                    d.reason[row] = reason_code(x.reason);
-                    if let Some(s) = x.similarity {
-                        d.similarity[row] = s;
-                    }
-                    if let Some(a) = x.dup_of {
-                        d.dup_of[row] = global(a);
-                    }
-                    d.cluster[row] = global(x.cluster);
-                    if let Some((ids, dup_ids)) = &mut d.ids {
-                        ids[row].clone_from(&x.id);
-                        dup_ids[row].clone_from(&x.dup_of_id);
-                    }
+                    d.record(row, x, x.dup_of.map(global), Some(global(x.cluster)));
                 },
             )
         })
         .map_err(to_py)?;
     drop(block);
-    let (keep, reason, names, dup_of, similarity, cluster, ids) =
-        d.columns(py, format!("block {name}"))?;
-    Ok((
-        keep,
-        reason,
-        names,
-        dup_of,
-        similarity,
-        cluster,
-        ids,
-        crate::run::report_json(&report),
-    ))
+    let columns = d.columns(py, format!("block {name}"))?;
+    Ok((columns, crate::run::report_json(&report)))
 }

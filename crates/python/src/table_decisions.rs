@@ -2,11 +2,15 @@
 //! filled by `frames.rs` as a run decides and handed over by a `Run` (`run.rs`).
 
 use neardup::corpus::Reason;
+use neardup::dedup::Decision;
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 
 /// The ids of a table's rows and of the rows they duplicate, when an id column is set.
 pub(crate) type Ids = (Vec<Option<String>>, Vec<Option<String>>);
+
+/// Dropped rows that duplicate a record of an indexed run: (row, file, record).
+pub(crate) type IndexedDups = Vec<(u64, String, u64)>;
 
 /// A table's decisions as Python gets them: `(keep, reason codes, reason names, dup_of,
 /// similarity, cluster, ids)`, the columns as numpy arrays.
@@ -37,7 +41,7 @@ pub(crate) struct TableDecisions {
     /// The ids, when an id column is set: the row's, and the one of the row it duplicates.
     pub(crate) ids: Option<Ids>,
     /// Dropped rows that duplicate a record of an indexed run (`against`): (row, file, record).
-    pub(crate) indexed_dups: Vec<(u64, String, u64)>,
+    pub(crate) indexed_dups: IndexedDups,
     /// The JSON of the run's report.
     pub(crate) report: String,
 }
@@ -79,6 +83,32 @@ impl TableDecisions {
         }
     }
 
+    /// Writes `decision` into `row`; `dup_of` and `cluster` are its addresses as the caller
+    /// numbers rows (`None`: no row of these columns).
+    pub(crate) fn record(
+        &mut self,
+        row: usize,
+        decision: &Decision,
+        dup_of: Option<i64>,
+        cluster: Option<i64>,
+    ) {
+        self.keep[row] = decision.keep;
+        self.reason[row] = reason_code(decision.reason);
+        if let Some(s) = decision.similarity {
+            self.similarity[row] = s;
+        }
+        if let Some(dup_of) = dup_of {
+            self.dup_of[row] = dup_of;
+        }
+        if let Some(cluster) = cluster {
+            self.cluster[row] = cluster;
+        }
+        if let Some((ids, dup_ids)) = &mut self.ids {
+            ids[row].clone_from(&decision.id);
+            dup_ids[row].clone_from(&decision.dup_of_id);
+        }
+    }
+
     /// Makes the columns reach `row` (a stream's rows are known as they are decided).
     pub(crate) fn reach(&mut self, row: usize) {
         if row < self.keep.len() {
@@ -101,7 +131,7 @@ impl TableDecisions {
 const REASONS: [&str; 5] = ["unique", "near", "exact", "empty", "error"];
 
 /// The code of a reason in [`TableDecisions::reason`].
-pub(crate) fn reason_code(r: Reason) -> u8 {
+fn reason_code(r: Reason) -> u8 {
     match r {
         Reason::Unique => 0,
         Reason::Near => 1,

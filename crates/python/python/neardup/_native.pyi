@@ -500,9 +500,7 @@ def start_dedup_stream(open: Callable[[], Any], settings: Optional[Mapping[str, 
     """Starts neardup.dedup_table over a stream larger than memory: ``open()`` returns a fresh
     object with __arrow_c_stream__ for each stage, read batch by batch."""
 
-def table_result(
-    run: Run,
-) -> Tuple[
+_DecisionColumns = Tuple[
     numpy.typing.NDArray[numpy.bool_],
     numpy.typing.NDArray[numpy.uint8],
     List[str],
@@ -510,12 +508,16 @@ def table_result(
     numpy.typing.NDArray[numpy.float64],
     numpy.typing.NDArray[numpy.int64],
     Optional[Tuple[List[Optional[str]], List[Optional[str]]]],
-    List[Tuple[int, str, int]],
-    str,
-]:
-    """The decisions of a dedup_table run: keep, reason codes, reason names, dup_of (-1: none),
-    similarity (NaN: none), cluster (-1: an indexed run's), the ids and dup_of ids (with an id
-    column), the duplicates of indexed runs' records (row, file, record), the report JSON."""
+]
+"""A table's decisions as columns: keep, reason codes, reason names, dup_of (-1: none),
+similarity (NaN: none), cluster (-1: an indexed run's), the ids and dup_of ids (with an id
+column)."""
+
+def table_result(
+    run: Run,
+) -> Tuple[_DecisionColumns, List[Tuple[int, str, int]], str]:
+    """The decisions of a dedup_table run: its columns, the duplicates of indexed runs' records
+    (row, file, record), the report JSON."""
 
 def block_keys(
     data: Any, name: str, shard: int, settings: Optional[Mapping[str, Any]] = None
@@ -531,9 +533,10 @@ def block_sign(
 def block_decisions(
     data: Any, name: str, table: KeyTable, hot: HotKeys, decided: List[Decided],
     row_bases: List[int], settings: Optional[Mapping[str, Any]] = None,
-) -> Tuple[Any, Any, List[str], Any, Any, Any, Optional[Tuple[List[Optional[str]], List[Optional[str]]]], str]:
-    """The write step of one block without outputs: its rows' decisions, as table_result gives
-    them (without the indexed runs' duplicates), dup_of and cluster as global rows."""
+) -> Tuple[_DecisionColumns, str]:
+    """The write step of one block without outputs: its rows' decision columns, as table_result
+    gives them (without the indexed runs' duplicates), dup_of and cluster as global rows, and the
+    report JSON."""
 
 def step_value(run: Run) -> Any:
     """The value a step run without output made (waits for it): a KeyTable, HotKeys, Signed or

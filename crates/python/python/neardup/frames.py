@@ -142,9 +142,8 @@ def _decisions(source: Any, progress: Any, settings: Dict[str, Any]) -> Any:
     else:
         run = _native.start_dedup_table(source, settings)
     _finish(run, progress)
-    keep, codes, names, dup_of, similarity, cluster, ids, indexed, report = (
-        _native.table_result(run)
-    )
+    columns, indexed, report = _native.table_result(run)
+    keep, codes, names, dup_of, similarity, cluster, ids = columns
     if stream:
         # A file the runner cannot read to its end is reported and the rest decided; a stream
         # that fails part-way has rows nobody can name, so its decisions would not line up

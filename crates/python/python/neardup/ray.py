@@ -564,10 +564,11 @@ def _block_filter_task(
 
     from neardup.frames import _decisions_table
 
-    keep, codes, names, dup_of, similarity, cluster, ids, report = _native.block_decisions(
+    columns, report = _native.block_decisions(
         block, _block_name(run, shard), table, hot, [d.shard(shard) for d in decided],
         row_bases, settings,
     )
+    keep, codes, names, dup_of, similarity, cluster, ids = columns
     decisions = _decisions_table(
         keep, codes, names, dup_of, similarity, cluster, ids, [], report, False
     )
