@@ -57,28 +57,31 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// and its document number (-1: none).
 ///
 /// KEYS: meta, ids, buckets, copies, reps. ARGV ([`RedisIndex::commit_chunk`] writes them):
-/// 1. the number of representatives when the batch's view was read (-1: unknown, refuse on any
-///    newcomer);
-/// 2. this round's own representatives committed by earlier calls (packed u32);
-/// 3. the fewest equal signature positions that make a candidate; 4. `num_perm`; 5. `max_reps`
-///    (0: none);
-/// 6. per band key of the call (below), the representatives its bucket held as the decisions
-///    expect at this call: at the read, plus this round's own committed by earlier calls (packed
-///    u32);
-/// 7. the band keys (their places in the call's list, packed u32, from 1) that documents of the
-///    round refused by earlier calls would have joined;
-/// 8.–12. the counts of: decision counters' names, band keys, content hashes earlier refused
-///    documents would have made first copies, content hashes this call would make first copies,
-///    documents;
-/// then those names, band keys (every key a document of the call checks or joins, once),
-/// tainted hashes and first-copy hashes, and then the documents column by column: ids,
-/// specs, decisions, content hashes ("" when none), representatives' bodies ("" when none: its
-/// id's length (u32), id, signature, shingle set), signatures (its signature when it has checks
-/// and no body, "" otherwise). A spec packs its counter (u8, place in the names), flags (u8:
-/// 1 when it becomes its text's first copy, 2 when any refused representative in a bucket it
-/// checks may have changed it, "strict"), the counts of its checks, tight keys and joins (u32
-/// each), then the places of those keys (u32 each): the buckets it was decided against, those
-/// whose room under max_reps decided its joins, the buckets it joins (a key twice joins twice).
+/// - 1: the number of representatives when the batch's view was read (-1: unknown, refuse on any
+///   newcomer);
+/// - 2: this round's own representatives committed by earlier calls (packed u32);
+/// - 3: the fewest equal signature positions that make a candidate;
+/// - 4: `num_perm`;
+/// - 5: `max_reps` (0: none);
+/// - 6: per band key of the call (below), the representatives its bucket held as the decisions
+///   expect at this call: at the read, plus this round's own committed by earlier calls
+///   (packed u32);
+/// - 7: the band keys (their places in the call's list, packed u32, from 1) that documents of the
+///   round refused by earlier calls would have joined;
+/// - 8 to 12: the counts of: decision counters' names, band keys, content hashes earlier refused
+///   documents would have made first copies, content hashes this call makes first copies,
+///   documents;
+/// - 13 on: those names, band keys (every key a document of the call checks or joins,
+///   once), tainted hashes and first-copy hashes, then the documents column by column: ids,
+///   specs, decisions, content hashes ("" when none), representatives' bodies ("" when none:
+///   its id's length (u32), id, signature, shingle set), signatures (its signature when it
+///   has checks and no body, "" otherwise).
+///
+/// A spec packs the document's counter (u8, its place in the names), flags (u8: 1 when it
+/// becomes its text's first copy, 2 when any refused representative in a bucket it checks may
+/// have changed it, "strict"), the counts of its checks, tight keys and joins (u32 each), then
+/// the places of those keys (u32 each): the buckets it was decided against, those whose room
+/// under max_reps decided its joins, the buckets it joins (a key twice joins twice).
 ///
 /// A bucket that holds more than its documents were decided against holds representatives
 /// other producers committed since the read (those numbered from the count at the read on,
