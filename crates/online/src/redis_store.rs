@@ -56,7 +56,8 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// numbers: -1 (refused) or 0 (committed) or 1 + the number of the representative it became,
 /// and its document number (-1: none).
 ///
-/// KEYS: meta, ids, buckets, copies, reps. ARGV ([`RedisIndex::commit_chunk`] writes them):
+/// KEYS: meta, ids, buckets, copies, reps, sets. ARGV ([`RedisIndex::commit_chunk`] writes
+/// them):
 /// - 1: the number of representatives when the batch's view was read (-1: unknown, refuse on any
 ///   newcomer);
 /// - 2: this round's own representatives committed by earlier calls (packed u32);
@@ -73,9 +74,10 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 ///   documents;
 /// - 13 on: those names, band keys (every key a document of the call checks or joins,
 ///   once), tainted hashes and first-copy hashes, then the documents column by column: ids,
-///   specs, decisions, content hashes ("" when none), representatives' bodies ("" when none:
-///   its id's length (u32), id, signature, shingle set), signatures (its signature when it
-///   has checks and no body, "" otherwise).
+///   specs, decisions, content hashes ("" when none), representatives' records less their
+///   document numbers ("" when none: id's length (u32), id, signature), their shingle sets
+///   ("" when none or empty), signatures (its signature when it has checks and is no
+///   representative, "" otherwise).
 ///
 /// A spec packs the document's counter (u8, its place in the names), flags (u8: 1 when it
 /// becomes its text's first copy, 2 when any refused representative in a bucket it checks may
@@ -110,7 +112,7 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// first has been made (the server refuses a write script for memory only before it starts
 /// writing), so the call commits every document it accepts, or none.
 const COMMIT: &str = r#"
-local meta, ids, buckets, copies, reps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local meta, ids, buckets, copies, reps, sets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 -- `count` u32 words of `s` from byte `from`, unpacked a part at a time (one unpack returns at
 -- most a few thousand values).
 local formats = {}
@@ -165,7 +167,7 @@ local tainted_at = keys_at + nk
 local firsts_at = tainted_at + nt
 local id_at = firsts_at + nf
 local spec_at, blob_at, hash_at = id_at + n, id_at + 2 * n, id_at + 3 * n
-local body_at, sig_at = id_at + 4 * n, id_at + 5 * n
+local body_at, set_at, sig_at = id_at + 4 * n, id_at + 5 * n, id_at + 6 * n
 
 -- Per band key (by its place): its bucket's bytes at the start of the call, its length as the
 -- call's commits grow it, and the bytes other producers added since the read.
@@ -275,7 +277,7 @@ local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
 local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local counted = {}
 local appended, appended_order = {}, {}
-local id_fields, rep_fields, copy_fields = {}, {}, {}
+local id_fields, rep_fields, set_fields, copy_fields = {}, {}, {}, {}
 local out = {}
 local refused = 0
 for d = 1, n do
@@ -346,6 +348,11 @@ for d = 1, n do
       became = representatives
       rep_fields[#rep_fields + 1] = rep
       rep_fields[#rep_fields + 1] = docno .. body
+      local set = ARGV[set_at + d - 1]
+      if set ~= '' then
+        set_fields[#set_fields + 1] = rep
+        set_fields[#set_fields + 1] = set
+      end
       for _, k in ipairs(joins or {}) do
         local pieces = appended[k]
         if not pieces then
@@ -372,6 +379,7 @@ for d = 1, n do
 end
 
 hset(reps, rep_fields)
+hset(sets, set_fields)
 local bucket_fields = {}
 for _, k in ipairs(appended_order) do
   bucket_fields[#bucket_fields + 1] = ARGV[keys_at + k - 1]
@@ -471,6 +479,7 @@ pub(crate) struct Keys {
     pub(crate) buckets: String,
     pub(crate) copies: String,
     pub(crate) reps: String,
+    pub(crate) sets: String,
 }
 
 impl Keys {
@@ -483,7 +492,21 @@ impl Keys {
             buckets: k("buckets"),
             copies: k("copies"),
             reps: k("reps"),
+            sets: k("sets"),
         }
+    }
+
+    /// Every key of the namespace.
+    pub(crate) fn all(&self) -> [&String; 7] {
+        [
+            &self.settings,
+            &self.meta,
+            &self.ids,
+            &self.buckets,
+            &self.copies,
+            &self.reps,
+            &self.sets,
+        ]
     }
 }
 
@@ -671,7 +694,7 @@ impl RedisIndex {
                 error: e,
             })?;
         let mut memory_bytes = 0;
-        for key in [&k.settings, &k.meta, &k.ids, &k.buckets, &k.copies, &k.reps] {
+        for key in k.all() {
             let used: Option<u64> = redis::cmd("MEMORY")
                 .arg("USAGE")
                 .arg(key)
@@ -945,6 +968,7 @@ impl RedisIndex {
                 tight: Vec::new(),
                 joins: Vec::new(),
                 body: Vec::new(),
+                set_at: 0,
                 signature: Vec::new(),
             };
             if let (Some(s), Some(verdict)) = (s, verdict) {
@@ -1004,12 +1028,12 @@ impl RedisIndex {
                         op.joins.push(key);
                     }
                     if !op.joins.is_empty() {
-                        op.body = rep_tail(&op.id, s);
+                        (op.body, op.set_at) = rep_tail(&op.id, s);
                         buckets_of.insert(addr, op.joins.iter().copied().collect());
                     }
                 }
                 if op.body.is_empty() && !op.checks.is_empty() {
-                    // Its representative's body starts with it otherwise.
+                    // Its representative's record holds it otherwise.
                     op.signature = s.sig.iter().flat_map(|v| v.to_le_bytes()).collect();
                 }
             }
@@ -1147,6 +1171,7 @@ impl RedisIndex {
             .key(&k.buckets)
             .key(&k.copies)
             .key(&k.reps)
+            .key(&k.sets)
             .arg(plan.reps_at_read)
             .arg(&earlier.own[..])
             .arg(plan.floor_count)
@@ -1184,7 +1209,10 @@ impl RedisIndex {
             };
         }
         for (_, op, _) in ops {
-            inv.arg(&op.body[..]);
+            inv.arg(&op.body[..op.set_at]);
+        }
+        for (_, op, _) in ops {
+            inv.arg(&op.body[op.set_at..]);
         }
         for (_, op, _) in ops {
             inv.arg(&op.signature[..]);
@@ -1385,16 +1413,29 @@ impl RedisIndex {
         let num_perm = self.settings.sketcher.num_perm();
         let with_sets = self.settings.deduper.verify == neardup_dedup::Verify::Jaccard;
         for part in missing.chunks(4096) {
-            let mut cmd = redis::cmd("HMGET");
-            cmd.arg(&self.keys.reps);
-            for r in part {
-                cmd.arg(&r.to_le_bytes()[..]);
+            let fields: Vec<Vec<u8>> = part.iter().map(|r| r.to_le_bytes().to_vec()).collect();
+            let mut pipe = redis::pipe();
+            pipe.cmd("HMGET").arg(&self.keys.reps).arg(&fields);
+            if with_sets {
+                pipe.cmd("HMGET").arg(&self.keys.sets).arg(&fields);
             }
-            let got: Vec<Option<Vec<u8>>> = cmd.query(&mut self.con)?;
-            for (r, body) in part.iter().zip(got) {
-                let rec = body
+            type Raw = Vec<Option<Vec<u8>>>;
+            let (got, sets): (Raw, Raw) = if with_sets {
+                pipe.query(&mut self.con)?
+            } else {
+                let (got,): (Raw,) = pipe.query(&mut self.con)?;
+                (got, Vec::new())
+            };
+            if got.len() != part.len() || (with_sets && sets.len() != part.len()) {
+                return Err(damaged(
+                    "the server answered a read for other representatives than were asked",
+                ));
+            }
+            for (k, (r, record)) in part.iter().zip(got).enumerate() {
+                let set = sets.get(k).and_then(|s| s.as_deref());
+                let rec = record
                     .as_deref()
-                    .and_then(|b| decode_rep(b, num_perm, with_sets))
+                    .and_then(|b| decode_rep(b, set, num_perm, with_sets))
                     .ok_or_else(|| {
                         damaged(&format!("representative {r} is missing or cannot be read"))
                     })?;
@@ -1536,10 +1577,12 @@ struct Commit {
     /// Band keys whose buckets were full when it would have joined them.
     tight: Vec<u64>,
     joins: Vec<u64>,
-    /// Its representative's record less the document number ([`rep_tail`]; empty when it is
-    /// none).
+    /// Its representative's record less the document number ([`rep_tail`]), then its shingle
+    /// set (empty when it is none).
     body: Vec<u8>,
-    /// Its signature when it has checks and no body (which starts with it): what the commit
+    /// Where in `body` the shingle set starts.
+    set_at: usize,
+    /// Its signature when it has checks and no body (which holds it): what the commit
     /// compares with representatives that arrived after the read.
     signature: Vec<u8>,
 }
@@ -1562,22 +1605,34 @@ fn committed_addr(docno: u64) -> SampleAddr {
     }
 }
 
-/// A representative's record as the server stores it, less the document number the script
-/// puts before it: its id's length and id, then its signature and shingle set.
-fn rep_tail(id: &str, s: &Signed) -> Vec<u8> {
+/// A representative's record as the server stores it in `reps`, less the document number the
+/// script puts before it (its id's length and id, then its signature), followed by its shingle
+/// set (what `sets` holds), and where that starts.
+fn rep_tail(id: &str, s: &Signed) -> (Vec<u8>, usize) {
     let sets = s.shingles.as_deref().unwrap_or(&[]);
     let mut out = Vec::with_capacity(4 + id.len() + 4 * (s.sig.len() + sets.len()));
     out.extend_from_slice(&(id.len() as u32).to_le_bytes());
     out.extend_from_slice(id.as_bytes());
-    for v in s.sig.iter().chain(sets) {
+    for v in &s.sig {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    out
+    let set_at = out.len();
+    for v in sets {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    (out, set_at)
 }
 
-/// A representative record: the document number (written by the script), then
-/// [`rep_tail`]: id length and id, signature and shingle set.
-pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
+/// A representative as the server holds it: its record in `reps` (the document number, written
+/// by the script, then [`rep_tail`]'s: id length and id, signature) and its shingle set in
+/// `sets` (`set`; none when the set is empty). A record written before the sets had a hash of
+/// their own holds its set after the signature, and is read as such.
+pub(crate) fn decode_rep(
+    b: &[u8],
+    set: Option<&[u8]>,
+    num_perm: usize,
+    with_sets: bool,
+) -> Option<RepRecord> {
     let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
     let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
     let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
@@ -1585,16 +1640,24 @@ pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<R
     if body.len() % 4 != 0 || body.len() < 4 * num_perm {
         return None;
     }
-    let words: Vec<u32> = body
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-        .collect();
-    let (sig, sets) = words.split_at(num_perm);
+    let words = |bytes: &[u8]| -> Vec<u32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect()
+    };
+    let (sig, inline) = body.split_at(4 * num_perm);
+    let shingles = match (with_sets, inline.is_empty(), set) {
+        (false, _, _) => None,
+        (true, false, _) => Some(words(inline)),
+        (true, true, Some(set)) if set.len() % 4 != 0 => return None,
+        (true, true, set) => Some(words(set.unwrap_or_default())),
+    };
     Some(RepRecord {
         docno,
         id,
-        signature: sig.to_vec(),
-        shingles: with_sets.then(|| sets.to_vec()),
+        signature: words(sig),
+        shingles,
     })
 }
 
