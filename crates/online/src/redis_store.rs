@@ -5,8 +5,10 @@
 //! - `settings`: the settings the namespace was made with (JSON); a producer with other
 //!   settings is refused, naming each setting that differs;
 //! - `ids` (hash): every document id checked or inserted → its decision (so a retry gets it);
-//! - `reps` (hash): representative number → the kept document's number, id, MinHash signature
-//!   and, under `verify="exact"`, its shingle set (the values other producers verify against);
+//! - `reps` (hash): representative number → the kept document's number, id and MinHash
+//!   signature (what other producers compare with);
+//! - `sets` (hash): representative number → under `verify="exact"`, its shingle set (what they
+//!   verify against), apart so that the commit script reads signatures without it;
 //! - `buckets` (hash): band key → the numbers of its representatives, in the order they joined
 //!   (at most `max_reps`);
 //! - `copies` (hash): 128-bit content hash → the first document with that text (number and id);
@@ -1732,6 +1734,36 @@ mod tests {
             assert_eq!(decode_sequenced(&stored), Some((7, d)));
         }
         assert_eq!(decode_decision(&[0, 0, 0, 0, 0, 0, 0, 0, 2, 0]), None);
+    }
+
+    /// A representative's record and its shingle set in `sets` are read together; a record
+    /// that holds its set after the signature (written before the sets had a hash of their
+    /// own) is read the same; a set that is not whole words is refused.
+    #[test]
+    fn representatives_read_with_their_sets_or_inline() {
+        let sig = [1u32, 2, 3];
+        let set = [7u32, 9];
+        let words = |w: &[u32]| w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+        let mut record = 5u64.to_le_bytes().to_vec();
+        record.extend_from_slice(&2u32.to_le_bytes());
+        record.extend_from_slice(b"sx");
+        record.extend(words(&sig));
+        let apart = decode_rep(&record, Some(&words(&set)), 3, true).unwrap();
+        let mut inline = record.clone();
+        inline.extend(words(&set));
+        let old = decode_rep(&inline, None, 3, true).unwrap();
+        for rec in [&apart, &old] {
+            assert_eq!((rec.docno, rec.id.as_str()), (5, "sx"));
+            assert_eq!(rec.signature, sig);
+            assert_eq!(rec.shingles.as_deref(), Some(&set[..]));
+        }
+        assert_eq!(
+            decode_rep(&record, None, 3, true).unwrap().shingles,
+            Some(vec![])
+        );
+        assert_eq!(decode_rep(&record, None, 3, false).unwrap().shingles, None);
+        assert!(decode_rep(&record, Some(&[1, 2, 3]), 3, true).is_none());
+        assert!(decode_rep(&record[..record.len() - 4], None, 3, true).is_none());
     }
 
     /// A `redis-server` of the test's own on a free loopback port, stopped by its pid.
