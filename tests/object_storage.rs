@@ -938,6 +938,41 @@ fn the_staged_steps_with_every_file_between_them_on_object_storage_match_one_loc
             "{args:?} changed an object"
         );
     }
+    // A prefix holding objects is no step's to write into (exit code 1), but with --overwrite an
+    // earlier output of the same step, replaced by the same bytes.
+    let sign_args = |out: &str, rest: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["sign", &tables[0], "--hot", &hot, "-o", out]
+            .map(String::from)
+            .to_vec();
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args.extend(settings.map(String::from));
+        args
+    };
+    for (args, expected) in [
+        (sign_args(&decided[0], &[]), "is not empty"),
+        (sign_args(&sigs[0], &[]), "pass --overwrite"),
+        (
+            sign_args(&decided[0], &["--overwrite"]),
+            "replaces only an earlier `sign` output",
+        ),
+    ] {
+        let o = with_env(neardup().current_dir(&cwd).args(&args), &s3.env());
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(
+            (objects("work"), objects("corpus")) == before,
+            "{args:?} changed an object"
+        );
+    }
+    let o = with_env(
+        neardup()
+            .current_dir(&cwd)
+            .args(sign_args(&sigs[0], &["--overwrite"])),
+        &s3.env(),
+    );
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    assert!((objects("work"), objects("corpus")) == before);
     let o = with_env(
         neardup()
             .current_dir(&cwd)

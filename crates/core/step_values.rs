@@ -547,32 +547,25 @@ impl StepFiles {
     /// publication has begun, settling what dead runs left) without `overwrite`, and with it a
     /// file that is not this step's earlier output
     /// (its manifest, and the streams that manifest lists and this run writes again), so that a
-    /// step replaces nothing but its own earlier output. A directory on object storage is not
-    /// listed: its files are checked one by one ([`RunPaths`]).
+    /// step replaces nothing but its own earlier output. A prefix on object storage is listed
+    /// alike.
     pub(crate) fn check_free<M: StepManifest>(&self, overwrite: bool) -> Result<(), Error> {
-        if neardup_storage::is_url_path(&self.dir) {
-            return Ok(());
-        }
         let refused = |path: &Path, kind: &'static str, message: String| {
             Error::Publish(neardup_corpus::WriteError::new(path, kind, message))
         };
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io(IoOp::Read, &self.dir, e)),
-        };
-        let mut held = Vec::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| Error::io(IoOp::Read, &self.dir, e))?;
-            let name = entry.file_name();
-            let name = name.to_string_lossy();
-            // This run's reserved names and what dead runs left (settled by the publication's
-            // start); a live run's are refused by it (`in_use`).
-            if name.starts_with('.') && name.contains(".neardup-") {
-                continue;
-            }
-            held.push(entry.path());
-        }
+        let mut held: Vec<PathBuf> = self
+            .held()?
+            .into_iter()
+            .filter(|p| {
+                // This run's reserved names and what dead runs left (settled by the publication's
+                // start); a live run's are refused by it (`in_use`).
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default();
+                !(name.starts_with('.') && name.contains(".neardup-"))
+            })
+            .collect();
         held.sort();
         let step = M::STEP.step;
         let Some(first) = held.first() else {
@@ -645,6 +638,34 @@ impl StepFiles {
             }
         }
         Ok(())
+    }
+
+    /// Every file in the directory (every object below the prefix), named as the step names
+    /// its own files: the directory joined with the name.
+    fn held(&self) -> Result<Vec<PathBuf>, Error> {
+        if let Some(url) = neardup_storage::ObjectUrl::from_path(&self.dir) {
+            let listed = neardup_storage::list(&url)
+                .map_err(|e| Error::io(IoOp::Read, &self.dir, e.into()))?;
+            return Ok(listed
+                .into_iter()
+                .map(|entry| match url.relative(&entry.url) {
+                    Some(name) => self.dir.join(name),
+                    None => PathBuf::from(entry.url.to_string()),
+                })
+                .collect());
+        }
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(IoOp::Read, &self.dir, e)),
+        };
+        entries
+            .map(|entry| {
+                entry
+                    .map(|e| e.path())
+                    .map_err(|e| Error::io(IoOp::Read, &self.dir, e))
+            })
+            .collect()
     }
 }
 
