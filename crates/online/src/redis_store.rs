@@ -143,10 +143,12 @@ local function words(s, from, count)
   end
   return out
 end
+-- Fields ARGV[from..to] of hash `key`, in parts of 4000 (unpack's stack holds 8000 values).
 local function hmget(key, from, to)
+  if to - from < 4000 then return redis.call('HMGET', key, unpack(ARGV, from, to)) end
   local out = {}
-  for i = from, to, 1000 do
-    local part = redis.call('HMGET', key, unpack(ARGV, i, math.min(i + 999, to)))
+  for i = from, to, 4000 do
+    local part = redis.call('HMGET', key, unpack(ARGV, i, math.min(i + 3999, to)))
     for k = 1, #part do out[i - from + k] = part[k] end
   end
   return out
@@ -175,20 +177,23 @@ local id_at = firsts_at + nf
 local spec_at, blob_at, hash_at = id_at + n, id_at + 2 * n, id_at + 3 * n
 local body_at, token_at, sig_at = id_at + 4 * n, id_at + 5 * n, id_at + 6 * n
 
--- Per band key (by its place): its bucket's bytes at the start of the call, its length as the
--- call's commits grow it, and the bytes other producers added since the read.
-local held, len, extra = {}, {}, {}
+-- Per band key (by its place): its bucket's bytes at the start of the call (false: none), and
+-- the bytes other producers added since the read (nil: none).
+local held, extra = {}, {}
 local grown = false
+-- Per band key: the representatives the call's commits append to its bucket, and the keys in
+-- the order they first got one.
+local appended, appended_order = {}, {}
 if nk > 0 then
-  local got = hmget(buckets, keys_at, keys_at + nk - 1)
+  held = hmget(buckets, keys_at, keys_at + nk - 1)
   local base = words(expected, 1, nk)
   for k = 1, nk do
-    local h = got[k] or ''
-    held[k] = h
-    len[k] = #h
-    local e = #h - 4 * base[k]
-    extra[k] = e
-    if e ~= 0 then grown = true end
+    local h = held[k]
+    local e = (h and #h or 0) - 4 * base[k]
+    if e ~= 0 then
+      extra[k] = e
+      grown = true
+    end
   end
 end
 -- Band keys a refused document would have joined, and content hashes it would have made a
@@ -213,7 +218,7 @@ local function arrivals(k)
   local got = arrived_in[k]
   if got then return got end
   got = {}
-  local h = held[k]
+  local h = held[k] or ''
   local i = #h - 3
   while i >= 1 do
     local r = struct.unpack('<I4', h, i)
@@ -249,7 +254,8 @@ local function stands(d, body, joins, newcomers)
   if max_reps > 0 and joins then
     local count = {}
     for _, k in ipairs(joins) do
-      local now = count[k] or len[k] / 4
+      local h, pieces = held[k], appended[k]
+      local now = count[k] or ((h and #h / 4 or 0) + (pieces and #pieces or 0))
       if now >= max_reps then return false end
       count[k] = now + 1
     end
@@ -282,7 +288,6 @@ end
 local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
 local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local counted = {}
-local appended, appended_order = {}, {}
 local id_fields, rep_fields, copy_fields = {}, {}, {}
 local unset = {}
 local out = {}
@@ -312,7 +317,7 @@ for d = 1, n do
         end
       end
       local e = extra[k]
-      if e ~= 0 then
+      if e then
         -- Other producers' representatives arrived: judged below, when they are all there is.
         local got = read_reps >= 0 and e > 0 and arrivals(k)
         if not got or 4 * #got ~= e then
@@ -366,7 +371,6 @@ for d = 1, n do
           appended_order[#appended_order + 1] = k
         end
         pieces[#pieces + 1] = rep
-        len[k] = len[k] + 4
       end
     end
     if first then
@@ -390,7 +394,8 @@ end
 local bucket_fields = {}
 for _, k in ipairs(appended_order) do
   bucket_fields[#bucket_fields + 1] = ARGV[keys_at + k - 1]
-  bucket_fields[#bucket_fields + 1] = held[k] .. table.concat(appended[k])
+  local pieces = appended[k]
+  bucket_fields[#bucket_fields + 1] = (held[k] or '') .. (#pieces == 1 and pieces[1] or table.concat(pieces))
 end
 hset(buckets, bucket_fields)
 hset(copies, copy_fields)
