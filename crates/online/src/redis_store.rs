@@ -45,9 +45,10 @@ use redis::{Connection, Script};
 use serde::{Deserialize, Serialize};
 
 use neardup_corpus::Reason;
-use neardup_dedup::{Deduper, PriorCopy, PriorRepresentative, PriorState, SampleAddr, Verdict};
+use neardup_dedup::{Deduper, SampleAddr, Verdict};
 use neardup_sketch::NO_KEY;
 
+use crate::packed::{PackedCall, PackedCommands};
 use crate::sign::{self, Decided, Signed, Signer};
 use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 
@@ -1053,13 +1054,11 @@ impl RedisIndex {
         own: &[u8],
     ) -> Result<Vec<(Committed, u64)>, RoundError> {
         let k = &self.keys;
-        let mut inv = self.commit.prepare_invoke();
-        inv.key(&k.meta)
-            .key(&k.ids)
-            .key(&k.buckets)
-            .key(&k.copies)
-            .key(&k.reps)
-            .arg(tainted.len());
+        let mut inv = PackedCall::new(
+            &self.commit,
+            &[&k.meta, &k.ids, &k.buckets, &k.copies, &k.reps],
+        );
+        inv.arg(tainted.len());
         for t in tainted {
             inv.arg(&t[..]);
         }
@@ -1097,7 +1096,9 @@ impl RedisIndex {
             }
             inv.arg(&op.body[..]).arg(&op.signature[..]);
         }
-        let raw: Vec<i64> = inv.invoke(&mut self.con).map_err(RoundError::Redis)?;
+        let raw: Vec<i64> = inv
+            .invoke(&self.commit, &mut self.con)
+            .map_err(RoundError::Redis)?;
         if raw.len() != 2 * ops.len() {
             return Err(RoundError::Redis(damaged(
                 "the commit script answered for other documents than it was given",
@@ -1177,33 +1178,37 @@ impl RedisIndex {
         // undecided, a bucket's length, a text still without a first copy), and what cannot (a
         // representative, a first copy) is written before anything names it.
         let k = &self.keys;
-        let mut pipe = redis::pipe();
         // One moment's view after all: the number of representatives then tells the commit
         // which of a bucket's came later (see the commit script).
-        pipe.atomic();
-        pipe.cmd("HMGET").arg(&k.meta).arg("representatives");
-        let hmget = |pipe: &mut redis::Pipeline, hash: &str, fields: Vec<Vec<u8>>| {
-            if !fields.is_empty() {
-                pipe.cmd("HMGET").arg(hash).arg(fields);
+        let mut reads = PackedCommands::transaction();
+        reads
+            .command("HMGET", 2)
+            .arg(&k.meta)
+            .arg("representatives");
+        if !ids.is_empty() {
+            reads.command("HMGET", 1 + ids.len()).arg(&k.ids);
+            for id in ids {
+                reads.arg(&id.encode());
             }
-        };
-        hmget(
-            &mut pipe,
-            &k.ids,
-            ids.iter().map(|id| id.encode().into_bytes()).collect(),
-        );
-        hmget(
-            &mut pipe,
-            &k.buckets,
-            keys.iter().map(|key| key.to_le_bytes().to_vec()).collect(),
-        );
-        hmget(
-            &mut pipe,
-            &k.copies,
-            hashes.iter().map(|h| h.to_le_bytes().to_vec()).collect(),
-        );
+        }
+        if !keys.is_empty() {
+            reads.command("HMGET", 1 + keys.len()).arg(&k.buckets);
+            for key in &keys {
+                reads.arg(key.to_le_bytes());
+            }
+        }
+        if !hashes.is_empty() {
+            reads.command("HMGET", 1 + hashes.len()).arg(&k.copies);
+            for h in &hashes {
+                reads.arg(h.to_le_bytes());
+            }
+        }
         type Raw = Vec<Option<Vec<u8>>>;
-        let mut answers: Vec<Raw> = pipe.query(&mut self.con)?;
+        let mut answers = reads
+            .query(&mut self.con)?
+            .into_iter()
+            .map(redis::from_redis_value::<Raw>)
+            .collect::<Result<Vec<Raw>, _>>()?;
         let mut next = |asked: usize| -> Raw {
             if asked == 0 {
                 Vec::new()
@@ -1316,33 +1321,33 @@ impl RedisIndex {
     /// A decision core holding what `view` read: the representatives of its buckets (each
     /// joining the buckets that list it, in the order they were made) and its first copies.
     fn seeded(&self, view: &View) -> Result<Deduper, IndexError> {
-        let mut bands_of: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        for (key, reps) in &view.buckets {
-            for r in reps {
-                bands_of.entry(*r).or_default().push(*key);
-            }
-        }
-        let mut prior = PriorState::default();
-        for (r, bands) in bands_of {
-            let rec = &self.cache[&r];
-            prior.representatives.push(PriorRepresentative {
-                addr: committed_addr(rec.docno),
-                id: Some(rec.id.clone()),
-                signature: rec.signature.clone(),
-                shingles: rec.shingles.clone(),
-                bands,
-            });
+        // Each representative with the buckets that list it, in the order they were made (the
+        // sort is stable: a representative's buckets stay in the view's order). Seeded from the
+        // cache as they are, without a copy into a `PriorState`: most of a round's
+        // representatives are those of the last, and their shingle sets are kilobytes.
+        let mut joins: Vec<(u32, u64)> = view
+            .buckets
+            .iter()
+            .flat_map(|(key, reps)| reps.iter().map(move |r| (*r, *key)))
+            .collect();
+        joins.sort_by_key(|(r, _)| *r);
+        let mut core = self.settings.deduper_core()?;
+        let mut bands = Vec::new();
+        for group in joins.chunk_by(|a, b| a.0 == b.0) {
+            let rec = &self.cache[&group[0].0];
+            bands.clear();
+            bands.extend(group.iter().map(|(_, key)| *key));
+            core.seed_representative(
+                committed_addr(rec.docno),
+                Some(&rec.id),
+                &rec.signature,
+                rec.shingles.as_deref(),
+                &bands,
+            );
         }
         for (h, (docno, id)) in &view.copies {
-            prior.copies.push(PriorCopy {
-                content_hash: *h,
-                addr: committed_addr(*docno),
-                cluster: committed_addr(*docno),
-                id: Some(id.clone()),
-            });
+            core.seed_copy(*h, committed_addr(*docno), committed_addr(*docno), Some(id));
         }
-        let mut core = self.settings.deduper_core()?;
-        core.seed(&prior);
         Ok(core)
     }
 }
