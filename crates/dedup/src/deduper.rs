@@ -672,7 +672,37 @@ impl Deduper {
         shingles: Option<&[u32]>,
         bands: &[u64],
     ) {
+        self.seed_joining(id, bands, |reps, others| {
+            reps.push(signature, shingles.map(SetRef::Memory), addr, others)
+        });
+    }
+
+    /// [`Deduper::seed_representative`] with a shingle set the caller holds and shares: the
+    /// core keeps a share of it, neither copied nor counted in its memory (the online index,
+    /// which seeds a core from its cache for every batch it decides).
+    pub fn seed_shared_representative(
+        &mut self,
+        addr: SampleAddr,
+        id: Option<&str>,
+        signature: &[u32],
+        shingles: Option<&std::sync::Arc<[u32]>>,
+        bands: &[u64],
+    ) {
+        self.seed_joining(id, bands, |reps, others| {
+            reps.push_shared(signature, shingles, addr, others)
+        });
+    }
+
+    /// A representative made by `push` (at its first bucket with room) joins its buckets
+    /// `bands` while they have room.
+    fn seed_joining(
+        &mut self,
+        id: Option<&str>,
+        bands: &[u64],
+        push: impl FnOnce(&mut RepStore, u64) -> RepId,
+    ) {
         let others = self.others_bytes();
+        let mut push = Some(push);
         let mut rep: Option<RepId> = None;
         for &key in bands.iter().take(self.bands) {
             if key == NO_KEY
@@ -683,10 +713,13 @@ impl Deduper {
             {
                 continue;
             }
-            let id = *rep.get_or_insert_with(|| {
-                self.reps
-                    .push(signature, shingles.map(SetRef::Memory), addr, others)
-            });
+            let id = match rep {
+                Some(id) => id,
+                None => {
+                    let push = push.take().expect("a representative is made once");
+                    *rep.insert(push(&mut self.reps, others))
+                }
+            };
             self.buckets.push(key, id);
         }
         if let (Some(rep), Some(id)) = (rep, id) {

@@ -38,6 +38,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::{HashMap, HashSet};
@@ -418,14 +419,15 @@ pub(crate) struct RepRecord {
     pub(crate) docno: u64,
     pub(crate) id: String,
     pub(crate) signature: Vec<u32>,
-    pub(crate) shingles: Option<Vec<u32>>,
+    /// Shared with the decision cores seeded from the cache (never copied into them).
+    pub(crate) shingles: Option<Arc<[u32]>>,
 }
 
 impl RepRecord {
     fn bytes(&self) -> usize {
         64 + self.id.len()
             + 4 * self.signature.len()
-            + 4 * self.shingles.as_ref().map_or(0, Vec::len)
+            + 4 * self.shingles.as_ref().map_or(0, |s| s.len())
     }
 }
 
@@ -1028,7 +1030,7 @@ impl RedisIndex {
                                 docno,
                                 id: op.id.clone(),
                                 signature: s.sig.clone(),
-                                shingles: s.shingles.clone(),
+                                shingles: s.shingles.as_deref().map(Arc::from),
                             },
                         );
                         decided.insert(ids[*i].clone(), d.clone());
@@ -1337,11 +1339,11 @@ impl RedisIndex {
             let rec = &self.cache[&group[0].0];
             bands.clear();
             bands.extend(group.iter().map(|(_, key)| *key));
-            core.seed_representative(
+            core.seed_shared_representative(
                 committed_addr(rec.docno),
                 Some(&rec.id),
                 &rec.signature,
-                rec.shingles.as_deref(),
+                rec.shingles.as_ref(),
                 &bands,
             );
         }
@@ -1477,17 +1479,19 @@ pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<R
     if body.len() % 4 != 0 || body.len() < 4 * num_perm {
         return None;
     }
-    let words: Vec<u32> = body
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-        .collect();
-    let (sig, sets) = words.split_at(num_perm);
+    let (sig, sets) = body.split_at(4 * num_perm);
     Some(RepRecord {
         docno,
         id,
-        signature: sig.to_vec(),
-        shingles: with_sets.then(|| sets.to_vec()),
+        signature: words(sig).collect(),
+        shingles: with_sets.then(|| words(sets).collect()),
     })
+}
+
+/// Little-endian words of `b` (whose length is a multiple of 4).
+fn words(b: &[u8]) -> impl ExactSizeIterator<Item = u32> + '_ {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
 }
 
 /// A decision as a producer sends it: keep, reason, similarity (NaN: none), then the id it
