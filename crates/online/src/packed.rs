@@ -33,12 +33,13 @@ pub(crate) trait PackedArg {
 }
 
 impl PackedCall {
-    /// A call of `script` with `keys`; arguments follow with [`PackedCall::arg`].
-    pub(crate) fn new(script: &Script, keys: &[&str]) -> PackedCall {
-        let mut call = PackedCall {
-            buf: Vec::with_capacity(4096),
-            count: 0,
-        };
+    /// A call of `script` with `keys`, written into `buf` (emptied first: the buffer of an
+    /// earlier call, [`PackedCall::into_buffer`], so that a producer's calls of megabytes do
+    /// not each allocate and fault in their pages again); arguments follow with
+    /// [`PackedCall::arg`].
+    pub(crate) fn new(script: &Script, keys: &[&str], mut buf: Vec<u8>) -> PackedCall {
+        buf.clear();
+        let mut call = PackedCall { buf, count: 0 };
         call.buf.resize(HEAD, 0);
         call.arg(&b"EVALSHA"[..])
             .arg(script.get_hash())
@@ -47,6 +48,22 @@ impl PackedCall {
             call.arg(*key);
         }
         call
+    }
+
+    /// The buffer, for the next call.
+    pub(crate) fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// Bytes the buffer holds room for.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// Makes room for `bytes` more of arguments.
+    pub(crate) fn reserve(&mut self, bytes: usize) -> &mut PackedCall {
+        self.buf.reserve(bytes);
+        self
     }
 
     /// Appends an argument.
@@ -254,7 +271,7 @@ mod tests {
     #[test]
     fn a_call_is_packed_as_the_client_packs_it() {
         let script = Script::new("return 1");
-        let mut call = PackedCall::new(&script, &["k1", "key two"]);
+        let mut call = PackedCall::new(&script, &["k1", "key two"], b"left over".to_vec());
         call.arg(0usize)
             .arg(1234567890123u64)
             .arg(-42i64)
@@ -300,7 +317,7 @@ mod tests {
     #[test]
     fn many_arguments_fit_the_room_for_their_count() {
         let script = Script::new("return 1");
-        let mut call = PackedCall::new(&script, &[]);
+        let mut call = PackedCall::new(&script, &[], Vec::new());
         let mut args = Vec::new();
         for i in 0..100_000u64 {
             call.arg(i);

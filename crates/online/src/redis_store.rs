@@ -387,6 +387,9 @@ const MAX_ROUNDS: usize = 100_000;
 const ROUND_MAX: usize = 1 << 16;
 const ROUND_MIN: usize = 16;
 
+/// The largest buffer of a commit call a producer keeps for the next.
+const PACKED_KEPT: usize = 64 << 20;
+
 /// Bytes of representatives a producer caches (they never change once written).
 const CACHE_BYTES: usize = 256 << 20;
 
@@ -493,6 +496,8 @@ pub struct RedisIndex {
     band_columns: usize,
     /// How many documents the next round takes.
     round_size: usize,
+    /// The buffer the last commit call was written in ([`PackedCall::new`]).
+    packed: Vec<u8>,
 }
 
 /// The address in messages: the URL without a password.
@@ -571,6 +576,7 @@ impl RedisIndex {
             cache: HashMap::new(),
             cache_bytes: 0,
             round_size: ROUND_MAX,
+            packed: Vec::new(),
         })
     }
 
@@ -1059,6 +1065,13 @@ impl RedisIndex {
         let mut inv = PackedCall::new(
             &self.commit,
             &[&k.meta, &k.ids, &k.buckets, &k.copies, &k.reps],
+            std::mem::take(&mut self.packed),
+        );
+        // The bodies and signatures are most of it: room for them at once.
+        inv.reserve(
+            ops.iter()
+                .map(|(_, op, _)| op.body.len() + op.signature.len() + 64)
+                .sum(),
         );
         inv.arg(tainted.len());
         for t in tainted {
@@ -1098,9 +1111,11 @@ impl RedisIndex {
             }
             inv.arg(&op.body[..]).arg(&op.signature[..]);
         }
-        let raw: Vec<i64> = inv
-            .invoke(&self.commit, &mut self.con)
-            .map_err(RoundError::Redis)?;
+        let raw: Result<Vec<i64>, _> = inv.invoke(&self.commit, &mut self.con);
+        if inv.capacity() <= PACKED_KEPT {
+            self.packed = inv.into_buffer();
+        }
+        let raw = raw.map_err(RoundError::Redis)?;
         if raw.len() != 2 * ops.len() {
             return Err(RoundError::Redis(damaged(
                 "the commit script answered for other documents than it was given",
