@@ -5,8 +5,10 @@
 //! - `settings`: the settings the namespace was made with (JSON); a producer with other
 //!   settings is refused, naming each setting that differs;
 //! - `ids` (hash): every document id checked or inserted → its decision (so a retry gets it);
-//! - `reps` (hash): representative number → the kept document's number, id, MinHash signature
-//!   and, under `verify="exact"`, its shingle set (the values other producers verify against);
+//! - `reps` (hash): representative number → the kept document's number, id and MinHash
+//!   signature (what other producers compare with);
+//! - `sets` (hash): representative number → under `verify="exact"`, its shingle set (what they
+//!   verify against), apart so that the commit script reads signatures without it;
 //! - `buckets` (hash): band key → the numbers of its representatives, in the order they joined
 //!   (at most `max_reps`);
 //! - `copies` (hash): 128-bit content hash → the first document with that text (number and id);
@@ -54,29 +56,51 @@ use crate::sign::{self, Decided, Signed, Signer};
 use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 
 /// Commits decisions in order, each only while what it was decided against is unchanged and
-/// no document refused before it in the call (or in `tainted`) would have changed it; returns,
-/// per document, 2 numbers: -1 (refused) or 0 (committed) or 1 + the number of the
-/// representative it became, and its document number (-1: none).
-/// KEYS: meta, ids, buckets, copies, reps. ARGV: the count of tainted band keys and content
-/// hashes (what earlier refused documents of the batch would have written, a key once per
-/// join), those, the number of representatives when the batch's view was read, this round's
-/// own representatives committed by earlier calls (packed u32), the fewest equal signature
-/// positions that make a candidate, `num_perm`, `max_reps` (0: none), the count of documents,
-/// then per document: id, decision, counter, n checks, (band key, expected bytes) per check,
-/// content hash, flags ("a" when it becomes its text's first copy, "s" when any refused
-/// representative in a bucket it checks may have changed it), n tight keys, those (buckets
-/// whose room decided its joins), n joins, the band keys it joins, its representative's body
-/// ("" when it is none), its signature when it has checks and no body ("" otherwise).
+/// no document refused before it in the round would have changed it; returns, per document, 2
+/// numbers: -1 (refused) or 0 (committed) or 1 + the number of the representative it became,
+/// and its document number (-1: none).
 ///
-/// A bucket that holds more than a document was decided against holds representatives other
-/// producers committed since the read (those numbered from the count at the read on, less this
-/// round's own): when none is a candidate for the document (fewer equal signature positions
-/// than the floor, as the decision core skips them) and its joins still have room, it is
-/// decided the same with them and committed; otherwise refused.
+/// KEYS: meta, ids, buckets, copies, reps, sets. ARGV ([`RedisIndex::commit_chunk`] writes
+/// them):
+/// - 1: the number of representatives when the batch's view was read (-1: unknown, refuse on any
+///   newcomer);
+/// - 2: this round's own representatives committed by earlier calls (packed u32);
+/// - 3: the fewest equal signature positions that make a candidate;
+/// - 4: `num_perm`;
+/// - 5: `max_reps` (0: none);
+/// - 6: per band key of the call (below), the representatives its bucket held as the decisions
+///   expect at this call: at the read, plus this round's own committed by earlier calls
+///   (packed u32);
+/// - 7: the band keys (their places in the call's list, packed u32, from 1) that documents of the
+///   round refused by earlier calls would have joined;
+/// - 8 to 12: the counts of: decision counters' names, band keys, content hashes earlier refused
+///   documents would have made first copies, content hashes this call makes first copies,
+///   documents;
+/// - 13 on: those names, band keys (every key a document of the call checks or joins,
+///   once), tainted hashes and first-copy hashes, then the documents column by column: ids,
+///   specs, decisions, content hashes ("" when none), representatives' records less their
+///   document numbers ("" when none: id's length (u32), id, signature), their shingle sets
+///   ("" when none or empty), signatures (its signature when it has checks and is no
+///   representative, "" otherwise).
+///
+/// A spec packs the document's counter (u8, its place in the names), flags (u8: 1 when it
+/// becomes its text's first copy, 2 when any refused representative in a bucket it checks may
+/// have changed it, "strict"), the counts of its checks, tight keys and joins (u32 each), then
+/// the places of those keys (u32 each): the buckets it was decided against, those whose room
+/// under max_reps decided its joins, the buckets it joins (a key twice joins twice).
+///
+/// A bucket that holds more than its documents were decided against holds representatives
+/// other producers committed since the read (those numbered from the count at the read on,
+/// less this round's own): the same for every document of the call that checks it, since what
+/// the call's own commits add to it, the documents after them expect too. When none of those
+/// is a candidate for a document (fewer equal signature positions than the floor, as the
+/// decision core skips them) and its joins still have room, it is decided the same with them
+/// and committed; otherwise refused. When no bucket gained any and nothing was refused, no
+/// document's checks need looking at.
 ///
 /// A refused document's representative is one the others were compared with and did not
-/// match (a match is flagged "s", or is in a bucket the document does not check): without it a
-/// document is decided the same (kept: no candidate matched, so none of fewer does; a near
+/// match (a match is flagged strict, or is in a bucket the document does not check): without it
+/// a document is decided the same (kept: no candidate matched, so none of fewer does; a near
 /// duplicate: the first candidate that matched is still first), so it is committed when each
 /// bucket it checks holds what it was decided against less what the refused ones would have
 /// added, unless that bucket's room decided its joins (a tight key): then fewer
@@ -86,16 +110,42 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// ids, every bucket the call checks or joins, the first copies it would make), and followed
 /// through the call in Lua tables as documents are committed; the writes then go in one command
 /// per hash, representatives first and decisions last. A command per document and bucket was
-/// most of the server's time. A script's writes cannot fail once the first has been made (the
-/// server refuses a write script for memory only before it starts writing), so the call
-/// commits every document it accepts, or none.
+/// most of the server's time, and then the Lua strings and table operations of about a hundred
+/// arguments per document: each band key is now an argument once per call, and a document's
+/// keys are places in that list, read only where needed. A script's writes cannot fail once the
+/// first has been made (the server refuses a write script for memory only before it starts
+/// writing), so the call commits every document it accepts, or none.
 const COMMIT: &str = r#"
-local meta, ids, buckets, copies, reps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local function hmget(key, fields)
+local meta, ids, buckets, copies, reps, sets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- `count` u32 words of `s` from byte `from`, unpacked a part at a time (one unpack returns at
+-- most a few thousand values).
+local formats = {}
+local function words(s, from, count)
+  local k = math.min(count, 256)
+  local f = formats[k]
+  if not f then f = '<' .. string.rep('I4', k); formats[k] = f end
+  if count <= 256 then
+    if count == 0 then return {} end
+    local out = {struct.unpack(f, s, from)}
+    out[count + 1] = nil
+    return out
+  end
+  local out, got = {}, 0
+  while got < count do
+    k = math.min(count - got, 256)
+    f = formats[k]
+    if not f then f = '<' .. string.rep('I4', k); formats[k] = f end
+    local part = {struct.unpack(f, s, from + 4 * got)}
+    for i = 1, k do out[got + i] = part[i] end
+    got = got + k
+  end
+  return out
+end
+local function hmget(key, from, to)
   local out = {}
-  for i = 1, #fields, 1000 do
-    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))
-    for k = 1, #part do out[i + k - 1] = part[k] end
+  for i = from, to, 1000 do
+    local part = redis.call('HMGET', key, unpack(ARGV, i, math.min(i + 999, to)))
+    for k = 1, #part do out[i - from + k] = part[k] end
   end
   return out
 end
@@ -104,92 +154,64 @@ local function hset(key, fields)
     redis.call('HSET', key, unpack(fields, i, math.min(i + 999, #fields)))
   end
 end
--- Bytes a band key's bucket lacks (4 per representative) of what the batch's decisions read,
--- because the documents that would have added them were refused; a content hash is in it when
--- a refused document would have been its text's first copy.
-local missing = {}
-local nt = tonumber(ARGV[1])
-for i = 2, 1 + nt do missing[ARGV[i]] = (missing[ARGV[i]] or 0) + 4 end
--- What judges the representatives other producers committed since the batch's view was read:
--- the number of representatives then (-1: unknown, refuse on any), this producer's own
--- committed since by earlier calls of the round, the fewest equal signature positions that make
--- a candidate, the signature's length, max_reps (0: none).
-local read_reps = tonumber(ARGV[2 + nt])
+
+local read_reps = tonumber(ARGV[1])
 local own = {}
-local own_packed = ARGV[3 + nt]
-for i = 1, #own_packed, 4 do own[struct.unpack('<I4', own_packed, i)] = true end
-local floor_count = tonumber(ARGV[4 + nt])
-local num_perm = tonumber(ARGV[5 + nt])
-local max_reps = tonumber(ARGV[6 + nt])
-local n = tonumber(ARGV[7 + nt])
+local own_packed = ARGV[2]
+for _, r in ipairs(words(own_packed, 1, #own_packed / 4)) do own[r] = true end
+local floor_count = tonumber(ARGV[3])
+local num_perm = tonumber(ARGV[4])
+local max_reps = tonumber(ARGV[5])
+local expected = ARGV[6]
+local nc, nk, nt, nf, n = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]),
+  tonumber(ARGV[11]), tonumber(ARGV[12])
+local counters_at = 13
+local keys_at = counters_at + nc
+local tainted_at = keys_at + nk
+local firsts_at = tainted_at + nt
+local id_at = firsts_at + nf
+local spec_at, blob_at, hash_at = id_at + n, id_at + 2 * n, id_at + 3 * n
+local body_at, set_at, sig_at = id_at + 4 * n, id_at + 5 * n, id_at + 6 * n
 
--- Where each document's fields are, and what the call reads.
-local docs = {}
-local id_list, key_list, hash_list = {}, {}, {}
-local key_seen, hash_seen = {}, {}
-local at = 8 + nt
-for d = 1, n do
-  local doc = {id = ARGV[at], blob = ARGV[at + 1], counter = ARGV[at + 2]}
-  local nchecks = tonumber(ARGV[at + 3])
-  doc.checks = at + 4
-  doc.nchecks = nchecks
-  at = at + 4 + 2 * nchecks
-  doc.hash = ARGV[at]
-  doc.first = string.find(ARGV[at + 1], 'a', 1, true) ~= nil
-  doc.strict = string.find(ARGV[at + 1], 's', 1, true) ~= nil
-  local ntight = tonumber(ARGV[at + 2])
-  if ntight > 0 then
-    doc.tight = {}
-    for j = at + 3, at + 2 + ntight do doc.tight[ARGV[j]] = true end
-  end
-  at = at + 3 + ntight
-  doc.njoins = tonumber(ARGV[at])
-  doc.joins = at + 1
-  at = doc.joins + doc.njoins
-  doc.body = ARGV[at]
-  doc.sig = ARGV[at + 1]
-  at = at + 2
-  docs[d] = doc
-  id_list[d] = doc.id
-  for c = 0, nchecks - 1 do
-    local key = ARGV[doc.checks + 2 * c]
-    if not key_seen[key] then key_seen[key] = true; key_list[#key_list + 1] = key end
-  end
-  if doc.body ~= '' then
-    for j = doc.joins, doc.joins + doc.njoins - 1 do
-      local key = ARGV[j]
-      if not key_seen[key] then key_seen[key] = true; key_list[#key_list + 1] = key end
-    end
-  end
-  if doc.first and not hash_seen[doc.hash] then
-    hash_seen[doc.hash] = true
-    hash_list[#hash_list + 1] = doc.hash
+-- Per band key (by its place): its bucket's bytes at the start of the call, its length as the
+-- call's commits grow it, and the bytes other producers added since the read.
+local held, len, extra = {}, {}, {}
+local grown = false
+if nk > 0 then
+  local got = hmget(buckets, keys_at, keys_at + nk - 1)
+  local base = words(expected, 1, nk)
+  for k = 1, nk do
+    local h = got[k] or ''
+    held[k] = h
+    len[k] = #h
+    local e = #h - 4 * base[k]
+    extra[k] = e
+    if e ~= 0 then grown = true end
   end
 end
+-- Band keys a refused document would have joined, and content hashes it would have made a
+-- first copy: what the documents after it that read them wait for.
+local gone = {}
+local any_gone = false
+for _, k in ipairs(words(ARGV[7], 1, #ARGV[7] / 4)) do gone[k] = true; any_gone = true end
+local missing_hash = {}
+for i = tainted_at, tainted_at + nt - 1 do missing_hash[ARGV[i]] = true end
 
-local decided = hmget(ids, id_list)
-local held, len = {}, {}
-if #key_list > 0 then
-  local got = hmget(buckets, key_list)
-  for i, key in ipairs(key_list) do
-    held[key] = got[i] or ''
-    len[key] = got[i] and #got[i] or 0
-  end
-end
+local decided = n > 0 and hmget(ids, id_at, id_at + n - 1) or {}
 local has_copy = {}
-if #hash_list > 0 then
-  local got = hmget(copies, hash_list)
-  for i, h in ipairs(hash_list) do has_copy[h] = got[i] and true or false end
+if nf > 0 then
+  local got = hmget(copies, firsts_at, firsts_at + nf - 1)
+  for i = 1, nf do has_copy[ARGV[firsts_at + i - 1]] = got[i] and true or false end
 end
 
 -- The representatives other producers added to a bucket since the view was read, newest
 -- first: a bucket grows at its end in the order representatives are numbered.
 local arrived_in = {}
-local function arrivals(key)
-  local got = arrived_in[key]
+local function arrivals(k)
+  local got = arrived_in[k]
   if got then return got end
   got = {}
-  local h = held[key] or ''
+  local h = held[k]
   local i = #h - 3
   while i >= 1 do
     local r = struct.unpack('<I4', h, i)
@@ -197,23 +219,13 @@ local function arrivals(key)
     if not own[r] then got[#got + 1] = r end
     i = i - 4
   end
-  arrived_in[key] = got
+  arrived_in[k] = got
   return got
 end
--- A signature's words from byte `from` of `s` (nil when `s` is too short), unpacked a part at a
--- time: one unpack returns at most a few thousand values.
-local formats = {}
+-- A signature's words from byte `from` of `s` (nil when `s` is too short).
 local function signature_at(s, from)
   if #s < from - 1 + 4 * num_perm then return nil end
-  local out, got = {}, 0
-  while got < num_perm do
-    local k = math.min(num_perm - got, 256)
-    formats[k] = formats[k] or '<' .. string.rep('I4', k)
-    local part = {struct.unpack(formats[k], s, from + 4 * got)}
-    for i = 1, k do out[got + i] = part[i] end
-    got = got + k
-  end
-  return out
+  return words(s, from, num_perm)
 end
 local sigs = {}
 local function rep_sig(r)
@@ -226,29 +238,41 @@ local function rep_sig(r)
   end
   return s
 end
--- Whether a document decided without `newcomers` (representatives that arrived in buckets it
--- checks) is decided the same with them: none is a candidate (an estimate below the floor is
--- never compared further), and each bucket it joins still has room under max_reps.
-local function stands(doc, newcomers)
-  if max_reps > 0 and doc.body ~= '' then
+-- Whether document `d`, decided without `newcomers` (representatives that arrived in buckets it
+-- checks), is decided the same with them: none is a candidate (an estimate below the floor is
+-- never compared further), and each bucket it joins still has room under max_reps. A
+-- comparison stops as soon as its outcome is known.
+local spare = num_perm - floor_count
+local function stands(d, body, joins, newcomers)
+  if max_reps > 0 and joins then
     local count = {}
-    for j = doc.joins, doc.joins + doc.njoins - 1 do
-      local key = ARGV[j]
-      local now = count[key] or len[key] / 4
+    for _, k in ipairs(joins) do
+      local now = count[k] or len[k] / 4
       if now >= max_reps then return false end
-      count[key] = now + 1
+      count[k] = now + 1
     end
   end
-  local mine = signature_at(doc.body ~= '' and doc.body or doc.sig, 1)
+  if floor_count <= 0 then return false end
+  local mine
+  if body ~= '' then
+    mine = #body >= 4 and signature_at(body, 5 + struct.unpack('<I4', body))
+  else
+    mine = signature_at(ARGV[sig_at + d - 1], 1)
+  end
   if not mine then return false end
   for r in pairs(newcomers) do
     local theirs = rep_sig(r)
     if not theirs then return false end
-    local equal = 0
+    local equal, unequal = 0, 0
     for p = 1, num_perm do
-      if mine[p] == theirs[p] then equal = equal + 1 end
+      if mine[p] == theirs[p] then
+        equal = equal + 1
+        if equal >= floor_count then return false end
+      else
+        unequal = unequal + 1
+        if unequal > spare then break end
+      end
     end
-    if equal >= floor_count then return false end
   end
   return true
 end
@@ -257,26 +281,38 @@ local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
 local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local counted = {}
 local appended, appended_order = {}, {}
-local id_fields, rep_fields, copy_fields = {}, {}, {}
+local id_fields, rep_fields, set_fields, copy_fields = {}, {}, {}, {}
 local out = {}
 local refused = 0
 for d = 1, n do
-  local doc = docs[d]
+  local spec = ARGV[spec_at + d - 1]
+  local counter, flags, nchecks, ntight, njoins = struct.unpack('<BBI4I4I4', spec)
+  local first = flags % 2 == 1
+  local joins_from = 15 + 4 * (nchecks + ntight)
+  local joins = nil
   local ok = not decided[d]
   local newcomers = nil
-  if ok then
-    for c = 0, doc.nchecks - 1 do
-      local key = ARGV[doc.checks + 2 * c]
-      local gone = missing[key] or 0
-      if gone > 0 and (doc.strict or (doc.tight and doc.tight[key])) then
-        ok = false
-        break
+  if ok and (grown or any_gone) and nchecks > 0 then
+    local checks = words(spec, 15, nchecks)
+    local strict = flags >= 2
+    local tight = ntight > 0 and words(spec, 15 + 4 * nchecks, ntight)
+    for c = 1, nchecks do
+      local k = checks[c]
+      if gone[k] then
+        local stops = strict
+        if not stops and tight then
+          for _, t in ipairs(tight) do if t == k then stops = true end end
+        end
+        if stops then
+          ok = false
+          break
+        end
       end
-      local extra = len[key] - (tonumber(ARGV[doc.checks + 2 * c + 1]) - gone)
-      if extra ~= 0 then
+      local e = extra[k]
+      if e ~= 0 then
         -- Other producers' representatives arrived: judged below, when they are all there is.
-        local got = read_reps >= 0 and extra > 0 and arrivals(key)
-        if not got or 4 * #got ~= extra then
+        local got = read_reps >= 0 and e > 0 and arrivals(k)
+        if not got or 4 * #got ~= e then
           ok = false
           break
         end
@@ -285,65 +321,73 @@ for d = 1, n do
       end
     end
   end
-  local hash = doc.hash
-  if ok and hash ~= '' and missing[hash] then ok = false end
-  if ok and doc.first and has_copy[hash] then ok = false end
-  if ok and newcomers then ok = stands(doc, newcomers) end
+  local hash = ARGV[hash_at + d - 1]
+  if ok and hash ~= '' and missing_hash[hash] then ok = false end
+  if ok and first and has_copy[hash] then ok = false end
+  local body = ARGV[body_at + d - 1]
+  if njoins > 0 then joins = words(spec, joins_from, njoins) end
+  if ok and newcomers then ok = stands(d, body, joins, newcomers) end
   if not ok then
     -- What it would have written is not there: the documents after it that read it wait.
     refused = refused + 1
-    for j = doc.joins, doc.joins + doc.njoins - 1 do
-      missing[ARGV[j]] = (missing[ARGV[j]] or 0) + 4
+    if joins then
+      for _, k in ipairs(joins) do gone[k] = true end
+      any_gone = true
     end
-    if doc.first then missing[hash] = 4 end
+    if first then missing_hash[hash] = true end
     out[2 * d - 1] = -1
     out[2 * d] = -1
   else
     local docno, docnum = '', -1
-    if doc.body ~= '' or doc.first then
+    if body ~= '' or first then
       docnum = documents
       documents = documents + 1
       docno = struct.pack('<I8', docnum)
     end
     local became = 0
-    if doc.body ~= '' then
+    local id = ARGV[id_at + d - 1]
+    if body ~= '' then
       local rep = struct.pack('<I4', representatives)
       representatives = representatives + 1
       became = representatives
       rep_fields[#rep_fields + 1] = rep
-      rep_fields[#rep_fields + 1] = docno .. struct.pack('<I4', #doc.id) .. doc.id .. doc.body
-      -- A key twice in its row joins twice.
-      for j = doc.joins, doc.joins + doc.njoins - 1 do
-        local key = ARGV[j]
-        local pieces = appended[key]
+      rep_fields[#rep_fields + 1] = docno .. body
+      local set = ARGV[set_at + d - 1]
+      if set ~= '' then
+        set_fields[#set_fields + 1] = rep
+        set_fields[#set_fields + 1] = set
+      end
+      for _, k in ipairs(joins or {}) do
+        local pieces = appended[k]
         if not pieces then
           pieces = {}
-          appended[key] = pieces
-          appended_order[#appended_order + 1] = key
+          appended[k] = pieces
+          appended_order[#appended_order + 1] = k
         end
         pieces[#pieces + 1] = rep
-        len[key] = len[key] + 4
+        len[k] = len[k] + 4
       end
     end
-    if doc.first then
+    if first then
       copy_fields[#copy_fields + 1] = hash
-      copy_fields[#copy_fields + 1] = docno .. doc.id
+      copy_fields[#copy_fields + 1] = docno .. id
       has_copy[hash] = true
     end
-    id_fields[#id_fields + 1] = doc.id
-    id_fields[#id_fields + 1] = struct.pack('<I8', sequence) .. doc.blob
+    id_fields[#id_fields + 1] = id
+    id_fields[#id_fields + 1] = struct.pack('<I8', sequence) .. ARGV[blob_at + d - 1]
     sequence = sequence + 1
-    counted[doc.counter] = (counted[doc.counter] or 0) + 1
+    counted[counter] = (counted[counter] or 0) + 1
     out[2 * d - 1] = became
     out[2 * d] = docnum
   end
 end
 
 hset(reps, rep_fields)
+hset(sets, set_fields)
 local bucket_fields = {}
-for _, key in ipairs(appended_order) do
-  bucket_fields[#bucket_fields + 1] = key
-  bucket_fields[#bucket_fields + 1] = held[key] .. table.concat(appended[key])
+for _, k in ipairs(appended_order) do
+  bucket_fields[#bucket_fields + 1] = ARGV[keys_at + k - 1]
+  bucket_fields[#bucket_fields + 1] = held[k] .. table.concat(appended[k])
 end
 hset(buckets, bucket_fields)
 hset(copies, copy_fields)
@@ -351,7 +395,8 @@ hset(ids, id_fields)
 local meta_fields = {'documents', string.format('%d', documents),
                      'representatives', string.format('%d', representatives),
                      'sequence', string.format('%d', sequence)}
-for counter, k in pairs(counted) do
+for c, k in pairs(counted) do
+  local counter = ARGV[counters_at + c - 1]
   meta_fields[#meta_fields + 1] = counter
   meta_fields[#meta_fields + 1] = string.format('%d', (tonumber(redis.call('HGET', meta, counter)) or 0) + k)
 end
@@ -442,6 +487,7 @@ pub(crate) struct Keys {
     pub(crate) buckets: String,
     pub(crate) copies: String,
     pub(crate) reps: String,
+    pub(crate) sets: String,
 }
 
 impl Keys {
@@ -454,7 +500,21 @@ impl Keys {
             buckets: k("buckets"),
             copies: k("copies"),
             reps: k("reps"),
+            sets: k("sets"),
         }
+    }
+
+    /// Every key of the namespace.
+    pub(crate) fn all(&self) -> [&String; 7] {
+        [
+            &self.settings,
+            &self.meta,
+            &self.ids,
+            &self.buckets,
+            &self.copies,
+            &self.reps,
+            &self.sets,
+        ]
     }
 }
 
@@ -496,6 +556,9 @@ pub struct RedisIndex {
     band_columns: usize,
     /// How many documents the next round takes.
     round_size: usize,
+    /// Documents per commit script call ([`COMMIT_CHUNK`]; tests make it smaller so that what
+    /// one call refuses reaches the next).
+    commit_chunk: usize,
     /// The buffer the last commit call was written in ([`PackedCall::new`]).
     packed: Vec<u8>,
 }
@@ -576,6 +639,7 @@ impl RedisIndex {
             cache: HashMap::new(),
             cache_bytes: 0,
             round_size: ROUND_MAX,
+            commit_chunk: COMMIT_CHUNK,
             packed: Vec::new(),
         })
     }
@@ -641,7 +705,7 @@ impl RedisIndex {
                 error: e,
             })?;
         let mut memory_bytes = 0;
-        for key in [&k.settings, &k.meta, &k.ids, &k.buckets, &k.copies, &k.reps] {
+        for key in k.all() {
             let used: Option<u64> = redis::cmd("MEMORY")
                 .arg("USAGE")
                 .arg(key)
@@ -853,6 +917,7 @@ impl RedisIndex {
             .iter()
             .map(|(k, reps)| (*k, reps.len()))
             .collect();
+        let held_at_read = lengths.clone();
         let mut copies: HashSet<u128> = view.copies.keys().copied().collect();
         let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
         let max_reps = self.settings.deduper.max_reps;
@@ -914,6 +979,7 @@ impl RedisIndex {
                 tight: Vec::new(),
                 joins: Vec::new(),
                 body: Vec::new(),
+                set_at: 0,
                 signature: Vec::new(),
             };
             if let (Some(s), Some(verdict)) = (s, verdict) {
@@ -951,8 +1017,7 @@ impl RedisIndex {
                     let mut checked = HashSet::new();
                     for &key in &s.row[..bands] {
                         if key != NO_KEY && checked.insert(key) {
-                            let held = lengths.get(&key).copied().unwrap_or(0);
-                            op.checks.push((key, 4 * held));
+                            op.checks.push(key);
                         }
                     }
                 }
@@ -974,12 +1039,12 @@ impl RedisIndex {
                         op.joins.push(key);
                     }
                     if !op.joins.is_empty() {
-                        op.body = rep_body(s);
+                        (op.body, op.set_at) = rep_tail(&op.id, s);
                         buckets_of.insert(addr, op.joins.iter().copied().collect());
                     }
                 }
                 if op.body.is_empty() && !op.checks.is_empty() {
-                    // Its representative's body starts with it otherwise.
+                    // Its representative's record holds it otherwise.
                     op.signature = s.sig.iter().flat_map(|v| v.to_le_bytes()).collect();
                 }
             }
@@ -992,6 +1057,7 @@ impl RedisIndex {
         }
         Ok(Plan {
             ops,
+            held_at_read,
             reps_at_read: view.reps_at_read,
             floor_count,
         })
@@ -999,8 +1065,8 @@ impl RedisIndex {
 
     /// Commits `ops` in order. A document another producer got in the way of is refused, and
     /// so is every later one it would have changed (the script follows what the refused ones
-    /// would have written through a call; `tainted` carries it to the next): they are left to be read and decided
-    /// again, the others stand. Returns the documents left.
+    /// would have written through a call; [`Earlier`] carries it to the next): they are left to
+    /// be read and decided again, the others stand. Returns the documents left.
     fn commit_planned(
         &mut self,
         ids: &[DocId],
@@ -1010,24 +1076,25 @@ impl RedisIndex {
     ) -> Result<Vec<usize>, RoundError> {
         let ops = &plan.ops;
         let mut left = Vec::new();
-        let mut tainted: Vec<Vec<u8>> = Vec::new();
-        // This round's representatives committed by earlier calls: not newcomers to the later.
-        let mut own: Vec<u8> = Vec::new();
+        let mut earlier = Earlier::default();
         let mut at = 0;
         while at < ops.len() {
-            let end = (at + COMMIT_CHUNK).min(ops.len());
-            let outcome = self.commit_chunk(plan, &ops[at..end], &tainted, &own)?;
+            let end = (at + self.commit_chunk).min(ops.len());
+            let outcome = self.commit_chunk(plan, &ops[at..end], &earlier)?;
             for ((i, op, d), (rep, docno)) in ops[at..end].iter().zip(outcome) {
                 match rep {
                     Committed::Refused => {
                         left.push(*i);
-                        tainted.extend(op.joins.iter().map(|k| k.to_le_bytes().to_vec()));
+                        earlier.tainted_keys.extend(op.joins.iter().copied());
                         if let (true, Some(h)) = (op.first_copy, op.content_hash) {
-                            tainted.push(h.to_le_bytes().to_vec());
+                            earlier.tainted_hashes.push(h);
                         }
                     }
                     Committed::Representative(r) => {
-                        own.extend_from_slice(&r.to_le_bytes());
+                        earlier.own.extend_from_slice(&r.to_le_bytes());
+                        for key in &op.joins {
+                            *earlier.joined.entry(*key).or_insert(0) += 1;
+                        }
                         // This producer's own representative: no need to read it back.
                         let s = signed[*i].as_ref().expect("a representative was signed");
                         self.cache_rep(
@@ -1051,65 +1118,119 @@ impl RedisIndex {
         Ok(left)
     }
 
-    /// Runs the commit script over `ops`, with the band keys and content hashes earlier refused
-    /// documents of the batch would have written; returns what became of each document and its
-    /// document number.
+    /// Runs the commit script over `ops`, with what earlier calls of the round did (the band
+    /// keys and content hashes refused documents would have written, the representatives
+    /// committed and their joins); returns what became of each document and its document number.
+    /// The arguments are laid out as the script says: each band key once, a document's keys as
+    /// places in that list.
     fn commit_chunk(
         &mut self,
         plan: &Plan,
         ops: &[(usize, Commit, Decided)],
-        tainted: &[Vec<u8>],
-        own: &[u8],
+        earlier: &Earlier,
     ) -> Result<Vec<(Committed, u64)>, RoundError> {
+        let mut places: HashMap<u64, u32> = HashMap::new();
+        let mut keys: Vec<u64> = Vec::new();
+        let mut counters: Vec<&str> = Vec::new();
+        let mut specs: Vec<Vec<u8>> = Vec::with_capacity(ops.len());
+        let mut firsts: Vec<u128> = Vec::new();
+        for (_, op, _) in ops {
+            let mut place = |key: u64| {
+                *places.entry(key).or_insert_with(|| {
+                    keys.push(key);
+                    keys.len() as u32
+                })
+            };
+            let counter = match counters.iter().position(|c| *c == op.counter) {
+                Some(c) => c + 1,
+                None => {
+                    counters.push(op.counter);
+                    counters.len()
+                }
+            };
+            let flags = u8::from(op.first_copy) | (u8::from(op.strict) << 1);
+            let lists = op.checks.len() + op.tight.len() + op.joins.len();
+            let mut spec = Vec::with_capacity(14 + 4 * lists);
+            spec.push(counter as u8);
+            spec.push(flags);
+            for n in [op.checks.len(), op.tight.len(), op.joins.len()] {
+                spec.extend_from_slice(&(n as u32).to_le_bytes());
+            }
+            for &key in op.checks.iter().chain(&op.tight).chain(&op.joins) {
+                spec.extend_from_slice(&place(key).to_le_bytes());
+            }
+            specs.push(spec);
+            if let (true, Some(h)) = (op.first_copy, op.content_hash) {
+                firsts.push(h);
+            }
+        }
+        // What each bucket holds when nobody else wrote to it since the read.
+        let mut expected = Vec::with_capacity(4 * keys.len());
+        let mut tainted = Vec::new();
+        for key in &keys {
+            let held = plan.held_at_read.get(key).copied().unwrap_or(0)
+                + earlier.joined.get(key).copied().unwrap_or(0);
+            expected.extend_from_slice(&(held as u32).to_le_bytes());
+            if earlier.tainted_keys.contains(key) {
+                tainted.extend_from_slice(&places[key].to_le_bytes());
+            }
+        }
         let k = &self.keys;
         let mut inv = PackedCall::new(
             &self.commit,
-            &[&k.meta, &k.ids, &k.buckets, &k.copies, &k.reps],
+            &[&k.meta, &k.ids, &k.buckets, &k.copies, &k.reps, &k.sets],
             std::mem::take(&mut self.packed),
         );
         // The bodies and signatures are most of it: room for them at once.
         inv.reserve(
             ops.iter()
-                .map(|(_, op, _)| op.body.len() + op.signature.len() + 64)
+                .map(|(_, op, _)| op.body.len() + op.signature.len() + 200)
                 .sum(),
         );
-        inv.arg(tainted.len());
-        for t in tainted {
-            inv.arg(&t[..]);
-        }
         inv.arg(plan.reps_at_read)
-            .arg(own)
+            .arg(&earlier.own[..])
             .arg(plan.floor_count)
             .arg(self.settings.sketcher.num_perm())
             .arg(self.settings.deduper.max_reps.unwrap_or(0))
+            .arg(&expected[..])
+            .arg(&tainted[..])
+            .arg(counters.len())
+            .arg(keys.len())
+            .arg(earlier.tainted_hashes.len())
+            .arg(firsts.len())
             .arg(ops.len());
+        for counter in &counters {
+            inv.arg(*counter);
+        }
+        for key in &keys {
+            inv.arg(&key.to_le_bytes()[..]);
+        }
+        for h in earlier.tainted_hashes.iter().chain(&firsts) {
+            inv.arg(&h.to_le_bytes()[..]);
+        }
         for (_, op, _) in ops {
-            inv.arg(&op.id)
-                .arg(&op.blob)
-                .arg(op.counter)
-                .arg(op.checks.len());
-            for (key, bytes) in &op.checks {
-                inv.arg(&key.to_le_bytes()[..]).arg(*bytes);
-            }
+            inv.arg(&op.id);
+        }
+        for spec in &specs {
+            inv.arg(&spec[..]);
+        }
+        for (_, op, _) in ops {
+            inv.arg(&op.blob);
+        }
+        for (_, op, _) in ops {
             match op.content_hash {
                 Some(h) => inv.arg(&h.to_le_bytes()[..]),
                 None => inv.arg(""),
             };
-            let flags = match (op.first_copy, op.strict) {
-                (true, true) => "as",
-                (true, false) => "a",
-                (false, true) => "s",
-                (false, false) => "",
-            };
-            inv.arg(flags).arg(op.tight.len());
-            for key in &op.tight {
-                inv.arg(&key.to_le_bytes()[..]);
-            }
-            inv.arg(op.joins.len());
-            for key in &op.joins {
-                inv.arg(&key.to_le_bytes()[..]);
-            }
-            inv.arg(&op.body[..]).arg(&op.signature[..]);
+        }
+        for (_, op, _) in ops {
+            inv.arg(&op.body[..op.set_at]);
+        }
+        for (_, op, _) in ops {
+            inv.arg(&op.body[op.set_at..]);
+        }
+        for (_, op, _) in ops {
+            inv.arg(&op.signature[..]);
         }
         let raw: Result<Vec<i64>, _> = inv.invoke(&self.commit, &mut self.con);
         if inv.capacity() <= PACKED_KEPT {
@@ -1315,16 +1436,29 @@ impl RedisIndex {
         let num_perm = self.settings.sketcher.num_perm();
         let with_sets = self.settings.deduper.verify == neardup_dedup::Verify::Jaccard;
         for part in missing.chunks(4096) {
-            let mut cmd = redis::cmd("HMGET");
-            cmd.arg(&self.keys.reps);
-            for r in part {
-                cmd.arg(&r.to_le_bytes()[..]);
+            let fields: Vec<Vec<u8>> = part.iter().map(|r| r.to_le_bytes().to_vec()).collect();
+            let mut pipe = redis::pipe();
+            pipe.cmd("HMGET").arg(&self.keys.reps).arg(&fields);
+            if with_sets {
+                pipe.cmd("HMGET").arg(&self.keys.sets).arg(&fields);
             }
-            let got: Vec<Option<Vec<u8>>> = cmd.query(&mut self.con)?;
-            for (r, body) in part.iter().zip(got) {
-                let rec = body
+            type Raw = Vec<Option<Vec<u8>>>;
+            let (got, sets): (Raw, Raw) = if with_sets {
+                pipe.query(&mut self.con)?
+            } else {
+                let (got,): (Raw,) = pipe.query(&mut self.con)?;
+                (got, Vec::new())
+            };
+            if got.len() != part.len() || (with_sets && sets.len() != part.len()) {
+                return Err(damaged(
+                    "the server answered a read for other representatives than were asked",
+                ));
+            }
+            for (k, (r, record)) in part.iter().zip(got).enumerate() {
+                let set = sets.get(k).and_then(|s| s.as_deref());
+                let rec = record
                     .as_deref()
-                    .and_then(|b| decode_rep(b, num_perm, with_sets))
+                    .and_then(|b| decode_rep(b, set, num_perm, with_sets))
                     .ok_or_else(|| {
                         damaged(&format!("representative {r} is missing or cannot be read"))
                     })?;
@@ -1410,10 +1544,25 @@ struct View {
 struct Plan {
     /// Per document decided: its place in the batch, its commit and its decision.
     ops: Vec<(usize, Commit, Decided)>,
+    /// Per band key reached that has representatives: how many its bucket held at the read.
+    held_at_read: HashMap<u64, usize>,
     /// Representatives on the server when the view was read.
     reps_at_read: u64,
     /// The fewest equal signature positions that make a representative a candidate.
     floor_count: usize,
+}
+
+/// What the earlier commit calls of a round did, which the later ones take into account.
+#[derive(Default)]
+struct Earlier {
+    /// Band keys refused documents would have joined.
+    tainted_keys: HashSet<u64>,
+    /// Content hashes refused documents would have made first copies.
+    tainted_hashes: Vec<u128>,
+    /// The representatives committed (packed u32): not newcomers to the later calls.
+    own: Vec<u8>,
+    /// Per band key, the joins of the representatives committed.
+    joined: HashMap<u64, usize>,
 }
 
 /// What the commit script did with a document.
@@ -1441,7 +1590,8 @@ struct Commit {
     id: String,
     blob: Vec<u8>,
     counter: &'static str,
-    checks: Vec<(u64, usize)>,
+    /// The band keys whose buckets it was decided against.
+    checks: Vec<u64>,
     content_hash: Option<u128>,
     first_copy: bool,
     /// Refused when any bucket it checks lacks a refused document's representative (its match
@@ -1450,8 +1600,12 @@ struct Commit {
     /// Band keys whose buckets were full when it would have joined them.
     tight: Vec<u64>,
     joins: Vec<u64>,
+    /// Its representative's record less the document number ([`rep_tail`]), then its shingle
+    /// set (empty when it is none).
     body: Vec<u8>,
-    /// Its signature when it has checks and no body (which starts with it): what the commit
+    /// Where in `body` the shingle set starts.
+    set_at: usize,
+    /// Its signature when it has checks and no body (which holds it): what the commit
     /// compares with representatives that arrived after the read.
     signature: Vec<u8>,
 }
@@ -1474,19 +1628,34 @@ fn committed_addr(docno: u64) -> SampleAddr {
     }
 }
 
-/// A representative's signature and shingle set as the server stores them.
-fn rep_body(s: &Signed) -> Vec<u8> {
+/// A representative's record as the server stores it in `reps`, less the document number the
+/// script puts before it (its id's length and id, then its signature), followed by its shingle
+/// set (what `sets` holds), and where that starts.
+fn rep_tail(id: &str, s: &Signed) -> (Vec<u8>, usize) {
     let sets = s.shingles.as_deref().unwrap_or(&[]);
-    let mut out = Vec::with_capacity(4 * (s.sig.len() + sets.len()));
-    for v in s.sig.iter().chain(sets) {
+    let mut out = Vec::with_capacity(4 + id.len() + 4 * (s.sig.len() + sets.len()));
+    out.extend_from_slice(&(id.len() as u32).to_le_bytes());
+    out.extend_from_slice(id.as_bytes());
+    for v in &s.sig {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    out
+    let set_at = out.len();
+    for v in sets {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    (out, set_at)
 }
 
-/// A representative record: document number, id length and id (written by the script), then
-/// the body ([`rep_body`]).
-pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
+/// A representative as the server holds it: its record in `reps` (the document number, written
+/// by the script, then [`rep_tail`]'s: id length and id, signature) and its shingle set in
+/// `sets` (`set`; none when the set is empty). A record written before the sets had a hash of
+/// their own holds its set after the signature, and is read as such.
+pub(crate) fn decode_rep(
+    b: &[u8],
+    set: Option<&[u8]>,
+    num_perm: usize,
+    with_sets: bool,
+) -> Option<RepRecord> {
     let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
     let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
     let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
@@ -1494,12 +1663,18 @@ pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<R
     if body.len() % 4 != 0 || body.len() < 4 * num_perm {
         return None;
     }
-    let (sig, sets) = body.split_at(4 * num_perm);
+    let (sig, inline) = body.split_at(4 * num_perm);
+    let shingles = match (with_sets, inline.is_empty(), set) {
+        (false, _, _) => None,
+        (true, false, _) => Some(words(inline).collect()),
+        (true, true, Some(set)) if set.len() % 4 != 0 => return None,
+        (true, true, set) => Some(words(set.unwrap_or_default()).collect()),
+    };
     Some(RepRecord {
         docno,
         id,
         signature: words(sig).collect(),
-        shingles: with_sets.then(|| words(sets).collect()),
+        shingles,
     })
 }
 
@@ -1580,6 +1755,39 @@ mod tests {
             assert_eq!(decode_sequenced(&stored), Some((7, d)));
         }
         assert_eq!(decode_decision(&[0, 0, 0, 0, 0, 0, 0, 0, 2, 0]), None);
+    }
+
+    /// A representative's record and its shingle set in `sets` are read together; a record
+    /// that holds its set after the signature (written before the sets had a hash of their
+    /// own) is read the same; a set that is not whole words is refused.
+    #[test]
+    fn representatives_read_with_their_sets_or_inline() {
+        let sig = [1u32, 2, 3];
+        let set = [7u32, 9];
+        let words = |w: &[u32]| w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+        let mut record = 5u64.to_le_bytes().to_vec();
+        record.extend_from_slice(&2u32.to_le_bytes());
+        record.extend_from_slice(b"sx");
+        record.extend(words(&sig));
+        let apart = decode_rep(&record, Some(&words(&set)), 3, true).unwrap();
+        let mut inline = record.clone();
+        inline.extend(words(&set));
+        let old = decode_rep(&inline, None, 3, true).unwrap();
+        for rec in [&apart, &old] {
+            assert_eq!((rec.docno, rec.id.as_str()), (5, "sx"));
+            assert_eq!(rec.signature, sig);
+            assert_eq!(rec.shingles.as_deref(), Some(&set[..]));
+        }
+        assert_eq!(
+            decode_rep(&record, None, 3, true)
+                .unwrap()
+                .shingles
+                .as_deref(),
+            Some(&[][..])
+        );
+        assert_eq!(decode_rep(&record, None, 3, false).unwrap().shingles, None);
+        assert!(decode_rep(&record, Some(&[1, 2, 3]), 3, true).is_none());
+        assert!(decode_rep(&record[..record.len() - 4], None, 3, true).is_none());
     }
 
     /// A `redis-server` of the test's own on a free loopback port, stopped by its pid.
@@ -1668,60 +1876,65 @@ mod tests {
     /// decided anew, and every decision is one process's over the documents in commit order.
     #[test]
     fn a_conflict_refuses_only_what_it_touches() {
-        let server = Server::start();
-        let mut a = RedisIndex::open(settings(), &server.url(), "t").unwrap();
-        let mut b = RedisIndex::open(settings(), &server.url(), "t").unwrap();
-        let x = words(1);
-        let texts = [x.clone(), format!("{x} tail"), words(2)];
-        let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
-        let ids: Vec<DocId> = ["p", "q", "r"]
-            .iter()
-            .map(|i| DocId::Str(i.to_string()))
-            .collect();
-        let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 3]);
-        let mut decided = HashMap::new();
-        let Ok(planned) = a.plan(&ids, &signed, &[0, 1, 2], Verb::Check, &mut decided) else {
-            panic!("planning failed");
-        };
-        let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
-        assert_eq!(keeps, [true, false, true], "q was decided against p");
+        // One call, and one call per document: what a refused one would have written reaches the
+        // later calls.
+        for chunk in [COMMIT_CHUNK, 1] {
+            let server = Server::start();
+            let mut a = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+            a.commit_chunk = chunk;
+            let mut b = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+            let x = words(1);
+            let texts = [x.clone(), format!("{x} tail"), words(2)];
+            let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+            let ids: Vec<DocId> = ["p", "q", "r"]
+                .iter()
+                .map(|i| DocId::Str(i.to_string()))
+                .collect();
+            let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 3]);
+            let mut decided = HashMap::new();
+            let Ok(planned) = a.plan(&ids, &signed, &[0, 1, 2], Verb::Check, &mut decided) else {
+                panic!("planning failed");
+            };
+            let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
+            assert_eq!(keeps, [true, false, true], "q was decided against p");
 
-        let other = format!("{x} other");
-        let theirs = b
-            .check_many(&[Text::Str(&other)], vec![Some(DocId::Str("b".into()))])
-            .unwrap();
-        assert!(theirs[0].keep);
-        let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
-            panic!("committing failed");
-        };
-        assert_eq!(left, [0, 1], "p refused, q with it, r committed");
-        assert_eq!(decided.len(), 1);
-        assert_eq!(a.stats().unwrap().conflicts, 2);
-
-        let again = a
-            .check_many(&as_text, ids.iter().cloned().map(Some).collect())
-            .unwrap();
-        let b_id = DocId::Str("b".into());
-        assert_eq!(again[0].dup_of.as_ref(), Some(&b_id), "{:?}", again[0]);
-        assert_eq!(again[1].dup_of.as_ref(), Some(&b_id), "{:?}", again[1]);
-        assert!(again[2].keep);
-
-        let all = a.decisions().unwrap();
-        let order: Vec<&DocId> = all.iter().map(|d| &d.id).collect();
-        let named = |i: &str| DocId::Str(i.to_string());
-        assert_eq!(order, [&b_id, &named("r"), &named("p"), &named("q")]);
-        let text_of = |id: &DocId| match id {
-            DocId::Str(s) if s == "b" => other.clone(),
-            DocId::Str(s) if s == "p" => texts[0].clone(),
-            DocId::Str(s) if s == "q" => texts[1].clone(),
-            _ => texts[2].clone(),
-        };
-        let mut replay = crate::Index::new(settings()).unwrap();
-        for d in &all {
-            let got = replay
-                .check(Text::Str(&text_of(&d.id)), Some(d.id.clone()))
+            let other = format!("{x} other");
+            let theirs = b
+                .check_many(&[Text::Str(&other)], vec![Some(DocId::Str("b".into()))])
                 .unwrap();
-            assert_eq!(&got, d);
+            assert!(theirs[0].keep);
+            let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
+                panic!("committing failed");
+            };
+            assert_eq!(left, [0, 1], "p refused, q with it, r committed");
+            assert_eq!(decided.len(), 1);
+            assert_eq!(a.stats().unwrap().conflicts, 2);
+
+            let again = a
+                .check_many(&as_text, ids.iter().cloned().map(Some).collect())
+                .unwrap();
+            let b_id = DocId::Str("b".into());
+            assert_eq!(again[0].dup_of.as_ref(), Some(&b_id), "{:?}", again[0]);
+            assert_eq!(again[1].dup_of.as_ref(), Some(&b_id), "{:?}", again[1]);
+            assert!(again[2].keep);
+
+            let all = a.decisions().unwrap();
+            let order: Vec<&DocId> = all.iter().map(|d| &d.id).collect();
+            let named = |i: &str| DocId::Str(i.to_string());
+            assert_eq!(order, [&b_id, &named("r"), &named("p"), &named("q")]);
+            let text_of = |id: &DocId| match id {
+                DocId::Str(s) if s == "b" => other.clone(),
+                DocId::Str(s) if s == "p" => texts[0].clone(),
+                DocId::Str(s) if s == "q" => texts[1].clone(),
+                _ => texts[2].clone(),
+            };
+            let mut replay = crate::Index::new(settings()).unwrap();
+            for d in &all {
+                let got = replay
+                    .check(Text::Str(&text_of(&d.id)), Some(d.id.clone()))
+                    .unwrap();
+                assert_eq!(&got, d);
+            }
         }
     }
 
@@ -1733,7 +1946,11 @@ mod tests {
     /// is one process's over the documents in commit order.
     #[test]
     fn a_refused_neighbour_refuses_only_what_it_changed() {
-        for (max_reps, left_expected, conflicts) in [(None, vec![0], 1), (Some(1), vec![0, 1], 2)] {
+        let cases = [(None, vec![0], 1), (Some(1), vec![0, 1], 2)];
+        for ((max_reps, left_expected, conflicts), chunk) in cases
+            .into_iter()
+            .flat_map(|c| [(c.clone(), COMMIT_CHUNK), (c, 1)])
+        {
             let server = Server::start();
             let mut loose = settings();
             loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
@@ -1744,6 +1961,7 @@ mod tests {
             .unwrap();
             loose.deduper.max_reps = max_reps;
             let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            a.commit_chunk = chunk;
             let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
             let p_words = words(1);
             let half: Vec<&str> = p_words.split(' ').take(30).collect();
@@ -1804,11 +2022,17 @@ mod tests {
     #[test]
     fn a_newcomer_refuses_only_what_it_is_a_candidate_for() {
         // 600 permutations: the script unpacks a signature in parts.
-        for (max_reps, num_perm, left_expected, conflicts) in [
+        let cases = [
             (None, 128, vec![1], 1),
             (Some(1), 128, vec![0, 1], 2),
             (None, 600, vec![1], 1),
-        ] {
+        ];
+        // One call, and one call per document: the earlier call's own representative is no
+        // newcomer to the later.
+        for ((max_reps, num_perm, left_expected, conflicts), chunk) in cases
+            .into_iter()
+            .flat_map(|c| [(c.clone(), COMMIT_CHUNK), (c, 1)])
+        {
             let server = Server::start();
             let mut loose = settings();
             loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
@@ -1819,6 +2043,7 @@ mod tests {
             .unwrap();
             loose.deduper.max_reps = max_reps;
             let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            a.commit_chunk = chunk;
             let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
             let p_words = words(1);
             let half: Vec<&str> = p_words.split(' ').take(30).collect();
@@ -1887,6 +2112,45 @@ mod tests {
                 assert_eq!(&got, d);
             }
         }
+    }
+
+    /// One producer alone, one document per commit call: what the round's earlier calls
+    /// committed into a bucket (its own representatives) is what the later documents were
+    /// decided against, so nothing is refused, and the decisions are the in-memory index's,
+    /// duplicates included.
+    #[test]
+    fn a_round_s_own_commits_refuse_nothing() {
+        let server = Server::start();
+        let mut loose = settings();
+        loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
+            neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+            128,
+            neardup_sketch::LshParams::new(64, 2).unwrap(),
+        ))
+        .unwrap();
+        let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+        a.commit_chunk = 1;
+        let p_words = words(1);
+        let half: Vec<&str> = p_words.split(' ').take(30).collect();
+        // q shares a bucket with p without being near it; r is p's near copy, s its exact copy.
+        let texts = [
+            p_words.clone(),
+            format!("{} {}", half.join(" "), words(3)),
+            format!("{p_words} tail"),
+            p_words.clone(),
+            words(4),
+        ];
+        let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+        let ids: Vec<Option<DocId>> = (0..texts.len() as i64)
+            .map(|i| Some(DocId::Int(i)))
+            .collect();
+        let got = a.check_many(&as_text, ids.clone()).unwrap();
+        assert_eq!(a.stats().unwrap().conflicts, 0);
+        let mut memory = crate::Index::new(loose).unwrap();
+        let want = memory.check_many(&as_text, ids).unwrap();
+        assert_eq!(got, want);
+        let keeps: Vec<bool> = got.iter().map(|d| d.keep).collect();
+        assert_eq!(keeps, [true, true, false, false, true]);
     }
 
     #[test]
