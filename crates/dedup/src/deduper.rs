@@ -659,12 +659,10 @@ impl Deduper {
     }
 
     /// [`Deduper::seed`] for one earlier representative (a [`PriorRepresentative`]'s fields,
-    /// borrowed): it joins its buckets `bands`, in order, while there is room. A caller holding
-    /// the representatives elsewhere (the online index's cache) seeds them in the order of the
-    /// earlier runs without copying them into a [`PriorState`] first.
+    /// borrowed): it joins its buckets `bands`, in order, while there is room.
     ///
     /// [`PriorRepresentative`]: crate::PriorRepresentative
-    pub fn seed_representative(
+    fn seed_representative(
         &mut self,
         addr: SampleAddr,
         id: Option<&str>,
@@ -677,9 +675,10 @@ impl Deduper {
         });
     }
 
-    /// [`Deduper::seed_representative`] with a shingle set the caller holds and shares: the
-    /// core keeps a share of it, neither copied nor counted in its memory (the online index,
-    /// which seeds a core from its cache for every batch it decides).
+    /// [`Deduper::seed`] for one earlier representative, from a caller that holds it (the online
+    /// index, which seeds a core from its cache of a Redis server's representatives for every
+    /// batch it decides): it joins its buckets `bands`, in order, while there is room, and the
+    /// core keeps a share of its shingle set, neither copied nor counted in its memory.
     pub fn seed_shared_representative(
         &mut self,
         addr: SampleAddr,
