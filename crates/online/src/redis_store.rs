@@ -921,17 +921,25 @@ impl RedisIndex {
         let mut copies: HashSet<u128> = view.copies.keys().copied().collect();
         let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
         let max_reps = self.settings.deduper.max_reps;
-        // The buckets each representative the core holds is in (this batch's own too, by their
-        // joins): where a near duplicate met the one it matched.
-        let mut buckets_of: HashMap<SampleAddr, HashSet<u64>> = HashMap::new();
-        for (key, reps) in &view.buckets {
-            for r in reps {
-                buckets_of
-                    .entry(committed_addr(self.cache[r].docno))
-                    .or_default()
-                    .insert(*key);
+        // What the buckets the view read hold, and the buckets this batch's own representatives
+        // join (by their place in the round): where a near duplicate met the one it matched is
+        // looked up when one does (most representatives never are).
+        let view_buckets: HashMap<u64, &[u32]> = view
+            .buckets
+            .iter()
+            .map(|(k, reps)| (*k, &reps[..]))
+            .collect();
+        let mut own_joins: HashMap<u64, Vec<u64>> = HashMap::new();
+        let cache = &self.cache;
+        let holds = |own_joins: &HashMap<u64, Vec<u64>>, key: &u64, of: SampleAddr| {
+            if of.file == BATCH_FILE {
+                own_joins.get(&of.record).is_some_and(|j| j.contains(key))
+            } else {
+                view_buckets
+                    .get(key)
+                    .is_some_and(|reps| reps.iter().any(|r| committed_addr(cache[r].docno) == of))
             }
-        }
+        };
 
         // `decided` gets each decision once it is on the server.
         let mut ops: Vec<(usize, Commit, Decided)> = Vec::new();
@@ -999,11 +1007,9 @@ impl RedisIndex {
                     // that it is refused with its match.
                     let bands = match verdict {
                         Verdict::Near { of, .. } => {
-                            let met = buckets_of.get(&of).and_then(|held| {
-                                s.row[..self.band_columns]
-                                    .iter()
-                                    .position(|k| held.contains(k))
-                            });
+                            let met = s.row[..self.band_columns]
+                                .iter()
+                                .position(|k| holds(&own_joins, k, of));
                             // A match of this batch's own may be refused: then so is this one.
                             op.strict = of.file == BATCH_FILE || met.is_none();
                             match met {
@@ -1014,9 +1020,9 @@ impl RedisIndex {
                         }
                         _ => self.band_columns,
                     };
-                    let mut checked = HashSet::new();
                     for &key in &s.row[..bands] {
-                        if key != NO_KEY && checked.insert(key) {
+                        // A row has a few keys: a list finds one twice faster than a set.
+                        if key != NO_KEY && !op.checks.contains(&key) {
                             op.checks.push(key);
                         }
                     }
@@ -1040,7 +1046,7 @@ impl RedisIndex {
                     }
                     if !op.joins.is_empty() {
                         (op.body, op.set_at) = rep_tail(&op.id, s);
-                        buckets_of.insert(addr, op.joins.iter().copied().collect());
+                        own_joins.insert(addr.record, op.joins.clone());
                     }
                 }
                 if op.body.is_empty() && !op.checks.is_empty() {
