@@ -915,7 +915,7 @@ impl RedisIndex {
         let mut lengths: HashMap<u64, usize> = view
             .buckets
             .iter()
-            .map(|(k, reps)| (*k, reps.len()))
+            .map(|(k, held)| (*k, held.len() / 4))
             .collect();
         let held_at_read = lengths.clone();
         let mut copies: HashSet<u128> = view.copies.keys().copied().collect();
@@ -924,10 +924,10 @@ impl RedisIndex {
         // What the buckets the view read hold, and the buckets this batch's own representatives
         // join (by their place in the round): where a near duplicate met the one it matched is
         // looked up when one does (most representatives never are).
-        let view_buckets: HashMap<u64, &[u32]> = view
+        let view_buckets: HashMap<u64, &[u8]> = view
             .buckets
             .iter()
-            .map(|(k, reps)| (*k, &reps[..]))
+            .map(|(k, held)| (*k, &held[..]))
             .collect();
         let mut own_joins: HashMap<u64, Vec<u64>> = HashMap::new();
         let cache = &self.cache;
@@ -937,7 +937,7 @@ impl RedisIndex {
             } else {
                 view_buckets
                     .get(key)
-                    .is_some_and(|reps| reps.iter().any(|r| committed_addr(cache[r].docno) == of))
+                    .is_some_and(|held| words(held).any(|r| committed_addr(cache[&r].docno) == of))
             }
         };
 
@@ -1395,11 +1395,7 @@ impl RedisIndex {
                     "a bucket's length is not a whole number of entries",
                 ));
             }
-            let reps: Vec<u32> = held
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            buckets.push((*key, reps));
+            buckets.push((*key, held));
         }
         let mut copies = HashMap::new();
         for (h, first) in hashes.iter().zip(raw_copies) {
@@ -1412,7 +1408,7 @@ impl RedisIndex {
                 .map_err(|_| damaged("a first copy's id is not UTF-8"))?;
             copies.insert(*h, (docno, id));
         }
-        self.fetch_reps(buckets.iter().flat_map(|(_, reps)| reps.iter().copied()))?;
+        self.fetch_reps(buckets.iter().flat_map(|(_, held)| words(held)))?;
         Ok(View {
             ids,
             buckets,
@@ -1485,7 +1481,7 @@ impl RedisIndex {
         let mut joins: Vec<(u32, u64)> = view
             .buckets
             .iter()
-            .flat_map(|(key, reps)| reps.iter().map(move |r| (*r, *key)))
+            .flat_map(|(key, held)| words(held).map(move |r| (r, *key)))
             .collect();
         joins.sort_by_key(|(r, _)| *r);
         let mut core = self.settings.deduper_core()?;
@@ -1538,8 +1534,9 @@ impl From<redis::RedisError> for RoundError {
 struct View {
     /// Per id asked: its recorded decision.
     ids: Vec<Option<Decided>>,
-    /// Per band key reached that has representatives: their numbers, in order.
-    buckets: Vec<(u64, Vec<u32>)>,
+    /// Per band key reached that has representatives: their numbers, in order, as the server
+    /// holds them (4 bytes each, little-endian: [`words`]).
+    buckets: Vec<(u64, Vec<u8>)>,
     /// Per content hash reached that has a first copy: its document number and id.
     copies: HashMap<u128, (u64, String)>,
     /// Representatives on the server at the read (all of the buckets' are below this number).
