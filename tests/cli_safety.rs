@@ -425,6 +425,241 @@ fn staged_commands_refuse_outputs_over_their_inputs() {
     }
 }
 
+/// The distributed steps of `shard_tables`' three shards in `dir`, planned in two groups:
+/// `hot.ndh`, `sig-0` … `sig-2` and `dec-0`, `dec-1`; returns the tables.
+fn distributed_steps(dir: &Path) -> Vec<String> {
+    let t = shard_tables(dir, &[]);
+    run_ok(neardup(dir).args(["hot", &t[0], &t[1], &t[2], "--groups", "2", "-o", "hot.ndh"]));
+    for (i, table) in t.iter().enumerate() {
+        run_ok(neardup(dir).args(["sign", table, "--hot", "hot.ndh", "-o", &format!("sig-{i}")]));
+    }
+    for g in 0..2 {
+        run_ok(neardup(dir).args([
+            "decide",
+            "sig-0",
+            "sig-1",
+            "sig-2",
+            "--hot",
+            "hot.ndh",
+            "--group",
+            &g.to_string(),
+            "-o",
+            &format!("dec-{g}"),
+        ]));
+    }
+    t
+}
+
+#[test]
+fn distributed_steps_refuse_outputs_over_what_the_run_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let t = distributed_steps(dir);
+    std::os::unix::fs::symlink("data/part-0.jsonl", dir.join("link.jsonl")).unwrap();
+    std::fs::hard_link(dir.join("data/part-1.jsonl"), dir.join("hard.jsonl")).unwrap();
+    std::fs::hard_link(dir.join("data/part-0.jsonl"), dir.join("hard-0.jsonl")).unwrap();
+    let before = snapshot(dir);
+    let hot = |rest: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["hot", &t[0], &t[1], &t[2], "--groups", "2"]
+            .map(String::from)
+            .to_vec();
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args
+    };
+    let sign = |rest: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["sign", &t[0], "--hot", "hot.ndh"]
+            .map(String::from)
+            .to_vec();
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args
+    };
+    let decide = |rest: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "decide", "sig-0", "sig-1", "sig-2", "--hot", "hot.ndh", "--group", "0",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args
+    };
+    let write = |rest: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "write",
+            &t[0],
+            "--hot",
+            "hot.ndh",
+            "--decided",
+            "dec-0",
+            "--decided",
+            "dec-1",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args
+    };
+    // Each with the paths its message must name: all exit code 2, nothing touched.
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        // The input files the key tables name are the run's inputs: every later step reads them.
+        (
+            hot(&["-o", "data/part-0.jsonl"]),
+            vec!["--output", "data/part-0.jsonl", "input file"],
+        ),
+        (
+            hot(&["-o", "h.ndh", "--report", "data/part-2.parquet"]),
+            vec!["--report", "data/part-2.parquet"],
+        ),
+        (
+            hot(&["-o", "hard.jsonl"]),
+            vec!["hard.jsonl", "data/part-1.jsonl", "(the same file)"],
+        ),
+        (hot(&["-o", "link.jsonl"]), vec!["link.jsonl"]),
+        // An earlier step's output directory holds only that step's files.
+        (
+            hot(&["-o", "sig-0/shard-00000.bin"]),
+            vec!["sig-0/shard-00000.bin", "the sign output"],
+        ),
+        (
+            sign(&["-o", "s", "--report", "data/part-0.jsonl"]),
+            vec!["--report", "data/part-0.jsonl"],
+        ),
+        (
+            sign(&["-o", "s", "--report", "./data/../data/part-0.jsonl"]),
+            vec!["--report", "part-0.jsonl"],
+        ),
+        // `sign` knows the files of its own shard only (the other shards' are in their key
+        // tables); `decide` and `write` know every shard's (from the sign manifests).
+        (
+            sign(&["-o", "s", "--report", "hard-0.jsonl"]),
+            vec!["hard-0.jsonl", "data/part-0.jsonl", "(the same file)"],
+        ),
+        (
+            sign(&["-o", "s", "--report", &t[0]]),
+            vec!["--report", &t[0], "key table"],
+        ),
+        (
+            sign(&["-o", "s", "--report", "hot.ndh"]),
+            vec!["--report", "hot.ndh", "--hot"],
+        ),
+        (
+            sign(&["-o", "data"]),
+            vec!["the sign output (-o) data", "input file"],
+        ),
+        (
+            sign(&["-o", "s", "--report", "s/report.json"]),
+            vec!["s/report.json", "inside the sign output (-o) s"],
+        ),
+        (
+            decide(&["-o", "d", "--report", "sig-1/manifest.json"]),
+            vec!["--report", "sig-1/manifest.json", "the sign output"],
+        ),
+        (
+            decide(&["-o", "d", "--report", "sig-2/group-00000.bin"]),
+            vec!["--report", "sig-2/group-00000.bin"],
+        ),
+        (decide(&["-o", "sig-0"]), vec!["sig-0", "the sign output"]),
+        (
+            decide(&["-o", "data"]),
+            vec!["the decide output (-o) data", "input file"],
+        ),
+        (
+            decide(&["-o", "d", "--report", "data/part-1.jsonl"]),
+            vec!["--report", "data/part-1.jsonl"],
+        ),
+        (
+            write(&["--decisions", "x.jsonl", "--report", "dec-0/manifest.json"]),
+            vec!["--report", "dec-0/manifest.json", "the decide output"],
+        ),
+        (
+            write(&["--decisions", "dec-1/manifest.json"]),
+            vec!["--decisions", "dec-1/manifest.json"],
+        ),
+        (
+            write(&["--decisions", "dec-1/shard-00000.bin"]),
+            vec!["--decisions", "dec-1/shard-00000.bin"],
+        ),
+        // Another shard's input: the run's, which that shard's `write` reads.
+        (
+            write(&["--decisions", "hard.jsonl"]),
+            vec![
+                "--decisions",
+                "hard.jsonl",
+                "data/part-1.jsonl",
+                "(the same file)",
+            ],
+        ),
+        (
+            decide(&["-o", "d", "--report", "hard.jsonl"]),
+            vec!["--report", "hard.jsonl", "data/part-1.jsonl"],
+        ),
+        (
+            write(&["--decisions", "data/part-2.parquet"]),
+            vec!["--decisions", "data/part-2.parquet"],
+        ),
+        (
+            write(&["-o", "sig-1", "--decisions", "x.jsonl"]),
+            vec!["--output", "sig-1", "earlier `sign` step"],
+        ),
+    ];
+    for (args, names) in cases {
+        let ran = run(neardup(dir).args(&args));
+        refused(&ran, 2, &names, dir, &before);
+    }
+    // A directory that is not empty is no step's to write into (exit code 1, as a refused
+    // publication): another step's output, or an earlier output of the same step without
+    // --overwrite.
+    for (args, names) in [
+        (
+            sign(&["-o", "dec-0"]),
+            vec!["dec-0", "not empty", "--overwrite"],
+        ),
+        (sign(&["-o", "sig-0"]), vec!["sig-0", "not empty"]),
+        (decide(&["-o", "dec-1"]), vec!["dec-1", "not empty"]),
+        (
+            sign(&["-o", "dec-0", "--overwrite"]),
+            vec!["dec-0/manifest.json", "earlier `sign` output"],
+        ),
+    ] {
+        let ran = run(neardup(dir).args(&args));
+        refused(&ran, 1, &names, dir, &before);
+    }
+}
+
+#[test]
+fn a_step_with_overwrite_replaces_only_its_own_earlier_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let t = distributed_steps(dir);
+    let signed = snapshot(&dir.join("sig-0"));
+    let sign = || {
+        let mut cmd = neardup(dir);
+        cmd.args(["sign", &t[0], "--hot", "hot.ndh", "-o", "sig-0"]);
+        cmd
+    };
+    run_ok(sign().arg("--overwrite"));
+    assert_eq!(snapshot(&dir.join("sig-0")), signed, "the same bytes again");
+    // A file its manifest does not list is not its to replace.
+    std::fs::write(dir.join("sig-0/notes.txt"), b"mine").unwrap();
+    let before = snapshot(dir);
+    let ran = run(sign().arg("--overwrite"));
+    refused(&ran, 1, &["sig-0/notes.txt", "does not list"], dir, &before);
+    let decided = snapshot(&dir.join("dec-1"));
+    run_ok(neardup(dir).args([
+        "decide",
+        "sig-0",
+        "sig-1",
+        "sig-2",
+        "--hot",
+        "hot.ndh",
+        "--group",
+        "1",
+        "-o",
+        "dec-1",
+        "--overwrite",
+    ]));
+    assert_eq!(snapshot(&dir.join("dec-1")), decided);
+}
+
 #[test]
 fn everything_checkable_is_checked_before_stage_1() {
     let tmp = corpus();

@@ -867,6 +867,112 @@ fn the_staged_steps_with_every_file_between_them_on_object_storage_match_one_loc
         "{err}"
     );
     assert!(s3.keys("work", "run/decided-x").is_empty());
+    // No step writes over an object a step of the run reads: a sign or decide output's files,
+    // or an input object the manifests name.
+    let objects = |bucket: &str| -> Vec<(String, Option<Vec<u8>>)> {
+        s3.keys(bucket, "")
+            .into_iter()
+            .map(|k| {
+                let bytes = s3.get(bucket, &k);
+                (k, bytes)
+            })
+            .collect()
+    };
+    let before = (objects("work"), objects("corpus"));
+    let decide_args = |rest: &[&'static str]| -> Vec<String> {
+        let mut args: Vec<String> = vec!["decide".into()];
+        args.extend(sigs.iter().cloned());
+        args.extend(["--hot", &hot, "--group", "0"].map(String::from));
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args.extend(settings.map(String::from));
+        args
+    };
+    let mut write_args: Vec<String> = ["write", &tables[0], "--hot", &hot]
+        .map(String::from)
+        .to_vec();
+    for d in &decided {
+        write_args.extend(["--decided".to_string(), d.clone()]);
+    }
+    write_args.extend(settings.map(String::from));
+    let cases: [(Vec<String>, &str); 4] = [
+        (
+            decide_args(&[
+                "-o",
+                "s3://work/run/decided-y",
+                "--report",
+                "s3://work/run/sig-1/manifest.json",
+            ]),
+            "the report (--report) s3://work/run/sig-1/manifest.json is the sign output",
+        ),
+        (
+            decide_args(&["-o", "s3://work/run/sig-2"]),
+            "s3://work/run/sig-2/manifest.json is the sign output",
+        ),
+        (
+            [
+                &write_args[..],
+                &[
+                    "--decisions".into(),
+                    "s3://work/run/decided-1/manifest.json".into(),
+                ],
+            ]
+            .concat(),
+            "s3://work/run/decided-1/manifest.json is the decide output",
+        ),
+        (
+            [
+                &write_args[..],
+                &["--decisions".into(), "s3://corpus/in/big.jsonl".into()],
+            ]
+            .concat(),
+            "s3://corpus/in/big.jsonl is the input file",
+        ),
+    ];
+    for (args, expected) in cases {
+        let o = with_env(neardup().current_dir(&cwd).args(&args), &s3.env());
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(
+            (objects("work"), objects("corpus")) == before,
+            "{args:?} changed an object"
+        );
+    }
+    // A prefix holding objects is no step's to write into (exit code 1), but with --overwrite an
+    // earlier output of the same step, replaced by the same bytes.
+    let sign_args = |out: &str, rest: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["sign", &tables[0], "--hot", &hot, "-o", out]
+            .map(String::from)
+            .to_vec();
+        args.extend(rest.iter().map(|s| s.to_string()));
+        args.extend(settings.map(String::from));
+        args
+    };
+    for (args, expected) in [
+        (sign_args(&decided[0], &[]), "is not empty"),
+        (sign_args(&sigs[0], &[]), "pass --overwrite"),
+        (
+            sign_args(&decided[0], &["--overwrite"]),
+            "replaces only an earlier `sign` output",
+        ),
+    ] {
+        let o = with_env(neardup().current_dir(&cwd).args(&args), &s3.env());
+        let err = support::stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(
+            (objects("work"), objects("corpus")) == before,
+            "{args:?} changed an object"
+        );
+    }
+    let o = with_env(
+        neardup()
+            .current_dir(&cwd)
+            .args(sign_args(&sigs[0], &["--overwrite"])),
+        &s3.env(),
+    );
+    assert!(o.status.success(), "{}", support::stderr(&o));
+    assert!((objects("work"), objects("corpus")) == before);
     let o = with_env(
         neardup()
             .current_dir(&cwd)

@@ -150,7 +150,7 @@ fn sign_into(
     config: &Config,
     table: TableInput<'_>,
     hot: &HotKeys,
-    out: Option<&Path>,
+    out: Option<(&Path, Option<&Path>)>,
     control: &RunControl,
 ) -> Result<(SignManifest, Vec<Vec<u8>>, DedupStats), Error> {
     let against = crate::against::against_summary(config)?;
@@ -164,11 +164,17 @@ fn sign_into(
     table.read_paths(&mut paths);
     paths.config_spill_dir(config);
     let all: Vec<u32> = (0..groups).collect();
-    let targets = out.map(|dir| StepFiles::plan::<SignManifest>(dir, &all, &mut paths));
+    let targets = out.map(|(dir, report)| {
+        if let Some(r) = report {
+            paths.write_file("the report (--report)", r);
+        }
+        StepFiles::plan::<SignManifest>(dir, &all, &mut paths)
+    });
     paths.check()?;
     let _spill_dirs = paths.prepare()?;
+    let output =
+        StepOutput::begin::<SignManifest>(targets, config.output.overwrite, &control.cancel)?;
     let mask = table.mask(config, &place, hot, RowGrouping::Record)?;
-    let output = StepOutput::begin(targets, &control.cancel)?;
     let sinks = output.sinks(groups as usize)?;
     let mut cfg = stage2_config(config)?;
     cfg.output = None;
@@ -257,8 +263,13 @@ impl Step for SignStep<'_> {
         report: Option<&Path>,
         control: &RunControl,
     ) -> Result<SignReport, Error> {
-        let (manifest, _, stage2) =
-            sign_into(self.config, self.table, self.hot, Some(out), control)?;
+        let (manifest, _, stage2) = sign_into(
+            self.config,
+            self.table,
+            self.hot,
+            Some((out, report)),
+            control,
+        )?;
         let made = SignReport { manifest, stage2 };
         if let Some(path) = report {
             save_json(path, &made)?;
@@ -274,7 +285,7 @@ fn decide_into(
     signed: &[SignedInput<'_>],
     hot: &HotSummary,
     group: u32,
-    out: Option<&Path>,
+    out: Option<(&Path, Option<&Path>)>,
     control: &RunControl,
 ) -> Result<(DecideManifest, Vec<Vec<u8>>), Error> {
     let against = crate::against::load_against(config)?;
@@ -347,23 +358,29 @@ fn decide_into(
         g.read_paths(group, "the sign output", &mut paths);
     }
     let all: Vec<u32> = (0..shards).collect();
-    let targets = out.map(|dir| StepFiles::plan::<DecideManifest>(dir, &all, &mut paths));
+    let targets = out.map(|(dir, report)| {
+        if let Some(r) = report {
+            paths.write_file("the report (--report)", r);
+        }
+        StepFiles::plan::<DecideManifest>(dir, &all, &mut paths)
+    });
     paths.config_spill_dir(config);
     paths.check()?;
     // Representatives spill there under a memory limit.
     let _spill_dirs = paths.prepare()?;
+    let output =
+        StepOutput::begin::<DecideManifest>(targets, config.output.overwrite, &control.cancel)?;
     let streams = given
         .iter()
         .map(|g| g.open(group, &wanted_by))
         .collect::<Result<Vec<_>, _>>()?;
-    let output = StepOutput::begin(targets, &control.cancel)?;
     let mut outs = output
         .sinks(shards as usize)?
         .into_iter()
         .map(|sink| {
             RecordWriter::new(sink).map_err(|e| Error::Io {
                 op: IoOp::Write,
-                target: out.map_or(IoTarget::Named("the decisions"), |d| {
+                target: out.map_or(IoTarget::Named("the decisions"), |(d, _)| {
                     IoTarget::Path(d.to_path_buf())
                 }),
                 error: e,
@@ -487,7 +504,7 @@ impl Step for DecideStep<'_> {
             self.signed,
             self.hot,
             self.group,
-            Some(out),
+            Some((out, report)),
             control,
         )?;
         let made = DecideReport { manifest };

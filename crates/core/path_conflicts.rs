@@ -240,6 +240,28 @@ pub enum PathConflict {
         /// The dataset directory.
         outer: NamedPath,
     },
+    /// An output inside a step's output directory (`sign`, `decide`), which holds only the
+    /// step's files.
+    #[error(
+        "{inner} is inside {outer}, which holds only that step's files: choose a path outside it"
+    )]
+    InsideStepOutput {
+        /// The output.
+        inner: NamedPath,
+        /// The step's output directory.
+        outer: NamedPath,
+    },
+    /// An output directory that is the output directory of an earlier `sign` or `decide` step.
+    #[error(
+        "{output} is the output of an earlier `{step}` step, which holds only that step's files: \
+         choose another directory"
+    )]
+    IsStepOutput {
+        /// The output directory.
+        output: NamedPath,
+        /// The step: `sign` or `decide`.
+        step: &'static str,
+    },
     /// An output inside the path of an output file.
     #[error("{inner} is inside {outer}, which is to be a file: give each its own path")]
     InsideFile {

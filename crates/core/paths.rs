@@ -67,6 +67,17 @@ enum OutputKind {
     /// A directory in which spill files are made in private subdirectories: other files may sit
     /// beside them.
     SpillDir,
+    /// A step's output directory (`sign`, `decide`): it holds only the step's own files, each
+    /// registered as an [`OutputKind::File`] of the same name.
+    StepDir,
+}
+
+impl OutputKind {
+    /// A directory that holds only the run's own files there: it may neither hold nor be an
+    /// input, and no other output may sit inside it.
+    fn holds_only_its_own(&self) -> bool {
+        matches!(self, OutputKind::Dataset { .. } | OutputKind::StepDir)
+    }
 }
 
 /// One file of a dataset directory: the input's output, at the input's relative path.
@@ -143,6 +154,19 @@ impl RunPaths {
                     })
                     .collect(),
             },
+        });
+        self
+    }
+
+    /// A step's output directory (`sign`, `decide`), which holds only the step's files: those
+    /// are registered with [`RunPaths::write_file`] under the same `what`
+    /// (`"the sign output (-o)"`). The directory may not hold an input, be or lie in an input
+    /// tree, or hold another output.
+    pub fn write_step_dir(&mut self, what: &str, dir: &Path) -> &mut Self {
+        self.outputs.push(Output {
+            what: what.to_string(),
+            path: dir.to_path_buf(),
+            kind: OutputKind::StepDir,
         });
         self
     }
@@ -234,6 +258,7 @@ impl RunPaths {
         self.check_datasets_around_inputs(&outputs, &mut refusals);
         self.check_against_input_files(&outputs, &ids, &mut refusals, true);
         check_between_outputs(&outputs, &mut refusals);
+        check_inside_earlier_steps(&outputs, &mut refusals);
         self.check_object_outputs(&mut refusals);
         check_dataset_names(&outputs, &mut refusals);
         for (out, resolved) in &outputs {
@@ -344,7 +369,7 @@ impl RunPaths {
                 if refusals.refused(out) {
                     continue;
                 }
-                if matches!(out.kind, OutputKind::Dataset { .. }) && root.starts_with(&r.path) {
+                if out.kind.holds_only_its_own() && root.starts_with(&r.path) {
                     let relation = match (&source.kind, root == r.path) {
                         (_, false) => SourceRelation::Contains,
                         (SourceKind::Glob { .. }, true) => SourceRelation::DirectoryOf,
@@ -365,7 +390,7 @@ impl RunPaths {
                 };
                 let read_back = match out.kind {
                     OutputKind::File => source.reads_file(below),
-                    OutputKind::Dataset { .. } | OutputKind::SpillDir => {
+                    OutputKind::Dataset { .. } | OutputKind::SpillDir | OutputKind::StepDir => {
                         source.may_read_inside(below)
                     }
                 };
@@ -407,13 +432,13 @@ impl RunPaths {
                             let below = link.relative.join(rest);
                             match out.kind {
                                 OutputKind::File => source.reads_file(&below),
-                                OutputKind::Dataset { .. } | OutputKind::SpillDir => {
-                                    source.may_read_inside(&below)
-                                }
+                                OutputKind::Dataset { .. }
+                                | OutputKind::SpillDir
+                                | OutputKind::StepDir => source.may_read_inside(&below),
                             }
                         }
                         Err(_) => {
-                            matches!(out.kind, OutputKind::Dataset { .. })
+                            out.kind.holds_only_its_own()
                                 && target.starts_with(&r.path)
                                 && source.may_read_inside(&link.relative)
                         }
@@ -455,7 +480,7 @@ impl RunPaths {
             .filter_map(|o| Some((o, ObjectUrl::from_path(&o.path)?)))
             .collect();
         for (i, (out, url)) in urls.iter().enumerate() {
-            let is_dataset = matches!(out.kind, OutputKind::Dataset { .. });
+            let is_dataset = out.kind.holds_only_its_own();
             for (input_what, input) in &self.inputs {
                 let Some(input_url) = ObjectUrl::from_path(input) else {
                     continue;
@@ -504,10 +529,14 @@ impl RunPaths {
                 }
             }
             for (other, other_url) in &urls[i + 1..] {
+                if out.what == other.what {
+                    // A step's directory and its own files.
+                    continue;
+                }
                 let same = url.trimmed_key() == other_url.trimmed_key() && url.contains(other_url);
                 let (outer, inner) = match (&out.kind, &other.kind) {
-                    (OutputKind::Dataset { .. }, _) if url.contains(other_url) => (out, other),
-                    (_, OutputKind::Dataset { .. }) if other_url.contains(url) => (other, out),
+                    (k, _) if k.holds_only_its_own() && url.contains(other_url) => (out, other),
+                    (_, k) if k.holds_only_its_own() && other_url.contains(url) => (other, out),
                     _ if same => (out, other),
                     _ => continue,
                 };
@@ -584,7 +613,7 @@ impl RunPaths {
                         }
                     }
                 }
-                OutputKind::SpillDir => {}
+                OutputKind::SpillDir | OutputKind::StepDir => {}
             }
         }
     }
@@ -598,8 +627,7 @@ impl RunPaths {
         let mut parents = CanonicalParents::default();
         for (out, r) in outputs {
             // A directory that does not exist yet holds no input.
-            if !matches!(out.kind, OutputKind::Dataset { .. }) || !r.exists || refusals.refused(out)
-            {
+            if !out.kind.holds_only_its_own() || !r.exists || refusals.refused(out) {
                 continue;
             }
             for (input_what, input) in &self.inputs {
@@ -692,6 +720,10 @@ fn check_between_outputs(outputs: &[(&Output, Resolved)], refusals: &mut Refusal
     };
     for (i, (a, ra)) in outputs.iter().enumerate() {
         for (b, rb) in &outputs[i + 1..] {
+            if a.what == b.what {
+                // A step's directory and its own files.
+                continue;
+            }
             if ra.path == rb.path || (ra.exists && rb.exists && same_inode(&ra.path, &rb.path)) {
                 refusals.push(
                     a,
@@ -716,6 +748,13 @@ fn check_between_outputs(outputs: &[(&Output, Resolved)], refusals: &mut Refusal
                             outer: outer.named(),
                         },
                     ),
+                    OutputKind::StepDir => refusals.push(
+                        inner,
+                        PathConflict::InsideStepOutput {
+                            inner: inner.named(),
+                            outer: outer.named(),
+                        },
+                    ),
                     OutputKind::File => refusals.push(
                         inner,
                         PathConflict::InsideFile {
@@ -727,6 +766,73 @@ fn check_between_outputs(outputs: &[(&Output, Resolved)], refusals: &mut Refusal
             }
         }
     }
+}
+
+/// Outputs that would be written into the output directory of an earlier `sign` or `decide`
+/// step (a directory holding its manifest), which holds only that step's files: a file there
+/// (but the step's own, written again) or a dataset that is that directory.
+fn check_inside_earlier_steps(outputs: &[(&Output, Resolved)], refusals: &mut Refusals) {
+    let step_dirs: Vec<&str> = outputs
+        .iter()
+        .filter(|(o, _)| matches!(o.kind, OutputKind::StepDir))
+        .map(|(o, _)| o.what.as_str())
+        .collect();
+    for (out, r) in outputs {
+        if refusals.refused(out) || step_dirs.contains(&out.what.as_str()) {
+            continue;
+        }
+        match out.kind {
+            OutputKind::File => {
+                let Some(step) = r.path.parent().and_then(earlier_step_in) else {
+                    continue;
+                };
+                // The directory as the user named it.
+                let dir = match out.path.parent() {
+                    Some(p) if !p.as_os_str().is_empty() => p,
+                    _ => Path::new("."),
+                };
+                refusals.push(
+                    out,
+                    PathConflict::InsideStepOutput {
+                        inner: out.named(),
+                        outer: NamedPath::new(&format!("the {step} output"), dir),
+                    },
+                );
+            }
+            OutputKind::Dataset { .. } => {
+                if let Some(step) = earlier_step_in(&r.path) {
+                    refusals.push(
+                        out,
+                        PathConflict::IsStepOutput {
+                            output: out.named(),
+                            step,
+                        },
+                    );
+                }
+            }
+            OutputKind::SpillDir | OutputKind::StepDir => {}
+        }
+    }
+}
+
+/// The step (`"sign"`, `"decide"`) whose output directory `dir` is, by the manifest it holds.
+fn earlier_step_in(dir: &Path) -> Option<&'static str> {
+    let manifest = dir.join(crate::step_manifests::STEP_MANIFEST);
+    let meta = std::fs::symlink_metadata(&manifest).ok()?;
+    // A step's manifest is small; anything else named so is not one.
+    if !meta.is_file() || meta.len() > 1 << 26 {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Format {
+        format: String,
+    }
+    let bytes = std::fs::read(&manifest).ok()?;
+    let found: Format = serde_json::from_slice(&bytes).ok()?;
+    [&crate::error::SIGN_STEP, &crate::error::DECIDE_STEP]
+        .into_iter()
+        .find(|s| s.format == found.format)
+        .map(|s| s.step)
 }
 
 /// Two inputs whose outputs would be the same file of the dataset directory.
@@ -777,7 +883,7 @@ fn writable(out: &Output, r: &Resolved) -> Result<(), PathConflict> {
                 output: out.named(),
             });
         }
-        (OutputKind::Dataset { .. } | OutputKind::SpillDir, Ok(false)) => {
+        (OutputKind::Dataset { .. } | OutputKind::SpillDir | OutputKind::StepDir, Ok(false)) => {
             return Err(PathConflict::DirectoryIsFile {
                 output: out.named(),
             });
@@ -1114,6 +1220,45 @@ mod tests {
             &tmp.path().join("d.jsonl"),
         );
         p.check().unwrap();
+    }
+
+    #[test]
+    fn a_step_directory_holds_only_its_own_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let input = tmp.path().join("in/a.jsonl");
+        touch(&input);
+        let step = |dir: &Path| {
+            let mut p = RunPaths::new();
+            p.read_file("the input file", &input)
+                .write_step_dir("the sign output (-o)", dir)
+                .write_file("the sign output (-o)", &dir.join("group-00000.bin"))
+                .write_file("the sign output (-o)", &dir.join("manifest.json"));
+            p
+        };
+        // Its own files are no conflict; another output inside it, or an input there, is.
+        step(&tmp.path().join("sig")).check().unwrap();
+        let mut p = step(&tmp.path().join("sig"));
+        p.write_file("the report (--report)", &tmp.path().join("sig/r.json"));
+        assert!(refusal(&p).contains("which holds only that step's files"));
+        let m = refusal(&step(&tmp.path().join("in")));
+        assert!(m.contains("contains the input file"), "{m}");
+        // Once a step's manifest is there, no other run's file goes into that directory.
+        std::fs::create_dir(tmp.path().join("sig")).unwrap();
+        std::fs::write(
+            tmp.path().join("sig/manifest.json"),
+            br#"{"format":"neardup-decide","format_version":4}"#,
+        )
+        .unwrap();
+        let mut p = RunPaths::new();
+        p.write_file("the hot-key file (--output)", &tmp.path().join("sig/h.ndh"));
+        assert!(refusal(&p).contains("inside the decide output"));
+        let mut p = RunPaths::new();
+        p.write_dataset(
+            "the output directory (--output)",
+            &tmp.path().join("sig"),
+            &[],
+        );
+        assert!(refusal(&p).contains("an earlier `decide` step"));
     }
 
     #[test]

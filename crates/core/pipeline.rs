@@ -490,14 +490,32 @@ impl<'a> From<&[&'a KeyTable]> for KeyTables<'a> {
 }
 
 impl KeyTables<'_> {
-    /// Adds the tables' files to the paths a step reads.
-    pub(crate) fn read_by(&self, paths: &mut RunPaths) {
-        if let KeyTables::Files(files) = self {
-            for t in *files {
-                paths.read_file("the key table", t);
+    /// Adds the tables' files to the paths a step reads, and the input files the tables name
+    /// (read from their headers): every later step of the run reads those, so no output of this
+    /// one may replace them.
+    pub(crate) fn read_by(&self, paths: &mut RunPaths) -> Result<(), Error> {
+        match self {
+            KeyTables::Files(files) => {
+                for t in *files {
+                    paths.read_file("the key table", t);
+                    let header = neardup_keys::TableReader::open(t).map_err(wrong_tables)?;
+                    read_table_inputs(paths, header.files());
+                }
+            }
+            KeyTables::Values(tables) => {
+                for t in tables {
+                    read_table_inputs(paths, t.files());
+                }
             }
         }
+        Ok(())
     }
+}
+
+/// Registers the input files a key table names as read.
+fn read_table_inputs(paths: &mut RunPaths, files: &[FileRows]) {
+    let inputs: Vec<InputFile> = files.iter().map(|f| f.input.clone()).collect();
+    paths.read_inputs(&inputs);
 }
 
 /// Stage 2 over all shards' key tables and a hot-key set counted from exactly them (the `apply`

@@ -63,6 +63,10 @@ pub(crate) trait StepManifest: Serialize + DeserializeOwned + Clone + PartialEq 
     fn streams(&self) -> u32;
     /// How a value holding this manifest is named in messages.
     fn value_name(&self) -> String;
+    /// The corpus files its streams were made from, as the decisions name them (sign: the
+    /// shard's; decide: every shard's, after the indexed runs'): files of the run, which no
+    /// later step may write over.
+    fn input_files(&self) -> &[String];
     /// Stream `index`'s file in an output directory.
     fn stream_file(dir: &Path, index: u32) -> PathBuf;
     /// The length of stream `index` when the manifest records it.
@@ -89,6 +93,9 @@ impl StepManifest for SignManifest {
     fn value_name(&self) -> String {
         format!("the signed value of shard {}", self.place.shard)
     }
+    fn input_files(&self) -> &[String] {
+        &self.files
+    }
     fn stream_file(dir: &Path, index: u32) -> PathBuf {
         dir.join(format!("group-{index:05}.bin"))
     }
@@ -114,6 +121,9 @@ impl StepManifest for DecideManifest {
     }
     fn value_name(&self) -> String {
         format!("the decided value of group {}", self.group)
+    }
+    fn input_files(&self) -> &[String] {
+        &self.files
     }
     fn stream_file(dir: &Path, index: u32) -> PathBuf {
         dir.join(format!("shard-{index:05}.bin"))
@@ -466,7 +476,9 @@ impl<M: StepManifest> StepValue<M> {
         let mut paths = RunPaths::new();
         let files = StepFiles::plan::<M>(dir, &self.held(), &mut paths);
         paths.check()?;
-        let output = StepOutput::begin(Some(files), &CancelToken::new())?;
+        // A value saved again replaces what its step saved there, as a step run again with
+        // `--overwrite` does.
+        let output = StepOutput::begin::<M>(Some(files), true, &CancelToken::new())?;
         let mut sinks = output.sinks(self.streams.len())?;
         for (sink, (i, s)) in sinks.iter_mut().zip(&self.streams) {
             sink.write_all(s.as_ref())
@@ -523,10 +535,137 @@ impl StepFiles {
             streams: indices.iter().map(|i| M::stream_file(dir, *i)).collect(),
             manifest: dir.join(STEP_MANIFEST),
         };
+        paths.write_step_dir(&what, dir);
         for p in files.streams.iter().chain([&files.manifest]) {
             paths.write_file(&what, p);
         }
         files
+    }
+
+    /// Refuses, before any work, a directory that holds anything but what this step writes: a
+    /// directory that is not empty (the hidden files of this run and of dead runs aside: the
+    /// publication has begun, settling what dead runs left) without `overwrite`, and with it a
+    /// file that is not this step's earlier output
+    /// (its manifest, and the streams that manifest lists and this run writes again), so that a
+    /// step replaces nothing but its own earlier output. A prefix on object storage is listed
+    /// alike.
+    pub(crate) fn check_free<M: StepManifest>(&self, overwrite: bool) -> Result<(), Error> {
+        let refused = |path: &Path, kind: &'static str, message: String| {
+            Error::Publish(neardup_corpus::WriteError::new(path, kind, message))
+        };
+        let mut held: Vec<PathBuf> = self
+            .held()?
+            .into_iter()
+            .filter(|p| {
+                // This run's reserved names and what dead runs left (settled by the publication's
+                // start); a live run's are refused by it (`in_use`).
+                let name = p
+                    .file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default();
+                !(name.starts_with('.') && name.contains(".neardup-"))
+            })
+            .collect();
+        held.sort();
+        let step = M::STEP.step;
+        let Some(first) = held.first() else {
+            return Ok(());
+        };
+        if !overwrite {
+            return Err(refused(
+                &self.dir,
+                "exists",
+                format!(
+                    "the {step} output directory is not empty (it holds {}{}): pass --overwrite \
+                     to replace an earlier `{step}` output there, or choose another directory",
+                    first.display(),
+                    match held.len() - 1 {
+                        0 => String::new(),
+                        n => format!(" and {n} more"),
+                    }
+                ),
+            ));
+        }
+        let earlier: M = read_manifest(&self.dir).map_err(|e| {
+            refused(
+                &self.manifest,
+                "foreign_manifest",
+                format!(
+                    "--overwrite replaces only an earlier `{step}` output, and this directory \
+                     holds none ({e}): choose another directory"
+                ),
+            )
+        })?;
+        if earlier.format().0 != M::STEP.format {
+            return Err(refused(
+                &self.manifest,
+                "foreign_manifest",
+                format!(
+                    "--overwrite replaces only an earlier `{step}` output, and this directory \
+                     holds a {} output: choose another directory",
+                    earlier.format().0
+                ),
+            ));
+        }
+        let listed: Vec<PathBuf> = (0..earlier.streams())
+            .map(|i| M::stream_file(&self.dir, i))
+            .collect();
+        for path in &held {
+            if *path == self.manifest {
+                continue;
+            }
+            if !listed.contains(path) {
+                return Err(refused(
+                    path,
+                    "not_ours",
+                    format!(
+                        "the earlier `{step}` output's manifest does not list this file: \
+                         --overwrite replaces only what it lists; move the file away or choose \
+                         another directory"
+                    ),
+                ));
+            }
+            if !self.streams.contains(path) {
+                return Err(refused(
+                    path,
+                    "not_ours",
+                    format!(
+                        "the earlier `{step}` output holds this stream and this run would not \
+                         write it again, leaving it beside a manifest that does not list it: \
+                         remove the directory or choose another one"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every file in the directory (every object below the prefix), named as the step names
+    /// its own files: the directory joined with the name.
+    fn held(&self) -> Result<Vec<PathBuf>, Error> {
+        if let Some(url) = neardup_storage::ObjectUrl::from_path(&self.dir) {
+            let listed = neardup_storage::list(&url)
+                .map_err(|e| Error::io(IoOp::Read, &self.dir, e.into()))?;
+            return Ok(listed
+                .into_iter()
+                .map(|entry| match url.relative(&entry.url) {
+                    Some(name) => self.dir.join(name),
+                    None => PathBuf::from(entry.url.to_string()),
+                })
+                .collect());
+        }
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(IoOp::Read, &self.dir, e)),
+        };
+        entries
+            .map(|entry| {
+                entry
+                    .map(|e| e.path())
+                    .map_err(|e| Error::io(IoOp::Read, &self.dir, e))
+            })
+            .collect()
     }
 }
 
@@ -537,9 +676,13 @@ pub(crate) struct StepOutput {
 }
 
 impl StepOutput {
-    /// Begins the output: into `files` (checked already), or memory when `None`.
-    pub(crate) fn begin(
+    /// Begins the output of step `M`: into `files` (their paths checked already), or memory
+    /// when `None`. The directory must then hold nothing but what the publication settled (a
+    /// dead run's commit is rolled forward or back first) or, with `overwrite`, an earlier
+    /// output of the same step ([`StepFiles::check_free`]).
+    pub(crate) fn begin<M: StepManifest>(
         files: Option<StepFiles>,
+        overwrite: bool,
         cancel: &CancelToken,
     ) -> Result<StepOutput, Error> {
         let publication = Publication::begin(&PublishOptions {
@@ -551,6 +694,9 @@ impl StepOutput {
             ..PublishOptions::default()
         })
         .map_err(publish_error)?;
+        if let Some(f) = &files {
+            f.check_free::<M>(overwrite)?;
+        }
         Ok(StepOutput { publication, files })
     }
 
@@ -704,10 +850,17 @@ impl<'a, M: StepManifest> Given<'a, M> {
         Ok(given)
     }
 
-    /// Registers the file of stream `index` as read (directories only).
+    /// Registers what the step reads of the input: the file of stream `index` and the manifest
+    /// (directories only), and the corpus files the manifest names (the run's, which a later
+    /// step reads again).
     pub(crate) fn read_paths(&self, index: u32, what: &str, paths: &mut RunPaths) {
         if let Source::Dir(dir) = self.from {
-            paths.read_file(what, &M::stream_file(dir, index));
+            paths
+                .read_file(what, &M::stream_file(dir, index))
+                .read_file(what, &dir.join(STEP_MANIFEST));
+        }
+        for file in self.manifest.input_files() {
+            paths.read_file("the input file", Path::new(file));
         }
     }
 
@@ -817,7 +970,9 @@ impl SignedShard {
         StepValue::from_bytes(bytes).map(SignedShard)
     }
     /// Writes the directory `neardup sign -o dir` writes (a part: the manifest and its group's
-    /// stream), published all or nothing.
+    /// stream), published all or nothing, into a directory that is missing, empty or holds an
+    /// earlier sign output (as `neardup sign --overwrite`: only what its manifest lists, each
+    /// written again).
     pub fn save(&self, dir: &Path) -> Result<(), Error> {
         self.0.save(dir)
     }
@@ -874,7 +1029,9 @@ impl DecidedGroup {
     pub fn from_bytes(bytes: &[u8]) -> Result<DecidedGroup, Error> {
         StepValue::from_bytes(bytes).map(DecidedGroup)
     }
-    /// Writes the directory `neardup decide -o dir` writes, published all or nothing.
+    /// Writes the directory `neardup decide -o dir` writes, published all or nothing, into a
+    /// directory that is missing, empty or holds an earlier decide output (as `neardup decide
+    /// --overwrite`: only what its manifest lists, each written again).
     pub fn save(&self, dir: &Path) -> Result<(), Error> {
         self.0.save(dir)
     }

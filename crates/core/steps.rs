@@ -233,22 +233,22 @@ impl<'a> HotStep<'a> {
         })
     }
 
-    /// The paths the merge reads and spills to.
-    fn paths(&self) -> RunPaths {
+    /// The paths the merge reads (the tables, and the input files they name) and spills to.
+    fn paths(&self) -> Result<RunPaths, Error> {
         let mut paths = RunPaths::new();
-        self.tables.read_by(&mut paths);
+        self.tables.read_by(&mut paths)?;
         for p in &self.config.dedup.against {
             paths.read_file("the index (--against)", p);
         }
         paths.config_spill_dir(self.config);
-        paths
+        Ok(paths)
     }
 
     /// [`Step::run`]'s hot keys (with their plan when more than one group) and statistics, with
     /// the mask of all the tables' rows in shard order; stopped by `control.cancel` between
     /// blocks of keys read and between partitions counted.
     pub fn merge(&self, control: &RunControl) -> Result<(HotKeys, HotMask, CountStats), Error> {
-        let paths = self.paths();
+        let paths = self.paths()?;
         paths.check()?;
         let _spill_dirs = paths.prepare()?;
         self.count_and_plan(control)
@@ -338,7 +338,7 @@ impl Step for HotStep<'_> {
         report: Option<&Path>,
         control: &RunControl,
     ) -> Result<HotReport, Error> {
-        let mut paths = self.paths();
+        let mut paths = self.paths()?;
         paths.write_file("the hot-key file (--output)", output);
         if let Some(r) = report {
             paths.write_file("the report (--report)", r);

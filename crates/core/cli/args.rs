@@ -151,6 +151,10 @@ pub(crate) struct SignArgs {
     /// Report (JSON: what was signed, per group).
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
+    /// Replace an earlier `sign` output in the output directory (only the files its manifest
+    /// lists); without it, a directory that is not empty is refused.
+    #[arg(long, help_heading = OUTPUT)]
+    pub(crate) overwrite: bool,
     /// Memory bound (e.g. 4GiB): the shard's hot mask goes to a scratch file's mapping past a
     /// sixteenth of it, holding only the rows at hand [default: no limit].
     #[arg(long, value_parser = parse_size, help_heading = KEYS)]
@@ -184,6 +188,10 @@ pub(crate) struct DecideArgs {
     /// Report (JSON: decisions per shard, the decision core's counters).
     #[arg(long)]
     pub(crate) report: Option<PathBuf>,
+    /// Replace an earlier `decide` output in the output directory (only the files its manifest
+    /// lists); without it, a directory that is not empty is refused.
+    #[arg(long, help_heading = OUTPUT)]
+    pub(crate) overwrite: bool,
     /// Memory for the group's decision state is half of this (e.g. 4GiB): representatives'
     /// signatures and shingle sets spill to disk past it [default: no limit].
     #[arg(long, value_parser = parse_size, help_heading = KEYS)]
@@ -1054,13 +1062,14 @@ mod tests {
             }
             // A step's own `--output`, `--report` or `--decisions` (a key table, a step's
             // report, the decisions `index` reads) is a path of the step, not the run's setting
-            // of that name, which only the commands writing a run's outputs take.
+            // of that name, which only the commands writing a run's outputs (those taking
+            // `--max-output-bytes`) take.
             let step_paths = ["output", "report", "decisions"];
             for flag in cmd.get_arguments() {
                 let Some(long) = flag.get_long() else {
                     continue;
                 };
-                if step_paths.contains(&long) && !takes("overwrite") {
+                if step_paths.contains(&long) && !takes("max-output-bytes") {
                     continue;
                 }
                 let Some(want) = heading_of.get(long) else {

@@ -195,6 +195,7 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
         hot,
         output,
         report,
+        overwrite,
         memory_limit,
         spill_dir,
         input,
@@ -204,13 +205,17 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     let mut config = build_config(&[], &input, &[&sketch, &decide])?;
     config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     config.keys.spill_dir = spill_dir.or(config.keys.spill_dir);
+    config.output.overwrite |= overwrite;
     config.validate()?;
     let mut report = report;
     let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
+    // What can be checked before the hot-key file is read; the step checks the rest (the
+    // input files the table names, the directory's files) once it knows them.
     let mut paths = RunPaths::new();
     paths
         .read_file("the hot-key file (--hot)", &hot)
-        .read_file("the key table", &table);
+        .read_file("the key table", &table)
+        .write_step_dir("the sign output (-o)", &output);
     if let Some(r) = &report {
         paths.write_file("the report (--report)", r);
     }
@@ -253,6 +258,7 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
         group,
         output,
         report,
+        overwrite,
         memory_limit,
         spill_dir,
         input,
@@ -262,11 +268,16 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
     let mut config = build_config(&[], &input, &[&sketch, &decide])?;
     config.keys.memory_limit = memory_limit.or(config.keys.memory_limit);
     config.keys.spill_dir = spill_dir.or(config.keys.spill_dir);
+    config.output.overwrite |= overwrite;
     config.validate()?;
     let mut report = report;
     let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
+    // What can be checked before the hot-key file is read; the step checks the rest (the sign
+    // outputs' files, the input files their manifests name) once it knows them.
     let mut paths = RunPaths::new();
-    paths.read_file("the hot-key file (--hot)", &hot);
+    paths
+        .read_file("the hot-key file (--hot)", &hot)
+        .write_step_dir("the decide output (-o)", &output);
     if let Some(r) = &report {
         paths.write_file("the report (--report)", r);
     }

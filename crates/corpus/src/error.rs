@@ -324,7 +324,9 @@ pub struct WriteError {
 }
 
 impl WriteError {
-    pub(crate) fn new(path: &Path, kind: &'static str, message: impl Into<String>) -> WriteError {
+    /// A refusal or failure of kind `kind` (see [`WriteError::kind`]) concerning `path`, with
+    /// `message` saying what and what to do.
+    pub fn new(path: &Path, kind: &'static str, message: impl Into<String>) -> WriteError {
         WriteError {
             path: path.to_path_buf(),
             kind,

@@ -115,6 +115,8 @@ pub(crate) struct PackedCommands {
     commands: usize,
     /// Arguments the command being written still lacks.
     owed: usize,
+    /// Whether `EXEC` ends it (it was sent).
+    closed: bool,
 }
 
 impl PackedCommands {
@@ -124,6 +126,7 @@ impl PackedCommands {
             buf: Vec::with_capacity(4096),
             commands: 0,
             owed: 0,
+            closed: false,
         };
         out.command("MULTI", 0);
         out
@@ -142,6 +145,14 @@ impl PackedCommands {
         self
     }
 
+    /// Appends a script call as the next command.
+    pub(crate) fn call(&mut self, call: &mut PackedCall) -> &mut PackedCommands {
+        debug_assert_eq!(self.owed, 0, "the command before has all its arguments");
+        self.buf.extend_from_slice(call.packed());
+        self.commands += 1;
+        self
+    }
+
     /// Appends an argument to the command being written.
     pub(crate) fn arg(&mut self, value: impl PackedArg) -> &mut PackedCommands {
         debug_assert!(self.owed > 0, "more arguments than the command was given");
@@ -151,10 +162,13 @@ impl PackedCommands {
     }
 
     /// Runs the transaction: the answer of each command after `MULTI`, in order (a command the
-    /// server refused is an error).
-    pub(crate) fn query(mut self, con: &mut Connection) -> redis::RedisResult<Vec<Value>> {
+    /// server refused is an error). It may be run again (after loading a script it calls).
+    pub(crate) fn query(&mut self, con: &mut Connection) -> redis::RedisResult<Vec<Value>> {
         assert_eq!(self.owed, 0, "the last command has all its arguments");
-        self.command("EXEC", 0);
+        if !self.closed {
+            self.command("EXEC", 0);
+            self.closed = true;
+        }
         // The answers of MULTI and of each command queued are skipped; EXEC's holds theirs.
         let skipped = self.commands - 1;
         let mut answers = con.req_packed_commands(&self.buf, skipped, 1)?;
@@ -300,6 +314,10 @@ mod tests {
             .arg(1u64.to_le_bytes())
             .arg(&b"x"[..]);
         ours.command("HLEN", 1).arg("h");
+        let script = Script::new("return 1");
+        let mut call = PackedCall::new(&script, &["k"], Vec::new());
+        call.arg(5u64);
+        ours.call(&mut call);
         ours.command("EXEC", 0);
         let mut pipe = redis::pipe();
         pipe.atomic();
@@ -308,6 +326,11 @@ mod tests {
             .arg(&1u64.to_le_bytes()[..])
             .arg("x");
         pipe.cmd("HLEN").arg("h");
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1)
+            .arg("k")
+            .arg(5);
         let mut theirs = redis::cmd("MULTI").get_packed_command();
         theirs.extend(pipe.cmd_iter().flat_map(|c| c.get_packed_command()));
         theirs.extend(redis::cmd("EXEC").get_packed_command());

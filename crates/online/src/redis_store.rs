@@ -7,8 +7,10 @@
 //! - `ids` (hash): every document id checked or inserted → its decision (so a retry gets it);
 //! - `reps` (hash): representative number → the kept document's number, id and MinHash
 //!   signature (what other producers compare with);
-//! - `sets` (hash): representative number → under `verify="exact"`, its shingle set (what they
-//!   verify against), apart so that the commit script reads signatures without it;
+//! - `sets` (hash): token → under `verify="exact"`, a representative's shingle set (what they
+//!   verify against; the record names the token): written by the producer beside the commit
+//!   script's call, in one transaction with it, so that the script never makes a set a Lua
+//!   string (the server hashes every byte of those) and reads signatures without sets;
 //! - `buckets` (hash): band key → the numbers of its representatives, in the order they joined
 //!   (at most `max_reps`);
 //! - `copies` (hash): 128-bit content hash → the first document with that text (number and id);
@@ -79,9 +81,11 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// - 13 on: those names, band keys (every key a document of the call checks or joins,
 ///   once), tainted hashes and first-copy hashes, then the documents column by column: ids,
 ///   specs, decisions, content hashes ("" when none), representatives' records less their
-///   document numbers ("" when none: id's length (u32), id, signature), their shingle sets
-///   ("" when none or empty), signatures (its signature when it has checks and is no
-///   representative, "" otherwise).
+///   document numbers ("" when none: id's length (u32), id, signature, and where its shingle
+///   set is: [`SET_TOKEN`] and its token), the tokens of their shingle sets ("" when none;
+///   the producer writes the sets under them beside the call, in one transaction with it, and
+///   the call removes those of the documents it refuses), signatures (its signature when it
+///   has checks and is no representative, "" otherwise).
 ///
 /// A spec packs the document's counter (u8, its place in the names), flags (u8: 1 when it
 /// becomes its text's first copy, 2 when any refused representative in a bucket it checks may
@@ -171,7 +175,7 @@ local tainted_at = keys_at + nk
 local firsts_at = tainted_at + nt
 local id_at = firsts_at + nf
 local spec_at, blob_at, hash_at = id_at + n, id_at + 2 * n, id_at + 3 * n
-local body_at, set_at, sig_at = id_at + 4 * n, id_at + 5 * n, id_at + 6 * n
+local body_at, token_at, sig_at = id_at + 4 * n, id_at + 5 * n, id_at + 6 * n
 
 -- Per band key (by its place): its bucket's bytes at the start of the call, its length as the
 -- call's commits grow it, and the bytes other producers added since the read.
@@ -281,7 +285,8 @@ local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
 local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local counted = {}
 local appended, appended_order = {}, {}
-local id_fields, rep_fields, set_fields, copy_fields = {}, {}, {}, {}
+local id_fields, rep_fields, copy_fields = {}, {}, {}
+local unset = {}
 local out = {}
 local refused = 0
 for d = 1, n do
@@ -335,6 +340,9 @@ for d = 1, n do
       any_gone = true
     end
     if first then missing_hash[hash] = true end
+    -- Its shingle set, written beside this call, goes with it.
+    local token = ARGV[token_at + d - 1]
+    if token ~= '' then unset[#unset + 1] = token end
     out[2 * d - 1] = -1
     out[2 * d] = -1
   else
@@ -352,11 +360,6 @@ for d = 1, n do
       became = representatives
       rep_fields[#rep_fields + 1] = rep
       rep_fields[#rep_fields + 1] = docno .. body
-      local set = ARGV[set_at + d - 1]
-      if set ~= '' then
-        set_fields[#set_fields + 1] = rep
-        set_fields[#set_fields + 1] = set
-      end
       for _, k in ipairs(joins or {}) do
         local pieces = appended[k]
         if not pieces then
@@ -383,7 +386,9 @@ for d = 1, n do
 end
 
 hset(reps, rep_fields)
-hset(sets, set_fields)
+for i = 1, #unset, 1000 do
+  redis.call('HDEL', sets, unpack(unset, i, math.min(i + 999, #unset)))
+end
 local bucket_fields = {}
 for _, k in ipairs(appended_order) do
   bucket_fields[#bucket_fields + 1] = ARGV[keys_at + k - 1]
@@ -561,6 +566,10 @@ pub struct RedisIndex {
     commit_chunk: usize,
     /// The buffer the last commit call was written in ([`PackedCall::new`]).
     packed: Vec<u8>,
+    /// The first half of this producer's shingle set tokens (see [`SET_TOKEN`]).
+    token_prefix: [u8; 8],
+    /// Tokens handed out so far (their second half).
+    tokens: u64,
 }
 
 /// The address in messages: the URL without a password.
@@ -595,7 +604,7 @@ impl RedisIndex {
         let keys = Keys::new(namespace);
         let mine = Recorded::of(&settings);
         let json = serde_json::to_string(&mine).expect("settings serialise");
-        let (_, stored): ((), Option<String>) = redis::pipe()
+        let (stored, producer): (Option<String>, u64) = redis::pipe()
             .atomic()
             .cmd("SET")
             .arg(&keys.settings)
@@ -604,9 +613,20 @@ impl RedisIndex {
             .ignore()
             .cmd("GET")
             .arg(&keys.settings)
-            .query::<(Option<String>,)>(&mut con)
-            .map(|(s,)| ((), s))
+            .cmd("HINCRBY")
+            .arg(&keys.meta)
+            .arg("producers")
+            .arg(1)
+            .query(&mut con)
             .map_err(unreachable)?;
+        // What makes this producer's shingle set tokens its own: its number among the
+        // namespace's producers, and the clock for a namespace replaced meanwhile.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut token_prefix = [0u8; 8];
+        token_prefix[..4].copy_from_slice(&(producer as u32).to_le_bytes());
+        token_prefix[4..].copy_from_slice(&clock.to_le_bytes());
         let stored = stored.ok_or_else(|| IndexError::Damaged {
             address: address.clone(),
             namespace: namespace.to_string(),
@@ -641,6 +661,8 @@ impl RedisIndex {
             round_size: ROUND_MAX,
             commit_chunk: COMMIT_CHUNK,
             packed: Vec::new(),
+            token_prefix,
+            tokens: 0,
         })
     }
 
@@ -986,8 +1008,9 @@ impl RedisIndex {
                 strict: false,
                 tight: Vec::new(),
                 joins: Vec::new(),
-                body: Vec::new(),
-                set_at: 0,
+                head: Vec::new(),
+                set: Vec::new(),
+                token: None,
                 signature: Vec::new(),
             };
             if let (Some(s), Some(verdict)) = (s, verdict) {
@@ -1045,11 +1068,20 @@ impl RedisIndex {
                         op.joins.push(key);
                     }
                     if !op.joins.is_empty() {
-                        (op.body, op.set_at) = rep_tail(&op.id, s);
+                        let sets = s.shingles.as_deref().unwrap_or(&[]);
+                        if !sets.is_empty() {
+                            let mut token = [0u8; 16];
+                            token[..8].copy_from_slice(&self.token_prefix);
+                            token[8..].copy_from_slice(&self.tokens.to_le_bytes());
+                            self.tokens += 1;
+                            op.token = Some(token);
+                            op.set = sets.iter().flat_map(|v| v.to_le_bytes()).collect();
+                        }
+                        op.head = rep_head(&op.id, s, op.token.as_ref());
                         own_joins.insert(addr.record, op.joins.clone());
                     }
                 }
-                if op.body.is_empty() && !op.checks.is_empty() {
+                if op.head.is_empty() && !op.checks.is_empty() {
                     // Its representative's record holds it otherwise.
                     op.signature = s.sig.iter().flat_map(|v| v.to_le_bytes()).collect();
                 }
@@ -1187,10 +1219,10 @@ impl RedisIndex {
             &[&k.meta, &k.ids, &k.buckets, &k.copies, &k.reps, &k.sets],
             std::mem::take(&mut self.packed),
         );
-        // The bodies and signatures are most of it: room for them at once.
+        // The representatives' heads and the signatures are most of it: room for them at once.
         inv.reserve(
             ops.iter()
-                .map(|(_, op, _)| op.body.len() + op.signature.len() + 200)
+                .map(|(_, op, _)| op.head.len() + op.signature.len() + 200)
                 .sum(),
         );
         inv.arg(plan.reps_at_read)
@@ -1230,15 +1262,51 @@ impl RedisIndex {
             };
         }
         for (_, op, _) in ops {
-            inv.arg(&op.body[..op.set_at]);
+            inv.arg(&op.head[..]);
         }
         for (_, op, _) in ops {
-            inv.arg(&op.body[op.set_at..]);
+            match &op.token {
+                Some(t) => inv.arg(&t[..]),
+                None => inv.arg(""),
+            };
         }
         for (_, op, _) in ops {
             inv.arg(&op.signature[..]);
         }
-        let raw: Result<Vec<i64>, _> = inv.invoke(&self.commit, &mut self.con);
+        let sets: Vec<(&[u8], &[u8])> = ops
+            .iter()
+            .filter_map(|(_, op, _)| op.token.as_ref().map(|t| (&t[..], &op.set[..])))
+            .collect();
+        let raw: Result<Vec<i64>, redis::RedisError> = if sets.is_empty() {
+            inv.invoke(&self.commit, &mut self.con)
+        } else {
+            // The shingle sets go in beside the call, in one transaction with it (the script
+            // removes those of the documents it refuses): as the script's arguments they would
+            // be made Lua strings, every byte of which the server hashes.
+            let mut tx = PackedCommands::transaction();
+            for part in sets.chunks(500) {
+                tx.command("HSET", 1 + 2 * part.len()).arg(&k.sets);
+                for (token, set) in part {
+                    tx.arg(*token).arg(*set);
+                }
+            }
+            tx.call(&mut inv);
+            match tx.query(&mut self.con) {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    // A server that lost its scripts (restarted, SCRIPT FLUSH) ran the rest:
+                    // the same sets under the same tokens are written again with the call.
+                    self.commit.load(&mut self.con)?;
+                    tx.query(&mut self.con)
+                }
+                other => other,
+            }
+            .and_then(|mut answers| {
+                redis::from_redis_value(answers.pop().unwrap_or(redis::Value::Nil))
+                    .map_err(Into::into)
+            })
+        };
         if inv.capacity() <= PACKED_KEPT {
             self.packed = inv.into_buffer();
         }
@@ -1438,29 +1506,50 @@ impl RedisIndex {
         let num_perm = self.settings.sketcher.num_perm();
         let with_sets = self.settings.deduper.verify == neardup_dedup::Verify::Jaccard;
         for part in missing.chunks(4096) {
-            let fields: Vec<Vec<u8>> = part.iter().map(|r| r.to_le_bytes().to_vec()).collect();
-            let mut pipe = redis::pipe();
-            pipe.cmd("HMGET").arg(&self.keys.reps).arg(&fields);
-            if with_sets {
-                pipe.cmd("HMGET").arg(&self.keys.sets).arg(&fields);
+            let mut cmd = redis::cmd("HMGET");
+            cmd.arg(&self.keys.reps);
+            for r in part {
+                cmd.arg(&r.to_le_bytes()[..]);
             }
-            type Raw = Vec<Option<Vec<u8>>>;
-            let (got, sets): (Raw, Raw) = if with_sets {
-                pipe.query(&mut self.con)?
-            } else {
-                let (got,): (Raw,) = pipe.query(&mut self.con)?;
-                (got, Vec::new())
-            };
-            if got.len() != part.len() || (with_sets && sets.len() != part.len()) {
+            let got: Vec<Option<Vec<u8>>> = cmd.query(&mut self.con)?;
+            if got.len() != part.len() {
                 return Err(damaged(
                     "the server answered a read for other representatives than were asked",
                 ));
             }
-            for (k, (r, record)) in part.iter().zip(got).enumerate() {
-                let set = sets.get(k).and_then(|s| s.as_deref());
+            // Then the shingle sets the records name, in one more command.
+            let fields: Vec<Option<Vec<u8>>> = part
+                .iter()
+                .zip(&got)
+                .map(|(r, b)| {
+                    b.as_deref()
+                        .filter(|_| with_sets)
+                        .and_then(|b| set_field(b, *r, num_perm))
+                })
+                .collect();
+            let asked: Vec<&Vec<u8>> = fields.iter().flatten().collect();
+            let mut sets: Vec<Option<Vec<u8>>> = Vec::new();
+            if !asked.is_empty() {
+                sets = redis::cmd("HMGET")
+                    .arg(&self.keys.sets)
+                    .arg(&asked)
+                    .query(&mut self.con)?;
+                if sets.len() != asked.len() {
+                    return Err(damaged(
+                        "the server answered a read for other shingle sets than were asked",
+                    ));
+                }
+            }
+            let mut sets = sets.into_iter();
+            for ((r, record), field) in part.iter().zip(got).zip(&fields) {
+                let set = if field.is_some() {
+                    sets.next().flatten()
+                } else {
+                    None
+                };
                 let rec = record
                     .as_deref()
-                    .and_then(|b| decode_rep(b, set, num_perm, with_sets))
+                    .and_then(|b| decode_rep(b, set.as_deref(), num_perm, with_sets))
                     .ok_or_else(|| {
                         damaged(&format!("representative {r} is missing or cannot be read"))
                     })?;
@@ -1603,11 +1692,13 @@ struct Commit {
     /// Band keys whose buckets were full when it would have joined them.
     tight: Vec<u64>,
     joins: Vec<u64>,
-    /// Its representative's record less the document number ([`rep_tail`]), then its shingle
-    /// set (empty when it is none).
-    body: Vec<u8>,
-    /// Where in `body` the shingle set starts.
-    set_at: usize,
+    /// Its representative's record less the document number ([`rep_head`]; empty when it is
+    /// none).
+    head: Vec<u8>,
+    /// Its representative's shingle set (empty when it is none or empty), written under
+    /// `token` beside the commit script's call.
+    set: Vec<u8>,
+    token: Option<[u8; 16]>,
     /// Its signature when it has checks and no body (which holds it): what the commit
     /// compares with representatives that arrived after the read.
     signature: Vec<u8>,
@@ -1632,44 +1723,68 @@ fn committed_addr(docno: u64) -> SampleAddr {
 }
 
 /// A representative's record as the server stores it in `reps`, less the document number the
-/// script puts before it (its id's length and id, then its signature), followed by its shingle
-/// set (what `sets` holds), and where that starts.
-fn rep_tail(id: &str, s: &Signed) -> (Vec<u8>, usize) {
-    let sets = s.shingles.as_deref().unwrap_or(&[]);
-    let mut out = Vec::with_capacity(4 + id.len() + 4 * (s.sig.len() + sets.len()));
+/// script puts before it: its id's length and id, its signature, then, when its shingle set is
+/// in `sets` under a token, [`SET_TOKEN`] and the token.
+fn rep_head(id: &str, s: &Signed, token: Option<&[u8; 16]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + id.len() + 4 * s.sig.len() + 17);
     out.extend_from_slice(&(id.len() as u32).to_le_bytes());
     out.extend_from_slice(id.as_bytes());
     for v in &s.sig {
         out.extend_from_slice(&v.to_le_bytes());
     }
-    let set_at = out.len();
-    for v in sets {
-        out.extend_from_slice(&v.to_le_bytes());
+    if let Some(t) = token {
+        out.push(SET_TOKEN);
+        out.extend_from_slice(t);
     }
-    (out, set_at)
+    out
+}
+
+/// The byte after a representative record's signature that says its shingle set is in `sets`
+/// under the 16-byte token that follows ([`rep_head`]).
+const SET_TOKEN: u8 = 0xff;
+
+/// A representative record's parts: document number, id, signature, and what follows it.
+fn rep_parts(b: &[u8], num_perm: usize) -> Option<(u64, String, &[u8], &[u8])> {
+    let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+    let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
+    let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
+    let sig = b.get(12 + id_len..12 + id_len + 4 * num_perm)?;
+    Some((docno, id, sig, &b[12 + id_len + 4 * num_perm..]))
+}
+
+/// The field of `sets` that holds representative `r`'s shingle set by its record `b`: the token
+/// after its signature, or else its number; none when the record holds the set itself.
+pub(crate) fn set_field(b: &[u8], r: u32, num_perm: usize) -> Option<Vec<u8>> {
+    let (_, _, _, after) = rep_parts(b, num_perm)?;
+    match after {
+        [] => Some(r.to_le_bytes().to_vec()),
+        [SET_TOKEN, token @ ..] if token.len() == 16 => Some(token.to_vec()),
+        _ => None,
+    }
 }
 
 /// A representative as the server holds it: its record in `reps` (the document number, written
-/// by the script, then [`rep_tail`]'s: id length and id, signature) and its shingle set in
-/// `sets` (`set`; none when the set is empty). A record written before the sets had a hash of
-/// their own holds its set after the signature, and is read as such.
+/// by the script, then [`rep_head`]'s: id length and id, signature, and the token of its
+/// shingle set) and its shingle set in `sets` (`set`, read from [`set_field`]; none when the
+/// set is empty). A record written before the sets had a hash of their own holds its set after
+/// the signature, and is read as such; one written by `neardup index push` has no token (its
+/// set is under its number).
 pub(crate) fn decode_rep(
     b: &[u8],
     set: Option<&[u8]>,
     num_perm: usize,
     with_sets: bool,
 ) -> Option<RepRecord> {
-    let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
-    let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
-    let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
-    let body = b.get(12 + id_len..)?;
-    if body.len() % 4 != 0 || body.len() < 4 * num_perm {
-        return None;
-    }
-    let (sig, inline) = body.split_at(4 * num_perm);
-    let shingles = match (with_sets, inline.is_empty(), set) {
+    let (docno, id, sig, after) = rep_parts(b, num_perm)?;
+    let apart = match after {
+        [] => true,
+        [SET_TOKEN, token @ ..] if token.len() == 16 => true,
+        _ if after.len() % 4 == 0 => false,
+        _ => return None,
+    };
+    let shingles = match (with_sets, apart, set) {
         (false, _, _) => None,
-        (true, false, _) => Some(words(inline).collect()),
+        (true, false, _) => Some(words(after).collect()),
         (true, true, Some(set)) if set.len() % 4 != 0 => return None,
         (true, true, set) => Some(words(set.unwrap_or_default()).collect()),
     };
@@ -1760,9 +1875,10 @@ mod tests {
         assert_eq!(decode_decision(&[0, 0, 0, 0, 0, 0, 0, 0, 2, 0]), None);
     }
 
-    /// A representative's record and its shingle set in `sets` are read together; a record
-    /// that holds its set after the signature (written before the sets had a hash of their
-    /// own) is read the same; a set that is not whole words is refused.
+    /// A representative's record and its shingle set in `sets` are read together, the set
+    /// found under the token the record names or else under its number; a record that holds
+    /// its set after the signature (written before the sets had a hash of their own) is read
+    /// the same; a set that is not whole words, or a record with a broken tail, is refused.
     #[test]
     fn representatives_read_with_their_sets_or_inline() {
         let sig = [1u32, 2, 3];
@@ -1772,11 +1888,19 @@ mod tests {
         record.extend_from_slice(&2u32.to_le_bytes());
         record.extend_from_slice(b"sx");
         record.extend(words(&sig));
-        let apart = decode_rep(&record, Some(&words(&set)), 3, true).unwrap();
+        let token = [3u8; 16];
+        let mut tokened = record.clone();
+        tokened.push(SET_TOKEN);
+        tokened.extend_from_slice(&token);
         let mut inline = record.clone();
         inline.extend(words(&set));
+        assert_eq!(set_field(&record, 4, 3), Some(4u32.to_le_bytes().to_vec()));
+        assert_eq!(set_field(&tokened, 4, 3), Some(token.to_vec()));
+        assert_eq!(set_field(&inline, 4, 3), None);
+        let apart = decode_rep(&record, Some(&words(&set)), 3, true).unwrap();
+        let by_token = decode_rep(&tokened, Some(&words(&set)), 3, true).unwrap();
         let old = decode_rep(&inline, None, 3, true).unwrap();
-        for rec in [&apart, &old] {
+        for rec in [&apart, &by_token, &old] {
             assert_eq!((rec.docno, rec.id.as_str()), (5, "sx"));
             assert_eq!(rec.signature, sig);
             assert_eq!(rec.shingles.as_deref(), Some(&set[..]));
@@ -1788,9 +1912,50 @@ mod tests {
                 .as_deref(),
             Some(&[][..])
         );
-        assert_eq!(decode_rep(&record, None, 3, false).unwrap().shingles, None);
+        assert_eq!(decode_rep(&tokened, None, 3, false).unwrap().shingles, None);
         assert!(decode_rep(&record, Some(&[1, 2, 3]), 3, true).is_none());
         assert!(decode_rep(&record[..record.len() - 4], None, 3, true).is_none());
+        assert!(decode_rep(&tokened[..tokened.len() - 2], None, 3, true).is_none());
+    }
+
+    /// The shingle sets written beside a commit call stay only for the representatives it
+    /// committed: a refused one's goes with it, and a server that lost its scripts
+    /// (`SCRIPT FLUSH`) gets the sets and the call again, once.
+    #[test]
+    fn shingle_sets_stay_only_with_committed_representatives() {
+        let server = Server::start();
+        let mut a = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+        let mut b = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+        let texts = [words(1), words(2)];
+        let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+        let ids: Vec<DocId> = ["p", "q"]
+            .iter()
+            .map(|i| DocId::Str(i.to_string()))
+            .collect();
+        let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 2]);
+        let mut decided = HashMap::new();
+        let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
+            panic!("planning failed");
+        };
+        assert!(planned.ops.iter().all(|(_, op, _)| op.token.is_some()));
+        // Another producer decides p first, so a's p is refused.
+        b.check_many(&[Text::Str("")], vec![Some(ids[0].clone())])
+            .unwrap();
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut a.con).unwrap();
+        let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
+            panic!("committing failed");
+        };
+        assert_eq!(left, [0]);
+        let sets: Vec<Vec<u8>> = redis::cmd("HKEYS")
+            .arg(&a.keys.sets)
+            .query(&mut a.con)
+            .unwrap();
+        assert_eq!(sets, [planned.ops[1].1.token.unwrap().to_vec()]);
+        // Read back by another producer: q's set is its own.
+        let again = b.check_many(&as_text[1..], vec![Some(DocId::Str("q2".into()))]);
+        let again = again.unwrap();
+        assert_eq!(again[0].dup_of, Some(ids[1].clone()), "{:?}", again[0]);
+        assert_eq!(again[0].similarity, Some(1.0));
     }
 
     /// A `redis-server` of the test's own on a free loopback port, stopped by its pid.

@@ -24,7 +24,7 @@ use neardup_sketch::NO_KEY;
 use crate::file_store::entry_doc_id;
 use crate::memory::doc_id;
 use crate::redis_store::{
-    Keys, Recorded, RedisIndex, decode_rep, decode_sequenced, encode_decision, shown,
+    Keys, Recorded, RedisIndex, decode_rep, decode_sequenced, encode_decision, set_field, shown,
 };
 use crate::sign::Decided;
 use crate::{DocId, IndexError};
@@ -415,22 +415,18 @@ pub(crate) fn pull_over(
         first_of: Option<u128>,
     }
     let mut docs: BTreeMap<u64, Doc> = BTreeMap::new();
-    let mut set_of: HashMap<u32, &[u8]> = HashMap::new();
-    for (rep, set) in &sets {
-        let r = u32::from_le_bytes(
-            rep.as_slice()
-                .try_into()
-                .map_err(|_| damaged("a shingle set's number cannot be read".into()))?,
-        );
-        set_of.insert(r, set);
-    }
+    let set_of: HashMap<&[u8], &[u8]> = sets
+        .iter()
+        .map(|(field, set)| (field.as_slice(), set.as_slice()))
+        .collect();
     for (rep, body) in &reps {
         let r = u32::from_le_bytes(
             rep.as_slice()
                 .try_into()
                 .map_err(|_| damaged("a representative's number cannot be read".into()))?,
         );
-        let rec = decode_rep(body, set_of.get(&r).copied(), num_perm, exact)
+        let set = set_field(body, r, num_perm).and_then(|f| set_of.get(f.as_slice()).copied());
+        let rec = decode_rep(body, set, num_perm, exact)
             .ok_or_else(|| damaged(format!("representative {r} cannot be read")))?;
         let mut held = keys_of.remove(&r).unwrap_or_default();
         held.sort_unstable();

@@ -78,9 +78,10 @@ pub fn os_error(py: Python<'_>, source: &std::io::Error, message: String) -> PyE
 /// that tell the user what to pass name the CLI's flag (`pass --overwrite`, `--on-error fail`,
 /// `chosen with --field`), and the caller wrote `overwrite=True`, `on_error="fail"`, `fields=`.
 pub(crate) fn python_spelling(message: &str) -> String {
-    const AS_KEYWORDS: [(&str, &str); 6] = [
+    const AS_KEYWORDS: [(&str, &str); 7] = [
         ("pass --overwrite", "pass overwrite=True"),
         ("--overwrite will not", "overwrite=True will not"),
+        ("--overwrite replaces only", "overwrite=True replaces only"),
         ("--on-error fail", "on_error=\"fail\""),
         ("--on-error skip", "on_error=\"skip\""),
         ("chosen with --field)", "chosen with fields=)"),

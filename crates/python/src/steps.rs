@@ -306,21 +306,28 @@ fn decided_inputs(args: &[StepArg<Decided>]) -> Vec<DecidedInput<'_>> {
 }
 
 /// Starts `neardup.sign`: one shard's hot samples, signed into a `Signed` value, or into a
-/// directory of group streams (`output`).
+/// directory of group streams (`output`; `overwrite`: replacing an earlier sign output there).
 #[pyfunction]
-#[pyo3(signature = (table, hot, output = None, settings = None))]
+#[pyo3(signature = (table, hot, output = None, settings = None, overwrite = false))]
 pub fn start_sign(
     table: &Bound<'_, PyAny>,
     hot: &Bound<'_, PyAny>,
     output: Option<PathBuf>,
     settings: Option<&Bound<'_, PyDict>>,
+    overwrite: bool,
 ) -> PyResult<Run> {
-    let config = step_config(settings)?;
+    let mut config = step_config(settings)?;
+    config.output.overwrite = overwrite;
     let table = TableArg::from_py(table)?;
     let hot = HotArg::from_py(hot)?;
+    // What can be checked before the hot keys are read; the step checks the rest (the input
+    // files the table names, the directory's files) once it knows them.
     let mut paths = RunPaths::new();
     hot.read_paths(&mut paths);
     table.read_paths(&mut paths);
+    if let Some(dir) = &output {
+        paths.write_step_dir("the sign output (-o)", dir);
+    }
     paths.check().map_err(crate::errors::to_py)?;
     start_step("neardup-sign", &config.clone(), to_py, move |control| {
         let hot = hot.get()?;
@@ -332,17 +339,20 @@ pub fn start_sign(
 }
 
 /// Starts `neardup.decide`: one group's hot samples of every shard (`Signed` values or sign
-/// directories), decided into a `Decided` value, or into a directory (`output`).
+/// directories), decided into a `Decided` value, or into a directory (`output`; `overwrite`:
+/// replacing an earlier decide output there).
 #[pyfunction]
-#[pyo3(signature = (signed, hot, group, output = None, settings = None))]
+#[pyo3(signature = (signed, hot, group, output = None, settings = None, overwrite = false))]
 pub fn start_decide(
     signed: &Bound<'_, PyAny>,
     hot: &Bound<'_, PyAny>,
     group: u32,
     output: Option<PathBuf>,
     settings: Option<&Bound<'_, PyDict>>,
+    overwrite: bool,
 ) -> PyResult<Run> {
-    let config = step_config(settings)?;
+    let mut config = step_config(settings)?;
+    config.output.overwrite = overwrite;
     let signed: Vec<StepArg<Signed>> = step_args(
         signed,
         "signed must hold Signed values or the paths of sign output directories",
@@ -350,6 +360,9 @@ pub fn start_decide(
     let hot = HotArg::from_py(hot)?;
     let mut paths = RunPaths::new();
     hot.read_paths(&mut paths);
+    if let Some(dir) = &output {
+        paths.write_step_dir("the decide output (-o)", dir);
+    }
     paths.check().map_err(crate::errors::to_py)?;
     // Deciding signs the group's hot samples: a tokenizer= callable runs here.
     start_step("neardup-decide", &config.clone(), to_py, move |control| {

@@ -357,3 +357,60 @@ def test_values_are_refused_as_directories_are(tmp_path):
         neardup.Signed.from_bytes(bytes(damaged))
     with pytest.raises(ValueError, match="a SignedShard, not a DecidedGroup"):
         neardup.Decided.from_bytes(data)
+
+
+def _tree(root: Path) -> dict:
+    """Every file under `root` with its bytes: what a refused step must leave as it found it."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_steps_write_over_nothing_the_run_reads(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for p in sorted(SAMPLE.iterdir()):
+        (data / p.name).write_bytes(p.read_bytes())
+    shards = sorted(data.iterdir())
+    tables = [tmp_path / f"keys-{i}.ndk" for i in range(len(shards))]
+    for i, (shard, table) in enumerate(zip(shards, tables)):
+        neardup.keys([str(shard)], i, table)
+    neardup.hot_keys(tables, 1, 2, tmp_path / "hot.ndh")
+    hot = tmp_path / "hot.ndh"
+    for i, table in enumerate(tables):
+        neardup.sign(table, hot, tmp_path / f"sig-{i}")
+    signed = [tmp_path / f"sig-{i}" for i in range(len(tables))]
+    for g in range(2):
+        neardup.decide(signed, hot, g, tmp_path / f"dec-{g}")
+    decided = [tmp_path / "dec-0", tmp_path / "dec-1"]
+    before = _tree(tmp_path)
+    # An output that is a file a later step reads: exit code 2's ValueError, naming both paths.
+    refused = [
+        (lambda: neardup.hot_keys(tables, 1, 2, shards[0]), str(shards[0])),
+        (lambda: neardup.decide(signed, hot, 0, tmp_path / "sig-0"), "sig-0"),
+        (lambda: neardup.decide(signed, hot, 0, data), "input file"),
+        (lambda: neardup.sign(tables[0], hot, data), "input file"),
+        (
+            lambda: neardup.write(tables[0], hot, decided, decisions=tmp_path / "dec-1" / "manifest.json"),
+            "dec-1/manifest.json",
+        ),
+        (lambda: neardup.write(tables[0], hot, decided, decisions=shards[1]), str(shards[1])),
+        (lambda: neardup.write(tables[0], hot, decided, tmp_path / "sig-1"), "earlier `sign` step"),
+    ]
+    for step, named in refused:
+        with pytest.raises(ValueError, match=named.replace("(", r"\(")):
+            step()
+        assert _tree(tmp_path) == before
+    # A directory that is not empty (OSError, exit code 1's): overwrite=True replaces only an
+    # earlier output of the same step.
+    with pytest.raises(OSError, match="not empty.*pass overwrite=True"):
+        neardup.sign(tables[0], hot, tmp_path / "dec-0")
+    with pytest.raises(OSError, match="overwrite=True replaces only an earlier `sign` output"):
+        neardup.sign(tables[0], hot, tmp_path / "dec-0", overwrite=True)
+    with pytest.raises(OSError, match="not empty"):
+        neardup.decide(signed, hot, 1, tmp_path / "dec-1")
+    with pytest.raises(OSError, match="earlier `sign` output"):
+        neardup.Signed.load(tmp_path / "sig-0").save(tmp_path / "dec-0")
+    assert _tree(tmp_path) == before
+    neardup.sign(tables[0], hot, tmp_path / "sig-0", overwrite=True)
+    neardup.decide(signed, hot, 1, tmp_path / "dec-1", overwrite=True)
+    neardup.Signed.load(tmp_path / "sig-1").save(tmp_path / "sig-1")
+    assert _tree(tmp_path) == before

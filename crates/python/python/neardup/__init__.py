@@ -521,6 +521,7 @@ def sign(
     output: PathLike,
     *,
     progress: Optional[bool] = None,
+    overwrite: bool = False,
     **settings: Unpack[Settings],
 ) -> SignReport: ...
 def sign(
@@ -529,6 +530,7 @@ def sign(
     output: Optional[PathLike] = None,
     *,
     progress: Optional[bool] = None,
+    overwrite: bool = False,
     **settings: Unpack[Settings],
 ) -> Union[Signed, SignReport]:
     """Distributed stage 2, per shard (``neardup sign TABLE --hot HOT -o OUTPUT``): re-reads
@@ -543,8 +545,11 @@ def sign(
     Args:
         table: the shard's :class:`KeyTable`, or its key-table file (from :func:`keys`).
         hot: the :class:`HotKeys` (with the plan), or the hot-key file.
-        output: the directory to write; None for a value.
+        output: the directory to write; None for a value. A directory that is not empty is
+            refused (``OSError``), and one holding an input of the run too (``ValueError``).
         progress: tqdm bars, as for :func:`dedup`.
+        overwrite: replace an earlier sign output in ``output`` (only the files its manifest
+            lists; anything else there is still refused).
         **settings: the settings :func:`keys` used, and the decision settings (``threshold``,
             ``max_reps``, ``verify``), the same for every step.
 
@@ -552,7 +557,8 @@ def sign(
         A :class:`Signed` value; with ``output``, the sign report (``manifest``: what was signed
         per group; ``stage2``: records read).
     """
-    return _step(_native.start_sign(table, hot, _out(output), settings), output, progress)
+    run = _native.start_sign(table, hot, _out(output), settings, overwrite)
+    return _step(run, output, progress)
 
 
 @overload
@@ -569,6 +575,8 @@ def decide(
     hot: Union[HotKeys, PathLike],
     group: int,
     output: PathLike,
+    *,
+    overwrite: bool = False,
     **settings: Unpack[Settings],
 ) -> DecideReport: ...
 def decide(
@@ -576,6 +584,8 @@ def decide(
     hot: Union[HotKeys, PathLike],
     group: int,
     output: Optional[PathLike] = None,
+    *,
+    overwrite: bool = False,
     **settings: Unpack[Settings],
 ) -> Union[Decided, DecideReport]:
     """Distributed stage 2, per group (``neardup decide SIG... --hot HOT --group G -o OUTPUT``):
@@ -594,7 +604,10 @@ def decide(
             freely.
         hot: the :class:`HotKeys` or hot-key file the sign outputs were made with.
         group: the group to decide (0 to ``HotKeys.groups`` − 1).
-        output: the directory to write; None for a value.
+        output: the directory to write; None for a value. A directory that is not empty is
+            refused (``OSError``), and one holding an input of the run too (``ValueError``).
+        overwrite: replace an earlier decide output in ``output`` (only the files its manifest
+            lists; anything else there is still refused).
         **settings: the same settings as every other step.
 
     Returns:
@@ -606,7 +619,7 @@ def decide(
             missing or given twice, a part without this group (the message names the value or
             directory).
     """
-    run = _native.start_decide(list(signed), hot, group, _out(output), settings)
+    run = _native.start_decide(list(signed), hot, group, _out(output), settings, overwrite)
     return _step(run, output, False)
 
 

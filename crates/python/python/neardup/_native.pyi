@@ -373,7 +373,9 @@ class Signed:
     def group(self, group: int) -> "Signed":
         """This shard's part for one group: what decide of that group needs."""
     def save(self, path: _Path) -> None:
-        """Writes the directory `neardup sign -o` writes, all or nothing."""
+        """Writes the directory `neardup sign -o` writes, all or nothing, into a directory that
+        is missing, empty or holds an earlier sign output (replacing only what its manifest
+        lists)."""
     @staticmethod
     def load(path: _Path) -> "Signed":
         """Reads a sign output directory."""
@@ -418,7 +420,9 @@ class Decided:
     def shard(self, place: int) -> "Decided":
         """This group's part for the shard at place `place`: what write of that shard needs."""
     def save(self, path: _Path) -> None:
-        """Writes the directory `neardup decide -o` writes, all or nothing."""
+        """Writes the directory `neardup decide -o` writes, all or nothing, into a directory
+        that is missing, empty or holds an earlier decide output (replacing only what its
+        manifest lists)."""
     @staticmethod
     def load(path: _Path) -> "Decided":
         """Reads a decide output directory."""
@@ -569,8 +573,10 @@ def start_sign(
     hot: Union[HotKeys, _Path],
     output: Optional[_Path] = None,
     settings: Optional[Mapping[str, Any]] = None,
+    overwrite: bool = False,
 ) -> Run:
-    """Starts neardup.sign: one shard's Signed value (no output), or its sign directory."""
+    """Starts neardup.sign: one shard's Signed value (no output), or its sign directory (with
+    overwrite, replacing an earlier sign output there)."""
 
 def start_decide(
     signed: List[Union[Signed, _Path]],
@@ -578,8 +584,10 @@ def start_decide(
     group: int,
     output: Optional[_Path] = None,
     settings: Optional[Mapping[str, Any]] = None,
+    overwrite: bool = False,
 ) -> Run:
-    """Starts neardup.decide: one group's Decided value (no output), or its decide directory."""
+    """Starts neardup.decide: one group's Decided value (no output), or its decide directory
+    (with overwrite, replacing an earlier decide output there)."""
 
 def start_write(
     table: Union[KeyTable, _Path],
