@@ -42,6 +42,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::{HashMap, HashSet};
@@ -49,9 +50,10 @@ use redis::{Connection, Script};
 use serde::{Deserialize, Serialize};
 
 use neardup_corpus::Reason;
-use neardup_dedup::{Deduper, PriorCopy, PriorRepresentative, PriorState, SampleAddr, Verdict};
+use neardup_dedup::{Deduper, SampleAddr, Verdict};
 use neardup_sketch::NO_KEY;
 
+use crate::packed::{PackedCall, PackedCommands};
 use crate::sign::{self, Decided, Signed, Signer};
 use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 
@@ -440,6 +442,9 @@ const MAX_ROUNDS: usize = 100_000;
 const ROUND_MAX: usize = 1 << 16;
 const ROUND_MIN: usize = 16;
 
+/// The largest buffer of a commit call a producer keeps for the next.
+const PACKED_KEPT: usize = 64 << 20;
+
 /// Bytes of representatives a producer caches (they never change once written).
 const CACHE_BYTES: usize = 256 << 20;
 
@@ -472,14 +477,15 @@ pub(crate) struct RepRecord {
     pub(crate) docno: u64,
     pub(crate) id: String,
     pub(crate) signature: Vec<u32>,
-    pub(crate) shingles: Option<Vec<u32>>,
+    /// Shared with the decision cores seeded from the cache (never copied into them).
+    pub(crate) shingles: Option<Arc<[u32]>>,
 }
 
 impl RepRecord {
     fn bytes(&self) -> usize {
         64 + self.id.len()
             + 4 * self.signature.len()
-            + 4 * self.shingles.as_ref().map_or(0, Vec::len)
+            + 4 * self.shingles.as_ref().map_or(0, |s| s.len())
     }
 }
 
@@ -563,6 +569,8 @@ pub struct RedisIndex {
     /// Documents per commit script call ([`COMMIT_CHUNK`]; tests make it smaller so that what
     /// one call refuses reaches the next).
     commit_chunk: usize,
+    /// The buffer the last commit call was written in ([`PackedCall::new`]).
+    packed: Vec<u8>,
     /// The first half of this producer's shingle set tokens (see [`SET_TOKEN`]).
     token_prefix: [u8; 8],
     /// Tokens handed out so far (their second half).
@@ -657,6 +665,7 @@ impl RedisIndex {
             cache_bytes: 0,
             round_size: ROUND_MAX,
             commit_chunk: COMMIT_CHUNK,
+            packed: Vec::new(),
             token_prefix,
             tokens: 0,
         })
@@ -933,23 +942,31 @@ impl RedisIndex {
         let mut lengths: HashMap<u64, usize> = view
             .buckets
             .iter()
-            .map(|(k, reps)| (*k, reps.len()))
+            .map(|(k, held)| (*k, held.len() / 4))
             .collect();
         let held_at_read = lengths.clone();
         let mut copies: HashSet<u128> = view.copies.keys().copied().collect();
         let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
         let max_reps = self.settings.deduper.max_reps;
-        // The buckets each representative the core holds is in (this batch's own too, by their
-        // joins): where a near duplicate met the one it matched.
-        let mut buckets_of: HashMap<SampleAddr, HashSet<u64>> = HashMap::new();
-        for (key, reps) in &view.buckets {
-            for r in reps {
-                buckets_of
-                    .entry(committed_addr(self.cache[r].docno))
-                    .or_default()
-                    .insert(*key);
+        // What the buckets the view read hold, and the buckets this batch's own representatives
+        // join (by their place in the round): where a near duplicate met the one it matched is
+        // looked up when one does (most representatives never are).
+        let view_buckets: HashMap<u64, &[u8]> = view
+            .buckets
+            .iter()
+            .map(|(k, held)| (*k, &held[..]))
+            .collect();
+        let mut own_joins: HashMap<u64, Vec<u64>> = HashMap::new();
+        let cache = &self.cache;
+        let holds = |own_joins: &HashMap<u64, Vec<u64>>, key: &u64, of: SampleAddr| {
+            if of.file == BATCH_FILE {
+                own_joins.get(&of.record).is_some_and(|j| j.contains(key))
+            } else {
+                view_buckets
+                    .get(key)
+                    .is_some_and(|held| words(held).any(|r| committed_addr(cache[&r].docno) == of))
             }
-        }
+        };
 
         // `decided` gets each decision once it is on the server.
         let mut ops: Vec<(usize, Commit, Decided)> = Vec::new();
@@ -1018,11 +1035,9 @@ impl RedisIndex {
                     // that it is refused with its match.
                     let bands = match verdict {
                         Verdict::Near { of, .. } => {
-                            let met = buckets_of.get(&of).and_then(|held| {
-                                s.row[..self.band_columns]
-                                    .iter()
-                                    .position(|k| held.contains(k))
-                            });
+                            let met = s.row[..self.band_columns]
+                                .iter()
+                                .position(|k| holds(&own_joins, k, of));
                             // A match of this batch's own may be refused: then so is this one.
                             op.strict = of.file == BATCH_FILE || met.is_none();
                             match met {
@@ -1033,9 +1048,9 @@ impl RedisIndex {
                         }
                         _ => self.band_columns,
                     };
-                    let mut checked = HashSet::new();
                     for &key in &s.row[..bands] {
-                        if key != NO_KEY && checked.insert(key) {
+                        // A row has a few keys: a list finds one twice faster than a set.
+                        if key != NO_KEY && !op.checks.contains(&key) {
                             op.checks.push(key);
                         }
                     }
@@ -1068,7 +1083,7 @@ impl RedisIndex {
                             op.set = sets.iter().flat_map(|v| v.to_le_bytes()).collect();
                         }
                         op.head = rep_head(&op.id, s, op.token.as_ref());
-                        buckets_of.insert(addr, op.joins.iter().copied().collect());
+                        own_joins.insert(addr.record, op.joins.clone());
                     }
                 }
                 if op.head.is_empty() && !op.checks.is_empty() {
@@ -1131,7 +1146,7 @@ impl RedisIndex {
                                 docno,
                                 id: op.id.clone(),
                                 signature: s.sig.clone(),
-                                shingles: s.shingles.clone(),
+                                shingles: s.shingles.as_deref().map(Arc::from),
                             },
                         );
                         decided.insert(ids[*i].clone(), d.clone());
@@ -1204,14 +1219,18 @@ impl RedisIndex {
             }
         }
         let k = &self.keys;
-        let mut inv = self.commit.prepare_invoke();
-        inv.key(&k.meta)
-            .key(&k.ids)
-            .key(&k.buckets)
-            .key(&k.copies)
-            .key(&k.reps)
-            .key(&k.sets)
-            .arg(plan.reps_at_read)
+        let mut inv = PackedCall::new(
+            &self.commit,
+            &[&k.meta, &k.ids, &k.buckets, &k.copies, &k.reps, &k.sets],
+            std::mem::take(&mut self.packed),
+        );
+        // The representatives' heads and the signatures are most of it: room for them at once.
+        inv.reserve(
+            ops.iter()
+                .map(|(_, op, _)| op.head.len() + op.signature.len() + 200)
+                .sum(),
+        );
+        inv.arg(plan.reps_at_read)
             .arg(&earlier.own[..])
             .arg(plan.floor_count)
             .arg(self.settings.sketcher.num_perm())
@@ -1263,32 +1282,40 @@ impl RedisIndex {
             .iter()
             .filter_map(|(_, op, _)| op.token.as_ref().map(|t| (&t[..], &op.set[..])))
             .collect();
-        let raw: Vec<i64> = if sets.is_empty() {
-            inv.invoke(&mut self.con)
+        let raw: Result<Vec<i64>, redis::RedisError> = if sets.is_empty() {
+            inv.invoke(&self.commit, &mut self.con)
         } else {
             // The shingle sets go in beside the call, in one transaction with it (the script
             // removes those of the documents it refuses): as the script's arguments they would
             // be made Lua strings, every byte of which the server hashes.
-            let mut pipe = redis::pipe();
-            pipe.atomic();
+            let mut tx = PackedCommands::transaction();
             for part in sets.chunks(500) {
-                pipe.cmd("HSET").arg(&k.sets).arg(part).ignore();
+                tx.command("HSET", 1 + 2 * part.len()).arg(&k.sets);
+                for (token, set) in part {
+                    tx.arg(*token).arg(*set);
+                }
             }
-            pipe.invoke_script(&inv);
-            match pipe.query::<(Vec<i64>,)>(&mut self.con) {
+            tx.call(&mut inv);
+            match tx.query(&mut self.con) {
                 Err(e)
                     if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
                 {
                     // A server that lost its scripts (restarted, SCRIPT FLUSH) ran the rest:
                     // the same sets under the same tokens are written again with the call.
-                    inv.load(&mut self.con).map_err(RoundError::Redis)?;
-                    pipe.query::<(Vec<i64>,)>(&mut self.con)
+                    self.commit.load(&mut self.con)?;
+                    tx.query(&mut self.con)
                 }
                 other => other,
             }
-            .map(|(raw,)| raw)
+            .and_then(|mut answers| {
+                redis::from_redis_value(answers.pop().unwrap_or(redis::Value::Nil))
+                    .map_err(Into::into)
+            })
+        };
+        if inv.capacity() <= PACKED_KEPT {
+            self.packed = inv.into_buffer();
         }
-        .map_err(RoundError::Redis)?;
+        let raw = raw.map_err(RoundError::Redis)?;
         if raw.len() != 2 * ops.len() {
             return Err(RoundError::Redis(damaged(
                 "the commit script answered for other documents than it was given",
@@ -1368,33 +1395,37 @@ impl RedisIndex {
         // undecided, a bucket's length, a text still without a first copy), and what cannot (a
         // representative, a first copy) is written before anything names it.
         let k = &self.keys;
-        let mut pipe = redis::pipe();
         // One moment's view after all: the number of representatives then tells the commit
         // which of a bucket's came later (see the commit script).
-        pipe.atomic();
-        pipe.cmd("HMGET").arg(&k.meta).arg("representatives");
-        let hmget = |pipe: &mut redis::Pipeline, hash: &str, fields: Vec<Vec<u8>>| {
-            if !fields.is_empty() {
-                pipe.cmd("HMGET").arg(hash).arg(fields);
+        let mut reads = PackedCommands::transaction();
+        reads
+            .command("HMGET", 2)
+            .arg(&k.meta)
+            .arg("representatives");
+        if !ids.is_empty() {
+            reads.command("HMGET", 1 + ids.len()).arg(&k.ids);
+            for id in ids {
+                reads.arg(&id.encode());
             }
-        };
-        hmget(
-            &mut pipe,
-            &k.ids,
-            ids.iter().map(|id| id.encode().into_bytes()).collect(),
-        );
-        hmget(
-            &mut pipe,
-            &k.buckets,
-            keys.iter().map(|key| key.to_le_bytes().to_vec()).collect(),
-        );
-        hmget(
-            &mut pipe,
-            &k.copies,
-            hashes.iter().map(|h| h.to_le_bytes().to_vec()).collect(),
-        );
+        }
+        if !keys.is_empty() {
+            reads.command("HMGET", 1 + keys.len()).arg(&k.buckets);
+            for key in &keys {
+                reads.arg(key.to_le_bytes());
+            }
+        }
+        if !hashes.is_empty() {
+            reads.command("HMGET", 1 + hashes.len()).arg(&k.copies);
+            for h in &hashes {
+                reads.arg(h.to_le_bytes());
+            }
+        }
         type Raw = Vec<Option<Vec<u8>>>;
-        let mut answers: Vec<Raw> = pipe.query(&mut self.con)?;
+        let mut answers = reads
+            .query(&mut self.con)?
+            .into_iter()
+            .map(redis::from_redis_value::<Raw>)
+            .collect::<Result<Vec<Raw>, _>>()?;
         let mut next = |asked: usize| -> Raw {
             if asked == 0 {
                 Vec::new()
@@ -1437,11 +1468,7 @@ impl RedisIndex {
                     "a bucket's length is not a whole number of entries",
                 ));
             }
-            let reps: Vec<u32> = held
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            buckets.push((*key, reps));
+            buckets.push((*key, held));
         }
         let mut copies = HashMap::new();
         for (h, first) in hashes.iter().zip(raw_copies) {
@@ -1454,7 +1481,7 @@ impl RedisIndex {
                 .map_err(|_| damaged("a first copy's id is not UTF-8"))?;
             copies.insert(*h, (docno, id));
         }
-        self.fetch_reps(buckets.iter().flat_map(|(_, reps)| reps.iter().copied()))?;
+        self.fetch_reps(buckets.iter().flat_map(|(_, held)| words(held)))?;
         Ok(View {
             ids,
             buckets,
@@ -1541,33 +1568,33 @@ impl RedisIndex {
     /// A decision core holding what `view` read: the representatives of its buckets (each
     /// joining the buckets that list it, in the order they were made) and its first copies.
     fn seeded(&self, view: &View) -> Result<Deduper, IndexError> {
-        let mut bands_of: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        for (key, reps) in &view.buckets {
-            for r in reps {
-                bands_of.entry(*r).or_default().push(*key);
-            }
-        }
-        let mut prior = PriorState::default();
-        for (r, bands) in bands_of {
-            let rec = &self.cache[&r];
-            prior.representatives.push(PriorRepresentative {
-                addr: committed_addr(rec.docno),
-                id: Some(rec.id.clone()),
-                signature: rec.signature.clone(),
-                shingles: rec.shingles.clone(),
-                bands,
-            });
+        // Each representative with the buckets that list it, in the order they were made (the
+        // sort is stable: a representative's buckets stay in the view's order). Seeded from the
+        // cache as they are, without a copy into a `PriorState`: most of a round's
+        // representatives are those of the last, and their shingle sets are kilobytes.
+        let mut joins: Vec<(u32, u64)> = view
+            .buckets
+            .iter()
+            .flat_map(|(key, held)| words(held).map(move |r| (r, *key)))
+            .collect();
+        joins.sort_by_key(|(r, _)| *r);
+        let mut core = self.settings.deduper_core()?;
+        let mut bands = Vec::new();
+        for group in joins.chunk_by(|a, b| a.0 == b.0) {
+            let rec = &self.cache[&group[0].0];
+            bands.clear();
+            bands.extend(group.iter().map(|(_, key)| *key));
+            core.seed_shared_representative(
+                committed_addr(rec.docno),
+                Some(&rec.id),
+                &rec.signature,
+                rec.shingles.as_ref(),
+                &bands,
+            );
         }
         for (h, (docno, id)) in &view.copies {
-            prior.copies.push(PriorCopy {
-                content_hash: *h,
-                addr: committed_addr(*docno),
-                cluster: committed_addr(*docno),
-                id: Some(id.clone()),
-            });
+            core.seed_copy(*h, committed_addr(*docno), committed_addr(*docno), Some(id));
         }
-        let mut core = self.settings.deduper_core()?;
-        core.seed(&prior);
         Ok(core)
     }
 }
@@ -1601,8 +1628,9 @@ impl From<redis::RedisError> for RoundError {
 struct View {
     /// Per id asked: its recorded decision.
     ids: Vec<Option<Decided>>,
-    /// Per band key reached that has representatives: their numbers, in order.
-    buckets: Vec<(u64, Vec<u32>)>,
+    /// Per band key reached that has representatives: their numbers, in order, as the server
+    /// holds them (4 bytes each, little-endian: [`words`]).
+    buckets: Vec<(u64, Vec<u8>)>,
     /// Per content hash reached that has a first copy: its document number and id.
     copies: HashMap<u128, (u64, String)>,
     /// Representatives on the server at the read (all of the buckets' are below this number).
@@ -1752,12 +1780,6 @@ pub(crate) fn decode_rep(
     with_sets: bool,
 ) -> Option<RepRecord> {
     let (docno, id, sig, after) = rep_parts(b, num_perm)?;
-    let words = |bytes: &[u8]| -> Vec<u32> {
-        bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect()
-    };
     let apart = match after {
         [] => true,
         [SET_TOKEN, token @ ..] if token.len() == 16 => true,
@@ -1766,16 +1788,22 @@ pub(crate) fn decode_rep(
     };
     let shingles = match (with_sets, apart, set) {
         (false, _, _) => None,
-        (true, false, _) => Some(words(after)),
+        (true, false, _) => Some(words(after).collect()),
         (true, true, Some(set)) if set.len() % 4 != 0 => return None,
-        (true, true, set) => Some(words(set.unwrap_or_default())),
+        (true, true, set) => Some(words(set.unwrap_or_default()).collect()),
     };
     Some(RepRecord {
         docno,
         id,
-        signature: words(sig),
+        signature: words(sig).collect(),
         shingles,
     })
+}
+
+/// Little-endian words of `b` (whose length is a multiple of 4).
+fn words(b: &[u8]) -> impl ExactSizeIterator<Item = u32> + '_ {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
 }
 
 /// A decision as a producer sends it: keep, reason, similarity (NaN: none), then the id it
@@ -1882,8 +1910,11 @@ mod tests {
             assert_eq!(rec.shingles.as_deref(), Some(&set[..]));
         }
         assert_eq!(
-            decode_rep(&record, None, 3, true).unwrap().shingles,
-            Some(vec![])
+            decode_rep(&record, None, 3, true)
+                .unwrap()
+                .shingles
+                .as_deref(),
+            Some(&[][..])
         );
         assert_eq!(decode_rep(&tokened, None, 3, false).unwrap().shingles, None);
         assert!(decode_rep(&record, Some(&[1, 2, 3]), 3, true).is_none());

@@ -316,7 +316,7 @@ fn stage(saved: &SavedIndex, to: &Keys, con: &mut Connection) -> redis::RedisRes
 type Hash = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A representative's band keys, signature and shingle set.
-type Held = (Vec<u64>, Vec<u32>, Option<Vec<u32>>);
+type Held = (Vec<u64>, Vec<u32>, Option<std::sync::Arc<[u32]>>);
 
 /// Reads `namespace` of the server at `url` in one atomic step as an online index's saved
 /// index (refused when it holds no index).
