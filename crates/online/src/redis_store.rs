@@ -1746,7 +1746,7 @@ fn rep_head(id: &str, s: &Signed, token: Option<&[u8; 16]>) -> Vec<u8> {
 
 /// The byte after a representative record's signature that says its shingle set is in `sets`
 /// under the 16-byte token that follows ([`rep_head`]).
-const SET_TOKEN: u8 = 0xff;
+pub(crate) const SET_TOKEN: u8 = 0xff;
 
 /// A representative record's parts: document number, id, signature, and what follows it.
 fn rep_parts(b: &[u8], num_perm: usize) -> Option<(u64, String, &[u8], &[u8])> {
@@ -1772,8 +1772,7 @@ pub(crate) fn set_field(b: &[u8], r: u32, num_perm: usize) -> Option<Vec<u8>> {
 /// by the script, then [`rep_head`]'s: id length and id, signature, and the token of its
 /// shingle set) and its shingle set in `sets` (`set`, read from [`set_field`]; none when the
 /// set is empty). A record written before the sets had a hash of their own holds its set after
-/// the signature, and is read as such; one written by `neardup index push` has no token (its
-/// set is under its number).
+/// the signature, and is read as such; one without a token has its set under its number.
 pub(crate) fn decode_rep(
     b: &[u8],
     set: Option<&[u8]>,

@@ -24,7 +24,8 @@ use neardup_sketch::NO_KEY;
 use crate::file_store::entry_doc_id;
 use crate::memory::doc_id;
 use crate::redis_store::{
-    Keys, Recorded, RedisIndex, decode_rep, decode_sequenced, encode_decision, set_field, shown,
+    Keys, Recorded, RedisIndex, SET_TOKEN, decode_rep, decode_sequenced, encode_decision,
+    set_field, shown,
 };
 use crate::sign::Decided;
 use crate::{DocId, IndexError};
@@ -231,7 +232,6 @@ fn stage(saved: &SavedIndex, to: &Keys, con: &mut Connection) -> redis::RedisRes
             for v in e.signature {
                 body.extend_from_slice(&v.to_le_bytes());
             }
-            reps.push(body);
             let set: Vec<u8> = e
                 .shingles
                 .unwrap_or_default()
@@ -239,8 +239,16 @@ fn stage(saved: &SavedIndex, to: &Keys, con: &mut Connection) -> redis::RedisRes
                 .flat_map(|v| v.to_le_bytes())
                 .collect();
             if !set.is_empty() {
-                sets.push((rep.to_vec(), set));
+                // Under a token as producers write them (producer 0, which no producer is), so
+                // that a build from before the tokens refuses the record instead of reading it
+                // without its set.
+                let mut token = [0u8; 16];
+                token[8..12].copy_from_slice(&rep);
+                body.push(SET_TOKEN);
+                body.extend_from_slice(&token);
+                sets.push((token.to_vec(), set));
             }
+            reps.push(body);
             for key in joins {
                 held.entry(key).or_default().extend_from_slice(&rep);
             }
