@@ -10,8 +10,9 @@ use std::fmt;
 use std::io::{self, Read};
 use std::path::Path;
 
-/// Bytes of a JSON report's start read to recognise it: its first keys, whatever its size.
-const REPORT_PREFIX: u64 = 1 << 16;
+/// Bytes of a JSON report's start read to recognise it: its first keys (after the inputs, in
+/// reports of older versions), whatever its size.
+const REPORT_PREFIX: u64 = 1 << 20;
 
 /// What kind of file a single-file output is, so what existing file it may replace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,10 +77,11 @@ impl fmt::Display for OwnFile {
 }
 
 /// Whether `head`, the start of a file, is the start of a JSON report neardup writes, told by
-/// its first keys (serde writes a struct's fields in their order): a run's report (`version`,
+/// its keys (serde writes a struct's fields in their order): a run's report (`version`, then
 /// `config`: `dedup`, `exact`, `apply`, `write`), `keys`' and `hot`'s (`neardup`, then `shard`
-/// or `tables`), `sign`'s and `decide`'s (`manifest`, whose `format` names the step) and
-/// `eval`'s (`decisions`, `files`).
+/// or `tables`; before they were structs, their keys came sorted, `neardup` among `shard` and
+/// `table` or among `hot_keys_file` and `min_key_count`), `sign`'s and `decide`'s (`manifest`,
+/// whose `format` names the step) and `eval`'s (`decisions`, then `files`).
 fn starts_like_report(head: &[u8]) -> bool {
     let text = match std::str::from_utf8(head) {
         Ok(t) => t,
@@ -90,28 +92,41 @@ fn starts_like_report(head: &[u8]) -> bool {
     if !json.punct('{') {
         return false;
     }
-    let Some(first) = json.key() else {
-        return false;
-    };
-    match first.as_str() {
-        "manifest" => {
-            json.punct('{')
+    // The top-level keys the prefix holds whole, each with its value when that is a string.
+    let mut keys: Vec<(String, Option<String>)> = Vec::new();
+    while let Some(key) = json.key() {
+        if keys.is_empty() && key == "manifest" {
+            return json.punct('{')
                 && json.key().as_deref() == Some("format")
                 && json
                     .string()
-                    .is_some_and(|f| f == "neardup-sign" || f == "neardup-decide")
+                    .is_some_and(|f| f == "neardup-sign" || f == "neardup-decide");
         }
-        "version" | "neardup" | "decisions" => {
-            let second = json.string().is_some() && json.punct(',');
-            let expected: &[&str] = match first.as_str() {
-                "version" => &["config"],
-                "neardup" => &["shard", "tables"],
-                _ => &["files"],
-            };
-            second && json.key().is_some_and(|k| expected.contains(&k.as_str()))
+        // A key counts once seen, even when the prefix ends inside its value.
+        if json.rest.trim_start().starts_with('"') {
+            let value = json.string();
+            let whole = value.is_some();
+            keys.push((key, value));
+            if !whole {
+                break;
+            }
+        } else {
+            keys.push((key, None));
+            if !json.skip_value() {
+                break;
+            }
         }
-        _ => false,
+        if !json.punct(',') {
+            break;
+        }
     }
+    let named = |k: &str| keys.iter().any(|(key, _)| key == k);
+    let first_two =
+        |a: &str, b: &str| matches!(&keys[..], [(k1, Some(_)), (k2, _), ..] if k1 == a && k2 == b);
+    let by_neardup = keys.iter().any(|(k, v)| k == "neardup" && v.is_some())
+        && ((named("shard") && (named("table") || named("inputs")))
+            || (named("tables") || (named("hot_keys_file") && named("min_key_count"))));
+    first_two("version", "config") || first_two("decisions", "files") || by_neardup
 }
 
 /// The few JSON tokens [`starts_like_report`] reads from the start of a document.
@@ -153,6 +168,42 @@ impl Scanner<'_> {
         serde_json::from_str(token).ok()
     }
 
+    /// Skips one value that is not a string (white space before it skipped): an object or an
+    /// array with everything in it, or a number, `true`, `false`, `null`; false when the text
+    /// ends first.
+    fn skip_value(&mut self) -> bool {
+        self.rest = self.rest.trim_start();
+        let mut depth = 0usize;
+        loop {
+            let Some(c) = self.rest.chars().next() else {
+                return false;
+            };
+            match c {
+                '"' => {
+                    if self.string().is_none() {
+                        return false;
+                    }
+                    if depth == 0 {
+                        return true;
+                    }
+                    continue;
+                }
+                '{' | '[' => depth += 1,
+                '}' | ']' if depth == 0 => return true,
+                '}' | ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        self.rest = &self.rest[1..];
+                        return true;
+                    }
+                }
+                ',' if depth == 0 => return true,
+                _ => {}
+            }
+            self.rest = &self.rest[c.len_utf8()..];
+        }
+    }
+
     /// An object's key and the colon after it.
     fn key(&mut self) -> Option<String> {
         let k = self.string()?;
@@ -172,6 +223,9 @@ mod tests {
             r#"{"neardup":"0.1","tables":[]}"#,
             r#"{ "manifest": { "format": "neardup-decide", "format_version": 4"#,
             r#"{"decisions":"d \"q\".jsonl","files":3}"#,
+            // `keys`' and `hot`'s reports before they were structs: sorted keys.
+            r#"{"input_problems": ["a \"b\" [c"], "inputs": ["x.jsonl"], "neardup": "0.1.0", "shard": 0, "stage1": {}, "table": "k.ndk"}"#,
+            r#"{"count": {"keys": 3, "x": [1, {"y": null}]}, "hot_keys_file": "h.ndh", "hot_samples": 2, "min_key_count": 1, "neardup": "0.1.0""#,
         ] {
             assert!(starts_like_report(yes.as_bytes()), "{yes}");
         }
@@ -184,6 +238,9 @@ mod tests {
             r#"{"manifest":{"format":"other"}}"#,
             r#"{"decisions":3,"files":3}"#,
             r#"{"config":{}, "version":"1"}"#,
+            r#"{"neardup": 1, "shard": 0, "table": "t"}"#,
+            r#"{"inputs": ["a"], "shard": 0, "table": "t"}"#,
+            r#"{"count": {"keys": 3}, "hot_keys_file": "h", "min_key_count": 1}"#,
         ] {
             assert!(!starts_like_report(no.as_bytes()), "{no}");
         }
