@@ -645,52 +645,114 @@ impl Deduper {
     /// [`Deduper::decide`].
     pub fn seed(&mut self, prior: &PriorState) {
         for r in &prior.representatives {
-            let others = self.others_bytes();
-            let mut rep: Option<RepId> = None;
-            for &key in r.bands.iter().take(self.bands) {
-                if key == NO_KEY
-                    || self
-                        .config
-                        .max_reps
-                        .is_some_and(|m| self.buckets.len(key) >= m)
-                {
-                    continue;
-                }
-                let id = *rep.get_or_insert_with(|| {
-                    self.reps.push(
-                        &r.signature,
-                        r.shingles.as_deref().map(SetRef::Memory),
-                        r.addr,
-                        others,
-                    )
-                });
-                self.buckets.push(key, id);
-            }
-            if let (Some(rep), Some(id)) = (rep, &r.id) {
-                let at = self.ids.push(id);
-                self.set_rep_id(rep, at);
-            }
-            self.bound_bookkeeping();
+            self.seed_representative(
+                r.addr,
+                r.id.as_deref(),
+                &r.signature,
+                r.shingles.as_deref(),
+                &r.bands,
+            );
         }
         for c in &prior.copies {
-            let first = FirstCopy {
-                addr: c.addr,
-                cluster: c.cluster,
-                id: IdRef::NONE,
-            };
-            if self
-                .exact_seen
-                .get_or_insert(c.content_hash, first)
-                .is_none()
-                && let Some(id) = &c.id
-            {
-                let at = self.ids.push(id);
-                if let Some(first) = self.exact_seen.get_mut(c.content_hash) {
-                    first.id = at;
-                }
-            }
-            self.bound_bookkeeping();
+            self.seed_copy(c.content_hash, c.addr, c.cluster, c.id.as_deref());
         }
+    }
+
+    /// [`Deduper::seed`] for one earlier representative (a [`PriorRepresentative`]'s fields,
+    /// borrowed): it joins its buckets `bands`, in order, while there is room.
+    ///
+    /// [`PriorRepresentative`]: crate::PriorRepresentative
+    fn seed_representative(
+        &mut self,
+        addr: SampleAddr,
+        id: Option<&str>,
+        signature: &[u32],
+        shingles: Option<&[u32]>,
+        bands: &[u64],
+    ) {
+        self.seed_joining(id, bands, |reps, others| {
+            reps.push(signature, shingles.map(SetRef::Memory), addr, others)
+        });
+    }
+
+    /// [`Deduper::seed`] for one earlier representative, from a caller that holds it (the online
+    /// index, which seeds a core from its cache of a Redis server's representatives for every
+    /// batch it decides): it joins its buckets `bands`, in order, while there is room, and the
+    /// core keeps a share of its shingle set, neither copied nor counted in its memory.
+    pub fn seed_shared_representative(
+        &mut self,
+        addr: SampleAddr,
+        id: Option<&str>,
+        signature: &[u32],
+        shingles: Option<&std::sync::Arc<[u32]>>,
+        bands: &[u64],
+    ) {
+        self.seed_joining(id, bands, |reps, others| {
+            reps.push_shared(signature, shingles, addr, others)
+        });
+    }
+
+    /// A representative made by `push` (at its first bucket with room) joins its buckets
+    /// `bands` while they have room.
+    fn seed_joining(
+        &mut self,
+        id: Option<&str>,
+        bands: &[u64],
+        push: impl FnOnce(&mut RepStore, u64) -> RepId,
+    ) {
+        let others = self.others_bytes();
+        let mut push = Some(push);
+        let mut rep: Option<RepId> = None;
+        for &key in bands.iter().take(self.bands) {
+            if key == NO_KEY
+                || self
+                    .config
+                    .max_reps
+                    .is_some_and(|m| self.buckets.len(key) >= m)
+            {
+                continue;
+            }
+            let id = match rep {
+                Some(id) => id,
+                None => {
+                    let push = push.take().expect("a representative is made once");
+                    *rep.insert(push(&mut self.reps, others))
+                }
+            };
+            self.buckets.push(key, id);
+        }
+        if let (Some(rep), Some(id)) = (rep, id) {
+            let at = self.ids.push(id);
+            self.set_rep_id(rep, at);
+        }
+        self.bound_bookkeeping();
+    }
+
+    /// [`Deduper::seed`] for one earlier first copy (a [`PriorCopy`]'s fields): its text is
+    /// known, its duplicates resolving to `cluster`.
+    ///
+    /// [`PriorCopy`]: crate::PriorCopy
+    pub fn seed_copy(
+        &mut self,
+        content_hash: u128,
+        addr: SampleAddr,
+        cluster: SampleAddr,
+        id: Option<&str>,
+    ) {
+        let first = FirstCopy {
+            addr,
+            cluster,
+            id: IdRef::NONE,
+        };
+        if self.exact_seen.get_or_insert(content_hash, first).is_none()
+            && let Some(id) = id
+        {
+            let at = self.ids.push(id);
+            if let Some(first) = self.exact_seen.get_mut(content_hash) {
+                first.id = at;
+            }
+        }
+        self.bound_bookkeeping();
     }
 
     /// Bytes of the decision state besides the representatives' store: the bucket index, the

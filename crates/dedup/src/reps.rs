@@ -2,6 +2,7 @@
 //! that spills past its budget, and buckets that hold small indices into it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use neardup_corpus::SampleAddr;
 use neardup_sketch::NO_KEY;
@@ -33,6 +34,9 @@ pub struct RepStore {
     /// The sets that were built in scratch files ([`crate::large_set`]), by representative: they
     /// stay there (their place in `sets` is a missing record).
     spilled_sets: hashbrown::HashMap<RepId, SpilledSet>,
+    /// The sets a caller holds and shares with the store ([`RepStore::push_shared`]), by
+    /// representative: neither copied nor counted (their place in `sets` is a missing record).
+    shared_sets: hashbrown::HashMap<RepId, Arc<[u32]>>,
     /// The first error reading a spilled set.
     spilled_error: Option<std::io::Error>,
 }
@@ -80,6 +84,7 @@ impl RepStore {
             memory_budget: budget.records.unwrap_or(u64::MAX),
             sets_budget: budget.sets.unwrap_or(0),
             spilled_sets: hashbrown::HashMap::new(),
+            shared_sets: hashbrown::HashMap::new(),
             spilled_error: None,
         }
     }
@@ -156,6 +161,23 @@ impl RepStore {
         id
     }
 
+    /// [`RepStore::push`] of a representative whose shingle set the caller holds (the online
+    /// index's cache of the representatives a Redis server holds, which seeds a store for every
+    /// batch): the store keeps a share of it, neither copied nor counted in its budgets.
+    pub fn push_shared(
+        &mut self,
+        signature: &[u32],
+        set: Option<&Arc<[u32]>>,
+        addr: SampleAddr,
+        others: u64,
+    ) -> RepId {
+        let id = self.push(signature, None, addr, others);
+        if let (Some(set), true) = (set, self.sets.is_some()) {
+            self.shared_sets.insert(id, Arc::clone(set));
+        }
+        id
+    }
+
     /// Starts loading representative `id`'s signature into the cache, to be compared soon.
     #[inline]
     pub fn prefetch_signature(&self, id: RepId) {
@@ -190,9 +212,10 @@ impl RepStore {
         other: SetRef<'_>,
         threshold: f64,
     ) -> Option<f64> {
-        let set = match self.spilled_sets.get(&id) {
-            Some(spilled) => SetRef::Spilled(spilled),
-            None => SetRef::Memory(self.sets.as_mut()?.get(id as usize)?),
+        let set = match (self.shared_sets.get(&id), self.spilled_sets.get(&id)) {
+            (Some(shared), _) => SetRef::Memory(shared),
+            (None, Some(spilled)) => SetRef::Spilled(spilled),
+            (None, None) => SetRef::Memory(self.sets.as_mut()?.get(id as usize)?),
         };
         match jaccard_at_least(set, other, threshold) {
             Ok(j) => j,
@@ -636,6 +659,30 @@ mod tests {
         );
         assert_eq!(store.spilled_bytes(), 12, "the second set is past `sets`");
         assert_eq!(store.signature(2), Some(&[7, 8][..]));
+    }
+
+    #[test]
+    fn a_shared_set_verifies_as_a_copied_one_and_takes_no_room() {
+        let budget = RepBudget {
+            records: None,
+            sets: Some(0),
+        };
+        let mut store = RepStore::new(2, budget, None, &Backing::Heap);
+        let set: Arc<[u32]> = Arc::from(&[5u32, 6, 7][..]);
+        store.push_shared(&[1, 2], Some(&set), addr(0), 0);
+        store.push_shared(&[3, 4], None, addr(1), 0);
+        assert_eq!(
+            store.jaccard_at_least(0, SetRef::Memory(&[5, 6, 7]), 1.0),
+            Some(1.0)
+        );
+        assert_eq!(
+            store.jaccard_at_least(0, SetRef::Memory(&[5, 6]), 0.5),
+            Some(2.0 / 3.0)
+        );
+        assert_eq!(store.jaccard_at_least(1, SetRef::Memory(&[]), 0.0), None);
+        assert_eq!(store.set_bytes(), 0, "the caller holds it");
+        assert_eq!(Arc::strong_count(&set), 2);
+        assert_eq!(store.signature(1), Some(&[3, 4][..]));
     }
 
     /// Against a map of key to list, through growth and collisions of the table's slots.

@@ -27,6 +27,7 @@
 mod sign;
 mod memory;
 mod file_store;
+mod packed;
 mod redis_store;
 mod transfer;
 

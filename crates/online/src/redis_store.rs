@@ -5,8 +5,12 @@
 //! - `settings`: the settings the namespace was made with (JSON); a producer with other
 //!   settings is refused, naming each setting that differs;
 //! - `ids` (hash): every document id checked or inserted → its decision (so a retry gets it);
-//! - `reps` (hash): representative number → the kept document's number, id, MinHash signature
-//!   and, under `verify="exact"`, its shingle set (the values other producers verify against);
+//! - `reps` (hash): representative number → the kept document's number, id and MinHash
+//!   signature (what other producers compare with);
+//! - `sets` (hash): token → under `verify="exact"`, a representative's shingle set (what they
+//!   verify against; the record names the token): written by the producer beside the commit
+//!   script's call, in one transaction with it, so that the script never makes a set a Lua
+//!   string (the server hashes every byte of those) and reads signatures without sets;
 //! - `buckets` (hash): band key → the numbers of its representatives, in the order they joined
 //!   (at most `max_reps`);
 //! - `copies` (hash): 128-bit content hash → the first document with that text (number and id);
@@ -38,6 +42,7 @@
 #![allow(clippy::too_many_arguments)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hashbrown::{HashMap, HashSet};
@@ -45,36 +50,61 @@ use redis::{Connection, Script};
 use serde::{Deserialize, Serialize};
 
 use neardup_corpus::Reason;
-use neardup_dedup::{Deduper, PriorCopy, PriorRepresentative, PriorState, SampleAddr, Verdict};
+use neardup_dedup::{Deduper, SampleAddr, Verdict};
 use neardup_sketch::NO_KEY;
 
+use crate::packed::{PackedCall, PackedCommands};
 use crate::sign::{self, Decided, Signed, Signer};
 use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 
 /// Commits decisions in order, each only while what it was decided against is unchanged and
-/// no document refused before it in the call (or in `tainted`) would have changed it; returns,
-/// per document, 2 numbers: -1 (refused) or 0 (committed) or 1 + the number of the
-/// representative it became, and its document number (-1: none).
-/// KEYS: meta, ids, buckets, copies, reps. ARGV: the count of tainted band keys and content
-/// hashes (what earlier refused documents of the batch would have written, a key once per
-/// join), those, the number of representatives when the batch's view was read, this round's
-/// own representatives committed by earlier calls (packed u32), the fewest equal signature
-/// positions that make a candidate, `num_perm`, `max_reps` (0: none), the count of documents,
-/// then per document: id, decision, counter, n checks, (band key, expected bytes) per check,
-/// content hash, flags ("a" when it becomes its text's first copy, "s" when any refused
-/// representative in a bucket it checks may have changed it), n tight keys, those (buckets
-/// whose room decided its joins), n joins, the band keys it joins, its representative's body
-/// ("" when it is none), its signature when it has checks and no body ("" otherwise).
+/// no document refused before it in the round would have changed it; returns, per document, 2
+/// numbers: -1 (refused) or 0 (committed) or 1 + the number of the representative it became,
+/// and its document number (-1: none).
 ///
-/// A bucket that holds more than a document was decided against holds representatives other
-/// producers committed since the read (those numbered from the count at the read on, less this
-/// round's own): when none is a candidate for the document (fewer equal signature positions
-/// than the floor, as the decision core skips them) and its joins still have room, it is
-/// decided the same with them and committed; otherwise refused.
+/// KEYS: meta, ids, buckets, copies, reps, sets. ARGV ([`RedisIndex::commit_chunk`] writes
+/// them):
+/// - 1: the number of representatives when the batch's view was read (-1: unknown, refuse on any
+///   newcomer);
+/// - 2: this round's own representatives committed by earlier calls (packed u32);
+/// - 3: the fewest equal signature positions that make a candidate;
+/// - 4: `num_perm`;
+/// - 5: `max_reps` (0: none);
+/// - 6: per band key of the call (below), the representatives its bucket held as the decisions
+///   expect at this call: at the read, plus this round's own committed by earlier calls
+///   (packed u32);
+/// - 7: the band keys (their places in the call's list, packed u32, from 1) that documents of the
+///   round refused by earlier calls would have joined;
+/// - 8 to 12: the counts of: decision counters' names, band keys, content hashes earlier refused
+///   documents would have made first copies, content hashes this call makes first copies,
+///   documents;
+/// - 13 on: those names, band keys (every key a document of the call checks or joins,
+///   once), tainted hashes and first-copy hashes, then the documents column by column: ids,
+///   specs, decisions, content hashes ("" when none), representatives' records less their
+///   document numbers ("" when none: id's length (u32), id, signature, and where its shingle
+///   set is: [`SET_TOKEN`] and its token), the tokens of their shingle sets ("" when none;
+///   the producer writes the sets under them beside the call, in one transaction with it, and
+///   the call removes those of the documents it refuses), signatures (its signature when it
+///   has checks and is no representative, "" otherwise).
+///
+/// A spec packs the document's counter (u8, its place in the names), flags (u8: 1 when it
+/// becomes its text's first copy, 2 when any refused representative in a bucket it checks may
+/// have changed it, "strict"), the counts of its checks, tight keys and joins (u32 each), then
+/// the places of those keys (u32 each): the buckets it was decided against, those whose room
+/// under max_reps decided its joins, the buckets it joins (a key twice joins twice).
+///
+/// A bucket that holds more than its documents were decided against holds representatives
+/// other producers committed since the read (those numbered from the count at the read on,
+/// less this round's own): the same for every document of the call that checks it, since what
+/// the call's own commits add to it, the documents after them expect too. When none of those
+/// is a candidate for a document (fewer equal signature positions than the floor, as the
+/// decision core skips them) and its joins still have room, it is decided the same with them
+/// and committed; otherwise refused. When no bucket gained any and nothing was refused, no
+/// document's checks need looking at.
 ///
 /// A refused document's representative is one the others were compared with and did not
-/// match (a match is flagged "s", or is in a bucket the document does not check): without it a
-/// document is decided the same (kept: no candidate matched, so none of fewer does; a near
+/// match (a match is flagged strict, or is in a bucket the document does not check): without it
+/// a document is decided the same (kept: no candidate matched, so none of fewer does; a near
 /// duplicate: the first candidate that matched is still first), so it is committed when each
 /// bucket it checks holds what it was decided against less what the refused ones would have
 /// added, unless that bucket's room decided its joins (a tight key): then fewer
@@ -84,16 +114,44 @@ use crate::{Decision, DocId, IndexError, IndexSettings, Text};
 /// ids, every bucket the call checks or joins, the first copies it would make), and followed
 /// through the call in Lua tables as documents are committed; the writes then go in one command
 /// per hash, representatives first and decisions last. A command per document and bucket was
-/// most of the server's time. A script's writes cannot fail once the first has been made (the
-/// server refuses a write script for memory only before it starts writing), so the call
-/// commits every document it accepts, or none.
+/// most of the server's time, and then the Lua strings and table operations of about a hundred
+/// arguments per document: each band key is now an argument once per call, and a document's
+/// keys are places in that list, read only where needed. A script's writes cannot fail once the
+/// first has been made (the server refuses a write script for memory only before it starts
+/// writing), so the call commits every document it accepts, or none.
 const COMMIT: &str = r#"
-local meta, ids, buckets, copies, reps = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local function hmget(key, fields)
+local meta, ids, buckets, copies, reps, sets = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+-- `count` u32 words of `s` from byte `from`, unpacked a part at a time (one unpack returns at
+-- most a few thousand values).
+local formats = {}
+local function words(s, from, count)
+  local k = math.min(count, 256)
+  local f = formats[k]
+  if not f then f = '<' .. string.rep('I4', k); formats[k] = f end
+  if count <= 256 then
+    if count == 0 then return {} end
+    local out = {struct.unpack(f, s, from)}
+    out[count + 1] = nil
+    return out
+  end
+  local out, got = {}, 0
+  while got < count do
+    k = math.min(count - got, 256)
+    f = formats[k]
+    if not f then f = '<' .. string.rep('I4', k); formats[k] = f end
+    local part = {struct.unpack(f, s, from + 4 * got)}
+    for i = 1, k do out[got + i] = part[i] end
+    got = got + k
+  end
+  return out
+end
+-- Fields ARGV[from..to] of hash `key`, in parts of 4000 (unpack's stack holds 8000 values).
+local function hmget(key, from, to)
+  if to - from < 4000 then return redis.call('HMGET', key, unpack(ARGV, from, to)) end
   local out = {}
-  for i = 1, #fields, 1000 do
-    local part = redis.call('HMGET', key, unpack(fields, i, math.min(i + 999, #fields)))
-    for k = 1, #part do out[i + k - 1] = part[k] end
+  for i = from, to, 4000 do
+    local part = redis.call('HMGET', key, unpack(ARGV, i, math.min(i + 3999, to)))
+    for k = 1, #part do out[i - from + k] = part[k] end
   end
   return out
 end
@@ -102,92 +160,67 @@ local function hset(key, fields)
     redis.call('HSET', key, unpack(fields, i, math.min(i + 999, #fields)))
   end
 end
--- Bytes a band key's bucket lacks (4 per representative) of what the batch's decisions read,
--- because the documents that would have added them were refused; a content hash is in it when
--- a refused document would have been its text's first copy.
-local missing = {}
-local nt = tonumber(ARGV[1])
-for i = 2, 1 + nt do missing[ARGV[i]] = (missing[ARGV[i]] or 0) + 4 end
--- What judges the representatives other producers committed since the batch's view was read:
--- the number of representatives then (-1: unknown, refuse on any), this producer's own
--- committed since by earlier calls of the round, the fewest equal signature positions that make
--- a candidate, the signature's length, max_reps (0: none).
-local read_reps = tonumber(ARGV[2 + nt])
-local own = {}
-local own_packed = ARGV[3 + nt]
-for i = 1, #own_packed, 4 do own[struct.unpack('<I4', own_packed, i)] = true end
-local floor_count = tonumber(ARGV[4 + nt])
-local num_perm = tonumber(ARGV[5 + nt])
-local max_reps = tonumber(ARGV[6 + nt])
-local n = tonumber(ARGV[7 + nt])
 
--- Where each document's fields are, and what the call reads.
-local docs = {}
-local id_list, key_list, hash_list = {}, {}, {}
-local key_seen, hash_seen = {}, {}
-local at = 8 + nt
-for d = 1, n do
-  local doc = {id = ARGV[at], blob = ARGV[at + 1], counter = ARGV[at + 2]}
-  local nchecks = tonumber(ARGV[at + 3])
-  doc.checks = at + 4
-  doc.nchecks = nchecks
-  at = at + 4 + 2 * nchecks
-  doc.hash = ARGV[at]
-  doc.first = string.find(ARGV[at + 1], 'a', 1, true) ~= nil
-  doc.strict = string.find(ARGV[at + 1], 's', 1, true) ~= nil
-  local ntight = tonumber(ARGV[at + 2])
-  if ntight > 0 then
-    doc.tight = {}
-    for j = at + 3, at + 2 + ntight do doc.tight[ARGV[j]] = true end
-  end
-  at = at + 3 + ntight
-  doc.njoins = tonumber(ARGV[at])
-  doc.joins = at + 1
-  at = doc.joins + doc.njoins
-  doc.body = ARGV[at]
-  doc.sig = ARGV[at + 1]
-  at = at + 2
-  docs[d] = doc
-  id_list[d] = doc.id
-  for c = 0, nchecks - 1 do
-    local key = ARGV[doc.checks + 2 * c]
-    if not key_seen[key] then key_seen[key] = true; key_list[#key_list + 1] = key end
-  end
-  if doc.body ~= '' then
-    for j = doc.joins, doc.joins + doc.njoins - 1 do
-      local key = ARGV[j]
-      if not key_seen[key] then key_seen[key] = true; key_list[#key_list + 1] = key end
+local read_reps = tonumber(ARGV[1])
+local own = {}
+local own_packed = ARGV[2]
+for _, r in ipairs(words(own_packed, 1, #own_packed / 4)) do own[r] = true end
+local floor_count = tonumber(ARGV[3])
+local num_perm = tonumber(ARGV[4])
+local max_reps = tonumber(ARGV[5])
+local expected = ARGV[6]
+local nc, nk, nt, nf, n = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10]),
+  tonumber(ARGV[11]), tonumber(ARGV[12])
+local counters_at = 13
+local keys_at = counters_at + nc
+local tainted_at = keys_at + nk
+local firsts_at = tainted_at + nt
+local id_at = firsts_at + nf
+local spec_at, blob_at, hash_at = id_at + n, id_at + 2 * n, id_at + 3 * n
+local body_at, token_at, sig_at = id_at + 4 * n, id_at + 5 * n, id_at + 6 * n
+
+-- Per band key (by its place): its bucket's bytes at the start of the call (false: none), and
+-- the bytes other producers added since the read (nil: none).
+local held, extra = {}, {}
+local grown = false
+-- Per band key: the representatives the call's commits append to its bucket, and the keys in
+-- the order they first got one.
+local appended, appended_order = {}, {}
+if nk > 0 then
+  held = hmget(buckets, keys_at, keys_at + nk - 1)
+  local base = words(expected, 1, nk)
+  for k = 1, nk do
+    local h = held[k]
+    local e = (h and #h or 0) - 4 * base[k]
+    if e ~= 0 then
+      extra[k] = e
+      grown = true
     end
   end
-  if doc.first and not hash_seen[doc.hash] then
-    hash_seen[doc.hash] = true
-    hash_list[#hash_list + 1] = doc.hash
-  end
 end
+-- Band keys a refused document would have joined, and content hashes it would have made a
+-- first copy: what the documents after it that read them wait for.
+local gone = {}
+local any_gone = false
+for _, k in ipairs(words(ARGV[7], 1, #ARGV[7] / 4)) do gone[k] = true; any_gone = true end
+local missing_hash = {}
+for i = tainted_at, tainted_at + nt - 1 do missing_hash[ARGV[i]] = true end
 
-local decided = hmget(ids, id_list)
-local held, len = {}, {}
-if #key_list > 0 then
-  local got = hmget(buckets, key_list)
-  for i, key in ipairs(key_list) do
-    held[key] = got[i] or ''
-    len[key] = got[i] and #got[i] or 0
-  end
-end
+local decided = n > 0 and hmget(ids, id_at, id_at + n - 1) or {}
 local has_copy = {}
-if #hash_list > 0 then
-  local got = hmget(copies, hash_list)
-  for i, h in ipairs(hash_list) do has_copy[h] = got[i] and true or false end
+if nf > 0 then
+  local got = hmget(copies, firsts_at, firsts_at + nf - 1)
+  for i = 1, nf do has_copy[ARGV[firsts_at + i - 1]] = got[i] and true or false end
 end
 
 -- The representatives other producers added to a bucket since the view was read, newest
 -- first: a bucket grows at its end in the order representatives are numbered.
 local arrived_in = {}
-local function arrivals(key)
-  local got = arrived_in[key]
+local function arrivals(k)
+  local got = arrived_in[k]
   if got then return got end
   got = {}
-  local h = held[key] or ''
+  local h = held[k] or ''
   local i = #h - 3
   while i >= 1 do
     local r = struct.unpack('<I4', h, i)
@@ -195,23 +228,13 @@ local function arrivals(key)
     if not own[r] then got[#got + 1] = r end
     i = i - 4
   end
-  arrived_in[key] = got
+  arrived_in[k] = got
   return got
 end
--- A signature's words from byte `from` of `s` (nil when `s` is too short), unpacked a part at a
--- time: one unpack returns at most a few thousand values.
-local formats = {}
+-- A signature's words from byte `from` of `s` (nil when `s` is too short).
 local function signature_at(s, from)
   if #s < from - 1 + 4 * num_perm then return nil end
-  local out, got = {}, 0
-  while got < num_perm do
-    local k = math.min(num_perm - got, 256)
-    formats[k] = formats[k] or '<' .. string.rep('I4', k)
-    local part = {struct.unpack(formats[k], s, from + 4 * got)}
-    for i = 1, k do out[got + i] = part[i] end
-    got = got + k
-  end
-  return out
+  return words(s, from, num_perm)
 end
 local sigs = {}
 local function rep_sig(r)
@@ -224,29 +247,42 @@ local function rep_sig(r)
   end
   return s
 end
--- Whether a document decided without `newcomers` (representatives that arrived in buckets it
--- checks) is decided the same with them: none is a candidate (an estimate below the floor is
--- never compared further), and each bucket it joins still has room under max_reps.
-local function stands(doc, newcomers)
-  if max_reps > 0 and doc.body ~= '' then
+-- Whether document `d`, decided without `newcomers` (representatives that arrived in buckets it
+-- checks), is decided the same with them: none is a candidate (an estimate below the floor is
+-- never compared further), and each bucket it joins still has room under max_reps. A
+-- comparison stops as soon as its outcome is known.
+local spare = num_perm - floor_count
+local function stands(d, body, joins, newcomers)
+  if max_reps > 0 and joins then
     local count = {}
-    for j = doc.joins, doc.joins + doc.njoins - 1 do
-      local key = ARGV[j]
-      local now = count[key] or len[key] / 4
+    for _, k in ipairs(joins) do
+      local h, pieces = held[k], appended[k]
+      local now = count[k] or ((h and #h / 4 or 0) + (pieces and #pieces or 0))
       if now >= max_reps then return false end
-      count[key] = now + 1
+      count[k] = now + 1
     end
   end
-  local mine = signature_at(doc.body ~= '' and doc.body or doc.sig, 1)
+  if floor_count <= 0 then return false end
+  local mine
+  if body ~= '' then
+    mine = #body >= 4 and signature_at(body, 5 + struct.unpack('<I4', body))
+  else
+    mine = signature_at(ARGV[sig_at + d - 1], 1)
+  end
   if not mine then return false end
   for r in pairs(newcomers) do
     local theirs = rep_sig(r)
     if not theirs then return false end
-    local equal = 0
+    local equal, unequal = 0, 0
     for p = 1, num_perm do
-      if mine[p] == theirs[p] then equal = equal + 1 end
+      if mine[p] == theirs[p] then
+        equal = equal + 1
+        if equal >= floor_count then return false end
+      else
+        unequal = unequal + 1
+        if unequal > spare then break end
+      end
     end
-    if equal >= floor_count then return false end
   end
   return true
 end
@@ -254,27 +290,39 @@ end
 local m = redis.call('HMGET', meta, 'documents', 'representatives', 'sequence')
 local documents, representatives, sequence = tonumber(m[1]) or 0, tonumber(m[2]) or 0, tonumber(m[3]) or 0
 local counted = {}
-local appended, appended_order = {}, {}
 local id_fields, rep_fields, copy_fields = {}, {}, {}
+local unset = {}
 local out = {}
 local refused = 0
 for d = 1, n do
-  local doc = docs[d]
+  local spec = ARGV[spec_at + d - 1]
+  local counter, flags, nchecks, ntight, njoins = struct.unpack('<BBI4I4I4', spec)
+  local first = flags % 2 == 1
+  local joins_from = 15 + 4 * (nchecks + ntight)
+  local joins = nil
   local ok = not decided[d]
   local newcomers = nil
-  if ok then
-    for c = 0, doc.nchecks - 1 do
-      local key = ARGV[doc.checks + 2 * c]
-      local gone = missing[key] or 0
-      if gone > 0 and (doc.strict or (doc.tight and doc.tight[key])) then
-        ok = false
-        break
+  if ok and (grown or any_gone) and nchecks > 0 then
+    local checks = words(spec, 15, nchecks)
+    local strict = flags >= 2
+    local tight = ntight > 0 and words(spec, 15 + 4 * nchecks, ntight)
+    for c = 1, nchecks do
+      local k = checks[c]
+      if gone[k] then
+        local stops = strict
+        if not stops and tight then
+          for _, t in ipairs(tight) do if t == k then stops = true end end
+        end
+        if stops then
+          ok = false
+          break
+        end
       end
-      local extra = len[key] - (tonumber(ARGV[doc.checks + 2 * c + 1]) - gone)
-      if extra ~= 0 then
+      local e = extra[k]
+      if e then
         -- Other producers' representatives arrived: judged below, when they are all there is.
-        local got = read_reps >= 0 and extra > 0 and arrivals(key)
-        if not got or 4 * #got ~= extra then
+        local got = read_reps >= 0 and e > 0 and arrivals(k)
+        if not got or 4 * #got ~= e then
           ok = false
           break
         end
@@ -283,65 +331,73 @@ for d = 1, n do
       end
     end
   end
-  local hash = doc.hash
-  if ok and hash ~= '' and missing[hash] then ok = false end
-  if ok and doc.first and has_copy[hash] then ok = false end
-  if ok and newcomers then ok = stands(doc, newcomers) end
+  local hash = ARGV[hash_at + d - 1]
+  if ok and hash ~= '' and missing_hash[hash] then ok = false end
+  if ok and first and has_copy[hash] then ok = false end
+  local body = ARGV[body_at + d - 1]
+  if njoins > 0 then joins = words(spec, joins_from, njoins) end
+  if ok and newcomers then ok = stands(d, body, joins, newcomers) end
   if not ok then
     -- What it would have written is not there: the documents after it that read it wait.
     refused = refused + 1
-    for j = doc.joins, doc.joins + doc.njoins - 1 do
-      missing[ARGV[j]] = (missing[ARGV[j]] or 0) + 4
+    if joins then
+      for _, k in ipairs(joins) do gone[k] = true end
+      any_gone = true
     end
-    if doc.first then missing[hash] = 4 end
+    if first then missing_hash[hash] = true end
+    -- Its shingle set, written beside this call, goes with it.
+    local token = ARGV[token_at + d - 1]
+    if token ~= '' then unset[#unset + 1] = token end
     out[2 * d - 1] = -1
     out[2 * d] = -1
   else
     local docno, docnum = '', -1
-    if doc.body ~= '' or doc.first then
+    if body ~= '' or first then
       docnum = documents
       documents = documents + 1
       docno = struct.pack('<I8', docnum)
     end
     local became = 0
-    if doc.body ~= '' then
+    local id = ARGV[id_at + d - 1]
+    if body ~= '' then
       local rep = struct.pack('<I4', representatives)
       representatives = representatives + 1
       became = representatives
       rep_fields[#rep_fields + 1] = rep
-      rep_fields[#rep_fields + 1] = docno .. struct.pack('<I4', #doc.id) .. doc.id .. doc.body
-      -- A key twice in its row joins twice.
-      for j = doc.joins, doc.joins + doc.njoins - 1 do
-        local key = ARGV[j]
-        local pieces = appended[key]
+      rep_fields[#rep_fields + 1] = docno .. body
+      for _, k in ipairs(joins or {}) do
+        local pieces = appended[k]
         if not pieces then
           pieces = {}
-          appended[key] = pieces
-          appended_order[#appended_order + 1] = key
+          appended[k] = pieces
+          appended_order[#appended_order + 1] = k
         end
         pieces[#pieces + 1] = rep
-        len[key] = len[key] + 4
       end
     end
-    if doc.first then
+    if first then
       copy_fields[#copy_fields + 1] = hash
-      copy_fields[#copy_fields + 1] = docno .. doc.id
+      copy_fields[#copy_fields + 1] = docno .. id
       has_copy[hash] = true
     end
-    id_fields[#id_fields + 1] = doc.id
-    id_fields[#id_fields + 1] = struct.pack('<I8', sequence) .. doc.blob
+    id_fields[#id_fields + 1] = id
+    id_fields[#id_fields + 1] = struct.pack('<I8', sequence) .. ARGV[blob_at + d - 1]
     sequence = sequence + 1
-    counted[doc.counter] = (counted[doc.counter] or 0) + 1
+    counted[counter] = (counted[counter] or 0) + 1
     out[2 * d - 1] = became
     out[2 * d] = docnum
   end
 end
 
 hset(reps, rep_fields)
+for i = 1, #unset, 1000 do
+  redis.call('HDEL', sets, unpack(unset, i, math.min(i + 999, #unset)))
+end
 local bucket_fields = {}
-for _, key in ipairs(appended_order) do
-  bucket_fields[#bucket_fields + 1] = key
-  bucket_fields[#bucket_fields + 1] = held[key] .. table.concat(appended[key])
+for _, k in ipairs(appended_order) do
+  bucket_fields[#bucket_fields + 1] = ARGV[keys_at + k - 1]
+  local pieces = appended[k]
+  bucket_fields[#bucket_fields + 1] = (held[k] or '') .. (#pieces == 1 and pieces[1] or table.concat(pieces))
 end
 hset(buckets, bucket_fields)
 hset(copies, copy_fields)
@@ -349,7 +405,8 @@ hset(ids, id_fields)
 local meta_fields = {'documents', string.format('%d', documents),
                      'representatives', string.format('%d', representatives),
                      'sequence', string.format('%d', sequence)}
-for counter, k in pairs(counted) do
+for c, k in pairs(counted) do
+  local counter = ARGV[counters_at + c - 1]
   meta_fields[#meta_fields + 1] = counter
   meta_fields[#meta_fields + 1] = string.format('%d', (tonumber(redis.call('HGET', meta, counter)) or 0) + k)
 end
@@ -385,6 +442,9 @@ const MAX_ROUNDS: usize = 100_000;
 const ROUND_MAX: usize = 1 << 16;
 const ROUND_MIN: usize = 16;
 
+/// The largest buffer of a commit call a producer keeps for the next.
+const PACKED_KEPT: usize = 64 << 20;
+
 /// Bytes of representatives a producer caches (they never change once written).
 const CACHE_BYTES: usize = 256 << 20;
 
@@ -417,14 +477,15 @@ pub(crate) struct RepRecord {
     pub(crate) docno: u64,
     pub(crate) id: String,
     pub(crate) signature: Vec<u32>,
-    pub(crate) shingles: Option<Vec<u32>>,
+    /// Shared with the decision cores seeded from the cache (never copied into them).
+    pub(crate) shingles: Option<Arc<[u32]>>,
 }
 
 impl RepRecord {
     fn bytes(&self) -> usize {
         64 + self.id.len()
             + 4 * self.signature.len()
-            + 4 * self.shingles.as_ref().map_or(0, Vec::len)
+            + 4 * self.shingles.as_ref().map_or(0, |s| s.len())
     }
 }
 
@@ -436,6 +497,7 @@ pub(crate) struct Keys {
     pub(crate) buckets: String,
     pub(crate) copies: String,
     pub(crate) reps: String,
+    pub(crate) sets: String,
 }
 
 impl Keys {
@@ -448,7 +510,21 @@ impl Keys {
             buckets: k("buckets"),
             copies: k("copies"),
             reps: k("reps"),
+            sets: k("sets"),
         }
+    }
+
+    /// Every key of the namespace.
+    pub(crate) fn all(&self) -> [&String; 7] {
+        [
+            &self.settings,
+            &self.meta,
+            &self.ids,
+            &self.buckets,
+            &self.copies,
+            &self.reps,
+            &self.sets,
+        ]
     }
 }
 
@@ -490,6 +566,15 @@ pub struct RedisIndex {
     band_columns: usize,
     /// How many documents the next round takes.
     round_size: usize,
+    /// Documents per commit script call ([`COMMIT_CHUNK`]; tests make it smaller so that what
+    /// one call refuses reaches the next).
+    commit_chunk: usize,
+    /// The buffer the last commit call was written in ([`PackedCall::new`]).
+    packed: Vec<u8>,
+    /// The first half of this producer's shingle set tokens (see [`SET_TOKEN`]).
+    token_prefix: [u8; 8],
+    /// Tokens handed out so far (their second half).
+    tokens: u64,
 }
 
 /// The address in messages: the URL without a password.
@@ -524,7 +609,7 @@ impl RedisIndex {
         let keys = Keys::new(namespace);
         let mine = Recorded::of(&settings);
         let json = serde_json::to_string(&mine).expect("settings serialise");
-        let (_, stored): ((), Option<String>) = redis::pipe()
+        let (stored, producer): (Option<String>, u64) = redis::pipe()
             .atomic()
             .cmd("SET")
             .arg(&keys.settings)
@@ -533,9 +618,20 @@ impl RedisIndex {
             .ignore()
             .cmd("GET")
             .arg(&keys.settings)
-            .query::<(Option<String>,)>(&mut con)
-            .map(|(s,)| ((), s))
+            .cmd("HINCRBY")
+            .arg(&keys.meta)
+            .arg("producers")
+            .arg(1)
+            .query(&mut con)
             .map_err(unreachable)?;
+        // What makes this producer's shingle set tokens its own: its number among the
+        // namespace's producers, and the clock for a namespace replaced meanwhile.
+        let clock = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut token_prefix = [0u8; 8];
+        token_prefix[..4].copy_from_slice(&(producer as u32).to_le_bytes());
+        token_prefix[4..].copy_from_slice(&clock.to_le_bytes());
         let stored = stored.ok_or_else(|| IndexError::Damaged {
             address: address.clone(),
             namespace: namespace.to_string(),
@@ -568,6 +664,10 @@ impl RedisIndex {
             cache: HashMap::new(),
             cache_bytes: 0,
             round_size: ROUND_MAX,
+            commit_chunk: COMMIT_CHUNK,
+            packed: Vec::new(),
+            token_prefix,
+            tokens: 0,
         })
     }
 
@@ -632,7 +732,7 @@ impl RedisIndex {
                 error: e,
             })?;
         let mut memory_bytes = 0;
-        for key in [&k.settings, &k.meta, &k.ids, &k.buckets, &k.copies, &k.reps] {
+        for key in k.all() {
             let used: Option<u64> = redis::cmd("MEMORY")
                 .arg("USAGE")
                 .arg(key)
@@ -842,22 +942,31 @@ impl RedisIndex {
         let mut lengths: HashMap<u64, usize> = view
             .buckets
             .iter()
-            .map(|(k, reps)| (*k, reps.len()))
+            .map(|(k, held)| (*k, held.len() / 4))
             .collect();
+        let held_at_read = lengths.clone();
         let mut copies: HashSet<u128> = view.copies.keys().copied().collect();
         let exact_column = self.settings.rule.exact_key.then_some(self.band_columns);
         let max_reps = self.settings.deduper.max_reps;
-        // The buckets each representative the core holds is in (this batch's own too, by their
-        // joins): where a near duplicate met the one it matched.
-        let mut buckets_of: HashMap<SampleAddr, HashSet<u64>> = HashMap::new();
-        for (key, reps) in &view.buckets {
-            for r in reps {
-                buckets_of
-                    .entry(committed_addr(self.cache[r].docno))
-                    .or_default()
-                    .insert(*key);
+        // What the buckets the view read hold, and the buckets this batch's own representatives
+        // join (by their place in the round): where a near duplicate met the one it matched is
+        // looked up when one does (most representatives never are).
+        let view_buckets: HashMap<u64, &[u8]> = view
+            .buckets
+            .iter()
+            .map(|(k, held)| (*k, &held[..]))
+            .collect();
+        let mut own_joins: HashMap<u64, Vec<u64>> = HashMap::new();
+        let cache = &self.cache;
+        let holds = |own_joins: &HashMap<u64, Vec<u64>>, key: &u64, of: SampleAddr| {
+            if of.file == BATCH_FILE {
+                own_joins.get(&of.record).is_some_and(|j| j.contains(key))
+            } else {
+                view_buckets
+                    .get(key)
+                    .is_some_and(|held| words(held).any(|r| committed_addr(cache[&r].docno) == of))
             }
-        }
+        };
 
         // `decided` gets each decision once it is on the server.
         let mut ops: Vec<(usize, Commit, Decided)> = Vec::new();
@@ -904,7 +1013,9 @@ impl RedisIndex {
                 strict: false,
                 tight: Vec::new(),
                 joins: Vec::new(),
-                body: Vec::new(),
+                head: Vec::new(),
+                set: Vec::new(),
+                token: None,
                 signature: Vec::new(),
             };
             if let (Some(s), Some(verdict)) = (s, verdict) {
@@ -924,11 +1035,9 @@ impl RedisIndex {
                     // that it is refused with its match.
                     let bands = match verdict {
                         Verdict::Near { of, .. } => {
-                            let met = buckets_of.get(&of).and_then(|held| {
-                                s.row[..self.band_columns]
-                                    .iter()
-                                    .position(|k| held.contains(k))
-                            });
+                            let met = s.row[..self.band_columns]
+                                .iter()
+                                .position(|k| holds(&own_joins, k, of));
                             // A match of this batch's own may be refused: then so is this one.
                             op.strict = of.file == BATCH_FILE || met.is_none();
                             match met {
@@ -939,11 +1048,10 @@ impl RedisIndex {
                         }
                         _ => self.band_columns,
                     };
-                    let mut checked = HashSet::new();
                     for &key in &s.row[..bands] {
-                        if key != NO_KEY && checked.insert(key) {
-                            let held = lengths.get(&key).copied().unwrap_or(0);
-                            op.checks.push((key, 4 * held));
+                        // A row has a few keys: a list finds one twice faster than a set.
+                        if key != NO_KEY && !op.checks.contains(&key) {
+                            op.checks.push(key);
                         }
                     }
                 }
@@ -965,12 +1073,21 @@ impl RedisIndex {
                         op.joins.push(key);
                     }
                     if !op.joins.is_empty() {
-                        op.body = rep_body(s);
-                        buckets_of.insert(addr, op.joins.iter().copied().collect());
+                        let sets = s.shingles.as_deref().unwrap_or(&[]);
+                        if !sets.is_empty() {
+                            let mut token = [0u8; 16];
+                            token[..8].copy_from_slice(&self.token_prefix);
+                            token[8..].copy_from_slice(&self.tokens.to_le_bytes());
+                            self.tokens += 1;
+                            op.token = Some(token);
+                            op.set = sets.iter().flat_map(|v| v.to_le_bytes()).collect();
+                        }
+                        op.head = rep_head(&op.id, s, op.token.as_ref());
+                        own_joins.insert(addr.record, op.joins.clone());
                     }
                 }
-                if op.body.is_empty() && !op.checks.is_empty() {
-                    // Its representative's body starts with it otherwise.
+                if op.head.is_empty() && !op.checks.is_empty() {
+                    // Its representative's record holds it otherwise.
                     op.signature = s.sig.iter().flat_map(|v| v.to_le_bytes()).collect();
                 }
             }
@@ -983,6 +1100,7 @@ impl RedisIndex {
         }
         Ok(Plan {
             ops,
+            held_at_read,
             reps_at_read: view.reps_at_read,
             floor_count,
         })
@@ -990,8 +1108,8 @@ impl RedisIndex {
 
     /// Commits `ops` in order. A document another producer got in the way of is refused, and
     /// so is every later one it would have changed (the script follows what the refused ones
-    /// would have written through a call; `tainted` carries it to the next): they are left to be read and decided
-    /// again, the others stand. Returns the documents left.
+    /// would have written through a call; [`Earlier`] carries it to the next): they are left to
+    /// be read and decided again, the others stand. Returns the documents left.
     fn commit_planned(
         &mut self,
         ids: &[DocId],
@@ -1001,24 +1119,25 @@ impl RedisIndex {
     ) -> Result<Vec<usize>, RoundError> {
         let ops = &plan.ops;
         let mut left = Vec::new();
-        let mut tainted: Vec<Vec<u8>> = Vec::new();
-        // This round's representatives committed by earlier calls: not newcomers to the later.
-        let mut own: Vec<u8> = Vec::new();
+        let mut earlier = Earlier::default();
         let mut at = 0;
         while at < ops.len() {
-            let end = (at + COMMIT_CHUNK).min(ops.len());
-            let outcome = self.commit_chunk(plan, &ops[at..end], &tainted, &own)?;
+            let end = (at + self.commit_chunk).min(ops.len());
+            let outcome = self.commit_chunk(plan, &ops[at..end], &earlier)?;
             for ((i, op, d), (rep, docno)) in ops[at..end].iter().zip(outcome) {
                 match rep {
                     Committed::Refused => {
                         left.push(*i);
-                        tainted.extend(op.joins.iter().map(|k| k.to_le_bytes().to_vec()));
+                        earlier.tainted_keys.extend(op.joins.iter().copied());
                         if let (true, Some(h)) = (op.first_copy, op.content_hash) {
-                            tainted.push(h.to_le_bytes().to_vec());
+                            earlier.tainted_hashes.push(h);
                         }
                     }
                     Committed::Representative(r) => {
-                        own.extend_from_slice(&r.to_le_bytes());
+                        earlier.own.extend_from_slice(&r.to_le_bytes());
+                        for key in &op.joins {
+                            *earlier.joined.entry(*key).or_insert(0) += 1;
+                        }
                         // This producer's own representative: no need to read it back.
                         let s = signed[*i].as_ref().expect("a representative was signed");
                         self.cache_rep(
@@ -1027,7 +1146,7 @@ impl RedisIndex {
                                 docno,
                                 id: op.id.clone(),
                                 signature: s.sig.clone(),
-                                shingles: s.shingles.clone(),
+                                shingles: s.shingles.as_deref().map(Arc::from),
                             },
                         );
                         decided.insert(ids[*i].clone(), d.clone());
@@ -1042,62 +1161,161 @@ impl RedisIndex {
         Ok(left)
     }
 
-    /// Runs the commit script over `ops`, with the band keys and content hashes earlier refused
-    /// documents of the batch would have written; returns what became of each document and its
-    /// document number.
+    /// Runs the commit script over `ops`, with what earlier calls of the round did (the band
+    /// keys and content hashes refused documents would have written, the representatives
+    /// committed and their joins); returns what became of each document and its document number.
+    /// The arguments are laid out as the script says: each band key once, a document's keys as
+    /// places in that list.
     fn commit_chunk(
         &mut self,
         plan: &Plan,
         ops: &[(usize, Commit, Decided)],
-        tainted: &[Vec<u8>],
-        own: &[u8],
+        earlier: &Earlier,
     ) -> Result<Vec<(Committed, u64)>, RoundError> {
-        let k = &self.keys;
-        let mut inv = self.commit.prepare_invoke();
-        inv.key(&k.meta)
-            .key(&k.ids)
-            .key(&k.buckets)
-            .key(&k.copies)
-            .key(&k.reps)
-            .arg(tainted.len());
-        for t in tainted {
-            inv.arg(&t[..]);
+        let mut places: HashMap<u64, u32> = HashMap::new();
+        let mut keys: Vec<u64> = Vec::new();
+        let mut counters: Vec<&str> = Vec::new();
+        let mut specs: Vec<Vec<u8>> = Vec::with_capacity(ops.len());
+        let mut firsts: Vec<u128> = Vec::new();
+        for (_, op, _) in ops {
+            let mut place = |key: u64| {
+                *places.entry(key).or_insert_with(|| {
+                    keys.push(key);
+                    keys.len() as u32
+                })
+            };
+            let counter = match counters.iter().position(|c| *c == op.counter) {
+                Some(c) => c + 1,
+                None => {
+                    counters.push(op.counter);
+                    counters.len()
+                }
+            };
+            let flags = u8::from(op.first_copy) | (u8::from(op.strict) << 1);
+            let lists = op.checks.len() + op.tight.len() + op.joins.len();
+            let mut spec = Vec::with_capacity(14 + 4 * lists);
+            spec.push(counter as u8);
+            spec.push(flags);
+            for n in [op.checks.len(), op.tight.len(), op.joins.len()] {
+                spec.extend_from_slice(&(n as u32).to_le_bytes());
+            }
+            for &key in op.checks.iter().chain(&op.tight).chain(&op.joins) {
+                spec.extend_from_slice(&place(key).to_le_bytes());
+            }
+            specs.push(spec);
+            if let (true, Some(h)) = (op.first_copy, op.content_hash) {
+                firsts.push(h);
+            }
         }
+        // What each bucket holds when nobody else wrote to it since the read.
+        let mut expected = Vec::with_capacity(4 * keys.len());
+        let mut tainted = Vec::new();
+        for key in &keys {
+            let held = plan.held_at_read.get(key).copied().unwrap_or(0)
+                + earlier.joined.get(key).copied().unwrap_or(0);
+            expected.extend_from_slice(&(held as u32).to_le_bytes());
+            if earlier.tainted_keys.contains(key) {
+                tainted.extend_from_slice(&places[key].to_le_bytes());
+            }
+        }
+        let k = &self.keys;
+        let mut inv = PackedCall::new(
+            &self.commit,
+            &[&k.meta, &k.ids, &k.buckets, &k.copies, &k.reps, &k.sets],
+            std::mem::take(&mut self.packed),
+        );
+        // The representatives' heads and the signatures are most of it: room for them at once.
+        inv.reserve(
+            ops.iter()
+                .map(|(_, op, _)| op.head.len() + op.signature.len() + 200)
+                .sum(),
+        );
         inv.arg(plan.reps_at_read)
-            .arg(own)
+            .arg(&earlier.own[..])
             .arg(plan.floor_count)
             .arg(self.settings.sketcher.num_perm())
             .arg(self.settings.deduper.max_reps.unwrap_or(0))
+            .arg(&expected[..])
+            .arg(&tainted[..])
+            .arg(counters.len())
+            .arg(keys.len())
+            .arg(earlier.tainted_hashes.len())
+            .arg(firsts.len())
             .arg(ops.len());
+        for counter in &counters {
+            inv.arg(*counter);
+        }
+        for key in &keys {
+            inv.arg(&key.to_le_bytes()[..]);
+        }
+        for h in earlier.tainted_hashes.iter().chain(&firsts) {
+            inv.arg(&h.to_le_bytes()[..]);
+        }
         for (_, op, _) in ops {
-            inv.arg(&op.id)
-                .arg(&op.blob)
-                .arg(op.counter)
-                .arg(op.checks.len());
-            for (key, bytes) in &op.checks {
-                inv.arg(&key.to_le_bytes()[..]).arg(*bytes);
-            }
+            inv.arg(&op.id);
+        }
+        for spec in &specs {
+            inv.arg(&spec[..]);
+        }
+        for (_, op, _) in ops {
+            inv.arg(&op.blob);
+        }
+        for (_, op, _) in ops {
             match op.content_hash {
                 Some(h) => inv.arg(&h.to_le_bytes()[..]),
                 None => inv.arg(""),
             };
-            let flags = match (op.first_copy, op.strict) {
-                (true, true) => "as",
-                (true, false) => "a",
-                (false, true) => "s",
-                (false, false) => "",
-            };
-            inv.arg(flags).arg(op.tight.len());
-            for key in &op.tight {
-                inv.arg(&key.to_le_bytes()[..]);
-            }
-            inv.arg(op.joins.len());
-            for key in &op.joins {
-                inv.arg(&key.to_le_bytes()[..]);
-            }
-            inv.arg(&op.body[..]).arg(&op.signature[..]);
         }
-        let raw: Vec<i64> = inv.invoke(&mut self.con).map_err(RoundError::Redis)?;
+        for (_, op, _) in ops {
+            inv.arg(&op.head[..]);
+        }
+        for (_, op, _) in ops {
+            match &op.token {
+                Some(t) => inv.arg(&t[..]),
+                None => inv.arg(""),
+            };
+        }
+        for (_, op, _) in ops {
+            inv.arg(&op.signature[..]);
+        }
+        let sets: Vec<(&[u8], &[u8])> = ops
+            .iter()
+            .filter_map(|(_, op, _)| op.token.as_ref().map(|t| (&t[..], &op.set[..])))
+            .collect();
+        let raw: Result<Vec<i64>, redis::RedisError> = if sets.is_empty() {
+            inv.invoke(&self.commit, &mut self.con)
+        } else {
+            // The shingle sets go in beside the call, in one transaction with it (the script
+            // removes those of the documents it refuses): as the script's arguments they would
+            // be made Lua strings, every byte of which the server hashes.
+            let mut tx = PackedCommands::transaction();
+            for part in sets.chunks(500) {
+                tx.command("HSET", 1 + 2 * part.len()).arg(&k.sets);
+                for (token, set) in part {
+                    tx.arg(*token).arg(*set);
+                }
+            }
+            tx.call(&mut inv);
+            match tx.query(&mut self.con) {
+                Err(e)
+                    if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    // A server that lost its scripts (restarted, SCRIPT FLUSH) ran the rest:
+                    // the same sets under the same tokens are written again with the call.
+                    self.commit.load(&mut self.con)?;
+                    tx.query(&mut self.con)
+                }
+                other => other,
+            }
+            .and_then(|mut answers| {
+                redis::from_redis_value(answers.pop().unwrap_or(redis::Value::Nil))
+                    .map_err(Into::into)
+            })
+        };
+        if inv.capacity() <= PACKED_KEPT {
+            self.packed = inv.into_buffer();
+        }
+        let raw = raw.map_err(RoundError::Redis)?;
         if raw.len() != 2 * ops.len() {
             return Err(RoundError::Redis(damaged(
                 "the commit script answered for other documents than it was given",
@@ -1177,33 +1395,37 @@ impl RedisIndex {
         // undecided, a bucket's length, a text still without a first copy), and what cannot (a
         // representative, a first copy) is written before anything names it.
         let k = &self.keys;
-        let mut pipe = redis::pipe();
         // One moment's view after all: the number of representatives then tells the commit
         // which of a bucket's came later (see the commit script).
-        pipe.atomic();
-        pipe.cmd("HMGET").arg(&k.meta).arg("representatives");
-        let hmget = |pipe: &mut redis::Pipeline, hash: &str, fields: Vec<Vec<u8>>| {
-            if !fields.is_empty() {
-                pipe.cmd("HMGET").arg(hash).arg(fields);
+        let mut reads = PackedCommands::transaction();
+        reads
+            .command("HMGET", 2)
+            .arg(&k.meta)
+            .arg("representatives");
+        if !ids.is_empty() {
+            reads.command("HMGET", 1 + ids.len()).arg(&k.ids);
+            for id in ids {
+                reads.arg(&id.encode());
             }
-        };
-        hmget(
-            &mut pipe,
-            &k.ids,
-            ids.iter().map(|id| id.encode().into_bytes()).collect(),
-        );
-        hmget(
-            &mut pipe,
-            &k.buckets,
-            keys.iter().map(|key| key.to_le_bytes().to_vec()).collect(),
-        );
-        hmget(
-            &mut pipe,
-            &k.copies,
-            hashes.iter().map(|h| h.to_le_bytes().to_vec()).collect(),
-        );
+        }
+        if !keys.is_empty() {
+            reads.command("HMGET", 1 + keys.len()).arg(&k.buckets);
+            for key in &keys {
+                reads.arg(key.to_le_bytes());
+            }
+        }
+        if !hashes.is_empty() {
+            reads.command("HMGET", 1 + hashes.len()).arg(&k.copies);
+            for h in &hashes {
+                reads.arg(h.to_le_bytes());
+            }
+        }
         type Raw = Vec<Option<Vec<u8>>>;
-        let mut answers: Vec<Raw> = pipe.query(&mut self.con)?;
+        let mut answers = reads
+            .query(&mut self.con)?
+            .into_iter()
+            .map(redis::from_redis_value::<Raw>)
+            .collect::<Result<Vec<Raw>, _>>()?;
         let mut next = |asked: usize| -> Raw {
             if asked == 0 {
                 Vec::new()
@@ -1246,11 +1468,7 @@ impl RedisIndex {
                     "a bucket's length is not a whole number of entries",
                 ));
             }
-            let reps: Vec<u32> = held
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            buckets.push((*key, reps));
+            buckets.push((*key, held));
         }
         let mut copies = HashMap::new();
         for (h, first) in hashes.iter().zip(raw_copies) {
@@ -1263,7 +1481,7 @@ impl RedisIndex {
                 .map_err(|_| damaged("a first copy's id is not UTF-8"))?;
             copies.insert(*h, (docno, id));
         }
-        self.fetch_reps(buckets.iter().flat_map(|(_, reps)| reps.iter().copied()))?;
+        self.fetch_reps(buckets.iter().flat_map(|(_, held)| words(held)))?;
         Ok(View {
             ids,
             buckets,
@@ -1299,10 +1517,44 @@ impl RedisIndex {
                 cmd.arg(&r.to_le_bytes()[..]);
             }
             let got: Vec<Option<Vec<u8>>> = cmd.query(&mut self.con)?;
-            for (r, body) in part.iter().zip(got) {
-                let rec = body
+            if got.len() != part.len() {
+                return Err(damaged(
+                    "the server answered a read for other representatives than were asked",
+                ));
+            }
+            // Then the shingle sets the records name, in one more command.
+            let fields: Vec<Option<Vec<u8>>> = part
+                .iter()
+                .zip(&got)
+                .map(|(r, b)| {
+                    b.as_deref()
+                        .filter(|_| with_sets)
+                        .and_then(|b| set_field(b, *r, num_perm))
+                })
+                .collect();
+            let asked: Vec<&Vec<u8>> = fields.iter().flatten().collect();
+            let mut sets: Vec<Option<Vec<u8>>> = Vec::new();
+            if !asked.is_empty() {
+                sets = redis::cmd("HMGET")
+                    .arg(&self.keys.sets)
+                    .arg(&asked)
+                    .query(&mut self.con)?;
+                if sets.len() != asked.len() {
+                    return Err(damaged(
+                        "the server answered a read for other shingle sets than were asked",
+                    ));
+                }
+            }
+            let mut sets = sets.into_iter();
+            for ((r, record), field) in part.iter().zip(got).zip(&fields) {
+                let set = if field.is_some() {
+                    sets.next().flatten()
+                } else {
+                    None
+                };
+                let rec = record
                     .as_deref()
-                    .and_then(|b| decode_rep(b, num_perm, with_sets))
+                    .and_then(|b| decode_rep(b, set.as_deref(), num_perm, with_sets))
                     .ok_or_else(|| {
                         damaged(&format!("representative {r} is missing or cannot be read"))
                     })?;
@@ -1316,33 +1568,33 @@ impl RedisIndex {
     /// A decision core holding what `view` read: the representatives of its buckets (each
     /// joining the buckets that list it, in the order they were made) and its first copies.
     fn seeded(&self, view: &View) -> Result<Deduper, IndexError> {
-        let mut bands_of: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        for (key, reps) in &view.buckets {
-            for r in reps {
-                bands_of.entry(*r).or_default().push(*key);
-            }
-        }
-        let mut prior = PriorState::default();
-        for (r, bands) in bands_of {
-            let rec = &self.cache[&r];
-            prior.representatives.push(PriorRepresentative {
-                addr: committed_addr(rec.docno),
-                id: Some(rec.id.clone()),
-                signature: rec.signature.clone(),
-                shingles: rec.shingles.clone(),
-                bands,
-            });
+        // Each representative with the buckets that list it, in the order they were made (the
+        // sort is stable: a representative's buckets stay in the view's order). Seeded from the
+        // cache as they are, without a copy into a `PriorState`: most of a round's
+        // representatives are those of the last, and their shingle sets are kilobytes.
+        let mut joins: Vec<(u32, u64)> = view
+            .buckets
+            .iter()
+            .flat_map(|(key, held)| words(held).map(move |r| (r, *key)))
+            .collect();
+        joins.sort_by_key(|(r, _)| *r);
+        let mut core = self.settings.deduper_core()?;
+        let mut bands = Vec::new();
+        for group in joins.chunk_by(|a, b| a.0 == b.0) {
+            let rec = &self.cache[&group[0].0];
+            bands.clear();
+            bands.extend(group.iter().map(|(_, key)| *key));
+            core.seed_shared_representative(
+                committed_addr(rec.docno),
+                Some(&rec.id),
+                &rec.signature,
+                rec.shingles.as_ref(),
+                &bands,
+            );
         }
         for (h, (docno, id)) in &view.copies {
-            prior.copies.push(PriorCopy {
-                content_hash: *h,
-                addr: committed_addr(*docno),
-                cluster: committed_addr(*docno),
-                id: Some(id.clone()),
-            });
+            core.seed_copy(*h, committed_addr(*docno), committed_addr(*docno), Some(id));
         }
-        let mut core = self.settings.deduper_core()?;
-        core.seed(&prior);
         Ok(core)
     }
 }
@@ -1376,8 +1628,9 @@ impl From<redis::RedisError> for RoundError {
 struct View {
     /// Per id asked: its recorded decision.
     ids: Vec<Option<Decided>>,
-    /// Per band key reached that has representatives: their numbers, in order.
-    buckets: Vec<(u64, Vec<u32>)>,
+    /// Per band key reached that has representatives: their numbers, in order, as the server
+    /// holds them (4 bytes each, little-endian: [`words`]).
+    buckets: Vec<(u64, Vec<u8>)>,
     /// Per content hash reached that has a first copy: its document number and id.
     copies: HashMap<u128, (u64, String)>,
     /// Representatives on the server at the read (all of the buckets' are below this number).
@@ -1388,10 +1641,25 @@ struct View {
 struct Plan {
     /// Per document decided: its place in the batch, its commit and its decision.
     ops: Vec<(usize, Commit, Decided)>,
+    /// Per band key reached that has representatives: how many its bucket held at the read.
+    held_at_read: HashMap<u64, usize>,
     /// Representatives on the server when the view was read.
     reps_at_read: u64,
     /// The fewest equal signature positions that make a representative a candidate.
     floor_count: usize,
+}
+
+/// What the earlier commit calls of a round did, which the later ones take into account.
+#[derive(Default)]
+struct Earlier {
+    /// Band keys refused documents would have joined.
+    tainted_keys: HashSet<u64>,
+    /// Content hashes refused documents would have made first copies.
+    tainted_hashes: Vec<u128>,
+    /// The representatives committed (packed u32): not newcomers to the later calls.
+    own: Vec<u8>,
+    /// Per band key, the joins of the representatives committed.
+    joined: HashMap<u64, usize>,
 }
 
 /// What the commit script did with a document.
@@ -1419,7 +1687,8 @@ struct Commit {
     id: String,
     blob: Vec<u8>,
     counter: &'static str,
-    checks: Vec<(u64, usize)>,
+    /// The band keys whose buckets it was decided against.
+    checks: Vec<u64>,
     content_hash: Option<u128>,
     first_copy: bool,
     /// Refused when any bucket it checks lacks a refused document's representative (its match
@@ -1428,8 +1697,14 @@ struct Commit {
     /// Band keys whose buckets were full when it would have joined them.
     tight: Vec<u64>,
     joins: Vec<u64>,
-    body: Vec<u8>,
-    /// Its signature when it has checks and no body (which starts with it): what the commit
+    /// Its representative's record less the document number ([`rep_head`]; empty when it is
+    /// none).
+    head: Vec<u8>,
+    /// Its representative's shingle set (empty when it is none or empty), written under
+    /// `token` beside the commit script's call.
+    set: Vec<u8>,
+    token: Option<[u8; 16]>,
+    /// Its signature when it has checks and no body (which holds it): what the commit
     /// compares with representatives that arrived after the read.
     signature: Vec<u8>,
 }
@@ -1452,37 +1727,84 @@ fn committed_addr(docno: u64) -> SampleAddr {
     }
 }
 
-/// A representative's signature and shingle set as the server stores them.
-fn rep_body(s: &Signed) -> Vec<u8> {
-    let sets = s.shingles.as_deref().unwrap_or(&[]);
-    let mut out = Vec::with_capacity(4 * (s.sig.len() + sets.len()));
-    for v in s.sig.iter().chain(sets) {
+/// A representative's record as the server stores it in `reps`, less the document number the
+/// script puts before it: its id's length and id, its signature, then, when its shingle set is
+/// in `sets` under a token, [`SET_TOKEN`] and the token.
+fn rep_head(id: &str, s: &Signed, token: Option<&[u8; 16]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + id.len() + 4 * s.sig.len() + 17);
+    out.extend_from_slice(&(id.len() as u32).to_le_bytes());
+    out.extend_from_slice(id.as_bytes());
+    for v in &s.sig {
         out.extend_from_slice(&v.to_le_bytes());
+    }
+    if let Some(t) = token {
+        out.push(SET_TOKEN);
+        out.extend_from_slice(t);
     }
     out
 }
 
-/// A representative record: document number, id length and id (written by the script), then
-/// the body ([`rep_body`]).
-pub(crate) fn decode_rep(b: &[u8], num_perm: usize, with_sets: bool) -> Option<RepRecord> {
+/// The byte after a representative record's signature that says its shingle set is in `sets`
+/// under the 16-byte token that follows ([`rep_head`]).
+const SET_TOKEN: u8 = 0xff;
+
+/// A representative record's parts: document number, id, signature, and what follows it.
+fn rep_parts(b: &[u8], num_perm: usize) -> Option<(u64, String, &[u8], &[u8])> {
     let docno = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
     let id_len = u32::from_le_bytes(b.get(8..12)?.try_into().ok()?) as usize;
     let id = String::from_utf8(b.get(12..12 + id_len)?.to_vec()).ok()?;
-    let body = b.get(12 + id_len..)?;
-    if body.len() % 4 != 0 || body.len() < 4 * num_perm {
-        return None;
+    let sig = b.get(12 + id_len..12 + id_len + 4 * num_perm)?;
+    Some((docno, id, sig, &b[12 + id_len + 4 * num_perm..]))
+}
+
+/// The field of `sets` that holds representative `r`'s shingle set by its record `b`: the token
+/// after its signature, or else its number; none when the record holds the set itself.
+pub(crate) fn set_field(b: &[u8], r: u32, num_perm: usize) -> Option<Vec<u8>> {
+    let (_, _, _, after) = rep_parts(b, num_perm)?;
+    match after {
+        [] => Some(r.to_le_bytes().to_vec()),
+        [SET_TOKEN, token @ ..] if token.len() == 16 => Some(token.to_vec()),
+        _ => None,
     }
-    let words: Vec<u32> = body
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-        .collect();
-    let (sig, sets) = words.split_at(num_perm);
+}
+
+/// A representative as the server holds it: its record in `reps` (the document number, written
+/// by the script, then [`rep_head`]'s: id length and id, signature, and the token of its
+/// shingle set) and its shingle set in `sets` (`set`, read from [`set_field`]; none when the
+/// set is empty). A record written before the sets had a hash of their own holds its set after
+/// the signature, and is read as such; one written by `neardup index push` has no token (its
+/// set is under its number).
+pub(crate) fn decode_rep(
+    b: &[u8],
+    set: Option<&[u8]>,
+    num_perm: usize,
+    with_sets: bool,
+) -> Option<RepRecord> {
+    let (docno, id, sig, after) = rep_parts(b, num_perm)?;
+    let apart = match after {
+        [] => true,
+        [SET_TOKEN, token @ ..] if token.len() == 16 => true,
+        _ if after.len() % 4 == 0 => false,
+        _ => return None,
+    };
+    let shingles = match (with_sets, apart, set) {
+        (false, _, _) => None,
+        (true, false, _) => Some(words(after).collect()),
+        (true, true, Some(set)) if set.len() % 4 != 0 => return None,
+        (true, true, set) => Some(words(set.unwrap_or_default()).collect()),
+    };
     Some(RepRecord {
         docno,
         id,
-        signature: sig.to_vec(),
-        shingles: with_sets.then(|| sets.to_vec()),
+        signature: words(sig).collect(),
+        shingles,
     })
+}
+
+/// Little-endian words of `b` (whose length is a multiple of 4).
+fn words(b: &[u8]) -> impl ExactSizeIterator<Item = u32> + '_ {
+    b.chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
 }
 
 /// A decision as a producer sends it: keep, reason, similarity (NaN: none), then the id it
@@ -1556,6 +1878,89 @@ mod tests {
             assert_eq!(decode_sequenced(&stored), Some((7, d)));
         }
         assert_eq!(decode_decision(&[0, 0, 0, 0, 0, 0, 0, 0, 2, 0]), None);
+    }
+
+    /// A representative's record and its shingle set in `sets` are read together, the set
+    /// found under the token the record names or else under its number; a record that holds
+    /// its set after the signature (written before the sets had a hash of their own) is read
+    /// the same; a set that is not whole words, or a record with a broken tail, is refused.
+    #[test]
+    fn representatives_read_with_their_sets_or_inline() {
+        let sig = [1u32, 2, 3];
+        let set = [7u32, 9];
+        let words = |w: &[u32]| w.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>();
+        let mut record = 5u64.to_le_bytes().to_vec();
+        record.extend_from_slice(&2u32.to_le_bytes());
+        record.extend_from_slice(b"sx");
+        record.extend(words(&sig));
+        let token = [3u8; 16];
+        let mut tokened = record.clone();
+        tokened.push(SET_TOKEN);
+        tokened.extend_from_slice(&token);
+        let mut inline = record.clone();
+        inline.extend(words(&set));
+        assert_eq!(set_field(&record, 4, 3), Some(4u32.to_le_bytes().to_vec()));
+        assert_eq!(set_field(&tokened, 4, 3), Some(token.to_vec()));
+        assert_eq!(set_field(&inline, 4, 3), None);
+        let apart = decode_rep(&record, Some(&words(&set)), 3, true).unwrap();
+        let by_token = decode_rep(&tokened, Some(&words(&set)), 3, true).unwrap();
+        let old = decode_rep(&inline, None, 3, true).unwrap();
+        for rec in [&apart, &by_token, &old] {
+            assert_eq!((rec.docno, rec.id.as_str()), (5, "sx"));
+            assert_eq!(rec.signature, sig);
+            assert_eq!(rec.shingles.as_deref(), Some(&set[..]));
+        }
+        assert_eq!(
+            decode_rep(&record, None, 3, true)
+                .unwrap()
+                .shingles
+                .as_deref(),
+            Some(&[][..])
+        );
+        assert_eq!(decode_rep(&tokened, None, 3, false).unwrap().shingles, None);
+        assert!(decode_rep(&record, Some(&[1, 2, 3]), 3, true).is_none());
+        assert!(decode_rep(&record[..record.len() - 4], None, 3, true).is_none());
+        assert!(decode_rep(&tokened[..tokened.len() - 2], None, 3, true).is_none());
+    }
+
+    /// The shingle sets written beside a commit call stay only for the representatives it
+    /// committed: a refused one's goes with it, and a server that lost its scripts
+    /// (`SCRIPT FLUSH`) gets the sets and the call again, once.
+    #[test]
+    fn shingle_sets_stay_only_with_committed_representatives() {
+        let server = Server::start();
+        let mut a = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+        let mut b = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+        let texts = [words(1), words(2)];
+        let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+        let ids: Vec<DocId> = ["p", "q"]
+            .iter()
+            .map(|i| DocId::Str(i.to_string()))
+            .collect();
+        let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 2]);
+        let mut decided = HashMap::new();
+        let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
+            panic!("planning failed");
+        };
+        assert!(planned.ops.iter().all(|(_, op, _)| op.token.is_some()));
+        // Another producer decides p first, so a's p is refused.
+        b.check_many(&[Text::Str("")], vec![Some(ids[0].clone())])
+            .unwrap();
+        let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut a.con).unwrap();
+        let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
+            panic!("committing failed");
+        };
+        assert_eq!(left, [0]);
+        let sets: Vec<Vec<u8>> = redis::cmd("HKEYS")
+            .arg(&a.keys.sets)
+            .query(&mut a.con)
+            .unwrap();
+        assert_eq!(sets, [planned.ops[1].1.token.unwrap().to_vec()]);
+        // Read back by another producer: q's set is its own.
+        let again = b.check_many(&as_text[1..], vec![Some(DocId::Str("q2".into()))]);
+        let again = again.unwrap();
+        assert_eq!(again[0].dup_of, Some(ids[1].clone()), "{:?}", again[0]);
+        assert_eq!(again[0].similarity, Some(1.0));
     }
 
     /// A `redis-server` of the test's own on a free loopback port, stopped by its pid.
@@ -1644,60 +2049,65 @@ mod tests {
     /// decided anew, and every decision is one process's over the documents in commit order.
     #[test]
     fn a_conflict_refuses_only_what_it_touches() {
-        let server = Server::start();
-        let mut a = RedisIndex::open(settings(), &server.url(), "t").unwrap();
-        let mut b = RedisIndex::open(settings(), &server.url(), "t").unwrap();
-        let x = words(1);
-        let texts = [x.clone(), format!("{x} tail"), words(2)];
-        let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
-        let ids: Vec<DocId> = ["p", "q", "r"]
-            .iter()
-            .map(|i| DocId::Str(i.to_string()))
-            .collect();
-        let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 3]);
-        let mut decided = HashMap::new();
-        let Ok(planned) = a.plan(&ids, &signed, &[0, 1, 2], Verb::Check, &mut decided) else {
-            panic!("planning failed");
-        };
-        let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
-        assert_eq!(keeps, [true, false, true], "q was decided against p");
+        // One call, and one call per document: what a refused one would have written reaches the
+        // later calls.
+        for chunk in [COMMIT_CHUNK, 1] {
+            let server = Server::start();
+            let mut a = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+            a.commit_chunk = chunk;
+            let mut b = RedisIndex::open(settings(), &server.url(), "t").unwrap();
+            let x = words(1);
+            let texts = [x.clone(), format!("{x} tail"), words(2)];
+            let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+            let ids: Vec<DocId> = ["p", "q", "r"]
+                .iter()
+                .map(|i| DocId::Str(i.to_string()))
+                .collect();
+            let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 3]);
+            let mut decided = HashMap::new();
+            let Ok(planned) = a.plan(&ids, &signed, &[0, 1, 2], Verb::Check, &mut decided) else {
+                panic!("planning failed");
+            };
+            let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
+            assert_eq!(keeps, [true, false, true], "q was decided against p");
 
-        let other = format!("{x} other");
-        let theirs = b
-            .check_many(&[Text::Str(&other)], vec![Some(DocId::Str("b".into()))])
-            .unwrap();
-        assert!(theirs[0].keep);
-        let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
-            panic!("committing failed");
-        };
-        assert_eq!(left, [0, 1], "p refused, q with it, r committed");
-        assert_eq!(decided.len(), 1);
-        assert_eq!(a.stats().unwrap().conflicts, 2);
-
-        let again = a
-            .check_many(&as_text, ids.iter().cloned().map(Some).collect())
-            .unwrap();
-        let b_id = DocId::Str("b".into());
-        assert_eq!(again[0].dup_of.as_ref(), Some(&b_id), "{:?}", again[0]);
-        assert_eq!(again[1].dup_of.as_ref(), Some(&b_id), "{:?}", again[1]);
-        assert!(again[2].keep);
-
-        let all = a.decisions().unwrap();
-        let order: Vec<&DocId> = all.iter().map(|d| &d.id).collect();
-        let named = |i: &str| DocId::Str(i.to_string());
-        assert_eq!(order, [&b_id, &named("r"), &named("p"), &named("q")]);
-        let text_of = |id: &DocId| match id {
-            DocId::Str(s) if s == "b" => other.clone(),
-            DocId::Str(s) if s == "p" => texts[0].clone(),
-            DocId::Str(s) if s == "q" => texts[1].clone(),
-            _ => texts[2].clone(),
-        };
-        let mut replay = crate::Index::new(settings()).unwrap();
-        for d in &all {
-            let got = replay
-                .check(Text::Str(&text_of(&d.id)), Some(d.id.clone()))
+            let other = format!("{x} other");
+            let theirs = b
+                .check_many(&[Text::Str(&other)], vec![Some(DocId::Str("b".into()))])
                 .unwrap();
-            assert_eq!(&got, d);
+            assert!(theirs[0].keep);
+            let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
+                panic!("committing failed");
+            };
+            assert_eq!(left, [0, 1], "p refused, q with it, r committed");
+            assert_eq!(decided.len(), 1);
+            assert_eq!(a.stats().unwrap().conflicts, 2);
+
+            let again = a
+                .check_many(&as_text, ids.iter().cloned().map(Some).collect())
+                .unwrap();
+            let b_id = DocId::Str("b".into());
+            assert_eq!(again[0].dup_of.as_ref(), Some(&b_id), "{:?}", again[0]);
+            assert_eq!(again[1].dup_of.as_ref(), Some(&b_id), "{:?}", again[1]);
+            assert!(again[2].keep);
+
+            let all = a.decisions().unwrap();
+            let order: Vec<&DocId> = all.iter().map(|d| &d.id).collect();
+            let named = |i: &str| DocId::Str(i.to_string());
+            assert_eq!(order, [&b_id, &named("r"), &named("p"), &named("q")]);
+            let text_of = |id: &DocId| match id {
+                DocId::Str(s) if s == "b" => other.clone(),
+                DocId::Str(s) if s == "p" => texts[0].clone(),
+                DocId::Str(s) if s == "q" => texts[1].clone(),
+                _ => texts[2].clone(),
+            };
+            let mut replay = crate::Index::new(settings()).unwrap();
+            for d in &all {
+                let got = replay
+                    .check(Text::Str(&text_of(&d.id)), Some(d.id.clone()))
+                    .unwrap();
+                assert_eq!(&got, d);
+            }
         }
     }
 
@@ -1709,7 +2119,11 @@ mod tests {
     /// is one process's over the documents in commit order.
     #[test]
     fn a_refused_neighbour_refuses_only_what_it_changed() {
-        for (max_reps, left_expected, conflicts) in [(None, vec![0], 1), (Some(1), vec![0, 1], 2)] {
+        let cases = [(None, vec![0], 1), (Some(1), vec![0, 1], 2)];
+        for ((max_reps, left_expected, conflicts), chunk) in cases
+            .into_iter()
+            .flat_map(|c| [(c.clone(), COMMIT_CHUNK), (c, 1)])
+        {
             let server = Server::start();
             let mut loose = settings();
             loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
@@ -1720,6 +2134,7 @@ mod tests {
             .unwrap();
             loose.deduper.max_reps = max_reps;
             let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            a.commit_chunk = chunk;
             let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
             let p_words = words(1);
             let half: Vec<&str> = p_words.split(' ').take(30).collect();
@@ -1780,11 +2195,17 @@ mod tests {
     #[test]
     fn a_newcomer_refuses_only_what_it_is_a_candidate_for() {
         // 600 permutations: the script unpacks a signature in parts.
-        for (max_reps, num_perm, left_expected, conflicts) in [
+        let cases = [
             (None, 128, vec![1], 1),
             (Some(1), 128, vec![0, 1], 2),
             (None, 600, vec![1], 1),
-        ] {
+        ];
+        // One call, and one call per document: the earlier call's own representative is no
+        // newcomer to the later.
+        for ((max_reps, num_perm, left_expected, conflicts), chunk) in cases
+            .into_iter()
+            .flat_map(|c| [(c.clone(), COMMIT_CHUNK), (c, 1)])
+        {
             let server = Server::start();
             let mut loose = settings();
             loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
@@ -1795,6 +2216,7 @@ mod tests {
             .unwrap();
             loose.deduper.max_reps = max_reps;
             let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+            a.commit_chunk = chunk;
             let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
             let p_words = words(1);
             let half: Vec<&str> = p_words.split(' ').take(30).collect();
@@ -1863,6 +2285,45 @@ mod tests {
                 assert_eq!(&got, d);
             }
         }
+    }
+
+    /// One producer alone, one document per commit call: what the round's earlier calls
+    /// committed into a bucket (its own representatives) is what the later documents were
+    /// decided against, so nothing is refused, and the decisions are the in-memory index's,
+    /// duplicates included.
+    #[test]
+    fn a_round_s_own_commits_refuse_nothing() {
+        let server = Server::start();
+        let mut loose = settings();
+        loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
+            neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+            128,
+            neardup_sketch::LshParams::new(64, 2).unwrap(),
+        ))
+        .unwrap();
+        let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
+        a.commit_chunk = 1;
+        let p_words = words(1);
+        let half: Vec<&str> = p_words.split(' ').take(30).collect();
+        // q shares a bucket with p without being near it; r is p's near copy, s its exact copy.
+        let texts = [
+            p_words.clone(),
+            format!("{} {}", half.join(" "), words(3)),
+            format!("{p_words} tail"),
+            p_words.clone(),
+            words(4),
+        ];
+        let as_text: Vec<Text<'_>> = texts.iter().map(|t| Text::Str(t)).collect();
+        let ids: Vec<Option<DocId>> = (0..texts.len() as i64)
+            .map(|i| Some(DocId::Int(i)))
+            .collect();
+        let got = a.check_many(&as_text, ids.clone()).unwrap();
+        assert_eq!(a.stats().unwrap().conflicts, 0);
+        let mut memory = crate::Index::new(loose).unwrap();
+        let want = memory.check_many(&as_text, ids).unwrap();
+        assert_eq!(got, want);
+        let keeps: Vec<bool> = got.iter().map(|d| d.keep).collect();
+        assert_eq!(keeps, [true, true, false, false, true]);
     }
 
     #[test]

@@ -83,8 +83,10 @@ impl<'a> Signer<'a> {
             (Text::Str(t), true) => Some(self.sign(t, scratch)),
             _ => None,
         };
-        // A handful of texts costs less than waking the pool.
-        if texts.len() < 8 {
+        // A handful of texts costs less than waking the pool, and a pool of one thread
+        // (RAYON_NUM_THREADS=1, for producers sharing a machine's cores) only hands the work
+        // to another thread while this one waits.
+        if texts.len() < 8 || rayon::current_num_threads() == 1 {
             let mut scratch = self.scratch();
             return texts
                 .iter()

@@ -24,7 +24,7 @@ use neardup_sketch::NO_KEY;
 use crate::file_store::entry_doc_id;
 use crate::memory::doc_id;
 use crate::redis_store::{
-    Keys, Recorded, RedisIndex, decode_rep, decode_sequenced, encode_decision, shown,
+    Keys, Recorded, RedisIndex, decode_rep, decode_sequenced, encode_decision, set_field, shown,
 };
 use crate::sign::Decided;
 use crate::{DocId, IndexError};
@@ -75,18 +75,18 @@ fn decided_of(d: &SavedDecision) -> Decided {
 }
 
 /// Publishes a staged index under a namespace's keys. KEYS: the namespace's settings, meta,
-/// ids, buckets, copies, reps, then the staged meta, ids, buckets, copies, reps. ARGV: "replace"
-/// or "", the settings record.
+/// ids, buckets, copies, reps, sets, then the staged meta, ids, buckets, copies, reps, sets.
+/// ARGV: "replace" or "", the settings record.
 const PUBLISH: &str = r#"
 local s = redis.call('GET', KEYS[1])
 if s and s ~= ARGV[2] then return 'settings' end
 local busy = false
-for i = 2, 6 do if redis.call('EXISTS', KEYS[i]) == 1 then busy = true end end
+for i = 2, 7 do if redis.call('EXISTS', KEYS[i]) == 1 then busy = true end end
 if busy and ARGV[1] ~= 'replace' then return 'busy' end
-for i = 2, 6 do redis.call('DEL', KEYS[i]) end
+for i = 2, 7 do redis.call('DEL', KEYS[i]) end
 redis.call('SET', KEYS[1], ARGV[2])
-for i = 2, 6 do
-  if redis.call('EXISTS', KEYS[5 + i]) == 1 then redis.call('RENAME', KEYS[5 + i], KEYS[i]) end
+for i = 2, 7 do
+  if redis.call('EXISTS', KEYS[6 + i]) == 1 then redis.call('RENAME', KEYS[6 + i], KEYS[i]) end
 end
 return 'ok'
 "#;
@@ -158,11 +158,13 @@ pub fn push(
             .key(&keys.buckets)
             .key(&keys.copies)
             .key(&keys.reps)
+            .key(&keys.sets)
             .key(&staged.meta)
             .key(&staged.ids)
             .key(&staged.buckets)
             .key(&staged.copies)
             .key(&staged.reps)
+            .key(&staged.sets)
             .arg(if replace { "replace" } else { "" })
             .arg(&json)
             .invoke(&mut con)
@@ -176,6 +178,7 @@ pub fn push(
         .arg(&staged.buckets)
         .arg(&staged.copies)
         .arg(&staged.reps)
+        .arg(&staged.sets)
         .query(&mut con);
     let (moved, outcome) = published?;
     match outcome.as_str() {
@@ -201,6 +204,7 @@ fn stage(saved: &SavedIndex, to: &Keys, con: &mut Connection) -> redis::RedisRes
     let mut held: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut copies: BTreeMap<u128, Vec<u8>> = BTreeMap::new();
     let mut reps: Vec<Vec<u8>> = Vec::new();
+    let mut sets: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
     let mut documents = 0u64;
     for e in saved.stored_entries() {
         let name = entry_doc_id(&names, e.addr, e.id).encode();
@@ -224,10 +228,19 @@ fn stage(saved: &SavedIndex, to: &Keys, con: &mut Connection) -> redis::RedisRes
             let mut body = docno.to_vec();
             body.extend_from_slice(&(name.len() as u32).to_le_bytes());
             body.extend_from_slice(name.as_bytes());
-            for v in e.signature.iter().chain(e.shingles.unwrap_or_default()) {
+            for v in e.signature {
                 body.extend_from_slice(&v.to_le_bytes());
             }
             reps.push(body);
+            let set: Vec<u8> = e
+                .shingles
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            if !set.is_empty() {
+                sets.push((rep.to_vec(), set));
+            }
             for key in joins {
                 held.entry(key).or_default().extend_from_slice(&rep);
             }
@@ -288,13 +301,14 @@ fn stage(saved: &SavedIndex, to: &Keys, con: &mut Connection) -> redis::RedisRes
         .map(|(r, v)| ((r as u32).to_le_bytes().to_vec(), v))
         .collect();
     pairs(&to.reps, reps, con)?;
+    pairs(&to.sets, sets, con)?;
     Ok(moved)
 }
 
 type Hash = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// A representative's band keys, signature and shingle set.
-type Held = (Vec<u64>, Vec<u32>, Option<Vec<u32>>);
+type Held = (Vec<u64>, Vec<u32>, Option<std::sync::Arc<[u32]>>);
 
 /// Reads `namespace` of the server at `url` in one atomic step as an online index's saved
 /// index (refused when it holds no index).
@@ -324,8 +338,9 @@ pub(crate) fn pull_over(
         Hash,
         Hash,
         Hash,
+        Hash,
     );
-    let (settings, meta, ids, buckets, copies, reps): All = redis::pipe()
+    let (settings, meta, ids, buckets, copies, reps, sets): All = redis::pipe()
         .atomic()
         .cmd("GET")
         .arg(&keys.settings)
@@ -339,6 +354,8 @@ pub(crate) fn pull_over(
         .arg(&keys.copies)
         .cmd("HGETALL")
         .arg(&keys.reps)
+        .cmd("HGETALL")
+        .arg(&keys.sets)
         .query(con)
         .map_err(|error| IndexError::Redis {
             address: address.clone(),
@@ -398,13 +415,18 @@ pub(crate) fn pull_over(
         first_of: Option<u128>,
     }
     let mut docs: BTreeMap<u64, Doc> = BTreeMap::new();
+    let set_of: HashMap<&[u8], &[u8]> = sets
+        .iter()
+        .map(|(field, set)| (field.as_slice(), set.as_slice()))
+        .collect();
     for (rep, body) in &reps {
         let r = u32::from_le_bytes(
             rep.as_slice()
                 .try_into()
                 .map_err(|_| damaged("a representative's number cannot be read".into()))?,
         );
-        let rec = decode_rep(body, num_perm, exact)
+        let set = set_field(body, r, num_perm).and_then(|f| set_of.get(f.as_slice()).copied());
+        let rec = decode_rep(body, set, num_perm, exact)
             .ok_or_else(|| damaged(format!("representative {r} cannot be read")))?;
         let mut held = keys_of.remove(&r).unwrap_or_default();
         held.sort_unstable();
@@ -598,14 +620,7 @@ pub fn namespace_stats(url: &str, namespace: &str) -> Result<serde_json::Value, 
         what: format!("its settings record cannot be read ({e})"),
     })?;
     let mut bytes = 0u64;
-    for key in [
-        &keys.settings,
-        &keys.meta,
-        &keys.ids,
-        &keys.buckets,
-        &keys.copies,
-        &keys.reps,
-    ] {
+    for key in keys.all() {
         let used: Option<u64> = redis::cmd("MEMORY")
             .arg("USAGE")
             .arg(key)
