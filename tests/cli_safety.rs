@@ -1311,3 +1311,236 @@ fn a_glob_refuses_only_the_directories_its_pattern_enters() {
     run_ok(neardup(dir).args(["dedup", "gg/data*/*.jsonl", "-o", "gg/x2"]));
     assert!(dir.join("gg/x2/data1/a.jsonl").exists());
 }
+
+/// Files neardup did not write, each of a shape close to one it writes: a single-file output
+/// over any of them is refused.
+const FOREIGN_FILES: [(&str, &str); 4] = [
+    ("notes.txt", "precious\n"),
+    (
+        "package.json",
+        "{\n  \"version\": \"1.0.0\",\n  \"name\": \"mine\"\n}\n",
+    ),
+    (
+        "rows.jsonl",
+        "{\"file\": \"a.jsonl\", \"record\": 0, \"note\": \"mine\"}\n",
+    ),
+    ("keys.bin", "NDKEYX\u{0}\u{1}not neardup's"),
+];
+
+/// Every single-file output of every command (`OUT` marks the output's path) replaces an
+/// existing file only when neardup wrote it, of the output's kind: a foreign file (text, JSON
+/// that is no report, JSONL that is no decisions, binary that is no key file) is refused with
+/// exit code 2 before any work, left unchanged; an empty file and the command's own earlier
+/// output are replaced as before.
+#[test]
+fn single_file_outputs_replace_only_neardup_files_of_their_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let t = distributed_steps(dir);
+    run_ok(neardup(dir).args(["dedup", "data/part-0.jsonl", "--decisions", "d0.jsonl"]));
+    // Each command with the flag its output is named by.
+    let commands: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["dedup", "data", "--decisions", "OUT"], "--decisions"),
+        (
+            vec!["dedup", "data", "--decisions", "d.jsonl", "--report", "OUT"],
+            "--report",
+        ),
+        (
+            vec![
+                "dedup",
+                "data",
+                "--decisions",
+                "d.parquet",
+                "--index-out",
+                "OUT",
+            ],
+            "--index-out",
+        ),
+        (vec!["exact", "data", "--decisions", "OUT"], "--decisions"),
+        (vec!["keys", "data/part-0.jsonl", "-o", "OUT"], "--output"),
+        (
+            vec![
+                "keys",
+                "data/part-0.jsonl",
+                "-o",
+                "k.ndk",
+                "--report",
+                "OUT",
+            ],
+            "--report",
+        ),
+        (vec!["hot", &t[0], &t[1], &t[2], "-o", "OUT"], "--output"),
+        (
+            vec!["hot", &t[0], &t[1], &t[2], "-o", "h.ndh", "--report", "OUT"],
+            "--report",
+        ),
+        (
+            vec![
+                "sign",
+                &t[0],
+                "--hot",
+                "hot.ndh",
+                "-o",
+                "s",
+                "--overwrite",
+                "--report",
+                "OUT",
+            ],
+            "--report",
+        ),
+        (
+            vec![
+                "decide",
+                "sig-0",
+                "sig-1",
+                "sig-2",
+                "--hot",
+                "hot.ndh",
+                "--group",
+                "0",
+                "-o",
+                "g",
+                "--overwrite",
+                "--report",
+                "OUT",
+            ],
+            "--report",
+        ),
+        (
+            vec![
+                "write",
+                &t[0],
+                "--hot",
+                "hot.ndh",
+                "--decided",
+                "dec-0",
+                "--decided",
+                "dec-1",
+                "--decisions",
+                "OUT",
+            ],
+            "--decisions",
+        ),
+        (
+            vec![
+                "write",
+                &t[0],
+                "--hot",
+                "hot.ndh",
+                "--decided",
+                "dec-0",
+                "--decided",
+                "dec-1",
+                "--decisions",
+                "w.jsonl",
+                "--report",
+                "OUT",
+            ],
+            "--report",
+        ),
+        (
+            vec![
+                "apply",
+                &t[0],
+                &t[1],
+                &t[2],
+                "--hot",
+                "hot.ndh",
+                "--decisions",
+                "OUT",
+            ],
+            "--decisions",
+        ),
+        (
+            vec![
+                "apply",
+                &t[0],
+                &t[1],
+                &t[2],
+                "--hot",
+                "hot.ndh",
+                "--decisions",
+                "a.jsonl",
+                "--report",
+                "OUT",
+            ],
+            "--report",
+        ),
+        (
+            vec!["index", &t[0], "--decisions", "d0.jsonl", "-o", "OUT"],
+            "-o",
+        ),
+        (
+            vec![
+                "eval",
+                "--inputs",
+                "data/part-0.jsonl",
+                "--decisions",
+                "d0.jsonl",
+                "--eval-report",
+                "OUT",
+            ],
+            "--eval-report",
+        ),
+    ];
+    let with = |args: &[&str], out: &str| -> Vec<String> {
+        args.iter()
+            .map(|a| if *a == "OUT" { out } else { a }.to_string())
+            .collect()
+    };
+    for (name, body) in FOREIGN_FILES {
+        std::fs::write(dir.join(name), body).unwrap();
+    }
+    for (args, flag) in &commands {
+        // A file neardup did not write, by any name of it.
+        let before = snapshot(dir);
+        for (name, _) in FOREIGN_FILES {
+            let ran = run(neardup(dir).args(with(args, name)));
+            refused(
+                &ran,
+                2,
+                &[
+                    flag,
+                    name,
+                    "is a file neardup did not write",
+                    "remove it first",
+                ],
+                dir,
+                &before,
+            );
+        }
+        // An empty file holds nothing to lose; the command's own output is written again.
+        let fresh = format!("own-{}", args[0]);
+        let path = |out: &str| {
+            let named = with(args, out);
+            let i = args.iter().position(|a| a.starts_with("OUT")).unwrap();
+            dir.join(&named[i])
+        };
+        std::fs::write(path(&fresh), b"").unwrap();
+        run_ok(neardup(dir).args(with(args, &fresh)));
+        let first = std::fs::read(path(&fresh)).unwrap();
+        assert!(
+            !first.is_empty(),
+            "{args:?} wrote nothing over an empty file"
+        );
+        run_ok(neardup(dir).args(with(args, &fresh)));
+        assert!(
+            !std::fs::read(path(&fresh)).unwrap().is_empty(),
+            "{args:?} over its own output"
+        );
+        std::fs::remove_file(path(&fresh)).unwrap();
+    }
+    // Pulling an index from Redis is refused before the server is asked.
+    let before = snapshot(dir);
+    let ran = run(neardup(dir).args(["index", "pull", "redis://127.0.0.1:1", "-o", "notes.txt"]));
+    refused(
+        &ran,
+        2,
+        &["-o", "notes.txt", "not a neardup index"],
+        dir,
+        &before,
+    );
+    for (name, body) in FOREIGN_FILES {
+        assert_eq!(std::fs::read(dir.join(name)).unwrap(), body.as_bytes());
+    }
+}

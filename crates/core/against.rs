@@ -17,6 +17,7 @@ use std::collections::HashMap;
 
 use crate::config::Config;
 use crate::error::{Error, IndexUseError};
+use crate::own_files::OwnFile;
 use crate::stage_settings::{keys_config, stage2_config};
 
 /// What a run against saved indexes read of them (in the report).
@@ -392,7 +393,7 @@ pub fn build_index(
     for p in &config.dedup.against {
         paths.read_file("the index (--against)", p);
     }
-    paths.write_file("the index (-o)", out);
+    paths.write_file("the index (-o)", out, OwnFile::Index);
     paths.check()?;
     let _spill_dirs = paths.prepare()?;
 

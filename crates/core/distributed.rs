@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Config;
 use crate::error::{Error, IoOp, IoTarget, StepOutputsError, publish_error, wrong_tables};
+use crate::own_files::OwnFile;
 use crate::paths::RunPaths;
 use crate::pipeline::save_json;
 use crate::pipeline::{Report, RunControl};
@@ -166,7 +167,7 @@ fn sign_into(
     let all: Vec<u32> = (0..groups).collect();
     let targets = out.map(|(dir, report)| {
         if let Some(r) = report {
-            paths.write_file("the report (--report)", r);
+            paths.write_file("the report (--report)", r, OwnFile::Report);
         }
         StepFiles::plan::<SignManifest>(dir, &all, &mut paths)
     });
@@ -360,7 +361,7 @@ fn decide_into(
     let all: Vec<u32> = (0..shards).collect();
     let targets = out.map(|(dir, report)| {
         if let Some(r) = report {
-            paths.write_file("the report (--report)", r);
+            paths.write_file("the report (--report)", r, OwnFile::Report);
         }
         StepFiles::plan::<DecideManifest>(dir, &all, &mut paths)
     });

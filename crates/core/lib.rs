@@ -52,6 +52,7 @@ extern crate self as neardup;
 
 // Modules from the bottom up: each names only those above it.
 mod limits;
+mod own_files;
 mod path_conflicts;
 mod error;
 mod config;
@@ -83,6 +84,7 @@ pub use error::{
 };
 pub use limits::{MAX_NUM_PERM, MAX_THREADS};
 pub use neardup_exec::CancelToken;
+pub use own_files::OwnFile;
 pub use path_conflicts::{NamedPath, PathConflict, PathConflicts, SourceRelation, Unwritable};
 pub use paths::{PreparedDirs, RunPaths};
 pub use pipeline::{

@@ -6,6 +6,8 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::own_files::OwnFile;
+
 /// A path as messages name it: what it is for the user and the path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NamedPath {
@@ -90,6 +92,30 @@ pub enum PathConflict {
     NotUtf8 {
         /// The output.
         output: NamedPath,
+    },
+    /// A single-file output's path holds a file neardup did not write of the output's kind
+    /// (an output replaces only its own kind of file, or an empty one).
+    #[error(
+        "{output} is a file neardup did not write (not {kind}): choose a new path, or remove it \
+         first"
+    )]
+    NotOwnFile {
+        /// The output.
+        output: NamedPath,
+        /// What it would replace.
+        kind: OwnFile,
+    },
+    /// A single-file output's path holds a file that cannot be read to tell whether neardup
+    /// wrote it.
+    #[error(
+        "{output} cannot be read to tell whether neardup wrote it ({error}): choose a new path, \
+         or remove it first"
+    )]
+    UnreadableExisting {
+        /// The output.
+        output: NamedPath,
+        /// What reading met.
+        error: io::Error,
     },
     /// The output's path cannot be resolved.
     #[error("cannot resolve {output}: {error}")]

@@ -13,7 +13,11 @@
 //! use std::path::Path;
 //! let mut paths = neardup::RunPaths::new();
 //! paths.read_file("the key table", Path::new("keys-0.ndk"));
-//! paths.write_file("the hot-key file (--output)", Path::new("hot.ndh"));
+//! paths.write_file(
+//!     "the hot-key file (--output)",
+//!     Path::new("hot.ndh"),
+//!     neardup::OwnFile::HotKeys,
+//! );
 //! paths.check()?;
 //! # Ok::<(), neardup::Error>(())
 //! ```
@@ -29,6 +33,7 @@ use neardup_storage::{ObjectUrl, is_url_path};
 
 use crate::config::Config;
 use crate::error::{Error, IoOp};
+use crate::own_files::OwnFile;
 use crate::path_conflicts::{NamedPath, PathConflict, PathConflicts, SourceRelation, Unwritable};
 
 /// What one run reads and writes, to be checked together by [`RunPaths::check`] before the run
@@ -43,6 +48,10 @@ pub struct RunPaths {
     /// The run's memory limit and worker threads, when it has a limit: one below what the run
     /// needs beside what it spills is said before any work ([`RunPaths::prepare`]).
     memory: Option<(u64, usize)>,
+    /// A check made before the run knows all its inputs (a command's, before the step reads
+    /// the key tables naming them): what existing output files hold is left to the step's own
+    /// check, so that an output over an input is refused as that.
+    inputs_pending: bool,
 }
 
 #[derive(Debug)]
@@ -60,8 +69,10 @@ impl Output {
 
 #[derive(Debug)]
 enum OutputKind {
-    /// One file, written under a temporary name beside it and renamed.
-    File,
+    /// One file, written under a temporary name beside it and renamed: it replaces only a
+    /// file of its kind that neardup wrote (or an empty one); `None` for a file whose content
+    /// another check looks at ([`RunPaths::write_file_checked_later`]).
+    File(Option<OwnFile>),
     /// The filtered dataset's directory and the files it will hold: it holds nothing else.
     Dataset { files: Vec<DatasetFile> },
     /// A directory in which spill files are made in private subdirectories: other files may sit
@@ -121,6 +132,14 @@ impl RunPaths {
         self
     }
 
+    /// Marks a check made before the run knows all its inputs, which a later check (the step's)
+    /// repeats knowing them: what existing output files hold is looked at by that one, so that
+    /// an output over an input is refused as that.
+    pub fn inputs_pending(&mut self) -> &mut Self {
+        self.inputs_pending = true;
+        self
+    }
+
     /// One more file the run reads: `what` names it for messages (`"the key table"`).
     pub fn read_file(&mut self, what: &str, path: &Path) -> &mut Self {
         self.inputs
@@ -129,12 +148,26 @@ impl RunPaths {
     }
 
     /// A file the run writes: `what` names it for messages, flag included
-    /// (`"the decisions file (--decisions)"`).
-    pub fn write_file(&mut self, what: &str, path: &Path) -> &mut Self {
+    /// (`"the decisions file (--decisions)"`), and `kind` says what it is: an existing file at
+    /// `path` is replaced only when it is neardup's own file of that kind (or empty), told by a
+    /// bounded read of it; any other is refused.
+    pub fn write_file(&mut self, what: &str, path: &Path, kind: OwnFile) -> &mut Self {
         self.outputs.push(Output {
             what: what.to_string(),
             path: path.to_path_buf(),
-            kind: OutputKind::File,
+            kind: OutputKind::File(Some(kind)),
+        });
+        self
+    }
+
+    /// A file the run writes whose existing content is not looked at here, because another
+    /// check before any work does: a step's own files (its directory's check,
+    /// `StepFiles::check_free`, refuses anything but its earlier output).
+    pub(crate) fn write_file_checked_later(&mut self, what: &str, path: &Path) -> &mut Self {
+        self.outputs.push(Output {
+            what: what.to_string(),
+            path: path.to_path_buf(),
+            kind: OutputKind::File(None),
         });
         self
     }
@@ -160,7 +193,7 @@ impl RunPaths {
 
     /// A step's output directory (`sign`, `decide`), which holds only the step's files: those
     /// are registered with [`RunPaths::write_file`] under the same `what`
-    /// (`"the sign output (-o)"`). The directory may not hold an input, be or lie in an input
+    /// (`"the sign output (-o)"`) with [`RunPaths::write_file_checked_later`]. The directory may not hold an input, be or lie in an input
     /// tree, or hold another output.
     pub fn write_step_dir(&mut self, what: &str, dir: &Path) -> &mut Self {
         self.outputs.push(Output {
@@ -224,13 +257,13 @@ impl RunPaths {
             self.write_dataset("the output directory (--output)", dir, files);
         }
         if let Some(p) = &config.output.decisions {
-            self.write_file("the decisions file (--decisions)", p);
+            self.write_file("the decisions file (--decisions)", p, OwnFile::Decisions);
         }
         if let Some(p) = &config.output.report {
-            self.write_file("the report (--report)", p);
+            self.write_file("the report (--report)", p, OwnFile::Report);
         }
         if let Some(p) = &config.output.index_out {
-            self.write_file("the index (--index-out)", p);
+            self.write_file("the index (--index-out)", p, OwnFile::Index);
         }
         for p in &config.dedup.against {
             self.read_file("the index (--against)", p);
@@ -265,6 +298,9 @@ impl RunPaths {
             if let Err(e) = writable(out, resolved) {
                 refusals.push(out, e);
             }
+        }
+        if !self.inputs_pending {
+            check_replaced_files(&outputs, &mut refusals);
         }
         refusals.into_result()
     }
@@ -389,7 +425,7 @@ impl RunPaths {
                     continue;
                 };
                 let read_back = match out.kind {
-                    OutputKind::File => source.reads_file(below),
+                    OutputKind::File(_) => source.reads_file(below),
                     OutputKind::Dataset { .. } | OutputKind::SpillDir | OutputKind::StepDir => {
                         source.may_read_inside(below)
                     }
@@ -431,7 +467,7 @@ impl RunPaths {
                         Ok(rest) => {
                             let below = link.relative.join(rest);
                             match out.kind {
-                                OutputKind::File => source.reads_file(&below),
+                                OutputKind::File(_) => source.reads_file(&below),
                                 OutputKind::Dataset { .. }
                                 | OutputKind::SpillDir
                                 | OutputKind::StepDir => source.may_read_inside(&below),
@@ -514,7 +550,7 @@ impl RunPaths {
                     continue;
                 };
                 let read_back = match out.kind {
-                    OutputKind::File => source.reads_file(Path::new(below)),
+                    OutputKind::File(_) => source.reads_file(Path::new(below)),
                     _ => source.may_read_inside(Path::new(below)),
                 };
                 if read_back {
@@ -581,7 +617,7 @@ impl RunPaths {
                 continue;
             }
             match &out.kind {
-                OutputKind::File => {
+                OutputKind::File(_) => {
                     if let Some((input_what, input)) = input_at(&r.path) {
                         refusals.push(
                             out,
@@ -755,7 +791,7 @@ fn check_between_outputs(outputs: &[(&Output, Resolved)], refusals: &mut Refusal
                             outer: outer.named(),
                         },
                     ),
-                    OutputKind::File => refusals.push(
+                    OutputKind::File(_) => refusals.push(
                         inner,
                         PathConflict::InsideFile {
                             inner: inner.named(),
@@ -782,7 +818,7 @@ fn check_inside_earlier_steps(outputs: &[(&Output, Resolved)], refusals: &mut Re
             continue;
         }
         match out.kind {
-            OutputKind::File => {
+            OutputKind::File(_) => {
                 let Some(step) = r.path.parent().and_then(earlier_step_in) else {
                     continue;
                 };
@@ -865,11 +901,42 @@ fn check_dataset_names(outputs: &[(&Output, Resolved)], refusals: &mut Refusals)
     }
 }
 
+/// Single-file outputs over existing regular files that neardup did not write of their kind (the
+/// other checks passed: what is there is no input, no other output, no directory or special
+/// node). Object storage outputs are not looked at (see docs/formats.md, "Object storage").
+fn check_replaced_files(outputs: &[(&Output, Resolved)], refusals: &mut Refusals) {
+    for (out, r) in outputs {
+        let OutputKind::File(Some(kind)) = out.kind else {
+            continue;
+        };
+        if !r.exists || refusals.refused(out) {
+            continue;
+        }
+        match kind.may_replace(&r.path) {
+            Ok(true) => {}
+            Ok(false) => refusals.push(
+                out,
+                PathConflict::NotOwnFile {
+                    output: out.named(),
+                    kind,
+                },
+            ),
+            Err(error) => refusals.push(
+                out,
+                PathConflict::UnreadableExisting {
+                    output: out.named(),
+                    error,
+                },
+            ),
+        }
+    }
+}
+
 /// Whether the output can be made: a file's directory, or a directory itself, must exist or be
 /// creatable in a writable directory; a file must not be a directory and vice versa, nor any
 /// other node but a regular file.
 fn writable(out: &Output, r: &Resolved) -> Result<(), PathConflict> {
-    if let OutputKind::File = out.kind
+    if let OutputKind::File(_) = out.kind
         && let Some(node) = neardup_corpus::special_node(&out.path).filter(|n| *n != "a directory")
     {
         return Err(PathConflict::NotARegularFile {
@@ -878,7 +945,7 @@ fn writable(out: &Output, r: &Resolved) -> Result<(), PathConflict> {
         });
     }
     match (&out.kind, std::fs::metadata(&r.path).map(|m| m.is_dir())) {
-        (OutputKind::File, Ok(true)) => {
+        (OutputKind::File(_), Ok(true)) => {
             return Err(PathConflict::FileIsDirectory {
                 output: out.named(),
             });
@@ -898,7 +965,7 @@ fn writable(out: &Output, r: &Resolved) -> Result<(), PathConflict> {
     // The directory that must take new entries: a file's parent, or the directory itself; when
     // that does not exist yet, its nearest existing ancestor, in which it will be created.
     let mut dir = match out.kind {
-        OutputKind::File => r.path.parent().unwrap_or(&r.path),
+        OutputKind::File(_) => r.path.parent().unwrap_or(&r.path),
         _ => &r.path,
     };
     let meta = loop {
@@ -1080,9 +1147,11 @@ mod tests {
             tmp.path().join("hard.jsonl"),
         ] {
             let mut paths = RunPaths::new();
-            paths
-                .read_discovered(&d)
-                .write_file("the decisions file (--decisions)", &out);
+            paths.read_discovered(&d).write_file(
+                "the decisions file (--decisions)",
+                &out,
+                OwnFile::Decisions,
+            );
             let m = refusal(&paths);
             assert!(m.contains("--decisions"), "{m}");
             assert!(m.contains(&*out.to_string_lossy()), "{m}");
@@ -1093,6 +1162,7 @@ mod tests {
         paths.read_discovered(&d).write_file(
             "the decisions file (--decisions)",
             &tmp.path().join("d.jsonl"),
+            OwnFile::Decisions,
         );
         paths.check().unwrap();
     }
@@ -1123,7 +1193,7 @@ mod tests {
             paths.read_discovered(&d);
             match kind {
                 "dataset" => paths.write_dataset("the output directory (--output)", &out, &d.files),
-                "file" => paths.write_file("the report (--report)", &out),
+                "file" => paths.write_file("the report (--report)", &out, OwnFile::Report),
                 _ => paths.spill_dir(&out),
             };
             let m = refusal(&paths);
@@ -1146,7 +1216,11 @@ mod tests {
             let mut paths = RunPaths::new();
             paths
                 .read_discovered(d)
-                .write_file("the decisions file (--decisions)", &data.join(decisions))
+                .write_file(
+                    "the decisions file (--decisions)",
+                    &data.join(decisions),
+                    OwnFile::Decisions,
+                )
                 .write_dataset("the output directory (--output)", &data.join(dir), &d.files);
             paths.check()
         };
@@ -1202,14 +1276,23 @@ mod tests {
             p
         };
         let mut p = base();
-        p.write_file("the decisions file (--decisions)", &out.join("a.jsonl"));
+        p.write_file(
+            "the decisions file (--decisions)",
+            &out.join("a.jsonl"),
+            OwnFile::Decisions,
+        );
         assert!(refusal(&p).contains("holds only the filtered dataset"));
         let mut p = base();
         p.write_file(
             "the decisions file (--decisions)",
             &tmp.path().join("x.json"),
+            OwnFile::Decisions,
         )
-        .write_file("the report (--report)", &tmp.path().join("./x.json"));
+        .write_file(
+            "the report (--report)",
+            &tmp.path().join("./x.json"),
+            OwnFile::Report,
+        );
         assert!(refusal(&p).contains("are the same path"));
         let mut p = base();
         p.spill_dir(&out.join("spill"));
@@ -1218,6 +1301,7 @@ mod tests {
         p.spill_dir(tmp.path()).write_file(
             "the decisions file (--decisions)",
             &tmp.path().join("d.jsonl"),
+            OwnFile::Decisions,
         );
         p.check().unwrap();
     }
@@ -1231,14 +1315,18 @@ mod tests {
             let mut p = RunPaths::new();
             p.read_file("the input file", &input)
                 .write_step_dir("the sign output (-o)", dir)
-                .write_file("the sign output (-o)", &dir.join("group-00000.bin"))
-                .write_file("the sign output (-o)", &dir.join("manifest.json"));
+                .write_file_checked_later("the sign output (-o)", &dir.join("group-00000.bin"))
+                .write_file_checked_later("the sign output (-o)", &dir.join("manifest.json"));
             p
         };
         // Its own files are no conflict; another output inside it, or an input there, is.
         step(&tmp.path().join("sig")).check().unwrap();
         let mut p = step(&tmp.path().join("sig"));
-        p.write_file("the report (--report)", &tmp.path().join("sig/r.json"));
+        p.write_file(
+            "the report (--report)",
+            &tmp.path().join("sig/r.json"),
+            OwnFile::Report,
+        );
         assert!(refusal(&p).contains("which holds only that step's files"));
         let m = refusal(&step(&tmp.path().join("in")));
         assert!(m.contains("contains the input file"), "{m}");
@@ -1250,7 +1338,11 @@ mod tests {
         )
         .unwrap();
         let mut p = RunPaths::new();
-        p.write_file("the hot-key file (--output)", &tmp.path().join("sig/h.ndh"));
+        p.write_file(
+            "the hot-key file (--output)",
+            &tmp.path().join("sig/h.ndh"),
+            OwnFile::HotKeys,
+        );
         assert!(refusal(&p).contains("inside the decide output"));
         let mut p = RunPaths::new();
         p.write_dataset(
@@ -1288,10 +1380,14 @@ mod tests {
         let file = tmp.path().join("plain");
         std::fs::write(&file, b"").unwrap();
         let mut p = RunPaths::new();
-        p.write_file("the report (--report)", &file.join("sub/r.json"));
+        p.write_file(
+            "the report (--report)",
+            &file.join("sub/r.json"),
+            OwnFile::Report,
+        );
         assert!(refusal(&p).contains("is not a directory"));
         let mut p = RunPaths::new();
-        p.write_file("the report (--report)", tmp.path());
+        p.write_file("the report (--report)", tmp.path(), OwnFile::Report);
         assert!(refusal(&p).contains("is a directory"));
         let mut p = RunPaths::new();
         p.spill_dir(&file);
@@ -1301,6 +1397,7 @@ mod tests {
         p.write_file(
             "the report (--report)",
             &tmp.path().join("new/deeper/r.json"),
+            OwnFile::Report,
         )
         .spill_dir(&tmp.path().join("spill/here"));
         p.check().unwrap();
@@ -1327,7 +1424,11 @@ mod tests {
         std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
         let privileged = std::fs::write(locked.join("probe"), b"").is_ok();
         let mut p = RunPaths::new();
-        p.write_file("the report (--report)", &locked.join("r.json"));
+        p.write_file(
+            "the report (--report)",
+            &locked.join("r.json"),
+            OwnFile::Report,
+        );
         if privileged {
             p.check().unwrap();
         } else {
@@ -1342,7 +1443,11 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let name = std::ffi::OsStr::from_bytes(b"r\xff.json");
         let mut p = RunPaths::new();
-        p.write_file("the report (--report)", &tmp.path().join(name));
+        p.write_file(
+            "the report (--report)",
+            &tmp.path().join(name),
+            OwnFile::Report,
+        );
         assert!(refusal(&p).contains("UTF-8"));
     }
 }

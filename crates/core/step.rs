@@ -23,6 +23,8 @@ use neardup_keys::{HotKeys, KeyTable, KeysError};
 use serde::Serialize;
 
 use crate::error::Error;
+use crate::own_files::OwnFile;
+use crate::paths::RunPaths;
 use crate::pipeline::RunControl;
 
 /// What a step makes: a value that saves to and loads from a file or directory (what the CLI's
@@ -77,6 +79,9 @@ pub(crate) fn key_file_error(e: KeysError) -> Error {
 
 impl StepValue for KeyTable {
     fn save(&self, path: &Path) -> Result<(), Error> {
+        RunPaths::new()
+            .write_file("the key table", path, OwnFile::KeyTable)
+            .check()?;
         Ok(KeyTable::save(self, path)?)
     }
     fn load(path: &Path) -> Result<Self, Error> {
@@ -92,6 +97,9 @@ impl StepValue for KeyTable {
 
 impl StepValue for HotKeys {
     fn save(&self, path: &Path) -> Result<(), Error> {
+        RunPaths::new()
+            .write_file("the hot-key file", path, OwnFile::HotKeys)
+            .check()?;
         Ok(HotKeys::save(self, path)?)
     }
     fn load(path: &Path) -> Result<Self, Error> {

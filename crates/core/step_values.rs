@@ -537,7 +537,7 @@ impl StepFiles {
         };
         paths.write_step_dir(&what, dir);
         for p in files.streams.iter().chain([&files.manifest]) {
-            paths.write_file(&what, p);
+            paths.write_file_checked_later(&what, p);
         }
         files
     }

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::Config;
 use crate::error::publish_error;
 use crate::error::{ConfigError, Error};
+use crate::own_files::OwnFile;
 use crate::paths::RunPaths;
 use crate::pipeline::{KeyTables, RunControl, discover_inputs_and_sources, save_json_to};
 use crate::stage_settings::keys_config;
@@ -156,14 +157,14 @@ impl Step for KeysStep {
         let mut paths = RunPaths::new();
         paths
             .read_discovered(&self.inputs)
-            .write_file("the key table (--output)", table)
+            .write_file("the key table (--output)", table, OwnFile::KeyTable)
             .spill_location(
                 self.keys.spill_dir.as_deref(),
                 self.keys.memory_limit,
                 self.keys.threads,
             );
         if let Some(r) = report {
-            paths.write_file("the report (--report)", r);
+            paths.write_file("the report (--report)", r, OwnFile::Report);
         }
         paths.check()?;
         let _spill_dirs = paths.prepare()?;
@@ -339,9 +340,9 @@ impl Step for HotStep<'_> {
         control: &RunControl,
     ) -> Result<HotReport, Error> {
         let mut paths = self.paths()?;
-        paths.write_file("the hot-key file (--output)", output);
+        paths.write_file("the hot-key file (--output)", output, OwnFile::HotKeys);
         if let Some(r) = report {
-            paths.write_file("the report (--report)", r);
+            paths.write_file("the report (--report)", r, OwnFile::Report);
         }
         paths.check()?;
         let started = Instant::now();

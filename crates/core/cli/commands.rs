@@ -4,7 +4,7 @@
 use neardup::keys::{HotKeys, HotSummary};
 use neardup::sketch::LshParams;
 use neardup::{
-    ApplyStep, Config, DecideStep, Error, HotStep, KeysStep, LshWeights, Pipeline, Report,
+    ApplyStep, Config, DecideStep, Error, HotStep, KeysStep, LshWeights, OwnFile, Pipeline, Report,
     RunControl, RunPaths, SignStep, Step, StepValue, WriteStep, save_json,
 };
 
@@ -210,14 +210,16 @@ pub(crate) fn sign(args: SignArgs, quiet: bool) -> Result<(), Error> {
     let mut report = report;
     let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
     // What can be checked before the hot-key file is read; the step checks the rest (the
-    // input files the table names, the directory's files) once it knows them.
+    // input files the table names, the directory's files, what the report would replace, so
+    // that a report over an input is refused as that) once it knows them.
     let mut paths = RunPaths::new();
     paths
+        .inputs_pending()
         .read_file("the hot-key file (--hot)", &hot)
         .read_file("the key table", &table)
         .write_step_dir("the sign output (-o)", &output);
     if let Some(r) = &report {
-        paths.write_file("the report (--report)", r);
+        paths.write_file("the report (--report)", r, OwnFile::Report);
     }
     if let Some(dir) = &config.keys.spill_dir {
         paths.spill_dir(dir);
@@ -273,13 +275,15 @@ pub(crate) fn decide(args: DecideArgs, quiet: bool) -> Result<(), Error> {
     let mut report = report;
     let report_to_stdout = ToStdout::take(&mut report, "report.json", None)?;
     // What can be checked before the hot-key file is read; the step checks the rest (the sign
-    // outputs' files, the input files their manifests name) once it knows them.
+    // outputs' files, the input files their manifests name, what the report would replace)
+    // once it knows them.
     let mut paths = RunPaths::new();
     paths
+        .inputs_pending()
         .read_file("the hot-key file (--hot)", &hot)
         .write_step_dir("the decide output (-o)", &output);
     if let Some(r) = &report {
-        paths.write_file("the report (--report)", r);
+        paths.write_file("the report (--report)", r, OwnFile::Report);
     }
     if let Some(dir) = &config.keys.spill_dir {
         paths.spill_dir(dir);
@@ -335,6 +339,7 @@ pub(crate) fn write(args: WriteArgs, quiet: bool) -> Result<(), Error> {
     let to_stdout = take_outputs(&mut config)?;
     let mut paths = RunPaths::new();
     paths
+        .inputs_pending()
         .read_file("the hot-key file (--hot)", &hot)
         .read_file("the key table", &table);
     paths.write_config_outputs(&config, &[]);
@@ -373,7 +378,9 @@ pub(crate) fn apply(args: ApplyArgs, quiet: bool) -> Result<(), Error> {
     let to_stdout = take_outputs(&mut config)?;
     // The tables' input files are checked too, by the library, once their headers are read.
     let mut paths = RunPaths::new();
-    paths.read_file("the hot-key file (--hot)", &hot);
+    paths
+        .inputs_pending()
+        .read_file("the hot-key file (--hot)", &hot);
     for t in &tables {
         paths.read_file("the key table", t);
     }
@@ -453,6 +460,10 @@ fn index_action(action: IndexAction, quiet: bool) -> Result<(), Error> {
             );
         }
         IndexAction::Pull(a) => {
+            // Refused before anything is pulled, as every command's outputs are.
+            RunPaths::new()
+                .write_file("the index (-o)", &a.output, OwnFile::Index)
+                .check()?;
             let (saved, moved) = online::pull(&a.url, &a.namespace)?;
             let bytes = online::save_file(&saved, &a.output)?;
             note(
@@ -529,7 +540,7 @@ pub(crate) fn eval(args: EvalArgs) -> Result<(), Error> {
         .read_discovered(&found)
         .read_file("the decisions file (--decisions)", &decisions);
     if let Some(p) = &eval_report {
-        paths.write_file("the evaluation report (--eval-report)", p);
+        paths.write_file("the evaluation report (--eval-report)", p, OwnFile::Report);
     }
     paths.check()?;
     let report = neardup::eval::evaluate(&neardup::eval::EvalOptions {

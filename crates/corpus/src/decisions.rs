@@ -456,6 +456,55 @@ impl DecisionWriter {
     }
 }
 
+/// Bytes of a JSONL file's start read to tell whether it is a decisions file: its first row, which
+/// is short (an address, a reason, what it duplicates), whatever the file's size.
+const RECOGNISED_PREFIX: u64 = 1 << 16;
+
+/// Whether the local file at `path` is a decisions file neardup wrote (of any version), told by
+/// a bounded read of it: JSONL whose first row is a decision ([`OwnedDecisionRow`], so decisions
+/// written before clusters were recorded too), or Parquet (told by its first bytes, whatever its
+/// name) whose footer has the decision columns. An empty file counts: it holds nothing to lose.
+/// Used to refuse replacing any other file with decisions.
+pub fn is_decisions_file(path: &Path) -> std::io::Result<bool> {
+    use std::io::{Read, Seek};
+    let mut file = std::fs::File::open(path)?;
+    let mut magic = [0u8; 4];
+    let n = file.read(&mut magic)?;
+    if n == 0 {
+        return Ok(true);
+    }
+    if n == magic.len() && &magic == b"PAR1" {
+        // The footer alone is read (its length is in the file's last bytes).
+        let Ok(builder) = ParquetRecordBatchReaderBuilder::try_new(file) else {
+            return Ok(false);
+        };
+        let schema = builder.schema();
+        return Ok(["file", "record", "field", "keep", "reason"]
+            .iter()
+            .all(|c| schema.column_with_name(c).is_some()));
+    }
+    file.rewind()?;
+    let mut head = BufReader::new(file.take(RECOGNISED_PREFIX));
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if head.read_line(&mut line).is_err() {
+            // Not UTF-8: not JSONL neardup wrote.
+            return Ok(false);
+        }
+        if line.is_empty() {
+            // Blank lines only.
+            return Ok(false);
+        }
+        if !line.trim().is_empty() {
+            // A line the prefix cuts short is longer than any row.
+            return Ok(
+                line.ends_with('\n') && serde_json::from_str::<OwnedDecisionRow>(&line).is_ok()
+            );
+        }
+    }
+}
+
 /// Reads a decisions file back (both formats, by extension) — used by `neardup eval` and tests.
 pub fn read_decisions(path: &Path) -> Result<Vec<OwnedDecisionRow>, ReadError> {
     if is_parquet(path) {

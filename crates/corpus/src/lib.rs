@@ -78,7 +78,9 @@ pub use block::{
     SkipReason,
 };
 pub use chunk::{Chunk, ChunkRange};
-pub use decisions::{DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, read_decisions};
+pub use decisions::{
+    DecisionRow, DecisionWriter, OwnedDecisionRow, Reason, is_decisions_file, read_decisions,
+};
 pub use discover::{
     DiscoverOptions, Discovery, InputProblem, InputSource, SourceKind, SourceLink, discover,
 };

@@ -7,7 +7,8 @@ use crate::common::*;
 use arrow_array::RecordBatch;
 use neardup_corpus::{
     AtomicFile, Block, DecisionRow, DecisionWriter, InputFile, OutputOptions, Projection,
-    Publication, PublishOptions, Reason, WrittenFile, read_chunk, read_decisions,
+    Publication, PublishOptions, Reason, WrittenFile, is_decisions_file, read_chunk,
+    read_decisions,
 };
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
@@ -431,6 +432,55 @@ fn decisions_without_clusters_read() {
         (&None, None)
     );
     assert_eq!(rows[0].dup_of_record, Some(0));
+}
+
+/// Decisions files of either format and any version are told from other files by their start
+/// (and a Parquet file's footer), however large: an output replaces only one of them.
+#[test]
+fn decisions_files_are_recognised_by_their_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let at = |name: &str, body: &[u8]| {
+        let path = tmp.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        is_decisions_file(&path).unwrap()
+    };
+    for name in ["d.jsonl", "d.parquet"] {
+        let path = tmp.path().join(name);
+        let mut w = DecisionWriter::create(&path).unwrap();
+        for r in &rows() {
+            w.write(&r.as_row()).unwrap();
+        }
+        w.finish().unwrap();
+        assert!(is_decisions_file(&path).unwrap(), "{name}");
+    }
+    // Rows written before clusters were recorded, an empty file (nothing to lose), a first row
+    // followed by far more than is read.
+    let old = r#"{"file":"a","record":1,"field":0,"id":null,"keep":true,"reason":"unique","dup_of_file":null,"dup_of_record":null,"dup_of_id":null,"similarity":null}"#;
+    assert!(at("old.jsonl", format!("{old}\n").as_bytes()));
+    assert!(at("empty", b""));
+    let mut long = format!("{old}\n").into_bytes();
+    long.extend(std::iter::repeat_n(b'x', 1 << 20));
+    assert!(at("long.jsonl", &long));
+    // Other files: text, JSONL of other rows, a row cut short, a row not ending its line, blank
+    // lines, bytes that are not UTF-8, a Parquet file of other columns.
+    assert!(!at("notes.txt", b"precious\n"));
+    assert!(!at("rows.jsonl", b"{\"file\":\"a\",\"record\":0}\n"));
+    assert!(!at("cut.jsonl", &old.as_bytes()[..40]));
+    assert!(!at("open.jsonl", old.as_bytes()));
+    assert!(!at("blank", b"\n\n  \n"));
+    assert!(!at("binary", b"\xff\xfe\x00\x01"));
+    let mut first = vec![b' '; 1 << 17];
+    first.extend_from_slice(old.as_bytes());
+    first.push(b'\n');
+    assert!(
+        !at("deep.jsonl", &first),
+        "a first line longer than any row"
+    );
+    // A Parquet file of other columns, whatever its name.
+    let other = data("corpus/sample.parquet");
+    assert!(!is_decisions_file(&other).unwrap());
+    std::fs::copy(&other, tmp.path().join("other.jsonl")).unwrap();
+    assert!(!is_decisions_file(&tmp.path().join("other.jsonl")).unwrap());
 }
 
 #[test]

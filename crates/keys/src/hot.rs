@@ -619,6 +619,12 @@ impl HotKeys {
         self.keys.iter().copied().collect()
     }
 
+    /// Whether a file starting with `head` (its first 8 bytes or more) is a hot-key file (of any
+    /// version: every version has the same magic).
+    pub fn starts_like_hot_keys(head: &[u8]) -> bool {
+        HOT.begins(head)
+    }
+
     /// Writes the hot-key file atomically (see `docs/formats.md`, "Hot-key file"). Keys counted
     /// within one run are refused: a file must say which tables `apply` needs.
     pub fn save(&self, path: &Path) -> Result<(), KeysError> {

@@ -346,6 +346,12 @@ impl KeyTable {
         }
     }
 
+    /// Whether a file starting with `head` (its first 8 bytes or more) is a key table (of any
+    /// version: every version has the same magic).
+    pub fn starts_like_table(head: &[u8]) -> bool {
+        TABLE.begins(head)
+    }
+
     /// Writes the table atomically (see `docs/formats.md`, "Key table file").
     pub fn save(&self, path: &Path) -> Result<(), KeysError> {
         let file = AtomicFile::create(path).map_err(|e| KeysError::io(path, e))?;

@@ -46,6 +46,23 @@ pub fn write_file(py: Python<'_>, path: PathBuf, data: Vec<u8>) -> PyResult<()> 
     .map_err(|e| named(&path, e))
 }
 
+/// Refuses, before any work, a decisions file at `path` that the run could not write or that
+/// would replace a file neardup did not write (as every step's outputs are checked; an object on
+/// object storage is not looked at): `ValueError`, naming the path and the fix.
+#[pyfunction]
+pub fn check_decisions_output(py: Python<'_>, path: PathBuf) -> PyResult<()> {
+    py.detach(|| {
+        neardup::RunPaths::new()
+            .write_file(
+                "the decisions file (decisions=)",
+                &path,
+                neardup::OwnFile::Decisions,
+            )
+            .check()
+    })
+    .map_err(crate::errors::to_py)
+}
+
 /// Writes the files or objects `parts` one after the other as the file or object `target`,
 /// which appears whole or not at all (streamed: no part is held whole).
 #[pyfunction]

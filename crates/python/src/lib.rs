@@ -83,6 +83,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(files::read_file, m)?)?;
     m.add_function(wrap_pyfunction!(files::write_file, m)?)?;
     m.add_function(wrap_pyfunction!(files::concatenate, m)?)?;
+    m.add_function(wrap_pyfunction!(files::check_decisions_output, m)?)?;
     m.add_function(wrap_pyfunction!(files::publish_output, m)?)?;
     m.add_function(wrap_pyfunction!(lshcurator::compute_bucket_keys, m)?)?;
     Ok(())

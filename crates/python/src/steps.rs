@@ -405,7 +405,10 @@ pub fn start_write(
         decided,
         "decided must hold Decided values or the paths of decide output directories",
     )?;
+    // What can be checked before the hot keys are read; the step checks the rest (the input
+    // files the table names, what the outputs would replace) once it knows them.
     let mut paths = RunPaths::new();
+    paths.inputs_pending();
     hot.read_paths(&mut paths);
     table.read_paths(&mut paths);
     paths.write_config_outputs(&config, &[]);

@@ -106,7 +106,7 @@ macro_rules! step_value {
         impl $class {
             /// Writes the value at ``path`` as the step that makes it writes its ``output=`` (the
             /// file or directory the CLI's command of the same name writes), published all or
-            /// nothing.
+            /// nothing. It replaces only what that step wrote there earlier (or an empty file).
             fn save(&self, py: pyo3::Python<'_>, path: std::path::PathBuf) -> pyo3::PyResult<()> {
                 $crate::values::save(py, self, &path)
             }

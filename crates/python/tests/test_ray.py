@@ -43,6 +43,17 @@ def cluster():
         c.stop()
 
 
+def test_a_decisions_file_neardup_did_not_write_is_refused_before_ray_starts(tmp_path):
+    import neardup.ray
+
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"precious\n")
+    with pytest.raises(ValueError, match="notes.txt is a file neardup did not write.*remove it first"):
+        neardup.ray.dedup([str(SAMPLE)], None, notes, tmp_path / "work")
+    assert notes.read_bytes() == b"precious\n"
+    assert not (tmp_path / "work").exists() and not ray.is_initialized()
+
+
 def test_the_cluster_and_its_drivers_are_on_loopback_only(cluster):
     """This process (which starts the drivers) and every node see no network but loopback, and
     the nodes registered 127.0.0.1 as their address."""

@@ -414,3 +414,58 @@ def test_steps_write_over_nothing_the_run_reads(tmp_path):
     neardup.decide(signed, hot, 1, tmp_path / "dec-1", overwrite=True)
     neardup.Signed.load(tmp_path / "sig-1").save(tmp_path / "sig-1")
     assert _tree(tmp_path) == before
+
+
+# Files neardup did not write, each close to a shape it writes: text, JSON that is no report,
+# JSONL that is no decisions, bytes that are no key file.
+FOREIGN = {
+    "notes.txt": b"precious\n",
+    "package.json": b'{\n  "version": "1.0.0",\n  "name": "mine"\n}\n',
+    "rows.jsonl": b'{"file": "a.jsonl", "record": 0, "note": "mine"}\n',
+    "keys.bin": b"NDKEYX\x00\x01not neardup's",
+}
+
+
+def test_outputs_replace_only_neardup_files_of_their_kind(tmp_path):
+    table = tmp_path / "keys-0.ndk"
+    neardup.keys(SHARDS, 0, table)
+    hot = neardup.hot_keys([table], groups=2)
+    hot.save(tmp_path / "hot.ndh")
+    neardup.sign(table, tmp_path / "hot.ndh", tmp_path / "sig-0")
+    decided = [tmp_path / f"dec-{g}" for g in range(2)]
+    for g, d in enumerate(decided):
+        neardup.decide([tmp_path / "sig-0"], tmp_path / "hot.ndh", g, d)
+    value = neardup.KeyTable.load(table)
+    # Each writer of one file, with the kind of file it replaces.
+    writers = {
+        "decisions": lambda p: neardup.dedup(SHARDS, decisions=p),
+        "report": lambda p: neardup.dedup(SHARDS, decisions=tmp_path / "d.jsonl", report=p),
+        "index": lambda p: neardup.dedup(SHARDS, decisions=tmp_path / "d.jsonl", index_out=p),
+        "key table": lambda p: neardup.keys(SHARDS, 0, p),
+        "KeyTable.save": value.save,
+        "hot-key file": lambda p: neardup.hot_keys([table], groups=2, output=p),
+        "HotKeys.save": hot.save,
+        "write decisions": lambda p: neardup.write(table, tmp_path / "hot.ndh", decided, decisions=p),
+        "write report": lambda p: neardup.write(
+            table, tmp_path / "hot.ndh", decided, decisions=tmp_path / "w.jsonl", report=p
+        ),
+    }
+    for name, body in FOREIGN.items():
+        (tmp_path / name).write_bytes(body)
+    before = _tree(tmp_path)
+    for what, write in writers.items():
+        # A foreign file is refused before any work (exit code 2's ValueError) and left as it was.
+        for name in FOREIGN:
+            with pytest.raises(ValueError, match=f"{name} is a file neardup did not write.*remove it first"):
+                write(tmp_path / name)
+            assert _tree(tmp_path) == before, what
+        # An empty file, then the writer's own earlier output, is replaced.
+        own = tmp_path / "own"
+        own.write_bytes(b"")
+        write(own)
+        assert own.stat().st_size > 0, what
+        write(own)
+        assert own.stat().st_size > 0, what
+        own.unlink()
+        for extra in ("d.jsonl", "w.jsonl"):
+            (tmp_path / extra).unlink(missing_ok=True)

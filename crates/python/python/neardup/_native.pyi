@@ -280,7 +280,9 @@ class KeyTable:
     def stats(self) -> Optional[Stage1Stats]:
         """Stage 1's statistics for a computed table; None for one read back."""
     def save(self, path: _Path) -> None:
-        """Writes the table file atomically (the format of `neardup keys --out`)."""
+        """Writes the table file atomically (the format of `neardup keys --out`). An existing
+        file at ``path`` is replaced only when it is a key table (or empty); any other raises
+        ValueError."""
     @staticmethod
     def load(path: _Path) -> "KeyTable":
         """Reads a table file, verifying its checksum."""
@@ -314,7 +316,9 @@ class HotKeys:
     def stats(self) -> Optional[CountStats]:
         """The merge's counts for computed hot keys; None for ones read back."""
     def save(self, path: _Path) -> None:
-        """Writes the hot-key file atomically (the format of `neardup hot --out`)."""
+        """Writes the hot-key file atomically (the format of `neardup hot --out`). An existing
+        file at ``path`` is replaced only when it is a hot-key file (or empty); any other raises
+        ValueError."""
     @staticmethod
     def load(path: _Path) -> "HotKeys":
         """Reads a hot-key file, verifying its checksum and order."""
@@ -469,6 +473,10 @@ def write_file(path: _Path, data: bytes) -> None:
 def concatenate(parts: Sequence[_Path], target: _Path) -> None:
     """Writes the files or objects ``parts`` one after the other as ``target``, which appears
     whole or not at all."""
+
+def check_decisions_output(path: _Path) -> None:
+    """Refuses (ValueError) a decisions file the run could not write at ``path``, or one that
+    would replace a file neardup did not write."""
 
 def publish_output(output: _Path, hot_fingerprint: int) -> Optional[str]:
     """Publishes a distributed run's ``_SUCCESS`` manifest in ``output`` once every shard's is

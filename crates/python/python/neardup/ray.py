@@ -399,6 +399,9 @@ def dedup(
             f"{os.fspath(decisions)}: the Ray runner writes JSONL decisions (the shards' files "
             "concatenated); give a name not ending in .parquet"
         )
+    if decisions is not None:
+        # Before any work: the shards' decisions are concatenated into it at the end.
+        _native.check_decisions_output(os.fspath(decisions))
     if inputs is not None:
         inputs = check_paths(inputs, "neardup.ray.dedup")
     split = _shards_of(inputs, shards)
