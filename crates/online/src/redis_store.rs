@@ -1938,17 +1938,13 @@ mod tests {
             .collect();
         let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 2]);
         let mut decided = HashMap::new();
-        let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
-            panic!("planning failed");
-        };
+        let planned = planned_checks(&mut a, &ids, &signed, &mut decided);
         assert!(planned.ops.iter().all(|(_, op, _)| op.token.is_some()));
         // Another producer decides p first, so a's p is refused.
         b.check_many(&[Text::Str("")], vec![Some(ids[0].clone())])
             .unwrap();
         let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut a.con).unwrap();
-        let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
-            panic!("committing failed");
-        };
+        let left = committed(&mut a, &ids, &signed, &planned, &mut decided);
         assert_eq!(left, [0]);
         let sets: Vec<Vec<u8>> = redis::cmd("HKEYS")
             .arg(&a.keys.sets)
@@ -2042,6 +2038,35 @@ mod tests {
             .join(" ")
     }
 
+    /// `a`'s round over every one of `ids` planned as checks, as `check_many` plans it before
+    /// committing: the tests let another producer commit in between.
+    fn planned_checks(
+        a: &mut RedisIndex,
+        ids: &[DocId],
+        signed: &[Option<Signed>],
+        decided: &mut HashMap<DocId, Decided>,
+    ) -> Plan {
+        let pending: Vec<usize> = (0..ids.len()).collect();
+        let Ok(planned) = a.plan(ids, signed, &pending, Verb::Check, decided) else {
+            panic!("planning failed");
+        };
+        planned
+    }
+
+    /// Commits `planned`: the places of the documents refused.
+    fn committed(
+        a: &mut RedisIndex,
+        ids: &[DocId],
+        signed: &[Option<Signed>],
+        planned: &Plan,
+        decided: &mut HashMap<DocId, Decided>,
+    ) -> Vec<usize> {
+        let Ok(left) = a.commit_planned(ids, signed, planned, decided) else {
+            panic!("committing failed");
+        };
+        left
+    }
+
     /// Another producer commits between a batch's read and its commit: the document it got in
     /// the way of is refused, and so is the later one that was decided against that document,
     /// while the one neither touches is committed in the same call. The refused ones are then
@@ -2064,9 +2089,7 @@ mod tests {
                 .collect();
             let signed = Signer::new(&a.settings).sign_all(&as_text, &[true; 3]);
             let mut decided = HashMap::new();
-            let Ok(planned) = a.plan(&ids, &signed, &[0, 1, 2], Verb::Check, &mut decided) else {
-                panic!("planning failed");
-            };
+            let planned = planned_checks(&mut a, &ids, &signed, &mut decided);
             let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
             assert_eq!(keeps, [true, false, true], "q was decided against p");
 
@@ -2075,9 +2098,7 @@ mod tests {
                 .check_many(&[Text::Str(&other)], vec![Some(DocId::Str("b".into()))])
                 .unwrap();
             assert!(theirs[0].keep);
-            let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
-                panic!("committing failed");
-            };
+            let left = committed(&mut a, &ids, &signed, &planned, &mut decided);
             assert_eq!(left, [0, 1], "p refused, q with it, r committed");
             assert_eq!(decided.len(), 1);
             assert_eq!(a.stats().unwrap().conflicts, 2);
@@ -2153,9 +2174,7 @@ mod tests {
                 "p and q share a bucket"
             );
             let mut decided = HashMap::new();
-            let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
-                panic!("planning failed");
-            };
+            let planned = planned_checks(&mut a, &ids, &signed, &mut decided);
             let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
             assert_eq!(keeps, [true, true], "q met p without matching it");
             assert_eq!(planned.ops[1].1.tight.is_empty(), max_reps.is_none());
@@ -2163,9 +2182,7 @@ mod tests {
             let theirs = b
                 .check_many(&[Text::Str("")], vec![Some(ids[0].clone())])
                 .unwrap();
-            let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
-                panic!("committing failed");
-            };
+            let left = committed(&mut a, &ids, &signed, &planned, &mut decided);
             assert_eq!(left, left_expected, "max_reps {max_reps:?}");
             assert_eq!(a.stats().unwrap().conflicts, conflicts);
 
@@ -2244,9 +2261,7 @@ mod tests {
                 "p is no candidate for q"
             );
             let mut decided = HashMap::new();
-            let Ok(planned) = a.plan(&ids, &signed, &[0, 1], Verb::Check, &mut decided) else {
-                panic!("planning failed");
-            };
+            let planned = planned_checks(&mut a, &ids, &signed, &mut decided);
             let keeps: Vec<bool> = planned.ops.iter().map(|(_, _, d)| d.keep).collect();
             assert_eq!(keeps, [true, true], "both kept before p is there");
 
@@ -2254,9 +2269,7 @@ mod tests {
                 .check_many(&[Text::Str(&p_words)], vec![Some(DocId::Str("p".into()))])
                 .unwrap();
             assert!(theirs[0].keep);
-            let Ok(left) = a.commit_planned(&ids, &signed, &planned, &mut decided) else {
-                panic!("committing failed");
-            };
+            let left = committed(&mut a, &ids, &signed, &planned, &mut decided);
             assert_eq!(left, left_expected, "max_reps {max_reps:?}");
             assert_eq!(a.stats().unwrap().conflicts, conflicts);
 
