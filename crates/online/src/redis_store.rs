@@ -2038,6 +2038,20 @@ mod tests {
             .join(" ")
     }
 
+    /// Settings whose bands are pairs of rows (`num_perm / 2` of them), so that texts far below
+    /// the threshold share buckets: what the conflict tests need to make neighbours meet.
+    fn loose_settings(num_perm: usize, max_reps: Option<usize>) -> IndexSettings {
+        let mut loose = settings();
+        loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
+            neardup_sketch::Shingler::Chars { k: 5, step: 1 },
+            num_perm,
+            neardup_sketch::LshParams::new(num_perm / 2, 2).unwrap(),
+        ))
+        .unwrap();
+        loose.deduper.max_reps = max_reps;
+        loose
+    }
+
     /// `a`'s round over every one of `ids` planned as checks, as `check_many` plans it before
     /// committing: the tests let another producer commit in between.
     fn planned_checks(
@@ -2145,14 +2159,7 @@ mod tests {
             .flat_map(|c| [(c.clone(), COMMIT_CHUNK), (c, 1)])
         {
             let server = Server::start();
-            let mut loose = settings();
-            loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
-                neardup_sketch::Shingler::Chars { k: 5, step: 1 },
-                128,
-                neardup_sketch::LshParams::new(64, 2).unwrap(),
-            ))
-            .unwrap();
-            loose.deduper.max_reps = max_reps;
+            let loose = loose_settings(128, max_reps);
             let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
             a.commit_chunk = chunk;
             let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
@@ -2223,14 +2230,7 @@ mod tests {
             .flat_map(|c| [(c.clone(), COMMIT_CHUNK), (c, 1)])
         {
             let server = Server::start();
-            let mut loose = settings();
-            loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
-                neardup_sketch::Shingler::Chars { k: 5, step: 1 },
-                num_perm,
-                neardup_sketch::LshParams::new(num_perm / 2, 2).unwrap(),
-            ))
-            .unwrap();
-            loose.deduper.max_reps = max_reps;
+            let loose = loose_settings(num_perm, max_reps);
             let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
             a.commit_chunk = chunk;
             let mut b = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
@@ -2306,13 +2306,7 @@ mod tests {
     #[test]
     fn a_round_s_own_commits_refuse_nothing() {
         let server = Server::start();
-        let mut loose = settings();
-        loose.sketcher = neardup_sketch::Sketcher::new(neardup_sketch::SketchConfig::new(
-            neardup_sketch::Shingler::Chars { k: 5, step: 1 },
-            128,
-            neardup_sketch::LshParams::new(64, 2).unwrap(),
-        ))
-        .unwrap();
+        let loose = loose_settings(128, None);
         let mut a = RedisIndex::open(loose.clone(), &server.url(), "t").unwrap();
         a.commit_chunk = 1;
         let p_words = words(1);
